@@ -1,0 +1,12 @@
+/* libdtensor: a mesh-aware distributed tensor runtime. Umbrella header. */
+#ifndef DTENSOR_DTENSOR_H
+#define DTENSOR_DTENSOR_H
+
+#include "dtensor/status.h"
+#include "dtensor/runtime.h"
+#include "dtensor/mesh.h"
+#include "dtensor/layout.h"
+#include "dtensor/tensor.h"
+#include "dtensor/version.h"
+
+#endif

@@ -1,0 +1,113 @@
+/* libdtensor Layout: how a tensor's dims map onto a mesh's dims, with partial (pending
+ * reduction) mesh dims, and the shard math every other module uses. */
+#ifndef DTENSOR_LAYOUT_H
+#define DTENSOR_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/export.h"
+#include "dtensor/mesh.h"
+#include "dtensor/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_layout dt_layout;
+
+#define DT_UNSHARDED "unsharded"
+#define DT_MAX_RANK 8
+
+/* The reduction a partial mesh dimension is waiting for. */
+typedef enum dt_reduce_op {
+    DT_REDUCE_SUM = 0,
+    DT_REDUCE_MAX = 1,
+    DT_REDUCE_MIN = 2,
+    DT_REDUCE_AVG = 3,
+} dt_reduce_op;
+
+/* "sum", "max", "min", "avg". */
+DT_API const char *dt_reduce_op_name(dt_reduce_op op);
+DT_API dt_status dt_reduce_op_parse(const char *text, dt_reduce_op *op_out);
+
+/* Creates a layout for a tensor of `rank` dims (0..DT_MAX_RANK): specs[i] is DT_UNSHARDED or
+ * the name of a mesh dim; each mesh dim is used at most once, by specs or by partial dims.
+ * `npartial` mesh dims (names in partial_dims, reductions in partial_ops) hold partial values.
+ * The layout retains the mesh. DT_ERR_INVALID_ARGUMENT names the bad spec. Local. */
+DT_API dt_status dt_layout_create(const dt_mesh *mesh, int rank, const char *const *specs,
+                                  dt_layout **layout_out);
+DT_API dt_status dt_layout_create_partial(const dt_mesh *mesh, int rank,
+                                          const char *const *specs, int npartial,
+                                          const char *const *partial_dims,
+                                          const dt_reduce_op *partial_ops,
+                                          dt_layout **layout_out);
+
+/* Helpers: every dim unsharded; dim `axis` sharded on `mesh_dim` (batch_sharded, TF's
+ * Layout.batch_sharded with axis 0 by default); the last dim sharded on `mesh_dim`. */
+DT_API dt_status dt_layout_replicated(const dt_mesh *mesh, int rank, dt_layout **layout_out);
+DT_API dt_status dt_layout_batch_sharded(const dt_mesh *mesh, const char *mesh_dim, int rank,
+                                         int axis, dt_layout **layout_out);
+DT_API dt_status dt_layout_inner_sharded(const dt_mesh *mesh, const char *mesh_dim, int rank,
+                                         dt_layout **layout_out);
+
+/* Parses TensorFlow's layout string "sharding_specs:x,unsharded, mesh:<mesh string>", and
+ * the extension for partial dims "sharding_specs:x,unsharded, partial:y=sum, mesh:<mesh>"
+ * (docs/layout-strings.md). The mesh may be in short form. DT_ERR_PARSE with the column. */
+DT_API dt_status dt_layout_parse(const char *text, dt_layout **layout_out);
+
+/* Canonical string into buf, snprintf-style return (length needed, excluding NUL).
+ * Round-trips exactly with dt_layout_parse for full mesh strings. Local. */
+DT_API size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len);
+
+/* Reference counting as for meshes. */
+DT_API dt_layout *dt_layout_retain(const dt_layout *layout);
+DT_API void dt_layout_destroy(dt_layout *layout);
+
+/* Queries (borrowed results, valid while the layout lives). */
+DT_API const dt_mesh *dt_layout_mesh(const dt_layout *layout);
+DT_API int dt_layout_rank(const dt_layout *layout);
+DT_API const char *dt_layout_spec(const dt_layout *layout, int dim); /* NULL if out of range */
+/* Mesh dim index sharding tensor dim `dim`, or -1 if unsharded / out of range. */
+DT_API int dt_layout_spec_mesh_dim(const dt_layout *layout, int dim);
+DT_API int dt_layout_num_partial(const dt_layout *layout);
+/* i-th partial dim: its mesh dim index and reduction. DT_ERR_INVALID_ARGUMENT if out of range. */
+DT_API dt_status dt_layout_partial(const dt_layout *layout, int i, int *mesh_dim_out,
+                                   dt_reduce_op *op_out);
+/* 1 if no dim is sharded and nothing is partial. */
+DT_API int dt_layout_is_replicated(const dt_layout *layout);
+/* 1 if equal meshes, specs and partial dims. */
+DT_API int dt_layout_equal(const dt_layout *a, const dt_layout *b);
+/* Number of shards along tensor dim `dim` (the mesh dim size, or 1). */
+DT_API int64_t dt_layout_num_shards(const dt_layout *layout, int dim);
+
+/* Shard math. `shape` is the global shape (dt_layout_rank entries, each >= 0). Along a dim of
+ * size n split k ways, shard j has n/k elements plus one if j < n%k, at offset
+ * j*(n/k) + min(j, n%k) (DeepSpeed's partitioning); so a shard may be empty.
+ * The device is given by its mesh position. Writes rank entries to each output. Local. */
+DT_API dt_status dt_layout_shard(const dt_layout *layout, const int64_t *shape,
+                                 int64_t position, int64_t *offset_out, int64_t *shape_out);
+/* Same for one dim and one shard index. */
+DT_API void dt_shard_range(int64_t n, int64_t k, int64_t j, int64_t *offset_out,
+                           int64_t *size_out);
+
+/* Block index of a position: the row-major index of its shard coordinates over the tensor
+ * dims (0..prod(num_shards)-1). Positions with equal block index hold the same block
+ * (replicas, or partial summands when partial dims are present). */
+DT_API int64_t dt_layout_block_index(const dt_layout *layout, int64_t position);
+
+/* Positions holding the same block as `position`, in increasing order, `position` included.
+ * Writes at most `cap`; *count_out gets the total. Local. */
+DT_API dt_status dt_layout_replicas(const dt_layout *layout, int64_t position, int64_t cap,
+                                    int64_t *positions_out, int64_t *count_out);
+
+/* A text picture of the layout over `shape`, like JAX's visualize_array_sharding: the
+ * first two sharded-or-not tensor dims drawn as a grid of blocks, each labelled with the
+ * device ids that hold it (other dims listed above the grid). snprintf-style return. */
+DT_API size_t dt_layout_picture(const dt_layout *layout, const int64_t *shape, char *buf,
+                                size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

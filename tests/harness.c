@@ -1,0 +1,64 @@
+/* Test harness: runs one CUnit suite on every rank and reduces the failures. */
+#include "harness.h"
+
+#include <CUnit/Basic.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *dt_test_srcdir(void)
+{
+    const char *d = getenv("DT_TEST_SRCDIR");
+    return d ? d : ".";
+}
+
+static int run_suite(const char *suite, const dt_test_case *cases, int rank)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite(suite, NULL, NULL);
+    for (const dt_test_case *c = cases; s && c->name; c++)
+        if (!CU_add_test(s, c->name, c->fn))
+            s = NULL;
+    if (!s) {
+        fprintf(stderr, "harness: cannot register tests: %s\n", CU_get_error_msg());
+        CU_cleanup_registry();
+        return 1;
+    }
+    /* Rank 0 prints the usual CUnit report; every rank prints its own failures. */
+    CU_basic_set_mode(rank == 0 ? CU_BRM_VERBOSE : CU_BRM_SILENT);
+    CU_basic_run_tests();
+    int failed = (int)(CU_get_number_of_failures() + CU_get_number_of_tests_failed() > 0);
+    if (failed && rank != 0) {
+        for (CU_pFailureRecord f = CU_get_failure_list(); f; f = f->pNext)
+            fprintf(stderr, "[rank %d] %s: %s:%u: %s\n", rank,
+                    f->pTest ? f->pTest->pName : "?", f->strFileName ? f->strFileName : "?",
+                    f->uiLineNumber, f->strCondition ? f->strCondition : "?");
+    }
+    CU_cleanup_registry();
+    return failed;
+}
+
+int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *cases,
+                 int init_runtime)
+{
+    int rank = 0, failed;
+    if (init_runtime) {
+        dt_init_opts opts = DT_INIT_OPTS_INIT;
+        opts.bind_cores = 0;
+        dt_status st = dt_init(&argc, &argv, &opts);
+        if (st != DT_OK) {
+            fprintf(stderr, "harness: dt_init: %s: %s\n", dt_status_name(st), dt_last_error());
+            return 1;
+        }
+        rank = dt_client_id();
+    }
+    failed = run_suite(suite, cases, rank);
+    if (init_runtime) {
+        int any = 0;
+        MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        failed = any;
+        dt_finalize();
+    }
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,60 @@
+/* Test harness shared by every CUnit test program: runtime set-up, a CUnit run on every
+ * rank, failures gathered across ranks into one exit status. */
+#ifndef DT_TEST_HARNESS_H
+#define DT_TEST_HARNESS_H
+
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+
+#include "dtensor/dtensor.h"
+
+typedef struct dt_test_case {
+    const char *name;
+    CU_TestFunc fn;
+} dt_test_case;
+
+#define DT_TEST(fn) {#fn, fn}
+#define DT_TEST_END {NULL, NULL}
+
+/* Runs `cases` as one CUnit suite. With init_runtime, dt_init runs first (DT_CPU_DEVICES from
+ * the environment, binding off) and dt_finalize last. Returns the process exit code: 0 when
+ * no rank failed, 1 otherwise (so meson marks the test failed whichever rank failed). */
+int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *cases,
+                 int init_runtime);
+
+/* Asserts that a dt_status call succeeded; on failure prints the call, status name and
+ * dt_last_error() so the log says why, then fails the test (fatal). */
+#define DT_ASSERT_OK(call)                                                                  \
+    do {                                                                                    \
+        dt_status st_ = (call);                                                             \
+        if (st_ != DT_OK)                                                                   \
+            fprintf(stderr, "[rank %d] %s:%d: %s -> %s: %s\n", dt_client_id(), __FILE__,   \
+                    __LINE__, #call, dt_status_name(st_), dt_last_error());                 \
+        CU_ASSERT_EQUAL_FATAL(st_, DT_OK);                                                  \
+    } while (0)
+
+/* Asserts that a call failed with `want` and left a non-empty error message. */
+#define DT_ASSERT_FAILS(call, want)                                                         \
+    do {                                                                                    \
+        dt_status st_ = (call);                                                             \
+        if (st_ != (want))                                                                  \
+            fprintf(stderr, "[rank %d] %s:%d: %s -> %s, wanted %s (%s)\n", dt_client_id(), \
+                    __FILE__, __LINE__, #call, dt_status_name(st_), dt_status_name(want),   \
+                    dt_last_error());                                                       \
+        CU_ASSERT_EQUAL(st_, (want));                                                       \
+        CU_ASSERT(dt_last_error()[0] != '\0');                                              \
+    } while (0)
+
+/* Asserts that dt_last_error() contains `needle`; prints the message if not. */
+#define DT_ASSERT_ERROR_MENTIONS(needle)                                                    \
+    do {                                                                                    \
+        if (!strstr(dt_last_error(), (needle)))                                             \
+            fprintf(stderr, "%s:%d: error '%s' does not mention '%s'\n", __FILE__, __LINE__, \
+                    dt_last_error(), (needle));                                             \
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), (needle)));                          \
+    } while (0)
+
+/* Directory of the test sources (for data files), from the DT_TEST_SRCDIR environment. */
+const char *dt_test_srcdir(void);
+
+#endif
