@@ -32,11 +32,15 @@ int dt__mul_size(size_t a, size_t b, size_t *out);
 /* Product of shape[0..rank-1] (1 for rank 0). Assumes non-negative entries. */
 int64_t dt__numel(int rank, const int64_t *shape);
 
-/* Device memory, only with CUDA (runtime/cuda.c); DT_ERR_UNSUPPORTED without it. */
+/* CUDA (runtime/cuda.c). Without CUDA in the build: count 0, version 0, and the memory calls
+ * return DT_ERR_UNSUPPORTED. local_index is the client's local GPU index. */
+int dt__cuda_device_count(void);
+int dt__nccl_version(void);
 dt_status dt__device_alloc(int local_index, size_t bytes, void **ptr_out);
 void dt__device_free(int local_index, void *ptr);
 dt_status dt__device_memset0(int local_index, void *ptr, size_t bytes);
-dt_status dt__device_copy_from_host(int local_index, void *dst, const void *src, size_t bytes);
+/* Copy between any host/device pointers (unified addressing). */
+dt_status dt__device_copy(void *dst, const void *src, size_t bytes);
 
 /* Bounded string copy that always NUL-terminates; returns strlen(src). */
 size_t dt__strlcpy(char *dst, const char *src, size_t len);

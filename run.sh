@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# libdtensor's two entry points on a fresh machine:
+#   ./run.sh example   install what is missing, build, run the main example
+#   ./run.sh test      install what is missing, build, run the whole test suite
+#                      (plain build, then AddressSanitizer+UBSan build, then install test)
+#   ./run.sh bench NAME   run a benchmark (bench/run NAME)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+
+./scripts/setup.sh
+# shellcheck source=scripts/env.sh
+. ./scripts/env.sh
+
+jobs=$(nproc 2>/dev/null || echo 2)
+
+configure() {  # configure DIR [meson options...]
+  local dir=$1; shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log" >&2; exit 1; }
+  fi
+  ninja -C "$dir" -j "$jobs" >/dev/null || ninja -C "$dir" -j 1
+}
+
+case "${1:-}" in
+  example)
+    configure build
+    exec ./examples/run_example.sh build
+    ;;
+  test)
+    configure build
+    echo "== unit and MPI tests (build/)"
+    meson test -C build --print-errorlogs --num-processes "$jobs"
+    echo "== the same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
+    configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+    meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3
+    echo "== install, then build a separate program with pkg-config"
+    ./tests/install/check_install.sh build
+    echo "== all tests passed"
+    ;;
+  bench)
+    shift
+    exec ./bench/run "$@"
+    ;;
+  *)
+    echo "usage: ./run.sh example | test | bench NAME" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs libdtensor from a configured build dir into a scratch prefix, then builds and runs a
+# separate program (consumer.c) using only `pkg-config --cflags --libs dtensor`, shared and
+# static. Usage: tests/install/check_install.sh BUILD_DIR
+set -euo pipefail
+build=${1:?usage: check_install.sh BUILD_DIR}
+src=$(cd "$(dirname "$0")" && pwd)
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+
+# Stage the install under a scratch DESTDIR; pkg-config's sysroot maps its paths there.
+meson install -C "$build" --destdir "$prefix" --quiet >/dev/null
+pc=$(find "$prefix" -name dtensor.pc | head -n 1)
+[ -n "$pc" ] || { echo "install test: dtensor.pc was not installed" >&2; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$prefix"
+libdir=$(dirname "$(dirname "$pc")")
+
+cflags=$(pkg-config --cflags dtensor)
+libs=$(pkg-config --libs dtensor)
+cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer" $libs \
+   -Wl,-rpath,"$libdir"
+"$prefix/consumer"
+
+libs_static=$(pkg-config --libs --static dtensor)
+cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer_static" \
+   "$libdir/libdtensor.a" $libs_static
+"$prefix/consumer_static"
+echo "install test: shared and static consumers built with pkg-config and ran"
