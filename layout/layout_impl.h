@@ -4,6 +4,7 @@
 #define DTENSOR_LAYOUT_IMPL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtensor/layout.h"
@@ -33,5 +34,11 @@ dt_status dt__layout_new(const dt_mesh *mesh, int rank, const int *spec_dim, int
 /* Shard coordinate of tensor dim `dim` on the device at mesh position `position` (0 when the
  * dim is unsharded). The position must be valid. */
 int64_t dt__layout_shard_coord(const dt_layout *layout, int dim, int64_t position);
+
+/* Writes the mesh's dim names as "x, y, z" into buf (for error messages); returns buf. */
+const char *dt__layout_mesh_dims(const dt_mesh *mesh, char *buf, size_t len);
+
+/* Size of a buffer that holds any dt__layout_mesh_dims text. */
+#define DT__MESH_DIMS_TEXT (DT_MESH_MAX_DIMS * (DT_NAME_MAX + 2))
 
 #endif

@@ -45,4 +45,85 @@ dt_status dt__device_copy(void *dst, const void *src, size_t bytes);
 /* Bounded string copy that always NUL-terminates; returns strlen(src). */
 size_t dt__strlcpy(char *dst, const char *src, size_t len);
 
+/* ---- runtime/ internals (init.c, topology.c, memory.c, cuda.c) ---- */
+
+/* Records an MPI failure: DT_ERR_COMM with "<what>: <MPI_Error_string text>". */
+dt_status dt__mpi_error(int rc, const char *what);
+
+/* MPI thread level provided (MPI_THREAD_*), MPI_THREAD_SINGLE before dt_init. */
+int dt__mpi_thread_level(void);
+
+/* Communicator of this job's clients on this host (MPI_COMM_TYPE_SHARED split of dt__comm),
+ * MPI_COMM_NULL before dt_init. */
+MPI_Comm dt__host_comm(void);
+
+/* topology.c, called by dt_init/dt_finalize: read hwloc (local), then split the host
+ * communicator and bind (collective over comm); unload restores the binding and frees all. */
+dt_status dt__topology_load(void);
+dt_status dt__topology_setup(MPI_Comm comm, int bind);
+void dt__topology_unload(void);
+
+/* cuda.c, called by dt_init/dt_finalize: picks this client's share of the host's GPUs
+ * (collective over host_comm), *count_out local GPUs; release forgets the assignment. */
+dt_status dt__cuda_assign(MPI_Comm host_comm, int use_gpus, int *count_out);
+void dt__cuda_release(void);
+
+/* memory.c: (re)reads DT_POOL_MAX_MB; DT_ERR_INVALID_ARGUMENT naming a bad value. */
+dt_status dt__pool_configure(void);
+
+/* Half-precision conversions (runtime/half.c): round to nearest even, NaN/inf preserved. */
+float dt__f16_to_f32(uint16_t h);
+uint16_t dt__f32_to_f16(float f);
+float dt__bf16_to_f32(uint16_t h);
+uint16_t dt__f32_to_bf16(float f);
+
+/* A tensor whose local components are allocated (host pool or device) but not initialised:
+ * for producers that overwrite every element (relayout). layout/tensor.c. */
+dt_status dt__tensor_empty(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                           dt_tensor **tensor_out);
+
+/* ---- Transport: moves boxes of compact row-major arrays between clients ---------------- */
+
+/* A box inside a compact row-major array of `rank` dims. */
+typedef struct dt__region {
+    void *base;                  /* start of the array (host or device memory) */
+    int rank;
+    size_t elem;                 /* bytes per element */
+    int64_t shape[DT_MAX_RANK];  /* the array's shape */
+    int64_t start[DT_MAX_RANK];  /* the box inside it */
+    int64_t count[DT_MAX_RANK];
+} dt__region;
+
+/* Transport-private state of one transfer (e.g. an MPI datatype), built on first use and
+ * kept by the caller (a cached relayout plan) across calls. Zero-initialise. */
+typedef struct dt__xfer_cache {
+    void *state;
+} dt__xfer_cache;
+
+typedef struct dt__xfer {
+    int peer;                    /* the other client */
+    dt__region region;
+    dt__xfer_cache *cache;       /* NULL: state built and dropped within the call */
+} dt__xfer;
+
+/* A mover. The planner decides what goes where; a transport only moves it, so a NCCL mover
+ * for device memory takes the same plan. */
+typedef struct dt__transport {
+    const char *name;
+    /* Posts every receive and send, runs local_work(arg) (may be NULL) while they progress,
+     * then waits for all. Between two clients, sender and receiver list their transfers in
+     * the same order. DT_ERR_COMM on failure. */
+    dt_status (*exchange)(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                          size_t nrecvs, void (*local_work)(void *), void *arg);
+    /* Frees what exchange cached. */
+    void (*release)(dt__xfer_cache *cache);
+} dt__transport;
+
+/* The MPI transport for host memory (runtime/transport_mpi.c). */
+const dt__transport *dt__transport_mpi(void);
+
+/* Registers fn to run in dt_finalize before MPI is finalised (e.g. to drop cached plans
+ * holding MPI datatypes). At most 16 functions. */
+dt_status dt__at_finalize(void (*fn)(void));
+
 #endif

@@ -7,6 +7,7 @@
 #include "dtensor/mesh.h"
 #include "dtensor/layout.h"
 #include "dtensor/tensor.h"
+#include "dtensor/relayout.h"
 #include "dtensor/version.h"
 
 #endif

@@ -84,9 +84,13 @@ typedef struct dt_topology_info {
 DT_API dt_status dt_topology(dt_topology_info *info_out);
 
 /* Host memory from the runtime's reuse pool: 64-byte aligned, contents undefined.
- * Freed blocks are kept for reuse so hot paths do not touch fresh pages each call.
- * dt_host_alloc: DT_ERR_NO_MEMORY on failure. dt_host_free accepts NULL. Thread-safe. Local.
- * Usable before dt_init and after dt_finalize (then it is plain malloc/free). */
+ * Freed blocks are kept for reuse so hot paths do not touch fresh pages each call; the pool
+ * caches at most DT_POOL_MAX_MB MiB (default 2048, 0 turns caching off), beyond which freed
+ * blocks go back to the system. Requests are rounded up to a size class (docs/runtime.md).
+ * dt_host_alloc: DT_ERR_INVALID_ARGUMENT if ptr_out is NULL, DT_ERR_NO_MEMORY on failure.
+ * dt_host_free accepts NULL; a pointer that is not a live block of the pool (a double free,
+ * a foreign pointer) is ignored and counted in bad_frees where the pool can tell.
+ * Thread-safe. Local. Usable before dt_init and after dt_finalize (dt_finalize trims). */
 DT_API dt_status dt_host_alloc(size_t bytes, void **ptr_out);
 DT_API void dt_host_free(void *ptr);
 
@@ -94,8 +98,10 @@ DT_API void dt_host_free(void *ptr);
 typedef struct dt_pool_stats {
     uint64_t allocs;         /* dt_host_alloc calls that succeeded */
     uint64_t reuses;         /* of those, served from the pool */
-    uint64_t bytes_cached;   /* bytes held in the pool's free lists now */
-    uint64_t bytes_in_use;   /* bytes handed out and not yet freed */
+    uint64_t bytes_cached;   /* bytes held in the pool's free lists now (class sizes) */
+    uint64_t bytes_in_use;   /* bytes handed out and not yet freed (class sizes) */
+    uint64_t bad_frees;      /* dt_host_free calls ignored: double free or foreign pointer */
+    uint64_t bytes_limit;    /* most bytes the free lists may hold (DT_POOL_MAX_MB) */
 } dt_pool_stats;
 DT_API void dt_host_pool_stats(dt_pool_stats *stats_out);
 

@@ -1,0 +1,156 @@
+/* The MPI transport: each transfer is one message described by an MPI subarray datatype, so
+ * strided boxes go straight from the source array to the destination array with no staging
+ * copy of our own. */
+#include <stdlib.h>
+
+#include "runtime/internal.h"
+
+static dt_status mpi_fail(int rc, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    return dt__error(DT_ERR_COMM, "MPI %s failed: %s", what, text);
+}
+
+/* A datatype covering the region's box, relative to the array's base. */
+static dt_status region_type(const dt__region *r, MPI_Datatype *type_out)
+{
+    MPI_Datatype elem, type;
+    int rc = MPI_Type_contiguous((int)r->elem, MPI_BYTE, &elem);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(rc, "Type_contiguous");
+    if (r->rank == 0) {
+        type = elem;
+    } else {
+        int sizes[DT_MAX_RANK], subs[DT_MAX_RANK], starts[DT_MAX_RANK];
+        for (int d = 0; d < r->rank; d++) {
+            if (r->shape[d] > INT32_MAX) {
+                MPI_Type_free(&elem);
+                return dt__error(DT_ERR_UNSUPPORTED,
+                                 "array dim of %lld elements exceeds MPI's int counts",
+                                 (long long)r->shape[d]);
+            }
+            sizes[d] = (int)r->shape[d];
+            subs[d] = (int)r->count[d];
+            starts[d] = (int)r->start[d];
+        }
+        rc = MPI_Type_create_subarray(r->rank, sizes, subs, starts, MPI_ORDER_C, elem, &type);
+        MPI_Type_free(&elem);
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, "Type_create_subarray");
+    }
+    rc = MPI_Type_commit(&type);
+    if (rc != MPI_SUCCESS) {
+        MPI_Type_free(&type);
+        return mpi_fail(rc, "Type_commit");
+    }
+    *type_out = type;
+    return DT_OK;
+}
+
+/* The transfer's datatype: from its cache, built there on first use, or built for this call
+ * only (*owned set so the caller frees it). */
+static dt_status xfer_type(const dt__xfer *x, MPI_Datatype *type_out, int *owned)
+{
+    *owned = 0;
+    if (x->cache && x->cache->state) {
+        *type_out = *(MPI_Datatype *)x->cache->state;
+        return DT_OK;
+    }
+    MPI_Datatype type;
+    dt_status st = region_type(&x->region, &type);
+    if (st != DT_OK)
+        return st;
+    if (x->cache) {
+        MPI_Datatype *slot = malloc(sizeof *slot);
+        if (slot) {
+            *slot = type;
+            x->cache->state = slot;
+            *type_out = type;
+            return DT_OK;
+        }
+    }
+    *owned = 1;
+    *type_out = type;
+    return DT_OK;
+}
+
+static void mpi_release(dt__xfer_cache *cache)
+{
+    if (!cache || !cache->state)
+        return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized)
+        MPI_Type_free((MPI_Datatype *)cache->state);
+    free(cache->state);
+    cache->state = NULL;
+}
+
+enum { RELAYOUT_TAG = 7101 };
+
+static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                              size_t nrecvs, void (*local_work)(void *), void *arg)
+{
+    MPI_Comm comm = dt__comm();
+    size_t n = nsends + nrecvs;
+    dt_status st = DT_OK;
+    if (n == 0) {
+        if (local_work)
+            local_work(arg);
+        return DT_OK;
+    }
+    if (comm == MPI_COMM_NULL)
+        return dt__error(DT_ERR_STATE, "transfers between clients need dt_init first");
+    MPI_Request *reqs = malloc(n * sizeof *reqs);
+    MPI_Datatype *temps = malloc(n * sizeof *temps);
+    if (!reqs || !temps) {
+        free(reqs);
+        free(temps);
+        return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu MPI requests", n);
+    }
+    size_t nreq = 0, ntemp = 0;
+    /* Receives first, so that eager sends find their buffers posted. */
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
+        MPI_Datatype type = MPI_DATATYPE_NULL;
+        int owned = 0, rc;
+        st = xfer_type(x, &type, &owned);
+        if (st != DT_OK)
+            break;
+        if (owned)
+            temps[ntemp++] = type;
+        if (i < nrecvs)
+            rc = MPI_Irecv(x->region.base, 1, type, x->peer, RELAYOUT_TAG, comm, &reqs[nreq]);
+        else
+            rc = MPI_Isend(x->region.base, 1, type, x->peer, RELAYOUT_TAG, comm, &reqs[nreq]);
+        if (rc != MPI_SUCCESS)
+            st = mpi_fail(rc, i < nrecvs ? "Irecv" : "Isend");
+        else
+            nreq++;
+    }
+    if (st == DT_OK && local_work)
+        local_work(arg);
+    if (nreq) {
+        int rc = MPI_Waitall((int)nreq, reqs, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS && st == DT_OK)
+            st = mpi_fail(rc, "Waitall");
+    }
+    for (size_t i = 0; i < ntemp; i++)
+        MPI_Type_free(&temps[i]);
+    free(temps);
+    free(reqs);
+    return st;
+}
+
+static const dt__transport mpi_transport = {
+    .name = "mpi",
+    .exchange = mpi_exchange,
+    .release = mpi_release,
+};
+
+const dt__transport *dt__transport_mpi(void)
+{
+    return &mpi_transport;
+}
