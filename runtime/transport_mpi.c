@@ -16,7 +16,7 @@ static dt_status mpi_fail(int rc, const char *what)
 /* A datatype covering the region's box, relative to the array's base. */
 static dt_status region_type(const dt__region *r, MPI_Datatype *type_out)
 {
-    MPI_Datatype elem, type;
+    MPI_Datatype elem, type = MPI_DATATYPE_NULL;
     int rc = MPI_Type_contiguous((int)r->elem, MPI_BYTE, &elem);
     if (rc != MPI_SUCCESS)
         return mpi_fail(rc, "Type_contiguous");
