@@ -41,6 +41,13 @@ static void where(const dt__mesh_desc *d, dt__mesh_part part, int64_t index, cha
         d->where(d->where_ctx, part, index, buf, len);
 }
 
+/* [A-Za-z_], and [0-9] when digits are allowed. */
+static int ident_char(char ch, int digits)
+{
+    return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || ch == '_' ||
+           (digits && ch >= '0' && ch <= '9');
+}
+
 /* Finds the device type in a TensorFlow device name: "/job:j/replica:0/task:0/device:CPU:0",
  * the same without job/replica/task, "CPU:0", or the legacy "/cpu:0". Writes the type's offset
  * and length. 0 on success, -1 if the name is malformed. */
@@ -101,12 +108,9 @@ static int device_name_type(const char *s, size_t *off_out, size_t *len_out)
         int64_t v;
         if (found || e != n || t_len == 0)
             return -1;
-        for (size_t i = 0; i < t_len; i++) {
-            char ch = c[t_off + i];
-            if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-                  ch == '_'))
+        for (size_t i = 0; i < t_len; i++)
+            if (!ident_char(c[t_off + i], 1))
                 return -1;
-        }
         if (!(id_len == 1 && c[id_off] == '*') &&
             dt__mesh_parse_int(c + id_off, id_len, 0, &v) != 0)
             return -1;
@@ -147,11 +151,10 @@ static dt_status check_device_name(const dt__mesh_desc *d, dt__mesh_part part, i
 
 static int valid_dim_name(const char *s)
 {
-    if (!((s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= 'a' && s[0] <= 'z') || s[0] == '_'))
+    if (!ident_char(s[0], 0))
         return 0;
     for (const char *p = s + 1; *p; p++)
-        if (!((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') ||
-              *p == '_'))
+        if (!ident_char(*p, 1))
             return 0;
     return 1;
 }
@@ -181,7 +184,7 @@ static int cmp_str_key(const void *a, const void *b)
     return (x->ix > y->ix) - (x->ix < y->ix);
 }
 
-/* Index of the earliest entry equal to an earlier one, or -1. *repeat_ok is 0 on no memory. */
+/* Index of the earliest entry equal to an earlier one, or -1. *mem_ok is 0 on no memory. */
 static int64_t first_repeat(const int64_t *ints, const char *const *strs, int64_t n, int *mem_ok)
 {
     *mem_ok = 1;
@@ -206,6 +209,12 @@ static int64_t first_repeat(const int64_t *ints, const char *const *strs, int64_
     }
     free(k);
     return best;
+}
+
+static int cmp_int64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
 static int cmp_slot(const void *a, const void *b)
@@ -382,21 +391,25 @@ static dt_status check_ids(const dt__mesh_desc *d, int64_t size)
     }
     if (!d->local_ids)
         return DT_OK;
+    int64_t *sorted = NULL;
+    if (d->global_ids) {
+        if (!(sorted = malloc((size_t)size * sizeof *sorted)))
+            return dt__error(DT_ERR_NO_MEMORY, "out of memory checking mesh device ids");
+        memcpy(sorted, d->global_ids, (size_t)size * sizeof *sorted);
+        qsort(sorted, (size_t)size, sizeof *sorted, cmp_int64);
+    }
     for (int64_t i = 0; i < d->num_local; i++) {
         int64_t id = d->local_ids[i];
-        int in = 0;
-        if (d->global_ids) {
-            for (int64_t j = 0; j < size && !in; j++)
-                in = d->global_ids[j] == id;
-        } else {
-            in = id >= 0 && id < size;
-        }
+        int in = sorted ? bsearch(&id, sorted, (size_t)size, sizeof *sorted, cmp_int64) != NULL
+                        : id >= 0 && id < size;
         if (!in) {
+            free(sorted);
             where(d, DT__MESH_AT_LOCAL_ID, i, at, sizeof at);
             return dt__error(d->code, "%slocal device id %lld is not one of the mesh's device ids",
                              at, (long long)id);
         }
     }
+    free(sorted);
     int64_t r = first_repeat(d->local_ids, NULL, d->num_local, &mem_ok);
     if (!mem_ok)
         return dt__error(DT_ERR_NO_MEMORY, "out of memory checking mesh device ids");
@@ -415,14 +428,14 @@ static dt_status check_ids(const dt__mesh_desc *d, int64_t size)
 
 /* Checks a list of device names: well formed, one device type (agreeing with *type_io if
  * *have_type), no repeats. */
-static dt_status check_names(const dt__mesh_desc *d, dt__mesh_part list, dt__mesh_part item,
+static dt_status check_names(const dt__mesh_desc *d, dt__mesh_part item,
                              const char *const *names, int64_t n, dt_device_type *type_io,
                              int *have_type)
 {
     char at[256];
     int mem_ok;
     for (int64_t i = 0; i < n; i++) {
-        dt_device_type t;
+        dt_device_type t = DT_DEVICE_CPU;
         dt_status st = check_device_name(d, item, i, names[i], &t);
         if (st != DT_OK)
             return st;
@@ -441,7 +454,6 @@ static dt_status check_names(const dt__mesh_desc *d, dt__mesh_part list, dt__mes
         where(d, item, r, at, sizeof at);
         return dt__error(d->code, "%sdevice '%s' repeated", at, names[r]);
     }
-    (void)list;
     return DT_OK;
 }
 
@@ -492,14 +504,14 @@ dt_status dt__mesh_build(const dt__mesh_desc *d, dt_mesh **mesh_out)
             return dt__error(d->code, "%s%lld global device names for a mesh of %lld devices",
                              at, (long long)d->num_global_devices, (long long)size);
         }
-        st = check_names(d, DT__MESH_AT_GLOBAL_DEVICES, DT__MESH_AT_GLOBAL_DEVICE,
-                         d->global_devices, size, &type, &have_type);
+        st = check_names(d, DT__MESH_AT_GLOBAL_DEVICE, d->global_devices, size, &type,
+                         &have_type);
         if (st != DT_OK)
             return st;
     }
     if (d->local_ids) {
-        st = check_names(d, DT__MESH_AT_LOCAL_DEVICES, DT__MESH_AT_LOCAL_DEVICE,
-                         d->local_devices, d->num_local, &type, &have_type);
+        st = check_names(d, DT__MESH_AT_LOCAL_DEVICE, d->local_devices, d->num_local, &type,
+                         &have_type);
         if (st != DT_OK)
             return st;
     }
@@ -587,8 +599,8 @@ dt_status dt_mesh_create(const char *name, int ndims, const char *const *dim_nam
     if (!mesh_out || (ndims > 0 && (!dim_names || !dim_sizes)))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_create: NULL argument");
     if (type != DT_DEVICE_CPU && type != DT_DEVICE_GPU)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_create: device type %d is not CPU or GPU",
-                         (int)type);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "dt_mesh_create: device type %d is not CPU or GPU", (int)type);
     if (ndims > DT_MESH_MAX_DIMS)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_create: %d dimensions; at most %d",
                          ndims, DT_MESH_MAX_DIMS);

@@ -27,7 +27,8 @@ typedef enum dt_reduce_op {
     DT_REDUCE_AVG = 3,
 } dt_reduce_op;
 
-/* "sum", "max", "min", "avg". */
+/* "sum", "max", "min", "avg" ("unknown" for other values). dt_reduce_op_parse accepts exactly
+ * those names; DT_ERR_PARSE otherwise. */
 DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 DT_API dt_status dt_reduce_op_parse(const char *text, dt_reduce_op *op_out);
 
@@ -44,7 +45,8 @@ DT_API dt_status dt_layout_create_partial(const dt_mesh *mesh, int rank,
                                           dt_layout **layout_out);
 
 /* Helpers: every dim unsharded; dim `axis` sharded on `mesh_dim` (batch_sharded, TF's
- * Layout.batch_sharded with axis 0 by default); the last dim sharded on `mesh_dim`. */
+ * Layout.batch_sharded with axis 0 by default; a negative axis counts from the end, as in
+ * Python); the last dim sharded on `mesh_dim` (rank >= 1). */
 DT_API dt_status dt_layout_replicated(const dt_mesh *mesh, int rank, dt_layout **layout_out);
 DT_API dt_status dt_layout_batch_sharded(const dt_mesh *mesh, const char *mesh_dim, int rank,
                                          int axis, dt_layout **layout_out);
@@ -52,12 +54,15 @@ DT_API dt_status dt_layout_inner_sharded(const dt_mesh *mesh, const char *mesh_d
                                          dt_layout **layout_out);
 
 /* Parses TensorFlow's layout string "sharding_specs:x,unsharded, mesh:<mesh string>", and
- * the extension for partial dims "sharding_specs:x,unsharded, partial:y=sum, mesh:<mesh>"
- * (docs/layout-strings.md). The mesh may be in short form. DT_ERR_PARSE with the column. */
+ * the extension for partial dims "sharding_specs:x,unsharded, partial:y=sum;z=max, mesh:<mesh>"
+ * (docs/layout.md). Rank 0 is "sharding_specs: mesh:..." (TF's "sharding_specs:scalar," is
+ * read too). The mesh may be in short form. DT_ERR_PARSE with the column and what was
+ * expected; DT_ERR_UNSUPPORTED for TF's "maximal:"/"parted:" layouts and "any" specs. */
 DT_API dt_status dt_layout_parse(const char *text, dt_layout **layout_out);
 
 /* Canonical string into buf, snprintf-style return (length needed, excluding NUL).
- * Round-trips exactly with dt_layout_parse for full mesh strings. Local. */
+ * Round-trips exactly with dt_layout_parse for full mesh strings; partial dims print in mesh
+ * dim order. Local. */
 DT_API size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len);
 
 /* Reference counting as for meshes. */
@@ -78,7 +83,7 @@ DT_API dt_status dt_layout_partial(const dt_layout *layout, int i, int *mesh_dim
 DT_API int dt_layout_is_replicated(const dt_layout *layout);
 /* 1 if equal meshes, specs and partial dims. */
 DT_API int dt_layout_equal(const dt_layout *a, const dt_layout *b);
-/* Number of shards along tensor dim `dim` (the mesh dim size, or 1). */
+/* Number of shards along tensor dim `dim` (the mesh dim size, or 1; 0 if out of range). */
 DT_API int64_t dt_layout_num_shards(const dt_layout *layout, int dim);
 
 /* Shard math. `shape` is the global shape (dt_layout_rank entries, each >= 0). Along a dim of
@@ -87,13 +92,14 @@ DT_API int64_t dt_layout_num_shards(const dt_layout *layout, int dim);
  * The device is given by its mesh position. Writes rank entries to each output. Local. */
 DT_API dt_status dt_layout_shard(const dt_layout *layout, const int64_t *shape,
                                  int64_t position, int64_t *offset_out, int64_t *shape_out);
-/* Same for one dim and one shard index. */
+/* Same for one dim and one shard index (writes 0, 0 unless n >= 0, k >= 1, 0 <= j < k;
+ * either output may be NULL). */
 DT_API void dt_shard_range(int64_t n, int64_t k, int64_t j, int64_t *offset_out,
                            int64_t *size_out);
 
 /* Block index of a position: the row-major index of its shard coordinates over the tensor
- * dims (0..prod(num_shards)-1). Positions with equal block index hold the same block
- * (replicas, or partial summands when partial dims are present). */
+ * dims (0..prod(num_shards)-1); -1 for a bad position. Positions with equal block index hold
+ * the same block (replicas, or partial summands when partial dims are present). */
 DT_API int64_t dt_layout_block_index(const dt_layout *layout, int64_t position);
 
 /* Positions holding the same block as `position`, in increasing order, `position` included.
@@ -101,9 +107,12 @@ DT_API int64_t dt_layout_block_index(const dt_layout *layout, int64_t position);
 DT_API dt_status dt_layout_replicas(const dt_layout *layout, int64_t position, int64_t cap,
                                     int64_t *positions_out, int64_t *count_out);
 
-/* A text picture of the layout over `shape`, like JAX's visualize_array_sharding: the
- * first two sharded-or-not tensor dims drawn as a grid of blocks, each labelled with the
- * device ids that hold it (other dims listed above the grid). snprintf-style return. */
+/* A text picture of the layout over `shape`, like JAX's visualize_array_sharding: tensor
+ * dims 0 and 1 drawn as an ASCII grid of blocks (rows and columns labelled with their index
+ * ranges), each block labelled with the device ids that hold it; one grid per combination of
+ * the shards of the dims after the first two, headed by its index ranges; partial dims in a
+ * header line (docs/layout.md). snprintf-style return; on a NULL layout/shape or a negative
+ * shape entry it writes "", returns 0 and sets dt_last_error(). Local. */
 DT_API size_t dt_layout_picture(const dt_layout *layout, const int64_t *shape, char *buf,
                                 size_t len);
 

@@ -128,6 +128,32 @@ static void test_picture_rank3_partial_draws_one_grid_per_trailing_shard(void)
     dt_mesh_destroy(mesh);
 }
 
+static void test_picture_labels_blocks_with_device_ids_not_positions(void)
+{
+    /* A parsed mesh whose positions 0..3 hold devices 3, 2, 1, 0. */
+    dt_mesh *mesh = NULL;
+    DT_ASSERT_OK(dt_mesh_parse("|x=2,y=2|3,2,1,0|3,2,1,0|"
+                               "/job:localhost/replica:0/task:0/device:CPU:3,"
+                               "/job:localhost/replica:0/task:0/device:CPU:2,"
+                               "/job:localhost/replica:0/task:0/device:CPU:1,"
+                               "/job:localhost/replica:0/task:0/device:CPU:0",
+                               &mesh));
+    const char *specs[] = {"x", "y"};
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create(mesh, 2, specs, &l));
+    const int64_t shape[] = {7, 5};
+    check_picture(l, shape,
+                  "shape [7, 5], sharding_specs [x, y], mesh x=2,y=2\n"
+                  "      0:3   3:5\n"
+                  "    +-----+-----+\n"
+                  "0:4 |  3  |  2  |\n"
+                  "    +-----+-----+\n"
+                  "4:7 |  1  |  0  |\n"
+                  "    +-----+-----+\n");
+    dt_layout_destroy(l);
+    dt_mesh_destroy(mesh);
+}
+
 static void test_picture_returns_needed_length_like_snprintf(void)
 {
     const int64_t msize[] = {2, 2};
@@ -170,6 +196,7 @@ int main(int argc, char **argv)
         DT_TEST(test_picture_rank1_is_one_row_of_blocks),
         DT_TEST(test_picture_rank0_is_one_cell_of_all_devices),
         DT_TEST(test_picture_rank3_partial_draws_one_grid_per_trailing_shard),
+        DT_TEST(test_picture_labels_blocks_with_device_ids_not_positions),
         DT_TEST(test_picture_returns_needed_length_like_snprintf),
         DT_TEST(test_picture_of_negative_shape_is_empty_with_error),
         DT_TEST_END,

@@ -196,7 +196,7 @@ static void test_mesh_parse_rejects_bad_field_counts(void)
 static void test_mesh_parse_rejects_bad_dims(void)
 {
     /*                 123456789 */
-    check_rejects("|x=2,x=2|0,1,2,3|||", DT_ERR_PARSE, "column 6:", "dimension 'x' repeated");
+    check_rejects("|x=2,x=2|0,1,2,3||", DT_ERR_PARSE, "column 6:", "dimension 'x' repeated");
     check_rejects("|x=2,=2|*CPU", DT_ERR_PARSE, "column 6:", "empty name");
     check_rejects("|x=2,9y=2|*CPU", DT_ERR_PARSE, "column 6:", "'9y' is not an identifier");
     check_rejects("|x=2,y-z=2|*CPU", DT_ERR_PARSE, "column 6:", "'y-z'");
@@ -216,15 +216,15 @@ static void test_mesh_parse_rejects_bad_dims(void)
 static void test_mesh_parse_rejects_bad_device_ids(void)
 {
     /*             1234567890123456789 */
-    check_rejects("|x=2,y=2|0,1,2|||", DT_ERR_PARSE, "column 10:",
+    check_rejects("|x=2,y=2|0,1,2||", DT_ERR_PARSE, "column 10:",
                   "3 device ids for a mesh of 4 devices (x=2,y=2)");
-    check_rejects("|x=4|0,1,2,3,4|||", DT_ERR_PARSE, "column 6:", "5 device ids");
-    check_rejects("|x=4|0,1,1,3|||", DT_ERR_PARSE, "column 10:", "device id 1 repeated");
-    check_rejects("|x=4|3,2,0,1,0|||", DT_ERR_PARSE, "column 6:", "5 device ids");
-    check_rejects("|x=2|0,-1|||", DT_ERR_PARSE, "column 8:", "'-1'");
-    check_rejects("|x=2|0,,|||", DT_ERR_PARSE, "column 8:", "found ''");
-    check_rejects("|x=2|0,2147483648|||", DT_ERR_PARSE, "column 8:", "out of range");
-    check_rejects("|x=2|0,1|2|CPU:0|", DT_ERR_PARSE, "column 10:",
+    check_rejects("|x=4|0,1,2,3,4||", DT_ERR_PARSE, "column 6:", "5 device ids");
+    check_rejects("|x=4|0,1,1,3||", DT_ERR_PARSE, "column 10:", "device id 1 repeated");
+    check_rejects("|x=4|3,2,0,1,0||", DT_ERR_PARSE, "column 6:", "5 device ids");
+    check_rejects("|x=2|0,-1||", DT_ERR_PARSE, "column 8:", "'-1'");
+    check_rejects("|x=2|0,,||", DT_ERR_PARSE, "column 8:", "found ''");
+    check_rejects("|x=2|0,2147483648||", DT_ERR_PARSE, "column 8:", "out of range");
+    check_rejects("|x=2|0,1|2|CPU:0", DT_ERR_PARSE, "column 10:",
                   "local device id 2 is not one of the mesh's device ids");
     check_rejects("|x=2|0,1|1,1|CPU:0,CPU:1", DT_ERR_PARSE, "column 12:",
                   "local device id 1 repeated");

@@ -113,7 +113,8 @@ static void test_mesh_yaml_string_forms(void)
                        "mesh: {name: a, dims: {x: 1}}\n"
                        "---\n"
                        "meshes: [{name: b, dims: [{x: 2}, {y: 3}]}]\n"
-                       "mesh: {name: c, device_type: GPU, dims: {z: 4}, device_ids: [3, 1, 2, 0]}\n";
+                       "mesh: {name: c, device_type: GPU, dims: {z: 4},\n"
+                       "       device_ids: [3, 1, 2, 0]}\n";
     DT_ASSERT_OK(dt_mesh_from_yaml_string(docs, "b", &m));
     CU_ASSERT_EQUAL(dt_mesh_size(m), 6);
     CU_ASSERT_STRING_EQUAL(dt_mesh_dim_name(m, 1), "y");
@@ -185,7 +186,8 @@ static void test_mesh_yaml_rejects_bad_values_at_line_column(void)
                        "mesh name 'a|b'");
     check_yaml_rejects("mesh:\n  name: train\n  dims: {batch: 2, model: 2}\n"
                        "  device_ids: [0, 1, 2]\n",
-                       DT_ERR_PARSE, 4, 15, "3 device ids for a mesh of 4 devices (batch=2,model=2)");
+                       DT_ERR_PARSE, 4, 15,
+                       "3 device ids for a mesh of 4 devices (batch=2,model=2)");
     check_yaml_rejects("mesh:\n  dims: {x: 4}\n  device_ids: [0, 1, 1, 3]\n", DT_ERR_PARSE, 3, 22,
                        "device id 1 repeated");
     check_yaml_rejects("mesh:\n  dims: {x: 2}\n  device_ids: [0, -1]\n", DT_ERR_PARSE, 3, 19,
