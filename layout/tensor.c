@@ -264,8 +264,10 @@ static dt_status fill_components(dt_tensor *t, const void *value)
     return st;
 }
 
+/* value: one element to fill with; NULL: zeros; `fill` 0: leave the memory as it comes. */
 static dt_status create_filled(const char *fn, const dt_layout *layout, dt_dtype dtype,
-                               const int64_t *shape, const void *value, dt_tensor **tensor_out)
+                               const int64_t *shape, const void *value, int fill,
+                               dt_tensor **tensor_out)
 {
     if (!tensor_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL tensor_out", fn);
@@ -276,7 +278,9 @@ static dt_status create_filled(const char *fn, const dt_layout *layout, dt_dtype
     st = alloc_components(t);
     if (st != DT_OK)
         goto err_free_tensor;
-    if (value) {
+    if (!fill) {
+        /* the caller overwrites every element */
+    } else if (value) {
         st = fill_components(t, value);
     } else {
         for (int i = 0; i < t->nlocal && st == DT_OK; i++) {
@@ -300,7 +304,13 @@ err_free_tensor:
 dt_status dt_tensor_zeros(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                           dt_tensor **tensor_out)
 {
-    return create_filled("dt_tensor_zeros", layout, dtype, shape, NULL, tensor_out);
+    return create_filled("dt_tensor_zeros", layout, dtype, shape, NULL, 1, tensor_out);
+}
+
+dt_status dt__tensor_empty(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                           dt_tensor **tensor_out)
+{
+    return create_filled("relayout", layout, dtype, shape, NULL, 0, tensor_out);
 }
 
 dt_status dt_tensor_filled(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
@@ -308,7 +318,7 @@ dt_status dt_tensor_filled(const dt_layout *layout, dt_dtype dtype, const int64_
 {
     if (!value)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_filled: NULL value");
-    return create_filled("dt_tensor_filled", layout, dtype, shape, value, tensor_out);
+    return create_filled("dt_tensor_filled", layout, dtype, shape, value, 1, tensor_out);
 }
 
 /* Names a DLPack type for messages: "f32", or "(code 5, bits 64, lanes 1)". */

@@ -24,8 +24,9 @@ typedef struct dt_mesh dt_mesh;
  * ids are 0..size-1 in order so position == device id. */
 
 /* Creates a mesh of `ndims` dimensions (names unique, non-empty, [A-Za-z_][A-Za-z0-9_]*;
- * sizes >= 1), with global device ids 0..size-1 row-major. Local device ids are this client's
- * devices among them when the runtime is initialised, else all of them. name may be NULL or "".
+ * not "unsharded", "any" or "match"; sizes >= 1), with global device ids 0..size-1 row-major.
+ * Local device ids are this client's devices among them when the runtime is initialised, else
+ * all of them. name may be NULL or "" (else printable ASCII without space or '|').
  * Returns an owned handle. DT_ERR_INVALID_ARGUMENT names the offending dimension. Local. */
 DT_API dt_status dt_mesh_create(const char *name, int ndims, const char *const *dim_names,
                                 const int64_t *dim_sizes, dt_device_type type,
@@ -34,7 +35,9 @@ DT_API dt_status dt_mesh_create(const char *name, int ndims, const char *const *
 /* Parses TensorFlow DTensor's Mesh string:
  *   [name]|d1=s1,d2=s2|global ids|local ids|local device names[|global device names][|use_xla_spmd]
  * and the short test form "|x=2,y=2|*CPU" (all devices local to this one client).
- * Device type comes from the device names. DT_ERR_PARSE with the column on bad text. Local. */
+ * Device type comes from the device names (CPU when the string names no device); names are kept
+ * verbatim. DT_ERR_PARSE with the column on bad text; DT_ERR_UNSUPPORTED for a device type other
+ * than CPU and GPU (TPU). Local. */
 DT_API dt_status dt_mesh_parse(const char *text, dt_mesh **mesh_out);
 
 /* Writes the canonical TensorFlow string (NUL-terminated) into buf. Returns the length
@@ -101,7 +104,7 @@ DT_API dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out);
 /* Checks that the mesh can hold data here: the runtime is initialised, it has exactly
  * dt_mesh_size devices of the mesh's type across all clients, every device id is one of them,
  * and the mesh's local devices (if listed explicitly) are this client's. DT_ERR_DEVICE_MISMATCH
- * with the counts otherwise. Local. */
+ * with the counts otherwise; DT_ERR_STATE before dt_init. Local. */
 DT_API dt_status dt_mesh_check_devices(const dt_mesh *mesh);
 
 #ifdef __cplusplus
