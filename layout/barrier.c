@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "layout/relayout_impl.h"
+#include "layout/layout_impl.h"
 
 enum { BARRIER_TAG = 7201 };
 
@@ -94,9 +94,16 @@ dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_secon
     }
     double deadline = now_seconds() + timeout_seconds;
     for (int spins = 0;; spins++) {
-        int done = 0;
-        MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (done)
+        /* MPI_Test on each: MPI_Testall would leave finished requests unmarked, and the
+         * timeout message must name only the clients still missing. */
+        int pending = 0;
+        for (int i = 0; i < n; i++) {
+            int flag = 1;
+            if (reqs[i] != MPI_REQUEST_NULL)
+                MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+            pending += !flag;
+        }
+        if (!pending)
             break;
         if (timeout_seconds > 0 && now_seconds() > deadline) {
             char missing[512] = "";

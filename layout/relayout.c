@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/relayout_impl.h"
+#include "layout/layout_impl.h"
 
 enum { CACHE_SLOTS = 32 };
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/relayout_impl.h"
+#include "layout/layout_impl.h"
 
 void dt__rl_box_apply(int rank, size_t elem, const rl_box *box, void *dst, const int64_t *doff,
                       const int64_t *dshape, const void *src, const int64_t *soff,

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/relayout_impl.h"
+#include "layout/layout_impl.h"
 
 /* What the planner knows of one source position. */
 typedef struct src_info {

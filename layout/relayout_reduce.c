@@ -1,6 +1,6 @@
 /* Elementwise reduction kernels for relayouts from partial layouts: a table indexed by
  * reduction and dtype. Half types accumulate through f32 and round once per step. */
-#include "layout/relayout_impl.h"
+#include "layout/layout_impl.h"
 
 #define DEFINE_NATIVE(name, T)                                                         \
     static void sum_##name(void *d, const void *s, int64_t n, void *a)                 \

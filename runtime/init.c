@@ -169,8 +169,8 @@ static dt_status build_tables(int ncpu, int ngpu)
         }
         if (total > INT32_MAX) {
             free(all);
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_init: %lld %s devices in all is too many",
-                             total, dt_device_type_name((dt_device_type)t));
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_init: %lld %s devices in all (more "
+                             "than INT32_MAX)", total, dt_device_type_name((dt_device_type)t));
         }
         rt.offsets[t][n] = (int)total;
     }
@@ -223,7 +223,7 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
     st = agree(dt__cuda_assign(dt__host_comm(), use_gpus, &ngpu));
     if (st != DT_OK)
         goto err_gpus;
-    st = build_tables(ncpu, ngpu);
+    st = agree(build_tables(ncpu, ngpu));
     if (st != DT_OK)
         goto err_tables;
     rt.initialized = 1;
@@ -243,12 +243,36 @@ err_comm:
     return st;
 }
 
+/* Functions other modules registered to run at finalize, before MPI goes (cached plans
+ * holding MPI datatypes). They stay registered across dt_init/dt_finalize cycles. */
+enum { MAX_FINALIZERS = 16 };
+static void (*finalizers[MAX_FINALIZERS])(void);
+static int nfinalizers;
+
+dt_status dt__at_finalize(void (*fn)(void))
+{
+    for (int i = 0; i < nfinalizers; i++)
+        if (finalizers[i] == fn)
+            return DT_OK;
+    if (nfinalizers == MAX_FINALIZERS)
+        return dt__error(DT_ERR_NO_MEMORY, "too many finalize hooks (%d)", MAX_FINALIZERS);
+    finalizers[nfinalizers++] = fn;
+    return DT_OK;
+}
+
 void dt_finalize(void)
 {
     int finalized = 0;
-    if (!rt.initialized)
-        return;
     MPI_Finalized(&finalized);
+    if (!rt.initialized) {
+        /* A dt_init that started MPI and then failed leaves MPI to us. */
+        if (rt.mpi_owned && !finalized)
+            MPI_Finalize();
+        rt.mpi_owned = 0;
+        return;
+    }
+    for (int i = nfinalizers - 1; i >= 0; i--)
+        finalizers[i]();
     free_tables();
     dt__cuda_release();
     dt__topology_unload();

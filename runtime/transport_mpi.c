@@ -58,7 +58,7 @@ static dt_status xfer_type(const dt__xfer *x, MPI_Datatype *type_out, int *owned
         *type_out = *(MPI_Datatype *)x->cache->state;
         return DT_OK;
     }
-    MPI_Datatype type;
+    MPI_Datatype type = MPI_DATATYPE_NULL;
     dt_status st = region_type(&x->region, &type);
     if (st != DT_OK)
         return st;

@@ -101,8 +101,9 @@ DT_API dt_status dt_mesh_dim_group(const dt_mesh *mesh, int dim, int64_t positio
  * checkpoint saver writes from it. Owned handle. */
 DT_API dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out);
 
-/* Checks that the mesh can hold data here: the runtime is initialised, it has exactly
- * dt_mesh_size devices of the mesh's type across all clients, every device id is one of them,
+/* Checks that the mesh can hold data here: the runtime is initialised, the clients hold at
+ * least dt_mesh_size devices of the mesh's type (a mesh may use a subset of them, e.g. to
+ * copy a tensor onto fewer devices), every device id is one of them,
  * and the mesh's local devices (if listed explicitly) are this client's. DT_ERR_DEVICE_MISMATCH
  * with the counts otherwise; DT_ERR_STATE before dt_init. Local. */
 DT_API dt_status dt_mesh_check_devices(const dt_mesh *mesh);

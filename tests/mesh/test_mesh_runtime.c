@@ -96,7 +96,7 @@ static void test_mesh_short_form_and_yaml_take_this_clients_devices(void)
     dt_mesh_destroy(m);
 }
 
-static void test_mesh_check_devices_rejects_wrong_device_count(void)
+static void test_mesh_check_devices_rejects_more_devices_than_present(void)
 {
     int n = dt_num_global_devices(DT_DEVICE_CPU), clients = dt_num_clients();
     int per = dt_num_local_devices(DT_DEVICE_CPU);
@@ -110,12 +110,11 @@ static void test_mesh_check_devices_rejects_wrong_device_count(void)
     DT_ASSERT_ERROR_MENTIONS(want);
     dt_mesh_destroy(m);
 
+    /* A mesh over a subset of the devices present is valid (devices 0..n-2). */
     if (n > 1) {
         DT_ASSERT_OK(dt_mesh_create("small", 1, (const char *const[]){"x"},
                                     (const int64_t[]){n - 1}, DT_DEVICE_CPU, &m));
-        DT_ASSERT_FAILS(dt_mesh_check_devices(m), DT_ERR_DEVICE_MISMATCH);
-        snprintf(want, sizeof want, "has %d CPU devices", n - 1);
-        DT_ASSERT_ERROR_MENTIONS(want);
+        DT_ASSERT_OK(dt_mesh_check_devices(m));
         dt_mesh_destroy(m);
     }
     /* More GPUs than any machine here has. */
@@ -164,7 +163,7 @@ int main(int argc, char **argv)
         DT_TEST(test_mesh_of_all_devices_passes_check_on_every_rank),
         DT_TEST(test_mesh_local_device_names_name_this_task_and_local_index),
         DT_TEST(test_mesh_short_form_and_yaml_take_this_clients_devices),
-        DT_TEST(test_mesh_check_devices_rejects_wrong_device_count),
+        DT_TEST(test_mesh_check_devices_rejects_more_devices_than_present),
         DT_TEST(test_mesh_check_devices_rejects_absent_ids_and_foreign_locals),
         DT_TEST_END,
     };

@@ -1,0 +1,617 @@
+/* bench_relayout: times dt_relayout_into for the collective patterns of a 1-D mesh against the
+ * MPI collective (in one process: the memcpys) that moves the same bytes, interleaved in the
+ * same process over the same preallocated buffers; one key=value line per case (docs/bench.md). */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "dtensor/dtensor.h"
+
+enum { MAX_MIBS = 8, MAX_REPS = 1000, MAX_STATS = 256 };
+
+/* Row length (floats) of the 2-D tensors, and of each strided run of the 2-D shard move. */
+enum { ROW = 1024, ROW_2D = 256 };
+
+#define ALL_MPI_CASES "allgather,alltoall,alltoall_2d,reduce_scatter,allreduce"
+
+typedef struct opts {
+    const char *cases;
+    int mibs[MAX_MIBS];
+    int nmibs;
+    int quick;
+    int reps; /* 0: by size */
+} opts;
+
+typedef enum ref_kind {
+    REF_ALLGATHER,
+    REF_ALLTOALL,
+    REF_REDUCE_SCATTER,
+    REF_ALLREDUCE,
+    REF_MEMCPY,
+} ref_kind;
+
+typedef struct copy_op {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_op;
+
+/* One case: our relayout src -> dst, and the reference that moves the same bytes. */
+typedef struct bench_case {
+    const char *name;
+    const char *ref_name;
+    int mib;
+    dt_tensor *src, *dst;
+    int partial;     /* src is a sum over x: each position holds its own summand */
+    double payload;  /* bytes per rank counted for both bandwidths */
+    ref_kind ref;
+    void *rsend, *rrecv; /* MPI reference buffers (the tensors' own components) */
+    int rcount;          /* floats per block, as the collective counts them */
+    copy_op *copies;     /* REF_MEMCPY */
+    int ncopies;
+    double moved_mib;    /* in-process: bytes received over all devices, in MiB */
+} bench_case;
+
+static int g_rank, g_nclients;
+
+/* ---- values: small integers from the global index, so every sum is exact ---------------- */
+
+static float plain_value(int64_t g)
+{
+    return (float)(g % 4093);
+}
+
+static float summand_value(int64_t g, int64_t p)
+{
+    return (float)((g + 5 * p) % 17) - 8.0f;
+}
+
+/* A component seen as up to 3 dims (leading dims of size 1 added). */
+typedef struct comp_view {
+    float *data;
+    int64_t off[3], len[3], gshape[3];
+    int64_t position;
+} comp_view;
+
+static void view_of(const dt_tensor *t, int i, comp_view *v)
+{
+    const DLTensor *dl = dt_tensor_local(t, i);
+    const int64_t *off = dt_tensor_local_offset(t, i), *shape = dt_tensor_shape(t);
+    int rank = dt_tensor_rank(t), pad = 3 - rank;
+    for (int d = 0; d < 3; d++) {
+        v->off[d] = d < pad ? 0 : off[d - pad];
+        v->len[d] = d < pad ? 1 : dl->shape[d - pad];
+        v->gshape[d] = d < pad ? 1 : shape[d - pad];
+    }
+    v->data = dl->data;
+    v->position = dt_tensor_local_position(t, i);
+}
+
+/* Calls fn(row data, global index of its first element, row length, arg) for every row. */
+typedef int64_t (*row_fn)(float *row, int64_t g, int64_t n, const comp_view *v, void *arg);
+
+static int64_t for_rows(const comp_view *v, row_fn fn, void *arg)
+{
+    int64_t total = 0;
+    for (int64_t a = 0; a < v->len[0]; a++)
+        for (int64_t b = 0; b < v->len[1]; b++) {
+            int64_t g = ((v->off[0] + a) * v->gshape[1] + v->off[1] + b) * v->gshape[2] +
+                        v->off[2];
+            total += fn(v->data + (a * v->len[1] + b) * v->len[2], g, v->len[2], v, arg);
+        }
+    return total;
+}
+
+static int64_t fill_row(float *row, int64_t g, int64_t n, const comp_view *v, void *arg)
+{
+    int partial = *(const int *)arg;
+    for (int64_t k = 0; k < n; k++)
+        row[k] = partial ? summand_value(g + k, v->position) : plain_value(g + k);
+    return 0;
+}
+
+typedef struct check_arg {
+    int partial;
+    int64_t nsummands;
+    int64_t first_bad;  /* global index, -1 if none */
+    float got, want;
+} check_arg;
+
+static int64_t check_row(float *row, int64_t g, int64_t n, const comp_view *v, void *arg)
+{
+    check_arg *c = arg;
+    int64_t bad = 0;
+    for (int64_t k = 0; k < n; k++) {
+        float want = 0.0f;
+        if (c->partial)
+            for (int64_t p = 0; p < c->nsummands; p++)
+                want += summand_value(g + k, p);
+        else
+            want = plain_value(g + k);
+        if (row[k] != want) {
+            if (bad++ == 0 && c->first_bad < 0) {
+                c->first_bad = g + k;
+                c->got = row[k];
+                c->want = want;
+            }
+        }
+    }
+    return bad;
+}
+
+static void fill_source(bench_case *c)
+{
+    for (int i = 0; i < dt_tensor_num_local(c->src); i++) {
+        comp_view v;
+        view_of(c->src, i, &v);
+        for_rows(&v, fill_row, &c->partial);
+    }
+}
+
+/* Checks every element of every local destination component; returns the mismatches of all
+ * clients together and describes this client's first one on stderr. */
+static int64_t check_destination(const bench_case *c, int64_t nsummands)
+{
+    int64_t bad = 0;
+    for (int i = 0; i < dt_tensor_num_local(c->dst); i++) {
+        comp_view v;
+        view_of(c->dst, i, &v);
+        check_arg a = {.partial = c->partial, .nsummands = nsummands, .first_bad = -1};
+        int64_t n = for_rows(&v, check_row, &a);
+        if (n && !bad)
+            fprintf(stderr,
+                    "# client %d: case=%s mib=%d: %lld wrong elements on the device at mesh "
+                    "position %lld (shard offset %lld,%lld,%lld shape %lld,%lld,%lld); first "
+                    "at global flat index %lld: got %g, expected %g\n",
+                    g_rank, c->name, c->mib, (long long)n, (long long)v.position,
+                    (long long)v.off[0], (long long)v.off[1], (long long)v.off[2],
+                    (long long)v.len[0], (long long)v.len[1], (long long)v.len[2],
+                    (long long)a.first_bad, (double)a.got, (double)a.want);
+        bad += n;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return bad;
+}
+
+static void poison_destination(const bench_case *c)
+{
+    for (int i = 0; i < dt_tensor_num_local(c->dst); i++) {
+        const DLTensor *dl = dt_tensor_local(c->dst, i);
+        int64_t n = 1;
+        for (int d = 0; d < dl->ndim; d++)
+            n *= dl->shape[d];
+        memset(dl->data, 0xff, (size_t)n * sizeof(float)); /* NaN */
+    }
+}
+
+/* ---- the two contestants ----------------------------------------------------------------- */
+
+static void run_reference(const bench_case *c)
+{
+    switch (c->ref) {
+    case REF_ALLGATHER:
+        MPI_Allgather(c->rsend, c->rcount, MPI_FLOAT, c->rrecv, c->rcount, MPI_FLOAT,
+                      MPI_COMM_WORLD);
+        break;
+    case REF_ALLTOALL:
+        MPI_Alltoall(c->rsend, c->rcount, MPI_FLOAT, c->rrecv, c->rcount, MPI_FLOAT,
+                     MPI_COMM_WORLD);
+        break;
+    case REF_REDUCE_SCATTER:
+        MPI_Reduce_scatter_block(c->rsend, c->rrecv, c->rcount, MPI_FLOAT, MPI_SUM,
+                                 MPI_COMM_WORLD);
+        break;
+    case REF_ALLREDUCE:
+        MPI_Allreduce(c->rsend, c->rrecv, c->rcount, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case REF_MEMCPY:
+        for (int i = 0; i < c->ncopies; i++)
+            memcpy(c->copies[i].dst, c->copies[i].src, c->copies[i].bytes);
+        break;
+    }
+}
+
+/* 1 if st is DT_OK on every client. */
+static int ok_everywhere(dt_status st)
+{
+    int ok = st == DT_OK;
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok;
+}
+
+static void line_head(bu_line *line, const bench_case *c)
+{
+    bu_line_init(line);
+    bu_line_add(line, "case", "%s", c->name);
+    bu_line_add(line, "np", "%d", g_nclients);
+    if (c->ref == REF_MEMCPY)
+        bu_line_add(line, "devices", "%d", dt_tensor_num_local(c->src));
+    bu_line_add(line, "mib", "%d", c->mib);
+}
+
+static void report_failure(const bench_case *c, const char *when, dt_status st)
+{
+    if (st != DT_OK)
+        fprintf(stderr, "# client %d: case=%s mib=%d: dt_relayout_into failed %s: %s: %s\n",
+                g_rank, c->name, c->mib, when, dt_status_name(st), dt_last_error());
+    if (g_rank == 0) {
+        bu_line line;
+        line_head(&line, c);
+        bu_line_add(&line, "error", "relayout_failed_%s", when);
+        bu_line_print(&line);
+    }
+}
+
+static int default_reps(int mib, int quick)
+{
+    if (mib <= 1)
+        return quick ? 10 : 30;
+    if (mib <= 16)
+        return quick ? 4 : 10;
+    return quick ? 2 : 4;
+}
+
+/* Warm-up, interleaved timing, verification, the result line. Returns 0 if ours ran and was
+ * right. */
+static int run_case(const opts *o, bench_case *c, int64_t nsummands)
+{
+    int reps = o->reps ? o->reps : default_reps(c->mib, o->quick);
+    double *t_ours = calloc((size_t)reps, sizeof *t_ours);
+    double *t_ref = calloc((size_t)reps, sizeof *t_ref);
+    int failed = 1;
+    if (!t_ours || !t_ref) {
+        fprintf(stderr, "bench_relayout: out of memory\n");
+        goto out;
+    }
+    fill_source(c);
+    dt_status st = dt_relayout_into(c->src, c->dst);
+    if (!ok_everywhere(st)) {
+        report_failure(c, "warmup", st);
+        goto out;
+    }
+    if (c->ref == REF_MEMCPY) {
+        dt_relayout_stats stats[MAX_STATS];
+        int n = 0;
+        uint64_t recv = 0, copies = 0;
+        if (dt_relayout_last_stats(MAX_STATS, stats, &n, NULL) == DT_OK)
+            for (int i = 0; i < n && i < MAX_STATS; i++)
+                recv += stats[i].bytes_received;
+        for (int i = 0; i < c->ncopies; i++)
+            copies += c->copies[i].bytes;
+        c->moved_mib = (double)recv / (1 << 20);
+        c->payload = (double)recv;
+        if (recv != copies)
+            printf("# case=%s mib=%d: relayout stats say %llu bytes received, the memcpy "
+                   "reference copies %llu\n",
+                   c->name, c->mib, (unsigned long long)recv, (unsigned long long)copies);
+    }
+    run_reference(c);
+
+    dt_status first = DT_OK;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < 2; k++) {
+            int ours = (k ^ (r & 1)) == 0; /* alternate who goes first */
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            if (ours) {
+                st = dt_relayout_into(c->src, c->dst);
+                if (st != DT_OK && first == DT_OK)
+                    first = st;
+            } else {
+                run_reference(c);
+            }
+            double t = MPI_Wtime() - t0;
+            (ours ? t_ours : t_ref)[r] = t;
+        }
+    MPI_Allreduce(MPI_IN_PLACE, t_ours, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, t_ref, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (!ok_everywhere(first)) {
+        report_failure(c, "timed", first);
+        goto out;
+    }
+
+    /* The reference may have written the same buffers: poison them and run ours once more. */
+    poison_destination(c);
+    st = dt_relayout_into(c->src, c->dst);
+    if (!ok_everywhere(st)) {
+        report_failure(c, "verify", st);
+        goto out;
+    }
+    int64_t bad = check_destination(c, nsummands);
+
+    double ours = bu_median(t_ours, reps), ref = bu_median(t_ref, reps);
+    double ours_gbs = c->payload / ours / 1e9, ref_gbs = c->payload / ref / 1e9;
+    if (g_rank == 0) {
+        bu_line line;
+        line_head(&line, c);
+        bu_line_add(&line, "ours_gbs", "%.3f", ours_gbs);
+        bu_line_add(&line, "ref", "%s", c->ref_name);
+        bu_line_add(&line, "ref_gbs", "%.3f", ref_gbs);
+        bu_line_add(&line, "ratio", "%.3f", ours_gbs / ref_gbs);
+        bu_line_add(&line, "ours_ms", "%.3f", ours * 1e3);
+        bu_line_add(&line, "ref_ms", "%.3f", ref * 1e3);
+        bu_line_add(&line, "reps", "%d", reps);
+        if (c->ref == REF_MEMCPY)
+            bu_line_add(&line, "moved_mib", "%.1f", c->moved_mib);
+        if (bad)
+            bu_line_add(&line, "check", "FAIL_%lld_wrong", (long long)bad);
+        else
+            bu_line_add(&line, "check", "ok");
+        bu_line_print(&line);
+    }
+    failed = bad != 0;
+out:
+    free(t_ours);
+    free(t_ref);
+    return failed;
+}
+
+/* ---- case set-up ------------------------------------------------------------------------- */
+
+/* Layout of `rank` dims with dim `sharded` on x (-1: none), optionally partial (sum) over x. */
+static dt_status make_layout(const dt_mesh *mesh, int rank, int sharded, int partial,
+                             dt_layout **out)
+{
+    const char *specs[DT_MAX_RANK];
+    for (int d = 0; d < rank; d++)
+        specs[d] = d == sharded ? "x" : DT_UNSHARDED;
+    if (!partial)
+        return dt_layout_create(mesh, rank, specs, out);
+    const char *pdims[1] = {"x"};
+    dt_reduce_op ops[1] = {DT_REDUCE_SUM};
+    return dt_layout_create_partial(mesh, rank, specs, 1, pdims, ops, out);
+}
+
+static dt_status make_tensors(const dt_mesh *mesh, int rank, const int64_t *shape,
+                              int src_sharded, int src_partial, int dst_sharded,
+                              bench_case *c)
+{
+    dt_layout *sl = NULL, *dl = NULL;
+    dt_status st = make_layout(mesh, rank, src_sharded, src_partial, &sl);
+    if (st == DT_OK)
+        st = make_layout(mesh, rank, dst_sharded, 0, &dl);
+    if (st == DT_OK)
+        st = dt_tensor_zeros(sl, DT_DTYPE_F32, shape, &c->src);
+    if (st == DT_OK)
+        st = dt_tensor_zeros(dl, DT_DTYPE_F32, shape, &c->dst);
+    dt_layout_destroy(sl);
+    dt_layout_destroy(dl);
+    return st;
+}
+
+static void *comp_data(const dt_tensor *t, int i)
+{
+    return dt_tensor_local(t, i)->data;
+}
+
+/* Sets up case `name` at `mib` MiB per rank on the 1-D mesh; n = mesh size. */
+static dt_status setup_case(const char *name, int mib, const dt_mesh *mesh, bench_case *c)
+{
+    int64_t n = dt_mesh_size(mesh), e = (int64_t)mib << 18; /* floats per rank */
+    dt_status st;
+    memset(c, 0, sizeof *c);
+    c->name = name;
+    c->mib = mib;
+    if (strcmp(name, "allgather") == 0) {
+        int64_t r = e / ROW, shape[2] = {n * r, ROW};
+        st = make_tensors(mesh, 2, shape, 0, 0, -1, c);
+        c->ref = REF_ALLGATHER;
+        c->ref_name = "MPI_Allgather";
+        c->rcount = (int)(r * ROW);
+        c->payload = (double)(r * ROW) * sizeof(float);
+    } else if (strcmp(name, "alltoall") == 0) {
+        int64_t r = e / (n * ROW), shape[3] = {n, n * r, ROW};
+        st = make_tensors(mesh, 3, shape, 0, 0, 1, c);
+        c->ref = REF_ALLTOALL;
+        c->ref_name = "MPI_Alltoall";
+        c->rcount = (int)(r * ROW);
+        c->payload = (double)(n * r * ROW) * sizeof(float);
+    } else if (strcmp(name, "alltoall_2d") == 0) {
+        int64_t r = e / (n * ROW_2D), shape[2] = {n * r, n * ROW_2D};
+        st = make_tensors(mesh, 2, shape, 0, 0, 1, c);
+        c->ref = REF_ALLTOALL;
+        c->ref_name = "MPI_Alltoall";
+        c->rcount = (int)(r * ROW_2D);
+        c->payload = (double)(n * r * ROW_2D) * sizeof(float);
+    } else if (strcmp(name, "reduce_scatter") == 0 || strcmp(name, "allreduce") == 0) {
+        int rs = name[0] == 'r';
+        int64_t r = e / (n * ROW), shape[2] = {n * r, ROW};
+        st = make_tensors(mesh, 2, shape, -1, 1, rs ? 0 : -1, c);
+        c->partial = 1;
+        c->ref = rs ? REF_REDUCE_SCATTER : REF_ALLREDUCE;
+        c->ref_name = rs ? "MPI_Reduce_scatter_block" : "MPI_Allreduce";
+        c->rcount = (int)(rs ? r * ROW : n * r * ROW);
+        c->payload = (double)(n * r * ROW) * sizeof(float);
+    } else if (strcmp(name, "inprocess") == 0) {
+        int64_t r = e / ROW, shape[2] = {n * r, ROW};
+        st = make_tensors(mesh, 2, shape, 0, 0, -1, c);
+        c->ref = REF_MEMCPY;
+        c->ref_name = "memcpy";
+        if (st == DT_OK) {
+            /* Each shard from its own component into every other device's replica. */
+            int nl = dt_tensor_num_local(c->src);
+            c->copies = calloc((size_t)nl * (size_t)nl, sizeof *c->copies);
+            if (!c->copies)
+                return DT_ERR_NO_MEMORY;
+            for (int i = 0; i < nl; i++)
+                for (int j = 0; j < nl; j++) {
+                    if (dt_tensor_local_position(c->dst, i) ==
+                        dt_tensor_local_position(c->src, j))
+                        continue;
+                    const DLTensor *s = dt_tensor_local(c->src, j);
+                    int64_t row0 = dt_tensor_local_offset(c->src, j)[0];
+                    size_t bytes = (size_t)(s->shape[0] * s->shape[1]) * sizeof(float);
+                    c->copies[c->ncopies++] = (copy_op){
+                        (char *)comp_data(c->dst, i) + (size_t)(row0 * ROW) * sizeof(float),
+                        s->data, bytes};
+                }
+        }
+    } else {
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    if (st == DT_OK && c->ref != REF_MEMCPY) {
+        c->rsend = comp_data(c->src, 0);
+        c->rrecv = comp_data(c->dst, 0);
+    }
+    return st;
+}
+
+static void teardown_case(bench_case *c)
+{
+    dt_tensor_destroy(c->src);
+    dt_tensor_destroy(c->dst);
+    free(c->copies);
+    memset(c, 0, sizeof *c);
+    /* Give freed tensors back to the system so the next (larger) case fits in memory. */
+    dt_host_pool_trim();
+}
+
+/* ---- main -------------------------------------------------------------------------------- */
+
+static int usage(void)
+{
+    fputs("usage: bench_relayout [--cases LIST] [--mib LIST] [--quick] [--reps N]\n"
+          "  --cases  comma-separated, from " ALL_MPI_CASES ",inprocess\n"
+          "           (default: the MPI cases under mpirun with one CPU device per process,\n"
+          "           inprocess when one process holds several devices)\n"
+          "  --mib    payload MiB per rank, default 1,16,128\n"
+          "  --quick  fewer repetitions;  --reps N  exactly N timed repetitions\n"
+          "Environment: DT_CPU_DEVICES (devices per process), DT_BIND. See docs/bench.md.\n",
+          stderr);
+    return 2;
+}
+
+static int parse_opts(int argc, char **argv, opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->mibs[0] = 1;
+    o->mibs[1] = 16;
+    o->mibs[2] = 128;
+    o->nmibs = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--quick") == 0) {
+            o->quick = 1;
+        } else if (strcmp(a, "--cases") == 0 && i + 1 < argc) {
+            o->cases = argv[++i];
+        } else if (strcmp(a, "--mib") == 0 && i + 1 < argc) {
+            o->nmibs = bu_parse_int_list(argv[++i], o->mibs, MAX_MIBS);
+            if (o->nmibs < 0) {
+                fprintf(stderr, "bench_relayout: bad --mib list '%s'\n", argv[i]);
+                return -1;
+            }
+        } else if (strcmp(a, "--reps") == 0 && i + 1 < argc) {
+            int n = 0;
+            if (bu_parse_int_list(argv[++i], &n, 1) != 1 || n > MAX_REPS) {
+                fprintf(stderr, "bench_relayout: bad --reps '%s'\n", argv[i]);
+                return -1;
+            }
+            o->reps = n;
+        } else {
+            fprintf(stderr, "bench_relayout: unknown argument '%s'\n", a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int valid_cases(const char *list)
+{
+    static const char *known[] = {"allgather", "alltoall", "alltoall_2d", "reduce_scatter",
+                                  "allreduce", "inprocess"};
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        int found = 0;
+        for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+            found |= strlen(known[k]) == len && strncmp(known[k], p, len) == 0;
+        if (!found) {
+            fprintf(stderr, "bench_relayout: unknown case '%.*s'\n", (int)len, p);
+            return 0;
+        }
+        p = comma ? comma + 1 : "";
+    }
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    if (parse_opts(argc, argv, &o) != 0 || (o.cases && !valid_cases(o.cases)))
+        return usage();
+    dt_status st = dt_init(&argc, &argv, NULL);
+    if (st != DT_OK) {
+        fprintf(stderr, "bench_relayout: dt_init: %s: %s\n", dt_status_name(st),
+                dt_last_error());
+        return 1;
+    }
+    g_rank = dt_client_id();
+    g_nclients = dt_num_clients();
+    int nlocal = dt_num_local_devices(DT_DEVICE_CPU);
+    int nglobal = dt_num_global_devices(DT_DEVICE_CPU);
+    const char *cases = o.cases ? o.cases : (nlocal > 1 ? "inprocess" : ALL_MPI_CASES);
+    int rc = 0;
+
+    /* The MPI references move one block per process: that is our mesh with one device per
+     * process. The in-process case compares with memcpy, so it needs a single process. */
+    int want_mpi = 0, want_inproc = bu_list_has(cases, "inprocess");
+    static const char *mpi_cases[] = {"allgather", "alltoall", "alltoall_2d", "reduce_scatter",
+                                      "allreduce"};
+    for (size_t k = 0; k < sizeof mpi_cases / sizeof *mpi_cases; k++)
+        want_mpi |= bu_list_has(cases, mpi_cases[k]);
+    if ((want_mpi && nlocal != 1) || (want_inproc && g_nclients != 1)) {
+        if (g_rank == 0)
+            fprintf(stderr,
+                    "bench_relayout: the MPI cases need one CPU device per process "
+                    "(DT_CPU_DEVICES=1) and 'inprocess' a single process; got %d processes "
+                    "of %d devices\n",
+                    g_nclients, nlocal);
+        dt_finalize();
+        return 2;
+    }
+
+    const char *dim = "x";
+    int64_t size = nglobal;
+    dt_mesh *mesh = NULL;
+    st = dt_mesh_create("bench", 1, &dim, &size, DT_DEVICE_CPU, &mesh);
+    if (st != DT_OK) {
+        fprintf(stderr, "bench_relayout: dt_mesh_create: %s\n", dt_last_error());
+        dt_finalize();
+        return 1;
+    }
+    if (g_rank == 0) {
+        printf("# bench_relayout: %d process(es), %d CPU device(s) each, mesh x=%d, f32; "
+               "GB/s = 1e9 payload bytes/s, median of the max over processes\n",
+               g_nclients, nlocal, nglobal);
+        fflush(stdout);
+    }
+
+    static const char *order[] = {"allgather", "alltoall", "alltoall_2d", "reduce_scatter",
+                                  "allreduce", "inprocess"};
+    for (size_t k = 0; k < sizeof order / sizeof *order; k++) {
+        if (!bu_list_has(cases, order[k]))
+            continue;
+        for (int m = 0; m < o.nmibs; m++) {
+            bench_case c;
+            st = setup_case(order[k], o.mibs[m], mesh, &c);
+            if (!ok_everywhere(st)) {
+                if (st != DT_OK)
+                    fprintf(stderr, "# client %d: case=%s mib=%d: set-up failed: %s: %s\n",
+                            g_rank, order[k], o.mibs[m], dt_status_name(st), dt_last_error());
+                if (g_rank == 0)
+                    printf("case=%s np=%d mib=%d error=setup_failed\n", order[k], g_nclients,
+                           o.mibs[m]);
+                rc = 1;
+            } else if (run_case(&o, &c, nglobal) != 0) {
+                rc = 1;
+            }
+            teardown_case(&c);
+        }
+    }
+    dt_mesh_destroy(mesh);
+    dt_finalize();
+    return rc;
+}
