@@ -76,7 +76,8 @@ static dt_status get_plan(const dt_layout *src, const dt_layout *dst, int rank,
     if (st == DT_OK) {
         dt_relayout_stats *s = malloc(((size_t)plan->nstats + 1) * sizeof *s);
         if (s) {
-            memcpy(s, plan->stats, (size_t)plan->nstats * sizeof *s);
+            if (plan->nstats)
+                memcpy(s, plan->stats, (size_t)plan->nstats * sizeof *s);
             free(last_stats);
             last_stats = s;
             last_nstats = plan->nstats;
@@ -99,7 +100,8 @@ dt_status dt_relayout_last_stats(int cap, dt_relayout_stats *stats_out, int *cou
         return dt__error(DT_ERR_STATE, "no relayout has run on this client yet");
     }
     int n = last_nstats < cap ? last_nstats : cap;
-    memcpy(stats_out, last_stats, (size_t)n * sizeof *stats_out);
+    if (n)
+        memcpy(stats_out, last_stats, (size_t)n * sizeof *stats_out);
     *count_out = last_nstats;
     if (cached_out)
         *cached_out = last_cached;
