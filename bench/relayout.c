@@ -53,6 +53,7 @@ typedef struct bench_case {
     copy_op *copies;     /* REF_MEMCPY */
     int ncopies;
     double moved_mib;    /* in-process: bytes received over all devices, in MiB */
+    double self_mib;     /* in-process: bytes each device copied to itself, in MiB */
 } bench_case;
 
 static int g_rank, g_nclients;
@@ -275,13 +276,16 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     if (c->ref == REF_MEMCPY) {
         dt_relayout_stats stats[MAX_STATS];
         int n = 0;
-        uint64_t recv = 0, copies = 0;
+        uint64_t recv = 0, self = 0, copies = 0;
         if (dt_relayout_last_stats(MAX_STATS, stats, &n, NULL) == DT_OK)
-            for (int i = 0; i < n && i < MAX_STATS; i++)
+            for (int i = 0; i < n && i < MAX_STATS; i++) {
                 recv += stats[i].bytes_received;
+                self += stats[i].bytes_self;
+            }
         for (int i = 0; i < c->ncopies; i++)
             copies += c->copies[i].bytes;
         c->moved_mib = (double)recv / (1 << 20);
+        c->self_mib = (double)self / (1 << 20);
         c->payload = (double)recv;
         if (recv != copies)
             printf("# case=%s mib=%d: relayout stats say %llu bytes received, the memcpy "
@@ -334,8 +338,10 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         bu_line_add(&line, "ours_ms", "%.3f", ours * 1e3);
         bu_line_add(&line, "ref_ms", "%.3f", ref * 1e3);
         bu_line_add(&line, "reps", "%d", reps);
-        if (c->ref == REF_MEMCPY)
+        if (c->ref == REF_MEMCPY) {
             bu_line_add(&line, "moved_mib", "%.1f", c->moved_mib);
+            bu_line_add(&line, "self_mib", "%.1f", c->self_mib);
+        }
         if (bad)
             bu_line_add(&line, "check", "FAIL_%lld_wrong", (long long)bad);
         else

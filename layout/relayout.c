@@ -42,24 +42,23 @@ static int plan_matches(const rl_plan *p, const dt_layout *src, const dt_layout 
            dt_mesh_equal(dt_layout_mesh(p->dst), dt_layout_mesh(dst));
 }
 
-/* Finds or builds the plan, and records it as the last one for dt_relayout_last_stats. The
- * cache owns the plan; callers use it under no lock because relayouts are collective and so
- * issued by one thread per client at a time. */
+/* Finds or builds the plan. The cache owns it; callers use it under no lock because
+ * relayouts are collective and so issued by one thread per client at a time. */
 static dt_status get_plan(const dt_layout *src, const dt_layout *dst, int rank,
-                          const int64_t *shape, dt_dtype dtype, rl_plan **plan_out)
+                          const int64_t *shape, dt_dtype dtype, rl_plan **plan_out, int *hit_out)
 {
     dt_status st = DT_OK;
     rl_plan *plan = NULL;
-    int hit = 0;
     pthread_mutex_lock(&cache_lock);
     if (!cache_hooked && dt__at_finalize(dt_relayout_cache_clear) == DT_OK)
         cache_hooked = 1;
+    *hit_out = 0;
     cache_slot *victim = &cache[0];
     for (int i = 0; i < CACHE_SLOTS; i++) {
         if (plan_matches(cache[i].plan, src, dst, rank, shape, dtype)) {
             plan = cache[i].plan;
             cache[i].used = ++cache_clock;
-            hit = 1;
+            *hit_out = 1;
             break;
         }
         if (!cache[i].plan || (victim->plan && cache[i].used < victim->used))
@@ -73,20 +72,44 @@ static dt_status get_plan(const dt_layout *src, const dt_layout *dst, int rank,
             victim->used = ++cache_clock;
         }
     }
-    if (st == DT_OK) {
-        dt_relayout_stats *s = malloc(((size_t)plan->nstats + 1) * sizeof *s);
-        if (s) {
-            if (plan->nstats)
-                memcpy(s, plan->stats, (size_t)plan->nstats * sizeof *s);
-            free(last_stats);
-            last_stats = s;
-            last_nstats = plan->nstats;
-            last_cached = hit;
-        }
+    if (st == DT_OK)
         *plan_out = plan;
-    }
     pthread_mutex_unlock(&cache_lock);
     return st;
+}
+
+/* Records the traffic of the plans just executed (summed per device) as the last stats. */
+static void record_stats(rl_plan *const *plans, int nplans, int cached)
+{
+    int cap = 0;
+    for (int i = 0; i < nplans; i++)
+        cap += plans[i]->nstats;
+    dt_relayout_stats *s = calloc((size_t)cap + 1, sizeof *s);
+    if (!s)
+        return;
+    int n = 0;
+    for (int i = 0; i < nplans; i++)
+        for (int j = 0; j < plans[i]->nstats; j++) {
+            const dt_relayout_stats *x = &plans[i]->stats[j];
+            int k = 0;
+            while (k < n && (s[k].device_type != x->device_type || s[k].device_id != x->device_id))
+                k++;
+            if (k == n) {
+                s[n].device_type = x->device_type;
+                s[n++].device_id = x->device_id;
+            }
+            s[k].bytes_sent += x->bytes_sent;
+            s[k].bytes_received += x->bytes_received;
+            s[k].bytes_sent_remote += x->bytes_sent_remote;
+            s[k].bytes_received_remote += x->bytes_received_remote;
+            s[k].bytes_self += x->bytes_self;
+        }
+    pthread_mutex_lock(&cache_lock);
+    free(last_stats);
+    last_stats = s;
+    last_nstats = n;
+    last_cached = cached;
+    pthread_mutex_unlock(&cache_lock);
 }
 
 dt_status dt_relayout_last_stats(int cap, dt_relayout_stats *stats_out, int *count_out,
@@ -123,14 +146,87 @@ static dt_status check_target(const dt_tensor *src, const dt_layout *layout, int
     return dt_mesh_check_devices(dt_layout_mesh(layout));
 }
 
-static dt_status run(const dt_tensor *src, dt_tensor *dst)
+/* A partial source whose destination is not sharded over a reduced mesh dim would have every
+ * device receive k-1 whole summands. Going through a middle layout that also shards a free
+ * tensor dim over that mesh dim makes it a reduce-scatter then an all-gather: 2(k-1)/k of
+ * the data per device, the minimum. *mid_out stays NULL when no such step helps. */
+static dt_status two_phase_mid(const dt_layout *src, const dt_layout *dst, const int64_t *shape,
+                               dt_layout **mid_out)
 {
-    rl_plan *plan;
+    *mid_out = NULL;
+    const dt_mesh *mesh = dt_layout_mesh(dst);
+    if (!dt_mesh_equal(dt_layout_mesh(src), mesh))
+        return DT_OK;
+    int rank = dt_layout_rank(dst), changed = 0, used[DT_MESH_MAX_DIMS] = {0};
+    const char *specs[DT_MAX_RANK], *pnames[DT_MESH_MAX_DIMS];
+    dt_reduce_op pops[DT_MESH_MAX_DIMS];
+    for (int d = 0; d < rank; d++) {
+        specs[d] = dt_layout_spec(dst, d);
+        if (dt_layout_spec_mesh_dim(dst, d) >= 0)
+            used[dt_layout_spec_mesh_dim(dst, d)] = 1;
+    }
+    int np = dt_layout_num_partial(dst);
+    for (int i = 0; i < np; i++) {
+        int md;
+        dt_layout_partial(dst, i, &md, &pops[i]);
+        pnames[i] = dt_mesh_dim_name(mesh, md);
+        used[md] = 1;
+    }
+    for (int i = 0; i < dt_layout_num_partial(src); i++) {
+        int md, best = -1;
+        dt_reduce_op op;
+        dt_layout_partial(src, i, &md, &op);
+        if (used[md])
+            continue; /* kept partial, or already reduce-scattered by the destination */
+        for (int d = 0; d < rank; d++)
+            if (strcmp(specs[d], DT_UNSHARDED) == 0 && shape[d] >= dt_mesh_dim_size(mesh, md) &&
+                (best < 0 || shape[d] > shape[best]))
+                best = d;
+        if (best < 0)
+            continue;
+        specs[best] = dt_mesh_dim_name(mesh, md);
+        used[md] = 1;
+        changed = 1;
+    }
+    if (!changed)
+        return DT_OK;
+    return dt_layout_create_partial(mesh, rank, specs, np, pnames, pops, mid_out);
+}
+
+static dt_status run_plan(const dt_tensor *src, dt_tensor *dst, rl_plan **plan_out, int *hit)
+{
     dt_status st = get_plan(dt_tensor_layout(src), dt_tensor_layout(dst), dt_tensor_rank(src),
-                            dt_tensor_shape(src), dt_tensor_dtype(src), &plan);
+                            dt_tensor_shape(src), dt_tensor_dtype(src), plan_out, hit);
     if (st != DT_OK)
         return st;
-    return dt__rl_execute(plan, src, dst);
+    return dt__rl_execute(*plan_out, src, dst);
+}
+
+static dt_status run(const dt_tensor *src, dt_tensor *dst)
+{
+    rl_plan *plans[2];
+    int hits[2] = {1, 1}, nplans = 0;
+    dt_layout *mid_l = NULL;
+    dt_tensor *mid = NULL;
+    dt_status st = two_phase_mid(dt_tensor_layout(src), dt_tensor_layout(dst),
+                                 dt_tensor_shape(src), &mid_l);
+    if (st == DT_OK && mid_l)
+        st = dt__tensor_empty(mid_l, dt_tensor_dtype(src), dt_tensor_shape(src), &mid);
+    if (st == DT_OK && mid) {
+        st = run_plan(src, mid, &plans[nplans], &hits[nplans]);
+        nplans++;
+        if (st == DT_OK)
+            st = run_plan(mid, dst, &plans[nplans], &hits[nplans]);
+        nplans++;
+    } else if (st == DT_OK) {
+        st = run_plan(src, dst, &plans[nplans], &hits[nplans]);
+        nplans++;
+    }
+    if (st == DT_OK)
+        record_stats(plans, nplans, hits[0] && hits[1]);
+    dt_tensor_destroy(mid);
+    dt_layout_destroy(mid_l);
+    return st;
 }
 
 static dt_status relayout_new(const dt_tensor *src, const dt_layout *layout, int same_mesh,

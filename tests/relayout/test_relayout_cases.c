@@ -118,6 +118,21 @@ static void test_relayout_volume_partial_to_sharded_is_reduce_scatter(void)
     dt_mesh_destroy(m);
 }
 
+static void test_relayout_volume_partial_to_replicated_is_allreduce(void)
+{
+    dt_mesh *m = mesh_1d();
+    int64_t n = ndev();
+    dt_layout *part = layout2(m, DT_UNSHARDED, DT_UNSHARDED, "x");
+    dt_layout *rep = layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    /* [3n, 5] f32: a reduce-scatter (n-1 summands of a 3x5 block in, own block kept) then an
+     * all-gather (n-1 reduced blocks in, own kept): 2(n-1)/n of the tensor per device, the
+     * minimum, not the (n-1) whole summands of fetching them all. */
+    expect_traffic(part, rep, 3 * n, 5, (uint64_t)(2 * (n - 1)) * 60, 2 * 60);
+    dt_layout_destroy(rep);
+    dt_layout_destroy(part);
+    dt_mesh_destroy(m);
+}
+
 /* Mesh (c = clients, d = devices per client): the d devices of a client differ only in d, so
  * data sharded over d and replicated over c is complete inside every client. Unsharding it
  * must take every piece from the same client: no byte crosses processes. */
@@ -290,6 +305,7 @@ int main(int argc, char **argv)
         DT_TEST(test_relayout_volume_unshard_is_allgather),
         DT_TEST(test_relayout_volume_shard_move_is_alltoall),
         DT_TEST(test_relayout_volume_partial_to_sharded_is_reduce_scatter),
+        DT_TEST(test_relayout_volume_partial_to_replicated_is_allreduce),
         DT_TEST(test_relayout_takes_pieces_from_nearest_holder),
         DT_TEST(test_copy_to_mesh_of_other_shape_and_subset),
         DT_TEST(test_copy_to_mesh_reduces_partial_source),
