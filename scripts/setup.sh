@@ -7,7 +7,8 @@ pkgs=(
   meson ninja-build pkg-config gcc g++
   libopenmpi-dev openmpi-bin
   libhwloc-dev libyaml-dev libcunit1-dev libdlpack-dev
-  python3
+  libjansson-dev libopenblas-dev
+  python3 python3-numpy
 )
 
 missing=()
