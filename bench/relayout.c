@@ -249,10 +249,10 @@ static void report_failure(const bench_case *c, const char *when, dt_status st)
 static int default_reps(int mib, int quick)
 {
     if (mib <= 1)
-        return quick ? 10 : 30;
+        return quick ? 10 : 50;
     if (mib <= 16)
-        return quick ? 4 : 10;
-    return quick ? 2 : 4;
+        return quick ? 5 : 20;
+    return quick ? 2 : 5;
 }
 
 /* Warm-up, interleaved timing, verification, the result line. Returns 0 if ours ran and was

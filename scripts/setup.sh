@@ -8,6 +8,7 @@ pkgs=(
   libopenmpi-dev openmpi-bin
   libhwloc-dev libyaml-dev libcunit1-dev libdlpack-dev
   libjansson-dev libopenblas-dev
+  libudev-dev zlib1g-dev
   python3 python3-numpy
 )
 

@@ -8,11 +8,14 @@ src=$(cd "$(dirname "$0")" && pwd)
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 
-# Stage the install under a scratch DESTDIR; pkg-config's sysroot maps its paths there.
+# Stage the install under a scratch DESTDIR, then relocate it there by rewriting the .pc
+# file's prefix (a sysroot would also rewrite the absolute CUDA library paths).
 meson install -C "$build" --destdir "$prefix" --quiet >/dev/null
 pc=$(find "$prefix" -name dtensor.pc | head -n 1)
 [ -n "$pc" ] || { echo "install test: dtensor.pc was not installed" >&2; exit 1; }
-export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$prefix"
+orig=$(sed -n 's/^prefix=//p' "$pc")
+sed -i "s|^prefix=.*|prefix=$prefix$orig|" "$pc"
+export PKG_CONFIG_PATH=$(dirname "$pc")
 libdir=$(dirname "$(dirname "$pc")")
 
 cflags=$(pkg-config --cflags dtensor)
