@@ -20,7 +20,10 @@ static float bits_f32(uint32_t u)
 
 float dt__bf16_to_f32(uint16_t h)
 {
-    return bits_f32((uint32_t)h << 16);
+    uint32_t u = (uint32_t)h << 16;
+    if ((u & 0x7fffffffu) > 0x7f800000u)            /* signalling NaN comes out quiet */
+        u |= 0x400000u;
+    return bits_f32(u);
 }
 
 uint16_t dt__f32_to_bf16(float f)
@@ -36,8 +39,8 @@ float dt__f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
-    if (exp == 0x1f)                                /* inf or NaN */
-        return bits_f32(sign | 0x7f800000u | (man << 13));
+    if (exp == 0x1f)                                /* inf, or NaN (made quiet) */
+        return bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u));
     if (exp == 0) {
         if (man == 0)
             return bits_f32(sign);

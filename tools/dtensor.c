@@ -11,6 +11,9 @@ int cli_usage(void)
           "       dtensor mesh show FILE.yaml [--name NAME]\n"
           "       dtensor mesh show --string 'MESH'\n"
           "       dtensor layout show 'LAYOUT' [--shape 8,6]\n"
+          "       dtensor ckpt ls DIR\n"
+          "       dtensor ckpt verify DIR\n"
+          "       dtensor ckpt export DIR OUT_DIR [--max-file-bytes SIZE]\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -68,6 +71,8 @@ int main(int argc, char **argv)
         return cli_mesh(argc - 1, argv + 1);
     if (strcmp(cmd, "layout") == 0)
         return cli_layout(argc - 1, argv + 1);
+    if (strcmp(cmd, "ckpt") == 0)
+        return cli_ckpt(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;

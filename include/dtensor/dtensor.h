@@ -8,6 +8,8 @@
 #include "dtensor/layout.h"
 #include "dtensor/tensor.h"
 #include "dtensor/relayout.h"
+#include "dtensor/ckpt.h"
+#include "dtensor/ops.h"
 #include "dtensor/version.h"
 
 #endif

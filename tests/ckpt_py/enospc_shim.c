@@ -1,6 +1,8 @@
-/* LD_PRELOAD shim for the full-disk test: once DT_ENOSPC_AFTER bytes have been written to files
- * under DT_ENOSPC_DIR, every further write there fails with ENOSPC (a short write first, as a
- * real full disk does). Used only where a small tmpfs cannot be mounted. Not part of the library. */
+/* LD_PRELOAD shim for the full-disk tests: once a process has written DT_ENOSPC_AFTER bytes to
+ * files under DT_ENOSPC_DIR, its further writes there fail with ENOSPC (a short write first, as
+ * a real full disk does). Lets a test fail a save at a chosen point. Not part of the library. */
+/* Both pwrite and pwrite64 are defined here, so no redirection of one to the other. */
+#undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -49,14 +51,23 @@ static ssize_t admit(int fd, size_t want)
     return (ssize_t)((long long)want < left ? (long long)want : left);
 }
 
-#define REAL(name, type) ((type)dlsym(RTLD_NEXT, name))
+/* The next definition of `name` (libc's); memcpy because ISO C has no object-to-function cast. */
+typedef void (*any_fn)(void);
+static any_fn real(const char *name)
+{
+    void *p = dlsym(RTLD_NEXT, name);
+    any_fn f;
+    memcpy(&f, &p, sizeof f);
+    return f;
+}
+#define REAL(name, type) ((type)real(name))
 
 ssize_t write(int fd, const void *buf, size_t count)
 {
     ssize_t n = admit(fd, count);
     if (n < 0)
         return -1;
-    ssize_t r = REAL("write", ssize_t (*)(int, const void *, size_t))(fd, buf, (size_t)n);
+    ssize_t r = REAL("write", ssize_t(*)(int, const void *, size_t))(fd, buf, (size_t)n);
     if (r > 0 && budget(fd) != LLONG_MAX)
         atomic_fetch_add(&used, r);
     return r;
@@ -67,7 +78,7 @@ static ssize_t do_pwrite(const char *name, int fd, const void *buf, size_t count
     ssize_t n = admit(fd, count);
     if (n < 0)
         return -1;
-    ssize_t r = REAL(name, ssize_t (*)(int, const void *, size_t, off_t))(fd, buf, (size_t)n, off);
+    ssize_t r = REAL(name, ssize_t(*)(int, const void *, size_t, off_t))(fd, buf, (size_t)n, off);
     if (r > 0 && budget(fd) != LLONG_MAX)
         atomic_fetch_add(&used, r);
     return r;
@@ -101,9 +112,9 @@ static ssize_t do_pwritev(const char *name, int fd, const struct iovec *iov, int
     }
     ssize_t r;
     if (positioned)
-        r = REAL(name, ssize_t (*)(int, const struct iovec *, int, off_t))(fd, iov, cnt, off);
+        r = REAL(name, ssize_t(*)(int, const struct iovec *, int, off_t))(fd, iov, cnt, off);
     else
-        r = REAL(name, ssize_t (*)(int, const struct iovec *, int))(fd, iov, cnt);
+        r = REAL(name, ssize_t(*)(int, const struct iovec *, int))(fd, iov, cnt);
     if (r > 0 && budget(fd) != LLONG_MAX)
         atomic_fetch_add(&used, r);
     return r;

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Runs bench_ckpt (docs/bench.md): builds it if missing, saves the resharding source from
+# 2 processes x 2 CPU devices, then times save / restore / resharding restore on 2 processes x 1
+# device against a plain write+fsync and read of the same bytes by the same processes.
+# Results on stdout as key=value lines; build output and launcher messages on stderr.
+#   bench/ckpt.sh [--mib 1024] [--reps 3] [--quick] [--cases save,restore,reshard]
+#                 [--cache cold,warm] [--dir DIR] [--keep]
+set -euo pipefail
+
+usage() {
+  cat >&2 <<'USAGE'
+usage: bench/ckpt.sh [options]
+  --mib N        checkpoint size in MiB over both processes (default 1024)
+  --reps N       timed repetitions of each (default 3); --quick: 1
+  --cases LIST   save,restore,reshard (default all)
+  --cache LIST   cold,warm: how the restores find the page cache (default both)
+  --dir DIR      where the files go (default BUILD_DIR/bench-ckpt.tmp; needs 3 x the size free)
+  --keep         keep the files afterwards
+Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra mpirun args).
+USAGE
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mib=1024
+cases=save,restore,reshard
+dir=""
+keep=0
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --mib) [ $# -ge 2 ] || { usage; exit 2; }; mib=$2; shift 2 ;;
+    --reps) [ $# -ge 2 ] || { usage; exit 2; }; extra+=(--reps "$2"); shift 2 ;;
+    --cases) [ $# -ge 2 ] || { usage; exit 2; }; cases=$2; shift 2 ;;
+    --cache) [ $# -ge 2 ] || { usage; exit 2; }; extra+=(--cache "$2"); shift 2 ;;
+    --dir) [ $# -ge 2 ] || { usage; exit 2; }; dir=$2; shift 2 ;;
+    --quick) extra+=(--quick); shift ;;
+    --keep) keep=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench/ckpt.sh: unknown option '$1'" >&2; usage; exit 2 ;;
+  esac
+done
+
+cd "$root"
+./scripts/setup.sh
+# shellcheck source=scripts/env.sh
+. ./scripts/env.sh
+
+build=${BUILD_DIR:-build}
+if [ ! -f "$build/build.ninja" ]; then
+  echo "bench/ckpt.sh: configuring $build (release)" >&2
+  meson setup "$build" -Dbuildtype=release >&2
+fi
+ninja -C "$build" bench/bench_ckpt >&2
+exe="$build/bench/bench_ckpt"
+
+dir=${dir:-$build/bench-ckpt.tmp}
+mkdir -p "$dir"
+[ "$keep" = 1 ] || trap 'rm -rf "$dir"' EXIT
+echo "# bench/ckpt.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); files in" \
+     "$dir ($(df -h --output=fstype,avail "$dir" | tail -1 | xargs))"
+
+export DT_BIND=${DT_BIND:-0}
+status=0
+case ",$cases," in
+  *,reshard,*)
+    # shellcheck disable=SC2086
+    DT_CPU_DEVICES=2 mpirun -n 2 ${MPIRUN_ARGS:-} "$exe" --cases source --mib "$mib" \
+      --dir "$dir" >&2 || status=1 ;;
+esac
+# shellcheck disable=SC2086
+DT_CPU_DEVICES=1 mpirun -n 2 ${MPIRUN_ARGS:-} "$exe" --cases "$cases" --mib "$mib" --dir "$dir" \
+  ${extra[@]+"${extra[@]}"} || status=1
+exit "$status"

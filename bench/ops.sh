@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs bench_ops (the local kernels of ops/ against cblas_sgemm and memcpy; one process, no
+# launcher): builds the target if missing, then prints key=value lines on stdout. Meant to be
+# dispatched by `bench/run ops [options]`; options go to the program:
+#   bench/ops.sh [--cases LIST] [--quick] [--reps N]
+# Environment: BUILD_DIR (default build), OPENBLAS_NUM_THREADS (GEMM threads, both sides).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+./scripts/setup.sh
+# shellcheck source=scripts/env.sh
+. ./scripts/env.sh
+
+build=${BUILD_DIR:-build}
+if [ ! -f "$build/build.ninja" ]; then
+  echo "bench/ops.sh: configuring $build (release)" >&2
+  meson setup "$build" -Dbuildtype=release >&2
+fi
+ninja -C "$build" bench/bench_ops >&2
+echo "# bench/ops start: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+status=0
+"$build/bench/bench_ops" "$@" || status=$?
+echo "# bench/ops end: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+exit "$status"

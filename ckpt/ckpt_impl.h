@@ -1,0 +1,214 @@
+/* The ckpt module's private header: the parsed checkpoint (dt_ckpt), the save plan, the
+ * chunk-verifying reader, file and directory helpers, and the client group of a mesh.
+ * Not installed. */
+#ifndef DTENSOR_CKPT_IMPL_H
+#define DTENSOR_CKPT_IMPL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/ckpt.h"
+#include "runtime/internal.h"
+
+#define CK_SUFFIX_TMP ".dtensor-tmp"
+#define CK_SUFFIX_OLD ".dtensor-old"
+#define CK_FORMAT_NAME "dtensor-checkpoint"
+/* Longest path the module builds (dir + '/' + file name). */
+#define CK_PATH_MAX 4096
+
+/* ---- the parsed checkpoint (index.c) ----------------------------------------------------- */
+
+typedef struct ck_slice {
+    int64_t file;                 /* index into dt_ckpt.files */
+    int64_t off[DT_MAX_RANK];
+    int64_t size[DT_MAX_RANK];
+    uint64_t begin;               /* data_offsets[0], relative to the data buffer */
+    uint64_t file_offset;         /* absolute */
+    uint64_t bytes;
+    uint32_t crc;
+    int64_t nchunks;
+    uint32_t *chunk_crc;          /* nchunks entries */
+} ck_slice;
+
+typedef struct ck_tensor {
+    char *name;
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    char *layout;
+    char *mesh;
+    int64_t nslices;
+    ck_slice *slices;
+} ck_tensor;
+
+typedef struct ck_file {
+    char *name;
+    uint64_t bytes;
+    uint64_t header_bytes;
+    uint32_t header_crc;
+    int device_id;
+    int64_t nslices;              /* slices stored in this file ... */
+    int64_t *slice_tensor;        /* ... as (tensor, slice) pairs */
+    int64_t *slice_index;
+} ck_file;
+
+typedef struct ck_value {
+    char *name;
+    dt_ckpt_value_type type;
+    int64_t i64;
+    double f64;
+    unsigned char *bytes;
+    size_t nbytes;
+} ck_value;
+
+struct dt_ckpt {
+    char *path;                   /* directory actually read */
+    int version;
+    char *mesh;
+    int64_t num_devices;
+    uint64_t chunk_bytes;
+    int64_t nfiles;
+    ck_file *files;
+    int64_t ntensors;
+    ck_tensor *tensors;
+    int64_t nvalues;
+    ck_value *values;
+};
+
+/* ---- names, dtypes, small helpers (common.c) ---------------------------------------------- */
+
+/* Checks a tensor or value name: non-empty, at most DT_CKPT_NAME_MAX bytes, valid UTF-8,
+ * no control characters, not "__metadata__". `what` ("tensor", "value") for the message.
+ * DT_ERR_INVALID_ARGUMENT. */
+dt_status dt__ckpt_check_name(const char *fn, const char *what, const char *name);
+/* safetensors dtype strings ("F32", "BF16", ...). */
+const char *dt__ckpt_dtype_str(dt_dtype dtype);
+int dt__ckpt_dtype_from_str(const char *s, dt_dtype *dtype_out);   /* 0 ok, -1 unknown */
+/* "data-%05d-of-%05d.safetensors" into buf (>= 48 bytes). */
+void dt__ckpt_file_name(char *buf, size_t len, int64_t k, int64_t n);
+/* dir + "/" + name, or dir + suffix; DT_ERR_INVALID_ARGUMENT when too long. */
+dt_status dt__ckpt_join(char *buf, size_t len, const char *dir, const char *sep,
+                        const char *name);
+/* Directory path without trailing slashes into buf. */
+dt_status dt__ckpt_norm_dir(const char *fn, const char *dir, char *buf, size_t len);
+
+/* CRC32C (crc32c.c): combine as zlib's crc32_combine: CRC of A||B from CRC(A), CRC(B), |B|. */
+uint32_t dt__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+/* ---- I/O (fileio.c) ------------------------------------------------------------------------ */
+
+/* Full pread/pwrite loops (EINTR, short transfers). pread returns the bytes read (< len only
+ * at end of file) or -1 with errno. pwrite returns 0 or -1 with errno. */
+int64_t dt__ckpt_pread(int fd, void *buf, size_t len, uint64_t off);
+int dt__ckpt_pwrite(int fd, const void *buf, size_t len, uint64_t off);
+/* fsync of a directory; DT_ERR_IO naming it. */
+dt_status dt__ckpt_fsync_dir(const char *path);
+/* Removes the regular files directly inside `path`, then the directory. Missing is fine. */
+dt_status dt__ckpt_remove_dir(const char *path);
+/* 1 if path/dtensor-index.json exists (a regular file). */
+int dt__ckpt_has_index(const char *dir);
+
+/* ---- commit protocol (commit.c) ------------------------------------------------------------ */
+
+/* The directory a reader should open for checkpoint `dir` (normalised): dir itself, or
+ * dir.dtensor-old after a crash mid-commit. DT_ERR_NOT_FOUND when neither holds an index. */
+dt_status dt__ckpt_resolve(const char *dir, char *buf, size_t len);
+/* Client 0, before writing: cleans leftovers, refuses a non-checkpoint `dir`, creates the
+ * temporary directory (path into tmp_out). */
+dt_status dt__ckpt_prepare(const char *dir, char *tmp_out, size_t len);
+/* Client 0, after the index is in tmp: the renames. */
+dt_status dt__ckpt_commit(const char *dir, const char *tmp, int do_fsync);
+
+/* ---- the save plan (plan.c) ---------------------------------------------------------------- */
+
+typedef struct ck_plan_slice {
+    int tensor;
+    int64_t position;             /* owning mesh position */
+    int64_t off[DT_MAX_RANK];
+    int64_t size[DT_MAX_RANK];
+    uint64_t bytes;
+    uint64_t begin;               /* in its file's data buffer */
+    int64_t nchunks;
+} ck_plan_slice;
+
+typedef struct ck_plan_file {
+    int64_t position;
+    int device_id;
+    int64_t nslices;
+    int64_t *slices;              /* indices into plan.slices, in data order */
+    uint64_t data_bytes;
+    char *header;                 /* 8-byte length + padded JSON: header_bytes bytes */
+    uint64_t header_bytes;
+} ck_plan_file;
+
+typedef struct ck_plan {
+    int n;
+    const char *const *names;
+    const dt_layout *const *layouts;  /* non-partial layouts on the saving mesh (borrowed) */
+    const int64_t *const *shapes;
+    const dt_dtype *dtypes;
+    uint64_t chunk_bytes;
+    int64_t nslices;
+    ck_plan_slice *slices;        /* grouped by tensor, row-major block order */
+    int64_t nfiles;
+    ck_plan_file *files;          /* in file order */
+    int64_t *file_of_position;    /* mesh position -> file index or -1 */
+} ck_plan;
+
+/* Builds the plan (local, deterministic: every client computes the same). */
+dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
+                        const dt_layout *const *layouts, const int64_t *const *shapes,
+                        const dt_dtype *dtypes, uint64_t chunk_bytes, ck_plan *plan_out);
+void dt__ckpt_plan_free(ck_plan *plan);
+
+/* ---- index (index.c) ------------------------------------------------------------------------ */
+
+/* Parses index text into a checkpoint read from `path` (messages name `index_path`). */
+dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const char *text,
+                               size_t len, dt_ckpt **ckpt_out);
+/* The index JSON of a finished save: crcs[i] and chunk_crcs[i] for plan slice i. Owned text. */
+dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
+                              int64_t num_devices, const uint32_t *crcs,
+                              const uint32_t *const *chunk_crcs, int nvalues,
+                              const dt_ckpt_value *values, char **text_out);
+
+/* ---- the verifying reader (read.c) --------------------------------------------------------- */
+
+typedef struct ck_reader {
+    const dt_ckpt *ck;
+    int *fds;                     /* per file, -1 until opened and checked */
+    unsigned char *bounce;        /* one chunk */
+    int64_t bounce_file, bounce_slice_tensor, bounce_slice, bounce_chunk;
+} ck_reader;
+
+dt_status dt__ckpt_reader_init(ck_reader *rd, const dt_ckpt *ck);
+void dt__ckpt_reader_free(ck_reader *rd);
+/* Opens file f (size, header CRC, header agrees with the index); `tensor` names the tensor
+ * being read for messages. */
+dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int *fd_out);
+/* Copies the part of slice (t, s) inside the box (doff, dsize) of tensor t into `dst`, a
+ * compact row-major array of shape dsize, reading only the chunks it needs and checking each
+ * chunk's CRC. */
+dt_status dt__ckpt_read_box(ck_reader *rd, int64_t t, int64_t s, const int64_t *doff,
+                            const int64_t *dsize, void *dst);
+/* Reads the whole slice in chunks, checking chunk CRCs and the whole CRC. */
+dt_status dt__ckpt_check_slice(ck_reader *rd, int64_t t, int64_t s);
+
+/* ---- the clients of a mesh (group.c) ------------------------------------------------------- */
+
+typedef struct ck_group {
+    MPI_Comm comm;                /* clients holding devices of the mesh; MPI_COMM_NULL if none */
+    int rank, size;
+    int *clients;                 /* group rank -> client id */
+} ck_group;
+
+/* Collective over the clients of the mesh. A client holding none of its devices gets a group
+ * with comm == MPI_COMM_NULL. */
+dt_status dt__ckpt_group_create(const dt_mesh *mesh, ck_group *g);
+void dt__ckpt_group_free(ck_group *g);
+/* Every member learns the outcome: DT_OK when every st is DT_OK, else the status and message
+ * of the lowest failing group rank (prefixed with its client id on the others). */
+dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
+
+#endif

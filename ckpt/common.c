@@ -1,0 +1,107 @@
+/* Small shared pieces of the ckpt module: name rules (names are keys, never paths), the
+ * safetensors dtype strings, data file names and path joining. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+
+static const char *const dtype_strs[DT_DTYPE_COUNT_] = {
+    [DT_DTYPE_F32] = "F32", [DT_DTYPE_F64] = "F64", [DT_DTYPE_F16] = "F16",
+    [DT_DTYPE_BF16] = "BF16", [DT_DTYPE_I32] = "I32", [DT_DTYPE_I64] = "I64",
+    [DT_DTYPE_U8] = "U8",
+};
+
+const char *dt__ckpt_dtype_str(dt_dtype dtype)
+{
+    return (unsigned)dtype < DT_DTYPE_COUNT_ ? dtype_strs[dtype] : "?";
+}
+
+int dt__ckpt_dtype_from_str(const char *s, dt_dtype *dtype_out)
+{
+    for (int i = 0; i < DT_DTYPE_COUNT_; i++)
+        if (s && strcmp(s, dtype_strs[i]) == 0) {
+            *dtype_out = (dt_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* Length of the UTF-8 sequence at p (1..4), or 0 if it is not well formed. */
+static int utf8_len(const unsigned char *p)
+{
+    if (p[0] < 0x80)
+        return 1;
+    int n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (n == 0 || p[0] > 0xf4)
+        return 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    if (n == 3 && p[0] == 0xe0 && p[1] < 0xa0)
+        return 0;
+    if (n == 3 && p[0] == 0xed && p[1] >= 0xa0)      /* surrogates */
+        return 0;
+    if (n == 4 && p[0] == 0xf0 && p[1] < 0x90)
+        return 0;
+    if (n == 4 && p[0] == 0xf4 && p[1] >= 0x90)
+        return 0;
+    return n;
+}
+
+dt_status dt__ckpt_check_name(const char *fn, const char *what, const char *name)
+{
+    if (!name)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL %s name", fn, what);
+    size_t len = strlen(name);
+    if (len == 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: empty %s name", fn, what);
+    if (len > DT_CKPT_NAME_MAX)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s name of %zu bytes (at most %d)", fn,
+                         what, len, DT_CKPT_NAME_MAX);
+    if (strcmp(name, "__metadata__") == 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "%s: %s name '__metadata__' is reserved by safetensors", fn, what);
+    const unsigned char *p = (const unsigned char *)name;
+    for (size_t i = 0; i < len;) {
+        if (p[i] < 0x20 || p[i] == 0x7f)
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "%s: %s name has control character 0x%02x at byte %zu", fn, what,
+                             p[i], i);
+        int n = utf8_len(p + i);
+        if (n == 0)
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "%s: %s name is not valid UTF-8 at byte %zu", fn, what, i);
+        i += (size_t)n;
+    }
+    return DT_OK;
+}
+
+void dt__ckpt_file_name(char *buf, size_t len, int64_t k, int64_t n)
+{
+    snprintf(buf, len, "data-%05lld-of-%05lld.safetensors", (long long)k, (long long)n);
+}
+
+dt_status dt__ckpt_join(char *buf, size_t len, const char *dir, const char *sep,
+                        const char *name)
+{
+    int w = snprintf(buf, len, "%s%s%s", dir, sep, name);
+    if (w < 0 || (size_t)w >= len)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "path too long: %s%s%s", dir, sep, name);
+    return DT_OK;
+}
+
+dt_status dt__ckpt_norm_dir(const char *fn, const char *dir, char *buf, size_t len)
+{
+    if (!dir || !dir[0])
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: empty checkpoint directory", fn);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (n + 32 >= len)  /* room for the suffixes and file names */
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: directory path too long: %s", fn, dir);
+    if (n == 1 && dir[0] == '/')
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: cannot use '/' as a checkpoint", fn);
+    memcpy(buf, dir, n);
+    buf[n] = '\0';
+    return DT_OK;
+}

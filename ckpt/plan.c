@@ -1,0 +1,239 @@
+/* The save plan, computed identically on every client: which device owns each block (one
+ * holder per block, replicas spread by bytes), the data files, where each slice lies in its
+ * file, and each file's safetensors header (docs/ckpt-format.md). Also dt_sharded_prefix. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+
+static int cmp_box(const ck_plan_slice *a, const ck_plan_slice *b)
+{
+    for (int d = 0; d < DT_MAX_RANK; d++)
+        if (a->off[d] != b->off[d])
+            return a->off[d] < b->off[d] ? -1 : 1;
+    return 0;
+}
+
+static int cmp_slice(const void *pa, const void *pb)
+{
+    const ck_plan_slice *a = pa, *b = pb;
+    if (a->tensor != b->tensor)
+        return a->tensor < b->tensor ? -1 : 1;
+    return cmp_box(a, b);
+}
+
+/* File data order: larger items first (keeps every slice aligned), then tensor order. */
+static int cmp_in_file(const void *pa, const void *pb, void *arg)
+{
+    const ck_plan *sort_plan = arg;
+    const ck_plan_slice *a = &sort_plan->slices[*(const int64_t *)pa];
+    const ck_plan_slice *b = &sort_plan->slices[*(const int64_t *)pb];
+    size_t ea = dt_dtype_size(sort_plan->dtypes[a->tensor]);
+    size_t eb = dt_dtype_size(sort_plan->dtypes[b->tensor]);
+    if (ea != eb)
+        return ea > eb ? -1 : 1;
+    return a->tensor < b->tensor ? -1 : a->tensor > b->tensor;
+}
+
+static json_t *int_array(int rank, const int64_t *v)
+{
+    json_t *a = json_array();
+    for (int d = 0; a && d < rank; d++)
+        if (json_array_append_new(a, json_integer(v[d])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* Builds file f's header: 8-byte length, JSON, space padding to a multiple of 8. */
+static dt_status build_header(ck_plan *plan, ck_plan_file *f)
+{
+    dt_status st = DT_ERR_NO_MEMORY;
+    json_t *root = json_object(), *meta = json_object(), *info = json_object();
+    char *info_text = NULL, *text = NULL, devbuf[24];
+    if (!root || !meta || !info)
+        goto out;
+    /* __metadata__ first: readers that print the header show it on top. */
+    int bad = json_object_set(root, "__metadata__", meta);
+    for (int64_t i = 0; i < f->nslices; i++) {
+        const ck_plan_slice *s = &plan->slices[f->slices[i]];
+        int rank = dt_layout_rank(plan->layouts[s->tensor]);
+        json_t *e = json_object(), *so = json_object();
+        bad |= !e || !so;
+        bad |= json_object_set_new(so, "saved_offsets", int_array(rank, s->off));
+        bad |= json_object_set_new(info, plan->names[s->tensor], so);
+        bad |= json_object_set_new(e, "dtype",
+                                   json_string(dt__ckpt_dtype_str(plan->dtypes[s->tensor])));
+        bad |= json_object_set_new(e, "shape", int_array(rank, s->size));
+        json_t *dof = json_array();
+        bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
+        bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
+        bad |= json_object_set_new(e, "data_offsets", dof);
+        bad |= json_object_set_new(root, plan->names[s->tensor], e);
+    }
+    info_text = json_dumps(info, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    snprintf(devbuf, sizeof devbuf, "%d", f->device_id);
+    bad |= !info_text;
+    bad |= json_object_set_new(meta, "format", json_string("pt"));
+    bad |= json_object_set_new(meta, "DCP_VERSION", json_string("1.0"));
+    bad |= json_object_set_new(meta, "DCP_SHARDING_INFO", json_string(info_text ? info_text : ""));
+    bad |= json_object_set_new(meta, "dtensor.format_version", json_string("1"));
+    bad |= json_object_set_new(meta, "dtensor.device_id", json_string(devbuf));
+    text = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (!text)
+        goto out;
+    size_t jlen = strlen(text), hlen = (jlen + 7) & ~(size_t)7;
+    f->header_bytes = 8 + hlen;
+    f->header = malloc(f->header_bytes);
+    if (!f->header)
+        goto out;
+    for (int b = 0; b < 8; b++)
+        f->header[b] = (char)((uint64_t)hlen >> (8 * b));
+    memcpy(f->header + 8, text, jlen);
+    memset(f->header + 8 + jlen, ' ', hlen - jlen);
+    st = DT_OK;
+out:
+    if (st != DT_OK)
+        dt__error(st, "dt_save: no memory for a safetensors header");
+    free(text);
+    free(info_text);
+    json_decref(root);
+    json_decref(meta);
+    json_decref(info);
+    return st;
+}
+
+void dt__ckpt_plan_free(ck_plan *plan)
+{
+    if (!plan)
+        return;
+    for (int64_t f = 0; f < plan->nfiles; f++) {
+        free(plan->files[f].slices);
+        free(plan->files[f].header);
+    }
+    free(plan->files);
+    free(plan->slices);
+    free(plan->file_of_position);
+    memset(plan, 0, sizeof *plan);
+}
+
+dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
+                        const dt_layout *const *layouts, const int64_t *const *shapes,
+                        const dt_dtype *dtypes, uint64_t chunk_bytes, ck_plan *plan_out)
+{
+    ck_plan plan = {.n = n, .names = names, .layouts = layouts, .shapes = shapes,
+                    .dtypes = dtypes, .chunk_bytes = chunk_bytes};
+    int64_t size = dt_mesh_size(mesh);
+    uint64_t *load = calloc((size_t)size, sizeof *load);
+    unsigned char *seen = malloc((size_t)size);
+    int64_t *reps = malloc((size_t)size * sizeof *reps);
+    int64_t *count = calloc((size_t)size, sizeof *count);
+    int64_t cap = 16;
+    plan.slices = malloc((size_t)cap * sizeof *plan.slices);
+    plan.file_of_position = malloc((size_t)size * sizeof *plan.file_of_position);
+    dt_status st = DT_ERR_NO_MEMORY;
+    if (!load || !seen || !reps || !count || !plan.slices || !plan.file_of_position)
+        goto err;
+    for (int t = 0; t < n; t++) {
+        const dt_layout *l = layouts[t];
+        int rank = dt_layout_rank(l);
+        size_t elem = dt_dtype_size(dtypes[t]);
+        memset(seen, 0, (size_t)size);
+        for (int64_t p = 0; p < size; p++) {
+            int64_t b = dt_layout_block_index(l, p);
+            if (b < 0 || b >= size || seen[b])
+                continue;
+            seen[b] = 1;
+            ck_plan_slice s;
+            memset(&s, 0, sizeof s);
+            s.tensor = t;
+            if ((st = dt_layout_shard(l, shapes[t], p, s.off, s.size)) != DT_OK)
+                goto err;
+            uint64_t numel = 1;
+            for (int d = 0; d < rank; d++)
+                if (__builtin_mul_overflow(numel, (uint64_t)s.size[d], &numel))
+                    numel = UINT64_MAX;
+            if (numel == 0)
+                continue;
+            if (numel == UINT64_MAX || __builtin_mul_overflow(numel, elem, &s.bytes)) {
+                st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: tensor '%s' is too large",
+                               names[t]);
+                goto err;
+            }
+            int64_t nrep = 0;
+            if ((st = dt_layout_replicas(l, p, size, reps, &nrep)) != DT_OK)
+                goto err;
+            int64_t owner = reps[0];
+            for (int64_t r = 1; r < nrep; r++)
+                if (load[reps[r]] < load[owner])
+                    owner = reps[r];
+            load[owner] += s.bytes;
+            count[owner]++;
+            s.position = owner;
+            s.nchunks = (int64_t)((s.bytes + chunk_bytes - 1) / chunk_bytes);
+            if (plan.nslices == cap) {
+                cap *= 2;
+                ck_plan_slice *ns = realloc(plan.slices, (size_t)cap * sizeof *ns);
+                if (!ns) {
+                    st = DT_ERR_NO_MEMORY;
+                    goto err;
+                }
+                plan.slices = ns;
+            }
+            plan.slices[plan.nslices++] = s;
+        }
+    }
+    qsort(plan.slices, (size_t)plan.nslices, sizeof *plan.slices, cmp_slice);
+    for (int64_t p = 0; p < size; p++)
+        plan.nfiles += count[p] > 0;
+    plan.files = calloc((size_t)(plan.nfiles ? plan.nfiles : 1), sizeof *plan.files);
+    if (!plan.files) {
+        st = DT_ERR_NO_MEMORY;
+        goto err;
+    }
+    for (int64_t p = 0, f = 0; p < size; p++) {
+        plan.file_of_position[p] = count[p] > 0 ? f : -1;
+        if (count[p] == 0)
+            continue;
+        plan.files[f].position = p;
+        plan.files[f].device_id = dt_mesh_device_id(mesh, p);
+        plan.files[f].slices = malloc((size_t)count[p] * sizeof(int64_t));
+        if (!plan.files[f].slices) {
+            st = DT_ERR_NO_MEMORY;
+            goto err;
+        }
+        f++;
+    }
+    for (int64_t i = 0; i < plan.nslices; i++) {
+        ck_plan_file *f = &plan.files[plan.file_of_position[plan.slices[i].position]];
+        f->slices[f->nslices++] = i;
+    }
+    for (int64_t f = 0; f < plan.nfiles; f++) {
+        ck_plan_file *pf = &plan.files[f];
+        qsort_r(pf->slices, (size_t)pf->nslices, sizeof *pf->slices, cmp_in_file, &plan);
+        for (int64_t i = 0; i < pf->nslices; i++) {
+            ck_plan_slice *s = &plan.slices[pf->slices[i]];
+            s->begin = pf->data_bytes;
+            pf->data_bytes += s->bytes;
+        }
+        if ((st = build_header(&plan, pf)) != DT_OK)
+            goto err;
+    }
+    free(load);
+    free(seen);
+    free(reps);
+    free(count);
+    *plan_out = plan;
+    return DT_OK;
+err:
+    if (st == DT_ERR_NO_MEMORY)
+        dt__error(st, "dt_save: no memory for the save plan");
+    free(load);
+    free(seen);
+    free(reps);
+    free(count);
+    dt__ckpt_plan_free(&plan);
+    return st;
+}

@@ -1,0 +1,254 @@
+/* libdtensor checkpoints (DTensor's DSaver): sharded save from the host mesh, one merged
+ * index, restore onto any mesh and layout, and local inspection for tools.
+ * The on-disk format is specified in docs/ckpt-format.md; design notes in docs/ckpt.md. */
+#ifndef DTENSOR_CKPT_H
+#define DTENSOR_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/export.h"
+#include "dtensor/layout.h"
+#include "dtensor/mesh.h"
+#include "dtensor/status.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the on-disk format this library writes ("format_version" in the index). */
+#define DT_CKPT_FORMAT_VERSION 1
+/* File name of the merged index inside a checkpoint directory. */
+#define DT_CKPT_INDEX_NAME "dtensor-index.json"
+/* Default size of the chunks each slice's CRC32C list covers (docs/ckpt-format.md). */
+#define DT_CKPT_CHUNK_BYTES ((uint64_t)1 << 20)
+/* Longest tensor or value name accepted, in bytes (without the NUL). */
+#define DT_CKPT_NAME_MAX 1024
+
+/* ---- small named values saved beside the tensors ---------------------------------------- */
+
+typedef enum dt_ckpt_value_type {
+    DT_CKPT_VALUE_I64 = 0,    /* a step counter, an epoch */
+    DT_CKPT_VALUE_F64 = 1,    /* a loss scale, a learning rate */
+    DT_CKPT_VALUE_BYTES = 2,  /* an RNG state, any small blob (at most 16 MiB) */
+} dt_ckpt_value_type;
+
+/* One named value. For BYTES, `bytes`/`nbytes` (borrowed by the callee during the call). */
+typedef struct dt_ckpt_value {
+    const char *name;
+    dt_ckpt_value_type type;
+    int64_t i64;
+    double f64;
+    const void *bytes;
+    size_t nbytes;
+} dt_ckpt_value;
+
+/* ---- save ----------------------------------------------------------------------------------- */
+
+/* Options of dt_save. Initialise with DT_SAVE_OPTS_INIT, then set fields. */
+typedef struct dt_save_opts {
+    /* fsync every file and directory before the commit: 1 (default) or 0 (faster, not crash
+     * safe: a power loss may then leave a torn checkpoint). */
+    int fsync;
+    /* Named values to store in the index (client 0's copies are written). */
+    int nvalues;
+    const dt_ckpt_value *values;
+    /* Bytes per CRC32C chunk of a slice; 0 means DT_CKPT_CHUNK_BYTES. Else a multiple of 4096,
+     * at most 1 GiB. */
+    uint64_t chunk_bytes;
+    /* Seconds the barriers of the save wait for other clients; <= 0 waits forever. */
+    double timeout_seconds;
+} dt_save_opts;
+
+#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0}
+
+/* One shard file of a save: the file the saving device writes. */
+typedef struct dt_ckpt_shard {
+    char *path;            /* "<dir>/data-0000K-of-0000N.safetensors" (owned by the list) */
+    int device_id;         /* the saving device (global id, host mesh of `mesh`) */
+    int64_t position;      /* its mesh position */
+    int64_t num_slices;    /* slices it writes */
+    uint64_t data_bytes;   /* tensor bytes it writes (headers excluded) */
+} dt_ckpt_shard;
+
+/* DTensor's sharded_prefix: the shard files that dt_save(mesh, dir, n, names, tensors) writes,
+ * in file order. Each block of each tensor is written by exactly one device holding it; a
+ * replicated block goes to the holder with the fewest bytes assigned so far (ties: lowest
+ * mesh position), so replicas are spread over devices. Devices owning no non-empty block write
+ * no file. All tensors must live on `mesh` (dt_mesh_equal). Names are checked as in dt_save.
+ * On success *shards_out is an owned array of *count_out entries (free with
+ * dt_ckpt_shards_free); 0 entries when nothing is to be written.
+ * DT_ERR_INVALID_ARGUMENT for bad names (empty, too long, repeated, control characters,
+ * "__metadata__") or a tensor on another mesh. Local (no communication). */
+DT_API dt_status dt_sharded_prefix(const dt_mesh *mesh, const char *dir, int n,
+                                   const char *const *names, const dt_tensor *const *tensors,
+                                   dt_ckpt_shard **shards_out, int *count_out);
+DT_API void dt_ckpt_shards_free(dt_ckpt_shard *shards, int count);
+
+/* Saves `n` named tensors (all on `mesh`) and opts->values into the checkpoint directory `dir`.
+ * Tensors on a GPU mesh are first copied to the host mesh (dt_copy_to_mesh); partial tensors
+ * are reduced first (dt_relayout). Every saving device writes only the slices it owns, into its
+ * own data-0000K-of-0000N.safetensors; client 0 merges one index after a barrier. The commit
+ * is atomic: files are written (and fsynced) in "<dir>.dtensor-tmp" beside `dir`, then renamed
+ * into place; an existing checkpoint at `dir` is replaced safely (moved to "<dir>.dtensor-old",
+ * the new one renamed in, the old one removed). A crash at any moment leaves the previous
+ * checkpoint or the new one readable by dt_restore/dt_ckpt_open. Names are keys inside the
+ * files, never paths. All clients must pass the same names, shapes, dtypes and layouts.
+ * Collective: every client holding devices of `mesh` calls it, in the same order.
+ * Returns DT_ERR_INVALID_ARGUMENT (bad name, NULL, a tensor on another mesh, `dir` exists and
+ * is not a checkpoint), DT_ERR_IO (naming the file and the errno text, e.g. ENOSPC: the
+ * previous checkpoint is kept and the temporary directory removed), DT_ERR_NO_MEMORY,
+ * DT_ERR_COMM/DT_ERR_TIMEOUT. Every client returns the same status; a client whose own part
+ * succeeded reports the failing client's message. opts may be NULL for defaults. */
+DT_API dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const *names,
+                         const dt_tensor *const *tensors, const dt_save_opts *opts);
+
+/* ---- restore -------------------------------------------------------------------------------- */
+
+/* Restores `n` named tensors from the checkpoint `dir` as new tensors with `layouts[i]` (all
+ * on `mesh`, any device count, mesh shape or sharding; partial layouts are not accepted),
+ * with the saved global shapes and dtypes. Each device reads only the chunks of the saved
+ * slices its shard intersects (pread), and checks every chunk's CRC32C, the file sizes and the
+ * safetensors headers against the index. GPU meshes are filled through their host mesh.
+ * Collective over the clients holding devices of `mesh`; every client returns the same status.
+ * On success tensors_out[i] are owned handles; on failure nothing is written.
+ * Returns DT_ERR_NOT_FOUND (no checkpoint at `dir`, or no tensor of that name),
+ * DT_ERR_CORRUPT (missing, truncated or altered file or index: the message names the file and
+ * the tensor), DT_ERR_SHAPE (layout rank differs from the saved rank), DT_ERR_INVALID_ARGUMENT,
+ * DT_ERR_IO, DT_ERR_NO_MEMORY, DT_ERR_COMM. */
+DT_API dt_status dt_restore(const dt_mesh *mesh, const char *dir, int n,
+                            const char *const *names, const dt_layout *const *layouts,
+                            dt_tensor **tensors_out);
+
+/* Like dt_restore into existing tensors (their layouts, shapes and dtypes fixed, all on one
+ * mesh, none partial): DT_ERR_SHAPE when a saved shape or dtype differs (names both). On
+ * failure the targets' contents are unspecified (partly overwritten). Collective as above. */
+DT_API dt_status dt_restore_into(const char *dir, int n, const char *const *names,
+                                 dt_tensor *const *tensors);
+
+/* ---- inspection (local: no MPI, no runtime needed) ------------------------------------------ */
+
+typedef struct dt_ckpt dt_ckpt;
+
+/* Opens the checkpoint at `dir`: reads and validates its index (schema, names, shapes, slice
+ * bounds, slices tiling each tensor exactly). If `dir` holds no index but "<dir>.dtensor-old"
+ * does (a save crashed mid-commit), that previous checkpoint is opened (dt_ckpt_path says
+ * which). Reads no tensor data. Owned handle, close with dt_ckpt_close.
+ * DT_ERR_NOT_FOUND (no checkpoint), DT_ERR_CORRUPT (bad index, naming what), DT_ERR_IO,
+ * DT_ERR_UNSUPPORTED (a newer format_version). Local. */
+DT_API dt_status dt_ckpt_open(const char *dir, dt_ckpt **ckpt_out);
+/* Accepts NULL. */
+DT_API void dt_ckpt_close(dt_ckpt *ckpt);
+
+/* Directory actually read (borrowed), and the index's format_version and save mesh string. */
+DT_API const char *dt_ckpt_path(const dt_ckpt *ckpt);
+DT_API int dt_ckpt_format_version(const dt_ckpt *ckpt);
+DT_API const char *dt_ckpt_mesh(const dt_ckpt *ckpt);
+
+/* Data files, in index order (data-00000-of-0000N first). */
+typedef struct dt_ckpt_file_info {
+    const char *name;        /* file name inside the directory (borrowed) */
+    uint64_t bytes;          /* its size */
+    uint64_t header_bytes;   /* 8 + safetensors header length: where the data buffer starts */
+    uint32_t header_crc32c;  /* CRC32C of those header_bytes bytes */
+    int device_id;           /* device that wrote it */
+} dt_ckpt_file_info;
+DT_API int64_t dt_ckpt_num_files(const dt_ckpt *ckpt);
+DT_API dt_status dt_ckpt_file(const dt_ckpt *ckpt, int64_t i, dt_ckpt_file_info *info_out);
+
+/* Tensors in save order. Strings are borrowed from the handle. */
+typedef struct dt_ckpt_tensor_info {
+    const char *name;
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    const char *layout;       /* layout string at save time (host mesh) */
+    const char *mesh;         /* mesh string at save time (host mesh) */
+    int64_t num_slices;
+} dt_ckpt_tensor_info;
+DT_API int64_t dt_ckpt_num_tensors(const dt_ckpt *ckpt);
+DT_API dt_status dt_ckpt_tensor(const dt_ckpt *ckpt, int64_t i, dt_ckpt_tensor_info *info_out);
+/* Index of the tensor called `name`; DT_ERR_NOT_FOUND if none. */
+DT_API dt_status dt_ckpt_find(const dt_ckpt *ckpt, const char *name, int64_t *index_out);
+
+/* One saved slice (a box of the global tensor) of tensor i. */
+typedef struct dt_ckpt_slice_info {
+    const char *file;             /* data file name (borrowed) */
+    const char *key;              /* its key in that file's safetensors header (borrowed) */
+    int rank;
+    int64_t offsets[DT_MAX_RANK]; /* box start in the global tensor */
+    int64_t sizes[DT_MAX_RANK];   /* box shape */
+    uint64_t file_offset;         /* absolute byte offset of its data in the file */
+    uint64_t bytes;               /* its data length */
+    uint32_t crc32c;              /* CRC32C of all its bytes */
+    uint64_t chunk_bytes;         /* chunk size of the per-chunk CRCs */
+    int64_t num_chunks;           /* ceil(bytes / chunk_bytes) */
+} dt_ckpt_slice_info;
+DT_API dt_status dt_ckpt_slice(const dt_ckpt *ckpt, int64_t tensor, int64_t slice,
+                               dt_ckpt_slice_info *info_out);
+
+/* Named values: count, i-th name and type, and getters by name (DT_ERR_NOT_FOUND if absent,
+ * DT_ERR_SHAPE if of another type). dt_ckpt_value_bytes lends a pointer valid until close. */
+DT_API int64_t dt_ckpt_num_values(const dt_ckpt *ckpt);
+DT_API dt_status dt_ckpt_value_info(const dt_ckpt *ckpt, int64_t i, const char **name_out,
+                                    dt_ckpt_value_type *type_out);
+DT_API dt_status dt_ckpt_value_i64(const dt_ckpt *ckpt, const char *name, int64_t *value_out);
+DT_API dt_status dt_ckpt_value_f64(const dt_ckpt *ckpt, const char *name, double *value_out);
+DT_API dt_status dt_ckpt_value_bytes(const dt_ckpt *ckpt, const char *name,
+                                     const void **data_out, size_t *nbytes_out);
+
+/* One problem found by dt_ckpt_verify. Strings borrowed for the callback's duration. */
+typedef struct dt_ckpt_problem {
+    const char *file;        /* data file (or the index file name) */
+    const char *tensor;      /* tensor name, "" when the problem is the file itself */
+    int64_t tensor_index;    /* -1 when not about one tensor */
+    int64_t slice_index;     /* -1 when not about one slice */
+    dt_status status;        /* DT_ERR_CORRUPT or DT_ERR_IO */
+    const char *message;     /* the full text, as dt_last_error() would give */
+} dt_ckpt_problem;
+typedef void (*dt_ckpt_problem_fn)(void *arg, const dt_ckpt_problem *problem);
+
+/* Reads every data file completely: checks sizes, header CRCs, that each safetensors header
+ * and its DCP_SHARDING_INFO agree with the index, and every slice's whole and per-chunk
+ * CRC32C. Calls `fn` (may be NULL) once per bad file or slice and goes on. *bad_out (may be
+ * NULL) gets the number of problems. Returns DT_OK when none, else DT_ERR_CORRUPT (the first
+ * problem's text in dt_last_error()). Local. */
+DT_API dt_status dt_ckpt_verify(const dt_ckpt *ckpt, dt_ckpt_problem_fn fn, void *arg,
+                                int64_t *bad_out);
+
+/* Reads one tensor's whole global value into `buf` (row-major, `len` >= numel * dtype size
+ * bytes), checking CRCs. DT_ERR_CORRUPT names file and tensor. Local. */
+DT_API dt_status dt_ckpt_read_tensor(const dt_ckpt *ckpt, int64_t tensor, void *buf,
+                                     size_t len);
+
+/* Options of dt_ckpt_export. */
+typedef struct dt_ckpt_export_opts {
+    /* 0: one file. Else the most tensor bytes per output file; tensors are never split, so a
+     * file holds at least one tensor even when that exceeds the limit. */
+    uint64_t max_file_bytes;
+    /* fsync the written files: 1 (default) or 0. */
+    int fsync;
+} dt_ckpt_export_opts;
+#define DT_CKPT_EXPORT_OPTS_INIT {0, 1}
+
+/* Writes every tensor, whole, as standard safetensors into the directory `out_dir` (created
+ * if missing): "model.safetensors" when it fits one file, else "model-0000K-of-0000N.safetensors"
+ * (K from 00001) plus "model.safetensors.index.json" ({"metadata": {"total_size": bytes},
+ * "weight_map": {name: file}}), as Hugging Face writes them; loadable by the safetensors
+ * library as-is. Named values go into the first file's __metadata__ as strings
+ * ("dtensor.value.<name>": decimal, "%.17g" or hex). Verifies CRCs while reading.
+ * *files_out (may be NULL) gets the number of files written. opts may be NULL.
+ * DT_ERR_CORRUPT, DT_ERR_IO, DT_ERR_NO_MEMORY. Local. */
+DT_API dt_status dt_ckpt_export(const dt_ckpt *ckpt, const char *out_dir,
+                                const dt_ckpt_export_opts *opts, int *files_out);
+
+/* CRC32C (Castagnoli, reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF) of
+ * `len` bytes continuing from `crc` (0 to start): dt_crc32c(dt_crc32c(0, a, n), b, m) is the
+ * CRC of a followed by b. dt_crc32c(0, "123456789", 9) == 0xE3069283. Local. */
+DT_API uint32_t dt_crc32c(uint32_t crc, const void *data, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,263 @@
+/* libdtensor ops: local kernels on raw buffers (CPU; CUDA mirrors them) and the layout-aware
+ * distributed operations on dt_tensors that training needs, forward and backward. */
+#ifndef DTENSOR_OPS_H
+#define DTENSOR_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/export.h"
+#include "dtensor/layout.h"
+#include "dtensor/status.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================================
+ * Part 1: local kernels on raw host buffers.
+ *
+ * Conventions: element counts are int64_t (>= 0); matrices are row-major with a leading
+ * dimension (elements between rows); every kernel returns DT_OK or DT_ERR_INVALID_ARGUMENT
+ * (negative size, NULL pointer with a non-empty size, bad leading dimension, bad dtype) and
+ * then writes nothing. Outputs may alias inputs of the same shape (in-place) unless a comment
+ * says otherwise. Scalars a kernel produces (sums, flags) are written through a pointer into
+ * the same memory space as the inputs (host here; device memory for the CUDA mirrors), so a
+ * distributed op can write them straight into a tensor's local component. Local; thread-safe.
+ * The CUDA mirrors (ops/cuda/, built with -Dcuda=enabled) take the same arguments on device
+ * pointers. Compute is f32 unless stated.
+ * ====================================================================================== */
+
+/* C[m,n] = alpha * op(A)[m,k] . op(B)[k,n] + beta * C, row-major, f32 accumulation.
+ * op(X) = X (trans 0) or X^T (trans 1): A is m x k (lda >= k) or, transposed, k x m (lda >= m);
+ * likewise B is k x n (ldb >= n) or n x k (ldb >= k); ldc >= n. A and B may be f32, f16 or
+ * bf16 (each independently); f16/bf16 inputs are converted to f32 in blocks of the contraction
+ * dim into a reused pool buffer. f32 x f32 calls cblas_sgemm directly on the caller's data.
+ * beta == 0 ignores C's old contents (NaN included). C must not alias A or B.
+ * DT_ERR_UNSUPPORTED for other dtypes or sizes beyond the BLAS int range; DT_ERR_NO_MEMORY. */
+DT_API dt_status dt_kernel_gemm(int transa, int transb, int64_t m, int64_t n, int64_t k,
+                                float alpha, const void *a, dt_dtype a_dtype, int64_t lda,
+                                const void *b, dt_dtype b_dtype, int64_t ldb, float beta,
+                                float *c, int64_t ldc);
+
+/* Elementwise, f32, n elements: out = a + b, a - b, a * b; out = alpha * x; y += alpha * x;
+ * x = value; dst = src (dst must not partially overlap src). */
+DT_API dt_status dt_kernel_add(int64_t n, const float *a, const float *b, float *out);
+DT_API dt_status dt_kernel_sub(int64_t n, const float *a, const float *b, float *out);
+DT_API dt_status dt_kernel_mul(int64_t n, const float *a, const float *b, float *out);
+DT_API dt_status dt_kernel_scale(int64_t n, float alpha, const float *x, float *out);
+DT_API dt_status dt_kernel_axpy(int64_t n, float alpha, const float *x, float *y);
+DT_API dt_status dt_kernel_fill(int64_t n, float value, float *x);
+DT_API dt_status dt_kernel_copy(int64_t n, const float *src, float *dst);
+
+/* Bias over the last dim of a row-major [rows, cols] matrix: y[i,j] += bias[j];
+ * and its gradient db[j] = sum_i dy[i,j] (overwrites db; f32 accumulation in row order). */
+DT_API dt_status dt_kernel_bias_add(int64_t rows, int64_t cols, const float *bias, float *y);
+DT_API dt_status dt_kernel_bias_grad(int64_t rows, int64_t cols, const float *dy, float *db);
+
+/* Activations, n elements. y = max(x, 0); dx = dy * (x > 0).
+ * GELU, tanh form (GPT-2, PyTorch approximate='tanh'):
+ *   y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));  dx = dy * dy/dx analytically.
+ * The backward kernels take the forward *input* x. dx may alias dy. */
+DT_API dt_status dt_kernel_relu(int64_t n, const float *x, float *y);
+DT_API dt_status dt_kernel_relu_grad(int64_t n, const float *x, const float *dy, float *dx);
+DT_API dt_status dt_kernel_gelu(int64_t n, const float *x, float *y);
+DT_API dt_status dt_kernel_gelu_grad(int64_t n, const float *x, const float *dy, float *dx);
+
+/* Softmax cross-entropy over row-major logits [rows, classes] with int32 labels [rows]
+ * (each in 0..classes-1, else DT_ERR_INVALID_ARGUMENT naming the row), numerically stable
+ * (max subtracted, log-sum-exp):
+ *   *loss_out = scale * sum_i (logsumexp(logits[i,:]) - logits[i, labels[i]])
+ * (scale = 1/rows gives the mean); and its gradient
+ *   dlogits[i,j] = scale * (softmax(logits[i,:])_j - (j == labels[i])).
+ * dlogits may alias logits. classes >= 1. */
+DT_API dt_status dt_kernel_softmax_xent(int64_t rows, int64_t classes, const float *logits,
+                                        const int32_t *labels, float scale, float *loss_out);
+DT_API dt_status dt_kernel_softmax_xent_grad(int64_t rows, int64_t classes,
+                                             const float *logits, const int32_t *labels,
+                                             float scale, float *dlogits);
+
+/* Full reductions of n f32 elements into one f32 (accumulated in f64 on the CPU):
+ * sum, max (-inf for n == 0; NaN if any element is NaN), mean (NaN for n == 0), squared L2
+ * norm. */
+DT_API dt_status dt_kernel_sum(int64_t n, const float *x, float *out);
+DT_API dt_status dt_kernel_max(int64_t n, const float *x, float *out);
+DT_API dt_status dt_kernel_mean(int64_t n, const float *x, float *out);
+DT_API dt_status dt_kernel_sq_norm(int64_t n, const float *x, float *out);
+
+/* Reduction over the middle dim of x viewed as row-major [outer, len, inner] into
+ * y [outer, inner]: op DT_REDUCE_SUM, DT_REDUCE_MAX, DT_REDUCE_MIN or DT_REDUCE_AVG (sum/len).
+ * len == 0 gives the op's identity (0, -inf, +inf; NaN for avg). y must not alias x. */
+DT_API dt_status dt_kernel_reduce_axis(dt_reduce_op op, int64_t outer, int64_t len,
+                                       int64_t inner, const float *x, float *y);
+
+/* Inf/NaN detection: *found_out = 1 if any of the n elements of x (f32, f16, bf16 or f64) is
+ * an infinity or a NaN, else 0. */
+DT_API dt_status dt_kernel_nonfinite(int64_t n, const void *x, dt_dtype dtype,
+                                     int32_t *found_out);
+
+/* Casts n elements between f32, f16, bf16 and f64: round to nearest even, NaN stays NaN
+ * (quiet), infinities and signed zeros kept, values beyond the target's range become
+ * infinities; f16 subnormals are produced and read exactly. f64 <-> f16/bf16 go through f32
+ * (two roundings). NaN results are quiet NaNs keeping the top payload bits. src_dtype ==
+ * dst_dtype copies.
+ * dst must not overlap src. DT_ERR_UNSUPPORTED for other dtypes. */
+DT_API dt_status dt_kernel_cast(int64_t n, const void *src, dt_dtype src_dtype, void *dst,
+                                dt_dtype dst_dtype);
+
+/* Optimizer updates on flat f32 buffers of n elements. `grad` is read only; the gradient
+ * used is g = grad_scale * grad (grad_scale undoes loss scaling or clips). */
+
+/* SGD with momentum (PyTorch torch.optim.SGD semantics, zero-initialised momentum buffer):
+ *   g += weight_decay * p
+ *   buf = momentum * buf + (1 - dampening) * g      (skipped when momentum == 0)
+ *   d = nesterov ? g + momentum * buf : buf          (d = g when momentum == 0)
+ *   p -= lr * d
+ * momentum_buf may be NULL when momentum == 0. (PyTorch starts the buffer at the first g
+ * instead of zero: the same when dampening == 0.) */
+typedef struct dt_sgd_opts {
+    float lr;
+    float momentum;
+    float dampening;
+    float weight_decay;
+    int nesterov;
+    float grad_scale;
+} dt_sgd_opts;
+#define DT_SGD_OPTS_INIT {0.01f, 0.0f, 0.0f, 0.0f, 0, 1.0f}
+
+DT_API dt_status dt_kernel_sgd(int64_t n, const dt_sgd_opts *opts, float *param,
+                               const float *grad, float *momentum_buf);
+
+/* Adam (decoupled == 0: L2, g += weight_decay * p) and AdamW (decoupled == 1:
+ * p -= lr * weight_decay * p before the step), PyTorch semantics, zero-initialised moments:
+ *   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
+ *   p -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
+ * `step` is the 1-based count of this update (bias correction); step < 1 is
+ * DT_ERR_INVALID_ARGUMENT. */
+typedef struct dt_adam_opts {
+    float lr;
+    float beta1;
+    float beta2;
+    float eps;
+    float weight_decay;
+    int decoupled;
+    float grad_scale;
+} dt_adam_opts;
+#define DT_ADAM_OPTS_INIT {0.001f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1.0f}
+#define DT_ADAMW_OPTS_INIT {0.001f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f}
+
+DT_API dt_status dt_kernel_adam(int64_t n, const dt_adam_opts *opts, int64_t step, float *param,
+                                const float *grad, float *m, float *v);
+
+/* ======================================================================================
+ * Part 2: distributed ops on dt_tensors (SPMD; docs/ops.md has the layout rules table).
+ *
+ * Each op takes tensors on one mesh, decides the output layout from the input layouts,
+ * relays inputs out as needed (dt_relayout, cheapest valid choice by a traffic-plus-compute
+ * model) and runs the local kernel on every local component. Where an op takes
+ * `layout` (may be NULL), NULL asks for the natural output layout (possibly partial) and a
+ * layout asks for exactly that one (e.g. reduced instead of partial); it must be on the
+ * inputs' mesh with the output's rank. Inputs are never modified except where stated;
+ * outputs are new owned tensors written only on success.
+ *
+ * All are collective: every client holding devices of the mesh calls them in the same order
+ * with the same arguments. Dtype is f32 unless stated. Errors: DT_ERR_INVALID_ARGUMENT for
+ * NULL arguments; DT_ERR_SHAPE for mismatched shapes, ranks, dtypes or meshes (message names
+ * the operand and the shapes); DT_ERR_UNSUPPORTED for a GPU mesh without CUDA kernels; and
+ * whatever dt_relayout returns (DT_ERR_COMM).
+ * ====================================================================================== */
+
+/* C = op(A) . op(B) for 2-D A, B (f32, f16 or bf16; C is f32); op as in dt_kernel_gemm.
+ * Natural layouts (mesh dims of op(A) = [m, k], op(B) = [k, n]):
+ *   data parallel:   A [b, -] x B [-, -]  -> C [b, -]
+ *   column parallel: A [-, -] x B [-, c]  -> C [-, c]
+ *   row parallel:    A [-, r] x B [r, -]  -> C [-, -] partial r (sum)
+ *   and their combinations (A [b, r] x B [r, c] -> C [b, c] partial r); a sum-partial operand
+ *   whose mesh dim the other operand leaves replicated passes through to C.
+ * Any other combination is first relaid out to the cheapest of these. */
+DT_API dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+                           const dt_layout *layout, dt_tensor **out);
+
+/* Gradients of C = op(A) . op(B) given dC: dA and dB (either output pointer may be NULL to
+ * skip it), each in its natural layout (e.g. for data parallel dB is partial over the batch
+ * mesh dim, which a ZeRO optimizer reduce-scatters) or in da_layout / db_layout if given. */
+DT_API dt_status dt_matmul_backward(const dt_tensor *a, const dt_tensor *b, int transa,
+                                    int transb, const dt_tensor *dc, const dt_layout *da_layout,
+                                    const dt_layout *db_layout, dt_tensor **da_out,
+                                    dt_tensor **db_out);
+
+/* Elementwise binary ops on equal shapes. Natural output layout: a's or b's, whichever needs
+ * the cheaper relayout of the other operand (a's on a tie). Sum-partial operands stay partial
+ * for add and sub; mul reduces partial operands first. */
+DT_API dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                        dt_tensor **out);
+DT_API dt_status dt_sub(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                        dt_tensor **out);
+DT_API dt_status dt_mul(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                        dt_tensor **out);
+/* out = alpha * x, in x's layout (sum-partial stays partial). */
+DT_API dt_status dt_scale(const dt_tensor *x, float alpha, dt_tensor **out);
+/* In place: y += alpha * x, in y's layout (x relaid out to it). */
+DT_API dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y);
+
+/* y = x + bias over x's last dim (bias 1-D of that size), in x's layout; the bias is relaid
+ * out to be sharded like x's last dim and replicated over every other mesh dim. */
+DT_API dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out);
+/* db = sum of dy over every dim but the last: sharded like dy's last dim, partial (sum) over
+ * the mesh dims sharding dy's other dims (natural), or `layout` if given. */
+DT_API dt_status dt_bias_grad(const dt_tensor *dy, const dt_layout *layout, dt_tensor **out);
+
+/* Activations in x's layout (a partial x is reduced first); backward takes the forward input
+ * x and dy, and gives dx in x's (reduced) layout. */
+DT_API dt_status dt_relu(const dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_relu_backward(const dt_tensor *x, const dt_tensor *dy, dt_tensor **dx_out);
+DT_API dt_status dt_gelu(const dt_tensor *x, dt_tensor **out);
+DT_API dt_status dt_gelu_backward(const dt_tensor *x, const dt_tensor *dy, dt_tensor **dx_out);
+
+/* Mean softmax cross-entropy of logits [rows, classes] against int32 labels [rows]:
+ * loss = (1/rows) sum_i ce_i, a rank-0 f32 tensor. The class dim is unsharded first (if
+ * sharded); rows keep their sharding and the labels follow it. Natural output: partial (sum)
+ * over the mesh dims sharding the rows; `layout` (rank 0) asks for another one.
+ * The backward gives dlogits = dloss * d(loss)/d(logits) in the logits' (class-unsharded)
+ * layout; dloss is the incoming scalar gradient (1, or the loss scale). */
+DT_API dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
+                                 const dt_layout *layout, dt_tensor **loss_out);
+DT_API dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *labels,
+                                          float dloss, dt_tensor **dlogits_out);
+
+/* Reduces x over `axis` (negative counts from the end; DT_ALL_AXES: every dim, rank-0
+ * result) with DT_REDUCE_SUM, DT_REDUCE_MAX, DT_REDUCE_MIN or DT_REDUCE_AVG (mean over the
+ * global count). The reduced dims drop out. Natural output: the kept dims keep their
+ * sharding; a reduced dim sharded on mesh dim d makes the result partial over d (sum for sum
+ * and mean, max, min); `layout` asks for another one. A sum-partial x stays partial for sum
+ * and mean and is reduced first for max and min. */
+#define DT_ALL_AXES 0x7fff
+DT_API dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis,
+                           const dt_layout *layout, dt_tensor **out);
+/* Squared L2 norm of all of x: rank-0 f32, partial (sum) over the mesh dims sharding x. */
+DT_API dt_status dt_sq_norm(const dt_tensor *x, const dt_layout *layout, dt_tensor **out);
+/* *found_out = 1 on every client if any element of x (f32, f16, bf16, f64) anywhere on the
+ * mesh is inf or NaN, else 0 (the summands of a partial x are checked as they are). */
+DT_API dt_status dt_nonfinite(const dt_tensor *x, int *found_out);
+
+/* A tensor of the same layout and shape in another dtype (f32, f16, bf16, f64), rounding as
+ * dt_kernel_cast. */
+DT_API dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out);
+
+/* The value of a rank-0 tensor (any layout, partial ones reduced; f32, f64, f16, bf16, i32,
+ * i64) as a double, on every client. */
+DT_API dt_status dt_item(const dt_tensor *x, double *value_out);
+
+/* Optimizer steps on tensors: param, momentum / moments share one non-partial layout and
+ * shape (f32); grad (any layout, partial ones included) is relaid out to it first (a
+ * reduce-scatter for a partial gradient against a sharded parameter). In place. */
+DT_API dt_status dt_sgd_step(const dt_sgd_opts *opts, dt_tensor *param, const dt_tensor *grad,
+                             dt_tensor *momentum_buf);
+DT_API dt_status dt_adam_step(const dt_adam_opts *opts, int64_t step, dt_tensor *param,
+                              const dt_tensor *grad, dt_tensor *m, dt_tensor *v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

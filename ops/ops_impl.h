@@ -1,0 +1,123 @@
+/* ops/ private header: the kernel backend table the distributed ops dispatch through (CPU
+ * here, CUDA in ops/cuda/), and the shared helpers of the SPMD files. Not installed. */
+#ifndef DTENSOR_OPS_IMPL_H
+#define DTENSOR_OPS_IMPL_H
+
+#include <stdint.h>
+
+#include "dtensor/dtensor.h"
+#include "runtime/internal.h"
+
+/* ---- kernel backends --------------------------------------------------------------------
+ * One table per device type. Every entry has exactly the arguments of the public
+ * dt_kernel_* function of the same name, on pointers of that backend's memory. Before the
+ * kernels of one local component run, the distributed ops call set_device(device_id) with
+ * the component's DLTensor device_id (NULL entry: nothing to do); after all local
+ * components of one op, sync() (NULL: nothing) so the results are complete before any
+ * relayout or host read. */
+typedef struct dt__ops_backend {
+    const char *name;
+    dt_status (*set_device)(int device_id);
+    dt_status (*sync)(void);
+    dt_status (*gemm)(int transa, int transb, int64_t m, int64_t n, int64_t k, float alpha,
+                      const void *a, dt_dtype a_dtype, int64_t lda, const void *b,
+                      dt_dtype b_dtype, int64_t ldb, float beta, float *c, int64_t ldc);
+    dt_status (*add)(int64_t n, const float *a, const float *b, float *out);
+    dt_status (*sub)(int64_t n, const float *a, const float *b, float *out);
+    dt_status (*mul)(int64_t n, const float *a, const float *b, float *out);
+    dt_status (*scale)(int64_t n, float alpha, const float *x, float *out);
+    dt_status (*axpy)(int64_t n, float alpha, const float *x, float *y);
+    dt_status (*fill)(int64_t n, float value, float *x);
+    dt_status (*copy)(int64_t n, const float *src, float *dst);
+    dt_status (*bias_add)(int64_t rows, int64_t cols, const float *bias, float *y);
+    dt_status (*bias_grad)(int64_t rows, int64_t cols, const float *dy, float *db);
+    dt_status (*relu)(int64_t n, const float *x, float *y);
+    dt_status (*relu_grad)(int64_t n, const float *x, const float *dy, float *dx);
+    dt_status (*gelu)(int64_t n, const float *x, float *y);
+    dt_status (*gelu_grad)(int64_t n, const float *x, const float *dy, float *dx);
+    dt_status (*softmax_xent)(int64_t rows, int64_t classes, const float *logits,
+                              const int32_t *labels, float scale, float *loss_out);
+    dt_status (*softmax_xent_grad)(int64_t rows, int64_t classes, const float *logits,
+                                   const int32_t *labels, float scale, float *dlogits);
+    dt_status (*sum)(int64_t n, const float *x, float *out);
+    dt_status (*max)(int64_t n, const float *x, float *out);
+    dt_status (*mean)(int64_t n, const float *x, float *out);
+    dt_status (*sq_norm)(int64_t n, const float *x, float *out);
+    dt_status (*reduce_axis)(dt_reduce_op op, int64_t outer, int64_t len, int64_t inner,
+                             const float *x, float *y);
+    dt_status (*nonfinite)(int64_t n, const void *x, dt_dtype dtype, int32_t *found_out);
+    dt_status (*cast)(int64_t n, const void *src, dt_dtype src_dtype, void *dst,
+                      dt_dtype dst_dtype);
+    dt_status (*sgd)(int64_t n, const dt_sgd_opts *opts, float *param, const float *grad,
+                     float *momentum_buf);
+    dt_status (*adam)(int64_t n, const dt_adam_opts *opts, int64_t step, float *param,
+                      const float *grad, float *m, float *v);
+} dt__ops_backend;
+
+/* ops/backend.c: the CPU table (the dt_kernel_* functions). */
+const dt__ops_backend *dt__ops_cpu_backend(void);
+
+/* ops/cuda/ (only in builds with DT_HAVE_CUDA): the CUDA table. Declared weak so that a
+ * CUDA build links (and GPU ops report DT_ERR_UNSUPPORTED) until ops/cuda/ defines it. */
+#if defined(__GNUC__)
+__attribute__((weak))
+#endif
+const dt__ops_backend *dt__ops_cuda_backend(void);
+
+/* The table for a mesh's device type; DT_ERR_UNSUPPORTED (message names `op`) when this
+ * build has none for it. */
+dt_status dt__ops_backend_for(const dt_mesh *mesh, const char *op,
+                              const dt__ops_backend **backend_out);
+
+/* ---- shared argument checks of the kernels --------------------------------------------- */
+
+/* DT_ERR_INVALID_ARGUMENT naming `op` unless n >= 0 and every non-NULL-required pointer of
+ * the list is non-NULL when n > 0. */
+dt_status dt__kcheck(const char *op, int64_t n, int nptrs, const void *const *ptrs);
+
+/* ---- SPMD helpers (ops/spmd_util.c) ---------------------------------------------------- */
+
+/* A layout described by mesh-dim indices: spec[i] = mesh dim sharding tensor dim i or -1;
+ * partial[d] = 1 + dt_reduce_op if mesh dim d is partial, else 0. */
+typedef struct dt__lspec {
+    int rank;
+    int spec[DT_MAX_RANK];
+    int partial[DT_MESH_MAX_DIMS];
+} dt__lspec;
+
+void dt__lspec_of(const dt_layout *layout, dt__lspec *out);
+dt_status dt__lspec_layout(const dt_mesh *mesh, const dt__lspec *ls, dt_layout **out);
+/* 1 if any partial dim; 1 if any partial dim with an op other than sum. */
+int dt__lspec_has_partial(const dt__lspec *ls);
+int dt__lspec_has_nonsum_partial(const dt__lspec *ls);
+/* Estimated elements moved in total by a relayout from `from` to `to` of a tensor of `shape`
+ * (0 when `to` is obtained by slicing or equal). */
+double dt__relayout_cost(const dt_mesh *mesh, const int64_t *shape, const dt__lspec *from,
+                         const dt__lspec *to);
+
+/* Relays `t` out to `ls` unless already there: *out gets a new reference either way. */
+dt_status dt__ensure_layout(const dt_tensor *t, const dt__lspec *ls, dt_tensor **out);
+dt_status dt__ensure_layout_l(const dt_tensor *t, const dt_layout *layout, dt_tensor **out);
+
+/* Replaces *t by its relayout to `layout` when `layout` is non-NULL and differs (consumes
+ * the reference on success). Checks mesh and rank, naming `op`. */
+dt_status dt__finish_layout(const char *op, const dt_layout *layout, dt_tensor **t);
+
+/* Common input checks: non-NULL, dtype (f32 unless `dtype_any`), mesh equality with `ref`. */
+dt_status dt__check_tensor(const char *op, const char *what, const dt_tensor *t,
+                           const dt_tensor *ref);
+dt_status dt__check_f32(const char *op, const char *what, const dt_tensor *t);
+dt_status dt__check_same_shape(const char *op, const dt_tensor *a, const dt_tensor *b);
+
+/* Shape text "[2,3]" into buf (for messages). */
+const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len);
+
+/* Local component i's data pointer (NULL if empty), its element count. */
+void *dt__local_data(const dt_tensor *t, int i);
+int64_t dt__local_numel(const dt_tensor *t, int i);
+
+/* A new uninitialised tensor with the given lspec on t's mesh. */
+dt_status dt__tensor_new(const dt_mesh *mesh, const dt__lspec *ls, dt_dtype dtype,
+                         const int64_t *shape, dt_tensor **out);
+
+#endif

@@ -1,0 +1,169 @@
+/* Local reductions: sum, max, mean, squared L2 norm of a buffer (f64 accumulation in eight
+ * lanes), reductions over one axis, and inf/NaN detection in f32, f16, bf16 and f64. */
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+#define LANES 8
+
+static dt_status check_full(const char *op, int64_t n, const float *x, const float *out)
+{
+    const void *p[] = {x};
+    dt_status st = dt__kcheck(op, n, 1, p);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL output", op);
+    return st;
+}
+
+static double sum_f64(int64_t n, const float *x, int squares)
+{
+    double acc[LANES] = {0};
+    int64_t i = 0;
+    if (squares) {
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++)
+                acc[j] += (double)x[i + j] * (double)x[i + j];
+        for (; i < n; i++)
+            acc[0] += (double)x[i] * (double)x[i];
+    } else {
+        for (; i + LANES <= n; i += LANES)
+            for (int j = 0; j < LANES; j++)
+                acc[j] += (double)x[i + j];
+        for (; i < n; i++)
+            acc[0] += (double)x[i];
+    }
+    double s = 0.0;
+    for (int j = 0; j < LANES; j++)
+        s += acc[j];
+    return s;
+}
+
+dt_status dt_kernel_sum(int64_t n, const float *x, float *out)
+{
+    dt_status st = check_full("dt_kernel_sum", n, x, out);
+    if (st != DT_OK)
+        return st;
+    *out = (float)sum_f64(n, x, 0);
+    return DT_OK;
+}
+
+dt_status dt_kernel_mean(int64_t n, const float *x, float *out)
+{
+    dt_status st = check_full("dt_kernel_mean", n, x, out);
+    if (st != DT_OK)
+        return st;
+    *out = n == 0 ? NAN : (float)(sum_f64(n, x, 0) / (double)n);
+    return DT_OK;
+}
+
+dt_status dt_kernel_sq_norm(int64_t n, const float *x, float *out)
+{
+    dt_status st = check_full("dt_kernel_sq_norm", n, x, out);
+    if (st != DT_OK)
+        return st;
+    *out = (float)sum_f64(n, x, 1);
+    return DT_OK;
+}
+
+dt_status dt_kernel_max(int64_t n, const float *x, float *out)
+{
+    dt_status st = check_full("dt_kernel_max", n, x, out);
+    if (st != DT_OK)
+        return st;
+    float m = -INFINITY;
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        m = x[i] > m ? x[i] : m;
+        nan |= x[i] != x[i];
+    }
+    *out = nan ? NAN : m;
+    return DT_OK;
+}
+
+static float identity_of(dt_reduce_op op)
+{
+    switch (op) {
+    case DT_REDUCE_MAX: return -INFINITY;
+    case DT_REDUCE_MIN: return INFINITY;
+    default: return 0.0f;
+    }
+}
+
+dt_status dt_kernel_reduce_axis(dt_reduce_op op, int64_t outer, int64_t len, int64_t inner,
+                                const float *x, float *y)
+{
+    if (op != DT_REDUCE_SUM && op != DT_REDUCE_MAX && op != DT_REDUCE_MIN &&
+        op != DT_REDUCE_AVG)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_reduce_axis: bad reduction %d",
+                         (int)op);
+    if (outer < 0 || len < 0 || inner < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_reduce_axis: negative size "
+                         "[%lld, %lld, %lld]", (long long)outer, (long long)len,
+                         (long long)inner);
+    if (outer > 0 && inner > 0 && (!y || (len > 0 && !x)))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_reduce_axis: NULL pointer");
+    float init = identity_of(op);
+    for (int64_t o = 0; o < outer; o++) {
+        float *yo = y + o * inner;
+        const float *xo = x ? x + o * len * inner : NULL;
+        for (int64_t j = 0; j < inner; j++)
+            yo[j] = init;
+        for (int64_t l = 0; l < len; l++) {
+            const float *row = xo + l * inner;
+            switch (op) {
+            case DT_REDUCE_MAX:
+                for (int64_t j = 0; j < inner; j++)
+                    yo[j] = (row[j] > yo[j] || row[j] != row[j]) ? row[j] : yo[j];
+                break;
+            case DT_REDUCE_MIN:
+                for (int64_t j = 0; j < inner; j++)
+                    yo[j] = (row[j] < yo[j] || row[j] != row[j]) ? row[j] : yo[j];
+                break;
+            default:
+                for (int64_t j = 0; j < inner; j++)
+                    yo[j] += row[j];
+                break;
+            }
+        }
+        if (op == DT_REDUCE_AVG) {
+            float inv = len > 0 ? 1.0f / (float)len : NAN;
+            for (int64_t j = 0; j < inner; j++)
+                yo[j] = len > 0 ? yo[j] * inv : NAN;
+        }
+    }
+    return DT_OK;
+}
+
+/* Whether any element has an all-ones exponent: `mask` selects the exponent bits. */
+#define NONFINITE_LOOP(type, mask)                                                          \
+    do {                                                                                    \
+        const unsigned char *bytes = x;                                                     \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            type u;                                                                         \
+            memcpy(&u, bytes + i * (int64_t)sizeof u, sizeof u);                            \
+            found |= (u & (mask)) == (mask);                                                \
+        }                                                                                   \
+    } while (0)
+
+dt_status dt_kernel_nonfinite(int64_t n, const void *x, dt_dtype dtype, int32_t *found_out)
+{
+    const void *p[] = {x};
+    dt_status st = dt__kcheck("dt_kernel_nonfinite", n, 1, p);
+    if (st != DT_OK)
+        return st;
+    if (!found_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_nonfinite: NULL found_out");
+    int found = 0;
+    switch (dtype) {
+    case DT_DTYPE_F32: NONFINITE_LOOP(uint32_t, 0x7f800000u); break;
+    case DT_DTYPE_F64: NONFINITE_LOOP(uint64_t, 0x7ff0000000000000ull); break;
+    case DT_DTYPE_F16: NONFINITE_LOOP(uint16_t, 0x7c00u); break;
+    case DT_DTYPE_BF16: NONFINITE_LOOP(uint16_t, 0x7f80u); break;
+    default:
+        return dt__error(DT_ERR_UNSUPPORTED, "dt_kernel_nonfinite: dtype %s (f32, f64, f16 or "
+                         "bf16 expected)", dt_dtype_name(dtype));
+    }
+    *found_out = found;
+    return DT_OK;
+}

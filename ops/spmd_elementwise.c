@@ -1,0 +1,366 @@
+/* Distributed elementwise ops: add, sub, mul, scale, axpy, bias add, ReLU and GELU with their
+ * backward, and casts. Operands meet in one layout (the cheaper of theirs); sums may stay
+ * partial through linear ops, nonlinear ones reduce first. */
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+typedef enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_RELU_GRAD, BIN_GELU_GRAD } bin_kind;
+
+static const char *const bin_names[] = {"dt_add", "dt_sub", "dt_mul", "dt_relu_backward",
+                                        "dt_gelu_backward"};
+
+static void strip_partial(dt__lspec *ls)
+{
+    memset(ls->partial, 0, sizeof ls->partial);
+}
+
+static void strip_nonsum(dt__lspec *ls)
+{
+    for (int d = 0; d < DT_MESH_MAX_DIMS; d++)
+        if (ls->partial[d] != 1 + (int)DT_REDUCE_SUM)
+            ls->partial[d] = 0;
+}
+
+static dt_status set_dev(const dt__ops_backend *be, const dt_tensor *t, int i)
+{
+    return be->set_device ? be->set_device(dt_tensor_local(t, i)->device.device_id) : DT_OK;
+}
+
+static dt_status run_binary(const dt__ops_backend *be, bin_kind kind, const dt_tensor *a,
+                            const dt_tensor *b, dt_tensor *c)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; i < dt_tensor_num_local(c) && st == DT_OK; i++) {
+        int64_t n = dt__local_numel(c, i);
+        const float *x = dt__local_data(a, i), *y = dt__local_data(b, i);
+        float *z = dt__local_data(c, i);
+        if (n == 0)
+            continue;
+        st = set_dev(be, c, i);
+        if (st != DT_OK)
+            break;
+        switch (kind) {
+        case BIN_ADD: st = be->add(n, x, y, z); break;
+        case BIN_SUB: st = be->sub(n, x, y, z); break;
+        case BIN_MUL: st = be->mul(n, x, y, z); break;
+        case BIN_RELU_GRAD: st = be->relu_grad(n, x, y, z); break;
+        case BIN_GELU_GRAD: st = be->gelu_grad(n, x, y, z); break;
+        }
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    return st;
+}
+
+/* Common body of the binary ops: checks, the meeting layout, relayouts, local kernels. */
+static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
+                        const dt_layout *layout, dt_tensor **out)
+{
+    const char *op = bin_names[kind];
+    const char *an = kind >= BIN_RELU_GRAD ? "x" : "a", *bn = kind >= BIN_RELU_GRAD ? "dy" : "b";
+    dt_status st = dt__check_f32(op, an, a);
+    if (st == DT_OK)
+        st = dt__check_f32(op, bn, b);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, bn, b, a);
+    if (st == DT_OK)
+        st = dt__check_same_shape(op, a, b);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
+    if (st != DT_OK)
+        return st;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(a));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    const int64_t *shape = dt_tensor_shape(a);
+    dt__lspec la, lb, target;
+    dt__lspec_of(dt_tensor_layout(a), &la);
+    dt__lspec_of(dt_tensor_layout(b), &lb);
+    if (kind >= BIN_RELU_GRAD) {
+        /* The backward of an activation follows the forward input's (reduced) layout. */
+        strip_partial(&la);
+        target = la;
+    } else {
+        dt__lspec cand[3];
+        int nc = 0;
+        cand[nc++] = la;
+        cand[nc++] = lb;
+        if (layout) {
+            if (dt_layout_rank(layout) != dt_tensor_rank(a) ||
+                !dt_mesh_equal(dt_layout_mesh(layout), mesh))
+                return dt__error(DT_ERR_SHAPE, "%s: the requested output layout must have rank "
+                                 "%d on the operands' mesh", op, dt_tensor_rank(a));
+            dt__lspec_of(layout, &cand[nc++]);
+        }
+        dt__lspec want = nc == 3 ? cand[2] : la;
+        double best = -1.0;
+        for (int i = 0; i < nc; i++) {
+            if (kind == BIN_MUL)
+                strip_partial(&cand[i]);
+            else
+                strip_nonsum(&cand[i]);
+            dt__lspec a0, b0;
+            dt__lspec_of(dt_tensor_layout(a), &a0);
+            dt__lspec_of(dt_tensor_layout(b), &b0);
+            double cost = dt__relayout_cost(mesh, shape, &a0, &cand[i]) +
+                          dt__relayout_cost(mesh, shape, &b0, &cand[i]);
+            if (layout)
+                cost += dt__relayout_cost(mesh, shape, &cand[i], &want);
+            if (best < 0.0 || cost < best) {
+                best = cost;
+                target = cand[i];
+            }
+        }
+    }
+    dt_tensor *ra = NULL, *rb = NULL, *c = NULL;
+    st = dt__ensure_layout(a, &target, &ra);
+    if (st == DT_OK)
+        st = dt__ensure_layout(b, &target, &rb);
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, &target, DT_DTYPE_F32, shape, &c);
+    if (st == DT_OK)
+        st = run_binary(be, kind, ra, rb, c);
+    if (st == DT_OK)
+        st = dt__finish_layout(op, layout, &c);
+    if (st == DT_OK) {
+        *out = c;
+        c = NULL;
+    }
+    dt_tensor_destroy(c);
+    dt_tensor_destroy(rb);
+    dt_tensor_destroy(ra);
+    return st;
+}
+
+dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                 dt_tensor **out)
+{
+    return binary(BIN_ADD, a, b, layout, out);
+}
+
+dt_status dt_sub(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                 dt_tensor **out)
+{
+    return binary(BIN_SUB, a, b, layout, out);
+}
+
+dt_status dt_mul(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                 dt_tensor **out)
+{
+    return binary(BIN_MUL, a, b, layout, out);
+}
+
+dt_status dt_relu_backward(const dt_tensor *x, const dt_tensor *dy, dt_tensor **dx_out)
+{
+    return binary(BIN_RELU_GRAD, x, dy, NULL, dx_out);
+}
+
+dt_status dt_gelu_backward(const dt_tensor *x, const dt_tensor *dy, dt_tensor **dx_out)
+{
+    return binary(BIN_GELU_GRAD, x, dy, NULL, dx_out);
+}
+
+typedef enum { UN_SCALE, UN_RELU, UN_GELU } un_kind;
+
+static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor **out)
+{
+    static const char *const names[] = {"dt_scale", "dt_relu", "dt_gelu"};
+    const char *op = names[kind];
+    dt_status st = dt__check_f32(op, "x", x);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
+    if (st != DT_OK)
+        return st;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    dt__lspec ls;
+    dt__lspec_of(dt_tensor_layout(x), &ls);
+    if (kind == UN_SCALE)
+        strip_nonsum(&ls);
+    else
+        strip_partial(&ls);
+    dt_tensor *rx = NULL, *y = NULL;
+    st = dt__ensure_layout(x, &ls, &rx);
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, &ls, DT_DTYPE_F32, dt_tensor_shape(x), &y);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
+        int64_t n = dt__local_numel(y, i);
+        if (n == 0)
+            continue;
+        st = set_dev(be, y, i);
+        if (st != DT_OK)
+            break;
+        const float *src = dt__local_data(rx, i);
+        float *dst = dt__local_data(y, i);
+        st = kind == UN_SCALE ? be->scale(n, alpha, src, dst)
+           : kind == UN_RELU ? be->relu(n, src, dst) : be->gelu(n, src, dst);
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    if (st == DT_OK) {
+        *out = y;
+        y = NULL;
+    }
+    dt_tensor_destroy(y);
+    dt_tensor_destroy(rx);
+    return st;
+}
+
+dt_status dt_scale(const dt_tensor *x, float alpha, dt_tensor **out)
+{
+    return unary(UN_SCALE, x, alpha, out);
+}
+
+dt_status dt_relu(const dt_tensor *x, dt_tensor **out)
+{
+    return unary(UN_RELU, x, 0.0f, out);
+}
+
+dt_status dt_gelu(const dt_tensor *x, dt_tensor **out)
+{
+    return unary(UN_GELU, x, 0.0f, out);
+}
+
+dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
+{
+    static const char op[] = "dt_axpy";
+    dt_status st = dt__check_f32(op, "x", x);
+    if (st == DT_OK)
+        st = dt__check_f32(op, "y", y);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "y", y, x);
+    if (st == DT_OK)
+        st = dt__check_same_shape(op, x, y);
+    if (st != DT_OK)
+        return st;
+    dt__lspec ly;
+    dt__lspec_of(dt_tensor_layout(y), &ly);
+    if (dt__lspec_has_nonsum_partial(&ly))
+        return dt__error(DT_ERR_SHAPE, "%s: y is partial with a reduction other than sum; "
+                         "adding to it in place is not defined", op);
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(y));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    dt_tensor *rx = NULL;
+    st = dt__ensure_layout_l(x, dt_tensor_layout(y), &rx);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
+        int64_t n = dt__local_numel(y, i);
+        if (n == 0)
+            continue;
+        st = set_dev(be, y, i);
+        if (st == DT_OK)
+            st = be->axpy(n, alpha, dt__local_data(rx, i), dt__local_data(y, i));
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    dt_tensor_destroy(rx);
+    return st;
+}
+
+dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out)
+{
+    static const char op[] = "dt_bias_add";
+    dt_status st = dt__check_f32(op, "x", x);
+    if (st == DT_OK)
+        st = dt__check_f32(op, "bias", bias);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "bias", bias, x);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
+    if (st != DT_OK)
+        return st;
+    int r = dt_tensor_rank(x);
+    if (r < 1 || dt_tensor_rank(bias) != 1 || dt_tensor_shape(bias)[0] != dt_tensor_shape(x)[r - 1])
+        return dt__error(DT_ERR_SHAPE, "%s: bias must be 1-D of x's last dim (x rank %d, bias "
+                         "rank %d)", op, r, dt_tensor_rank(bias));
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    dt__lspec lx, lb;
+    dt__lspec_of(dt_tensor_layout(x), &lx);
+    strip_nonsum(&lx);
+    /* The bias follows x's last dim, and x's sum-partial dims (its value on one member). */
+    memset(&lb, 0, sizeof lb);
+    lb.rank = 1;
+    lb.spec[0] = lx.spec[r - 1];
+    memcpy(lb.partial, lx.partial, sizeof lb.partial);
+    dt_tensor *rx = NULL, *rb = NULL, *y = NULL;
+    st = dt__ensure_layout(x, &lx, &rx);
+    if (st == DT_OK)
+        st = dt__ensure_layout(bias, &lb, &rb);
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, &lx, DT_DTYPE_F32, dt_tensor_shape(x), &y);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
+        int64_t n = dt__local_numel(y, i);
+        if (n == 0)
+            continue;
+        const DLTensor *ly = dt_tensor_local(y, i);
+        int64_t cols = ly->shape[r - 1];
+        st = set_dev(be, y, i);
+        if (st == DT_OK)
+            st = be->copy(n, dt__local_data(rx, i), dt__local_data(y, i));
+        if (st == DT_OK)
+            st = be->bias_add(n / cols, cols, dt__local_data(rb, i), dt__local_data(y, i));
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    if (st == DT_OK) {
+        *out = y;
+        y = NULL;
+    }
+    dt_tensor_destroy(y);
+    dt_tensor_destroy(rb);
+    dt_tensor_destroy(rx);
+    return st;
+}
+
+dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
+{
+    static const char op[] = "dt_cast";
+    dt_status st = dt__check_tensor(op, "x", x, NULL);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
+    if (st != DT_OK)
+        return st;
+    dt_dtype from = dt_tensor_dtype(x);
+    int ok_from = from == DT_DTYPE_F32 || from == DT_DTYPE_F64 || from == DT_DTYPE_F16 ||
+                  from == DT_DTYPE_BF16;
+    int ok_to = dtype == DT_DTYPE_F32 || dtype == DT_DTYPE_F64 || dtype == DT_DTYPE_F16 ||
+                dtype == DT_DTYPE_BF16;
+    if (!ok_from || !ok_to)
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: %s -> %s (f32, f64, f16 and bf16 only)", op,
+                         dt_dtype_name(from), dt_dtype_name(dtype));
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    dt_tensor *y = NULL;
+    st = dt__tensor_empty(dt_tensor_layout(x), dtype, dt_tensor_shape(x), &y);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
+        int64_t n = dt__local_numel(y, i);
+        if (n == 0)
+            continue;
+        st = set_dev(be, y, i);
+        if (st == DT_OK)
+            st = be->cast(n, dt__local_data(x, i), from, dt__local_data(y, i), dtype);
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    if (st == DT_OK) {
+        *out = y;
+        y = NULL;
+    }
+    dt_tensor_destroy(y);
+    return st;
+}

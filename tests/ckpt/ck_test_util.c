@@ -1,0 +1,179 @@
+/* Helpers of the ckpt tests (see ck_test_util.h). */
+#include "ck_test_util.h"
+
+#include <dirent.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+void ck_scratch_dir(char *buf, size_t len)
+{
+    char path[256] = "";
+    if (dt_client_id() == 0) {
+        const char *t = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/dtckpt-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(path))
+            path[0] = '\0';
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    CU_ASSERT_FATAL(path[0] != '\0');
+    snprintf(buf, len, "%s", path);
+}
+
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char sub[1024];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        remove_tree(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+void ck_scratch_remove(const char *dir)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (dt_client_id() == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+unsigned char ck_ref_byte(uint64_t seed, uint64_t i)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (unsigned char)x;
+}
+
+unsigned char *ck_ref_tensor(uint64_t seed, int rank, const int64_t *shape, dt_dtype dtype)
+{
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= shape[d];
+    size_t bytes = (size_t)n * dt_dtype_size(dtype);
+    unsigned char *p = malloc(bytes + 1);
+    for (size_t i = 0; p && i < bytes; i++)
+        p[i] = ck_ref_byte(seed, i);
+    return p;
+}
+
+/* Global flat index of local element k of a component (offset off, shape sh). */
+static int64_t global_index(int rank, const int64_t *gshape, const int64_t *off,
+                            const int64_t *sh, int64_t k)
+{
+    int64_t g = 0, stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        int64_t c = k % sh[d];
+        k /= sh[d];
+        g += (off[d] + c) * stride;
+        stride *= gshape[d];
+    }
+    return g;
+}
+
+/* 1 if the component at position p is on coordinate 0 of every partial dim. */
+static int holds_value(const dt_layout *l, int64_t p)
+{
+    const dt_mesh *m = dt_layout_mesh(l);
+    int64_t coords[DT_MESH_MAX_DIMS];
+    dt_mesh_coords(m, p, coords);
+    for (int i = 0; i < dt_layout_num_partial(l); i++) {
+        int md;
+        dt_reduce_op op;
+        dt_layout_partial(l, i, &md, &op);
+        if (coords[md] != 0)
+            return 0;
+    }
+    return 1;
+}
+
+dt_tensor *ck_make(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                   uint64_t seed)
+{
+    dt_tensor *t = NULL;
+    DT_ASSERT_OK(dt_tensor_zeros(layout, dtype, shape, &t));
+    int rank = dt_layout_rank(layout);
+    size_t elem = dt_dtype_size(dtype);
+    for (int i = 0; i < dt_tensor_num_local(t); i++) {
+        const DLTensor *x = dt_tensor_local(t, i);
+        if (!holds_value(layout, dt_tensor_local_position(t, i)))
+            continue;
+        const int64_t *off = dt_tensor_local_offset(t, i);
+        int64_t n = 1;
+        for (int d = 0; d < rank; d++)
+            n *= x->shape[d];
+        unsigned char *dst = x->data;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t g = global_index(rank, shape, off, x->shape, k);
+            for (size_t b = 0; b < elem; b++)
+                dst[(size_t)k * elem + b] = ck_ref_byte(seed, (uint64_t)g * elem + b);
+        }
+    }
+    return t;
+}
+
+int64_t ck_mismatches(const dt_tensor *t, uint64_t seed)
+{
+    int rank = dt_tensor_rank(t);
+    const int64_t *shape = dt_tensor_shape(t);
+    size_t elem = dt_dtype_size(dt_tensor_dtype(t));
+    int64_t bad = 0;
+    for (int i = 0; i < dt_tensor_num_local(t); i++) {
+        const DLTensor *x = dt_tensor_local(t, i);
+        const int64_t *off = dt_tensor_local_offset(t, i);
+        int64_t n = 1;
+        for (int d = 0; d < rank; d++)
+            n *= x->shape[d];
+        const unsigned char *p = x->data;
+        for (int64_t k = 0; k < n; k++) {
+            int64_t g = global_index(rank, shape, off, x->shape, k);
+            for (size_t b = 0; b < elem; b++)
+                if (p[(size_t)k * elem + b] != ck_ref_byte(seed, (uint64_t)g * elem + b)) {
+                    bad++;
+                    break;
+                }
+        }
+    }
+    return bad;
+}
+
+dt_mesh *ck_mesh(int ndims, const int64_t *sizes)
+{
+    static const char *const names[] = {"a", "b", "c", "d"};
+    dt_mesh *m = NULL;
+    DT_ASSERT_OK(dt_mesh_create(NULL, ndims, names, sizes, DT_DEVICE_CPU, &m));
+    return m;
+}
+
+dt_layout *ck_layout(const dt_mesh *mesh, const char *specs)
+{
+    char buf[256];
+    const char *v[DT_MAX_RANK];
+    int rank = 0;
+    snprintf(buf, sizeof buf, "%s", specs);
+    for (char *s = strtok(buf, ","); s && rank < DT_MAX_RANK; s = strtok(NULL, ","))
+        v[rank++] = s;
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create(mesh, rank, v, &l));
+    return l;
+}
+
+void ck_path(char *buf, size_t len, const char *dir, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}

@@ -1,0 +1,38 @@
+/* Helpers of the ckpt tests: a scratch directory shared by all clients, tensors whose global
+ * bytes are a hash of (seed, byte index), and checking restored tensors against that
+ * single-device reference bit for bit. */
+#ifndef DT_CK_TEST_UTIL_H
+#define DT_CK_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/dtensor.h"
+
+/* A fresh directory under $TMPDIR (or /tmp), made by client 0 and shared with the others.
+ * Writes its path (<= 256 bytes) into buf. Collective over MPI_COMM_WORLD. */
+void ck_scratch_dir(char *buf, size_t len);
+/* Removes the scratch directory tree (client 0), after a world barrier. Collective. */
+void ck_scratch_remove(const char *dir);
+
+/* Byte `i` of the reference global tensor `seed` (row-major, little-endian bytes). */
+unsigned char ck_ref_byte(uint64_t seed, uint64_t i);
+/* The whole reference tensor, malloc'ed (numel * dtype size bytes). */
+unsigned char *ck_ref_tensor(uint64_t seed, int rank, const int64_t *shape, dt_dtype dtype);
+
+/* A tensor on `layout` whose global value is the reference `seed`. Partial layouts get the
+ * value on coordinate 0 of each partial dim and zeros elsewhere (so the sum is the value). */
+dt_tensor *ck_make(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                   uint64_t seed);
+/* Number of local elements of t that differ from the reference `seed` (bytewise). */
+int64_t ck_mismatches(const dt_tensor *t, uint64_t seed);
+
+/* A mesh over devices 0..prod(sizes)-1 with dims "a", "b", ... */
+dt_mesh *ck_mesh(int ndims, const int64_t *sizes);
+/* A layout from a comma-separated spec list such as "a,unsharded" ("" for rank 0). */
+dt_layout *ck_layout(const dt_mesh *mesh, const char *specs);
+
+/* Path of a file in dir. */
+void ck_path(char *buf, size_t len, const char *dir, const char *name);
+
+#endif

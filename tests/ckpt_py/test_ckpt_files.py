@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""A checkpoint read without libdtensor: make_ckpt saves tensors whose values are a formula of
+(tensor id, global index, version) under mpiexec -n 2 (and in one process with 3 devices); this
+test parses the safetensors files and the index itself (stdlib + numpy), rebuilds every global
+tensor, checks every CRC32C and compares every element with the formula. It also drives
+`dtensor ckpt ls/verify/export` and checks the export as standard safetensors.
+Usage: test_ckpt_files.py DTENSOR MAKE_CKPT MPIEXEC"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+    import stread
+    from stread import SafeTensorsFile, crc32c
+except ImportError as e:  # numpy missing: meson's skip code
+    print(f"skipping: {e}")
+    sys.exit(77)
+
+TOOL = HELPER = MPIEXEC = None
+VERSION = 5
+
+# The tensors make_ckpt saves (same table as make_ckpt.c): name -> (id, dtype, global shape).
+TENSORS = {
+    "layer.0/w": (0, "F32", [13, 7]),
+    "emb": (1, "BF16", [11, 6]),
+    "table": (2, "I64", [5, 3]),
+    "bias": (3, "F64", [9]),
+    "scalar": (4, "F32", []),
+    "../../escape/me": (5, "I32", [4, 2]),
+    "half": (6, "F16", [6, 5]),
+    "bytes": (7, "U8", [37]),
+    "empty": (8, "F32", [0, 3]),
+}
+
+
+def expected(tid, dtype, shape, v):
+    """The values make_ckpt writes, recomputed here: element i = formula(tid, i, v)."""
+    i = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    if dtype in ("F32", "F64"):
+        x = ((i * 3 + tid * 101 + v * 7919) % 65521 - 30000) * 0.25
+        x = x.astype("<f4" if dtype == "F32" else "<f8")
+    elif dtype == "BF16":
+        x = stread.f32_to_bf16_bits(((i + tid * 31 + v * 17) % 251 - 125).astype(np.float32))
+    elif dtype == "F16":
+        x = ((i * 5 + tid * 31 + v * 17) % 2039 - 1000).astype("<f2")
+    elif dtype == "I64":
+        x = (i * 1000003 + tid * (1 << 40) + v * (1 << 50) - (1 << 55)).astype("<i8")
+    elif dtype == "I32":
+        x = (i * 7 + tid * 1000 + v * 100000 - 5000000).astype("<i4")
+    elif dtype == "U8":
+        x = ((i * 7 + tid * 13 + v * 17) % 256).astype("u1")
+    else:
+        raise ValueError(dtype)
+    return x.reshape(shape)
+
+
+def same_bits(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype.itemsize == b.dtype.itemsize and \
+        a.tobytes() == b.tobytes()
+
+
+def run(args, env=None, timeout=60):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(args, capture_output=True, text=True, env=e, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def tool(*args):
+    return run([TOOL, *args])
+
+
+def save(d, nproc, devices, version=VERSION):
+    cmd = [HELPER, "save", d, str(version)]
+    if nproc > 1:
+        cmd = [MPIEXEC, "-n", str(nproc), *cmd]
+    rc, out, err = run(cmd, env={"DT_CPU_DEVICES": str(devices)}, timeout=120)
+    if rc != 0:
+        raise AssertionError(f"make_ckpt save failed ({rc}):\n{out}\n{err}")
+
+
+def read_index(d):
+    with open(os.path.join(d, "dtensor-index.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def rebuild_from_index(d, index, check_crc=True):
+    """Every global tensor from the index's slices; checks sizes and (optionally) CRCs."""
+    sizes = {f["name"]: f["bytes"] for f in index["files"]}
+    raws = {}
+    out = {}
+    for t in index["tensors"]:
+        dt, item = stread.ST_DTYPES[t["dtype"]]
+        g = np.zeros(t["shape"], dtype=dt)
+        for s in t["slices"]:
+            if s["file"] not in raws:
+                with open(os.path.join(d, s["file"]), "rb") as f:
+                    raws[s["file"]] = f.read()
+                assert len(raws[s["file"]]) == sizes[s["file"]], s["file"]
+            raw = raws[s["file"]][s["file_offset"]:s["file_offset"] + s["bytes"]]
+            assert len(raw) == s["bytes"]
+            if check_crc:
+                assert crc32c(raw) == s["crc32c"], (t["name"], s)
+            box = tuple(slice(o, o + n) for o, n in zip(s["offsets"], s["sizes"]))
+            g[box] = np.frombuffer(raw, dtype=dt).reshape(s["sizes"])
+        out[t["name"]] = g
+    return out
+
+
+class Checkpoint(unittest.TestCase):
+    """Shared: one checkpoint saved by 2 processes x 2 devices, one by 1 process x 3 devices."""
+    NPROC, DEVICES = 2, 2
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.parent = os.path.join(cls.tmp.name, "run")
+        os.mkdir(cls.parent)
+        cls.dir = os.path.join(cls.parent, "ckpt")
+        save(cls.dir, cls.NPROC, cls.DEVICES)
+        cls.index = read_index(cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def data_files(self):
+        return [f["name"] for f in self.index["files"]]
+
+    def test_directory_holds_only_data_files_and_index_and_nothing_escapes(self):
+        n = len(self.index["files"])
+        want = {f"data-{k:05d}-of-{n:05d}.safetensors" for k in range(n)}
+        self.assertEqual(set(os.listdir(self.dir)), want | {"dtensor-index.json"})
+        self.assertEqual(self.data_files(), sorted(want))
+        # The name "../../escape/me" is a key, never a path: nothing beside the checkpoint.
+        self.assertEqual(os.listdir(self.parent), ["ckpt"])
+        self.assertEqual(os.listdir(self.tmp.name), ["run"])
+
+    def test_index_top_level_fields(self):
+        ix = self.index
+        self.assertEqual(ix["format"], "dtensor-checkpoint")
+        self.assertEqual(ix["format_version"], 1)
+        self.assertEqual(ix["checksum"], "crc32c")
+        self.assertEqual(ix["num_devices"], self.NPROC * self.DEVICES)
+        self.assertEqual(ix["chunk_bytes"] % 4096, 0)
+        self.assertEqual([t["name"] for t in ix["tensors"]], list(TENSORS))
+        for t in ix["tensors"]:
+            _, dtype, shape = TENSORS[t["name"]]
+            self.assertEqual((t["dtype"], t["shape"]), (dtype, shape), t["name"])
+            self.assertIn("sharding_specs:", t["layout"])
+
+    def test_every_data_file_is_standard_safetensors_with_dcp_sharding_info(self):
+        for name in self.data_files():
+            st = SafeTensorsFile(os.path.join(self.dir, name))  # strict: raises when not
+            self.assertEqual((8 + st.header_len) % 8, 0, name)
+            md = st.metadata
+            self.assertEqual(md.get("format"), "pt")
+            info = json.loads(md["DCP_SHARDING_INFO"])
+            self.assertEqual(set(info), set(st.header), name)
+            for key, e in st.header.items():
+                self.assertEqual(len(info[key]["saved_offsets"]), len(e["shape"]))
+                itemsize = stread.ST_DTYPES[e["dtype"]][1]
+                self.assertEqual(e["data_offsets"][0] % itemsize, 0, (name, key))
+            self.assertGreater(len(st.header), 0, f"{name}: a file with no slices")
+
+    def test_index_agrees_with_file_headers_and_every_crc32c(self):
+        files = {f["name"]: f for f in self.index["files"]}
+        chunk = self.index["chunk_bytes"]
+        headers = {}
+        for name, f in files.items():
+            path = os.path.join(self.dir, name)
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            st = SafeTensorsFile(path)
+            headers[name] = st
+            self.assertEqual(len(raw), f["bytes"], name)
+            self.assertEqual(f["header_bytes"], 8 + st.header_len, name)
+            self.assertEqual(crc32c(raw[:f["header_bytes"]]), f["header_crc32c"], name)
+        for t in self.index["tensors"]:
+            for s in t["slices"]:
+                st = headers[s["file"]]
+                e = st.header[s["key"]]
+                self.assertEqual(s["key"], t["name"])
+                self.assertEqual(e["dtype"], t["dtype"])
+                self.assertEqual(e["shape"], s["sizes"])
+                self.assertEqual(e["data_offsets"], s["data_offsets"])
+                info = json.loads(st.metadata["DCP_SHARDING_INFO"])
+                self.assertEqual(info[s["key"]]["saved_offsets"], s["offsets"])
+                self.assertEqual(s["file_offset"], files[s["file"]]["header_bytes"]
+                                 + s["data_offsets"][0])
+                self.assertEqual(s["bytes"], s["data_offsets"][1] - s["data_offsets"][0])
+                raw = bytes(st.raw(s["key"]))
+                self.assertEqual(crc32c(raw), s["crc32c"], (t["name"], s["offsets"]))
+                chunks = [crc32c(raw[k:k + chunk]) for k in range(0, len(raw), chunk)]
+                self.assertEqual(chunks, s["chunk_crc32c"], t["name"])
+
+    def test_slices_tile_every_tensor_exactly(self):
+        for t in self.index["tensors"]:
+            cover = np.zeros(t["shape"], dtype=np.int64)
+            for s in t["slices"]:
+                self.assertTrue(all(n > 0 for n in s["sizes"]), f"{t['name']}: empty slice")
+                for o, n, g in zip(s["offsets"], s["sizes"], t["shape"]):
+                    self.assertTrue(0 <= o and o + n <= g, (t["name"], s))
+                box = tuple(slice(o, o + n) for o, n in zip(s["offsets"], s["sizes"]))
+                cover[box] += 1
+            self.assertTrue((cover == 1).all(), f"{t['name']}: slices overlap or leave gaps")
+            if t["shape"] == []:
+                self.assertEqual(len(t["slices"]), 1)
+            if 0 in t["shape"]:
+                self.assertEqual(t["slices"], [])
+
+    def test_replicated_blocks_written_once(self):
+        by_name = {t["name"]: t for t in self.index["tensors"]}
+        self.assertEqual(len(by_name["table"]["slices"]), 1)
+        self.assertEqual(len(by_name["scalar"]["slices"]), 1)
+        # Each file holds at most one slice per tensor; files belong to distinct devices.
+        devs = [f["device_id"] for f in self.index["files"]]
+        self.assertEqual(len(devs), len(set(devs)))
+
+    def test_rebuilt_tensors_equal_written_values_bit_for_bit(self):
+        got = rebuild_from_index(self.dir, self.index)
+        for name, (tid, dtype, shape) in TENSORS.items():
+            want = expected(tid, dtype, shape, VERSION)
+            self.assertTrue(same_bits(got[name], want), f"{name}: values differ")
+
+    def test_rebuilt_from_data_files_alone_without_index(self):
+        """Only the safetensors headers and DCP_SHARDING_INFO, as torch's DCP reader does."""
+        pieces = {}
+        for name in os.listdir(self.dir):
+            if not name.endswith(".safetensors"):
+                continue
+            st = SafeTensorsFile(os.path.join(self.dir, name))
+            info = json.loads(st.metadata["DCP_SHARDING_INFO"])
+            for key in st.header:
+                pieces.setdefault(key, []).append((info[key]["saved_offsets"], st.array(key)))
+        for name, (tid, dtype, shape) in TENSORS.items():
+            if 0 in shape:
+                self.assertNotIn(name, pieces)
+                continue
+            rank = len(shape)
+            gshape = [max(o[d] + a.shape[d] for o, a in pieces[name]) for d in range(rank)]
+            self.assertEqual(gshape, shape, name)  # no trailing shard is empty here
+            g = np.zeros(shape, dtype=pieces[name][0][1].dtype)
+            for o, a in pieces[name]:
+                g[tuple(slice(x, x + n) for x, n in zip(o, a.shape))] = a
+            self.assertTrue(same_bits(g, expected(tid, dtype, shape, VERSION)), name)
+
+    def test_named_values_in_index(self):
+        vals = {v["name"]: v for v in self.index["values"]}
+        self.assertEqual(vals["step"], {"name": "step", "type": "i64", "value": VERSION})
+        lr = np.frombuffer(bytes.fromhex(vals["lr"]["bits"]), dtype=">f8")[0]
+        self.assertEqual(lr, 0.001 * VERSION)
+        self.assertEqual(bytes.fromhex(vals["rng"]["hex"]),
+                         bytes((VERSION * 7 + i) & 255 for i in range(16)))
+
+    def test_restore_onto_other_device_count_and_layouts(self):
+        for devices in (1, 3):
+            rc, out, err = run([HELPER, "check", self.dir], env={"DT_CPU_DEVICES": str(devices)})
+            self.assertEqual((rc, out.strip().splitlines()[-1:]),
+                             (0, [f"result {self.dir} version={VERSION}"]), out + err)
+
+
+class CheckpointOneProcess(Checkpoint):
+    """The same checks on a save by one process holding 3 devices (mesh x=3, y=1)."""
+    NPROC, DEVICES = 1, 3
+
+
+class Tool(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = os.path.join(cls.tmp.name, "ckpt")
+        save(cls.dir, 2, 2)
+        cls.index = read_index(cls.dir)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def copy(self):
+        d = tempfile.mkdtemp(dir=self.tmp.name)
+        dst = os.path.join(d, "ckpt")
+        shutil.copytree(self.dir, dst)
+        return dst
+
+    def slice_of(self, name, k):
+        t = next(t for t in self.index["tensors"] if t["name"] == name)
+        return t["slices"][k]
+
+    def test_ls_lists_tensors_dtypes_shapes_layouts_and_slices(self):
+        rc, out, err = tool("ckpt", "ls", self.dir)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        for t in self.index["tensors"]:
+            _, dtype, shape = TENSORS[t["name"]]
+            head = f"{t['name']} {dtype.lower()} [{','.join(map(str, shape))}] " \
+                   f"slices={len(t['slices'])}"
+            self.assertIn(head, lines)
+            self.assertIn(t["layout"], out)
+            for s in t["slices"]:
+                off = "[" + ",".join(map(str, s["offsets"])) + "]"
+                sz = "[" + ",".join(map(str, s["sizes"])) + "]"
+                self.assertTrue(any(f"offsets={off} sizes={sz} file={s['file']}" in l
+                                    for l in lines), (t["name"], s))
+        self.assertIn(f"step i64 {VERSION}", out)
+
+    def test_verify_passes_on_intact_checkpoint(self):
+        rc, out, err = tool("ckpt", "verify", self.dir)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("ok", out)
+
+    def test_verify_names_every_corrupted_slice(self):
+        d = self.copy()
+        bad = [("layer.0/w", 1), ("emb", 0)]
+        for name, k in bad:
+            s = self.slice_of(name, k)
+            with open(os.path.join(d, s["file"]), "r+b") as f:
+                f.seek(s["file_offset"] + s["bytes"] // 2)
+                b = f.read(1)
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([b[0] ^ 0x40]))
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 1, out + err)
+        for name, k in bad:
+            s = self.slice_of(name, k)
+            line = [l for l in err.splitlines() if f"'{name}'" in l]
+            self.assertTrue(line, f"{name} not named:\n{err}")
+            self.assertIn(s["file"], line[0])
+            self.assertIn(f"slice {k}", line[0])
+        # Untouched tensors are not reported.
+        self.assertNotIn("'bias'", err)
+
+    def test_verify_names_file_with_flipped_header_byte(self):
+        d = self.copy()
+        f0 = self.index["files"][-1]
+        with open(os.path.join(d, f0["name"]), "r+b") as f:
+            f.seek(20)
+            b = f.read(1)
+            f.seek(20)
+            f.write(bytes([b[0] ^ 0x01]))
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn(f0["name"], err)
+
+    def test_verify_names_truncated_and_missing_files(self):
+        d = self.copy()
+        names = [f["name"] for f in self.index["files"]]
+        with open(os.path.join(d, names[0]), "r+b") as f:
+            f.truncate(self.index["files"][0]["bytes"] - 3)
+        os.remove(os.path.join(d, names[1]))
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn(names[0], err)
+        self.assertIn(names[1], err)
+
+    def test_ls_and_verify_read_previous_checkpoint_left_mid_commit(self):
+        """A crash between the commit's two renames leaves only D.dtensor-old."""
+        d = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "ckpt")
+        shutil.copytree(self.dir, d + ".dtensor-old")
+        rc, out, err = tool("ckpt", "ls", d)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"checkpoint {d}.dtensor-old", out)
+        self.assertIn("note:", out)
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 0, err)
+
+    def test_export_one_file_is_standard_safetensors_with_global_tensors(self):
+        out_dir = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "hf")
+        rc, out, err = tool("ckpt", "export", self.dir, out_dir)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(os.listdir(out_dir), ["model.safetensors"])
+        st = SafeTensorsFile(os.path.join(out_dir, "model.safetensors"))
+        self.assertEqual((8 + st.header_len) % 8, 0)
+        self.check_exported({k: st for k in st.header}, set(TENSORS))
+        self.assertEqual(st.metadata.get("dtensor.value.step"), str(VERSION))
+
+    def test_export_split_writes_hf_index_json(self):
+        out_dir = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "hf")
+        rc, out, err = tool("ckpt", "export", self.dir, out_dir, "--max-file-bytes", "256")
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
+            ix = json.load(f)
+        files = sorted(set(ix["weight_map"].values()))
+        n = len(files)
+        self.assertGreater(n, 1)
+        self.assertEqual(files, [f"model-{k:05d}-of-{n:05d}.safetensors" for k in range(1, n + 1)])
+        self.assertEqual(set(os.listdir(out_dir)), set(files) | {"model.safetensors.index.json"})
+        by_tensor, total = {}, 0
+        for name in files:
+            st = SafeTensorsFile(os.path.join(out_dir, name))
+            self.assertEqual({k for k, v in ix["weight_map"].items() if v == name},
+                             set(st.header))
+            tensor_bytes = sum(e["data_offsets"][1] - e["data_offsets"][0]
+                               for e in st.header.values())
+            # Tensors are never split; a file exceeds the limit only to hold a single tensor.
+            self.assertTrue(tensor_bytes <= 256 or len(st.header) == 1, name)
+            total += tensor_bytes
+            by_tensor.update({k: st for k in st.header})
+        self.assertEqual(ix["metadata"]["total_size"], total)
+        self.check_exported(by_tensor, set(TENSORS))
+
+    def check_exported(self, by_tensor, names):
+        self.assertEqual(set(by_tensor), names)
+        for name, (tid, dtype, shape) in TENSORS.items():
+            e = by_tensor[name].header[name]
+            self.assertEqual((e["dtype"], e["shape"]), (dtype, shape), name)
+            self.assertTrue(same_bits(by_tensor[name].array(name),
+                                      expected(tid, dtype, shape, VERSION)), name)
+
+    def test_export_refuses_corrupt_checkpoint(self):
+        d = self.copy()
+        s = self.slice_of("layer.0/w", 0)
+        with open(os.path.join(d, s["file"]), "r+b") as f:
+            f.seek(s["file_offset"])
+            b = f.read(1)
+            f.seek(s["file_offset"])
+            f.write(bytes([b[0] ^ 0x80]))
+        never = os.path.join(self.tmp.name, "never")
+        rc, out, err = tool("ckpt", "export", d, never)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("layer.0/w", err)
+        # Outputs only on success: no safetensors file that looks complete but is not.
+        left = os.listdir(never) if os.path.isdir(never) else []
+        self.assertEqual([f for f in left if f.endswith((".safetensors", ".json"))], [], left)
+
+    def test_bad_input_exits_1_and_usage_exits_2(self):
+        empty = tempfile.mkdtemp(dir=self.tmp.name)
+        rc, _, err = tool("ckpt", "ls", empty)
+        self.assertEqual(rc, 1)
+        self.assertIn(empty, err)
+        rc, _, err = tool("ckpt", "verify", os.path.join(empty, "absent"))
+        self.assertEqual(rc, 1)
+        for args in (["ckpt"], ["ckpt", "ls"], ["ckpt", "frob", self.dir],
+                     ["ckpt", "export", self.dir], ["ckpt", "ls", self.dir, "extra"],
+                     ["ckpt", "export", self.dir, empty, "--max-file-bytes", "lots"]):
+            rc, _, err = tool(*args)
+            self.assertEqual(rc, 2, args)
+
+
+class Crc(unittest.TestCase):
+    def test_crc32c_check_values(self):
+        self.assertEqual(crc32c(b"123456789"), 0xE3069283)
+        self.assertEqual(crc32c(b""), 0)
+        self.assertEqual(crc32c(b"\x00" * 32), 0x8A9136AA)  # RFC 3720 B.4
+        self.assertEqual(crc32c(b"\xff" * 32), 0x62A8AB43)
+        data = bytes(range(256)) * 5 + b"tail"
+        self.assertEqual(crc32c(data[100:], crc32c(data[:100])), crc32c(data))
+
+
+if __name__ == "__main__":
+    TOOL, HELPER, MPIEXEC = sys.argv[1:4]
+    del sys.argv[1:4]
+    unittest.main(verbosity=2)
