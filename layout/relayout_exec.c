@@ -136,6 +136,34 @@ static void local_copies(void *arg)
     }
 }
 
+enum { STAGE_RUN_BYTES = 64 << 10 };
+
+/* 1 if the region is strided with contiguous runs shorter than STAGE_RUN_BYTES. */
+static int needs_staging(const dt__region *r)
+{
+    int d = r->rank - 1;
+    int64_t run = (int64_t)r->elem;
+    while (d >= 0 && r->count[d] == r->shape[d])
+        run *= r->count[d--];
+    if (d < 0)
+        return 0;                         /* the whole array */
+    run *= r->count[d];
+    for (int e = d - 1; e >= 0; e--)
+        if (r->count[e] != 1)
+            return run < STAGE_RUN_BYTES; /* several runs */
+    return 0;                             /* one run */
+}
+
+/* Copies staged receives of a plan without reduction into their destination components. */
+static void unstage_received(exec_ctx *x)
+{
+    for (size_t i = 0; i < x->plan->npieces; i++) {
+        const rl_piece *p = &x->plan->pieces[i];
+        if (p->dst_local >= 0 && p->src_local < 0 && x->tmp[i])
+            apply_piece(x, i, 0);
+    }
+}
+
 static dt_status zero_fill(const rl_plan *plan, dt_tensor *dst, size_t elem)
 {
     for (int i = 0; i < plan->ndst_local; i++) {
@@ -219,9 +247,17 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
             xf->region.start[d] = p->box.off[d] - off[d];
             xf->region.count[d] = p->box.len[d];
         }
-        if (receiving && plan->nsummands) {
-            /* Reductions receive into a buffer holding exactly the box. */
+        /* Reductions receive into a buffer holding exactly the box; so do pieces made of
+         * short strided runs, packed by us on the way out and unpacked on the way in (MPI's
+         * datatype engine moves short runs at a fraction of its contiguous speed). */
+        int staged = (receiving && plan->nsummands) || needs_staging(&xf->region);
+        if (staged && !is_gpu(t)) {
             st = dt_host_alloc(p->bytes ? p->bytes : 1, &x.tmp[i]);
+            if (st != DT_OK)
+                break;
+            if (sending)
+                dt__rl_box_apply(plan->rank, x.elem, &p->box, x.tmp[i], p->box.off, p->box.len,
+                                 dl->data, off, dl->shape, copy_run, &x.elem);
             xf->region.base = x.tmp[i];
             for (int d = 0; d < plan->rank; d++) {
                 xf->region.shape[d] = p->box.len[d];
@@ -233,6 +269,8 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
         st = dt__transport_mpi()->exchange(sends, nsend, recvs, nrecv, local_copies, &x);
     if (st == DT_OK && plan->nsummands)
         st = reduce_all(&x);
+    else if (st == DT_OK)
+        unstage_received(&x);
     if (st == DT_OK)
         st = x.st;
 out:
