@@ -116,8 +116,8 @@ static void f16_to_f32(int64_t n, const uint16_t *src, float *dst)
 /* The loop form of dt__f32_to_bf16 (runtime/half.c), branch-free so that it vectorises: a
  * call per element runs at a tenth of memory speed. Same results (tests/ops sweep). */
 #if HAVE_F16C_PATH
-/* Narrowing 32 -> 16 bits is slow in SSE2; take AVX2 where the CPU has it. */
-__attribute__((target_clones("avx2", "default")))
+/* Narrowing 32 -> 16 bits is slow in SSE2; take AVX-512 or AVX2 where the CPU has it. */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 static void f32_to_bf16(int64_t n, const float *src, uint16_t *dst)
 {
@@ -130,6 +130,9 @@ static void f32_to_bf16(int64_t n, const float *src, uint16_t *dst)
     }
 }
 
+#if HAVE_F16C_PATH
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
 static void bf16_to_f32(int64_t n, const uint16_t *src, float *dst)
 {
     /* Widening is exact: the bf16 bits are the f32's top half; a signalling NaN comes out
