@@ -306,8 +306,8 @@ dt_status dt__rl_plan_build(const dt_layout *src, const dt_layout *dst, int rank
             while (g1 < nsrc && srcs[g1].key == srcs[g0].key)
                 g1++;
             const src_info *first = &srcs[g0];
-            rl_box box;
-            int match = box_intersect(rank, &qbox, &first->box, &box) || rank == 0;
+            rl_box box = {{0}, {0}};
+            int match = box_intersect(rank, &qbox, &first->box, &box); /* rank 0: always */
             if (match && pm.nkeep) {
                 dt_mesh_coords(sm, first->pos, scoords);
                 for (int i = 0; i < pm.nkeep; i++)
@@ -322,8 +322,6 @@ dt_status dt__rl_plan_build(const dt_layout *src, const dt_layout *dst, int rank
                     .src_local = -1, .dst_local = -1,
                     .summand = plan->nsummands ? (int)h->summand : -1,
                 };
-                if (rank == 0)
-                    box = qbox;
                 p.box = box;
                 p.bytes = (uint64_t)dt__numel(rank, box.len) * elem;
                 if (p.src_client == me || p.dst_client == me) {
