@@ -1,5 +1,5 @@
-/* IEEE binary16 and bfloat16 conversions to and from binary32, round to nearest even, with
- * NaN and infinity preserved. */
+/* IEEE binary16 conversions to and from binary32, round to nearest even, with NaN (made
+ * quiet) and infinity preserved. The bfloat16 ones are inline in runtime/internal.h. */
 #include <string.h>
 
 #include "runtime/internal.h"
@@ -16,23 +16,6 @@ static float bits_f32(uint32_t u)
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
-}
-
-float dt__bf16_to_f32(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    if ((u & 0x7fffffffu) > 0x7f800000u)            /* signalling NaN comes out quiet */
-        u |= 0x400000u;
-    return bits_f32(u);
-}
-
-uint16_t dt__f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)          /* NaN: keep it quiet and a NaN */
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);                /* round to nearest even */
-    return (uint16_t)(u >> 16);
 }
 
 float dt__f16_to_f32(uint16_t h)

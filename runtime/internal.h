@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dtensor/dtensor.h"
 
@@ -71,11 +72,29 @@ void dt__cuda_release(void);
 /* memory.c: (re)reads DT_POOL_MAX_MB; DT_ERR_INVALID_ARGUMENT naming a bad value. */
 dt_status dt__pool_configure(void);
 
-/* Half-precision conversions (runtime/half.c): round to nearest even, NaN/inf preserved. */
+/* Half-precision conversions: round to nearest even, infinities kept, NaN made quiet with
+ * its top payload. f16 in runtime/half.c; bf16 here, inline and branch-free so that loops
+ * over them vectorise (ops/cast.c). */
 float dt__f16_to_f32(uint16_t h);
 uint16_t dt__f32_to_f16(float f);
-float dt__bf16_to_f32(uint16_t h);
-uint16_t dt__f32_to_bf16(float f);
+
+static inline float dt__bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    u |= (u & 0x7fffffffu) > 0x7f800000u ? 0x400000u : 0u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t dt__f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet = (u >> 16) | 0x0040u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
 
 /* A tensor whose local components are allocated (host pool or device) but not initialised:
  * for producers that overwrite every element (relayout). layout/tensor.c. */
