@@ -103,6 +103,12 @@ dt_status dt__ensure_layout_l(const dt_tensor *t, const dt_layout *layout, dt_te
  * the reference on success). Checks mesh and rank, naming `op`. */
 dt_status dt__finish_layout(const char *op, const dt_layout *layout, dt_tensor **t);
 
+/* The common end of a distributed op: waits for the backend's work (be->sync), applies the
+ * requested output layout (dt__finish_layout; NULL keeps the natural one), then hands
+ * *result to *out on success or destroys it on failure. Returns the final status. */
+dt_status dt__ops_finish(const dt__ops_backend *be, const char *op, const dt_layout *layout,
+                         dt_status st, dt_tensor **result, dt_tensor **out);
+
 /* Common input checks: non-NULL, dtype (f32 unless `dtype_any`), mesh equality with `ref`. */
 dt_status dt__check_tensor(const char *op, const char *what, const dt_tensor *t,
                            const dt_tensor *ref);

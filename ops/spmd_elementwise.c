@@ -201,13 +201,7 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
         st = kind == UN_SCALE ? be->scale(n, alpha, src, dst)
            : kind == UN_RELU ? be->relu(n, src, dst) : be->gelu(n, src, dst);
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK) {
-        *out = y;
-        y = NULL;
-    }
-    dt_tensor_destroy(y);
+    st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
 }
@@ -312,13 +306,7 @@ dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out
         if (st == DT_OK)
             st = be->bias_add(n / cols, cols, dt__local_data(rb, i), dt__local_data(y, i));
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK) {
-        *out = y;
-        y = NULL;
-    }
-    dt_tensor_destroy(y);
+    st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rb);
     dt_tensor_destroy(rx);
     return st;
@@ -355,12 +343,6 @@ dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
         if (st == DT_OK)
             st = be->cast(n, dt__local_data(x, i), from, dt__local_data(y, i), dtype);
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK) {
-        *out = y;
-        y = NULL;
-    }
-    dt_tensor_destroy(y);
+    st = dt__ops_finish(be, op, NULL, st, &y, out);
     return st;
 }

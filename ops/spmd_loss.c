@@ -77,15 +77,7 @@ dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
                                   dt__local_data(rl, i), dt__local_data(rt, i), scale,
                                   dt__local_data(loss, i));
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK)
-        st = dt__finish_layout(op, layout, &loss);
-    if (st == DT_OK) {
-        *loss_out = loss;
-        loss = NULL;
-    }
-    dt_tensor_destroy(loss);
+    st = dt__ops_finish(be, op, layout, st, &loss, loss_out);
     dt_tensor_destroy(rt);
     dt_tensor_destroy(rl);
     return st;
@@ -112,13 +104,7 @@ dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *lab
             st = be->softmax_xent_grad(lrows, classes, dt__local_data(rl, i),
                                        dt__local_data(rt, i), scale, dt__local_data(d, i));
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK) {
-        *dlogits_out = d;
-        d = NULL;
-    }
-    dt_tensor_destroy(d);
+    st = dt__ops_finish(be, op, NULL, st, &d, dlogits_out);
     dt_tensor_destroy(rt);
     dt_tensor_destroy(rl);
     return st;

@@ -241,14 +241,7 @@ dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, int transa, int tran
                           dt__local_data(rb, i), dt_tensor_dtype(rb),
                           lb->shape[1] > 1 ? lb->shape[1] : 1, 0.0f, dt__local_data(c, i), n);
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK)
-        st = dt__finish_layout(op, layout, &c);
-    if (st == DT_OK) {
-        *out = c;
-        c = NULL;
-    }
+    st = dt__ops_finish(be, op, layout, st, &c, out);
 done:
     dt_tensor_destroy(c);
     dt_tensor_destroy(rb);

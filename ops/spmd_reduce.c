@@ -92,15 +92,7 @@ dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layo
             st = be->scale(outer * inner, reduced_count ? 1.0f / (float)reduced_count : NAN,
                            dst, dst);
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK)
-        st = dt__finish_layout(name, layout, &y);
-    if (st == DT_OK) {
-        *out = y;
-        y = NULL;
-    }
-    dt_tensor_destroy(y);
+    st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
 }
@@ -140,15 +132,7 @@ dt_status dt_bias_grad(const dt_tensor *dy, const dt_layout *layout, dt_tensor *
             st = be->bias_grad(dt__local_numel(rx, i) / cols, cols, dt__local_data(rx, i),
                                dt__local_data(y, i));
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK)
-        st = dt__finish_layout(name, layout, &y);
-    if (st == DT_OK) {
-        *out = y;
-        y = NULL;
-    }
-    dt_tensor_destroy(y);
+    st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
 }
@@ -179,15 +163,7 @@ dt_status dt_sq_norm(const dt_tensor *x, const dt_layout *layout, dt_tensor **ou
             st = be->sq_norm(dt__local_numel(rx, i), dt__local_data(rx, i),
                              dt__local_data(y, i));
     }
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK)
-        st = dt__finish_layout(name, layout, &y);
-    if (st == DT_OK) {
-        *out = y;
-        y = NULL;
-    }
-    dt_tensor_destroy(y);
+    st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
 }

@@ -117,6 +117,22 @@ dt_status dt__ensure_layout(const dt_tensor *t, const dt__lspec *ls, dt_tensor *
     return st;
 }
 
+dt_status dt__ops_finish(const dt__ops_backend *be, const char *op, const dt_layout *layout,
+                         dt_status st, dt_tensor **result, dt_tensor **out)
+{
+    if (st == DT_OK && be && be->sync)
+        st = be->sync();
+    if (st == DT_OK)
+        st = dt__finish_layout(op, layout, result);
+    if (st == DT_OK) {
+        *out = *result;
+        *result = NULL;
+    }
+    dt_tensor_destroy(*result);
+    *result = NULL;
+    return st;
+}
+
 dt_status dt__finish_layout(const char *op, const dt_layout *layout, dt_tensor **t)
 {
     if (!layout)
