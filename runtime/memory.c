@@ -28,6 +28,7 @@
 typedef struct block_hdr {
     _Atomic uint64_t magic;
     uint64_t size; /* usable bytes (the class size) */
+    uint64_t requested; /* bytes asked for by the live holder */
     struct block_hdr *next;
     uint32_t cls;
 } block_hdr;
@@ -42,7 +43,8 @@ typedef struct size_class {
 static size_class classes[N_CLASSES];
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t limit_bytes;
-static _Atomic uint64_t n_allocs, n_reuses, n_bad_frees, bytes_cached, bytes_in_use;
+static _Atomic uint64_t n_allocs, n_reuses, n_bad_frees, bytes_cached, bytes_in_use,
+    bytes_requested;
 
 /* Parses DT_POOL_MAX_MB: unset -> default; else a decimal integer 0..MAX_MAX_MB. */
 static dt_status parse_limit(uint64_t *bytes_out)
@@ -154,7 +156,9 @@ dt_status dt_host_alloc(size_t bytes, void **ptr_out)
         h->cls = (uint32_t)cls;
     }
     h->next = NULL;
+    h->requested = bytes;
     atomic_store(&h->magic, MAGIC_LIVE);
+    atomic_fetch_add(&bytes_requested, bytes);
     atomic_fetch_add(&n_allocs, 1);
     atomic_fetch_add(&bytes_in_use, size);
     *ptr_out = (unsigned char *)h + HDR_BYTES;
@@ -176,6 +180,7 @@ void dt_host_free(void *ptr)
     }
     size_t size = h->size;
     atomic_fetch_sub(&bytes_in_use, size);
+    atomic_fetch_sub(&bytes_requested, h->requested);
     uint64_t before = atomic_fetch_add(&bytes_cached, size);
     if (before + size > atomic_load(&limit_bytes)) {
         atomic_fetch_sub(&bytes_cached, size);
@@ -200,6 +205,7 @@ void dt_host_pool_stats(dt_pool_stats *stats_out)
     s.reuses = atomic_load(&n_reuses);
     s.bytes_cached = atomic_load(&bytes_cached);
     s.bytes_in_use = atomic_load(&bytes_in_use);
+    s.bytes_requested = atomic_load(&bytes_requested);
     s.bad_frees = atomic_load(&n_bad_frees);
     s.bytes_limit = atomic_load(&limit_bytes);
     *stats_out = s;

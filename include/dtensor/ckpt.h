@@ -46,6 +46,27 @@ typedef struct dt_ckpt_value {
 
 /* ---- save ----------------------------------------------------------------------------------- */
 
+/* One explicitly placed slice of a tensor saved through dt_save_opts.pieces, for data that
+ * follows no layout (the ZeRO optimizer's state: slices of a parameter's flattened form).
+ * It is box [offsets, offsets + sizes) of the global tensor `name` (dtype, rank, shape), held
+ * by local device `device` (index into the saving mesh's local devices) in host memory as a
+ * compact row-major array `data`. Over all clients, the pieces of one name must agree on
+ * dtype and shape and tile the global tensor exactly (no overlap, no gap), else dt_save
+ * fails with DT_ERR_INVALID_ARGUMENT naming the tensor and nothing is written. Each piece is
+ * written by its device into that device's own file; a name may not also be in `names`. The
+ * index records such a tensor with the layout string "" (none). Empty pieces are allowed and
+ * write nothing. */
+typedef struct dt_ckpt_piece {
+    const char *name;
+    dt_dtype dtype;
+    int rank;
+    const int64_t *shape;
+    const int64_t *offsets;
+    const int64_t *sizes;
+    int device;
+    const void *data;
+} dt_ckpt_piece;
+
 /* Options of dt_save. Initialise with DT_SAVE_OPTS_INIT, then set fields. */
 typedef struct dt_save_opts {
     /* fsync every file and directory before the commit: 1 (default) or 0 (faster, not crash
@@ -59,9 +80,13 @@ typedef struct dt_save_opts {
     uint64_t chunk_bytes;
     /* Seconds the barriers of the save wait for other clients; <= 0 waits forever. */
     double timeout_seconds;
+    /* This client's explicitly placed slices (differing between clients), saved beside the
+     * tensors. */
+    int npieces;
+    const dt_ckpt_piece *pieces;
 } dt_save_opts;
 
-#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0}
+#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL}
 
 /* One shard file of a save: the file the saving device writes. */
 typedef struct dt_ckpt_shard {
@@ -221,6 +246,13 @@ DT_API dt_status dt_ckpt_verify(const dt_ckpt *ckpt, dt_ckpt_problem_fn fn, void
  * bytes), checking CRCs. DT_ERR_CORRUPT names file and tensor. Local. */
 DT_API dt_status dt_ckpt_read_tensor(const dt_ckpt *ckpt, int64_t tensor, void *buf,
                                      size_t len);
+
+/* Reads box [offsets, offsets + sizes) of tensor `tensor` (rank entries each) into `buf`, a
+ * compact row-major array of shape `sizes` (`len` >= its bytes), reading only the chunks of
+ * the slices that intersect the box and checking their CRCs. DT_ERR_SHAPE for a box outside
+ * the tensor; DT_ERR_CORRUPT names file and tensor. Local. */
+DT_API dt_status dt_ckpt_read_box(const dt_ckpt *ckpt, int64_t tensor, const int64_t *offsets,
+                                  const int64_t *sizes, void *buf, size_t len);
 
 /* Options of dt_ckpt_export. */
 typedef struct dt_ckpt_export_opts {

@@ -102,6 +102,8 @@ typedef struct dt_pool_stats {
     uint64_t bytes_in_use;   /* bytes handed out and not yet freed (class sizes) */
     uint64_t bad_frees;      /* dt_host_free calls ignored: double free or foreign pointer */
     uint64_t bytes_limit;    /* most bytes the free lists may hold (DT_POOL_MAX_MB) */
+    uint64_t bytes_requested; /* bytes asked for by the live blocks' holders (what they hold,
+                               * without class rounding) */
 } dt_pool_stats;
 DT_API void dt_host_pool_stats(dt_pool_stats *stats_out);
 

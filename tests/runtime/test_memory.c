@@ -73,22 +73,25 @@ static void test_pool_accounts_bytes_in_use_and_cached(void)
 {
     const size_t sizes[] = {1, 256, 257, 3000, 4096, 70000, MiB};
     void *p[sizeof sizes / sizeof sizes[0]];
-    size_t want = 0;
+    size_t want = 0, asked = 0;
     dt_host_pool_trim();
     dt_pool_stats s0 = stats();
     CU_ASSERT_EQUAL(s0.bytes_cached, 0);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         DT_ASSERT_OK(dt_host_alloc(sizes[i], &p[i]));
         want += small_class(sizes[i]);
+        asked += sizes[i];
     }
     dt_pool_stats s1 = stats();
     CU_ASSERT_EQUAL(s1.bytes_in_use - s0.bytes_in_use, want);
+    CU_ASSERT_EQUAL(s1.bytes_requested - s0.bytes_requested, asked);
     CU_ASSERT_EQUAL(s1.bytes_cached, 0);
     CU_ASSERT_EQUAL(s1.reuses, s0.reuses);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         dt_host_free(p[i]);
     dt_pool_stats s2 = stats();
     CU_ASSERT_EQUAL(s2.bytes_in_use, s0.bytes_in_use);
+    CU_ASSERT_EQUAL(s2.bytes_requested, s0.bytes_requested);
     CU_ASSERT_EQUAL(s2.bytes_cached, want);
 }
 

@@ -1,0 +1,194 @@
+/* libdtensor optim: a ZeRO optimizer (stages 0, 1, 2) whose state is dt_tensors sharded along
+ * the data-parallel mesh dimension, with mixed precision, loss scaling and clipping.
+ * Model: DeepSpeed's FP16_DeepSpeedZeroOptimizer and the ZeRO paper (Rajbhandari et al.,
+ * 2019). docs/optim.md has the design, the memory model and the checkpoint names. */
+#ifndef DTENSOR_OPTIM_H
+#define DTENSOR_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/ckpt.h"
+#include "dtensor/export.h"
+#include "dtensor/layout.h"
+#include "dtensor/mesh.h"
+#include "dtensor/status.h"
+#include "dtensor/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the inner optimizer of a parameter group ------------------------------------------- */
+
+typedef enum dt_optim_kind {
+    DT_OPTIM_SGD = 0,   /* dt_kernel_sgd semantics (momentum, dampening, nesterov, L2 decay) */
+    DT_OPTIM_ADAM = 1,  /* dt_kernel_adam, decoupled = 0 (L2 weight decay) */
+    DT_OPTIM_ADAMW = 2, /* dt_kernel_adam, decoupled = 1 (decoupled weight decay) */
+} dt_optim_kind;
+
+/* Hyper-parameters of one group (fields a kind does not use are ignored). */
+typedef struct dt_optim_hparams {
+    dt_optim_kind kind;
+    float lr;
+    float weight_decay;
+    float momentum;      /* SGD */
+    float dampening;     /* SGD */
+    int nesterov;        /* SGD */
+    float beta1;         /* Adam, AdamW */
+    float beta2;         /* Adam, AdamW */
+    float eps;           /* Adam, AdamW */
+} dt_optim_hparams;
+
+#define DT_OPTIM_SGD_INIT {DT_OPTIM_SGD, 0.01f, 0.0f, 0.0f, 0.0f, 0, 0.9f, 0.999f, 1e-8f}
+#define DT_OPTIM_ADAM_INIT {DT_OPTIM_ADAM, 1e-3f, 0.0f, 0.0f, 0.0f, 0, 0.9f, 0.999f, 1e-8f}
+#define DT_OPTIM_ADAMW_INIT {DT_OPTIM_ADAMW, 1e-3f, 0.01f, 0.0f, 0.0f, 0, 0.9f, 0.999f, 1e-8f}
+
+/* ---- loss scaling -------------------------------------------------------------------------- */
+
+typedef enum dt_loss_scale_mode {
+    DT_LOSS_SCALE_NONE = 0,    /* scale 1, overflow still detected and the step skipped */
+    DT_LOSS_SCALE_STATIC = 1,  /* init_scale forever */
+    DT_LOSS_SCALE_DYNAMIC = 2, /* DeepSpeed's DynamicLossScaler, below */
+} dt_loss_scale_mode;
+
+/* Dynamic scaling, DeepSpeed's semantics (consecutive_hysteresis = False), per step call:
+ *   overflow:  if hysteresis_left == 1 (or hysteresis == 1): scale = max(scale / factor,
+ *              min_scale); else hysteresis_left -= 1. last_overflow = iteration.
+ *   no overflow: if (iteration - last_overflow) % window == 0: hysteresis_left = hysteresis;
+ *              scale *= factor.
+ *   then iteration += 1. Starts with iteration 0, last_overflow -1, hysteresis_left =
+ *   hysteresis. (With consecutive_hysteresis != 0, hysteresis_left is reset on every step
+ *   without overflow.) */
+typedef struct dt_loss_scaler_opts {
+    dt_loss_scale_mode mode;
+    double init_scale;        /* 65536 (2^16) */
+    int64_t window;           /* 1000 */
+    int hysteresis;           /* 2 (DeepSpeed's delayed_shift) */
+    double min_scale;         /* 1 */
+    double factor;            /* 2 */
+    int consecutive_hysteresis; /* 0 */
+} dt_loss_scaler_opts;
+
+#define DT_LOSS_SCALER_OPTS_INIT {DT_LOSS_SCALE_NONE, 65536.0, 1000, 2, 1.0, 2.0, 0}
+
+/* ---- the optimizer ------------------------------------------------------------------------- */
+
+/* What one dt_zero_step did, on every client alike. */
+typedef struct dt_zero_step_info {
+    int64_t iteration;        /* step calls before this one (0-based index of this call) */
+    int64_t step;             /* updates applied so far, this one included (Adam's t) */
+    int skipped;              /* 1: an inf/NaN was found in some gradient, nothing updated */
+    double loss_scale;        /* the scale this call's gradients carried */
+    double next_loss_scale;   /* the scale for the next backward pass */
+    double grad_norm;         /* global L2 norm of the unscaled gradients (before clipping;
+                               * inf or NaN when skipped) */
+    double clip_coef;         /* factor applied to the unscaled gradients (1: none) */
+} dt_zero_step_info;
+
+/* Called on every client, after the decision, when a step is skipped. */
+typedef void (*dt_zero_overflow_fn)(void *arg, const dt_zero_step_info *info);
+
+typedef struct dt_zero_opts {
+    /* 0: plain data parallel (all-reduce of gradients, full optimizer state everywhere);
+     * 1: optimizer state (fp32 master weights and moments) partitioned along the dp dim;
+     * 2: gradients partitioned too (reduce-scatter; each rank keeps only its partition). */
+    int stage;
+    /* The data-parallel mesh dimension; NULL means "batch". Must be a dim of the mesh. */
+    const char *dp_dim;
+    /* Most elements one all-gather of updated parameters moves (DeepSpeed's
+     * allgather_bucket_size); 0 means 500000000. The temporary memory of the all-gather is
+     * about this many parameter-dtype elements. */
+    int64_t allgather_size;
+    dt_loss_scaler_opts scaler;
+    /* Global-norm gradient clipping (PyTorch's clip_grad_norm_): when the norm of the
+     * unscaled gradients exceeds clip_norm, they are multiplied by clip_norm / (norm + 1e-6),
+     * fused with unscaling. <= 0: off. */
+    double clip_norm;
+    dt_zero_overflow_fn on_overflow;  /* may be NULL */
+    void *on_overflow_arg;
+} dt_zero_opts;
+
+#define DT_ZERO_OPTS_INIT {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL}
+
+typedef struct dt_zero dt_zero;
+
+/* Creates an optimizer for parameters on `mesh` (a CPU mesh; DT_ERR_UNSUPPORTED for a GPU
+ * mesh). Collective over the clients of the mesh. DT_ERR_INVALID_ARGUMENT for a bad stage,
+ * unknown dp dim, or bad scaler options (message names the field). */
+DT_API dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts,
+                                dt_zero **zero_out);
+/* Frees the state (not the parameters, which the optimizer only retained). Accepts NULL.
+ * Local. */
+DT_API void dt_zero_destroy(dt_zero *zero);
+
+/* Adds a group of n parameters with hyper-parameters `hp`; *group_out (may be NULL) gets its
+ * index (0, 1, ...). Parameters are dt_tensors on the optimizer's mesh, all of one dtype
+ * (f32, f16 or bf16), replicated along the dp dim (sharded along other mesh dims if wanted),
+ * not partial; names are unique over all groups and become checkpoint keys. The optimizer
+ * retains each tensor and updates it in place at each step. The group's local components are
+ * flattened, in order, into one buffer per model coordinate; the fp32 master copy (initialised
+ * from the parameters) and the moments are 1-D pieces of it sharded along the dp dim.
+ * Collective. DT_ERR_SHAPE for a parameter that is partial, sharded along the dp dim, on
+ * another mesh or of another dtype (message names it); DT_ERR_INVALID_ARGUMENT for a
+ * duplicate name. */
+DT_API dt_status dt_zero_add_group(dt_zero *zero, int n, const char *const *names,
+                                   dt_tensor *const *params, const dt_optim_hparams *hp,
+                                   int *group_out);
+
+/* Number of parameters over all groups, in the order they were added (the order of `grads`
+ * in dt_zero_step). Local. */
+DT_API int dt_zero_num_params(const dt_zero *zero);
+
+/* The loss scale the next backward pass must multiply the loss gradient by (1 without
+ * scaling). Local. */
+DT_API double dt_zero_loss_scale(const dt_zero *zero);
+
+/* Sets the learning rate of group `group` for the following steps. Local, but every client
+ * must make the same calls. DT_ERR_INVALID_ARGUMENT for a bad group. */
+DT_API dt_status dt_zero_set_lr(dt_zero *zero, int group, float lr);
+
+/* One optimizer step. grads[i] is the gradient of parameter i (dt_zero_num_params of them, in
+ * order): the parameter's global shape, f32, f16 or bf16, any layout on the mesh (naturally
+ * partial (sum) over the dp dim, as dt_matmul_backward gives it), carrying the current loss
+ * scale. The gradients are reduced over the dp dim (stage 0: all-reduce; 1 and 2:
+ * reduce-scatter into each rank's partition), checked for inf/NaN over every rank (an overflow
+ * skips the update on every client, updates the scaler, calls on_overflow and returns DT_OK
+ * with info->skipped = 1), unscaled and clipped in one factor, applied by the group's inner
+ * optimizer to the fp32 master partition, and the updated parameters are all-gathered back to
+ * replicated in chunks of at most allgather_size elements. `grads` are not modified.
+ * info_out may be NULL. Collective. DT_ERR_SHAPE names a gradient of the wrong shape, dtype or
+ * mesh. */
+DT_API dt_status dt_zero_step(dt_zero *zero, dt_tensor *const *grads,
+                              dt_zero_step_info *info_out);
+
+/* Bytes this client holds for the optimizer's purposes, over its local devices. */
+typedef struct dt_zero_memory {
+    uint64_t param_bytes;     /* the parameters (model dtype, replicated along dp) */
+    uint64_t grad_bytes;      /* gradient buffers held between steps (stage 2: the partition) */
+    uint64_t state_bytes;     /* fp32 master partition and moments */
+    uint64_t gather_bytes;    /* the all-gather chunk buffer at its largest */
+} dt_zero_memory;
+DT_API dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out);
+
+/* Saves the parameters (under their names), the optimizer state under per-parameter names
+ * (docs/optim.md: "<name>/master", "<name>/exp_avg", "<name>/exp_avg_sq",
+ * "<name>/momentum", each the parameter's flattened local form with one row per model
+ * coordinate, written as the slices each dp rank holds), the scaler and step counters and
+ * the groups' learning rates as named values, plus the caller's extra tensors and
+ * opts->values, in one atomic dt_save to `dir`. Collective. */
+DT_API dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
+                              const char *const *extra_names,
+                              const dt_tensor *const *extra_tensors, const dt_save_opts *opts);
+
+/* Restores parameters, optimizer state, scaler and counters saved by dt_zero_save into this
+ * optimizer, whose groups must have the same parameters (names, shapes, dtypes, model-dim
+ * sharding); the number of dp ranks and the stage may differ. Each device reads only the
+ * slices of its own partition. Collective. DT_ERR_NOT_FOUND names a missing tensor or value;
+ * DT_ERR_SHAPE a mismatch; DT_ERR_CORRUPT as dt_restore. */
+DT_API dt_status dt_zero_load(dt_zero *zero, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
