@@ -21,6 +21,7 @@
 
 typedef struct ck_slice {
     int64_t file;                 /* index into dt_ckpt.files */
+    char *key;                    /* its key in the file when not the tensor name, else NULL */
     int64_t off[DT_MAX_RANK];
     int64_t size[DT_MAX_RANK];
     uint64_t begin;               /* data_offsets[0], relative to the data buffer */
@@ -48,6 +49,7 @@ typedef struct ck_file {
     uint64_t header_bytes;
     uint32_t header_crc;
     int device_id;
+    unsigned char header_ok;      /* header checked once (dt_ckpt_read_box); atomic access */
     int64_t nslices;              /* slices stored in this file ... */
     int64_t *slice_tensor;        /* ... as (tensor, slice) pairs */
     int64_t *slice_index;
@@ -72,6 +74,7 @@ struct dt_ckpt {
     ck_file *files;
     int64_t ntensors;
     ck_tensor *tensors;
+    int64_t *by_name;             /* tensor indices sorted by name */
     int64_t nvalues;
     ck_value *values;
 };
@@ -92,6 +95,21 @@ dt_status dt__ckpt_join(char *buf, size_t len, const char *dir, const char *sep,
                         const char *name);
 /* Directory path without trailing slashes into buf. */
 dt_status dt__ckpt_norm_dir(const char *fn, const char *dir, char *buf, size_t len);
+
+/* A box with an id, for the overlap sweep. */
+typedef struct ck_box {
+    int64_t off[DT_MAX_RANK];
+    int64_t size[DT_MAX_RANK];
+    int64_t id;
+} ck_box;
+/* 1 if two of the n non-empty boxes overlap (their ids into *a_out, *b_out, in sweep order),
+ * else 0. Picks the dim with the most distinct starts, sorts `boxes` by (start there, id) and
+ * compares each box only with those starting inside it along that dim: O(n log n) when the
+ * boxes are cut along one dim, quadratic only when many share the same span there. The
+ * result depends only on the boxes and ids (the same on every client). */
+int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, int64_t *b_out);
+/* A slice key made of a tensor name: name itself, or name + "#" + decimal digits. */
+int dt__ckpt_key_of(const char *key, const char *name);
 
 /* CRC32C (crc32c.c): combine as zlib's crc32_combine: CRC of A||B from CRC(A), CRC(B), |B|. */
 uint32_t dt__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
@@ -122,9 +140,22 @@ dt_status dt__ckpt_commit(const char *dir, const char *tmp, int do_fsync);
 
 /* ---- the save plan (plan.c) ---------------------------------------------------------------- */
 
+/* One explicitly placed slice (dt_ckpt_piece) after the gather: the same list on every
+ * client (pieces.c). */
+typedef struct ck_plan_piece {
+    int tensor;                   /* index into the plan's tensors */
+    int64_t position;             /* owning mesh position */
+    int64_t off[DT_MAX_RANK];
+    int64_t size[DT_MAX_RANK];
+    int client;                   /* group rank of the client holding its data */
+    int local;                    /* index into that client's dt_save_opts.pieces */
+} ck_plan_piece;
+
 typedef struct ck_plan_slice {
     int tensor;
     int64_t position;             /* owning mesh position */
+    int64_t piece;                /* index into plan.pieces, or -1 (a layout's block) */
+    char *key;                    /* key in its file when not the tensor name (owned), or NULL */
     int64_t off[DT_MAX_RANK];
     int64_t size[DT_MAX_RANK];
     uint64_t bytes;
@@ -142,12 +173,27 @@ typedef struct ck_plan_file {
     uint64_t header_bytes;
 } ck_plan_file;
 
+/* The tensors of a plan, all borrowed: tensors with a layout (non-partial, on the saving mesh)
+ * and tensors given as pieces (layout NULL, slices from `pieces`). */
+typedef struct ck_plan_input {
+    int n;
+    const char *const *names;
+    const dt_layout *const *layouts;
+    const int *ranks;
+    const int64_t *const *shapes;
+    const dt_dtype *dtypes;
+    int64_t npieces;
+    const ck_plan_piece *pieces;
+} ck_plan_input;
+
 typedef struct ck_plan {
     int n;
     const char *const *names;
-    const dt_layout *const *layouts;  /* non-partial layouts on the saving mesh (borrowed) */
+    const dt_layout *const *layouts;  /* NULL for a tensor saved as pieces */
+    const int *ranks;
     const int64_t *const *shapes;
     const dt_dtype *dtypes;
+    const ck_plan_piece *pieces;
     uint64_t chunk_bytes;
     int64_t nslices;
     ck_plan_slice *slices;        /* grouped by tensor, row-major block order */
@@ -157,9 +203,8 @@ typedef struct ck_plan {
 } ck_plan;
 
 /* Builds the plan (local, deterministic: every client computes the same). */
-dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
-                        const dt_layout *const *layouts, const int64_t *const *shapes,
-                        const dt_dtype *dtypes, uint64_t chunk_bytes, ck_plan *plan_out);
+dt_status dt__ckpt_plan(const dt_mesh *mesh, const ck_plan_input *in, uint64_t chunk_bytes,
+                        ck_plan *plan_out);
 void dt__ckpt_plan_free(ck_plan *plan);
 
 /* ---- index (index.c) ------------------------------------------------------------------------ */
@@ -178,8 +223,10 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
 typedef struct ck_reader {
     const dt_ckpt *ck;
     int *fds;                     /* per file, -1 until opened and checked */
-    unsigned char *bounce;        /* one chunk */
+    unsigned char *bounce;        /* one chunk at most, allocated when first needed */
+    uint64_t bounce_cap;
     int64_t bounce_file, bounce_slice_tensor, bounce_slice, bounce_chunk;
+    int reuse_checks;             /* skip headers the handle has checked before (size still) */
 } ck_reader;
 
 dt_status dt__ckpt_reader_init(ck_reader *rd, const dt_ckpt *ck);
@@ -210,5 +257,32 @@ void dt__ckpt_group_free(ck_group *g);
 /* Every member learns the outcome: DT_OK when every st is DT_OK, else the status and message
  * of the lowest failing group rank (prefixed with its client id on the others). */
 dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
+
+/* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */
+
+/* Every client's pieces, gathered and checked: tensors in order of first appearance (client
+ * order, then each client's order), each with its dtype, rank and shape, and the pieces. */
+typedef struct ck_pieces {
+    int ntensors;
+    const char **names;           /* into buf */
+    dt_dtype *dtypes;
+    int *ranks;
+    int64_t (*shapes)[DT_MAX_RANK];
+    const int64_t **shape_ptrs;   /* shapes[t] */
+    int64_t npieces;
+    ck_plan_piece *pieces;        /* tensor index: n + the index in this set */
+    char *buf;                    /* the gathered descriptors */
+} ck_pieces;
+
+/* Checks this client's pieces (pointers, names, ranks, devices of `mesh`) without talking. */
+dt_status dt__ckpt_pieces_check_local(const dt_mesh *mesh, int npieces,
+                                      const dt_ckpt_piece *pieces);
+/* Collective over g: gathers every client's descriptors and checks them together (dtypes and
+ * shapes agree, boxes inside, exact tiling, no name among `names`). Every client computes the
+ * same result; on an error the message names the tensor. */
+dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const ck_group *g, int n,
+                                 const char *const *names, int npieces,
+                                 const dt_ckpt_piece *pieces, ck_pieces *out);
+void dt__ckpt_pieces_free(ck_pieces *p);
 
 #endif

@@ -1,6 +1,8 @@
-/* Small shared pieces of the ckpt module: name rules (names are keys, never paths), the
- * safetensors dtype strings, data file names and path joining. */
+/* Small shared parts of the ckpt module: name rules (names are keys, never paths), the
+ * safetensors dtype strings, data file names, path joining, slice keys and the box overlap
+ * sweep. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
@@ -104,4 +106,84 @@ dt_status dt__ckpt_norm_dir(const char *fn, const char *dir, char *buf, size_t l
     memcpy(buf, dir, n);
     buf[n] = '\0';
     return DT_OK;
+}
+
+static int cmp_box_start(const void *pa, const void *pb, void *arg)
+{
+    const ck_box *a = pa, *b = pb;
+    int d = *(const int *)arg;
+    if (a->off[d] != b->off[d])
+        return a->off[d] < b->off[d] ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int cmp_i64(const void *pa, const void *pb)
+{
+    int64_t a = *(const int64_t *)pa, b = *(const int64_t *)pb;
+    return a < b ? -1 : a > b;
+}
+
+/* The dimension with the most distinct box starts: the one the boxes are cut along, where a
+ * sweep compares each box with few others (ZeRO's [coords..., flat] boxes: the last). */
+static int sweep_dim(int rank, const ck_box *boxes, int64_t n)
+{
+    int64_t *v = malloc((size_t)n * sizeof *v), best = -1;
+    int dim = 0;
+    for (int d = 0; v && d < rank; d++) {
+        for (int64_t i = 0; i < n; i++)
+            v[i] = boxes[i].off[d];
+        qsort(v, (size_t)n, sizeof *v, cmp_i64);
+        int64_t distinct = 1;
+        for (int64_t i = 1; i < n; i++)
+            distinct += v[i] != v[i - 1];
+        if (distinct > best) {
+            best = distinct;
+            dim = d;
+        }
+    }
+    free(v);   /* without memory: dim 0, still correct */
+    return dim;
+}
+
+int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, int64_t *b_out)
+{
+    if (n < 2)
+        return 0;
+    if (rank == 0) {   /* every non-empty scalar box is the whole tensor */
+        *a_out = boxes[0].id < boxes[1].id ? boxes[0].id : boxes[1].id;
+        *b_out = boxes[0].id < boxes[1].id ? boxes[1].id : boxes[0].id;
+        return 1;
+    }
+    int s = sweep_dim(rank, boxes, n);
+    qsort_r(boxes, (size_t)n, sizeof *boxes, cmp_box_start, &s);
+    for (int64_t i = 0; i < n; i++) {
+        const ck_box *a = &boxes[i];
+        for (int64_t j = i + 1; j < n && boxes[j].off[s] < a->off[s] + a->size[s]; j++) {
+            const ck_box *b = &boxes[j];
+            int meet = 1;
+            for (int d = 0; d < rank && meet; d++)
+                meet = a->off[d] < b->off[d] + b->size[d] && b->off[d] < a->off[d] + a->size[d];
+            if (meet) {
+                *a_out = a->id;
+                *b_out = b->id;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+int dt__ckpt_key_of(const char *key, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(key, name, n) != 0)
+        return 0;
+    if (key[n] == '\0')
+        return 1;
+    if (key[n] != '#' || key[n + 1] == '\0' || strlen(key + n + 1) > 19)
+        return 0;
+    for (const char *p = key + n + 1; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
 }

@@ -92,16 +92,20 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
     }
     int64_t si = 0;
     for (int t = 0; !bad && t < plan->n; t++) {
+        /* A tensor saved as pieces has no layout: "" and the saving (host) mesh. */
         const dt_layout *l = plan->layouts[t];
-        int rank = dt_layout_rank(l);
-        size_t llen = dt_layout_format(l, NULL, 0) + 1;
-        size_t mlen = dt_mesh_format(dt_layout_mesh(l), NULL, 0) + 1;
+        int rank = plan->ranks[t];
+        size_t llen = l ? dt_layout_format(l, NULL, 0) + 1 : 1;
+        size_t mlen = l ? dt_mesh_format(dt_layout_mesh(l), NULL, 0) + 1 : strlen(mesh_str) + 1;
         char *ls = malloc(llen), *ms = malloc(mlen);
         json_t *o = json_object(), *sl = json_array();
         bad |= !ls || !ms || !o || !sl;
-        if (ls && ms) {
+        if (ls && ms && l) {
             dt_layout_format(l, ls, llen);
             dt_mesh_format(dt_layout_mesh(l), ms, mlen);
+        } else if (ls && ms) {
+            ls[0] = '\0';
+            memcpy(ms, mesh_str, mlen);
         }
         bad |= json_object_set_new(o, "name", json_string(plan->names[t]));
         bad |= json_object_set_new(o, "dtype", json_string(dt__ckpt_dtype_str(plan->dtypes[t])));
@@ -117,7 +121,7 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
             bad |= !so || !dof || !cc;
             dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
             bad |= json_object_set_new(so, "file", json_string(name));
-            bad |= json_object_set_new(so, "key", json_string(plan->names[t]));
+            bad |= json_object_set_new(so, "key", json_string(s->key ? s->key : plan->names[t]));
             bad |= json_object_set_new(so, "offsets", int_array(rank, s->off));
             bad |= json_object_set_new(so, "sizes", int_array(rank, s->size));
             bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
@@ -262,14 +266,6 @@ static dt_status parse_value(pctx *c, const json_t *o, ck_value *v)
     return st;
 }
 
-static int boxes_overlap(int rank, const ck_slice *a, const ck_slice *b)
-{
-    for (int d = 0; d < rank; d++)
-        if (a->off[d] + a->size[d] <= b->off[d] || b->off[d] + b->size[d] <= a->off[d])
-            return 0;
-    return 1;
-}
-
 static dt_status parse_slice(pctx *c, dt_ckpt *ck, const ck_tensor *t, const json_t *o,
                              ck_slice *s)
 {
@@ -285,8 +281,12 @@ static dt_status parse_slice(pctx *c, dt_ckpt *ck, const ck_tensor *t, const jso
     if (s->file < 0)
         st = CORRUPT(c, "file '%s' is not listed in 'files'", file);
     free(file);
-    if (st == DT_OK && (st = get_str(c, o, "key", &key)) == DT_OK && strcmp(key, t->name) != 0)
-        st = CORRUPT(c, "key differs from the tensor name");
+    if (st == DT_OK && (st = get_str(c, o, "key", &key)) == DT_OK && !dt__ckpt_key_of(key, t->name))
+        st = CORRUPT(c, "key is neither the tensor name nor the name and #digits");
+    if (st == DT_OK && strcmp(key, t->name) != 0) {
+        s->key = key;   /* a further slice of this tensor in one file */
+        key = NULL;
+    }
     free(key);
     if (st != DT_OK)
         return st;
@@ -392,14 +392,25 @@ static dt_status parse_tensor(pctx *c, dt_ckpt *ck, const json_t *o, ck_tensor *
         if ((st = parse_slice(c, ck, t, json_array_get(sl, (size_t)s), &t->slices[s])) != DT_OK)
             return st;
         covered += t->slices[s].bytes / dt_dtype_size(t->dtype);
-        for (int64_t r = 0; r < s; r++)
-            if (boxes_overlap(t->rank, &t->slices[r], &t->slices[s]))
-                return CORRUPT(c, "overlaps slice %" PRId64, r);
     }
     snprintf(c->where, sizeof c->where, "tensor '%s': ", t->name);
     if (covered != numel)
         return CORRUPT(c, "slices hold %" PRIu64 " of its %" PRIu64 " elements", covered,
                        numel);
+    /* Volumes add up; with no overlap the slices tile the tensor. */
+    ck_box *boxes = malloc((size_t)(t->nslices ? t->nslices : 1) * sizeof *boxes);
+    if (!boxes)
+        return dt__error(DT_ERR_NO_MEMORY, "no memory reading %s", c->index_path);
+    for (int64_t s = 0; s < t->nslices; s++) {
+        memcpy(boxes[s].off, t->slices[s].off, sizeof boxes[s].off);
+        memcpy(boxes[s].size, t->slices[s].size, sizeof boxes[s].size);
+        boxes[s].id = s;
+    }
+    int64_t a = 0, b = 0;
+    int overlap = dt__ckpt_find_overlap(t->rank, boxes, t->nslices, &a, &b);
+    free(boxes);
+    if (overlap)
+        return CORRUPT(c, "slice %" PRId64 " overlaps slice %" PRId64, b, a);
     return DT_OK;
 }
 
@@ -432,14 +443,27 @@ static dt_status parse_file(pctx *c, int64_t k, int64_t n, const json_t *o, ck_f
     return DT_OK;
 }
 
+static const char *slice_key(const dt_ckpt *ck, int64_t t, int64_t s)
+{
+    const ck_slice *sl = &ck->tensors[t].slices[s];
+    return sl->key ? sl->key : ck->tensors[t].name;
+}
+
+static int cmp_str(const void *pa, const void *pb)
+{
+    return strcmp(*(const char *const *)pa, *(const char *const *)pb);
+}
+
 static dt_status link_files(pctx *c, dt_ckpt *ck)
 {
     for (int64_t t = 0; t < ck->ntensors; t++)
         for (int64_t s = 0; s < ck->tensors[t].nslices; s++)
             ck->files[ck->tensors[t].slices[s].file].nslices++;
+    int64_t most = 1;
     for (int64_t f = 0; f < ck->nfiles; f++) {
         ck_file *cf = &ck->files[f];
         size_t n = (size_t)(cf->nslices ? cf->nslices : 1);
+        most = cf->nslices > most ? cf->nslices : most;
         cf->slice_tensor = malloc(n * sizeof(int64_t));
         cf->slice_index = malloc(n * sizeof(int64_t));
         if (!cf->slice_tensor || !cf->slice_index)
@@ -449,14 +473,31 @@ static dt_status link_files(pctx *c, dt_ckpt *ck)
     for (int64_t t = 0; t < ck->ntensors; t++)
         for (int64_t s = 0; s < ck->tensors[t].nslices; s++) {
             ck_file *cf = &ck->files[ck->tensors[t].slices[s].file];
-            for (int64_t i = 0; i < cf->nslices; i++)
-                if (cf->slice_tensor[i] == t)
-                    return CORRUPT(c, "tensor '%s' has two slices in file '%s'",
-                                   ck->tensors[t].name, cf->name);
             cf->slice_tensor[cf->nslices] = t;
             cf->slice_index[cf->nslices++] = s;
         }
-    return DT_OK;
+    /* Keys are unique inside a file (sorted, then neighbours compared). */
+    const char **keys = malloc((size_t)most * sizeof *keys);
+    if (!keys)
+        return dt__error(DT_ERR_NO_MEMORY, "no memory reading %s", c->index_path);
+    dt_status st = DT_OK;
+    for (int64_t f = 0; st == DT_OK && f < ck->nfiles; f++) {
+        const ck_file *cf = &ck->files[f];
+        for (int64_t i = 0; i < cf->nslices; i++)
+            keys[i] = slice_key(ck, cf->slice_tensor[i], cf->slice_index[i]);
+        qsort(keys, (size_t)cf->nslices, sizeof *keys, cmp_str);
+        for (int64_t i = 1; st == DT_OK && i < cf->nslices; i++)
+            if (strcmp(keys[i - 1], keys[i]) == 0)
+                st = CORRUPT(c, "key '%s' used twice in file '%s'", keys[i], cf->name);
+    }
+    free(keys);
+    return st;
+}
+
+static int cmp_by_name(const void *pa, const void *pb, void *arg)
+{
+    const dt_ckpt *ck = arg;
+    return strcmp(ck->tensors[*(const int64_t *)pa].name, ck->tensors[*(const int64_t *)pb].name);
 }
 
 dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const char *text,
@@ -530,13 +571,22 @@ dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const c
         if ((st = parse_tensor(&c, ck, json_array_get(tensors, (size_t)t),
                                &ck->tensors[t])) != DT_OK)
             goto err;
-        c.where[0] = '\0';
-        for (int64_t u = 0; u < t; u++)
-            if (strcmp(ck->tensors[u].name, ck->tensors[t].name) == 0) {
-                st = CORRUPT(&c, "tensor '%s' listed twice", ck->tensors[t].name);
-                goto err;
-            }
     }
+    /* Tensors by name (dt_ckpt_find's bsearch); neighbours equal means listed twice. */
+    c.where[0] = '\0';
+    ck->by_name = malloc(((size_t)ck->ntensors + 1) * sizeof *ck->by_name);
+    if (!ck->by_name) {
+        st = dt__error(DT_ERR_NO_MEMORY, "no memory reading %s", index_path);
+        goto err;
+    }
+    for (int64_t t = 0; t < ck->ntensors; t++)
+        ck->by_name[t] = t;
+    qsort_r(ck->by_name, (size_t)ck->ntensors, sizeof *ck->by_name, cmp_by_name, ck);
+    for (int64_t i = 1; i < ck->ntensors; i++)
+        if (cmp_by_name(&ck->by_name[i - 1], &ck->by_name[i], ck) == 0) {
+            st = CORRUPT(&c, "tensor '%s' listed twice", ck->tensors[ck->by_name[i]].name);
+            goto err;
+        }
     for (int64_t i = 0; i < ck->nvalues; i++) {
         json_t *o = json_array_get(values, (size_t)i);
         c.where[0] = '\0';

@@ -1,5 +1,5 @@
-/* Local tools over an opened checkpoint: verify every file and slice, read a whole tensor,
- * and export to standard (Hugging Face style) safetensors files. */
+/* Local tools over an opened checkpoint: verify every file and slice, read a whole tensor or
+ * any box of one, and export to standard (Hugging Face style) safetensors files. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -92,6 +92,51 @@ dt_status dt_ckpt_read_tensor(const dt_ckpt *ck, int64_t tensor, void *buf, size
     if (st != DT_OK)
         return st;
     st = read_whole(&rd, tensor, buf);
+    dt__ckpt_reader_free(&rd);
+    return st;
+}
+
+dt_status dt_ckpt_read_box(const dt_ckpt *ck, int64_t tensor, const int64_t *offsets,
+                           const int64_t *sizes, void *buf, size_t len)
+{
+    if (!ck || tensor < 0 || tensor >= ck->ntensors)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_ckpt_read_box: bad handle or tensor %lld",
+                         (long long)tensor);
+    const ck_tensor *t = &ck->tensors[tensor];
+    if (t->rank > 0 && (!offsets || !sizes))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_ckpt_read_box: tensor '%s': NULL offsets "
+                         "or sizes", t->name);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->rank; d++) {
+        if (offsets[d] < 0 || sizes[d] < 0 || offsets[d] > t->shape[d] ||
+            sizes[d] > t->shape[d] - offsets[d]) {
+            char sh[160] = "";
+            for (int k = 0; k < t->rank; k++)
+                snprintf(sh + strlen(sh), sizeof sh - strlen(sh), "%s%" PRId64, k ? "," : "",
+                         t->shape[k]);
+            return dt__error(DT_ERR_SHAPE, "dt_ckpt_read_box: tensor '%s' [%s]: dim %d: box "
+                             "[%" PRId64 ", %" PRId64 " + %" PRId64 ") is outside the tensor",
+                             t->name, sh, d, offsets[d], offsets[d], sizes[d]);
+        }
+        numel *= (uint64_t)sizes[d];   /* <= the tensor's numel <= 2^50 */
+    }
+    uint64_t bytes = numel * dt_dtype_size(t->dtype);
+    if (len < bytes)
+        return dt__error(DT_ERR_SHAPE, "dt_ckpt_read_box: tensor '%s': the box needs %" PRIu64
+                         " bytes, the buffer has %zu", t->name, bytes, len);
+    if (bytes == 0)
+        return DT_OK;
+    if (!buf)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_ckpt_read_box: NULL buffer");
+    ck_reader rd;
+    dt_status st = dt__ckpt_reader_init(&rd, ck);
+    if (st != DT_OK)
+        return st;
+    rd.reuse_checks = 1;
+    int64_t zero[1] = {0};
+    for (int64_t s = 0; st == DT_OK && s < t->nslices; s++)
+        st = dt__ckpt_read_box(&rd, tensor, s, t->rank ? offsets : zero, t->rank ? sizes : zero,
+                               buf);
     dt__ckpt_reader_free(&rd);
     return st;
 }

@@ -64,8 +64,10 @@ void dt_ckpt_close(dt_ckpt *ck)
     }
     for (int64_t t = 0; ck->tensors && t < ck->ntensors; t++) {
         ck_tensor *ct = &ck->tensors[t];
-        for (int64_t s = 0; ct->slices && s < ct->nslices; s++)
+        for (int64_t s = 0; ct->slices && s < ct->nslices; s++) {
             free(ct->slices[s].chunk_crc);
+            free(ct->slices[s].key);
+        }
         free(ct->slices);
         free(ct->name);
         free(ct->layout);
@@ -77,6 +79,7 @@ void dt_ckpt_close(dt_ckpt *ck)
     }
     free(ck->files);
     free(ck->tensors);
+    free(ck->by_name);
     free(ck->values);
     free(ck->mesh);
     free(ck->path);
@@ -125,11 +128,19 @@ dt_status dt_ckpt_find(const dt_ckpt *ck, const char *name, int64_t *index_out)
 {
     if (!ck || !name || !index_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_ckpt_find: NULL argument");
-    for (int64_t t = 0; t < ck->ntensors; t++)
-        if (strcmp(ck->tensors[t].name, name) == 0) {
-            *index_out = t;
+    int64_t lo = 0, hi = ck->ntensors;   /* by_name is sorted by name */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ck->tensors[ck->by_name[mid]].name, name);
+        if (c == 0) {
+            *index_out = ck->by_name[mid];
             return DT_OK;
         }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return dt__error(DT_ERR_NOT_FOUND, "%s: no tensor '%s' in the checkpoint", ck->path, name);
 }
 
@@ -144,7 +155,7 @@ dt_status dt_ckpt_slice(const dt_ckpt *ck, int64_t tensor, int64_t slice,
     const ck_slice *s = &t->slices[slice];
     memset(info_out, 0, sizeof *info_out);
     info_out->file = ck->files[s->file].name;
-    info_out->key = t->name;
+    info_out->key = s->key ? s->key : t->name;
     info_out->rank = t->rank;
     memcpy(info_out->offsets, s->off, sizeof s->off);
     memcpy(info_out->sizes, s->size, sizeof s->size);

@@ -1,6 +1,7 @@
 /* The save plan, computed identically on every client: which device owns each block (one
- * holder per block, replicas spread by bytes), the data files, where each slice lies in its
- * file, and each file's safetensors header (docs/ckpt-format.md). Also dt_sharded_prefix. */
+ * holder per block, replicas spread by bytes), the slices of tensors given as pieces, the data
+ * files, where each slice lies in its file and under which key, and each file's safetensors
+ * header (docs/ckpt-format.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,8 @@ static int cmp_slice(const void *pa, const void *pb)
     return cmp_box(a, b);
 }
 
-/* File data order: larger items first (keeps every slice aligned), then tensor order. */
+/* File data order: larger items first (keeps every slice aligned), then tensor order, then
+ * box order (several pieces of one tensor on one device). */
 static int cmp_in_file(const void *pa, const void *pb, void *arg)
 {
     const ck_plan *sort_plan = arg;
@@ -33,7 +35,9 @@ static int cmp_in_file(const void *pa, const void *pb, void *arg)
     size_t eb = dt_dtype_size(sort_plan->dtypes[b->tensor]);
     if (ea != eb)
         return ea > eb ? -1 : 1;
-    return a->tensor < b->tensor ? -1 : a->tensor > b->tensor;
+    if (a->tensor != b->tensor)
+        return a->tensor < b->tensor ? -1 : 1;
+    return cmp_box(a, b);
 }
 
 static json_t *int_array(int rank, const int64_t *v)
@@ -59,11 +63,14 @@ static dt_status build_header(ck_plan *plan, ck_plan_file *f)
     int bad = json_object_set(root, "__metadata__", meta);
     for (int64_t i = 0; i < f->nslices; i++) {
         const ck_plan_slice *s = &plan->slices[f->slices[i]];
-        int rank = dt_layout_rank(plan->layouts[s->tensor]);
+        int rank = plan->ranks[s->tensor];
+        const char *key = s->key ? s->key : plan->names[s->tensor];
         json_t *e = json_object(), *so = json_object();
         bad |= !e || !so;
         bad |= json_object_set_new(so, "saved_offsets", int_array(rank, s->off));
-        bad |= json_object_set_new(info, plan->names[s->tensor], so);
+        if (s->key)   /* a second slice of one tensor in this file: say whose it is */
+            bad |= json_object_set_new(so, "tensor", json_string(plan->names[s->tensor]));
+        bad |= json_object_set_new(info, key, so);
         bad |= json_object_set_new(e, "dtype",
                                    json_string(dt__ckpt_dtype_str(plan->dtypes[s->tensor])));
         bad |= json_object_set_new(e, "shape", int_array(rank, s->size));
@@ -71,7 +78,7 @@ static dt_status build_header(ck_plan *plan, ck_plan_file *f)
         bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
         bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
         bad |= json_object_set_new(e, "data_offsets", dof);
-        bad |= json_object_set_new(root, plan->names[s->tensor], e);
+        bad |= json_object_set_new(root, key, e);
     }
     info_text = json_dumps(info, JSON_COMPACT | JSON_PRESERVE_ORDER);
     snprintf(devbuf, sizeof devbuf, "%d", f->device_id);
@@ -114,32 +121,91 @@ void dt__ckpt_plan_free(ck_plan *plan)
         free(plan->files[f].header);
     }
     free(plan->files);
+    for (int64_t i = 0; plan->slices && i < plan->nslices; i++)
+        free(plan->slices[i].key);
     free(plan->slices);
     free(plan->file_of_position);
     memset(plan, 0, sizeof *plan);
 }
 
-dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
-                        const dt_layout *const *layouts, const int64_t *const *shapes,
-                        const dt_dtype *dtypes, uint64_t chunk_bytes, ck_plan *plan_out)
+static int cmp_name(const void *pa, const void *pb)
 {
-    ck_plan plan = {.n = n, .names = names, .layouts = layouts, .shapes = shapes,
-                    .dtypes = dtypes, .chunk_bytes = chunk_bytes};
+    return strcmp(*(const char *const *)pa, *(const char *const *)pb);
+}
+
+/* Keys of file f's slices: the tensor name, and for the further slices of one tensor in the
+ * file (pieces) name#k with the smallest k >= 1 above the previous one that is no tensor's
+ * name. Such keys never collide: the text after the last '#' is digits only. */
+static dt_status assign_keys(ck_plan *plan, const ck_plan_file *f, const char *const *sorted)
+{
+    int64_t k = 0;
+    for (int64_t i = 1; i < f->nslices; i++) {
+        ck_plan_slice *s = &plan->slices[f->slices[i]];
+        if (s->tensor != plan->slices[f->slices[i - 1]].tensor) {
+            k = 0;
+            continue;
+        }
+        const char *name = plan->names[s->tensor];
+        size_t len = strlen(name) + 24;
+        if (!(s->key = malloc(len)))
+            return DT_ERR_NO_MEMORY;
+        do
+            snprintf(s->key, len, "%s#%lld", name, (long long)++k);
+        while (bsearch(&s->key, sorted, (size_t)plan->n, sizeof *sorted, cmp_name));
+    }
+    return DT_OK;
+}
+
+static dt_status push_slice(ck_plan *plan, int64_t *cap, const ck_plan_slice *s)
+{
+    if (plan->nslices == *cap) {
+        ck_plan_slice *ns = realloc(plan->slices, (size_t)*cap * 2 * sizeof *ns);
+        if (!ns)
+            return DT_ERR_NO_MEMORY;
+        plan->slices = ns;
+        *cap *= 2;
+    }
+    plan->slices[plan->nslices++] = *s;
+    return DT_OK;
+}
+
+/* Elements of a box, or UINT64_MAX past 2^64; bytes into *bytes_out (0 on overflow). */
+static int box_bytes(int rank, const int64_t *size, size_t elem, uint64_t *numel_out,
+                     uint64_t *bytes_out)
+{
+    uint64_t numel = 1;
+    for (int d = 0; d < rank; d++)
+        if (__builtin_mul_overflow(numel, (uint64_t)size[d], &numel))
+            return -1;
+    *numel_out = numel;
+    return __builtin_mul_overflow(numel, elem, bytes_out) ? -1 : 0;
+}
+
+dt_status dt__ckpt_plan(const dt_mesh *mesh, const ck_plan_input *in, uint64_t chunk_bytes,
+                        ck_plan *plan_out)
+{
+    int n = in->n;
+    ck_plan plan = {.n = n, .names = in->names, .layouts = in->layouts, .ranks = in->ranks,
+                    .shapes = in->shapes, .dtypes = in->dtypes, .pieces = in->pieces,
+                    .chunk_bytes = chunk_bytes};
     int64_t size = dt_mesh_size(mesh);
     uint64_t *load = calloc((size_t)size, sizeof *load);
     unsigned char *seen = malloc((size_t)size);
     int64_t *reps = malloc((size_t)size * sizeof *reps);
     int64_t *count = calloc((size_t)size, sizeof *count);
+    const char **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
     int64_t cap = 16;
     plan.slices = malloc((size_t)cap * sizeof *plan.slices);
     plan.file_of_position = malloc((size_t)size * sizeof *plan.file_of_position);
     dt_status st = DT_ERR_NO_MEMORY;
-    if (!load || !seen || !reps || !count || !plan.slices || !plan.file_of_position)
+    if (!load || !seen || !reps || !count || !sorted || !plan.slices || !plan.file_of_position)
         goto err;
     for (int t = 0; t < n; t++) {
-        const dt_layout *l = layouts[t];
-        int rank = dt_layout_rank(l);
-        size_t elem = dt_dtype_size(dtypes[t]);
+        const dt_layout *l = in->layouts[t];
+        if (!l)
+            continue;
+        int rank = in->ranks[t];
+        size_t elem = dt_dtype_size(in->dtypes[t]);
         memset(seen, 0, (size_t)size);
         for (int64_t p = 0; p < size; p++) {
             int64_t b = dt_layout_block_index(l, p);
@@ -149,19 +215,17 @@ dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
             ck_plan_slice s;
             memset(&s, 0, sizeof s);
             s.tensor = t;
-            if ((st = dt_layout_shard(l, shapes[t], p, s.off, s.size)) != DT_OK)
+            s.piece = -1;
+            if ((st = dt_layout_shard(l, in->shapes[t], p, s.off, s.size)) != DT_OK)
                 goto err;
-            uint64_t numel = 1;
-            for (int d = 0; d < rank; d++)
-                if (__builtin_mul_overflow(numel, (uint64_t)s.size[d], &numel))
-                    numel = UINT64_MAX;
-            if (numel == 0)
-                continue;
-            if (numel == UINT64_MAX || __builtin_mul_overflow(numel, elem, &s.bytes)) {
+            uint64_t numel = 0;
+            if (box_bytes(rank, s.size, elem, &numel, &s.bytes) != 0) {
                 st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: tensor '%s' is too large",
-                               names[t]);
+                               in->names[t]);
                 goto err;
             }
+            if (numel == 0)
+                continue;
             int64_t nrep = 0;
             if ((st = dt_layout_replicas(l, p, size, reps, &nrep)) != DT_OK)
                 goto err;
@@ -173,17 +237,29 @@ dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
             count[owner]++;
             s.position = owner;
             s.nchunks = (int64_t)((s.bytes + chunk_bytes - 1) / chunk_bytes);
-            if (plan.nslices == cap) {
-                cap *= 2;
-                ck_plan_slice *ns = realloc(plan.slices, (size_t)cap * sizeof *ns);
-                if (!ns) {
-                    st = DT_ERR_NO_MEMORY;
-                    goto err;
-                }
-                plan.slices = ns;
-            }
-            plan.slices[plan.nslices++] = s;
+            if ((st = push_slice(&plan, &cap, &s)) != DT_OK)
+                goto err;
         }
+    }
+    /* Pieces: placed by the caller (checked in pieces.c: inside, tiling, sizes bounded). */
+    for (int64_t i = 0; i < in->npieces; i++) {
+        const ck_plan_piece *pc = &in->pieces[i];
+        ck_plan_slice s;
+        memset(&s, 0, sizeof s);
+        s.tensor = pc->tensor;
+        s.piece = i;
+        s.position = pc->position;
+        memcpy(s.off, pc->off, sizeof s.off);
+        memcpy(s.size, pc->size, sizeof s.size);
+        uint64_t numel = 0;
+        if (box_bytes(in->ranks[pc->tensor], s.size, dt_dtype_size(in->dtypes[pc->tensor]),
+                      &numel, &s.bytes) != 0 || numel == 0)
+            continue;
+        load[s.position] += s.bytes;
+        count[s.position]++;
+        s.nchunks = (int64_t)((s.bytes + chunk_bytes - 1) / chunk_bytes);
+        if ((st = push_slice(&plan, &cap, &s)) != DT_OK)
+            goto err;
     }
     qsort(plan.slices, (size_t)plan.nslices, sizeof *plan.slices, cmp_slice);
     for (int64_t p = 0; p < size; p++)
@@ -210,6 +286,9 @@ dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
         ck_plan_file *f = &plan.files[plan.file_of_position[plan.slices[i].position]];
         f->slices[f->nslices++] = i;
     }
+    for (int t = 0; t < n; t++)
+        sorted[t] = in->names[t];
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_name);
     for (int64_t f = 0; f < plan.nfiles; f++) {
         ck_plan_file *pf = &plan.files[f];
         qsort_r(pf->slices, (size_t)pf->nslices, sizeof *pf->slices, cmp_in_file, &plan);
@@ -218,6 +297,8 @@ dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
             s->begin = pf->data_bytes;
             pf->data_bytes += s->bytes;
         }
+        if (in->npieces > 0 && (st = assign_keys(&plan, pf, sorted)) != DT_OK)
+            goto err;
         if ((st = build_header(&plan, pf)) != DT_OK)
             goto err;
     }
@@ -225,6 +306,7 @@ dt_status dt__ckpt_plan(const dt_mesh *mesh, int n, const char *const *names,
     free(seen);
     free(reps);
     free(count);
+    free(sorted);
     *plan_out = plan;
     return DT_OK;
 err:
@@ -234,6 +316,7 @@ err:
     free(seen);
     free(reps);
     free(count);
+    free(sorted);
     dt__ckpt_plan_free(&plan);
     return st;
 }

@@ -18,12 +18,8 @@ dt_status dt__ckpt_reader_init(ck_reader *rd, const dt_ckpt *ck)
     memset(rd, 0, sizeof *rd);
     rd->ck = ck;
     rd->fds = malloc((size_t)(ck->nfiles + 1) * sizeof *rd->fds);
-    rd->bounce = malloc((size_t)ck->chunk_bytes);
-    if (!rd->fds || !rd->bounce) {
-        free(rd->fds);
-        free(rd->bounce);
+    if (!rd->fds)
         return dt__error(DT_ERR_NO_MEMORY, "no memory for a checkpoint reader");
-    }
     for (int64_t f = 0; f < ck->nfiles; f++)
         rd->fds[f] = -1;
     rd->bounce_file = -1;
@@ -95,16 +91,20 @@ static dt_status check_header(const ck_reader *rd, int64_t f, const char *tensor
     for (int64_t i = 0; i < cf->nslices; i++) {
         const ck_tensor *t = &ck->tensors[cf->slice_tensor[i]];
         const ck_slice *s = &t->slices[cf->slice_index[i]];
-        json_t *e = json_object_get(root, t->name);
+        const char *key = s->key ? s->key : t->name;
+        json_t *e = json_object_get(root, key);
         json_t *dof = json_object_get(e, "data_offsets");
         int64_t se[2] = {(int64_t)s->begin, (int64_t)(s->begin + s->bytes)};
         const char *dt = json_string_value(json_object_get(e, "dtype"));
-        json_t *so = json_object_get(json_object_get(info, t->name), "saved_offsets");
+        json_t *sinfo = json_object_get(info, key);
+        json_t *so = json_object_get(sinfo, "saved_offsets");
+        const char *owner = json_string_value(json_object_get(sinfo, "tensor"));
         if (!json_is_object(e) || !dt || strcmp(dt, dt__ckpt_dtype_str(t->dtype)) != 0 ||
             !dims_equal(json_object_get(e, "shape"), t->rank, s->size) ||
-            !dims_equal(dof, 2, se) || !dims_equal(so, t->rank, s->off)) {
-            st = corrupt(rd, f, t->name, "the file's header and the index disagree on this "
-                         "tensor's dtype, shape, data_offsets or saved_offsets");
+            !dims_equal(dof, 2, se) || !dims_equal(so, t->rank, s->off) ||
+            (s->key && (!owner || strcmp(owner, t->name) != 0))) {
+            st = corrupt(rd, f, t->name, "the file's header and the index disagree on key "
+                         "'%s': dtype, shape, data_offsets or saved_offsets", key);
             goto out;
         }
     }
@@ -143,6 +143,12 @@ dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int
                      (uint64_t)sb.st_size < cf->bytes ? " (truncated)" : "");
         goto err;
     }
+    /* Header already checked through this handle (dt_ckpt_read_box, called per box). */
+    if (rd->reuse_checks && __atomic_load_n(&cf->header_ok, __ATOMIC_ACQUIRE)) {
+        rd->fds[f] = fd;
+        *fd_out = fd;
+        return DT_OK;
+    }
     hdr = malloc((size_t)cf->header_bytes);
     if (!hdr) {
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory for the header", path);
@@ -171,6 +177,8 @@ dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int
     }
     if ((st = check_header(rd, f, tensor, hdr + 8, (size_t)hlen)) != DT_OK)
         goto err;
+    /* The handle is logically const; the flag only caches a check (written once, atomic). */
+    __atomic_store_n(&((ck_file *)cf)->header_ok, 1, __ATOMIC_RELEASE);
     free(hdr);
     rd->fds[f] = fd;
     *fd_out = fd;
@@ -209,6 +217,21 @@ static dt_status read_checked(ck_reader *rd, int fd, const ck_tensor *t, const c
     return DT_OK;
 }
 
+/* Grows the bounce buffer to `len` bytes (at most one chunk); allocated on first use, so
+ * reading small slices never costs a whole chunk of memory. */
+static dt_status bounce_room(ck_reader *rd, uint64_t len)
+{
+    if (len <= rd->bounce_cap)
+        return DT_OK;
+    unsigned char *b = realloc(rd->bounce, (size_t)len);
+    if (!b)
+        return dt__error(DT_ERR_NO_MEMORY, "no memory for a checkpoint chunk of %llu bytes",
+                         (unsigned long long)len);
+    rd->bounce = b;
+    rd->bounce_cap = len;
+    return DT_OK;
+}
+
 /* Makes chunk c of slice (t, s) the bounce buffer's content. */
 static dt_status load_bounce(ck_reader *rd, int fd, int64_t ti, int64_t si, int64_t c)
 {
@@ -220,7 +243,9 @@ static dt_status load_bounce(ck_reader *rd, int fd, int64_t ti, int64_t si, int6
     rd->bounce_file = -1;
     uint64_t C = rd->ck->chunk_bytes, cs = (uint64_t)c * C;
     uint64_t ce = cs + C < s->bytes ? cs + C : s->bytes;
-    dt_status st = read_checked(rd, fd, t, s, c, c, cs, ce - cs, rd->bounce);
+    dt_status st = bounce_room(rd, ce - cs);
+    if (st == DT_OK)
+        st = read_checked(rd, fd, t, s, c, c, cs, ce - cs, rd->bounce);
     if (st != DT_OK)
         return st;
     rd->bounce_file = s->file;
@@ -333,7 +358,8 @@ dt_status dt__ckpt_check_slice(ck_reader *rd, int64_t ti, int64_t si)
     for (int64_t c = 0; c < s->nchunks; c++) {
         uint64_t cs = (uint64_t)c * C, ce = cs + C < s->bytes ? cs + C : s->bytes;
         rd->bounce_file = -1;
-        if ((st = read_checked(rd, fd, t, s, c, c, cs, ce - cs, rd->bounce)) != DT_OK)
+        if ((st = bounce_room(rd, ce - cs)) != DT_OK ||
+            (st = read_checked(rd, fd, t, s, c, c, cs, ce - cs, rd->bounce)) != DT_OK)
             return st;
     }
     return DT_OK;

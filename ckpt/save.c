@@ -1,6 +1,6 @@
-/* dt_save and dt_sharded_prefix: checks the inputs, brings tensors to the host mesh without
- * partial dims, writes each saving device's file in parallel threads, gathers the CRCs on
- * client 0, which writes the index and commits (docs/ckpt-format.md). */
+/* dt_save and dt_sharded_prefix: checks the inputs (and gathers the pieces), brings tensors to
+ * the host mesh without partial dims, writes each saving device's file in parallel threads,
+ * gathers the CRCs on client 0, which writes the index and commits (docs/ckpt-format.md). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,6 +19,12 @@ typedef struct save_inputs {
     dt_tensor **tensors;          /* NULL for dt_sharded_prefix */
     const int64_t **shapes;
     dt_dtype *dtypes;
+    int *ranks;
+    /* dt_save's pieces: this client's (the data), every client's (gathered), and the plan's
+     * view of all tensors (the n above, then the pieces' tensors). */
+    const dt_ckpt_piece *user_pieces;
+    ck_pieces pieces;
+    ck_plan_input plan_in;
 } save_inputs;
 
 static void inputs_free(save_inputs *in)
@@ -33,8 +39,46 @@ static void inputs_free(save_inputs *in)
     free(in->tensors);
     free(in->shapes);
     free(in->dtypes);
+    free(in->ranks);
+    dt__ckpt_pieces_free(&in->pieces);
+    free((void *)in->plan_in.names);
+    free((void *)in->plan_in.layouts);
+    free((void *)in->plan_in.ranks);
+    free((void *)in->plan_in.shapes);
+    free((void *)in->plan_in.dtypes);
     dt_mesh_destroy(in->host);
     memset(in, 0, sizeof *in);
+}
+
+/* The plan's view: the n tensors with layouts, then the tensors of the gathered pieces. */
+static dt_status plan_input(const char *const *names, save_inputs *in)
+{
+    const ck_pieces *pc = &in->pieces;
+    int total = in->n + pc->ntensors;
+    const char **nm = calloc((size_t)total + 1, sizeof *nm);
+    const dt_layout **ls = calloc((size_t)total + 1, sizeof *ls);
+    int *rk = calloc((size_t)total + 1, sizeof *rk);
+    const int64_t **sh = calloc((size_t)total + 1, sizeof *sh);
+    dt_dtype *dt = calloc((size_t)total + 1, sizeof *dt);
+    in->plan_in = (ck_plan_input){.n = total, .names = nm, .layouts = ls, .ranks = rk,
+                                  .shapes = sh, .dtypes = dt, .npieces = pc->npieces,
+                                  .pieces = pc->pieces};
+    if (!nm || !ls || !rk || !sh || !dt)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
+    for (int t = 0; t < in->n; t++) {
+        nm[t] = names[t];
+        ls[t] = in->layouts[t];
+        rk[t] = in->ranks[t];
+        sh[t] = in->shapes[t];
+        dt[t] = in->dtypes[t];
+    }
+    for (int t = 0; t < pc->ntensors; t++) {
+        nm[in->n + t] = pc->names[t];
+        rk[in->n + t] = pc->ranks[t];
+        sh[in->n + t] = pc->shape_ptrs[t];
+        dt[in->n + t] = pc->dtypes[t];
+    }
+    return DT_OK;
 }
 
 /* Checks names and meshes; builds the host layouts (same specs, no partial dims). */
@@ -63,7 +107,8 @@ static dt_status inputs_init(const char *fn, const dt_mesh *mesh, int n, const c
     in->layouts = calloc((size_t)n + 1, sizeof *in->layouts);
     in->shapes = calloc((size_t)n + 1, sizeof *in->shapes);
     in->dtypes = calloc((size_t)n + 1, sizeof *in->dtypes);
-    if (!in->layouts || !in->shapes || !in->dtypes) {
+    in->ranks = calloc((size_t)n + 1, sizeof *in->ranks);
+    if (!in->layouts || !in->shapes || !in->dtypes || !in->ranks) {
         inputs_free(in);
         return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     }
@@ -83,6 +128,7 @@ static dt_status inputs_init(const char *fn, const dt_mesh *mesh, int n, const c
         }
         in->shapes[t] = dt_tensor_shape(tensors[t]);
         in->dtypes[t] = dt_tensor_dtype(tensors[t]);
+        in->ranks[t] = rank;
     }
     return DT_OK;
 }
@@ -112,8 +158,8 @@ dt_status dt_sharded_prefix(const dt_mesh *mesh, const char *dir, int n,
     if (st != DT_OK || (st = inputs_init(fn, mesh, n, names, tensors, &in)) != DT_OK)
         return st;
     ck_plan plan;
-    st = dt__ckpt_plan(in.host, n, names, (const dt_layout *const *)in.layouts, in.shapes,
-                       in.dtypes, DT_CKPT_CHUNK_BYTES, &plan);
+    if ((st = plan_input(names, &in)) == DT_OK)
+        st = dt__ckpt_plan(in.host, &in.plan_in, DT_CKPT_CHUNK_BYTES, &plan);
     if (st != DT_OK) {
         inputs_free(&in);
         return st;
@@ -220,15 +266,20 @@ static void *write_file(void *arg)
     for (int64_t i = 0; i < pf->nslices; i++) {
         int64_t si = pf->slices[i];
         const ck_plan_slice *s = &plan->slices[si];
-        const DLTensor *x = component_at(job->in->tensors[s->tensor], s->position);
-        if (!x) {
+        const char *data = NULL;
+        if (s->piece >= 0) {
+            data = job->in->user_pieces[plan->pieces[s->piece].local].data;
+        } else {
+            const DLTensor *x = component_at(job->in->tensors[s->tensor], s->position);
+            data = x ? x->data : NULL;
+        }
+        if (!data) {
             job->st = DT_ERR_STATE;
-            snprintf(job->msg, sizeof job->msg, "dt_save: no local component at position %lld",
+            snprintf(job->msg, sizeof job->msg, "dt_save: no local data at position %lld",
                      (long long)s->position);
             close(fd);
             return NULL;
         }
-        const char *data = x->data;
         uint32_t whole = 0;
         /* CRC a piece, then write it while it is still in cache. */
         for (uint64_t at = 0; at < s->bytes; at += piece) {
@@ -505,9 +556,13 @@ dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const
         inputs_free(&in);
         return st;
     }
+    int np = opts ? opts->npieces : 0;
     if (g.comm == MPI_COMM_NULL) {         /* holds no device of the mesh: nothing to do */
         dt__ckpt_group_free(&g);
         inputs_free(&in);
+        if (np != 0)
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: %d pieces given by a client "
+                             "holding no device of the mesh", np);
         return DT_OK;
     }
     inject_reset();
@@ -515,10 +570,20 @@ dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const
     memset(&plan, 0, sizeof plan);
     uint32_t *crcs = NULL, **chunk_crcs = NULL, *chunk_store = NULL;
     int leader = g.rank == 0, made_tmp = 0;
+    /* Pieces differ between clients: checked here, then gathered and checked together, so
+     * that every client fails alike before anything is written. */
+    in.user_pieces = opts ? opts->pieces : NULL;
+    st = dt__ckpt_pieces_check_local(mesh, np, in.user_pieces);
+    if ((st = sync_point(&in, &g, opts, "dt_save:pieces", st)) != DT_OK)
+        goto out;
+    st = dt__ckpt_pieces_gather(mesh, &g, n, names, np, in.user_pieces, &in.pieces);
+    if ((st = sync_point(&in, &g, opts, "dt_save:pieces_checked", st)) != DT_OK)
+        goto out;
     st = to_host(tensors, &in);
     if (st == DT_OK)
-        st = dt__ckpt_plan(in.host, n, names, (const dt_layout *const *)in.layouts, in.shapes,
-                           in.dtypes, chunk_of(opts), &plan);
+        st = plan_input(names, &in);
+    if (st == DT_OK)
+        st = dt__ckpt_plan(in.host, &in.plan_in, chunk_of(opts), &plan);
     if (st == DT_OK) {
         int64_t nch = 0;
         for (int64_t si = 0; si < plan.nslices; si++)

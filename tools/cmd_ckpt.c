@@ -83,7 +83,8 @@ static int cmd_ls(const char *dir)
         format_dims(shape, sizeof shape, ti.rank, ti.shape);
         printf("%s %s %s slices=%" PRId64 "\n", ti.name, dt_dtype_name(ti.dtype), shape,
                ti.num_slices);
-        printf("  layout: %s\n", ti.layout);
+        /* A tensor saved as explicitly placed pieces has no layout. */
+        printf("  layout: %s\n", ti.layout[0] ? ti.layout : "(pieces)");
         for (int64_t s = 0; s < ti.num_slices; s++) {
             dt_ckpt_slice_info si;
             if (dt_ckpt_slice(ck, i, s, &si) != DT_OK)
@@ -92,8 +93,9 @@ static int cmd_ls(const char *dir)
             format_dims(off, sizeof off, si.rank, si.offsets);
             format_dims(sz, sizeof sz, si.rank, si.sizes);
             printf("  slice %" PRId64 ": offsets=%s sizes=%s file=%s at=%" PRIu64 " bytes=%" PRIu64
-                   " crc32c=%08" PRIx32 "\n",
-                   s, off, sz, si.file, si.file_offset, si.bytes, si.crc32c);
+                   " crc32c=%08" PRIx32 "%s%s\n",
+                   s, off, sz, si.file, si.file_offset, si.bytes, si.crc32c,
+                   strcmp(si.key, ti.name) ? " key=" : "", strcmp(si.key, ti.name) ? si.key : "");
         }
     }
     print_values(ck);

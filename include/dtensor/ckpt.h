@@ -49,13 +49,22 @@ typedef struct dt_ckpt_value {
 /* One explicitly placed slice of a tensor saved through dt_save_opts.pieces, for data that
  * follows no layout (the ZeRO optimizer's state: slices of a parameter's flattened form).
  * It is box [offsets, offsets + sizes) of the global tensor `name` (dtype, rank, shape), held
- * by local device `device` (index into the saving mesh's local devices) in host memory as a
- * compact row-major array `data`. Over all clients, the pieces of one name must agree on
- * dtype and shape and tile the global tensor exactly (no overlap, no gap), else dt_save
- * fails with DT_ERR_INVALID_ARGUMENT naming the tensor and nothing is written. Each piece is
- * written by its device into that device's own file; a name may not also be in `names`. The
- * index records such a tensor with the layout string "" (none). Empty pieces are allowed and
- * write nothing. */
+ * by local device `device` (index into the saving mesh's local devices: the device
+ * dt_mesh_local_device_id(mesh, device) of the mesh given to dt_save) in host memory as a
+ * compact row-major array `data` (borrowed during the call; may be NULL when empty). Names
+ * follow the rules of tensor names. Over all clients, the pieces of one name must agree on
+ * dtype, rank and shape and tile the global tensor exactly (no overlap, no gap), else dt_save
+ * fails on every client with DT_ERR_INVALID_ARGUMENT naming the tensor and nothing is written
+ * (a checkpoint already at `dir` stays). Each piece is written by its device into that
+ * device's own file (a device holding only pieces writes one too); a device may hold several
+ * pieces of one tensor (its file then keys the second and later ones "name#k",
+ * docs/ckpt-format.md). A name may not also be in `names`. Empty pieces are allowed and write
+ * nothing, but declare their tensor (a tensor with 0 elements needs one). The index records
+ * such a tensor with the layout string "" (none) and the saving host mesh; it follows the
+ * `names` tensors, in order of first appearance (client 0's pieces first, each client's in
+ * its order). Restore it with dt_restore onto any layout, or read any box with
+ * dt_ckpt_read_box. Every client receives every client's piece descriptors (about 80 bytes
+ * each plus the name); the checks cost O(P log P) for P pieces cut along one dim. */
 typedef struct dt_ckpt_piece {
     const char *name;
     dt_dtype dtype;
@@ -98,7 +107,8 @@ typedef struct dt_ckpt_shard {
 } dt_ckpt_shard;
 
 /* DTensor's sharded_prefix: the shard files that dt_save(mesh, dir, n, names, tensors) writes,
- * in file order. Each block of each tensor is written by exactly one device holding it; a
+ * in file order, for a save without dt_save_opts.pieces (pieces are not known here: with them
+ * a save may write more files, numbered differently). Each block of each tensor is written by exactly one device holding it; a
  * replicated block goes to the holder with the fewest bytes assigned so far (ties: lowest
  * mesh position), so replicas are spread over devices. Devices owning no non-empty block write
  * no file. All tensors must live on `mesh` (dt_mesh_equal). Names are checked as in dt_save.
@@ -188,7 +198,8 @@ typedef struct dt_ckpt_tensor_info {
     dt_dtype dtype;
     int rank;
     int64_t shape[DT_MAX_RANK];
-    const char *layout;       /* layout string at save time (host mesh) */
+    const char *layout;       /* layout string at save time (host mesh); "" for a tensor
+                               * saved as pieces */
     const char *mesh;         /* mesh string at save time (host mesh) */
     int64_t num_slices;
 } dt_ckpt_tensor_info;
@@ -247,10 +258,16 @@ DT_API dt_status dt_ckpt_verify(const dt_ckpt *ckpt, dt_ckpt_problem_fn fn, void
 DT_API dt_status dt_ckpt_read_tensor(const dt_ckpt *ckpt, int64_t tensor, void *buf,
                                      size_t len);
 
-/* Reads box [offsets, offsets + sizes) of tensor `tensor` (rank entries each) into `buf`, a
- * compact row-major array of shape `sizes` (`len` >= its bytes), reading only the chunks of
- * the slices that intersect the box and checking their CRCs. DT_ERR_SHAPE for a box outside
- * the tensor; DT_ERR_CORRUPT names file and tensor. Local. */
+/* Reads box [offsets, offsets + sizes) of tensor `tensor` (rank entries each; NULL allowed
+ * for a scalar) into `buf`, a compact row-major array of shape `sizes` (`len` >= its bytes),
+ * from every saved slice that intersects the box (any save: layouts or pieces), reading only
+ * the chunks that hold it and checking their CRCs. A zero-size box reads nothing (`buf` may
+ * then be NULL). DT_ERR_SHAPE for a box outside the tensor or `len` too small;
+ * DT_ERR_INVALID_ARGUMENT for a bad handle or tensor index; DT_ERR_CORRUPT names file and
+ * tensor; DT_ERR_IO. Local; several threads may read through one handle. Cost per call: the
+ * files it touches are opened (each file's header is checked once per handle), and each slice
+ * end inside the box costs one whole chunk read (chunk_bytes of the save, 1 MiB by default),
+ * so many small boxes read faster from a save with small chunk_bytes. */
 DT_API dt_status dt_ckpt_read_box(const dt_ckpt *ckpt, int64_t tensor, const int64_t *offsets,
                                   const int64_t *sizes, void *buf, size_t len);
 

@@ -1,6 +1,8 @@
 /* Helper of the checkpoint tests in tests/ckpt_py: `save` writes tensors whose every element is
  * a formula of (tensor id, global flat index, version) that the Python tests recompute on their
- * own; `check` restores a checkpoint onto other layouts and says which version it holds. */
+ * own; `check` restores a checkpoint onto other layouts and says which version it holds.
+ * With --pieces, tensors given as explicitly placed pieces (dt_save_opts.pieces) are saved and
+ * checked too. */
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -32,7 +34,17 @@ static const spec SPECS[] = {
     {"bytes", DT_DTYPE_U8, 1, {37, 0}, {"x", NULL}},
     {"empty", DT_DTYPE_F32, 2, {0, 3}, {"x", DT_UNSHARDED}},
 };
-enum { NSPECS = sizeof SPECS / sizeof SPECS[0], MAXT = NSPECS + 1 };
+enum { NSPECS = sizeof SPECS / sizeof SPECS[0] };
+
+/* Tensors saved as pieces with --pieces (test_ckpt_files.py holds the same table); how each is
+ * cut over the devices is in make_pieces. */
+static const spec PSPECS[] = {
+    {"zero/m", DT_DTYPE_F32, 1, {50, 0}, {NULL, NULL}},
+    {"zero/v", DT_DTYPE_BF16, 2, {7, 5}, {NULL, NULL}},
+    {"zero/c", DT_DTYPE_I64, 2, {4, 3}, {NULL, NULL}},
+};
+enum { NPSPECS = sizeof PSPECS / sizeof PSPECS[0], PIECE_TID = 20,
+       MAXT = NSPECS + 1 + NPSPECS, MAXP = 64 };
 
 static int g_rank;
 
@@ -96,6 +108,25 @@ static void element(int tid, dt_dtype dt, int64_t i, int64_t v, void *out)
     }
 }
 
+/* Fills a compact box (off, size) of tensor tid (global shape gshape) with version v. */
+static void fill_box(int tid, dt_dtype dt, int rank, const int64_t *gshape, const int64_t *off,
+                     const int64_t *size, int64_t v, unsigned char *dst)
+{
+    size_t es = dt_dtype_size(dt);
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++)
+        n *= size[d];
+    for (int64_t j = 0; j < n; j++) {
+        int64_t rem = j, g = 0, stride = 1;
+        for (int d = rank - 1; d >= 0; d--) {
+            g += (off[d] + rem % size[d]) * stride;
+            rem /= size[d];
+            stride *= gshape[d];
+        }
+        element(tid, dt, g, v, dst + (size_t)j * es);
+    }
+}
+
 /* Visits every element of local component c: fill (check == 0) or count mismatches. */
 static int64_t walk(const dt_tensor *t, int c, int tid, int64_t v, int check)
 {
@@ -136,14 +167,25 @@ typedef struct tensor_set {
     int64_t shapes[MAXT][2];
 } tensor_set;
 
-/* The tensors on `mesh`; `restore_layouts`: a 1-D mesh "z" for check, dim 0 sharded on z. */
-static dt_status make_set(const dt_mesh *mesh, int big_mib, int restore_layouts, tensor_set *s)
+/* Tensor id of entry k of a set (ids of pieces' tensors start at PIECE_TID). */
+static int set_tid(int k, int big_mib)
+{
+    int nfirst = NSPECS + (big_mib > 0);
+    return k < nfirst ? k : PIECE_TID + (k - nfirst);
+}
+
+/* The tensors on `mesh`; `restore_layouts`: a 1-D mesh "z" for check, dim 0 sharded on z, and
+ * then the pieces' tensors too when `pieces`. */
+static dt_status make_set(const dt_mesh *mesh, int big_mib, int restore_layouts, int pieces,
+                          tensor_set *s)
 {
     memset(s, 0, sizeof *s);
-    for (int k = 0; k < NSPECS + (big_mib > 0); k++) {
-        spec sp = k < NSPECS
-                      ? SPECS[k]
-                      : (spec){"big", DT_DTYPE_F32, 1, {(int64_t)big_mib << 18, 0}, {"x", NULL}};
+    int nfirst = NSPECS + (big_mib > 0);
+    for (int k = 0; k < nfirst + (restore_layouts && pieces ? NPSPECS : 0); k++) {
+        spec sp = k < NSPECS   ? SPECS[k]
+                  : k < nfirst ? (spec){"big", DT_DTYPE_F32, 1, {(int64_t)big_mib << 18, 0},
+                                        {"x", NULL}}
+                               : PSPECS[k - nfirst];
         const char *specs[2] = {sp.specs[0], sp.specs[1]};
         if (restore_layouts)
             for (int d = 0; d < sp.rank; d++)
@@ -174,7 +216,91 @@ static int fail(const char *what, dt_status st)
     return 1;
 }
 
-static int do_save(const char *dir, int64_t version, int big_mib, int announce)
+/* One piece of the global list: the tensor (PSPECS index), its device's mesh position, box. */
+typedef struct gpiece {
+    int t;
+    int64_t position;
+    int64_t off[2], size[2];
+} gpiece;
+
+static void add_piece(gpiece *g, int *n, int t, int64_t pos, int64_t o0, int64_t o1,
+                      int64_t s0, int64_t s1)
+{
+    if (*n < MAXP)
+        g[(*n)++] = (gpiece){t, pos, {o0, o1}, {s0, s1}};
+}
+
+/* Cut points of the flat ranges: device r of N holds [cut(r), cut(r + 1)). zero/m (50
+ * elements): uneven, device 1's empty; zero/v (35): uneven. */
+static int64_t cut_m(int64_t r, int64_t N)
+{
+    return r == 0 ? 0 : r == N ? 50 : r <= 2 ? 50 / (N * N) : 50 * r * r / (N * N);
+}
+
+static int64_t cut_v(int64_t r, int64_t N)
+{
+    return r == N ? 35 : 35 * r / N + (r % 2);
+}
+
+/* Every device's pieces (the same list on every client), as the ZeRO optimizer cuts its state:
+ * zero/m in flat ranges (the last device's in two pieces), zero/v in flat ranges cut into row
+ * boxes (several per device), zero/c in column blocks. */
+static int make_pieces(int64_t N, gpiece *g)
+{
+    int n = 0;
+    for (int64_t r = 0; r < N; r++) {
+        int64_t lo = cut_m(r, N), hi = cut_m(r + 1, N);
+        if (r == N - 1 && hi - lo >= 2) {
+            int64_t mid = lo + (hi - lo) / 3;
+            add_piece(g, &n, 0, r, lo, 0, mid - lo, 0);
+            add_piece(g, &n, 0, r, mid, 0, hi - mid, 0);
+        } else {
+            add_piece(g, &n, 0, r, lo, 0, hi - lo, 0);
+        }
+    }
+    for (int64_t r = 0; r < N; r++)
+        for (int64_t lo = cut_v(r, N), hi = cut_v(r + 1, N), len; lo < hi; lo += len) {
+            int64_t row = lo / 5, col = lo % 5;
+            if (col != 0 || hi - lo < 5) {   /* a partial row */
+                len = hi - lo < 5 - col ? hi - lo : 5 - col;
+                add_piece(g, &n, 1, r, row, col, 1, len);
+            } else {                         /* full rows */
+                len = (hi - lo) / 5 * 5;
+                add_piece(g, &n, 1, r, row, 0, len / 5, 5);
+            }
+        }
+    for (int k = 0; k < 3; k++)
+        add_piece(g, &n, 2, (2 * k + 1) % N, 0, k, 4, 1);
+    return n;
+}
+
+/* This client's pieces of the global list, filled with version v (buffers into bufs). */
+static int local_pieces(const dt_mesh *mesh, int64_t v, dt_ckpt_piece *out, void **bufs,
+                        gpiece *g)
+{
+    int ng = make_pieces(dt_mesh_size(mesh), g), n = 0;
+    for (int i = 0; i < ng; i++) {
+        int id = dt_mesh_device_id(mesh, g[i].position), li = -1;
+        for (int k = 0; k < dt_mesh_num_local_devices(mesh); k++)
+            if (dt_mesh_local_device_id(mesh, k) == id)
+                li = k;
+        if (li < 0)
+            continue;
+        const spec *sp = &PSPECS[g[i].t];
+        bufs[n] = malloc((size_t)(g[i].size[0] * (sp->rank > 1 ? g[i].size[1] : 1)) * 8 + 1);
+        if (!bufs[n])
+            break;
+        fill_box(PIECE_TID + g[i].t, sp->dtype, sp->rank, sp->shape, g[i].off, g[i].size, v,
+                 bufs[n]);
+        out[n] = (dt_ckpt_piece){.name = sp->name, .dtype = sp->dtype, .rank = sp->rank,
+                                 .shape = sp->shape, .offsets = g[i].off, .sizes = g[i].size,
+                                 .device = li, .data = bufs[n]};
+        n++;
+    }
+    return n;
+}
+
+static int do_save(const char *dir, int64_t version, int big_mib, int announce, int pieces)
 {
     int ndev = dt_num_global_devices(DT_DEVICE_CPU);
     const char *dims[2] = {"x", "y"};
@@ -189,8 +315,11 @@ static int do_save(const char *dir, int64_t version, int big_mib, int announce)
         return fail("mesh", st);
     tensor_set s;
     dt_tensor *t[MAXT] = {0};
-    int rc = 1;
-    st = make_set(mesh, big_mib, 0, &s);
+    gpiece g[MAXP];
+    dt_ckpt_piece pc[MAXP];
+    void *bufs[MAXP] = {0};
+    int rc = 1, np = 0;
+    st = make_set(mesh, big_mib, 0, 0, &s);
     if (st != DT_OK) {
         rc = fail("layout", st);
         goto out;
@@ -204,6 +333,7 @@ static int do_save(const char *dir, int64_t version, int big_mib, int announce)
         for (int c = 0; c < dt_tensor_num_local(t[k]); c++)
             walk(t[k], c, k, version, 0);
     }
+    np = pieces ? local_pieces(mesh, version, pc, bufs, g) : 0;
     unsigned char rng[16];
     for (int i = 0; i < 16; i++)
         rng[i] = (unsigned char)((version * 7 + i) & 255);
@@ -215,6 +345,8 @@ static int do_save(const char *dir, int64_t version, int big_mib, int announce)
     dt_save_opts opts = DT_SAVE_OPTS_INIT;
     opts.values = vals;
     opts.nvalues = 3;
+    opts.npieces = np;
+    opts.pieces = pc;
     MPI_Barrier(MPI_COMM_WORLD);
     if (announce && g_rank == 0) {
         printf("saving\n");
@@ -235,6 +367,8 @@ static int do_save(const char *dir, int64_t version, int big_mib, int announce)
 out:
     for (int k = 0; k < MAXT; k++)
         dt_tensor_destroy(t[k]);
+    for (int i = 0; i < np; i++)
+        free(bufs[i]);
     free_set(&s);
     dt_mesh_destroy(mesh);
     return rc;
@@ -244,7 +378,7 @@ out:
  * "result DIR version=V" when every element of every tensor and every value is version V's
  * (V read from the value "step"), "result DIR mix version=V" when not, "result DIR error=S"
  * when the restore fails. Returns 0 only in the first case. */
-static int check_one(const dt_mesh *mesh, const char *dir, int big_mib)
+static int check_one(const dt_mesh *mesh, const char *dir, int big_mib, int pieces)
 {
     dt_ckpt *ck = NULL;
     int64_t version = -1;
@@ -270,7 +404,7 @@ static int check_one(const dt_mesh *mesh, const char *dir, int big_mib)
     dt_tensor *t[MAXT] = {0};
     int rc = 1;
     if (st == DT_OK)
-        st = make_set(mesh, big_mib, 1, &s);
+        st = make_set(mesh, big_mib, 1, pieces, &s);
     else
         s.n = 0;
     if (st == DT_OK)
@@ -284,13 +418,14 @@ static int check_one(const dt_mesh *mesh, const char *dir, int big_mib)
     }
     long long bad[MAXT] = {0}, all[MAXT];
     for (int k = 0; k < s.n; k++) {
-        int shape_ok = dt_tensor_dtype(t[k]) == s.dtypes[k] &&
-                       dt_tensor_rank(t[k]) == (k < NSPECS ? SPECS[k].rank : 1);
+        int tid = set_tid(k, big_mib);
+        int rank = dt_layout_rank(s.layouts[k]);
+        int shape_ok = dt_tensor_dtype(t[k]) == s.dtypes[k] && dt_tensor_rank(t[k]) == rank;
         for (int d = 0; shape_ok && d < dt_tensor_rank(t[k]); d++)
             shape_ok = dt_tensor_shape(t[k])[d] == s.shapes[k][d];
         bad[k] = shape_ok ? 0 : 1;
         for (int c = 0; shape_ok && c < dt_tensor_num_local(t[k]); c++)
-            bad[k] += walk(t[k], c, k, version, 1);
+            bad[k] += walk(t[k], c, tid, version, 1);
     }
     MPI_Allreduce(bad, all, s.n, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     long long total = 0;
@@ -313,7 +448,7 @@ out:
     return rc;
 }
 
-static int do_check(int ndirs, char **dirs, int big_mib)
+static int do_check(int ndirs, char **dirs, int big_mib, int pieces)
 {
     int ndev = dt_num_global_devices(DT_DEVICE_CPU);
     const char *dims[1] = {"z"};
@@ -324,7 +459,7 @@ static int do_check(int ndirs, char **dirs, int big_mib)
         return fail("mesh", st);
     int rc = 0;
     for (int i = 0; i < ndirs; i++)
-        rc |= check_one(mesh, dirs[i], big_mib);
+        rc |= check_one(mesh, dirs[i], big_mib, pieces);
     dt_mesh_destroy(mesh);
     return rc;
 }
@@ -332,17 +467,20 @@ static int do_check(int ndirs, char **dirs, int big_mib)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: make_ckpt save DIR VERSION [--big-mib M] [--announce]\n"
-                        "       make_ckpt check [--big-mib M] DIR...\n");
+        fprintf(stderr, "usage: make_ckpt save DIR VERSION [--big-mib M] [--announce] "
+                        "[--pieces]\n"
+                        "       make_ckpt check [--big-mib M] [--pieces] DIR...\n");
         return 2;
     }
-    int big_mib = 0, announce = 0, ndirs = 0;
+    int big_mib = 0, announce = 0, ndirs = 0, pieces = 0;
     char *dirs[256];
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "--big-mib") == 0 && i + 1 < argc)
             big_mib = atoi(argv[++i]);
         else if (strcmp(argv[i], "--announce") == 0)
             announce = 1;
+        else if (strcmp(argv[i], "--pieces") == 0)
+            pieces = 1;
         else if (ndirs < 256)
             dirs[ndirs++] = argv[i];
     }
@@ -354,9 +492,9 @@ int main(int argc, char **argv)
     g_rank = dt_client_id();
     int rc;
     if (strcmp(argv[1], "save") == 0 && ndirs == 2)
-        rc = do_save(dirs[0], atoll(dirs[1]), big_mib, announce);
+        rc = do_save(dirs[0], atoll(dirs[1]), big_mib, announce, pieces);
     else if (strcmp(argv[1], "check") == 0)
-        rc = do_check(ndirs, dirs, big_mib);
+        rc = do_check(ndirs, dirs, big_mib, pieces);
     else
         rc = 2;
     dt_finalize();

@@ -37,6 +37,14 @@ TENSORS = {
     "empty": (8, "F32", [0, 3]),
 }
 
+# Tensors saved as explicitly placed pieces with `make_ckpt save --pieces` (same table as
+# make_ckpt.c's PSPECS; ids from 20). Their index layout is "".
+PIECE_TENSORS = {
+    "zero/m": (20, "F32", [50]),
+    "zero/v": (21, "BF16", [7, 5]),
+    "zero/c": (22, "I64", [4, 3]),
+}
+
 
 def expected(tid, dtype, shape, v):
     """The values make_ckpt writes, recomputed here: element i = formula(tid, i, v)."""
@@ -76,8 +84,8 @@ def tool(*args):
     return run([TOOL, *args])
 
 
-def save(d, nproc, devices, version=VERSION):
-    cmd = [HELPER, "save", d, str(version)]
+def save(d, nproc, devices, version=VERSION, pieces=False):
+    cmd = [HELPER, "save", d, str(version)] + (["--pieces"] if pieces else [])
     if nproc > 1:
         cmd = [MPIEXEC, "-n", str(nproc), *cmd]
     rc, out, err = run(cmd, env={"DT_CPU_DEVICES": str(devices)}, timeout=120)
@@ -116,6 +124,11 @@ def rebuild_from_index(d, index, check_crc=True):
 class Checkpoint(unittest.TestCase):
     """Shared: one checkpoint saved by 2 processes x 2 devices, one by 1 process x 3 devices."""
     NPROC, DEVICES = 2, 2
+    PIECES = False
+
+    @classmethod
+    def tensors(cls):
+        return {**TENSORS, **PIECE_TENSORS} if cls.PIECES else TENSORS
 
     @classmethod
     def setUpClass(cls):
@@ -123,7 +136,7 @@ class Checkpoint(unittest.TestCase):
         cls.parent = os.path.join(cls.tmp.name, "run")
         os.mkdir(cls.parent)
         cls.dir = os.path.join(cls.parent, "ckpt")
-        save(cls.dir, cls.NPROC, cls.DEVICES)
+        save(cls.dir, cls.NPROC, cls.DEVICES, pieces=cls.PIECES)
         cls.index = read_index(cls.dir)
 
     @classmethod
@@ -149,11 +162,15 @@ class Checkpoint(unittest.TestCase):
         self.assertEqual(ix["checksum"], "crc32c")
         self.assertEqual(ix["num_devices"], self.NPROC * self.DEVICES)
         self.assertEqual(ix["chunk_bytes"] % 4096, 0)
-        self.assertEqual([t["name"] for t in ix["tensors"]], list(TENSORS))
+        self.assertEqual([t["name"] for t in ix["tensors"]], list(self.tensors()))
         for t in ix["tensors"]:
-            _, dtype, shape = TENSORS[t["name"]]
+            _, dtype, shape = self.tensors()[t["name"]]
             self.assertEqual((t["dtype"], t["shape"]), (dtype, shape), t["name"])
-            self.assertIn("sharding_specs:", t["layout"])
+            if t["name"] in PIECE_TENSORS:
+                self.assertEqual(t["layout"], "")
+                self.assertEqual(t["mesh"], ix["mesh"])
+            else:
+                self.assertIn("sharding_specs:", t["layout"])
 
     def test_every_data_file_is_standard_safetensors_with_dcp_sharding_info(self):
         for name in self.data_files():
@@ -186,11 +203,18 @@ class Checkpoint(unittest.TestCase):
             for s in t["slices"]:
                 st = headers[s["file"]]
                 e = st.header[s["key"]]
-                self.assertEqual(s["key"], t["name"])
+                # A file's further slices of one tensor (pieces) are keyed name#k, and
+                # DCP_SHARDING_INFO names their tensor.
+                info = json.loads(st.metadata["DCP_SHARDING_INFO"])
+                if s["key"] != t["name"]:
+                    self.assertRegex(s["key"][len(t["name"]):], r"^#[0-9]+$")
+                    self.assertTrue(s["key"].startswith(t["name"]))
+                    self.assertEqual(info[s["key"]]["tensor"], t["name"])
+                else:
+                    self.assertNotIn("tensor", info[s["key"]])
                 self.assertEqual(e["dtype"], t["dtype"])
                 self.assertEqual(e["shape"], s["sizes"])
                 self.assertEqual(e["data_offsets"], s["data_offsets"])
-                info = json.loads(st.metadata["DCP_SHARDING_INFO"])
                 self.assertEqual(info[s["key"]]["saved_offsets"], s["offsets"])
                 self.assertEqual(s["file_offset"], files[s["file"]]["header_bytes"]
                                  + s["data_offsets"][0])
@@ -219,13 +243,13 @@ class Checkpoint(unittest.TestCase):
         by_name = {t["name"]: t for t in self.index["tensors"]}
         self.assertEqual(len(by_name["table"]["slices"]), 1)
         self.assertEqual(len(by_name["scalar"]["slices"]), 1)
-        # Each file holds at most one slice per tensor; files belong to distinct devices.
+        # One file per saving device.
         devs = [f["device_id"] for f in self.index["files"]]
         self.assertEqual(len(devs), len(set(devs)))
 
     def test_rebuilt_tensors_equal_written_values_bit_for_bit(self):
         got = rebuild_from_index(self.dir, self.index)
-        for name, (tid, dtype, shape) in TENSORS.items():
+        for name, (tid, dtype, shape) in self.tensors().items():
             want = expected(tid, dtype, shape, VERSION)
             self.assertTrue(same_bits(got[name], want), f"{name}: values differ")
 
@@ -238,8 +262,9 @@ class Checkpoint(unittest.TestCase):
             st = SafeTensorsFile(os.path.join(self.dir, name))
             info = json.loads(st.metadata["DCP_SHARDING_INFO"])
             for key in st.header:
-                pieces.setdefault(key, []).append((info[key]["saved_offsets"], st.array(key)))
-        for name, (tid, dtype, shape) in TENSORS.items():
+                name = info[key].get("tensor", key)
+                pieces.setdefault(name, []).append((info[key]["saved_offsets"], st.array(key)))
+        for name, (tid, dtype, shape) in self.tensors().items():
             if 0 in shape:
                 self.assertNotIn(name, pieces)
                 continue
@@ -261,7 +286,8 @@ class Checkpoint(unittest.TestCase):
 
     def test_restore_onto_other_device_count_and_layouts(self):
         for devices in (1, 3):
-            rc, out, err = run([HELPER, "check", self.dir], env={"DT_CPU_DEVICES": str(devices)})
+            cmd = [HELPER, "check"] + (["--pieces"] if self.PIECES else []) + [self.dir]
+            rc, out, err = run(cmd, env={"DT_CPU_DEVICES": str(devices)})
             self.assertEqual((rc, out.strip().splitlines()[-1:]),
                              (0, [f"result {self.dir} version={VERSION}"]), out + err)
 
@@ -269,6 +295,33 @@ class Checkpoint(unittest.TestCase):
 class CheckpointOneProcess(Checkpoint):
     """The same checks on a save by one process holding 3 devices (mesh x=3, y=1)."""
     NPROC, DEVICES = 1, 3
+
+
+class CheckpointPieces(Checkpoint):
+    """The same checks with tensors saved as explicitly placed pieces beside the others
+    (several per device, of one tensor too; one device's empty), and the tool on them."""
+    PIECES = True
+
+    def test_ls_verify_and_export_of_pieces(self):
+        rc, out, err = tool("ckpt", "ls", self.dir)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        for name, (_, dtype, shape) in PIECE_TENSORS.items():
+            k = lines.index(f"{name} {dtype.lower()} [{','.join(map(str, shape))}] slices="
+                            f"{len(next(t for t in self.index['tensors'] if t['name'] == name)['slices'])}")
+            self.assertEqual(lines[k + 1], "  layout: (pieces)")
+        self.assertIn("key=zero/v#1", out)
+        rc, out, err = tool("ckpt", "verify", self.dir)
+        self.assertEqual(rc, 0, err)
+        out_dir = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "hf")
+        rc, out, err = tool("ckpt", "export", self.dir, out_dir)
+        self.assertEqual(rc, 0, err)
+        st = SafeTensorsFile(os.path.join(out_dir, "model.safetensors"))
+        self.assertEqual(set(st.header), set(self.tensors()))
+        for name, (tid, dtype, shape) in self.tensors().items():
+            e = st.header[name]
+            self.assertEqual((e["dtype"], e["shape"]), (dtype, shape), name)
+            self.assertTrue(same_bits(st.array(name), expected(tid, dtype, shape, VERSION)), name)
 
 
 class Tool(unittest.TestCase):
