@@ -866,9 +866,10 @@ static dt_status check_locals(const dt_mesh *mesh, const char *label)
     int *want = malloc((size_t)mesh->size * sizeof *want);
     if (!want)
         return dt__error(DT_ERR_NO_MEMORY, "out of memory checking %s", label);
-    for (int id = 0; id < (int)mesh->size; id++)
-        if (dt_device_client(mesh->type, id) == me)
-            want[n++] = id;
+    /* The mesh's own devices this client owns (a mesh may use any subset of the devices). */
+    for (int64_t p = 0; p < mesh->size; p++)
+        if (dt_device_client(mesh->type, mesh->global_ids[p]) == me)
+            want[n++] = mesh->global_ids[p];
     int ok = n == mesh->num_local;
     for (int i = 0; ok && i < mesh->num_local; i++) {
         int id = mesh->local_ids[i], found = 0;

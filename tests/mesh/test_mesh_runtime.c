@@ -117,6 +117,18 @@ static void test_mesh_check_devices_rejects_more_devices_than_present(void)
         DT_ASSERT_OK(dt_mesh_check_devices(m));
         dt_mesh_destroy(m);
     }
+    /* ... and over any subset, not only a prefix: the even devices, spread over clients. */
+    if (n > 1) {
+        char text[4096], *t = text;
+        int k = (n + 1) / 2;
+        t += sprintf(t, "mesh:\n  dims: {x: %d}\n  device_ids: [", k);
+        for (int i = 0; i < k; i++)
+            t += sprintf(t, "%s%d", i ? ", " : "", 2 * i);
+        sprintf(t, "]\n");
+        DT_ASSERT_OK(dt_mesh_from_yaml_string(text, NULL, &m));
+        DT_ASSERT_OK(dt_mesh_check_devices(m));
+        dt_mesh_destroy(m);
+    }
     /* More GPUs than any machine here has. */
     int g = dt_num_global_devices(DT_DEVICE_GPU) + 1;
     DT_ASSERT_OK(dt_mesh_create("gpus", 1, (const char *const[]){"x"}, (const int64_t[]){g},
