@@ -82,7 +82,7 @@ typedef struct dt_zero_step_info {
     double loss_scale;        /* the scale this call's gradients carried */
     double next_loss_scale;   /* the scale for the next backward pass */
     double grad_norm;         /* global L2 norm of the unscaled gradients (before clipping;
-                               * inf or NaN when skipped) */
+                               * +inf when skipped) */
     double clip_coef;         /* factor applied to the unscaled gradients (1: none) */
 } dt_zero_step_info;
 
@@ -114,8 +114,10 @@ typedef struct dt_zero_opts {
 typedef struct dt_zero dt_zero;
 
 /* Creates an optimizer for parameters on `mesh` (a CPU mesh; DT_ERR_UNSUPPORTED for a GPU
- * mesh). Collective over the clients of the mesh. DT_ERR_INVALID_ARGUMENT for a bad stage,
- * unknown dp dim, or bad scaler options (message names the field). */
+ * mesh). opts may be NULL for DT_ZERO_OPTS_INIT. Collective over the clients of the mesh.
+ * DT_ERR_INVALID_ARGUMENT for a bad stage, unknown dp dim, negative allgather_size, or bad
+ * scaler options (message names the field); DT_ERR_STATE if this client holds no device of
+ * the mesh. */
 DT_API dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts,
                                 dt_zero **zero_out);
 /* Frees the state (not the parameters, which the optimizer only retained). Accepts NULL.
@@ -131,7 +133,10 @@ DT_API void dt_zero_destroy(dt_zero *zero);
  * from the parameters) and the moments are 1-D pieces of it sharded along the dp dim.
  * Collective. DT_ERR_SHAPE for a parameter that is partial, sharded along the dp dim, on
  * another mesh or of another dtype (message names it); DT_ERR_INVALID_ARGUMENT for a
- * duplicate name. */
+ * duplicate name or tensor, n < 1, or bad hyper-parameters (unknown kind, non-finite lr,
+ * betas outside [0, 1), negative momentum, Nesterov without momentum or with dampening).
+ * A parameter split unevenly over a model dim takes the length of its largest shard in the
+ * flat buffer on every model coordinate (the others are padded with zeros). */
 DT_API dt_status dt_zero_add_group(dt_zero *zero, int n, const char *const *names,
                                    dt_tensor *const *params, const dt_optim_hparams *hp,
                                    int *group_out);
@@ -151,14 +156,18 @@ DT_API dt_status dt_zero_set_lr(dt_zero *zero, int group, float lr);
 /* One optimizer step. grads[i] is the gradient of parameter i (dt_zero_num_params of them, in
  * order): the parameter's global shape, f32, f16 or bf16, any layout on the mesh (naturally
  * partial (sum) over the dp dim, as dt_matmul_backward gives it), carrying the current loss
- * scale. The gradients are reduced over the dp dim (stage 0: all-reduce; 1 and 2:
- * reduce-scatter into each rank's partition), checked for inf/NaN over every rank (an overflow
- * skips the update on every client, updates the scaler, calls on_overflow and returns DT_OK
- * with info->skipped = 1), unscaled and clipped in one factor, applied by the group's inner
- * optimizer to the fp32 master partition, and the updated parameters are all-gathered back to
+ * scale. A gradient in the parameter's sharding, partial (sum) over the dp dim, is read in
+ * place; any other layout is first relaid out to that one. Each device's summand is converted
+ * to the parameters' dtype and the sum over the dp dim is taken in that dtype (as DeepSpeed
+ * reduces fp16 gradients). The gradients are reduced over the dp dim (stage 0: all-reduce; 1
+ * and 2: reduce-scatter into each rank's partition), checked for inf/NaN over every rank (an
+ * overflow skips the update on every client, updates the scaler, calls on_overflow and
+ * returns DT_OK with info->skipped = 1), unscaled and clipped in one factor, applied by the
+ * group's inner optimizer to the fp32 master partition (Adam's step count is the number of
+ * updates applied, shared by all groups), and the updated parameters are all-gathered back to
  * replicated in chunks of at most allgather_size elements. `grads` are not modified.
  * info_out may be NULL. Collective. DT_ERR_SHAPE names a gradient of the wrong shape, dtype or
- * mesh. */
+ * mesh; DT_ERR_INVALID_ARGUMENT a NULL gradient. */
 DT_API dt_status dt_zero_step(dt_zero *zero, dt_tensor *const *grads,
                               dt_zero_step_info *info_out);
 
@@ -167,24 +176,36 @@ typedef struct dt_zero_memory {
     uint64_t param_bytes;     /* the parameters (model dtype, replicated along dp) */
     uint64_t grad_bytes;      /* gradient buffers held between steps (stage 2: the partition) */
     uint64_t state_bytes;     /* fp32 master partition and moments */
-    uint64_t gather_bytes;    /* the all-gather chunk buffer at its largest */
+    uint64_t gather_bytes;    /* the largest per-chunk temporary of a step: the all-gather's
+                               * destination chunk (stage 1 with 16-bit parameters: plus its
+                               * cast source), or the reduction's chunk (stage 2: the partial
+                               * flat chunk; stages 0, 1: the reduced partition), whichever is
+                               * larger; relayout's own staging is not counted */
 } dt_zero_memory;
 DT_API dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out);
 
 /* Saves the parameters (under their names), the optimizer state under per-parameter names
  * (docs/optim.md: "<name>/master", "<name>/exp_avg", "<name>/exp_avg_sq",
- * "<name>/momentum", each the parameter's flattened local form with one row per model
- * coordinate, written as the slices each dp rank holds), the scaler and step counters and
- * the groups' learning rates as named values, plus the caller's extra tensors and
- * opts->values, in one atomic dt_save to `dir`. Collective. */
+ * "<name>/momentum", each f32 of shape [m_1, ..., m_j, n]: one row per coordinate of each
+ * non-dp mesh dim that shards the parameter (none for a parameter replicated over them, so
+ * [n]), n its flattened local shard length, written as the slices each dp rank holds), the
+ * scaler and step counters and the groups' learning rates as named values ("zero/step",
+ * "zero/iteration", "zero/loss_scale", "zero/hysteresis_left", "zero/last_overflow",
+ * "zero/group<g>/lr"), plus the caller's extra tensors and opts->values and opts->pieces, in
+ * one atomic dt_save to `dir`. opts may be NULL. Collective. */
 DT_API dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
                               const char *const *extra_names,
                               const dt_tensor *const *extra_tensors, const dt_save_opts *opts);
 
 /* Restores parameters, optimizer state, scaler and counters saved by dt_zero_save into this
  * optimizer, whose groups must have the same parameters (names, shapes, dtypes, model-dim
- * sharding); the number of dp ranks and the stage may differ. Each device reads only the
- * slices of its own partition. Collective. DT_ERR_NOT_FOUND names a missing tensor or value;
+ * sharding) and inner optimizer kinds; the number of dp ranks, the stage and allgather_size
+ * may differ. Each device reads only the slices of its own partition. The groups' learning
+ * rates are restored; the loss scale and hysteresis only when this optimizer's scaler is
+ * dynamic (a static or absent scaler keeps its configured scale). Everything is checked
+ * against the index before any data is read; on a failure during the reads the parameters
+ * and state are unspecified (partly overwritten) and the counters unchanged. Every client
+ * returns the same status. Collective. DT_ERR_NOT_FOUND names a missing tensor or value;
  * DT_ERR_SHAPE a mismatch; DT_ERR_CORRUPT as dt_restore. */
 DT_API dt_status dt_zero_load(dt_zero *zero, const char *dir);
 

@@ -1,0 +1,66 @@
+/* Scalars agreed over the optimizer's mesh: one small tensor, partial over every mesh dim,
+ * relaid out to replicated (the way dt_nonfinite and dt_item agree), so only the mesh's
+ * clients take part. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+
+dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,
+                             double *out)
+{
+    const dt_mesh *mesh = z->mesh;
+    int rank = dt_mesh_rank(mesh);
+    const char *dims[DT_MESH_MAX_DIMS];
+    dt_reduce_op ops[DT_MESH_MAX_DIMS];
+    for (int d = 0; d < rank; d++) {
+        dims[d] = dt_mesh_dim_name(mesh, d);
+        ops[d] = op;
+    }
+    const char *spec[1] = {DT_UNSHARDED};
+    int64_t shape[1] = {n};
+    dt_layout *lp = NULL, *lr = NULL;
+    dt_tensor *t = NULL, *r = NULL;
+    dt_status st = dt_layout_create_partial(mesh, 1, spec, rank, dims, ops, &lp);
+    if (st == DT_OK)
+        st = dt_layout_replicated(mesh, 1, &lr);
+    if (st == DT_OK)
+        st = dt__tensor_empty(lp, DT_DTYPE_F64, shape, &t);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(t); i++)
+        memcpy(dt_tensor_local(t, i)->data, vals + (size_t)i * (size_t)n,
+               (size_t)n * sizeof *vals);
+    if (st == DT_OK)
+        st = dt_relayout(t, lr, &r);
+    if (st == DT_OK)
+        memcpy(out, dt_tensor_local(r, 0)->data, (size_t)n * sizeof *out);
+    dt_tensor_destroy(r);
+    dt_tensor_destroy(t);
+    dt_layout_destroy(lr);
+    dt_layout_destroy(lp);
+    return st;
+}
+
+dt_status dt__zero_agree(const dt_zero *z, const char *fn, dt_status st)
+{
+    char own[512];
+    dt__strlcpy(own, st != DT_OK ? dt_last_error() : "", sizeof own);
+    double *vals = malloc((size_t)z->nlocal * sizeof *vals);
+    if (!vals)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    for (int i = 0; i < z->nlocal; i++)
+        vals[i] = -(double)st;
+    double worst = 0.0;
+    dt_status rc = dt__zero_allreduce(z, DT_REDUCE_MAX, 1, vals, &worst);
+    free(vals);
+    if (rc != DT_OK)
+        return rc;
+    dt_status agreed = (dt_status)(int)-worst;
+    if (agreed != st) {
+        if (st == DT_OK)
+            return dt__error(agreed, "%s: another client failed with %s (its message is in its "
+                             "own dt_last_error)", fn, dt_status_name(agreed));
+        return dt__error(agreed, "%s: another client failed with %s; here: %s", fn,
+                         dt_status_name(agreed), own);
+    }
+    return agreed;
+}

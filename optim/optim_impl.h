@@ -1,0 +1,152 @@
+/* optim/ private header: the ZeRO optimizer's state (groups, parameters, chunks of the flat
+ * buffers), the loss scaler, and the helpers its files share. Not installed. */
+#ifndef DTENSOR_OPTIM_IMPL_H
+#define DTENSOR_OPTIM_IMPL_H
+
+#include <stdint.h>
+
+#include "dtensor/dtensor.h"
+#include "runtime/internal.h"
+
+#define DT__ZERO_DEFAULT_ALLGATHER 500000000
+/* Elements converted to f32 at a time when a 16-bit gradient partition is read. */
+#define DT__ZERO_BLOCK 8192
+
+/* ---- loss scaler (scaler.c) ---------------------------------------------------------------- */
+
+typedef struct dt__scaler {
+    dt_loss_scaler_opts opts;
+    double scale;
+    int64_t iteration;       /* step calls so far */
+    int64_t last_overflow;   /* iteration of the last overflow, -1 before any */
+    int hysteresis_left;
+} dt__scaler;
+
+/* DT_ERR_INVALID_ARGUMENT naming the bad field of `o` (message starts with `fn`). */
+dt_status dt__scaler_check(const char *fn, const dt_loss_scaler_opts *o);
+void dt__scaler_init(dt__scaler *s, const dt_loss_scaler_opts *o);
+/* The scale the next backward pass must use (1 in mode NONE). */
+double dt__scaler_scale(const dt__scaler *s);
+/* One step call's bookkeeping (DeepSpeed's DynamicLossScaler.update_scale). */
+void dt__scaler_update(dt__scaler *s, int overflow);
+
+/* ---- the optimizer's state ------------------------------------------------------------------ */
+
+/* One parameter: a run [offset, offset + n) of its group's flat buffer. */
+typedef struct dt__zparam {
+    char *name;
+    dt_tensor *tensor;        /* retained */
+    int index;                /* over all groups (order of dt_zero_step's grads) */
+    int64_t offset;           /* start in the group's flat buffer */
+    int64_t n;                /* flattened local shard length, max over model coordinates */
+    /* Mesh dims (not the dp dim) that shard the parameter, in mesh order: the rows of its
+     * checkpointed state. The others replicate it (rep_mask, bit per mesh dim). */
+    int nshard;
+    int shard_dims[DT_MESH_MAX_DIMS];
+    uint32_t rep_mask;
+    /* Gradient layout the flat copy reads: the parameter's specs, partial (sum) over dp. */
+    dt_layout *grad_layout;
+} dt__zparam;
+
+/* One chunk [start, start + len) of a group's flat buffer. Each tensor has global shape
+ * [m_1, ..., m_k, len] (m_j the non-dp mesh dims), its first k dims sharded on them. */
+typedef struct dt__zchunk {
+    int64_t start;
+    int64_t len;
+    dt_tensor *master;        /* f32, state layout (dp-sharded; stage 0 replicated) */
+    dt_tensor *s1;            /* exp_avg (Adam) or momentum (SGD, momentum != 0), or NULL */
+    dt_tensor *s2;            /* exp_avg_sq (Adam) or NULL */
+    dt_tensor *flat;          /* stages 0, 1: persistent flat gradient, partial over dp */
+    dt_tensor *gpart;         /* stage 2: persistent gradient partition, state layout */
+} dt__zchunk;
+
+typedef struct dt__zgroup {
+    dt_optim_hparams hp;
+    dt_dtype dtype;           /* of the parameters (and of the flat gradients) */
+    int nparams;
+    dt__zparam *params;
+    int64_t length;           /* L: the flat buffer's length per model coordinate */
+    int nchunks;
+    dt__zchunk *chunks;
+} dt__zgroup;
+
+struct dt_zero {
+    dt_mesh *mesh;
+    int stage;
+    int dp;                   /* dp mesh dim index */
+    int64_t dp_size;
+    int k;                    /* non-dp mesh dims, in mesh order */
+    int nondp[DT_MESH_MAX_DIMS];
+    int64_t allgather_size;
+    double clip_norm;
+    dt_zero_overflow_fn on_overflow;
+    void *on_overflow_arg;
+    dt__scaler scaler;
+    int64_t step;             /* updates applied */
+    /* Rank k + 1 layouts of the chunk tensors: flat partial over dp ([model..., unsharded]
+     * partial dp), state ([model..., dp], stage 0 [model..., unsharded]), gathered
+     * ([model..., unsharded]). */
+    dt_layout *flat_layout;
+    dt_layout *state_layout;
+    dt_layout *gather_layout;
+    int nlocal;
+    int64_t (*coords)[DT_MESH_MAX_DIMS]; /* mesh coordinates of each local device */
+    int ngroups;
+    dt__zgroup *groups;
+    int nparams;
+};
+
+/* ---- flat buffers (flat.c) ------------------------------------------------------------------ */
+
+/* A piece of one parameter inside a run of the flat buffer: elements [pos, pos + len) of the
+ * parameter's flattened local form sit at flat index `flat`. */
+typedef struct dt__zseg {
+    const dt__zparam *param;
+    int64_t pos;
+    int64_t flat;
+    int64_t len;
+} dt__zseg;
+
+/* The pieces of parameters covering flat range [lo, hi) of group g, in order, into segs
+ * (room for g->nparams); returns their count. */
+int dt__zero_segments(const dt__zgroup *g, int64_t lo, int64_t hi, dt__zseg *segs);
+
+/* Chunk tensor of `len` elements per model coordinate on one of the zero's layouts. */
+dt_status dt__zero_chunk_tensor(const dt_zero *z, const dt_layout *layout, dt_dtype dtype,
+                                int64_t len, int zeroed, dt_tensor **out);
+
+/* The range [*off, *off + *len) of chunk tensor t's last dim held by local device i. */
+void dt__zero_local_range(const dt_tensor *t, int i, int64_t *off, int64_t *len);
+
+/* Writes flat range [lo, lo + n) of group g, for local device i, into dst (dst_dtype):
+ * each parameter piece read from src_tensors[param index] (their local component i, any
+ * float dtype, cast), padding zero. src_tensors is indexed by dt__zparam.index; NULL reads
+ * the parameters themselves. */
+dt_status dt__zero_gather_in(const dt__zgroup *g, int i, int64_t lo, int64_t n,
+                             dt_tensor *const *src_tensors, void *dst, dt_dtype dst_dtype);
+/* Writes flat range [lo, lo + n) of group g, held by local device i in src (src_dtype), into
+ * the parameters' local components i (cast to their dtype); padding is skipped. */
+dt_status dt__zero_scatter_out(const dt__zgroup *g, int i, int64_t lo, int64_t n,
+                               const void *src, dt_dtype src_dtype);
+
+/* Allocates group g's chunks and state (master initialised from the parameters). */
+dt_status dt__zero_alloc_state(dt_zero *z, dt__zgroup *g);
+void dt__zero_free_group(dt__zgroup *g);
+
+/* 1 if local device i counts parameter p's gradient in the global norm: it is the first of
+ * the devices holding identical copies (coordinate 0 on every mesh dim replicating p, and on
+ * the dp dim in stage 0). The same rule picks the device that saves a state slice. */
+int dt__zero_counts(const dt_zero *z, const dt__zparam *p, int i);
+
+/* ---- mesh-wide agreement (agree.c) ---------------------------------------------------------- */
+
+/* Reduces n doubles over every device of the zero's mesh (op DT_REDUCE_SUM or DT_REDUCE_MAX):
+ * vals holds nlocal rows of n values, one per local device; out gets the n results on every
+ * client. Collective. */
+dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,
+                             double *out);
+/* Agrees on a status over the mesh: every client returns the most negative status any client
+ * had (a client that succeeded records a message naming the other's failure). Collective. */
+dt_status dt__zero_agree(const dt_zero *z, const char *fn, dt_status st);
+
+#endif

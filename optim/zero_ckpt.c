@@ -1,0 +1,458 @@
+/* Saving and restoring the optimizer through the DSaver: parameters as tensors, the state as
+ * explicitly placed slices of each parameter's flattened form ("<name>/master", ...), the
+ * scaler and counters as named values; a restore reads each device's own (new) partition. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+
+#define NKINDS 3
+/* State kinds in save order; a kind is present in a chunk when its tensor is. */
+static const char *kind_name(const dt__zgroup *g, int kind)
+{
+    switch (kind) {
+    case 0: return "master";
+    case 1: return g->hp.kind == DT_OPTIM_SGD ? "momentum" : "exp_avg";
+    default: return "exp_avg_sq";
+    }
+}
+
+static dt_tensor *kind_tensor(const dt__zchunk *ch, int kind)
+{
+    return kind == 0 ? ch->master : kind == 1 ? ch->s1 : ch->s2;
+}
+
+static int kind_present(const dt__zgroup *g, int kind)
+{
+    if (kind == 0)
+        return 1;
+    if (kind == 1)
+        return g->hp.kind != DT_OPTIM_SGD || g->hp.momentum != 0.0f;
+    return g->hp.kind != DT_OPTIM_SGD;
+}
+
+/* Global shape of parameter p's state tensors: [sizes of the mesh dims sharding p..., n]. */
+static int state_shape(const dt_zero *z, const dt__zparam *p, int64_t *shape)
+{
+    for (int j = 0; j < p->nshard; j++)
+        shape[j] = dt_mesh_dim_size(z->mesh, p->shard_dims[j]);
+    shape[p->nshard] = p->n;
+    return p->nshard + 1;
+}
+
+/* ---- save ---------------------------------------------------------------------------------- */
+
+typedef struct save_lists {
+    int nnames;
+    const char **names;
+    const dt_tensor **tensors;
+    int nvalues;
+    dt_ckpt_value *values;
+    char (*value_names)[32];
+    int npieces, cap_pieces;
+    dt_ckpt_piece *pieces;
+    int64_t *dims;             /* 3 * DT_MAX_RANK per piece: shape, offsets, sizes */
+    int nstrings;
+    char **strings;            /* "<name>/<kind>" */
+} save_lists;
+
+static void free_lists(save_lists *s)
+{
+    for (int j = 0; j < s->nstrings; j++)
+        free(s->strings[j]);
+    free(s->strings);
+    free(s->names);
+    free(s->tensors);
+    free(s->values);
+    free(s->value_names);
+    free(s->pieces);
+    free(s->dims);
+}
+
+static char *state_name(const char *param, const char *kind)
+{
+    size_t n = strlen(param) + strlen(kind) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s/%s", param, kind);
+    return s;
+}
+
+static dt_status add_piece(save_lists *s, const dt_ckpt_piece *pc)
+{
+    if (s->npieces == s->cap_pieces) {
+        int cap = s->cap_pieces ? 2 * s->cap_pieces : 64;
+        dt_ckpt_piece *np = realloc(s->pieces, (size_t)cap * sizeof *np);
+        if (!np)
+            return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save: no memory for pieces");
+        s->pieces = np;
+        int64_t *nd = realloc(s->dims, (size_t)cap * 3 * DT_MAX_RANK * sizeof *nd);
+        if (!nd)
+            return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save: no memory for pieces");
+        s->dims = nd;
+        s->cap_pieces = cap;
+    }
+    s->pieces[s->npieces++] = *pc;
+    return DT_OK;
+}
+
+/* This client's slices of parameter p's state: for each local device that is the first of
+ * its copies, the parts of p's run inside the device's partition of each chunk. */
+static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__zparam *p,
+                              save_lists *s)
+{
+    int64_t shape[DT_MAX_RANK];
+    int rank = state_shape(z, p, shape);
+    for (int kind = 0; kind < NKINDS; kind++) {
+        if (!kind_present(g, kind) || p->n == 0)
+            continue;
+        char *name = state_name(p->name, kind_name(g, kind));
+        char **ns = realloc(s->strings, (size_t)(s->nstrings + 1) * sizeof *ns);
+        if (!name || !ns) {
+            free(name);
+            if (ns)
+                s->strings = ns;
+            return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save: no memory");
+        }
+        s->strings = ns;
+        s->strings[s->nstrings++] = name;
+        for (int i = 0; i < z->nlocal; i++) {
+            if (!dt__zero_counts(z, p, i))
+                continue;
+            for (int c = 0; c < g->nchunks; c++) {
+                const dt__zchunk *ch = &g->chunks[c];
+                int64_t off, len;
+                dt__zero_local_range(ch->master, i, &off, &len);
+                int64_t lo = ch->start + off, hi = lo + len;
+                int64_t a = p->offset > lo ? p->offset : lo;
+                int64_t b = p->offset + p->n < hi ? p->offset + p->n : hi;
+                if (b <= a)
+                    continue;
+                dt_ckpt_piece pc;
+                memset(&pc, 0, sizeof pc);
+                dt_status st = add_piece(s, &pc);
+                if (st != DT_OK)
+                    return st;
+                /* dims are filled after every piece is added (the array may move). */
+                int64_t *d = s->dims + (size_t)(s->npieces - 1) * 3 * DT_MAX_RANK;
+                for (int j = 0; j < rank; j++) {
+                    d[j] = shape[j];
+                    d[DT_MAX_RANK + j] = j < p->nshard ? z->coords[i][p->shard_dims[j]] : 0;
+                    d[2 * DT_MAX_RANK + j] = 1;
+                }
+                d[DT_MAX_RANK + rank - 1] = a - p->offset;
+                d[2 * DT_MAX_RANK + rank - 1] = b - a;
+                dt_ckpt_piece *q = &s->pieces[s->npieces - 1];
+                q->name = name;
+                q->dtype = DT_DTYPE_F32;
+                q->rank = rank;
+                q->device = i;
+                q->data = (const float *)dt_tensor_local(kind_tensor(ch, kind), i)->data +
+                          (a - lo);
+            }
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *extra_names,
+                             const dt_tensor *const *extra_tensors, const dt_save_opts *o,
+                             save_lists *s)
+{
+    static const char fn[] = "dt_zero_save";
+    s->nnames = z->nparams + n_extra;
+    s->names = calloc((size_t)s->nnames + 1, sizeof *s->names);
+    s->tensors = calloc((size_t)s->nnames + 1, sizeof *s->tensors);
+    int nours = 5 + z->ngroups;
+    s->nvalues = o->nvalues + nours;
+    s->values = calloc((size_t)s->nvalues, sizeof *s->values);
+    s->value_names = calloc((size_t)z->ngroups + 1, sizeof *s->value_names);
+    if (!s->names || !s->tensors || !s->values || !s->value_names)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    for (int g = 0; g < z->ngroups; g++)
+        for (int j = 0; j < z->groups[g].nparams; j++) {
+            const dt__zparam *p = &z->groups[g].params[j];
+            s->names[p->index] = p->name;
+            s->tensors[p->index] = p->tensor;
+        }
+    for (int j = 0; j < n_extra; j++) {
+        s->names[z->nparams + j] = extra_names[j];
+        s->tensors[z->nparams + j] = extra_tensors[j];
+    }
+    for (int j = 0; j < o->nvalues; j++)
+        s->values[j] = o->values[j];
+    dt_ckpt_value *v = s->values + o->nvalues;
+    const dt__scaler *sc = &z->scaler;
+    v[0] = (dt_ckpt_value){"zero/step", DT_CKPT_VALUE_I64, z->step, 0.0, NULL, 0};
+    v[1] = (dt_ckpt_value){"zero/iteration", DT_CKPT_VALUE_I64, sc->iteration, 0.0, NULL, 0};
+    v[2] = (dt_ckpt_value){"zero/loss_scale", DT_CKPT_VALUE_F64, 0, sc->scale, NULL, 0};
+    v[3] = (dt_ckpt_value){"zero/hysteresis_left", DT_CKPT_VALUE_I64, sc->hysteresis_left, 0.0,
+                           NULL, 0};
+    v[4] = (dt_ckpt_value){"zero/last_overflow", DT_CKPT_VALUE_I64, sc->last_overflow, 0.0, NULL,
+                           0};
+    for (int g = 0; g < z->ngroups; g++) {
+        snprintf(s->value_names[g], sizeof s->value_names[g], "zero/group%d/lr", g);
+        v[5 + g] = (dt_ckpt_value){s->value_names[g], DT_CKPT_VALUE_F64, 0,
+                                   (double)z->groups[g].hp.lr, NULL, 0};
+    }
+    for (int j = 0; j < o->npieces; j++) {
+        dt_status st = add_piece(s, &o->pieces[j]);
+        if (st != DT_OK)
+            return st;
+    }
+    int nuser = s->npieces;
+    for (int g = 0; g < z->ngroups; g++)
+        for (int j = 0; j < z->groups[g].nparams; j++) {
+            dt_status st = param_pieces(z, &z->groups[g], &z->groups[g].params[j], s);
+            if (st != DT_OK)
+                return st;
+        }
+    /* Point our pieces at their dims now that the arrays no longer move. */
+    for (int j = nuser; j < s->npieces; j++) {
+        int64_t *d = s->dims + (size_t)j * 3 * DT_MAX_RANK;
+        s->pieces[j].shape = d;
+        s->pieces[j].offsets = d + DT_MAX_RANK;
+        s->pieces[j].sizes = d + 2 * DT_MAX_RANK;
+    }
+    return DT_OK;
+}
+
+dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
+                       const char *const *extra_names, const dt_tensor *const *extra_tensors,
+                       const dt_save_opts *opts)
+{
+    static const char fn[] = "dt_zero_save";
+    if (!zero || !dir)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and dir are required", fn);
+    if (n_extra < 0 || (n_extra > 0 && (!extra_names || !extra_tensors)))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %d extra tensors need their names and "
+                         "tensors", fn, n_extra);
+    const dt_save_opts defaults = DT_SAVE_OPTS_INIT;
+    if (!opts)
+        opts = &defaults;
+    if ((opts->nvalues > 0 && !opts->values) || (opts->npieces > 0 && !opts->pieces) ||
+        opts->nvalues < 0 || opts->npieces < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: opts->values or opts->pieces is NULL "
+                         "or has a negative count", fn);
+    save_lists s;
+    memset(&s, 0, sizeof s);
+    dt_status st = build_lists(zero, n_extra, extra_names, extra_tensors, opts, &s);
+    if (st == DT_OK) {
+        dt_save_opts o = *opts;
+        o.nvalues = s.nvalues;
+        o.values = s.values;
+        o.npieces = s.npieces;
+        o.pieces = s.pieces;
+        st = dt_save(zero->mesh, dir, s.nnames, s.names, s.tensors, &o);
+    }
+    free_lists(&s);
+    return st;
+}
+
+/* ---- load ---------------------------------------------------------------------------------- */
+
+typedef struct loaded_values {
+    int64_t step, iteration, hysteresis_left, last_overflow;
+    double loss_scale;
+    double *lr;
+} loaded_values;
+
+static dt_status read_values(const dt_zero *z, const dt_ckpt *ck, loaded_values *lv)
+{
+    static const char fn[] = "dt_zero_load";
+    const char *i64_names[4] = {"zero/step", "zero/iteration", "zero/hysteresis_left",
+                                "zero/last_overflow"};
+    int64_t *i64_dst[4] = {&lv->step, &lv->iteration, &lv->hysteresis_left, &lv->last_overflow};
+    for (int j = 0; j < 4; j++) {
+        dt_status st = dt_ckpt_value_i64(ck, i64_names[j], i64_dst[j]);
+        if (st != DT_OK)
+            return dt__error(st, "%s: %s: value '%s' %s", fn, dt_ckpt_path(ck), i64_names[j],
+                             st == DT_ERR_NOT_FOUND ? "is missing" : "is not an integer");
+    }
+    dt_status st = dt_ckpt_value_f64(ck, "zero/loss_scale", &lv->loss_scale);
+    if (st != DT_OK)
+        return dt__error(st, "%s: %s: value 'zero/loss_scale' %s", fn, dt_ckpt_path(ck),
+                         st == DT_ERR_NOT_FOUND ? "is missing" : "is not a float");
+    for (int g = 0; g < z->ngroups; g++) {
+        char name[32];
+        snprintf(name, sizeof name, "zero/group%d/lr", g);
+        st = dt_ckpt_value_f64(ck, name, &lv->lr[g]);
+        if (st != DT_OK)
+            return dt__error(st, "%s: %s: value '%s' %s (the optimizer has %d groups)", fn,
+                             dt_ckpt_path(ck), name,
+                             st == DT_ERR_NOT_FOUND ? "is missing" : "is not a float",
+                             z->ngroups);
+    }
+    if (lv->step < 0 || lv->iteration < 0 || lv->hysteresis_left < 1 || lv->last_overflow < -1 ||
+        !(lv->loss_scale > 0.0))
+        return dt__error(DT_ERR_CORRUPT, "%s: %s: the saved scaler state is out of range", fn,
+                         dt_ckpt_path(ck));
+    return DT_OK;
+}
+
+/* The parameter was saved with the same sharding (specs and the sizes of the mesh dims they
+ * name); a layout that cannot be parsed is not checked here (shapes are, below). */
+static dt_status check_param_layout(const dt_zero *z, const dt_ckpt *ck, const dt__zparam *p)
+{
+    int64_t idx = -1;
+    dt_ckpt_tensor_info info;
+    if (dt_ckpt_find(ck, p->name, &idx) != DT_OK ||
+        dt_ckpt_tensor(ck, idx, &info) != DT_OK)
+        return dt__error(DT_ERR_NOT_FOUND, "dt_zero_load: %s: no parameter '%s'",
+                         dt_ckpt_path(ck), p->name);
+    dt_layout *saved = NULL;
+    if (!info.layout || dt_layout_parse(info.layout, &saved) != DT_OK) {
+        dt_clear_error();
+        return DT_OK;
+    }
+    const dt_layout *now = dt_tensor_layout(p->tensor);
+    dt_status st = DT_OK;
+    if (dt_layout_rank(saved) != dt_layout_rank(now)) {
+        st = dt__error(DT_ERR_SHAPE, "dt_zero_load: parameter '%s' was saved with rank %d, has "
+                       "rank %d", p->name, dt_layout_rank(saved), dt_layout_rank(now));
+    }
+    for (int d = 0; st == DT_OK && d < dt_layout_rank(now); d++) {
+        const char *a = dt_layout_spec(saved, d), *b = dt_layout_spec(now, d);
+        int ms = dt_layout_spec_mesh_dim(saved, d), mn = dt_layout_spec_mesh_dim(now, d);
+        int64_t sa = ms >= 0 ? dt_mesh_dim_size(dt_layout_mesh(saved), ms) : 1;
+        int64_t sb = mn >= 0 ? dt_mesh_dim_size(z->mesh, mn) : 1;
+        if (strcmp(a, b) != 0 || sa != sb)
+            st = dt__error(DT_ERR_SHAPE, "dt_zero_load: parameter '%s' dim %d was saved sharded "
+                           "as '%s' over %lld, is now '%s' over %lld (the model-dim sharding "
+                           "must not change)", p->name, d, a, (long long)sa, b, (long long)sb);
+    }
+    dt_layout_destroy(saved);
+    return st;
+}
+
+/* The state tensors of parameter p exist with the shape this optimizer expects. */
+static dt_status check_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgroup *g,
+                             const dt__zparam *p, int64_t *idx_out)
+{
+    int64_t shape[DT_MAX_RANK];
+    int rank = state_shape(z, p, shape);
+    for (int kind = 0; kind < NKINDS; kind++) {
+        idx_out[kind] = -1;
+        if (!kind_present(g, kind) || p->n == 0)
+            continue;
+        char name[512];
+        snprintf(name, sizeof name, "%s/%s", p->name, kind_name(g, kind));
+        dt_ckpt_tensor_info info;
+        if (dt_ckpt_find(ck, name, &idx_out[kind]) != DT_OK ||
+            dt_ckpt_tensor(ck, idx_out[kind], &info) != DT_OK)
+            return dt__error(DT_ERR_NOT_FOUND, "dt_zero_load: %s: no optimizer state '%s' (was "
+                             "it saved by another optimizer kind?)", dt_ckpt_path(ck), name);
+        int same = info.rank == rank && info.dtype == DT_DTYPE_F32;
+        for (int j = 0; same && j < rank; j++)
+            same = info.shape[j] == shape[j];
+        if (!same) {
+            char a[128] = "", b[128] = "";
+            for (int j = 0; j < info.rank; j++)
+                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", j ? "," : "",
+                         (long long)info.shape[j]);
+            for (int j = 0; j < rank; j++)
+                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", j ? "," : "",
+                         (long long)shape[j]);
+            return dt__error(DT_ERR_SHAPE, "dt_zero_load: state '%s' is %s [%s], f32 [%s] "
+                             "expected (the parameter's flattened shard differs)", name,
+                             dt_dtype_name(info.dtype), a, b);
+        }
+    }
+    return DT_OK;
+}
+
+/* Reads this client's partition of parameter p's state. */
+static dt_status read_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgroup *g,
+                            const dt__zparam *p, const int64_t *idx)
+{
+    int64_t shape[DT_MAX_RANK], offs[DT_MAX_RANK], sizes[DT_MAX_RANK];
+    int rank = state_shape(z, p, shape);
+    for (int kind = 0; kind < NKINDS; kind++) {
+        if (idx[kind] < 0)
+            continue;
+        for (int i = 0; i < z->nlocal; i++)
+            for (int c = 0; c < g->nchunks; c++) {
+                const dt__zchunk *ch = &g->chunks[c];
+                int64_t off, len;
+                dt__zero_local_range(ch->master, i, &off, &len);
+                int64_t lo = ch->start + off, hi = lo + len;
+                int64_t a = p->offset > lo ? p->offset : lo;
+                int64_t b = p->offset + p->n < hi ? p->offset + p->n : hi;
+                if (b <= a)
+                    continue;
+                for (int j = 0; j < p->nshard; j++) {
+                    offs[j] = z->coords[i][p->shard_dims[j]];
+                    sizes[j] = 1;
+                }
+                offs[rank - 1] = a - p->offset;
+                sizes[rank - 1] = b - a;
+                float *dst = (float *)dt_tensor_local(kind_tensor(ch, kind), i)->data + (a - lo);
+                dt_status st = dt_ckpt_read_box(ck, idx[kind], offs, sizes, dst,
+                                                 (size_t)(b - a) * sizeof(float));
+                if (st != DT_OK)
+                    return st;
+            }
+    }
+    return DT_OK;
+}
+
+dt_status dt_zero_load(dt_zero *zero, const char *dir)
+{
+    static const char fn[] = "dt_zero_load";
+    if (!zero || !dir)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and dir are required", fn);
+    loaded_values lv;
+    memset(&lv, 0, sizeof lv);
+    lv.lr = calloc((size_t)zero->ngroups + 1, sizeof *lv.lr);
+    int64_t *idx = calloc((size_t)zero->nparams * NKINDS + 1, sizeof *idx);
+    const char **names = calloc((size_t)zero->nparams + 1, sizeof *names);
+    dt_tensor **tensors = calloc((size_t)zero->nparams + 1, sizeof *tensors);
+    dt_ckpt *ck = NULL;
+    dt_status st = DT_OK;
+    if (!lv.lr || !idx || !names || !tensors)
+        st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    /* Everything the index can tell is checked before any data moves. */
+    if (st == DT_OK)
+        st = dt_ckpt_open(dir, &ck);
+    for (int g = 0; st == DT_OK && g < zero->ngroups; g++)
+        for (int j = 0; st == DT_OK && j < zero->groups[g].nparams; j++) {
+            const dt__zparam *p = &zero->groups[g].params[j];
+            names[p->index] = p->name;
+            tensors[p->index] = p->tensor;
+            st = check_param_layout(zero, ck, p);
+            if (st == DT_OK)
+                st = check_state(zero, ck, &zero->groups[g], p, idx + (size_t)p->index * NKINDS);
+        }
+    if (st == DT_OK)
+        st = read_values(zero, ck, &lv);
+    st = dt__zero_agree(zero, fn, st);
+    if (st == DT_OK && zero->nparams > 0)
+        st = dt_restore_into(dir, zero->nparams, names, tensors);
+    if (st == DT_OK) {
+        for (int g = 0; st == DT_OK && g < zero->ngroups; g++)
+            for (int j = 0; st == DT_OK && j < zero->groups[g].nparams; j++) {
+                const dt__zparam *p = &zero->groups[g].params[j];
+                st = read_state(zero, ck, &zero->groups[g], p, idx + (size_t)p->index * NKINDS);
+            }
+        st = dt__zero_agree(zero, fn, st);
+    }
+    if (st == DT_OK) {
+        zero->step = lv.step;
+        zero->scaler.iteration = lv.iteration;
+        zero->scaler.last_overflow = lv.last_overflow;
+        /* A static or absent scaler keeps its configured scale. */
+        if (zero->scaler.opts.mode == DT_LOSS_SCALE_DYNAMIC) {
+            zero->scaler.hysteresis_left = (int)lv.hysteresis_left;
+            zero->scaler.scale = lv.loss_scale;
+        }
+        for (int g = 0; g < zero->ngroups; g++)
+            zero->groups[g].hp.lr = (float)lv.lr[g];
+    }
+    dt_ckpt_close(ck);
+    free(tensors);
+    free(names);
+    free(idx);
+    free(lv.lr);
+    return st;
+}

@@ -1,0 +1,205 @@
+/* Helpers of the optim tests (see zt_util.h). */
+#include <ftw.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "zt_util.h"
+
+dt_mesh *zt_mesh_1d(void)
+{
+    const char *names[1] = {"batch"};
+    int64_t sizes[1] = {dt_num_global_devices(DT_DEVICE_CPU)};
+    dt_mesh *m = NULL;
+    DT_ASSERT_OK(dt_mesh_create("dp", 1, names, sizes, DT_DEVICE_CPU, &m));
+    return m;
+}
+
+dt_mesh *zt_mesh_2d(void)
+{
+    const char *names[2] = {"batch", "model"};
+    int64_t n = dt_num_global_devices(DT_DEVICE_CPU);
+    int64_t sizes[2] = {2, n / 2};
+    dt_mesh *m = NULL;
+    DT_ASSERT_OK(dt_mesh_create("dpmp", 2, names, sizes, DT_DEVICE_CPU, &m));
+    return m;
+}
+
+dt_layout *zt_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
+                     const char *partial)
+{
+    const char *specs[2] = {s0 ? s0 : DT_UNSHARDED, s1 ? s1 : DT_UNSHARDED};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create_partial(mesh, rank, specs, partial ? 1 : 0, &partial, &op,
+                                          &l));
+    return l;
+}
+
+static int64_t numel(int rank, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= shape[i];
+    return n;
+}
+
+dt_tensor *zt_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                     const float *data)
+{
+    const dt_mesh *mesh = dt_layout_mesh(layout);
+    int rank = dt_layout_rank(layout);
+    int64_t n = numel(rank, shape);
+    void *buf = malloc((size_t)(n ? n : 1) * dt_dtype_size(dtype));
+    DT_ASSERT_OK(dt_kernel_cast(n, data, DT_DTYPE_F32, buf, dtype));
+    dt_layout *rep = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(mesh, rank, &rep));
+    int nl = dt_mesh_num_local_devices(mesh);
+    DLTensor comps[64];
+    int64_t shp[DT_MAX_RANK];
+    for (int i = 0; i < rank; i++)
+        shp[i] = shape[i];
+    for (int i = 0; i < nl; i++) {
+        memset(&comps[i], 0, sizeof comps[i]);
+        comps[i].data = buf;
+        comps[i].device.device_type = kDLCPU;
+        comps[i].ndim = rank;
+        comps[i].dtype = dt_dtype_to_dlpack(dtype);
+        comps[i].shape = shp;
+    }
+    dt_tensor *r = NULL, *t = NULL;
+    DT_ASSERT_OK(dt_tensor_pack(rep, shape, nl, comps, &r));
+    DT_ASSERT_OK(dt_relayout(r, layout, &t));
+    dt_tensor_destroy(r);
+    dt_layout_destroy(rep);
+    free(buf);
+    return t;
+}
+
+void zt_fetch(const dt_tensor *t, float *out)
+{
+    const dt_layout *l = dt_tensor_layout(t);
+    dt_layout *rep = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(dt_layout_mesh(l), dt_layout_rank(l), &rep));
+    dt_tensor *r = NULL;
+    DT_ASSERT_OK(dt_relayout(t, rep, &r));
+    int64_t n = dt_tensor_numel(t);
+    size_t bytes = (size_t)n * dt_dtype_size(dt_tensor_dtype(t));
+    CU_ASSERT_FATAL(dt_tensor_num_local(r) >= 1);
+    DT_ASSERT_OK(dt_kernel_cast(n, dt_tensor_local(r, 0)->data, dt_tensor_dtype(t), out,
+                                DT_DTYPE_F32));
+    for (int i = 1; i < dt_tensor_num_local(r); i++)
+        CU_ASSERT(bytes == 0 || memcmp(dt_tensor_local(r, 0)->data,
+                                       dt_tensor_local(r, i)->data, bytes) == 0);
+    dt_tensor_destroy(r);
+    dt_layout_destroy(rep);
+}
+
+dt_tensor *zt_grad(const dt_tensor *param, dt_dtype dtype, zt_grad_fn fn, int step, float scale,
+                   void *arg)
+{
+    const dt_layout *pl = dt_tensor_layout(param);
+    const dt_mesh *mesh = dt_layout_mesh(pl);
+    int rank = dt_layout_rank(pl);
+    const char *specs[DT_MAX_RANK];
+    for (int i = 0; i < rank; i++)
+        specs[i] = dt_layout_spec(pl, i);
+    const char *pdim = "batch";
+    dt_reduce_op op = DT_REDUCE_SUM;
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create_partial(mesh, rank, specs, 1, &pdim, &op, &l));
+    dt_tensor *g = NULL;
+    const int64_t *shape = dt_tensor_shape(param);
+    DT_ASSERT_OK(dt_tensor_zeros(l, dtype, shape, &g));
+    int dp = dt_mesh_dim_index(mesh, "batch");
+    for (int i = 0; i < dt_tensor_num_local(g); i++) {
+        int64_t coords[DT_MESH_MAX_DIMS];
+        DT_ASSERT_OK(dt_mesh_coords(mesh, dt_tensor_local_position(g, i), coords));
+        const DLTensor *d = dt_tensor_local(g, i);
+        const int64_t *off = dt_tensor_local_offset(g, i);
+        int64_t n = numel(d->ndim, d->shape);
+        float *vals = malloc((size_t)(n ? n : 1) * sizeof *vals);
+        for (int64_t e = 0; e < n; e++) {
+            /* Global row-major index of local element e. */
+            int64_t rem = e, idx = 0, stride = 1;
+            int64_t gidx[DT_MAX_RANK];
+            for (int k = d->ndim - 1; k >= 0; k--) {
+                gidx[k] = off[k] + rem % d->shape[k];
+                rem /= d->shape[k];
+            }
+            for (int k = d->ndim - 1; k >= 0; k--) {
+                idx += gidx[k] * stride;
+                stride *= shape[k];
+            }
+            vals[e] = fn(idx, coords[dp], step, arg) * scale;
+        }
+        DT_ASSERT_OK(dt_kernel_cast(n, vals, DT_DTYPE_F32, d->data, dtype));
+        free(vals);
+    }
+    dt_layout_destroy(l);
+    return g;
+}
+
+void zt_grad_ref(int64_t n, int64_t ndp, zt_grad_fn fn, int step, float scale, void *arg,
+                 float *out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float s = 0.0f;
+        for (int64_t r = 0; r < ndp; r++)
+            s += fn(i, r, step, arg) * scale;
+        out[i] = s;
+    }
+}
+
+void zt_round(float *x, int64_t n, dt_dtype dtype)
+{
+    void *tmp = malloc((size_t)(n ? n : 1) * 4);
+    DT_ASSERT_OK(dt_kernel_cast(n, x, DT_DTYPE_F32, tmp, dtype));
+    DT_ASSERT_OK(dt_kernel_cast(n, tmp, dtype, x, DT_DTYPE_F32));
+    free(tmp);
+}
+
+int64_t zt_diff(const char *what, const float *a, const float *b, int64_t n)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof a[i]) != 0) {
+            if (bad < 5)
+                fprintf(stderr, "[rank %d] %s: element %lld is %.9g, want %.9g\n",
+                        dt_client_id(), what, (long long)i, (double)a[i], (double)b[i]);
+            bad++;
+        }
+    return bad;
+}
+
+void zt_scratch_dir(char *buf, size_t len)
+{
+    char path[256] = "";
+    if (dt_client_id() == 0) {
+        const char *t = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/dtzero-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(path))
+            path[0] = '\0';
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    CU_ASSERT_FATAL(path[0] != '\0');
+    snprintf(buf, len, "%s", path);
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+void zt_scratch_remove(const char *dir)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (dt_client_id() == 0)
+        nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
