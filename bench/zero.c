@@ -1,0 +1,424 @@
+/* bench_zero: the ZeRO optimizer's memory per rank against the paper's formulas for
+ * mixed-precision Adam, and the step time of stages 1 and 2 against stage 0 on the same model
+ * and ranks, interleaved in one run (docs/bench.md). One CPU device per process. */
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "dtensor/dtensor.h"
+
+enum { NT = 4, ROW = 1024, MAX_REPS = 1000, NSTAGES = 3 };
+
+typedef struct opts {
+    int64_t params;
+    int64_t allgather; /* elements; 0: params / 16 */
+    int reps;
+    const char *cases;
+} opts;
+
+static int g_rank, g_nclients;
+
+/* One stage's model: NT bf16 parameters [rows, ROW] replicated over the mesh, their bf16
+ * gradients partial over `batch` (the caller's, kept for every step), and the optimizer. */
+typedef struct model {
+    int stage;
+    dt_tensor *p[NT], *g[NT];
+    dt_zero *z;
+    /* This rank's measurements (bytes), in the order of the memory line. */
+    uint64_t param_bytes, opt_bytes, held_bytes, temp_bytes, input_grad_bytes;
+    dt_zero_memory api;
+    int ok;
+    double times[MAX_REPS];
+} model;
+
+static uint64_t requested(void)
+{
+    dt_pool_stats s;
+    dt_host_pool_stats(&s);
+    return s.bytes_requested;
+}
+
+/* ---- a sampler of the pool's requested bytes while one step runs ------------------------- */
+
+static atomic_int g_sampling;
+static _Atomic uint64_t g_peak;
+
+static void *sampler(void *arg)
+{
+    (void)arg;
+    while (atomic_load(&g_sampling)) {
+        uint64_t r = requested();
+        if (r > atomic_load(&g_peak))
+            atomic_store(&g_peak, r);
+    }
+    return NULL;
+}
+
+static double max_all(double t)
+{
+    double m;
+    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+static int ok_all(int ok)
+{
+    int all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+static int report(const char *what, dt_status st)
+{
+    if (st != DT_OK)
+        fprintf(stderr, "# client %d: %s: %s: %s\n", g_rank, what, dt_status_name(st),
+                dt_last_error());
+    return st == DT_OK;
+}
+
+/* Fills a bf16 component of n elements: element e of tensor k on dp rank j is
+ * ((e * 7 + 3 * k + j) % 9 - 4) / 64 (gradients: exact sums in any order), or a parameter
+ * value ((e * 13 + k) % 255 - 127) / 256. */
+static dt_status fill(void *dst, int64_t n, int k, int j, int grad)
+{
+    float buf[4096];
+    for (int64_t s = 0; s < n; s += 4096) {
+        int64_t m = n - s < 4096 ? n - s : 4096;
+        for (int64_t i = 0; i < m; i++) {
+            int64_t e = s + i;
+            buf[i] = grad ? (float)((e * 7 + 3 * k + j) % 9 - 4) / 64.0f
+                          : (float)((e * 13 + k) % 255 - 127) / 256.0f;
+        }
+        dt_status st = dt_kernel_cast(m, buf, DT_DTYPE_F32, (uint16_t *)dst + s, DT_DTYPE_BF16);
+        if (st != DT_OK)
+            return st;
+    }
+    return DT_OK;
+}
+
+/* Creates the stage's model and measures it: parameters, optimizer, a warm-up step, then one
+ * step with the sampler on. */
+static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
+{
+    memset(m, 0, sizeof *m);
+    m->stage = stage;
+    int64_t shape[2] = {o->params / NT / ROW, ROW};
+    dt_layout *rep = NULL, *part = NULL;
+    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
+    const char *pd[1] = {"batch"};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    int ok = report("layout", dt_layout_create(mesh, 2, specs, &rep)) &&
+             report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, &part));
+    uint64_t b0 = requested();
+    for (int k = 0; ok && k < NT; k++) {
+        ok = report("parameter", dt_tensor_zeros(rep, DT_DTYPE_BF16, shape, &m->p[k]));
+        if (ok)
+            ok = report("parameter",
+                        fill(dt_tensor_local(m->p[k], 0)->data, o->params / NT, k, 0, 0));
+    }
+    uint64_t b1 = requested();
+    m->param_bytes = b1 - b0;
+    dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+    zo.stage = stage;
+    zo.allgather_size = o->allgather;
+    dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
+    char names_buf[NT][16];
+    const char *names[NT];
+    for (int k = 0; k < NT; k++) {
+        snprintf(names_buf[k], sizeof names_buf[k], "layer%d.w", k);
+        names[k] = names_buf[k];
+    }
+    if (ok)
+        ok = report("dt_zero_create", dt_zero_create(mesh, &zo, &m->z));
+    if (ok)
+        ok = report("dt_zero_add_group", dt_zero_add_group(m->z, NT, names, m->p, &hp, NULL));
+    uint64_t b2 = requested();
+    int64_t j = dt_tensor_local_position(m->p[0], 0);
+    for (int k = 0; ok && k < NT; k++) {
+        ok = report("gradient", dt_tensor_zeros(part, DT_DTYPE_BF16, shape, &m->g[k]));
+        if (ok)
+            ok = report("gradient",
+                        fill(dt_tensor_local(m->g[k], 0)->data, o->params / NT, k, (int)j, 1));
+    }
+    uint64_t b3 = requested();
+    m->input_grad_bytes = b3 - b2;
+    ok = ok_all(ok);
+    if (ok)
+        ok = ok_all(report("warm-up step", dt_zero_step(m->z, m->g, NULL)));
+    if (ok) {
+        /* Steady state: everything but the caller's gradients is what the optimizer keeps
+         * between steps. Then the peak of one step above it. */
+        uint64_t before = requested();
+        m->held_bytes = before - b0 - m->input_grad_bytes;
+        m->opt_bytes = m->held_bytes - m->param_bytes;
+        atomic_store(&g_peak, before);
+        atomic_store(&g_sampling, 1);
+        pthread_t th;
+        int have = pthread_create(&th, NULL, sampler, NULL) == 0;
+        ok = report("measured step", dt_zero_step(m->z, m->g, NULL));
+        atomic_store(&g_sampling, 0);
+        if (have)
+            pthread_join(th, NULL);
+        uint64_t after = requested();
+        m->temp_bytes = atomic_load(&g_peak) - before;
+        if (after != before)
+            fprintf(stderr,
+                    "# client %d: stage %d: %lld bytes more held after the second step "
+                    "than after the first\n",
+                    g_rank, stage, (long long)(after - before));
+        ok = ok_all(ok && report("dt_zero_memory_usage", dt_zero_memory_usage(m->z, &m->api)));
+    }
+    dt_layout_destroy(rep);
+    dt_layout_destroy(part);
+    m->ok = ok;
+    return ok;
+}
+
+static void model_destroy(model *m)
+{
+    dt_zero_destroy(m->z);
+    for (int k = 0; k < NT; k++) {
+        dt_tensor_destroy(m->p[k]);
+        dt_tensor_destroy(m->g[k]);
+    }
+}
+
+/* The paper's bytes per rank for mixed-precision Adam (2 + 2 + 12 bytes per parameter):
+ * stage 0 16P, stage 1 4P + 12P/N, stage 2 2P + 14P/N. */
+static double formula(int stage, double p, double n)
+{
+    return stage == 0 ? 16.0 * p : stage == 1 ? 4.0 * p + 12.0 * p / n : 2.0 * p + 14.0 * p / n;
+}
+
+/* CRC32C of this rank's parameters, and whether every rank has the same one. */
+static uint32_t params_crc(const model *m, const opts *o)
+{
+    uint32_t c = 0;
+    for (int k = 0; k < NT; k++)
+        c = dt_crc32c(c, dt_tensor_local(m->p[k], 0)->data, (size_t)(o->params / NT) * 2);
+    return c;
+}
+
+enum { NFIELDS = 10 };
+
+static void memory_lines(const model *ms, const opts *o, const char *check)
+{
+    for (int s = 0; s < NSTAGES; s++) {
+        const model *m = &ms[s];
+        uint64_t mine[NFIELDS] = {m->held_bytes,       m->param_bytes,
+                                  m->opt_bytes,        m->temp_bytes,
+                                  m->input_grad_bytes, m->api.param_bytes,
+                                  m->api.grad_bytes,   m->api.state_bytes,
+                                  m->api.gather_bytes, 0};
+        uint64_t *all = malloc(sizeof(uint64_t) * NFIELDS * (size_t)g_nclients);
+        MPI_Gather(mine, NFIELDS, MPI_UINT64_T, all, NFIELDS, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        if (g_rank == 0) {
+            double p = (double)o->params, n = g_nclients;
+            double chunk = 2.0 * (double)(o->allgather < o->params ? o->allgather : o->params);
+            double f = formula(m->stage, p, n);
+            for (int r = 0; r < g_nclients; r++) {
+                const uint64_t *v = all + NFIELDS * r;
+                double held = (double)v[0], temp = (double)v[3];
+                double api = (double)(v[5] + v[6] + v[7]);
+                bu_line line;
+                bu_line_init(&line);
+                bu_line_add(&line, "case", "memory");
+                bu_line_add(&line, "stage", "%d", m->stage);
+                bu_line_add(&line, "np", "%d", g_nclients);
+                bu_line_add(&line, "rank", "%d", r);
+                bu_line_add(&line, "params", "%lld", (long long)o->params);
+                bu_line_add(&line, "mem_ratio", "%.4f", (held + temp) / (f + chunk));
+                bu_line_add(&line, "steady_ratio", "%.4f", held / f);
+                bu_line_add(&line, "held_bytes", "%llu", (unsigned long long)v[0]);
+                bu_line_add(&line, "temp_bytes", "%llu", (unsigned long long)v[3]);
+                bu_line_add(&line, "formula_bytes", "%.0f", f);
+                bu_line_add(&line, "chunk_bytes", "%.0f", chunk);
+                bu_line_add(&line, "param_bytes", "%llu", (unsigned long long)v[1]);
+                bu_line_add(&line, "opt_bytes", "%llu", (unsigned long long)v[2]);
+                bu_line_add(&line, "input_grad_bytes", "%llu", (unsigned long long)v[4]);
+                bu_line_add(&line, "api_param_bytes", "%llu", (unsigned long long)v[5]);
+                bu_line_add(&line, "api_grad_bytes", "%llu", (unsigned long long)v[6]);
+                bu_line_add(&line, "api_state_bytes", "%llu", (unsigned long long)v[7]);
+                bu_line_add(&line, "api_gather_bytes", "%llu", (unsigned long long)v[8]);
+                bu_line_add(&line, "api_ratio", "%.4f", (api + (double)v[8]) / (f + chunk));
+                bu_line_add(&line, "check", "%s", check);
+                bu_line_print(&line);
+                /* The API's count of what it holds must be what the allocator saw. */
+                if (api != held) {
+                    fprintf(stderr,
+                            "# stage %d rank %d: dt_zero_memory_usage says %.0f bytes "
+                            "(params + grads + state), the pool %.0f\n",
+                            m->stage, r, api, held);
+                }
+            }
+        }
+        free(all);
+    }
+}
+
+/* Times reps steps of every stage, interleaved (the first stage of a round rotates), each
+ * step's time the slowest rank's; medians into med. */
+static int time_steps(model *ms, const opts *o, double *med)
+{
+    int good = 1;
+    for (int rep = 0; rep < o->reps && good; rep++) {
+        for (int i = 0; i < NSTAGES && good; i++) {
+            model *m = &ms[(rep + i) % NSTAGES];
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            int ok = report("timed step", dt_zero_step(m->z, m->g, NULL));
+            m->times[rep] = max_all(MPI_Wtime() - t0);
+            good = ok_all(ok);
+        }
+    }
+    for (int s = 0; s < NSTAGES; s++)
+        med[s] = bu_median(ms[s].times, o->reps);
+    return good;
+}
+
+static void speed_lines(const model *ms, const opts *o, const double *med, const char *check)
+{
+    if (g_rank != 0)
+        return;
+    for (int s = 0; s < NSTAGES; s++) {
+        bu_line line;
+        bu_line_init(&line);
+        bu_line_add(&line, "case", "speed");
+        bu_line_add(&line, "stage", "%d", ms[s].stage);
+        bu_line_add(&line, "np", "%d", g_nclients);
+        bu_line_add(&line, "params", "%lld", (long long)o->params);
+        bu_line_add(&line, "step_ratio", "%.3f", med[s] / med[0]);
+        bu_line_add(&line, "step_ms", "%.2f", med[s] * 1e3);
+        bu_line_add(&line, "stage0_ms", "%.2f", med[0] * 1e3);
+        bu_line_add(&line, "reps", "%d", o->reps);
+        bu_line_add(&line, "check", "%s", check);
+        bu_line_print(&line);
+    }
+}
+
+/* Every stage took the same steps on the same gradients: parameters must be identical over
+ * stages and ranks. */
+static const char *check_params(model *ms, const opts *o)
+{
+    uint32_t c0 = params_crc(&ms[0], o);
+    int same = 1;
+    for (int s = 1; s < NSTAGES; s++)
+        same &= params_crc(&ms[s], o) == c0;
+    unsigned lo = c0, hi = c0;
+    unsigned mlo, mhi;
+    MPI_Allreduce(&lo, &mlo, 1, MPI_UNSIGNED, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&hi, &mhi, 1, MPI_UNSIGNED, MPI_MAX, MPI_COMM_WORLD);
+    same = ok_all(same) && mlo == mhi;
+    return same ? "ok" : "FAIL_params_differ";
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: bench_zero [--params P] [--allgather N] [--reps N] [--quick]\n"
+            "                  [--cases memory,speed]\n"
+            "  P: parameters (a multiple of %d), default 8388608; N: all-gather chunk\n"
+            "  elements, default P/16; one CPU device per process (DT_CPU_DEVICES=1)\n",
+            NT * ROW);
+    return 2;
+}
+
+static int parse_args(int argc, char **argv, opts *o)
+{
+    *o = (opts){8388608, 0, 10, "memory,speed"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) {
+            o->reps = 3;
+            continue;
+        }
+        if (!v)
+            return usage();
+        i++;
+        if (strcmp(a, "--params") == 0)
+            o->params = atoll(v);
+        else if (strcmp(a, "--allgather") == 0)
+            o->allgather = atoll(v);
+        else if (strcmp(a, "--reps") == 0)
+            o->reps = atoi(v);
+        else if (strcmp(a, "--cases") == 0)
+            o->cases = v;
+        else
+            return usage();
+    }
+    if (o->params < NT * ROW || o->params % (NT * ROW) != 0 || o->allgather < 0 || o->reps < 1 ||
+        o->reps > MAX_REPS)
+        return usage();
+    if (o->allgather == 0)
+        o->allgather = o->params / 16;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0)
+        return rc;
+    dt_init_opts io = DT_INIT_OPTS_INIT;
+    dt_status st = dt_init(&argc, &argv, &io);
+    if (st != DT_OK) {
+        fprintf(stderr, "bench_zero: dt_init: %s: %s\n", dt_status_name(st), dt_last_error());
+        return 1;
+    }
+    g_rank = dt_client_id();
+    g_nclients = dt_num_clients();
+    const char *names[1] = {"batch"};
+    int64_t size = dt_num_global_devices(DT_DEVICE_CPU);
+    dt_mesh *mesh = NULL;
+    int good = report("mesh", dt_mesh_create("dp", 1, names, &size, DT_DEVICE_CPU, &mesh));
+    if (good && dt_num_local_devices(DT_DEVICE_CPU) != 1) {
+        if (g_rank == 0)
+            fprintf(stderr, "bench_zero: run with one CPU device per process "
+                            "(DT_CPU_DEVICES=1)\n");
+        good = 0;
+    }
+    if (!ok_all(good)) {
+        dt_mesh_destroy(mesh);
+        dt_finalize();
+        return 1;
+    }
+    if (g_rank == 0) {
+        printf("# bench_zero: %d process(es), 1 CPU device each; mixed-precision Adam (bf16 "
+               "parameters and gradients, f32 master and moments), %lld parameters in %d "
+               "tensors, all-gather chunk %lld elements\n",
+               g_nclients, (long long)o.params, NT, (long long)o.allgather);
+        fflush(stdout);
+    }
+    model ms[NSTAGES];
+    memset(ms, 0, sizeof ms);
+    for (int s = 0; s < NSTAGES && good; s++)
+        good = model_setup(&ms[s], s, mesh, &o);
+    int set_up = good;
+    const char *check = "FAIL_setup";
+    double med[NSTAGES] = {0};
+    int timed = bu_list_has(o.cases, "speed");
+    if (good && timed)
+        good = time_steps(ms, &o, med);
+    if (good) {
+        check = check_params(ms, &o);
+        if (timed)
+            speed_lines(ms, &o, med, check);
+        if (bu_list_has(o.cases, "memory"))
+            memory_lines(ms, &o, check);
+    } else if (g_rank == 0) {
+        printf("case=zero np=%d params=%lld error=%s\n", g_nclients, (long long)o.params,
+               set_up ? "step_failed" : "setup_failed");
+    }
+    good = good && strcmp(check, "ok") == 0;
+    for (int s = 0; s < NSTAGES; s++)
+        model_destroy(&ms[s]);
+    dt_mesh_destroy(mesh);
+    dt_finalize();
+    return good ? 0 : 1;
+}

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Runs bench_zero (docs/bench.md): builds it if missing, then for each process count runs
+# mpirun -n NP with one CPU device per process: memory per rank of ZeRO stages 0, 1 and 2
+# against the paper's formulas for mixed-precision Adam, and the step time of stages 1 and 2
+# against stage 0 on the same model and ranks, interleaved in one run.
+# Results on stdout as key=value lines; build output and launcher messages on stderr.
+#   bench/zero.sh [--params P] [--np 2,4] [--reps N] [--quick] [--allgather N]
+#                 [--cases memory,speed]
+set -euo pipefail
+
+usage() {
+  cat >&2 <<'USAGE'
+usage: bench/zero.sh [options]
+  --params P     model parameters, a multiple of 4096 (default 8388608)
+  --np LIST      process counts (default 2,4); one CPU device per process
+  --reps N       timed steps per stage (default 10); --quick: 3
+  --allgather N  elements per all-gather chunk (default P/16)
+  --cases LIST   memory,speed (default both)
+Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra mpirun args).
+USAGE
+}
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+nps=2,4
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --params|--reps|--allgather|--cases)
+      [ $# -ge 2 ] || { usage; exit 2; }; extra+=("$1" "$2"); shift 2 ;;
+    --np) [ $# -ge 2 ] || { usage; exit 2; }; nps=$2; shift 2 ;;
+    --quick) extra+=(--quick); shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "bench/zero.sh: unknown option '$1'" >&2; usage; exit 2 ;;
+  esac
+done
+IFS=, read -r -a np_list <<<"$nps"
+for np in "${np_list[@]}"; do
+  case "$np" in
+    ''|*[!0-9]*|0) echo "bench/zero.sh: bad process count '$np'" >&2; usage; exit 2 ;;
+  esac
+done
+
+cd "$root"
+./scripts/setup.sh
+# shellcheck source=scripts/env.sh
+. ./scripts/env.sh
+
+build=${BUILD_DIR:-build}
+if [ ! -f "$build/build.ninja" ]; then
+  echo "bench/zero.sh: configuring $build (release)" >&2
+  meson setup "$build" -Dbuildtype=release >&2
+fi
+ninja -C "$build" bench/bench_zero >&2
+exe="$build/bench/bench_zero"
+
+load() { echo "# $1: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; }
+
+export DT_BIND=${DT_BIND:-0}
+status=0
+load "bench/run zero start"
+for np in "${np_list[@]}"; do
+  # shellcheck disable=SC2086
+  DT_CPU_DEVICES=1 mpirun -n "$np" ${MPIRUN_ARGS:-} "$exe" ${extra[@]+"${extra[@]}"} || status=1
+done
+load "bench/run zero end"
+exit "$status"

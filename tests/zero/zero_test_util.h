@@ -1,0 +1,70 @@
+/* Helpers of the ZeRO system tests: meshes over any number of the devices present, tensors
+ * filled from and compared with whole host arrays device by device (no communication), the
+ * single-device reference of the inner optimizers in plain C (the arithmetic of
+ * ops/optimizer.c, operation for operation), and seeded test data. */
+#ifndef DT_ZERO_TEST_UTIL_H
+#define DT_ZERO_TEST_UTIL_H
+
+#include <stdint.h>
+
+#include "dtensor/dtensor.h"
+
+/* Global CPU devices of the job. */
+int zt_num_devices(void);
+
+/* 1-D mesh "batch" over devices 0..k-1 (k <= zt_num_devices()): with several clients the
+ * first clients' devices, so a small mesh leaves the last clients out of its collectives.
+ * (A mesh over a spread-out subset, e.g. devices 0 and 2 of 2 clients x 2, would cross
+ * processes at every size, but dt_mesh_check_devices rejects non-prefix subsets for now.) */
+dt_mesh *zt_mesh_dp(int64_t k);
+/* 2-D mesh batch x model (model = 2) over every device (needs an even device count). */
+dt_mesh *zt_mesh_batch_model(void);
+/* 1 if this client holds devices of `mesh` (only those clients take part in its
+ * collectives). */
+int zt_in_mesh(const dt_mesh *mesh);
+
+/* Layout of a rank-1 or rank-2 tensor: specs (NULL = unsharded) and an optional sum-partial
+ * mesh dim. */
+dt_layout *zt_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
+                     const char *partial);
+
+/* A tensor of `layout`, dtype and global shape whose local component on every device holds
+ * its box of src[c], c being the device's coordinate on mesh dim `by_dim` (0 when by_dim < 0):
+ * so a partial-over-dp tensor gets summand j on dp coordinate j. src arrays are whole f32
+ * tensors (row-major), converted to `dtype` (exactly, for the values the tests use). Local. */
+dt_tensor *zt_tensor_from(const dt_layout *layout, dt_dtype dtype, const int64_t *shape, int by_dim,
+                          const float *const *src);
+/* The same for one array on every device. */
+dt_tensor *zt_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                     const float *src);
+
+/* Number of elements, over every local component of t, whose bits differ from `want` (a
+ * whole f32 array, rounded to t's dtype with dt_kernel_cast first); prints the first few
+ * with `what`. Local. */
+int64_t zt_bit_mismatches(const char *what, const dt_tensor *t, const float *want);
+/* Same with a tolerance: |got - want| > atol + rtol |want| (values in f32). */
+int64_t zt_mismatches(const char *what, const dt_tensor *t, const float *want, float atol,
+                      float rtol);
+
+/* Rounds n floats in place to dtype (f32: unchanged) and back, as dt_kernel_cast does. */
+void zt_round(float *x, int64_t n, dt_dtype dtype);
+
+/* Seeded data: uniform reals in [lo, hi), small integers in [lo, hi]. */
+uint64_t zt_hash(uint64_t a, uint64_t b, uint64_t c);
+void zt_fill_real(float *x, int64_t n, float lo, float hi, uint64_t seed);
+float zt_int_at(uint64_t seed, uint64_t i, int lo, int hi);
+
+/* The reference inner optimizers on whole f32 arrays: dt_kernel_sgd and dt_kernel_adam's
+ * documented formulas with their f32 operation order (ops/optimizer.c), grad_scale 1. */
+void zt_ref_sgd(int64_t n, const dt_optim_hparams *hp, float *p, const float *g, float *buf);
+void zt_ref_adam(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p, const float *g,
+                 float *m, float *v);
+/* One group's update: dispatches on hp->kind. */
+void zt_ref_update(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p, const float *g,
+                   float *s1, float *s2);
+
+/* A scratch directory shared by every client (rank 0 creates it), and its removal. */
+void zt_scratch_dir(char *buf, size_t len);
+void zt_scratch_remove(const char *dir);
+
+#endif
