@@ -1,0 +1,46 @@
+/* train/model: the example's model, a 64-H-10 MLP with ReLU, laid out on a mesh with a `batch`
+ * dim (data parallel) and an optional `model` dim (tensor parallel hidden layer):
+ *   W1 [64, H]  column parallel (H sharded on model)    b1 [H]  sharded on model
+ *   W2 [H, 10]  row parallel (H sharded on model)       b2 [10] replicated
+ *   activations [rows, *] sharded on batch; the row-parallel product is summed over model.
+ * Forward and backward are written out by hand with libdtensor's distributed ops. */
+#ifndef TRAIN_MODEL_H
+#define TRAIN_MODEL_H
+
+#include <stdint.h>
+
+#include <dtensor/dtensor.h>
+
+#define MLP_NPARAMS 4
+
+typedef struct mlp mlp;
+
+/* Creates the parameters in `dtype` (f32, bf16 or f16) on `mesh` (which must have a dim
+ * named "batch"; "model" is optional), initialised from `seed` (He-normal weights, zero
+ * biases), identically on every client. Collective (no communication). */
+dt_status mlp_create(const dt_mesh *mesh, int64_t inputs, int64_t hidden, int64_t classes,
+                     dt_dtype dtype, uint64_t seed, mlp **out);
+void mlp_destroy(mlp *m);
+
+/* The parameters, in optimizer order, and their names (checkpoint keys). Borrowed. */
+dt_tensor *const *mlp_params(const mlp *m);
+const char *const *mlp_param_names(void);
+
+/* Lays `rows` samples (x: rows x inputs f32, y: rows labels; the same on every client) out
+ * over the batch dim: each batch shard gets its contiguous block of rows. */
+dt_status mlp_inputs(const mlp *m, int64_t rows, const float *x, const int32_t *y,
+                     dt_tensor **x_out, dt_tensor **y_out);
+
+/* One forward and backward pass: *loss_out the mean cross-entropy (unscaled), grads_out the
+ * gradients of the parameters, multiplied by `loss_scale`, f32, partial over batch. */
+dt_status mlp_grads(const mlp *m, const dt_tensor *x, const dt_tensor *y, float loss_scale,
+                    double *loss_out, dt_tensor *grads_out[MLP_NPARAMS]);
+
+/* Mean cross-entropy and accuracy over rows (labels: the same rows' labels on the host). */
+dt_status mlp_evaluate(const mlp *m, const dt_tensor *x, const dt_tensor *y, const int32_t *labels,
+                       double *loss_out, double *acc_out);
+
+/* A message for the last failure: this module's own (out of memory) or dt_last_error(). */
+const char *mlp_last_error(void);
+
+#endif

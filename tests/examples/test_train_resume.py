@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""examples/train_mlp stopped and resumed: a short run (hidden 32, 24 steps) is stopped after
+step 12 under `mpiexec -n 2` (2 CPU devices each) on the 2x2 mesh, then resumed with another
+number of processes on the same mesh (4 processes x 1 device, and 1 process x 4 devices); the
+final checkpoints must equal the uninterrupted run's bit for bit: parameters, ZeRO master
+weights and moments, counters, and the recorded curves. On another mesh shape (stopped on
+2x1, resumed on 4x1 with ZeRO stage 2) the data-parallel reduction order changes, so there the
+parameters are compared with a small tolerance. Checkpoints are read with numpy and
+tests/ckpt_py/stread.py (never our C code). Also checks the result line, the CSV, the PNG and
+the exit status of bad options and files.
+Usage: test_train_resume.py TRAIN_MLP MPIEXEC MESH_DIR"""
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+import zlib
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt_py"))
+try:
+    import numpy as np
+    from stread import SafeTensorsFile, crc32c
+except ImportError as e:  # numpy missing: meson's skip code
+    print(f"skipping: {e}")
+    sys.exit(77)
+
+TRAIN = MPIEXEC = MESHES = None
+COMMON = ["--hidden", "32", "--steps", "24", "--eval-every", "8", "--ckpt-every", "0", "--quiet"]
+RESULT = re.compile(r"^result accuracy=(\d\.\d{4}) checkpoint=(\S+) plot=(\S+)$")
+
+
+def run(procs, devices, args, expect=0):
+    """Runs train_mlp under mpiexec with `procs` processes (0: no launcher) of `devices` CPU
+    devices each; returns stdout."""
+    env = dict(os.environ, DT_CPU_DEVICES=str(devices))
+    cmd = [TRAIN] + args
+    if procs:
+        cmd = [MPIEXEC, "-n", str(procs), "-x", "DT_CPU_DEVICES"] + cmd
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    if p.returncode != expect:
+        raise AssertionError(f"{' '.join(cmd)}: exit {p.returncode}, expected {expect}\n"
+                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p.stdout, p.stderr
+
+
+def read_checkpoint(d):
+    """Every tensor of a checkpoint as a numpy array (BF16 as raw uint16), and its values."""
+    with open(os.path.join(d, "dtensor-index.json")) as f:
+        index = json.load(f)
+    assert index["format"] == "dtensor-checkpoint"
+    files = {}
+    tensors = {}
+    for t in index["tensors"]:
+        out = None
+        for s in t["slices"]:
+            if s["file"] not in files:
+                files[s["file"]] = SafeTensorsFile(os.path.join(d, s["file"]))
+            st = files[s["file"]]
+            raw = st.raw(s["key"])
+            assert crc32c(raw) == s["crc32c"], (d, t["name"])
+            part = st.array(s["key"])
+            if out is None:
+                out = np.zeros(t["shape"], dtype=part.dtype)
+            box = tuple(slice(o, o + n) for o, n in zip(s["offsets"], s["sizes"]))
+            out[box] = part
+        tensors[t["name"]] = out
+    values = {v["name"]: v for v in index["values"]}
+    return tensors, values
+
+
+def curves(path):
+    """The CSV's columns that do not depend on timing."""
+    with open(path) as f:
+        return [",".join(line.split(",")[:4] + line.rstrip("\n").split(",")[5:])
+                for line in f]
+
+
+class TrainResume(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="train_resume_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.tmp, *p)
+
+    def mesh(self, name):
+        return ["--mesh", os.path.join(MESHES, name + ".yaml")]
+
+    def check_result(self, out, outdir):
+        last = out.strip().splitlines()[-1]
+        m = RESULT.match(last)
+        self.assertIsNotNone(m, f"last line: {last!r}")
+        self.assertEqual(m.group(2), os.path.join(outdir, "checkpoint"))
+        self.assertEqual(m.group(3), os.path.join(outdir, "curves.png"))
+        return float(m.group(1))
+
+    def assert_same_checkpoints(self, a, b):
+        ta, va = read_checkpoint(a)
+        tb, vb = read_checkpoint(b)
+        self.assertEqual(sorted(ta), sorted(tb))
+        for name in ("layer1/weight", "layer1/bias", "layer2/weight", "layer2/bias"):
+            self.assertIn(name, ta)
+        for name in ta:
+            self.assertEqual(ta[name].dtype, tb[name].dtype, name)
+            self.assertEqual(ta[name].shape, tb[name].shape, name)
+            # Bit for bit: the same bytes, NaN payloads and signed zeros included.
+            self.assertTrue(np.array_equal(ta[name].view(np.uint8), tb[name].view(np.uint8)),
+                            f"{name} differs: max |a-b| = "
+                            f"{np.max(np.abs(ta[name].astype(np.float64) - tb[name]))}")
+        # (train/history holds timings; its other columns are compared through the CSVs.)
+        for name in ("train/step", "train/rng", "train/data_order", "zero/step"):
+            self.assertIn(name, va)
+            self.assertEqual(va[name], vb[name], name)
+        self.assertEqual(va["train/step"]["value"], 24)
+
+    def test_resume_on_other_process_counts_is_exact(self):
+        a, b = self.path("a"), self.path("b")
+        out, _ = run(2, 2, self.mesh("2x2") + COMMON + ["--out", a])
+        acc = self.check_result(out, a)
+        out, _ = run(2, 2, self.mesh("2x2") + COMMON + ["--out", b, "--stop-after", "12"])
+        self.check_result(out, b)
+        stopped = self.path("stopped")
+        shutil.copytree(os.path.join(b, "checkpoint"), stopped)
+        _, vs = read_checkpoint(stopped)
+        self.assertEqual(vs["train/step"]["value"], 12)
+
+        # Same 2x2 mesh, 4 processes of 1 device: continues in place in b/checkpoint.
+        out, _ = run(4, 1, self.mesh("2x2") + COMMON + ["--out", b, "--resume",
+                                                         os.path.join(b, "checkpoint")])
+        self.assertEqual(self.check_result(out, b), acc)
+        self.assert_same_checkpoints(os.path.join(a, "checkpoint"), os.path.join(b, "checkpoint"))
+        self.assertEqual(curves(os.path.join(a, "curves.csv")),
+                         curves(os.path.join(b, "curves.csv")))
+
+        # Same mesh, one process holding all 4 devices, no launcher.
+        c = self.path("c")
+        out, _ = run(0, 4, self.mesh("2x2") + COMMON + ["--out", c, "--resume", stopped])
+        self.assertEqual(self.check_result(out, c), acc)
+        self.assert_same_checkpoints(os.path.join(a, "checkpoint"), os.path.join(c, "checkpoint"))
+
+    def test_resume_on_another_mesh_shape_is_close(self):
+        e, f = self.path("e"), self.path("f")
+        run(2, 1, self.mesh("2x1") + COMMON + ["--out", e])
+        run(2, 1, self.mesh("2x1") + COMMON + ["--out", f, "--stop-after", "12"])
+        # 4 data-parallel ranks instead of 2 (and ZeRO stage 2): the optimizer state is
+        # repartitioned on load; the gradient sums add the batch in other groups, so the
+        # results differ by rounding only.
+        out, _ = run(2, 2, self.mesh("4x1") + COMMON + ["--out", f, "--stage", "2", "--resume",
+                                                         os.path.join(f, "checkpoint")])
+        self.check_result(out, f)
+        te, _ = read_checkpoint(os.path.join(e, "checkpoint"))
+        tf, vf = read_checkpoint(os.path.join(f, "checkpoint"))
+        self.assertEqual(vf["train/step"]["value"], 24)
+        for name in ("layer1/weight", "layer1/bias", "layer2/weight", "layer2/bias"):
+            np.testing.assert_allclose(tf[name], te[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+    def test_outputs(self):
+        g = self.path("g")
+        out, _ = run(0, 2, self.mesh("2x1") + ["--hidden", "16", "--steps", "10",
+                                               "--eval-every", "5", "--out", g])
+        self.check_result(out, g)
+        self.assertIn("held-out", out)
+        with open(os.path.join(g, "curves.csv")) as fh:
+            rows = fh.read().splitlines()
+        self.assertEqual(rows[0].split(",")[:4],
+                         ["step", "train_loss", "heldout_loss", "heldout_accuracy"])
+        self.assertEqual([int(r.split(",")[0]) for r in rows[1:]], list(range(1, 11)))
+        self.assertTrue(all(r.split(",")[3] for r in (rows[5], rows[10])))
+        # A well-formed PNG: signature, IHDR first, every chunk's CRC, IDAT inflates to the
+        # image size, IEND last.
+        with open(os.path.join(g, "curves.png"), "rb") as fh:
+            png = fh.read()
+        self.assertEqual(png[:8], b"\x89PNG\r\n\x1a\n")
+        pos, chunks, idat = 8, [], b""
+        while pos < len(png):
+            n, typ = struct.unpack(">I4s", png[pos:pos + 8])
+            data = png[pos + 8:pos + 8 + n]
+            (crc,) = struct.unpack(">I", png[pos + 8 + n:pos + 12 + n])
+            self.assertEqual(zlib.crc32(typ + data), crc, typ)
+            chunks.append(typ)
+            if typ == b"IDAT":
+                idat += data
+            pos += 12 + n
+        self.assertEqual(chunks[0], b"IHDR")
+        self.assertEqual(chunks[-1], b"IEND")
+        w, h, depth, ctype = struct.unpack(">IIBB", png[16:26])
+        self.assertEqual((depth, ctype), (8, 2))
+        self.assertEqual(len(zlib.decompress(idat)), h * (3 * w + 1))
+
+    def test_bad_options_and_files(self):
+        def one_line_error(args, status):
+            out, err = run(0, 1, args, expect=status)
+            lines = err.strip().splitlines()
+            self.assertEqual(len(lines), 1, err)
+            self.assertTrue(lines[0].startswith("train_mlp: "), err)
+            return lines[0]
+
+        self.assertIn("--bogus", one_line_error(["--bogus"], 2))
+        self.assertIn("--stage", one_line_error(["--stage", "3"], 2))
+        self.assertIn("--precision", one_line_error(["--precision", "f8"], 2))
+        self.assertIn("--steps", one_line_error(["--steps"], 2))
+        self.assertIn("nope.yaml", one_line_error(["--mesh", self.path("nope.yaml")], 1))
+        self.assertIn("nope.csv", one_line_error(self.mesh("1x1") + [
+            "--data", self.path("nope.csv"), "--out", self.path("h")], 1))
+        bad = self.path("bad.csv")
+        with open(bad, "w") as fh:
+            fh.write(",".join(["0"] * 64) + ",3\n" + ",".join(["0"] * 63) + ",17,3\n")
+        self.assertIn("bad.csv:2:", one_line_error(self.mesh("1x1") + [
+            "--data", bad, "--out", self.path("h")], 1))
+        self.assertIn("--resume", one_line_error(self.mesh("1x1") + [
+            "--resume", self.path("none"), "--out", self.path("h")], 1))
+
+
+def main():
+    global TRAIN, MPIEXEC, MESHES
+    TRAIN, MPIEXEC, MESHES = sys.argv[1:4]
+    del sys.argv[1:4]
+    unittest.main(verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
