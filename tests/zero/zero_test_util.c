@@ -18,12 +18,19 @@ int zt_num_devices(void)
 
 dt_mesh *zt_mesh_dp(int64_t k)
 {
-    CU_ASSERT_FATAL(k >= 1 && k <= zt_num_devices());
-    const char *names[1] = {"batch"};
-    char name[32];
-    snprintf(name, sizeof name, "dp%lld", (long long)k);
+    int64_t n = zt_num_devices();
+    CU_ASSERT_FATAL(k >= 1 && k <= n);
+    /* Devices spread evenly over the present ones (ids floor(i n / k)), so under MPI a small
+     * mesh still spans several processes. */
+    char text[4096];
+    int len = snprintf(text, sizeof text, "mesh:\n  name: dp%lld\n  dims: {batch: %lld}\n"
+                       "  device_ids: [", (long long)k, (long long)k);
+    for (int64_t i = 0; i < k; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "%s%lld", i ? ", " : "",
+                        (long long)(i * n / k));
+    snprintf(text + len, sizeof text - (size_t)len, "]\n");
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create(name, 1, names, &k, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_from_yaml_string(text, NULL, &m));
     return m;
 }
 
