@@ -1,7 +1,8 @@
 /* bench_ckpt: times dt_save, dt_restore_into and a resharding restore (of a checkpoint saved
- * from more devices by an earlier `--cases source` run) against a plain write+fsync and a plain
- * read of the same bytes by the same processes, interleaved in one run; one key=value line per
- * case (docs/bench.md). */
+ * from more devices by an earlier `--cases source` run) against the same bytes written by the
+ * same processes (a crash-safe write+fsync+rename over the previous version, and a plain
+ * write+fsync of a fresh file) and read by them (a plain read), interleaved in one run; one
+ * key=value line per case and reference (docs/bench.md). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +26,7 @@ typedef struct opts {
     const char *dir;
     const char *cases;
     const char *cache;
+    int verbose;
 } opts;
 
 static int g_rank, g_nclients;
@@ -42,6 +44,7 @@ typedef struct bench {
     dt_layout *layouts[MAX_TENSORS];
     dt_tensor *src[MAX_TENSORS], *dst[MAX_TENSORS];
     char ours[4096], ours4[4096], ref[4096];
+    const char *dir;
     double payload; /* bytes over all processes */
 } bench;
 
@@ -87,9 +90,10 @@ static int ok_all(int ok)
 
 /* ---- the reference: one plain file per process, the same bytes as its slices ------------- */
 
-static int ref_write(const bench *b)
+/* Writes the reference bytes to `path` and fsyncs them. */
+static int write_file(const bench *b, const char *path)
 {
-    int fd = open(b->ref, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
         return -1;
     for (int k = 0; k < b->nt; k++) {
@@ -110,6 +114,34 @@ static int ref_write(const bench *b)
     }
     int rc = fsync(fd);
     return close(fd) == 0 && rc == 0 ? 0 : -1;
+}
+
+/* The plain reference: a fresh file (the previous one was removed before the clock started). */
+static int ref_write(const bench *b)
+{
+    return write_file(b, b->ref);
+}
+
+/* The crash-safe reference: what any save that keeps the previous version until the new one
+ * is durable must do at the least. Drop the previous version's cached pages (as ours does),
+ * write a temporary file, fsync it, rename it over the previous version (which deletes that
+ * one: its pages and blocks are freed inside the rename), fsync the directory. */
+static int ref_write_safe(const bench *b)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", b->ref);
+    int fd = open(b->ref, O_RDONLY);
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    if (write_file(b, tmp) != 0 || rename(tmp, b->ref) != 0)
+        return -1;
+    int dfd = open(b->dir, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0)
+        return -1;
+    int rc = fsync(dfd);
+    return close(dfd) == 0 && rc == 0 ? 0 : -1;
 }
 
 static int ref_read(const bench *b)
@@ -183,16 +215,18 @@ static int run_ours(bench *b, kind k)
     return st == DT_OK;
 }
 
-static int run_ref(bench *b, kind k)
+/* Reference 1: plain write+fsync or read; reference 2 (saves only): the crash-safe write. */
+static int run_ref(bench *b, kind k, int which)
 {
-    int rc = k == SAVE ? ref_write(b) : ref_read(b);
+    int rc = k != SAVE ? ref_read(b) : which == 2 ? ref_write_safe(b) : ref_write(b);
     if (rc != 0)
         fprintf(stderr, "# client %d: reference %s of %s failed: %s\n", g_rank,
                 k == SAVE ? "write" : "read", b->ref, strerror(errno));
     return rc == 0;
 }
 
-/* Times one call (0: ours, 1: reference); cold drops the page cache of both first. */
+/* Times one call (0: ours, 1: the reference, 2: the crash-safe reference of a save); cold
+ * drops the page cache of both first. */
 static double timed(bench *b, kind k, int which, int cold, int *ok)
 {
     if (cold) {
@@ -200,77 +234,105 @@ static double timed(bench *b, kind k, int which, int cold, int *ok)
         drop_cache(b->ref);
     }
     if (k == SAVE && which == 1)
-        unlink(b->ref); /* a fresh file, as ours writes fresh files */
+        unlink(b->ref); /* a fresh file, its predecessor removed outside the clock */
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
-    int good = which == 0 ? run_ours(b, k) : run_ref(b, k);
+    int good = which == 0 ? run_ours(b, k) : run_ref(b, k, which);
     double t = max_all(MPI_Wtime() - t0);
     *ok = ok_all(good) && *ok;
     return t;
 }
 
-static int run_case(bench *b, kind k, const char *cache)
+/* Prints one result line: ours against reference `ref` (times in seconds, medians). */
+static void print_line(const bench *b, kind k, const char *case_name, const char *cache,
+                       const char *ref, double mo, double mr, const char *check)
 {
-    static const char *case_names[] = {"save", "restore", "reshard_restore"};
-    int cold = cache && strcmp(cache, "cold") == 0, ok = 1;
-    double tours[MAX_REPS], tref[MAX_REPS];
-    timed(b, k, 0, 0, &ok); /* warm-up: plans, files, pages */
-    timed(b, k, 1, 0, &ok);
-    for (int r = 0; r < b->o.reps && ok; r++) {
-        int first = r % 2; /* alternate who goes first */
-        double t1 = timed(b, k, first, cold, &ok);
-        double t2 = timed(b, k, 1 - first, cold, &ok);
-        tours[r] = first == 0 ? t1 : t2;
-        tref[r] = first == 0 ? t2 : t1;
-    }
     bu_line line;
     bu_line_init(&line);
-    bu_line_add(&line, "case", "%s", case_names[k]);
+    bu_line_add(&line, "case", "%s", case_name);
     bu_line_add(&line, "np", "%d", g_nclients);
     if (k == RESHARD) {
         bu_line_add(&line, "from_devices", "%lld", (long long)b->source_devices);
         bu_line_add(&line, "to_devices", "%lld", (long long)dt_mesh_size(b->mesh));
     }
     bu_line_add(&line, "mib", "%d", b->o.mib);
-    if (k != SAVE)
+    if (cache)
         bu_line_add(&line, "cache", "%s", cache);
+    if (!ref) {
+        bu_line_add(&line, "error", "%s_failed", case_name);
+    } else {
+        double go = b->payload / mo / 1e9, gr = b->payload / mr / 1e9;
+        bu_line_add(&line, "ours_gbs", "%.3f", go);
+        bu_line_add(&line, "ref", "%s", ref);
+        bu_line_add(&line, "ref_gbs", "%.3f", gr);
+        bu_line_add(&line, "ratio", "%.3f", go / gr);
+        bu_line_add(&line, "ours_ms", "%.1f", mo * 1e3);
+        bu_line_add(&line, "ref_ms", "%.1f", mr * 1e3);
+        bu_line_add(&line, "reps", "%d", b->o.reps);
+        bu_line_add(&line, "check", "%s", check);
+    }
+    if (g_rank == 0)
+        bu_line_print(&line);
+}
+
+static int run_case(bench *b, kind k, const char *cache)
+{
+    static const char *case_names[] = {"save", "restore", "reshard_restore"};
+    int cold = cache && strcmp(cache, "cold") == 0, ok = 1;
+    int nc = k == SAVE ? 3 : 2; /* contestants: ours, the reference(s) */
+    double t[3][MAX_REPS];
+    for (int w = 0; w < nc; w++) /* warm-up: plans, files, pages */
+        timed(b, k, w, 0, &ok);
+    for (int r = 0; r < b->o.reps && ok; r++)
+        for (int i = 0; i < nc; i++) { /* rotate who goes first */
+            int w = (r + i) % nc;
+            t[w][r] = timed(b, k, w, cold, &ok);
+        }
+    if (b->o.verbose && g_rank == 0) {
+        for (int r = 0; r < b->o.reps && ok; r++) {
+            printf("# %s%s%s rep %d: ours %.1f ms, reference %.1f ms", case_names[k],
+                   cache ? " " : "", cache ? cache : "", r, t[0][r] * 1e3, t[1][r] * 1e3);
+            if (nc > 2)
+                printf(", crash-safe reference %.1f ms", t[2][r] * 1e3);
+            printf("\n");
+        }
+        fflush(stdout);
+    }
+    if (k == SAVE)
+        cache = NULL;
     if (!ok) {
-        bu_line_add(&line, "error", "%s_failed", case_names[k]);
-        if (g_rank == 0)
-            bu_line_print(&line);
+        print_line(b, k, case_names[k], cache, NULL, 0, 0, NULL);
         return 0;
     }
     /* Check: ours once more into a destination of NaNs, every element against its formula. */
     int64_t bad = 0;
     if (k != SAVE) {
-        for (int t = 0; t < b->nt; t++) {
-            const DLTensor *dl = dt_tensor_local(b->dst[t], 0);
+        for (int i = 0; i < b->nt; i++) {
+            const DLTensor *dl = dt_tensor_local(b->dst[i], 0);
             memset(dl->data, 0xFF, (size_t)(dl->shape[0] * dl->shape[1]) * sizeof(float));
         }
         ok = ok_all(run_ours(b, k));
-        for (int t = 0; ok && t < b->nt; t++)
-            bad += walk(b->dst[t], t, 1);
+        for (int i = 0; ok && i < b->nt; i++)
+            bad += walk(b->dst[i], i, 1);
         long long all = 0, mine = bad;
         MPI_Allreduce(&mine, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         bad = all;
     }
-    double mo = bu_median(tours, b->o.reps), mr = bu_median(tref, b->o.reps);
-    double go = b->payload / mo / 1e9, gr = b->payload / mr / 1e9;
-    bu_line_add(&line, "ours_gbs", "%.3f", go);
-    bu_line_add(&line, "ref", "%s", k == SAVE ? "write_fsync" : "read");
-    bu_line_add(&line, "ref_gbs", "%.3f", gr);
-    bu_line_add(&line, "ratio", "%.3f", go / gr);
-    bu_line_add(&line, "ours_ms", "%.1f", mo * 1e3);
-    bu_line_add(&line, "ref_ms", "%.1f", mr * 1e3);
-    bu_line_add(&line, "reps", "%d", b->o.reps);
+    char check[64] = "ok";
     if (!ok)
-        bu_line_add(&line, "check", "FAIL_restore");
+        snprintf(check, sizeof check, "FAIL_restore");
     else if (bad)
-        bu_line_add(&line, "check", "FAIL_%lld_wrong", (long long)bad);
-    else
-        bu_line_add(&line, "check", "ok");
-    if (g_rank == 0)
-        bu_line_print(&line);
+        snprintf(check, sizeof check, "FAIL_%lld_wrong", (long long)bad);
+    double mo = bu_median(t[0], b->o.reps), m1 = bu_median(t[1], b->o.reps);
+    if (k == SAVE) {
+        /* The fair comparison first (both keep the previous version until the new one is
+         * durable), then the plain one. */
+        double m2 = bu_median(t[2], b->o.reps);
+        print_line(b, k, "save", NULL, "write_fsync_rename", mo, m2, check);
+        print_line(b, k, "save_plain", NULL, "write_fsync", mo, m1, check);
+    } else {
+        print_line(b, k, case_names[k], cache, "read", mo, m1, check);
+    }
     return ok && bad == 0;
 }
 
@@ -351,7 +413,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: bench_ckpt [--mib N] [--reps N] [--tensors K] [--dir DIR]\n"
                     "                  [--cases save,restore,reshard | source] [--cache cold,warm]"
-                    "\n                  [--quick]\n"
+                    "\n                  [--quick] [--verbose]\n"
                     "  one device per process (DT_CPU_DEVICES=1); `--cases source` saves the\n"
                     "  resharding source from every device of its run (e.g. 2 x 2 devices)\n");
     return 2;
@@ -359,11 +421,15 @@ static int usage(void)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){1024, 3, 4, NULL, "save,restore,reshard", "cold,warm"};
+    *o = (opts){1024, 3, 4, NULL, "save,restore,reshard", "cold,warm", 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
             o->reps = 1;
+            continue;
+        }
+        if (strcmp(a, "--verbose") == 0) {
+            o->verbose = 1;
             continue;
         }
         if (!v)
@@ -412,6 +478,7 @@ int main(int argc, char **argv)
     snprintf(b.ours, sizeof b.ours, "%s/ours", dir);
     snprintf(b.ours4, sizeof b.ours4, "%s/ours_all_devices", dir);
     snprintf(b.ref, sizeof b.ref, "%s/ref-%d.bin", dir, g_rank);
+    b.dir = dir;
 
     st = setup(&b);
     if (st != DT_OK) {
@@ -442,7 +509,7 @@ int main(int argc, char **argv)
     if (bu_list_has(b.o.cases, "restore") || bu_list_has(b.o.cases, "reshard")) {
         /* The restores read the checkpoint of the last save (and the reference its file). */
         if (!bu_list_has(b.o.cases, "save")) {
-            int ok = ok_all(run_ours(&b, SAVE)) && ok_all(run_ref(&b, SAVE));
+            int ok = ok_all(run_ours(&b, SAVE)) && ok_all(run_ref(&b, SAVE, 1));
             good &= ok;
         }
         for (int c = 0; c < 2; c++) {

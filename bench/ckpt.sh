@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs bench_ckpt (docs/bench.md): builds it if missing, saves the resharding source from
 # 2 processes x 2 CPU devices, then times save / restore / resharding restore on 2 processes x 1
-# device against a plain write+fsync and read of the same bytes by the same processes.
+# device against the same bytes written by the same processes with a crash-safe
+# write+fsync+rename and with a plain write+fsync, and read with a plain read.
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
 #   bench/ckpt.sh [--mib 1024] [--reps 3] [--quick] [--cases save,restore,reshard]
-#                 [--cache cold,warm] [--dir DIR] [--keep]
+#                 [--cache cold,warm] [--dir DIR] [--keep] [--verbose]
 set -euo pipefail
 
 usage() {
@@ -14,8 +15,9 @@ usage: bench/ckpt.sh [options]
   --reps N       timed repetitions of each (default 3); --quick: 1
   --cases LIST   save,restore,reshard (default all)
   --cache LIST   cold,warm: how the restores find the page cache (default both)
-  --dir DIR      where the files go (default BUILD_DIR/bench-ckpt.tmp; needs 3 x the size free)
+  --dir DIR      where the files go (default BUILD_DIR/bench-ckpt.tmp; needs 4 x the size free)
   --keep         keep the files afterwards
+  --verbose      also print every repetition's times (lines starting with #)
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra mpirun args).
 USAGE
 }
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --cache) [ $# -ge 2 ] || { usage; exit 2; }; extra+=(--cache "$2"); shift 2 ;;
     --dir) [ $# -ge 2 ] || { usage; exit 2; }; dir=$2; shift 2 ;;
     --quick) extra+=(--quick); shift ;;
+    --verbose) extra+=(--verbose); shift ;;
     --keep) keep=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/ckpt.sh: unknown option '$1'" >&2; usage; exit 2 ;;

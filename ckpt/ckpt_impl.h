@@ -124,6 +124,11 @@ int dt__ckpt_pwrite(int fd, const void *buf, size_t len, uint64_t off);
 dt_status dt__ckpt_fsync_dir(const char *path);
 /* Removes the regular files directly inside `path`, then the directory. Missing is fine. */
 dt_status dt__ckpt_remove_dir(const char *path);
+/* Drops the page cache of data files data-K-of-N in `dir` (clean pages only; the files stay):
+ * those with K < nmine and mine[K] != 0, and those with K >= nmine and K % nparts == part.
+ * Best effort: errors are ignored. */
+void dt__ckpt_drop_cache(const char *dir, const unsigned char *mine, int64_t nmine, int part,
+                         int nparts);
 /* 1 if path/dtensor-index.json exists (a regular file). */
 int dt__ckpt_has_index(const char *dir);
 

@@ -1,8 +1,9 @@
 /* File and directory primitives of the ckpt module: full pread/pwrite loops, directory fsync,
- * removing a checkpoint directory, probing for an index. */
+ * removing a checkpoint directory, probing for an index, dropping a checkpoint's page cache. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,4 +97,26 @@ int dt__ckpt_has_index(const char *dir)
     if (dt__ckpt_join(p, sizeof p, dir, "/", DT_CKPT_INDEX_NAME) != DT_OK)
         return 0;
     return stat(p, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+void dt__ckpt_drop_cache(const char *dir, const unsigned char *mine, int64_t nmine, int part,
+                         int nparts)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long long k;
+        if (sscanf(e->d_name, "data-%lld-of-", &k) != 1 || k < 0 ||
+            (k < nmine ? !mine[k] : k % nparts != part))
+            continue;
+        int fd = openat(dfd, e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue;
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    closedir(d);
 }

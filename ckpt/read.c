@@ -189,29 +189,49 @@ err:
     return st;
 }
 
-/* Reads `len` bytes of slice s at slice offset `at` into dst and checks the CRCs of chunks
- * c0..c1 that they cover exactly. */
-static dt_status read_checked(ck_reader *rd, int fd, const ck_tensor *t, const ck_slice *s,
-                              int64_t c0, int64_t c1, uint64_t at, uint64_t len, void *dst)
+/* A chunk's CRC mismatch, naming the bytes and the slice. */
+static dt_status crc_mismatch(const ck_reader *rd, const ck_tensor *t, const ck_slice *s,
+                              uint64_t cs, uint64_t ce)
 {
-    int64_t got = dt__ckpt_pread(fd, dst, (size_t)len, s->file_offset + at);
-    if (got < 0)
-        return dt__error(DT_ERR_IO, "%s/%s: tensor '%s': read: %s", rd->ck->path,
-                         rd->ck->files[s->file].name, t->name, strerror(errno));
-    if ((uint64_t)got != len)
-        return corrupt(rd, s->file, t->name, "file truncated (short read at %" PRIu64 ")",
-                       s->file_offset + at + (uint64_t)got);
-    uint64_t C = rd->ck->chunk_bytes;
-    for (int64_t c = c0; c <= c1; c++) {
-        uint64_t cs = (uint64_t)c * C, ce = cs + C < s->bytes ? cs + C : s->bytes;
-        if (dt_crc32c(0, (const char *)dst + (cs - at), (size_t)(ce - cs)) != s->chunk_crc[c]) {
-            char box[160] = "";
-            for (int d = 0; d < t->rank; d++)
-                snprintf(box + strlen(box), sizeof box - strlen(box), "%s%" PRId64, d ? "," : "",
-                         s->off[d]);
-            return corrupt(rd, s->file, t->name,
-                           "CRC32C mismatch in bytes [%" PRIu64 ", %" PRIu64 ") of the slice at "
-                           "offsets [%s] (data altered)", cs, ce, box);
+    char box[160] = "";
+    for (int d = 0; d < t->rank; d++)
+        snprintf(box + strlen(box), sizeof box - strlen(box), "%s%" PRId64, d ? "," : "",
+                 s->off[d]);
+    return corrupt(rd, s->file, t->name,
+                   "CRC32C mismatch in bytes [%" PRIu64 ", %" PRIu64 ") of the slice at "
+                   "offsets [%s] (data altered)", cs, ce, box);
+}
+
+/* Bytes per pread: small enough that the CRC reads them back from the core's cache. */
+enum { READ_PIECE = 256 << 10 };
+
+/* Reads `len` bytes of slice s at slice offset `at` into dst and checks the CRCs of the chunks
+ * they cover exactly (at and at + len are chunk boundaries, or the slice's end): piece by
+ * piece, each CRC'd right after it lands, while it is still in the core's cache. */
+static dt_status read_checked(ck_reader *rd, int fd, const ck_tensor *t, const ck_slice *s,
+                              uint64_t at, uint64_t len, void *dst)
+{
+    uint64_t C = rd->ck->chunk_bytes, pos = at, end = at + len;
+    int64_t c = (int64_t)(at / C);
+    uint32_t crc = 0;
+    while (pos < end) {
+        uint64_t ce = (uint64_t)(c + 1) * C < s->bytes ? (uint64_t)(c + 1) * C : s->bytes;
+        uint64_t n = ce - pos < READ_PIECE ? ce - pos : READ_PIECE;
+        char *p = (char *)dst + (pos - at);
+        int64_t got = dt__ckpt_pread(fd, p, (size_t)n, s->file_offset + pos);
+        if (got < 0)
+            return dt__error(DT_ERR_IO, "%s/%s: tensor '%s': read: %s", rd->ck->path,
+                             rd->ck->files[s->file].name, t->name, strerror(errno));
+        if ((uint64_t)got != n)
+            return corrupt(rd, s->file, t->name, "file truncated (short read at %" PRIu64 ")",
+                           s->file_offset + pos + (uint64_t)got);
+        crc = dt_crc32c(crc, p, (size_t)n);
+        pos += n;
+        if (pos == ce) {
+            if (crc != s->chunk_crc[c])
+                return crc_mismatch(rd, t, s, (uint64_t)c * C, ce);
+            crc = 0;
+            c++;
         }
     }
     return DT_OK;
@@ -245,7 +265,7 @@ static dt_status load_bounce(ck_reader *rd, int fd, int64_t ti, int64_t si, int6
     uint64_t ce = cs + C < s->bytes ? cs + C : s->bytes;
     dt_status st = bounce_room(rd, ce - cs);
     if (st == DT_OK)
-        st = read_checked(rd, fd, t, s, c, c, cs, ce - cs, rd->bounce);
+        st = read_checked(rd, fd, t, s, cs, ce - cs, rd->bounce);
     if (st != DT_OK)
         return st;
     rd->bounce_file = s->file;
@@ -277,7 +297,7 @@ static dt_status copy_run(ck_reader *rd, int fd, int64_t ti, int64_t si, uint64_
                 c1++;
                 ce = ne;
             }
-            if ((st = read_checked(rd, fd, t, s, c, c1, cs, ce - cs, dst + (cs - a))) != DT_OK)
+            if ((st = read_checked(rd, fd, t, s, cs, ce - cs, dst + (cs - a))) != DT_OK)
                 return st;
             pos = ce;
             continue;
@@ -359,7 +379,7 @@ dt_status dt__ckpt_check_slice(ck_reader *rd, int64_t ti, int64_t si)
         uint64_t cs = (uint64_t)c * C, ce = cs + C < s->bytes ? cs + C : s->bytes;
         rd->bounce_file = -1;
         if ((st = bounce_room(rd, ce - cs)) != DT_OK ||
-            (st = read_checked(rd, fd, t, s, c, c, cs, ce - cs, rd->bounce)) != DT_OK)
+            (st = read_checked(rd, fd, t, s, cs, ce - cs, rd->bounce)) != DT_OK)
             return st;
     }
     return DT_OK;

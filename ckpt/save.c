@@ -247,6 +247,24 @@ static int write_at(int fd, const void *buf, size_t len, uint64_t off)
     return dt__ckpt_pwrite(fd, buf, len, off);
 }
 
+/* Data are written in pieces of WRITE_PIECE bytes (each CRC'd just before, so that the write
+ * copies it from cache), and the kernel is asked to start writing back every WRITEBACK_BYTES
+ * (when fsyncing), so that the device works while we copy and the final fsync waits only for
+ * the tail. */
+enum { WRITE_PIECE = 1 << 20, WRITEBACK_BYTES = 8 << 20 };
+
+/* A hint: errors are the final fsync's to report. */
+static void start_writeback(int fd, uint64_t off, uint64_t len)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    (void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
+#else
+    (void)fd;
+    (void)off;
+    (void)len;
+#endif
+}
+
 static void *write_file(void *arg)
 {
     file_job *job = arg;
@@ -262,7 +280,7 @@ static void *write_file(void *arg)
     if (write_at(fd, pf->header, (size_t)pf->header_bytes, 0) != 0)
         goto io_err_close;
     uint64_t C = plan->chunk_bytes;
-    uint64_t piece = C >= ((uint64_t)16 << 20) ? C : (((uint64_t)16 << 20) / C) * C;
+    uint64_t flushed = 0, dirty_end = pf->header_bytes;   /* writeback started below this */
     for (int64_t i = 0; i < pf->nslices; i++) {
         int64_t si = pf->slices[i];
         const ck_plan_slice *s = &plan->slices[si];
@@ -280,18 +298,27 @@ static void *write_file(void *arg)
             close(fd);
             return NULL;
         }
-        uint32_t whole = 0;
-        /* CRC a piece, then write it while it is still in cache. */
-        for (uint64_t at = 0; at < s->bytes; at += piece) {
-            uint64_t len = s->bytes - at < piece ? s->bytes - at : piece;
-            for (uint64_t c = at; c < at + len; c += C) {
-                uint64_t cl = at + len - c < C ? at + len - c : C;
-                uint32_t crc = dt_crc32c(0, data + c, (size_t)cl);
-                job->chunk_crcs[si][c / C] = crc;
-                whole = c ? dt__crc32c_combine(whole, crc, cl) : crc;
+        uint32_t whole = 0, crc = 0;
+        /* CRC a piece small enough to stay in the core's cache, then write it from there. */
+        for (uint64_t at = 0; at < s->bytes;) {
+            uint64_t cend = (at / C + 1) * C < s->bytes ? (at / C + 1) * C : s->bytes;
+            uint64_t len = cend - at < WRITE_PIECE ? cend - at : WRITE_PIECE;
+            crc = dt_crc32c(crc, data + at, (size_t)len);
+            if (at + len == cend) {
+                uint64_t c = at / C;
+                job->chunk_crcs[si][c] = crc;
+                whole = c ? dt__crc32c_combine(whole, crc, cend - c * C) : crc;
+                crc = 0;
             }
-            if (write_at(fd, data + at, (size_t)len, pf->header_bytes + s->begin + at) != 0)
+            uint64_t off = pf->header_bytes + s->begin + at;
+            if (write_at(fd, data + at, (size_t)len, off) != 0)
                 goto io_err_close;
+            at += len;
+            dirty_end = off + len;
+            if (job->do_fsync && dirty_end - flushed >= WRITEBACK_BYTES) {
+                start_writeback(fd, flushed, dirty_end - flushed);
+                flushed = dirty_end;
+            }
         }
         job->crcs[si] = whole;
     }
@@ -311,9 +338,29 @@ io_err:
     return NULL;
 }
 
-/* Writes this client's files, in parallel. */
-static dt_status write_local_files(const ck_plan *plan, const save_inputs *in, const char *tmp,
-                                   int do_fsync, uint32_t *crcs, uint32_t **chunk_crcs)
+/* Dropping the previous checkpoint's cached pages while the new one is written. */
+typedef struct drop_job {
+    const char *dir;
+    unsigned char *mine;          /* per file of the new plan: written by this client */
+    int64_t nfiles;
+    int part, nparts;
+} drop_job;
+
+static void *drop_old(void *arg)
+{
+    const drop_job *j = arg;
+    dt__ckpt_drop_cache(j->dir, j->mine, j->nfiles, j->part, j->nparts);
+    return NULL;
+}
+
+/* Writes this client's files, in parallel. With fsync, a thread first drops the page cache of
+ * the files of the previous checkpoint in `dir` that this client wrote last time (the same
+ * file numbers; those beyond the new count are shared out by group rank): their data stay on
+ * disk until the commit, but their pages are useless (the files are deleted after the
+ * commit), and freeing them early gives the new files' pages back the memory they used. */
+static dt_status write_local_files(const ck_plan *plan, const save_inputs *in, const char *dir,
+                                   const ck_group *g, const char *tmp, int do_fsync,
+                                   uint32_t *crcs, uint32_t **chunk_crcs)
 {
     int me = dt_client_id(), nj = 0;
     file_job *jobs = calloc((size_t)plan->nfiles + 1, sizeof *jobs);
@@ -325,11 +372,18 @@ static dt_status write_local_files(const ck_plan *plan, const save_inputs *in, c
         free(started);
         return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
     }
+    drop_job dj = {.dir = dir, .mine = calloc((size_t)plan->nfiles + 1, 1),
+                   .nfiles = plan->nfiles, .part = g->rank, .nparts = g->size};
     for (int64_t f = 0; f < plan->nfiles; f++)
-        if (dt_device_client(DT_DEVICE_CPU, plan->files[f].device_id) == me)
+        if (dt_device_client(DT_DEVICE_CPU, plan->files[f].device_id) == me) {
             jobs[nj++] = (file_job){.plan = plan, .in = in, .file = f, .tmp = tmp,
                                     .do_fsync = do_fsync, .crcs = crcs,
                                     .chunk_crcs = chunk_crcs};
+            if (dj.mine)
+                dj.mine[f] = 1;
+        }
+    pthread_t drop_th;
+    int drop_started = do_fsync && dj.mine && pthread_create(&drop_th, NULL, drop_old, &dj) == 0;
     for (int j = 1; j < nj; j++)
         started[j] = pthread_create(&th[j], NULL, write_file, &jobs[j]) == 0;
     for (int j = 0; j < nj; j++)
@@ -338,6 +392,9 @@ static dt_status write_local_files(const ck_plan *plan, const save_inputs *in, c
     for (int j = 1; j < nj; j++)
         if (started[j])
             pthread_join(th[j], NULL);
+    if (drop_started)
+        pthread_join(drop_th, NULL);
+    free(dj.mine);
     dt_status st = DT_OK;
     for (int j = 0; j < nj && st == DT_OK; j++)
         if (jobs[j].st != DT_OK)
@@ -606,7 +663,7 @@ dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const
     }
     if ((st = sync_point(&in, &g, opts, "dt_save:prepare", st)) != DT_OK)
         goto out;
-    st = write_local_files(&plan, &in, tmp, opts ? opts->fsync : 1, crcs, chunk_crcs);
+    st = write_local_files(&plan, &in, d, &g, tmp, opts ? opts->fsync : 1, crcs, chunk_crcs);
     if ((st = sync_point(&in, &g, opts, "dt_save:written", st)) != DT_OK)
         goto out;
     st = gather_crcs(&plan, &g, crcs, chunk_crcs);

@@ -29,7 +29,7 @@ static void test_crc32c_matches_bitwise_reference_at_every_length_and_split(void
     unsigned char *buf = malloc(n);
     for (size_t i = 0; i < n; i++)
         buf[i] = ck_ref_byte(9, i);
-    size_t lens[] = {1, 7, 8, 9, 63, 4096, 3 * 16384 - 1, 3 * 16384, 3 * 16384 + 13, n - 1};
+    size_t lens[] = {1, 7, 8, 9, 63, 1023, 1024, 4096, 25599, 25600, 25601, 3 * 16384 - 1, 3 * 16384, 3 * 16384 + 13, n - 1};
     for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
         /* unaligned start, too */
         CU_ASSERT_EQUAL(dt_crc32c(0, buf + 1, lens[k]), crc_bitwise(buf + 1, lens[k]));
