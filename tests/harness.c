@@ -2,9 +2,11 @@
 #include "harness.h"
 
 #include <CUnit/Basic.h>
+#include <dirent.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char *dt_test_srcdir(void)
 {
@@ -61,4 +63,45 @@ int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *c
         dt_finalize();
     }
     return failed ? 1 : 0;
+}
+
+void dt_test_scratch_dir(char *buf, size_t len)
+{
+    char path[256] = "";
+    if (dt_client_id() == 0) {
+        const char *t = getenv("TMPDIR");
+        snprintf(path, sizeof path, "%s/dtest-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(path))
+            path[0] = '\0';
+    }
+    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+    CU_ASSERT_FATAL(path[0] != '\0');
+    snprintf(buf, len, "%s", path);
+}
+
+static void remove_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) {
+        unlink(path);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char sub[1024];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        remove_tree(sub);
+    }
+    closedir(d);
+    rmdir(path);
+}
+
+void dt_test_scratch_remove(const char *dir)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (dt_client_id() == 0)
+        remove_tree(dir);
+    MPI_Barrier(MPI_COMM_WORLD);
 }

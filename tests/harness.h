@@ -22,6 +22,14 @@ typedef struct dt_test_case {
 int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *cases,
                  int init_runtime);
 
+/* A scratch directory every client shares: client 0 creates $TMPDIR (or /tmp)/dtest-XXXXXX,
+ * every client gets its path in buf (fatal assertion if it cannot be made). Collective over
+ * MPI_COMM_WORLD. */
+void dt_test_scratch_dir(char *buf, size_t len);
+/* Removes the scratch directory and everything in it (client 0) between two world barriers.
+ * Collective over MPI_COMM_WORLD. */
+void dt_test_scratch_remove(const char *dir);
+
 /* Asserts that a dt_status call succeeded; on failure prints the call, status name and
  * dt_last_error() so the log says why, then fails the test (fatal). */
 #define DT_ASSERT_OK(call)                                                                  \

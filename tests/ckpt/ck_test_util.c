@@ -1,55 +1,12 @@
 /* Helpers of the ckpt tests (see ck_test_util.h). */
 #include "ck_test_util.h"
 
-#include <dirent.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "harness.h"
-
-void ck_scratch_dir(char *buf, size_t len)
-{
-    char path[256] = "";
-    if (dt_client_id() == 0) {
-        const char *t = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/dtckpt-XXXXXX", t && *t ? t : "/tmp");
-        if (!mkdtemp(path))
-            path[0] = '\0';
-    }
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    CU_ASSERT_FATAL(path[0] != '\0');
-    snprintf(buf, len, "%s", path);
-}
-
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        remove_tree(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
-void ck_scratch_remove(const char *dir)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (dt_client_id() == 0)
-        remove_tree(dir);
-    MPI_Barrier(MPI_COMM_WORLD);
-}
 
 unsigned char ck_ref_byte(uint64_t seed, uint64_t i)
 {

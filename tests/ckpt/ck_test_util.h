@@ -1,6 +1,5 @@
-/* Helpers of the ckpt tests: a scratch directory shared by all clients, tensors whose global
- * bytes are a hash of (seed, byte index), and checking restored tensors against that
- * single-device reference bit for bit. */
+/* Helpers of the ckpt tests: tensors whose global bytes are a hash of (seed, byte index), and
+ * checking restored tensors against that single-device reference bit for bit. */
 #ifndef DT_CK_TEST_UTIL_H
 #define DT_CK_TEST_UTIL_H
 
@@ -8,12 +7,6 @@
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
-
-/* A fresh directory under $TMPDIR (or /tmp), made by client 0 and shared with the others.
- * Writes its path (<= 256 bytes) into buf. Collective over MPI_COMM_WORLD. */
-void ck_scratch_dir(char *buf, size_t len);
-/* Removes the scratch directory tree (client 0), after a world barrier. Collective. */
-void ck_scratch_remove(const char *dir);
 
 /* Byte `i` of the reference global tensor `seed` (row-major, little-endian bytes). */
 unsigned char ck_ref_byte(uint64_t seed, uint64_t i);

@@ -96,7 +96,7 @@ typedef enum { TRUNCATE, FLIP_DATA, FLIP_HEADER, DELETE } damage;
 static void check_damage(damage what, const char *expect)
 {
     char dir[256], ck[300], file[96], path[420];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save(ck);
     uint64_t off, bytes;
@@ -128,7 +128,7 @@ static void check_damage(damage what, const char *expect)
     DT_ASSERT_ERROR_MENTIONS(file);
     CU_ASSERT(bad >= 1);
     dt_ckpt_close(c);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_truncated_file_is_corrupt(void) { check_damage(TRUNCATE, "truncated"); }
@@ -140,7 +140,7 @@ static void test_deleted_file_is_corrupt(void) { check_damage(DELETE, "missing")
 static void check_index_edit(const char *from, const char *to, const char *expect)
 {
     char dir[256], ck[300], path[420];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save(ck);
     snprintf(path, sizeof path, "%s/%s", ck, DT_CKPT_INDEX_NAME);
@@ -162,7 +162,7 @@ static void check_index_edit(const char *from, const char *to, const char *expec
     MPI_Barrier(MPI_COMM_WORLD);
     DT_ASSERT_FAILS(restore_all(ck), DT_ERR_CORRUPT);
     DT_ASSERT_ERROR_MENTIONS(expect);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_edited_index_is_corrupt(void)
@@ -182,11 +182,11 @@ static void test_edited_index_is_corrupt(void)
 static void test_missing_checkpoint_is_not_found(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/none", dir);
     DT_ASSERT_FAILS(restore_all(ck), DT_ERR_NOT_FOUND);
     DT_ASSERT_ERROR_MENTIONS("none");
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* Two replicated tensors land in different files; with the second's file gone the first
@@ -194,7 +194,7 @@ static void test_missing_checkpoint_is_not_found(void)
 static void test_restore_opens_only_the_files_it_needs(void)
 {
     char dir[256], ck[300], file[96], path[420];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     dt_mesh *m = all_mesh();
     dt_layout *l = ck_layout(m, "unsharded");
@@ -225,7 +225,7 @@ static void test_restore_opens_only_the_files_it_needs(void)
         dt_tensor_destroy(t[i]);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* A write failing on the last client (injected ENOSPC) fails the save on every client with
@@ -233,7 +233,7 @@ static void test_restore_opens_only_the_files_it_needs(void)
 static void test_failed_write_on_one_client_keeps_previous_checkpoint(void)
 {
     char dir[256], ck[300], tmp[340];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save(ck);
     dt_mesh *m = all_mesh();
@@ -255,7 +255,7 @@ static void test_failed_write_on_one_client_keeps_previous_checkpoint(void)
     dt_tensor_destroy(t);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 int main(int argc, char **argv)

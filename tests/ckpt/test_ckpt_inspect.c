@@ -66,7 +66,7 @@ static void save(const char *ck)
 static void test_open_lists_tensors_slices_and_files(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     save(ck);
     dt_ckpt *c = NULL;
@@ -133,7 +133,7 @@ static void test_open_lists_tensors_slices_and_files(void)
         free(ref);
     }
     dt_ckpt_close(c);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* Parses one exported safetensors file and checks each of its tensors against the reference;
@@ -195,7 +195,7 @@ static int check_safetensors(const char *path)
 static void test_export_writes_standard_safetensors_whole_and_split(void)
 {
     char dir[256], ck[300], out[300], p[400];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     save(ck);
     dt_ckpt *c = NULL;
@@ -233,7 +233,7 @@ static void test_export_writes_standard_safetensors_whole_and_split(void)
                     140 + 180 + 8 + 3);
     json_decref(idx);
     dt_ckpt_close(c);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 int main(int argc, char **argv)

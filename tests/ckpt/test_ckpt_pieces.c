@@ -297,7 +297,7 @@ static void restore_check(const char *dir, const dt_mesh *mesh, int variant)
 static void test_pieces_restore_with_several_layouts_and_meshes(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_mix(ck);
     int64_t all[1] = {ndev()}, three[1] = {3}, grid[2] = {ndev() / 2, 2};
@@ -329,7 +329,7 @@ static void test_pieces_restore_with_several_layouts_and_meshes(void)
     dt_layout_destroy(l1);
     dt_layout_destroy(l2);
     dt_mesh_destroy(sm);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* The index: no layout, the saving mesh, one slice per non-empty piece, in the file of its
@@ -337,7 +337,7 @@ static void test_pieces_restore_with_several_layouts_and_meshes(void)
 static void test_pieces_in_the_index_and_their_keys(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_mix(ck);
     gpiece g[MAXP];
@@ -432,7 +432,7 @@ static void test_pieces_in_the_index_and_their_keys(void)
     CU_ASSERT_EQUAL(dt_ckpt_num_tensors(c), 2);
     dt_ckpt_close(c);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* Reads box (off, size) of the saved tensor `name` and compares it with the reference. */
@@ -491,7 +491,7 @@ static void edit_index(const char *ck, const char *from, const char *to)
 static void test_piece_keys_avoid_names_and_bad_keys_are_corrupt(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     gpiece g[MAXP];
     int ng = build_pieces(g);
@@ -523,7 +523,7 @@ static void test_piece_keys_avoid_names_and_bad_keys_are_corrupt(void)
     edit_index(ck, "\"key\": \"zero/v.w#x\"", "\"key\": \"zero/v.w\"");
     DT_ASSERT_FAILS(dt_ckpt_open(ck, &c), DT_ERR_CORRUPT);
     DT_ASSERT_ERROR_MENTIONS("used twice");
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static uint64_t lcg(uint64_t *s)
@@ -535,7 +535,7 @@ static uint64_t lcg(uint64_t *s)
 static void test_read_box_of_arbitrary_boxes_matches_reference(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_mix(ck);
     dt_ckpt *c = NULL;
@@ -584,7 +584,7 @@ static void test_read_box_of_arbitrary_boxes_matches_reference(void)
     ref_box(PT[3].seed, PT[3].dtype, 0, NULL, NULL, NULL, sw);
     CU_ASSERT_EQUAL(memcmp(sv, sw, 4), 0);
     dt_ckpt_close(c);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* Each bad input fails on every client with DT_ERR_INVALID_ARGUMENT naming the tensor, and
@@ -612,7 +612,7 @@ static int find_piece(const gpiece *g, int ng, int tensor, int64_t position)
 static void test_invalid_pieces_fail_everywhere_and_keep_previous(void)
 {
     char dir[256], ck[300], path[400];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_mix(ck);
     gpiece g[MAXP], h[MAXP];
@@ -680,7 +680,7 @@ static void test_invalid_pieces_fail_everywhere_and_keep_previous(void)
     dt_mesh *m1 = ck_mesh(1, all);
     restore_check(ck, m1, 0);
     dt_mesh_destroy(m1);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* A flipped byte in a piece: read_box of a box over it is DT_ERR_CORRUPT naming the tensor
@@ -688,7 +688,7 @@ static void test_invalid_pieces_fail_everywhere_and_keep_previous(void)
 static void test_corrupted_piece_is_caught_by_read_box(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_mix(ck);
     dt_ckpt *c = NULL;
@@ -741,14 +741,14 @@ static void test_corrupted_piece_is_caught_by_read_box(void)
     CU_ASSERT_PTR_NULL(out);
     dt_layout_destroy(l);
     dt_mesh_destroy(m1);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* dt_ckpt_export writes pieces' tensors whole (their bytes checked against the reference). */
 static void test_export_builds_global_tensors_from_pieces(void)
 {
     char dir[256], ck[300], out[320];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     snprintf(out, sizeof out, "%s/hf", dir);
     save_mix(ck);
@@ -792,7 +792,7 @@ static void test_export_builds_global_tensors_from_pieces(void)
         free(hdr);
         free(raw);
     }
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 int main(int argc, char **argv)

@@ -112,7 +112,7 @@ static void restore_and_check(const char *dir, int ndims, const int64_t *sizes)
 static void test_restore_on_1_2_3_and_all_devices_matches_reference(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_all(ck, NULL);
     int64_t one[1] = {1}, two[1] = {2}, three[1] = {3}, two_by[2] = {2, 1};
@@ -124,13 +124,13 @@ static void test_restore_on_1_2_3_and_all_devices_matches_reference(void)
     restore_and_check(ck, 1, all1);
     restore_and_check(ck, 2, all2);
     restore_and_check(ck, 2, two_by);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_small_chunks_and_no_fsync_round_trip(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     /* 4 KiB chunks over a slice of 40 KB: reads cross chunk boundaries mid-row. */
     dt_save_opts o = DT_SAVE_OPTS_INIT;
@@ -157,13 +157,13 @@ static void test_small_chunks_and_no_fsync_round_trip(void)
     dt_tensor_destroy(t);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_partial_tensor_is_saved_reduced(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     dt_mesh *m = save_mesh();
     const char *sp[1] = {"b"}, *pd[1] = {"a"};
@@ -183,13 +183,13 @@ static void test_partial_tensor_is_saved_reduced(void)
     dt_tensor_destroy(t);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_restore_into_existing_tensors_and_shape_mismatch(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save_all(ck, NULL);
     int64_t two[1] = {2};
@@ -217,13 +217,13 @@ static void test_restore_into_existing_tensors_and_shape_mismatch(void)
     CU_ASSERT_PTR_NULL(out);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_named_values_round_trip(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     unsigned char rng[37];
     for (int i = 0; i < 37; i++)
@@ -257,14 +257,14 @@ static void test_named_values_round_trip(void)
     DT_ASSERT_FAILS(dt_ckpt_value_i64(c, "absent", &i64), DT_ERR_NOT_FOUND);
     CU_ASSERT_EQUAL(dt_ckpt_num_values(c), 4);
     dt_ckpt_close(c);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* Names are keys: path-like names create no file outside (or inside) the directory. */
 static void test_path_like_names_stay_keys(void)
 {
     char dir[256], ck[300], p[400];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/sub/ckpt", dir);
     if (dt_client_id() == 0) {
         snprintf(p, sizeof p, "%s/sub", dir);
@@ -298,13 +298,13 @@ static void test_path_like_names_stay_keys(void)
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
     restore_and_check(ck, 1, (int64_t[1]){2});
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_overwrite_replaces_the_checkpoint(void)
 {
     char dir[256], ck[300];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     dt_mesh *m = save_mesh();
     dt_layout *l = ck_layout(m, "a");
@@ -346,7 +346,7 @@ static void test_overwrite_replaces_the_checkpoint(void)
     dt_tensor_destroy(t);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* A crash between the two renames leaves only <dir>.dtensor-old: readers use it, and the
@@ -354,7 +354,7 @@ static void test_overwrite_replaces_the_checkpoint(void)
 static void test_interrupted_commit_falls_back_to_old(void)
 {
     char dir[256], ck[300], old[340];
-    ck_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     snprintf(old, sizeof old, "%s.dtensor-old", ck);
     save_all(ck, NULL);
@@ -373,7 +373,7 @@ static void test_interrupted_commit_falls_back_to_old(void)
     DT_ASSERT_OK(dt_ckpt_open(ck, &c));
     CU_ASSERT_PTR_NULL(strstr(dt_ckpt_path(c), ".dtensor-old"));
     dt_ckpt_close(c);
-    ck_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 /* Every block has one owner among its holders, and replicas spread over devices. */

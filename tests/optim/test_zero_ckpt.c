@@ -125,7 +125,7 @@ static void same_params(const run *a, const run *b, const char *what)
 static void test_restore_into_another_stage_continues_bit_for_bit(void)
 {
     char dir[256], ck[300];
-    zt_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     run a;
     run_open(&a, 1, 2, 0, 4, 0.0f, DT_OPTIM_SGD);
@@ -225,7 +225,7 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     run_close(&a);
     dt_tensor_destroy(extra);
     dt_layout_destroy(el);
-    zt_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_restore_onto_another_number_of_dp_ranks(void)
@@ -233,7 +233,7 @@ static void test_restore_onto_another_number_of_dp_ranks(void)
     /* Replicated parameters only: saved on the 1-D mesh (every device a dp rank), restored on
      * the 2-D mesh (2 dp ranks), and the other way round. */
     char dir[256], ck[300];
-    zt_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     for (int from = 0; from < 2; from++) {
         run a, b;
@@ -252,13 +252,13 @@ static void test_restore_onto_another_number_of_dp_ranks(void)
         run_close(&a);
         run_close(&b);
     }
-    zt_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_load_names_what_does_not_match(void)
 {
     char dir[256], ck[300], missing[320];
-    zt_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     snprintf(missing, sizeof missing, "%s/none", dir);
     run a, b;
@@ -290,7 +290,7 @@ static void test_load_names_what_does_not_match(void)
     dt_layout_destroy(l);
     run_close(&b);
     run_close(&a);
-    zt_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 int main(int argc, char **argv)

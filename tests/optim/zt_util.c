@@ -1,5 +1,4 @@
 /* Helpers of the optim tests (see zt_util.h). */
-#include <ftw.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,32 +173,3 @@ int64_t zt_diff(const char *what, const float *a, const float *b, int64_t n)
     return bad;
 }
 
-void zt_scratch_dir(char *buf, size_t len)
-{
-    char path[256] = "";
-    if (dt_client_id() == 0) {
-        const char *t = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/dtzero-XXXXXX", t && *t ? t : "/tmp");
-        if (!mkdtemp(path))
-            path[0] = '\0';
-    }
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    CU_ASSERT_FATAL(path[0] != '\0');
-    snprintf(buf, len, "%s", path);
-}
-
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-void zt_scratch_remove(const char *dir)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (dt_client_id() == 0)
-        nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    MPI_Barrier(MPI_COMM_WORLD);
-}

@@ -43,9 +43,4 @@ void zt_round(float *x, int64_t n, dt_dtype dtype);
 /* Number of elements that differ bit for bit (as floats); prints the first few. */
 int64_t zt_diff(const char *what, const float *a, const float *b, int64_t n);
 
-/* A fresh directory under $TMPDIR (or /tmp) shared by all clients (made by client 0), and its
- * removal after a world barrier. Collective. */
-void zt_scratch_dir(char *buf, size_t len);
-void zt_scratch_remove(const char *dir);
-
 #endif

@@ -322,7 +322,7 @@ static void resume(dt_dtype dtype)
     static ref_traj r;
     ref_compute(&r, dtype);
     char dir[256], ck[320];
-    zt_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     dt_mesh *mesh4 = zt_mesh_dp(4);
     dt_mesh *mesh2 = zt_mesh_dp(2);
@@ -388,7 +388,7 @@ static void resume(dt_dtype dtype)
     dt_mesh_destroy(mesh4);
     dt_mesh_destroy(mesh2);
     dt_mesh_destroy(mesh3);
-    zt_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 static void test_zero_f32_saved_on_4_restored_on_2_and_3_continues_exactly(void)
@@ -408,7 +408,7 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
     static ref_traj r;
     ref_compute(&r, DT_DTYPE_F32);
     char dir[256], ck[320];
-    zt_scratch_dir(dir, sizeof dir);
+    dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
     dt_mesh *mesh = zt_mesh_dp(2);
     if (zt_in_mesh(mesh)) {
@@ -457,7 +457,7 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
         dt_layout_destroy(l2);
     }
     dt_mesh_destroy(mesh);
-    zt_scratch_remove(dir);
+    dt_test_scratch_remove(dir);
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,6 @@
 /* Helpers of the ZeRO system tests (see zero_test_util.h). */
 #include "zero_test_util.h"
 
-#include <dirent.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -256,43 +255,3 @@ void zt_ref_update(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p
         zt_ref_adam(n, hp, step, p, g, s1, s2);
 }
 
-void zt_scratch_dir(char *buf, size_t len)
-{
-    char path[256] = "";
-    if (dt_client_id() == 0) {
-        const char *t = getenv("TMPDIR");
-        snprintf(path, sizeof path, "%s/dtzero-XXXXXX", t && *t ? t : "/tmp");
-        if (!mkdtemp(path))
-            path[0] = '\0';
-    }
-    MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
-    CU_ASSERT_FATAL(path[0] != '\0');
-    snprintf(buf, len, "%s", path);
-}
-
-static void remove_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d) {
-        unlink(path);
-        return;
-    }
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char sub[1024];
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        remove_tree(sub);
-    }
-    closedir(d);
-    rmdir(path);
-}
-
-void zt_scratch_remove(const char *dir)
-{
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (dt_client_id() == 0)
-        remove_tree(dir);
-    MPI_Barrier(MPI_COMM_WORLD);
-}

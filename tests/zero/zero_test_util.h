@@ -63,8 +63,4 @@ void zt_ref_adam(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p, 
 void zt_ref_update(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p, const float *g,
                    float *s1, float *s2);
 
-/* A scratch directory shared by every client (rank 0 creates it), and its removal. */
-void zt_scratch_dir(char *buf, size_t len);
-void zt_scratch_remove(const char *dir);
-
 #endif
