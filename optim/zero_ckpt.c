@@ -97,6 +97,20 @@ static dt_status add_piece(save_lists *s, const dt_ckpt_piece *pc)
     return DT_OK;
 }
 
+/* The part [*a, *b) of parameter p's flat run that lies in local device i's partition of
+ * chunk ch, and where that partition starts (*lo); 0 when they do not meet. */
+static int run_part(const dt__zparam *p, const dt__zchunk *ch, int i, int64_t *lo, int64_t *a,
+                    int64_t *b)
+{
+    int64_t off, len;
+    dt__zero_local_range(ch->master, i, &off, &len);
+    *lo = ch->start + off;
+    int64_t hi = *lo + len;
+    *a = p->offset > *lo ? p->offset : *lo;
+    *b = p->offset + p->n < hi ? p->offset + p->n : hi;
+    return *b > *a;
+}
+
 /* This client's slices of parameter p's state: for each local device that is the first of
  * its copies, the parts of p's run inside the device's partition of each chunk. */
 static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__zparam *p,
@@ -122,12 +136,8 @@ static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__z
                 continue;
             for (int c = 0; c < g->nchunks; c++) {
                 const dt__zchunk *ch = &g->chunks[c];
-                int64_t off, len;
-                dt__zero_local_range(ch->master, i, &off, &len);
-                int64_t lo = ch->start + off, hi = lo + len;
-                int64_t a = p->offset > lo ? p->offset : lo;
-                int64_t b = p->offset + p->n < hi ? p->offset + p->n : hi;
-                if (b <= a)
+                int64_t lo, a, b;
+                if (!run_part(p, ch, i, &lo, &a, &b))
                     continue;
                 dt_ckpt_piece pc;
                 memset(&pc, 0, sizeof pc);
@@ -374,12 +384,8 @@ static dt_status read_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgrou
         for (int i = 0; i < z->nlocal; i++)
             for (int c = 0; c < g->nchunks; c++) {
                 const dt__zchunk *ch = &g->chunks[c];
-                int64_t off, len;
-                dt__zero_local_range(ch->master, i, &off, &len);
-                int64_t lo = ch->start + off, hi = lo + len;
-                int64_t a = p->offset > lo ? p->offset : lo;
-                int64_t b = p->offset + p->n < hi ? p->offset + p->n : hi;
-                if (b <= a)
+                int64_t lo, a, b;
+                if (!run_part(p, ch, i, &lo, &a, &b))
                     continue;
                 for (int j = 0; j < p->nshard; j++) {
                     offs[j] = z->coords[i][p->shard_dims[j]];
