@@ -1,6 +1,7 @@
 /* bench_ops: the local kernels of ops/ against the plain reference moving the same data: GEMM
  * against a direct cblas_sgemm on the same operands, elementwise and cast kernels against
- * memcpy of the same bytes. Interleaved, median of repetitions, preallocated buffers. */
+ * memcpy of the same bytes (ratio) and against a vector-register copy of them (vratio).
+ * Interleaved, median of repetitions, preallocated buffers. */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -21,7 +22,9 @@ enum { MAX_REPS = 1000 };
 typedef struct opts {
     const char *cases;
     int quick;
-    int reps; /* 0: default */
+    int reps;         /* 0: default */
+    int64_t sizes[8]; /* elementwise elements per operand (--kib); nsizes 0: default */
+    int nsizes;
 } opts;
 
 static double now_s(void)
@@ -41,8 +44,8 @@ static void fill_random(float *x, int64_t n, uint64_t seed)
     }
 }
 
-/* One benchmark case: run_ours / run_ref each do `inner` calls; both move `bytes` per call
- * (GEMM: do `flops` per call). */
+/* One benchmark case: run_ours / run_ref (and run_ref2 when not NULL) each do `inner` calls;
+ * all move `bytes` per call (GEMM: do `flops` per call). */
 typedef struct bcase {
     const char *name;
     int64_t m, n, k;   /* GEMM sizes; n alone for the others */
@@ -50,6 +53,7 @@ typedef struct bcase {
     double flops;
     int (*run_ours)(struct bcase *c);
     void (*run_ref)(struct bcase *c);
+    void (*run_ref2)(struct bcase *c);
     float *x, *y, *z;  /* preallocated operands */
     void *h;           /* half buffer of the casts */
     dt_dtype from, to;
@@ -111,16 +115,52 @@ static void ew_ref(bcase *c)
     memcpy(c->z, c->x, (size_t)(c->bytes / 2));
 }
 
-/* Times samples of `inner` calls (>= 10 ms) of ours and of the reference, interleaved (order
- * alternating), and returns the medians in seconds per call and the repetitions made. */
-static int time_case(bcase *c, int reps, int fixed_reps, double *ours_out, double *ref_out,
-                     int *reps_out)
+/* The second reference: the same copy through vector registers, 64-byte loads and stores
+ * (AVX-512 where the CPU has it), as any kernel that computes on its data must move it.
+ * glibc's memcpy uses the CPU's string copy (rep movsb) instead, which at L2/L3-resident
+ * sizes moves bytes faster than a load/store loop can (docs/bench.md). */
+typedef float vec16 __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static void vector_copy(float *dst, const float *src, size_t bytes)
 {
-    double t_ours[MAX_REPS], t_ref[MAX_REPS];
+    size_t i = 0, n = bytes / sizeof(float);
+    for (; i + 64 <= n; i += 64) {
+        vec16 a, b, c, d;
+        memcpy(&a, src + i, 64);
+        memcpy(&b, src + i + 16, 64);
+        memcpy(&c, src + i + 32, 64);
+        memcpy(&d, src + i + 48, 64);
+        memcpy(dst + i, &a, 64);
+        memcpy(dst + i + 16, &b, 64);
+        memcpy(dst + i + 32, &c, 64);
+        memcpy(dst + i + 48, &d, 64);
+        __asm__ volatile("" ::: "memory"); /* a loop of loads and stores, not a memcpy call */
+    }
+    memcpy(dst + i, src + i, bytes - i * sizeof(float));
+}
+
+static void ew_ref2(bcase *c)
+{
+    vector_copy(c->z, c->x, (size_t)(c->bytes / 2));
+}
+
+/* Times samples of `inner` calls (>= 10 ms) of ours and of the reference(s), interleaved (order
+ * rotating), and returns the medians in seconds per call (ref2: 0 without one) and the
+ * repetitions made. */
+static int time_case(bcase *c, int reps, int fixed_reps, double *ours_out, double *ref_out,
+                     double *ref2_out, int *reps_out)
+{
+    static double t[3][MAX_REPS];
+    int k = c->run_ref2 ? 3 : 2;
     /* Warm up (first touch, BLAS threads) and pick the inner count: >= 2 ms a sample. */
     if (c->run_ours(c) != 0)
         return -1;
     c->run_ref(c);
+    if (c->run_ref2)
+        c->run_ref2(c);
     double t0 = now_s();
     c->run_ref(c);
     double one = now_s() - t0;
@@ -128,32 +168,31 @@ static int time_case(bcase *c, int reps, int fixed_reps, double *ours_out, doubl
     if (inner > 100000)
         inner = 100000;
     /* Long calls (big GEMMs): enough repetitions for a median, about 10 s a case at most. */
-    if (!fixed_reps && one * inner * 2 * reps > 10.0) {
-        reps = (int)(10.0 / (one * inner * 2));
+    if (!fixed_reps && one * inner * k * reps > 10.0) {
+        reps = (int)(10.0 / (one * inner * k));
         reps = reps < 5 ? 5 : reps;
     }
     *reps_out = reps;
     for (int r = 0; r < reps; r++) {
-        for (int half = 0; half < 2; half++) {
-            int ours_now = (half == 0) == (r % 2 == 0);
+        for (int j = 0; j < k; j++) {
+            int who = (j + r) % k; /* 0 ours, 1 ref, 2 ref2 */
             double s = now_s();
             for (int i = 0; i < inner; i++) {
-                if (ours_now) {
+                if (who == 0) {
                     if (c->run_ours(c) != 0)
                         return -1;
-                } else {
+                } else if (who == 1) {
                     c->run_ref(c);
+                } else {
+                    c->run_ref2(c);
                 }
             }
-            double dt = (now_s() - s) / inner;
-            if (ours_now)
-                t_ours[r] = dt;
-            else
-                t_ref[r] = dt;
+            t[who][r] = (now_s() - s) / inner;
         }
     }
-    *ours_out = bu_median(t_ours, reps);
-    *ref_out = bu_median(t_ref, reps);
+    *ours_out = bu_median(t[0], reps);
+    *ref_out = bu_median(t[1], reps);
+    *ref2_out = k == 3 ? bu_median(t[2], reps) : 0.0;
     return 0;
 }
 
@@ -217,8 +256,10 @@ static int check_ew(bcase *c)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_ops [--cases LIST] [--quick] [--reps N]\n"
-            "  cases: %s\n", ALL_CASES);
+    fprintf(stderr, "usage: bench_ops [--cases LIST] [--quick] [--reps N] [--kib LIST]\n"
+            "  cases: %s\n"
+            "  --kib: KiB per f32 operand of the elementwise and cast cases, multiples of 4 up "
+            "to 65536 (default 1024,65536)\n", ALL_CASES);
 }
 
 static int parse_args(int argc, char **argv, opts *o)
@@ -226,6 +267,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->cases = ALL_CASES;
     o->quick = 0;
     o->reps = 0;
+    o->nsizes = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--cases") && i + 1 < argc) {
             o->cases = argv[++i];
@@ -235,6 +277,16 @@ static int parse_args(int argc, char **argv, opts *o)
             o->reps = atoi(argv[++i]);
             if (o->reps < 1 || o->reps > MAX_REPS)
                 return -1;
+        } else if (!strcmp(argv[i], "--kib") && i + 1 < argc) {
+            int v[8];
+            o->nsizes = bu_parse_int_list(argv[++i], v, 8);
+            if (o->nsizes < 1)
+                return -1;
+            for (int j = 0; j < o->nsizes; j++) {
+                if (v[j] % 4 != 0 || v[j] > 65536) /* bias_add's rows of 1024 */
+                    return -1;
+                o->sizes[j] = (int64_t)v[j] * 256;
+            }
         } else {
             return -1;
         }
@@ -244,10 +296,10 @@ static int parse_args(int argc, char **argv, opts *o)
 
 static int run_one(bcase *c, int reps, int fixed_reps, const char *what)
 {
-    double ours, ref;
+    double ours, ref, ref2;
     int gemm = c->k > 0;
     int check = gemm ? check_gemm(c) : check_ew(c);
-    if (time_case(c, reps, fixed_reps, &ours, &ref, &reps) != 0) {
+    if (time_case(c, reps, fixed_reps, &ours, &ref, &ref2, &reps) != 0) {
         fprintf(stderr, "bench_ops: %s: %s\n", c->name, dt_last_error());
         return -1;
     }
@@ -269,6 +321,10 @@ static int run_one(bcase *c, int reps, int fixed_reps, const char *what)
         bu_line_add(&line, "ref_gbs", "%.3f", c->bytes / ref * 1e-9);
     }
     bu_line_add(&line, "ratio", "%.3f", ref / ours);
+    if (c->run_ref2) {
+        bu_line_add(&line, "vcopy_gbs", "%.3f", c->bytes / ref2 * 1e-9);
+        bu_line_add(&line, "vratio", "%.3f", ref2 / ours);
+    }
     bu_line_add(&line, "ours_ms", "%.4f", ours * 1e3);
     bu_line_add(&line, "ref_ms", "%.4f", ref * 1e3);
     bu_line_add(&line, "reps", "%d", reps);
@@ -285,12 +341,18 @@ int main(int argc, char **argv)
         return 2;
     }
     int reps = o.reps ? o.reps : (o.quick ? 5 : 21);
-    /* Elementwise sizes: 1 MiB per operand (cache) and 64 MiB per operand (DRAM). */
-    const int64_t ew_sizes[] = {(int64_t)1 << 18, (int64_t)1 << 24};
+    /* Elementwise sizes: 1 MiB per operand (cache) and 64 MiB per operand (DRAM), or --kib. */
+    int64_t ew_sizes[8] = {(int64_t)1 << 18, (int64_t)1 << 24};
     const int64_t gemm_sizes[][3] = {{256, 256, 256}, {1024, 1024, 1024}, {2048, 2048, 2048},
                                      {4096, 1024, 512}};
     int n_ew = o.quick ? 1 : 2, n_gemm = o.quick ? 2 : 4;
-    int64_t max_ew = ew_sizes[n_ew - 1];
+    if (o.nsizes > 0) {
+        n_ew = o.nsizes;
+        memcpy(ew_sizes, o.sizes, sizeof o.sizes);
+    }
+    int64_t max_ew = 0;
+    for (int s = 0; s < n_ew; s++)
+        max_ew = ew_sizes[s] > max_ew ? ew_sizes[s] : max_ew;
     size_t max_floats = (size_t)(max_ew > 4096 * 2048 ? max_ew : 4096 * 2048);
     /* x and z also serve the memcpy reference, which moves up to 1.5 floats per element. */
     float *x = malloc(max_floats * 8), *y = malloc(max_floats * 4), *z = malloc(max_floats * 8);
@@ -315,7 +377,8 @@ int main(int argc, char **argv)
             continue;
         for (int s = 0; s < n_gemm; s++) {
             bcase c = {gemm_names[g], gemm_sizes[s][0], gemm_sizes[s][1], gemm_sizes[s][2],
-                       0, 0, gemm_ours, gemm_ref, x, y, z, NULL, DT_DTYPE_F32, DT_DTYPE_F32};
+                       0, 0, gemm_ours, gemm_ref, NULL, x, y, z, NULL, DT_DTYPE_F32,
+                       DT_DTYPE_F32};
             c.flops = 2.0 * (double)c.m * (double)c.n * (double)c.k;
             if (run_one(&c, reps, o.reps > 0, "cblas_sgemm") != 0)
                 status = 1;
@@ -346,8 +409,8 @@ int main(int argc, char **argv)
             continue;
         for (int s = 0; s < n_ew; s++) {
             int64_t n = ew_sizes[s];
-            bcase c = {ew[e].name, 0, n, 0, 0, 0, ew_ours, ew_ref, x, y, z, h, ew[e].from,
-                       ew[e].to};
+            bcase c = {ew[e].name, 0, n, 0, 0, 0, ew_ours, ew_ref, ew_ref2, x, y, z, h,
+                       ew[e].from, ew[e].to};
             c.bytes = (ew[e].rd + ew[e].wr) * 4.0 * (double)n;
             if (run_one(&c, reps, o.reps > 0, "memcpy") != 0)
                 status = 1;

@@ -2,7 +2,8 @@
 # Runs bench_ops (the local kernels of ops/ against cblas_sgemm and memcpy; one process, no
 # launcher): builds the target if missing, then prints key=value lines on stdout. Meant to be
 # dispatched by `bench/run ops [options]`; options go to the program:
-#   bench/ops.sh [--cases LIST] [--quick] [--reps N]
+#   bench/ops.sh [--cases LIST] [--quick] [--reps N] [--kib LIST]
+# (--kib: KiB per f32 operand of the elementwise and cast cases, default 1024,65536).
 # Environment: BUILD_DIR (default build), OPENBLAS_NUM_THREADS (GEMM threads, both sides).
 set -euo pipefail
 

@@ -69,6 +69,14 @@ const dt__ops_backend *dt__ops_cuda_backend(void);
 dt_status dt__ops_backend_for(const dt_mesh *mesh, const char *op,
                               const dt__ops_backend **backend_out);
 
+/* ops/cast.c test hook (tests/ops/test_cast_sweep.c), so every path is checked on one
+ * machine: caps the cast kernels' instruction set (0 portable loops, 1 up to AVX2/F16C, 2 up
+ * to AVX-512, 3, the default, up to AVX-512 BF16; a level the CPU lacks falls back to the
+ * next one it has) and sets from how many bytes moved a call uses streaming stores (negative:
+ * the last-level cache size, the default; 0: always). Calls running meanwhile may take either
+ * path. Tests only. */
+void dt__cast_tune(int isa_cap, int64_t stream_bytes);
+
 /* ---- shared argument checks of the kernels --------------------------------------------- */
 
 /* DT_ERR_INVALID_ARGUMENT naming `op` unless n >= 0 and every non-NULL-required pointer of

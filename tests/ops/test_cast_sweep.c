@@ -1,6 +1,8 @@
 /* dt_kernel_cast against a reference rounding written here in double arithmetic (frexp, ldexp,
  * nearbyint): special values by hand, every f16 and bf16 bit pattern, a sweep of f32 patterns
- * with every exponent's rounding boundaries, and f64 through f32. No runtime. */
+ * with every exponent's rounding boundaries, f64 through f32, every short length and
+ * alignment. All of it once per kernel path (AVX-512 with and without BF16 and streaming
+ * stores, AVX2/F16C, portable). No runtime. */
 #include <fenv.h>
 #include <float.h>
 #include <math.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ops/ops_impl.h"
 
 /* A binary format: p significand bits (hidden bit included), exponent range, exponent bits. */
 typedef struct fmt {
@@ -428,6 +431,102 @@ static void test_cast_f64_matches_reference_through_f32(void)
     free(d), free(back), free(f), free(h), free(b);
 }
 
+/* ---- every length and alignment ------------------------------------------------------- */
+
+/* Bits of the f32 that widening the pattern h of f must give (exact; NaN: quiet, payload). */
+static uint32_t expect_widened(uint32_t h, fmt f)
+{
+    int mbits = f.p - 1;
+    if (is_nan_bits(h, f))
+        return (h >> (mbits + f.ebits)) << 31 | 0x7fc00000u |
+               (h & ((1u << mbits) - 1)) << (23 - mbits);
+    return f32_bits((float)ref_decode(h, f));
+}
+
+/* Lengths 0..200 from starts 0..3 elements past an aligned address, both directions: the
+ * vector bodies, their tails and masked stores, element by element against the reference,
+ * and nothing written before the start or after the end. Inputs mix NaNs (quiet and
+ * signalling), infinities, subnormals, ties of both targets and random patterns. */
+static void test_cast_every_length_and_offset_matches_reference_and_stays_in_bounds(void)
+{
+    enum { MAXN = 200, OFFS = 4, PAD = 40, TOT = MAXN + OFFS + PAD };
+    static const uint32_t specials[] = {
+        0x7fc12345u, 0xff812345u, 0x7f800001u, 0x7fbfffffu, 0x7f800000u, 0xff800000u,
+        0x00000001u, 0x807fffffu, 0x00018000u, 0x33000000u, 0x387fc000u, 0x3f808000u,
+        0x3f818000u, 0x3f801000u, 0x477ff000u, 0x7f7f8000u, 0x80000000u, 0x00000000u,
+    };
+    enum { NSPECIAL = sizeof specials / sizeof specials[0] };
+    float *src = malloc(TOT * 4), *wide = malloc(TOT * 4);
+    uint16_t *half = malloc(TOT * 2), *narrow = malloc(TOT * 2);
+    CU_ASSERT_FATAL(src && wide && half && narrow);
+    for (int i = 0; i < TOT; i++) {
+        uint64_t r = next_u64();
+        src[i] = bits_f32(i % 3 == 0 ? specials[(i / 3) % NSPECIAL] : (uint32_t)r);
+        half[i] = (uint16_t)(r >> 32);
+    }
+    const fmt *fmts[] = {&F16, &BF16};
+    int64_t bad = 0;
+    for (int k = 0; k < 2; k++) {
+        fmt f = *fmts[k];
+        for (int off = 0; off < OFFS; off++)
+            for (int n = 0; n <= MAXN; n++) {
+                for (int i = 0; i < TOT; i++) {
+                    narrow[i] = 0xdead;
+                    wide[i] = bits_f32(0xdeadbeefu);
+                }
+                DT_ASSERT_OK(dt_kernel_cast(n, src + off, DT_DTYPE_F32, narrow + off, dtype_of(f)));
+                DT_ASSERT_OK(dt_kernel_cast(n, half + off, dtype_of(f), wide + off, DT_DTYPE_F32));
+                for (int i = 0; i < TOT; i++) {
+                    int in = i >= off && i < off + n;
+                    uint16_t want16 = in ? (uint16_t)expect_from_f32(f32_bits(src[i]), f) : 0xdead;
+                    uint32_t want32 = in ? expect_widened(half[i], f) : 0xdeadbeefu;
+                    if (narrow[i] != want16 || f32_bits(wide[i]) != want32) {
+                        if (bad < 8)
+                            fprintf(stderr, "%s n=%d off=%d [%d]: narrow 0x%04x (want 0x%04x), "
+                                    "wide 0x%08x (want 0x%08x)\n", f.name, n, off, i,
+                                    narrow[i], want16, (unsigned)f32_bits(wide[i]),
+                                    (unsigned)want32);
+                        bad++;
+                    }
+                }
+            }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    free(src), free(wide), free(half), free(narrow);
+}
+
+/* A long cast (in the streaming suite with streaming stores from the first 64-byte-aligned
+ * element on) gives the same bits as the same cast done in pieces of 4096 elements (checked
+ * against the reference above), with the destination one element off alignment. */
+static void test_cast_long_run_matches_small_pieces(void)
+{
+    enum { N = (1 << 20) + 999, PIECE = 4096 };
+    float *src = malloc((size_t)N * 4), *wide = malloc((size_t)(N + 1) * 4);
+    float *wide2 = malloc((size_t)(N + 1) * 4);
+    uint16_t *hsrc = malloc((size_t)N * 2), *half = malloc((size_t)(N + 1) * 2);
+    uint16_t *half2 = malloc((size_t)(N + 1) * 2);
+    CU_ASSERT_FATAL(src && wide && wide2 && hsrc && half && half2);
+    for (int64_t i = 0; i < N; i++) {
+        uint64_t r = next_u64();
+        src[i] = bits_f32((uint32_t)r);
+        hsrc[i] = (uint16_t)(r >> 40);
+    }
+    const fmt *fmts[] = {&F16, &BF16};
+    for (int k = 0; k < 2; k++) {
+        dt_dtype t = dtype_of(*fmts[k]);
+        DT_ASSERT_OK(dt_kernel_cast(N, src, DT_DTYPE_F32, half + 1, t));
+        DT_ASSERT_OK(dt_kernel_cast(N, hsrc, t, wide + 1, DT_DTYPE_F32));
+        for (int64_t i = 0; i < N; i += PIECE) {
+            int64_t m = N - i < PIECE ? N - i : PIECE;
+            DT_ASSERT_OK(dt_kernel_cast(m, src + i, DT_DTYPE_F32, half2 + 1 + i, t));
+            DT_ASSERT_OK(dt_kernel_cast(m, hsrc + i, t, wide2 + 1 + i, DT_DTYPE_F32));
+        }
+        CU_ASSERT(memcmp(half + 1, half2 + 1, (size_t)N * 2) == 0);
+        CU_ASSERT(memcmp(wide + 1, wide2 + 1, (size_t)N * 4) == 0);
+    }
+    free(src), free(wide), free(wide2), free(hsrc), free(half), free(half2);
+}
+
 static void test_cast_rejects_other_dtypes_and_bad_sizes(void)
 {
     float x = 1.0f;
@@ -451,10 +550,32 @@ int main(int argc, char **argv)
         DT_TEST(test_cast_f32_sweep_to_f16_and_bf16_matches_reference),
         DT_TEST(test_cast_f32_exponent_boundaries_match_reference),
         DT_TEST(test_cast_f64_matches_reference_through_f32),
+        DT_TEST(test_cast_every_length_and_offset_matches_reference_and_stays_in_bounds),
+        DT_TEST(test_cast_long_run_matches_small_pieces),
         DT_TEST(test_cast_rejects_other_dtypes_and_bad_sizes),
         DT_TEST_END,
     };
     if (fegetround() != FE_TONEAREST)
         return 1; /* the reference's nearbyint needs the default rounding mode */
-    return dt_test_main(argc, argv, "cast_sweep", cases, 0);
+    /* Every kernel path this CPU has: AVX-512 (BF16, then without) with streaming stores
+     * at every size, then as configured, AVX2/F16C, the portable loops. */
+    static const struct {
+        const char *suite;
+        int isa;
+        int64_t stream_bytes;
+    } paths[] = {
+        {"cast_sweep_avx512_bf16_streaming", 3, 0},
+        {"cast_sweep_avx512_streaming", 2, 0},
+        {"cast_sweep_avx512_bf16", 3, -1},
+        {"cast_sweep_avx512", 2, -1},
+        {"cast_sweep_avx2_f16c", 1, -1},
+        {"cast_sweep_portable", 0, -1},
+    };
+    int failed = 0;
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        dt__cast_tune(paths[i].isa, paths[i].stream_bytes);
+        failed |= dt_test_main(argc, argv, paths[i].suite, cases, 0);
+    }
+    dt__cast_tune(3, -1);
+    return failed;
 }

@@ -191,6 +191,39 @@ static void test_elementwise_kernels_in_place_and_out(void)
     DT_ASSERT_FAILS(dt_kernel_fill(-1, 0.0f, o), DT_ERR_INVALID_ARGUMENT);
 }
 
+/* Fill at every size class: vector loop with its tail, and beyond the L2 cache the string
+ * store (ops/elementwise.c), at odd counts and unaligned starts, never writing past the end. */
+static void test_fill_small_and_large_exact_with_guards(void)
+{
+    const int64_t sizes[] = {1, 15, 17, 1000, 65535, (int64_t)1 << 20, ((int64_t)1 << 22) + 3};
+    enum { GUARD = 32 };
+    int64_t cap = ((int64_t)1 << 22) + 3 + 2 * GUARD + 1;
+    float *buf = malloc((size_t)cap * sizeof(float));
+    CU_ASSERT_FATAL(buf != NULL);
+    const float values[] = {-0.0f, 1.5f, 0x1p-140f}; /* sign bit alone, normal, subnormal */
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int off = 0; off < 2; off++) {
+            int64_t n = sizes[s];
+            float v = values[(s + (size_t)off) % 3];
+            float *x = buf + GUARD + off;
+            for (int64_t i = 0; i < n + 2 * GUARD + 1; i++)
+                buf[i] = 7.0f;
+            DT_ASSERT_OK(dt_kernel_fill(n, v, x));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < n; i++)
+                bad += memcmp(&x[i], &v, sizeof v) != 0;
+            for (int64_t i = 0; i < GUARD + off; i++)
+                bad += buf[i] != 7.0f;
+            for (int64_t i = 0; i < GUARD; i++)
+                bad += x[n + i] != 7.0f;
+            if (bad)
+                fprintf(stderr, "fill n=%lld off=%d: %lld wrong\n", (long long)n, off,
+                        (long long)bad);
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+    free(buf);
+}
+
 static void test_bias_add_and_grad_over_rows(void)
 {
     float y[12], bias[4] = {1, -2, 3, -4}, db[4], dy[12];
@@ -538,6 +571,7 @@ int main(int argc, char **argv)
         DT_TEST(test_gemm_half_operand_spans_several_blocks),
         DT_TEST(test_gemm_empty_contraction_scales_c_and_rejects_bad_args),
         DT_TEST(test_elementwise_kernels_in_place_and_out),
+        DT_TEST(test_fill_small_and_large_exact_with_guards),
         DT_TEST(test_bias_add_and_grad_over_rows),
         DT_TEST(test_activations_and_grads_match_formula_and_differences),
         DT_TEST(test_softmax_xent_is_stable_and_its_grad_matches_differences),
