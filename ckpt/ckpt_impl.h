@@ -129,6 +129,11 @@ dt_status dt__ckpt_remove_dir(const char *path);
  * Best effort: errors are ignored. */
 void dt__ckpt_drop_cache(const char *dir, const unsigned char *mine, int64_t nmine, int part,
                          int nparts);
+/* Removes a replaced checkpoint directory (reap.c): its files are unlinked and the directory
+ * removed before returning, but each file's last close, which frees its blocks, runs in a
+ * background thread. dt__ckpt_reap_wait waits for those closes (dt_finalize calls it). */
+dt_status dt__ckpt_retire_dir(const char *path);
+void dt__ckpt_reap_wait(void);
 /* 1 if path/dtensor-index.json exists (a regular file). */
 int dt__ckpt_has_index(const char *dir);
 

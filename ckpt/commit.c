@@ -121,7 +121,8 @@ dt_status dt__ckpt_commit(const char *dir, const char *tmp, int do_fsync)
     }
     if (do_fsync && (st = dt__ckpt_fsync_dir(parent)) != DT_OK)
         return st;
-    if ((st = dt__ckpt_remove_dir(old)) != DT_OK)
+    /* The new checkpoint is durable: the old one's blocks are freed in the background. */
+    if ((st = dt__ckpt_retire_dir(old)) != DT_OK)
         return st;
     if (do_fsync && (st = dt__ckpt_fsync_dir(parent)) != DT_OK)
         return st;

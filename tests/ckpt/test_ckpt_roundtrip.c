@@ -2,13 +2,16 @@
  * replicated, scalars, empty, partial), restore on 1, 2, 3 and all devices with other
  * layouts, and compare with the single-device reference bit for bit; named values, names
  * that look like paths, overwriting, dt_sharded_prefix ownership. */
+#include <dirent.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ck_test_util.h"
+#include "ckpt/ckpt_impl.h" /* dt__ckpt_reap_wait */
 #include "harness.h"
 
 typedef struct spec {
@@ -301,6 +304,27 @@ static void test_path_like_names_stay_keys(void)
     dt_test_scratch_remove(dir);
 }
 
+/* Descriptors of this process that point at deleted files below `dir`. */
+static int deleted_files_open(const char *dir)
+{
+    DIR *d = opendir("/proc/self/fd");
+    CU_ASSERT_FATAL(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char link[300], target[1024];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(link, target, sizeof target - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (strncmp(target, dir, strlen(dir)) == 0 && strstr(target, " (deleted)"))
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_overwrite_replaces_the_checkpoint(void)
 {
     char dir[256], ck[300];
@@ -326,6 +350,10 @@ static void test_overwrite_replaces_the_checkpoint(void)
     CU_ASSERT_NOT_EQUAL(stat(p, &sb), 0);
     snprintf(p, sizeof p, "%s.dtensor-old", ck);
     CU_ASSERT_NOT_EQUAL(stat(p, &sb), 0);
+    /* The replaced files' blocks are freed in the background; once that is done this
+     * process holds no descriptor of a deleted file under the scratch directory. */
+    dt__ckpt_reap_wait();
+    CU_ASSERT_EQUAL(deleted_files_open(dir), 0);
     /* A directory that is not a checkpoint is never overwritten. */
     char other[320];
     snprintf(other, sizeof other, "%s/other", dir);
