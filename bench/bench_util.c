@@ -1,6 +1,7 @@
 /* Helpers shared by the benchmarks: integer lists, medians, key=value result lines. */
 #include "bench_util.h"
 
+#include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,8 +65,7 @@ void bu_line_add(bu_line *line, const char *key, const char *fmt, ...)
     size_t cap = sizeof line->text;
     if (line->len + 1 >= cap)
         return;
-    int n = snprintf(line->text + line->len, cap - line->len, "%s%s=", line->len ? " " : "",
-                     key);
+    int n = snprintf(line->text + line->len, cap - line->len, "%s%s=", line->len ? " " : "", key);
     if (n < 0 || (size_t)n >= cap - line->len) {
         line->len = cap - 1;
         return;
@@ -83,4 +83,18 @@ void bu_line_print(const bu_line *line)
     fputs(line->text, stdout);
     fputc('\n', stdout);
     fflush(stdout);
+}
+
+double bu_max_all(double t)
+{
+    double m;
+    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return m;
+}
+
+int bu_ok_all(int ok)
+{
+    int all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
 }

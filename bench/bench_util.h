@@ -30,4 +30,9 @@ void bu_line_add(bu_line *line, const char *key, const char *fmt, ...);
 /* Prints the line and a newline on stdout, and flushes. */
 void bu_line_print(const bu_line *line);
 
+/* Over MPI_COMM_WORLD: the largest t of all ranks (a collective step's time is its slowest
+ * rank's), and whether every rank's ok is non-zero. Collective. */
+double bu_max_all(double t);
+int bu_ok_all(int ok);
+
 #endif

@@ -75,20 +75,6 @@ static int64_t walk(const dt_tensor *t, int k, int check)
     return bad;
 }
 
-static double max_all(double t)
-{
-    double m;
-    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return m;
-}
-
-static int ok_all(int ok)
-{
-    int all;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
 /* ---- the reference: one plain file per process, the same bytes as its slices ------------- */
 
 /* Writes the reference bytes to `path` and fsyncs them. */
@@ -239,13 +225,13 @@ static double timed(bench *b, kind k, int which, int cold, int *ok)
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     int good = which == 0 ? run_ours(b, k) : run_ref(b, k, which);
-    double t = max_all(MPI_Wtime() - t0);
+    double t = bu_max_all(MPI_Wtime() - t0);
     /* A save leaves the previous checkpoint's blocks to be freed in the background (as the
      * plain reference frees its previous file before the clock): let that finish before the
      * next contestant, so no one is timed against another's clean-up. */
     if (k == SAVE && which == 0)
         dt__ckpt_reap_wait();
-    *ok = ok_all(good) && *ok;
+    *ok = bu_ok_all(good) && *ok;
     return t;
 }
 
@@ -317,7 +303,7 @@ static int run_case(bench *b, kind k, const char *cache)
             const DLTensor *dl = dt_tensor_local(b->dst[i], 0);
             memset(dl->data, 0xFF, (size_t)(dl->shape[0] * dl->shape[1]) * sizeof(float));
         }
-        ok = ok_all(run_ours(b, k));
+        ok = bu_ok_all(run_ours(b, k));
         for (int i = 0; ok && i < b->nt; i++)
             bad += walk(b->dst[i], i, 1);
         long long all = 0, mine = bad;
@@ -515,7 +501,7 @@ int main(int argc, char **argv)
     if (bu_list_has(b.o.cases, "restore") || bu_list_has(b.o.cases, "reshard")) {
         /* The restores read the checkpoint of the last save (and the reference its file). */
         if (!bu_list_has(b.o.cases, "save")) {
-            int ok = ok_all(run_ours(&b, SAVE)) && ok_all(run_ref(&b, SAVE, 1));
+            int ok = bu_ok_all(run_ours(&b, SAVE)) && bu_ok_all(run_ref(&b, SAVE, 1));
             good &= ok;
         }
         for (int c = 0; c < 2; c++) {

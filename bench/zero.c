@@ -59,20 +59,6 @@ static void *sampler(void *arg)
     return NULL;
 }
 
-static double max_all(double t)
-{
-    double m;
-    MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return m;
-}
-
-static int ok_all(int ok)
-{
-    int all;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all;
-}
-
 static int report(const char *what, dt_status st)
 {
     if (st != DT_OK)
@@ -147,9 +133,9 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
     }
     uint64_t b3 = requested();
     m->input_grad_bytes = b3 - b2;
-    ok = ok_all(ok);
+    ok = bu_ok_all(ok);
     if (ok)
-        ok = ok_all(report("warm-up step", dt_zero_step(m->z, m->g, NULL)));
+        ok = bu_ok_all(report("warm-up step", dt_zero_step(m->z, m->g, NULL)));
     if (ok) {
         /* Steady state: everything but the caller's gradients is what the optimizer keeps
          * between steps. Then the peak of one step above it. */
@@ -171,7 +157,7 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
                     "# client %d: stage %d: %lld bytes more held after the second step "
                     "than after the first\n",
                     g_rank, stage, (long long)(after - before));
-        ok = ok_all(ok && report("dt_zero_memory_usage", dt_zero_memory_usage(m->z, &m->api)));
+        ok = bu_ok_all(ok && report("dt_zero_memory_usage", dt_zero_memory_usage(m->z, &m->api)));
     }
     dt_layout_destroy(rep);
     dt_layout_destroy(part);
@@ -272,8 +258,8 @@ static int time_steps(model *ms, const opts *o, double *med)
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             int ok = report("timed step", dt_zero_step(m->z, m->g, NULL));
-            m->times[rep] = max_all(MPI_Wtime() - t0);
-            good = ok_all(ok);
+            m->times[rep] = bu_max_all(MPI_Wtime() - t0);
+            good = bu_ok_all(ok);
         }
     }
     for (int s = 0; s < NSTAGES; s++)
@@ -313,7 +299,7 @@ static const char *check_params(model *ms, const opts *o)
     unsigned mlo, mhi;
     MPI_Allreduce(&lo, &mlo, 1, MPI_UNSIGNED, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&hi, &mhi, 1, MPI_UNSIGNED, MPI_MAX, MPI_COMM_WORLD);
-    same = ok_all(same) && mlo == mhi;
+    same = bu_ok_all(same) && mlo == mhi;
     return same ? "ok" : "FAIL_params_differ";
 }
 
@@ -383,7 +369,7 @@ int main(int argc, char **argv)
                             "(DT_CPU_DEVICES=1)\n");
         good = 0;
     }
-    if (!ok_all(good)) {
+    if (!bu_ok_all(good)) {
         dt_mesh_destroy(mesh);
         dt_finalize();
         return 1;

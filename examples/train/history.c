@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le.h"
 #include "plot.h"
 
 /* step (i64), five doubles, skipped (i64): 7 little-endian 8-byte words. */
@@ -44,20 +45,6 @@ size_t history_bytes(const history *h)
     return (size_t)h->n * REC_BYTES;
 }
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int b = 0; b < 8; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int b = 0; b < 8; b++)
-        v |= (uint64_t)p[b] << (8 * b);
-    return v;
-}
-
 static uint64_t dbits(double d)
 {
     uint64_t u;
@@ -76,13 +63,13 @@ void history_serialize(const history *h, uint8_t *out)
 {
     for (int64_t i = 0; i < h->n; i++, out += REC_BYTES) {
         const hist_rec *r = &h->r[i];
-        put_u64(out, (uint64_t)r->step);
-        put_u64(out + 8, dbits(r->loss));
-        put_u64(out + 16, dbits(r->eval_loss));
-        put_u64(out + 24, dbits(r->eval_acc));
-        put_u64(out + 32, dbits(r->samples_per_s));
-        put_u64(out + 40, dbits(r->loss_scale));
-        put_u64(out + 48, (uint64_t)r->skipped);
+        le_put_u64(out, (uint64_t)r->step);
+        le_put_u64(out + 8, dbits(r->loss));
+        le_put_u64(out + 16, dbits(r->eval_loss));
+        le_put_u64(out + 24, dbits(r->eval_acc));
+        le_put_u64(out + 32, dbits(r->samples_per_s));
+        le_put_u64(out + 40, dbits(r->loss_scale));
+        le_put_u64(out + 48, (uint64_t)r->skipped);
     }
 }
 
@@ -93,9 +80,10 @@ int history_deserialize(history *h, const void *data, size_t nbytes)
     const uint8_t *p = data;
     h->n = 0;
     for (size_t i = 0; i < nbytes / REC_BYTES; i++, p += REC_BYTES) {
-        hist_rec r = {(int64_t)get_u64(p),    bitsd(get_u64(p + 8)),  bitsd(get_u64(p + 16)),
-                      bitsd(get_u64(p + 24)), bitsd(get_u64(p + 32)), bitsd(get_u64(p + 40)),
-                      (int)get_u64(p + 48)};
+        hist_rec r = {(int64_t)le_get_u64(p),    bitsd(le_get_u64(p + 8)),
+                      bitsd(le_get_u64(p + 16)), bitsd(le_get_u64(p + 24)),
+                      bitsd(le_get_u64(p + 32)), bitsd(le_get_u64(p + 40)),
+                      (int)le_get_u64(p + 48)};
         if (history_add(h, &r) != 0)
             return -1;
     }

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "le.h"
+
 int order_init(order *o, int64_t n, uint64_t seed)
 {
     o->n = n;
@@ -36,20 +38,6 @@ void order_next(order *o, int64_t batch, int32_t *rows_out)
     o->cursor += batch;
 }
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int b = 0; b < 8; b++)
-        p[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int b = 0; b < 8; b++)
-        v |= (uint64_t)p[b] << (8 * b);
-    return v;
-}
-
 size_t order_bytes(const order *o)
 {
     return 24 + (size_t)o->n * 4;
@@ -57,9 +45,9 @@ size_t order_bytes(const order *o)
 
 void order_serialize(const order *o, uint8_t *out, uint8_t rng_out[RNG_STATE_BYTES])
 {
-    put_u64(out, (uint64_t)o->n);
-    put_u64(out + 8, (uint64_t)o->cursor);
-    put_u64(out + 16, (uint64_t)o->epoch);
+    le_put_u64(out, (uint64_t)o->n);
+    le_put_u64(out + 8, (uint64_t)o->cursor);
+    le_put_u64(out + 16, (uint64_t)o->epoch);
     rng_save(&o->r, rng_out);
     uint8_t *p = out + 24;
     for (int64_t i = 0; i < o->n; i++)
@@ -71,9 +59,9 @@ int order_deserialize(order *o, const void *data, size_t nbytes, const void *rng
                       size_t rng_nbytes)
 {
     const uint8_t *p = data;
-    if (nbytes != order_bytes(o) || (int64_t)get_u64(p) != o->n)
+    if (nbytes != order_bytes(o) || (int64_t)le_get_u64(p) != o->n)
         return -1;
-    int64_t cursor = (int64_t)get_u64(p + 8), epoch = (int64_t)get_u64(p + 16);
+    int64_t cursor = (int64_t)le_get_u64(p + 8), epoch = (int64_t)le_get_u64(p + 16);
     if (cursor < 0 || cursor > o->n || epoch < 0)
         return -1;
     rng r;

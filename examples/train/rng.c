@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "le.h"
+
 static uint64_t splitmix64(uint64_t *x)
 {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
@@ -74,16 +76,14 @@ void rng_shuffle(rng *r, int32_t *a, int64_t n)
 void rng_save(const rng *r, uint8_t out[RNG_STATE_BYTES])
 {
     for (int i = 0; i < 4; i++)
-        for (int b = 0; b < 8; b++)
-            out[8 * i + b] = (uint8_t)(r->s[i] >> (8 * b));
+        le_put_u64(out + 8 * i, r->s[i]);
 }
 
 int rng_load(rng *r, const uint8_t in[RNG_STATE_BYTES])
 {
     uint64_t s[4] = {0, 0, 0, 0};
     for (int i = 0; i < 4; i++)
-        for (int b = 0; b < 8; b++)
-            s[i] |= (uint64_t)in[8 * i + b] << (8 * b);
+        s[i] = le_get_u64(in + 8 * i);
     if ((s[0] | s[1] | s[2] | s[3]) == 0)
         return -1;
     for (int i = 0; i < 4; i++)
