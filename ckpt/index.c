@@ -512,7 +512,7 @@ dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const c
     dt_status st = DT_ERR_NO_MEMORY;
     dt_ckpt *ck = calloc(1, sizeof *ck);
     char *fmt = NULL;
-    int64_t v;
+    int64_t v = 0;
     if (!ck || !(ck->path = strdup(path))) {
         st = dt__error(DT_ERR_NO_MEMORY, "no memory reading %s", index_path);
         goto err;

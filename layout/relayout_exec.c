@@ -172,7 +172,8 @@ static dt_status zero_fill(const rl_plan *plan, dt_tensor *dst, size_t elem)
         const DLTensor *dl = dt_tensor_local(dst, i);
         size_t bytes = (size_t)dt__numel(dl->ndim, dl->shape) * elem;
         if (dl->device.device_type == kDLCUDA) {
-            dt_status st = dt__device_memset0(dl->device.device_id, dl->data, bytes);
+            dt_status st =
+                dt__device_memset0(dt__cuda_local_index(dl->device.device_id), dl->data, bytes);
             if (st != DT_OK)
                 return st;
         } else if (bytes) {

@@ -185,7 +185,7 @@ static dt_status make_skeleton(const char *fn, const dt_layout *layout, dt_dtype
                 goto err_free_tensor;
             }
             c->dl.device.device_type = kDLCUDA;
-            c->dl.device.device_id = c->gpu_index;
+            c->dl.device.device_id = dt__cuda_ordinal(c->gpu_index);
         }
         c->dl.ndim = rank;
         c->dl.dtype = dt_dtype_to_dlpack(dtype);
@@ -353,10 +353,11 @@ static dt_status check_component(const char *fn, const dt_tensor *t, int i, cons
                          "component 0)", pre, describe_type(a, sizeof a, x->dtype),
                          dt_dtype_name(t->dtype));
     if (t->device_type == DT_DEVICE_GPU) {
-        if (x->device.device_type != kDLCUDA || x->device.device_id != c->gpu_index)
+        if (x->device.device_type != kDLCUDA || x->device.device_id != c->dl.device.device_id)
             return dt__error(DT_ERR_SHAPE, "%s: DLPack device (type %d, id %d) but the GPU mesh "
-                             "needs kDLCUDA device %d", pre, (int)x->device.device_type,
-                             x->device.device_id, c->gpu_index);
+                             "needs kDLCUDA device %d (CUDA ordinal)", pre,
+                             (int)x->device.device_type, x->device.device_id,
+                             c->dl.device.device_id);
     } else if (x->device.device_type != kDLCPU) {
         return dt__error(DT_ERR_SHAPE, "%s: DLPack device type %d but the CPU mesh needs kDLCPU "
                          "(%d)", pre, (int)x->device.device_type, (int)kDLCPU);

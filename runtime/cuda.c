@@ -121,6 +121,16 @@ void dt__cuda_release(void)
     gpu_first = gpu_count = 0;
 }
 
+int dt__cuda_ordinal(int local_index)
+{
+    return local_index >= 0 && local_index < gpu_count ? gpu_first + local_index : -1;
+}
+
+int dt__cuda_local_index(int ordinal)
+{
+    return ordinal >= gpu_first && ordinal < gpu_first + gpu_count ? ordinal - gpu_first : -1;
+}
+
 dt_status dt__device_alloc(int local_index, size_t bytes, void **ptr_out)
 {
     void *p = NULL;
@@ -196,6 +206,16 @@ dt_status dt__cuda_assign(MPI_Comm host_comm, int use_gpus, int *count_out)
 
 void dt__cuda_release(void)
 {
+}
+
+int dt__cuda_ordinal(int local_index)
+{
+    return -1;
+}
+
+int dt__cuda_local_index(int ordinal)
+{
+    return -1;
 }
 
 dt_status dt__device_alloc(int local_index, size_t bytes, void **ptr_out)

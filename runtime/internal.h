@@ -42,6 +42,11 @@ void dt__device_free(int local_index, void *ptr);
 dt_status dt__device_memset0(int local_index, void *ptr, size_t bytes);
 /* Copy between any host/device pointers (unified addressing). */
 dt_status dt__device_copy(void *dst, const void *src, size_t bytes);
+/* The CUDA ordinal of this client's local GPU `local_index`, and back: what a GPU
+ * component's DLPack device_id holds (other libraries select the device by it). -1 when out
+ * of range (always, without CUDA). */
+int dt__cuda_ordinal(int local_index);
+int dt__cuda_local_index(int ordinal);
 
 /* Bounded string copy that always NUL-terminates; returns strlen(src). */
 size_t dt__strlcpy(char *dst, const char *src, size_t len);

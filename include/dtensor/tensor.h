@@ -79,7 +79,9 @@ DT_API const int64_t *dt_tensor_shape(const dt_tensor *tensor);  /* global shape
 DT_API int64_t dt_tensor_numel(const dt_tensor *tensor);          /* global element count */
 DT_API int dt_tensor_num_local(const dt_tensor *tensor);
 /* Local component i as a borrowed DLTensor (data, shape, dtype, device), NULL if out of range.
- * Its byte_offset is 0 and strides NULL (compact row-major). */
+ * Its byte_offset is 0 and strides NULL (compact row-major). device is {kDLCPU, 0} on a CPU
+ * mesh and {kDLCUDA, the GPU's CUDA ordinal in this process} on a GPU mesh, so other libraries
+ * select the right GPU from it; dt_tensor_pack expects the same. */
 DT_API const DLTensor *dt_tensor_local(const dt_tensor *tensor, int i);
 /* Mesh position and global offset (rank entries) of local component i. */
 DT_API int64_t dt_tensor_local_position(const dt_tensor *tensor, int i);

@@ -13,7 +13,6 @@ static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_ptr[DT__CU_MAX_DEVICES];
 static size_t scratch_size[DT__CU_MAX_DEVICES];
 /* Local GPU index -> CUDA ordinal + 1 (0: not looked up yet). */
-static int local_ordinal[DT__CU_MAX_DEVICES];
 /* CUDA devices this thread selected since its last sync (bit per ordinal). */
 static _Thread_local uint64_t touched;
 
@@ -77,8 +76,7 @@ dt_status dt__cuda_scratch(size_t bytes, void **ptr_out)
     return DT_OK;
 }
 
-/* dt_finalize: the local-index map may change with the next dt_init; scratch and cuBLAS
- * handles go (the next use recreates them). */
+/* dt_finalize: scratch and cuBLAS handles go (the next use recreates them). */
 static void release_all(void)
 {
     int cur = -1;
@@ -86,7 +84,6 @@ static void release_all(void)
         cudaGetLastError();
     pthread_mutex_lock(&scratch_lock);
     for (int d = 0; d < DT__CU_MAX_DEVICES; d++) {
-        local_ordinal[d] = 0;
         if (scratch_ptr[d] && cudaSetDevice(d) == cudaSuccess)
             cudaFree(scratch_ptr[d]);
         scratch_ptr[d] = NULL;
@@ -99,40 +96,21 @@ static void release_all(void)
     cudaGetLastError();
 }
 
-/* device_id: the local GPU index of a component (its DLTensor device_id). */
+/* device_id: a component's DLTensor device_id, the CUDA ordinal of one of this client's GPUs
+ * (dt__cuda_ordinal). */
 static dt_status cuda_set_device(int device_id)
 {
-    if (device_id < 0 || device_id >= DT__CU_MAX_DEVICES)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "ops (CUDA): local GPU index %d out of range",
-                         device_id);
-    pthread_mutex_lock(&scratch_lock);
-    int ord = local_ordinal[device_id] - 1;
-    pthread_mutex_unlock(&scratch_lock);
-    if (ord < 0) {
-        /* The runtime keeps its local index -> CUDA ordinal map private, but its allocator
-         * selects the device: one byte allocated there tells which it is. */
-        void *p = NULL;
-        dt_status st = dt__device_alloc(device_id, 1, &p);
-        if (st != DT_OK)
-            return st;
-        cudaError_t err = cudaGetDevice(&ord);
-        dt__device_free(device_id, p);
-        st = dt__cuda_check(err, "ops (CUDA): cudaGetDevice");
-        if (st != DT_OK)
-            return st;
-        if (ord < 0 || ord >= DT__CU_MAX_DEVICES)
-            return dt__error(DT_ERR_UNSUPPORTED, "ops (CUDA): CUDA device %d beyond the %d the "
-                             "ops keep state for", ord, DT__CU_MAX_DEVICES);
-        st = dt__at_finalize(release_all);
-        if (st != DT_OK)
-            return st;
-        pthread_mutex_lock(&scratch_lock);
-        local_ordinal[device_id] = ord + 1;
-        pthread_mutex_unlock(&scratch_lock);
-    }
-    dt_status st = dt__cuda_check(cudaSetDevice(ord), "ops (CUDA): cudaSetDevice");
+    if (dt__cuda_local_index(device_id) < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "ops (CUDA): CUDA device %d is not one of "
+                         "this client's GPUs", device_id);
+    if (device_id >= DT__CU_MAX_DEVICES)
+        return dt__error(DT_ERR_UNSUPPORTED, "ops (CUDA): CUDA device %d beyond the %d the "
+                         "ops keep state for", device_id, DT__CU_MAX_DEVICES);
+    dt_status st = dt__at_finalize(release_all);
     if (st == DT_OK)
-        touched |= (uint64_t)1 << ord;
+        st = dt__cuda_check(cudaSetDevice(device_id), "ops (CUDA): cudaSetDevice");
+    if (st == DT_OK)
+        touched |= (uint64_t)1 << device_id;
     return st;
 }
 

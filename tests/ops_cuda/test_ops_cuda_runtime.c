@@ -1,6 +1,7 @@
-/* The CUDA backend under the runtime: set_device selects each local GPU (as the distributed
- * ops do before a component's kernels), kernels run there, sync waits for all of them; bad
- * indices fail. Exits 77 (skip) without a GPU. */
+/* The CUDA backend under the runtime: set_device selects each local GPU by its CUDA ordinal
+ * (as the distributed ops do with a component's DLPack device_id before its kernels), kernels
+ * run there, sync waits for all of them; ordinals of GPUs this client does not own fail.
+ * Exits 77 (skip) without a GPU. */
 #include <stdlib.h>
 
 #include <cuda_runtime_api.h>
@@ -22,7 +23,7 @@ static void test_cuda_backend_runs_kernels_on_every_local_gpu(void)
     }
     /* Enqueue on every GPU first, then one sync: sum of (i + 1) over N elements. */
     for (int i = 0; i < used; i++) {
-        DT_ASSERT_OK(gpu->set_device(i));
+        DT_ASSERT_OK(gpu->set_device(dt__cuda_ordinal(i)));
         DT_ASSERT_OK(gpu->fill(N, (float)(i + 1), x[i]));
         DT_ASSERT_OK(gpu->sum(N, x[i], sum[i]));
     }
@@ -38,7 +39,7 @@ static void test_cuda_backend_runs_kernels_on_every_local_gpu(void)
         dt__device_free(i, sum[i]);
     }
     DT_ASSERT_FAILS(gpu->set_device(-1), DT_ERR_INVALID_ARGUMENT);
-    DT_ASSERT_FAILS(gpu->set_device(ngpu), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_FAILS(gpu->set_device(dt__cuda_ordinal(ngpu - 1) + 1), DT_ERR_INVALID_ARGUMENT);
 }
 
 int main(int argc, char **argv)
