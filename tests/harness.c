@@ -105,3 +105,26 @@ void dt_test_scratch_remove(const char *dir)
         remove_tree(dir);
     MPI_Barrier(MPI_COMM_WORLD);
 }
+
+dt_layout *dt_test_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
+                          const char *partial)
+{
+    const char *specs[2] = {s0 ? s0 : DT_UNSHARDED, s1 ? s1 : DT_UNSHARDED};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    dt_layout *l = NULL;
+    CU_ASSERT_FATAL(rank >= 0 && rank <= 2);
+    DT_ASSERT_OK(dt_layout_create_partial(mesh, rank, specs, partial ? 1 : 0, &partial, &op,
+                                          &l));
+    return l;
+}
+
+void dt_test_round(float *x, int64_t n, dt_dtype dtype)
+{
+    if (dtype == DT_DTYPE_F32 || n <= 0)
+        return;
+    void *tmp = malloc((size_t)n * dt_dtype_size(dtype));
+    CU_ASSERT_FATAL(tmp != NULL);
+    DT_ASSERT_OK(dt_kernel_cast(n, x, DT_DTYPE_F32, tmp, dtype));
+    DT_ASSERT_OK(dt_kernel_cast(n, tmp, dtype, x, DT_DTYPE_F32));
+    free(tmp);
+}

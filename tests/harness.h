@@ -22,6 +22,13 @@ typedef struct dt_test_case {
 int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *cases,
                  int init_runtime);
 
+/* Layout of a rank-`rank` (<= 2) tensor on `mesh` from spec names (NULL = unsharded), sum-partial
+ * over mesh dim `partial` when it is not NULL (fatal assertion on failure). */
+dt_layout *dt_test_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
+                          const char *partial);
+/* Rounds n floats in place to dtype and back, as dt_kernel_cast does (f32: unchanged). */
+void dt_test_round(float *x, int64_t n, dt_dtype dtype);
+
 /* A scratch directory every client shares: client 0 creates $TMPDIR (or /tmp)/dtest-XXXXXX,
  * every client gets its path in buf (fatal assertion if it cannot be made). Collective over
  * MPI_COMM_WORLD. */

@@ -26,17 +26,6 @@ dt_mesh *ot_mesh_2d(void)
     return m;
 }
 
-dt_layout *ot_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
-                     const char *partial)
-{
-    const char *specs[2] = {s0 ? s0 : DT_UNSHARDED, s1 ? s1 : DT_UNSHARDED};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    dt_layout *l = NULL;
-    DT_ASSERT_OK(dt_layout_create_partial(mesh, rank, specs, partial ? 1 : 0, &partial, &op,
-                                          &l));
-    return l;
-}
-
 dt_tensor *ot_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                      const void *data)
 {

@@ -11,11 +11,6 @@
 dt_mesh *ot_mesh_1d(void);
 dt_mesh *ot_mesh_2d(void);
 
-/* Layout of a rank-`rank` tensor from spec names (NULL entries = unsharded) and an optional
- * sum-partial mesh dim. */
-dt_layout *ot_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
-                     const char *partial);
-
 /* Tensor holding the whole host array `data` (dtype elements) laid out as `layout`. */
 dt_tensor *ot_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                      const void *data);

@@ -53,7 +53,7 @@ static dt_tensor *check_matmul(const dt_layout *la, const dt_layout *lb, int ta,
 static void test_matmul_data_parallel_output_batch_sharded(void)
 {
     dt_mesh *m = ot_mesh_1d();
-    dt_layout *la = ot_layout(m, 2, "x", NULL, NULL), *lb = ot_layout(m, 2, NULL, NULL, NULL);
+    dt_layout *la = dt_test_layout(m, 2, "x", NULL, NULL), *lb = dt_test_layout(m, 2, NULL, NULL, NULL);
     dt_tensor *c = check_matmul(la, lb, 0, 0, 13, 5, 6, NULL);
     CU_ASSERT_EQUAL(ot_spec(c, 0), 0);
     CU_ASSERT_EQUAL(ot_spec(c, 1), -1);
@@ -67,7 +67,7 @@ static void test_matmul_data_parallel_output_batch_sharded(void)
 static void test_matmul_column_parallel_output_sharded(void)
 {
     dt_mesh *m = ot_mesh_1d();
-    dt_layout *la = ot_layout(m, 2, NULL, NULL, NULL), *lb = ot_layout(m, 2, NULL, "x", NULL);
+    dt_layout *la = dt_test_layout(m, 2, NULL, NULL, NULL), *lb = dt_test_layout(m, 2, NULL, "x", NULL);
     dt_tensor *c = check_matmul(la, lb, 0, 0, 4, 11, 6, NULL);
     CU_ASSERT_EQUAL(ot_spec(c, 0), -1);
     CU_ASSERT_EQUAL(ot_spec(c, 1), 0);
@@ -81,19 +81,19 @@ static void test_matmul_column_parallel_output_sharded(void)
 static void test_matmul_row_parallel_output_partial_or_reduced(void)
 {
     dt_mesh *m = ot_mesh_1d();
-    dt_layout *la = ot_layout(m, 2, NULL, "x", NULL), *lb = ot_layout(m, 2, "x", NULL, NULL);
+    dt_layout *la = dt_test_layout(m, 2, NULL, "x", NULL), *lb = dt_test_layout(m, 2, "x", NULL, NULL);
     /* k = 7 over up to 8 devices: one device has an empty contraction shard. */
     dt_tensor *c = check_matmul(la, lb, 0, 0, 5, 4, 7, NULL);
     CU_ASSERT_EQUAL(ot_spec(c, 0), -1);
     CU_ASSERT_EQUAL(ot_spec(c, 1), -1);
     CU_ASSERT(ot_is_partial(c));
     dt_tensor_destroy(c);
-    dt_layout *rep = ot_layout(m, 2, NULL, NULL, NULL);
+    dt_layout *rep = dt_test_layout(m, 2, NULL, NULL, NULL);
     c = check_matmul(la, lb, 0, 0, 5, 4, 7, rep);
     CU_ASSERT(!ot_is_partial(c));
     dt_tensor_destroy(c);
     /* Reduce-scattered on request. */
-    dt_layout *rows = ot_layout(m, 2, "x", NULL, NULL);
+    dt_layout *rows = dt_test_layout(m, 2, "x", NULL, NULL);
     c = check_matmul(la, lb, 0, 0, 9, 4, 7, rows);
     dt_tensor_destroy(c);
     dt_layout_destroy(rows);
@@ -107,13 +107,13 @@ static void test_matmul_2d_mesh_combines_batch_and_model(void)
 {
     dt_mesh *m = ot_mesh_2d();
     /* Megatron MLP on a 2-D mesh: column parallel then row parallel, batch on b. */
-    dt_layout *x = ot_layout(m, 2, "b", NULL, NULL), *w1 = ot_layout(m, 2, NULL, "m", NULL);
+    dt_layout *x = dt_test_layout(m, 2, "b", NULL, NULL), *w1 = dt_test_layout(m, 2, NULL, "m", NULL);
     dt_tensor *h = check_matmul(x, w1, 0, 0, 6, 9, 5, NULL);
     CU_ASSERT_EQUAL(ot_spec(h, 0), 0);
     CU_ASSERT_EQUAL(ot_spec(h, 1), 1);
     CU_ASSERT(!ot_is_partial(h));
     dt_tensor_destroy(h);
-    dt_layout *hl = ot_layout(m, 2, "b", "m", NULL), *w2 = ot_layout(m, 2, "m", NULL, NULL);
+    dt_layout *hl = dt_test_layout(m, 2, "b", "m", NULL), *w2 = dt_test_layout(m, 2, "m", NULL, NULL);
     dt_tensor *y = check_matmul(hl, w2, 0, 0, 6, 3, 9, NULL);
     CU_ASSERT_EQUAL(ot_spec(y, 0), 0);
     CU_ASSERT_EQUAL(ot_spec(y, 1), -1);
@@ -142,9 +142,9 @@ static void test_matmul_every_layout_pair_matches_single_device(void)
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 3; j++)
             if (i == 0 || i != j)
-                ls[nl++] = ot_layout(m, 2, opts[i], opts[j], NULL);
-    ls[nl++] = ot_layout(m, 2, "b", NULL, "m");    /* partial operands */
-    ls[nl++] = ot_layout(m, 2, NULL, NULL, "b");
+                ls[nl++] = dt_test_layout(m, 2, opts[i], opts[j], NULL);
+    ls[nl++] = dt_test_layout(m, 2, "b", NULL, "m");    /* partial operands */
+    ls[nl++] = dt_test_layout(m, 2, NULL, NULL, "b");
     int count = 0;
     for (int i = 0; i < nl; i++)
         for (int j = 0; j < nl; j++) {
@@ -161,7 +161,7 @@ static void test_matmul_every_layout_pair_matches_single_device(void)
 static void test_matmul_half_inputs_accumulate_in_f32(void)
 {
     dt_mesh *m = ot_mesh_1d();
-    dt_layout *la = ot_layout(m, 2, "x", NULL, NULL), *lb = ot_layout(m, 2, NULL, NULL, NULL);
+    dt_layout *la = dt_test_layout(m, 2, "x", NULL, NULL), *lb = dt_test_layout(m, 2, NULL, NULL, NULL);
     const int64_t M = 9, N = 4, K = 300;
     int64_t ashape[2] = {M, K}, bshape[2] = {K, N};
     float a[9 * 300], b[300 * 4], ref[36], got[36];
@@ -262,8 +262,8 @@ static void test_matmul_backward_data_parallel_weight_grad_is_partial(void)
     for (int t = 0; t < 4; t++) {
         int ta = t & 1, tb = t >> 1;
         /* Batch (the m dim of op(A)) sharded, weights replicated. */
-        dt_layout *la = ta ? ot_layout(m, 2, NULL, "x", NULL) : ot_layout(m, 2, "x", NULL, NULL);
-        dt_layout *lb = ot_layout(m, 2, NULL, NULL, NULL);
+        dt_layout *la = ta ? dt_test_layout(m, 2, NULL, "x", NULL) : dt_test_layout(m, 2, "x", NULL, NULL);
+        dt_layout *lb = dt_test_layout(m, 2, NULL, NULL, NULL);
         check_backward(la, lb, ta, tb, 1);
         dt_layout_destroy(la);
         dt_layout_destroy(lb);
@@ -274,9 +274,9 @@ static void test_matmul_backward_data_parallel_weight_grad_is_partial(void)
 static void test_matmul_backward_megatron_layouts(void)
 {
     dt_mesh *m = ot_mesh_2d();
-    dt_layout *la = ot_layout(m, 2, "b", NULL, NULL), *lb = ot_layout(m, 2, NULL, "m", NULL);
+    dt_layout *la = dt_test_layout(m, 2, "b", NULL, NULL), *lb = dt_test_layout(m, 2, NULL, "m", NULL);
     check_backward(la, lb, 0, 0, 1);       /* column parallel: dW partial over b */
-    dt_layout *la2 = ot_layout(m, 2, "b", "m", NULL), *lb2 = ot_layout(m, 2, "m", NULL, NULL);
+    dt_layout *la2 = dt_test_layout(m, 2, "b", "m", NULL), *lb2 = dt_test_layout(m, 2, "m", NULL, NULL);
     check_backward(la2, lb2, 0, 0, 1);     /* row parallel */
     dt_layout_destroy(la);
     dt_layout_destroy(lb);
@@ -309,8 +309,8 @@ static void test_matmul_backward_matches_finite_differences(void)
     ot_fill_real(a, M * K, -1, 1, 31);
     ot_fill_real(b, K * N, -1, 1, 32);
     ot_fill_real(g, M * N, -1, 1, 33);
-    dt_layout *la = ot_layout(m, 2, "b", "m", NULL), *lb = ot_layout(m, 2, "m", NULL, NULL);
-    dt_layout *lc = ot_layout(m, 2, "b", NULL, NULL);
+    dt_layout *la = dt_test_layout(m, 2, "b", "m", NULL), *lb = dt_test_layout(m, 2, "m", NULL, NULL);
+    dt_layout *lc = dt_test_layout(m, 2, "b", NULL, NULL);
     dt_tensor *A = ot_tensor(la, DT_DTYPE_F32, ashape, a);
     dt_tensor *B = ot_tensor(lb, DT_DTYPE_F32, bshape, b);
     dt_tensor *G = ot_tensor(lc, DT_DTYPE_F32, cshape, g);
@@ -356,7 +356,7 @@ static void test_matmul_backward_matches_finite_differences(void)
 static void test_matmul_rejects_mismatched_operands(void)
 {
     dt_mesh *m = ot_mesh_1d();
-    dt_layout *l = ot_layout(m, 2, NULL, NULL, NULL);
+    dt_layout *l = dt_test_layout(m, 2, NULL, NULL, NULL);
     int64_t s1[2] = {3, 4}, s2[2] = {5, 2};
     float z[20] = {0};
     dt_tensor *a = ot_tensor(l, DT_DTYPE_F32, s1, z), *b = ot_tensor(l, DT_DTYPE_F32, s2, z);

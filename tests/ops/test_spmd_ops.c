@@ -32,9 +32,9 @@ static void test_binary_ops_match_local_kernels_in_any_layouts(void)
     float a[R * C], b[R * C], ref[R * C], got[R * C];
     ot_fill_int(a, R * C, -5, 5, 1);
     ot_fill_int(b, R * C, -5, 5, 2);
-    dt_layout *ls[5] = {ot_layout(m, 2, "b", NULL, NULL), ot_layout(m, 2, NULL, NULL, NULL),
-                        ot_layout(m, 2, "m", "b", NULL), ot_layout(m, 2, "b", NULL, "m"),
-                        ot_layout(m, 2, NULL, "m", "b")};
+    dt_layout *ls[5] = {dt_test_layout(m, 2, "b", NULL, NULL), dt_test_layout(m, 2, NULL, NULL, NULL),
+                        dt_test_layout(m, 2, "m", "b", NULL), dt_test_layout(m, 2, "b", NULL, "m"),
+                        dt_test_layout(m, 2, NULL, "m", "b")};
     binop ops[3] = {dt_add, dt_sub, dt_mul};
     kbinop kops[3] = {dt_kernel_add, dt_kernel_sub, dt_kernel_mul};
     for (int o = 0; o < 3; o++) {
@@ -91,7 +91,7 @@ static void test_scale_and_axpy_keep_partial_sums(void)
     float x[R * C], y[R * C], ref[R * C], got[R * C];
     ot_fill_int(x, R * C, -5, 5, 3);
     ot_fill_int(y, R * C, -5, 5, 4);
-    dt_layout *lp = ot_layout(m, 2, NULL, NULL, "x"), *ls = ot_layout(m, 2, "x", NULL, NULL);
+    dt_layout *lp = dt_test_layout(m, 2, NULL, NULL, "x"), *ls = dt_test_layout(m, 2, "x", NULL, NULL);
     dt_tensor *tx = ot_tensor(lp, DT_DTYPE_F32, shape, x), *out = NULL;
     DT_ASSERT_OK(dt_scale(tx, -2.0f, &out));
     CU_ASSERT(dt_layout_equal(dt_tensor_layout(out), lp));
@@ -121,7 +121,7 @@ static void test_bias_add_and_grad_follow_the_last_dim(void)
     float x[R * C], bias[C], ref[R * C], got[R * C], dbref[C], db[C];
     ot_fill_int(x, R * C, -5, 5, 5);
     ot_fill_int(bias, C, -5, 5, 6);
-    dt_layout *lx = ot_layout(m, 2, "b", "m", NULL), *lb = ot_layout(m, 1, NULL, NULL, NULL);
+    dt_layout *lx = dt_test_layout(m, 2, "b", "m", NULL), *lb = dt_test_layout(m, 1, NULL, NULL, NULL);
     dt_tensor *tx = ot_tensor(lx, DT_DTYPE_F32, shape, x);
     dt_tensor *tb = ot_tensor(lb, DT_DTYPE_F32, bshape, bias);
     dt_tensor *y = NULL;
@@ -151,7 +151,7 @@ static void test_bias_add_and_grad_follow_the_last_dim(void)
     CU_ASSERT(dt_layout_is_replicated(dt_tensor_layout(g)));
     dt_tensor_destroy(g);
     /* A partial x stays partial: the bias is added on one member of each group only. */
-    dt_layout *lxp = ot_layout(m, 2, NULL, "m", "b");
+    dt_layout *lxp = dt_test_layout(m, 2, NULL, "m", "b");
     dt_tensor *txp = ot_tensor(lxp, DT_DTYPE_F32, shape, x), *yp = NULL;
     DT_ASSERT_OK(dt_bias_add(txp, tb, &yp));
     CU_ASSERT(dt_layout_equal(dt_tensor_layout(yp), lxp));
@@ -193,7 +193,7 @@ static void test_activations_and_backward_match_finite_differences(void)
     for (int i = 0; i < R * C; i++)   /* keep ReLU probes away from the kink */
         if (fabsf(x[i]) < 0.1f)
             x[i] = 0.5f;
-    dt_layout *lx = ot_layout(m, 2, "m", "b", NULL), *lg = ot_layout(m, 2, "b", NULL, NULL);
+    dt_layout *lx = dt_test_layout(m, 2, "m", "b", NULL), *lg = dt_test_layout(m, 2, "b", NULL, NULL);
     for (int gelu = 0; gelu < 2; gelu++) {
         dt_tensor *tx = ot_tensor(lx, DT_DTYPE_F32, shape, x);
         dt_tensor *tg = ot_tensor(lg, DT_DTYPE_F32, shape, g);
@@ -263,9 +263,9 @@ static void test_softmax_xent_loss_and_grad_in_any_layout(void)
     for (int i = 0; i < ROWS; i++)
         lab[i] = (i * 5 + 2) % CL;
     double want = ref_xent(x, lab, ROWS, CL);
-    dt_layout *lls[3] = {ot_layout(m, 2, "b", NULL, NULL), ot_layout(m, 2, "b", "m", NULL),
-                         ot_layout(m, 2, NULL, "m", NULL)};
-    dt_layout *llab = ot_layout(m, 1, "m", NULL, NULL);
+    dt_layout *lls[3] = {dt_test_layout(m, 2, "b", NULL, NULL), dt_test_layout(m, 2, "b", "m", NULL),
+                         dt_test_layout(m, 2, NULL, "m", NULL)};
+    dt_layout *llab = dt_test_layout(m, 1, "m", NULL, NULL);
     dt_tensor *tl = ot_tensor(llab, DT_DTYPE_I32, lshape, lab);
     for (int k = 0; k < 3; k++) {
         dt_tensor *tx = ot_tensor(lls[k], DT_DTYPE_F32, shape, x), *loss = NULL, *dx = NULL;
@@ -318,7 +318,7 @@ static void test_reductions_are_partial_over_sharded_dims(void)
     int64_t shape[2] = {R, C};
     float x[R * C], got[R * C];
     ot_fill_int(x, R * C, -9, 9, 10);
-    dt_layout *lx = ot_layout(m, 2, "b", "m", NULL);
+    dt_layout *lx = dt_test_layout(m, 2, "b", "m", NULL);
     dt_tensor *tx = ot_tensor(lx, DT_DTYPE_F32, shape, x);
     dt_reduce_op ops[4] = {DT_REDUCE_SUM, DT_REDUCE_MAX, DT_REDUCE_MIN, DT_REDUCE_AVG};
     for (int o = 0; o < 4; o++)
@@ -358,7 +358,7 @@ static void test_reductions_are_partial_over_sharded_dims(void)
             dt_tensor_destroy(y);
         }
     /* A sum-partial input stays partial through a sum: partial over b and m. */
-    dt_layout *lpx = ot_layout(m, 2, "m", NULL, "b");
+    dt_layout *lpx = dt_test_layout(m, 2, "m", NULL, "b");
     dt_tensor *tpx = ot_tensor(lpx, DT_DTYPE_F32, shape, x), *yp = NULL;
     DT_ASSERT_OK(dt_reduce(tpx, DT_REDUCE_SUM, 0, NULL, &yp));
     CU_ASSERT_EQUAL(dt_layout_num_partial(dt_tensor_layout(yp)), 2);
@@ -374,7 +374,7 @@ static void test_reductions_are_partial_over_sharded_dims(void)
     dt_tensor_destroy(tpx);
     dt_layout_destroy(lpx);
     /* Requested replicated output, and the squared norm. */
-    dt_layout *rep = ot_layout(m, 1, NULL, NULL, NULL);
+    dt_layout *rep = dt_test_layout(m, 1, NULL, NULL, NULL);
     dt_tensor *y = NULL;
     DT_ASSERT_OK(dt_reduce(tx, DT_REDUCE_SUM, 0, rep, &y));
     CU_ASSERT(dt_layout_is_replicated(dt_tensor_layout(y)));
@@ -400,7 +400,7 @@ static void test_nonfinite_found_on_every_client(void)
     int64_t shape[2] = {R, C};
     float x[R * C];
     ot_fill_int(x, R * C, -9, 9, 12);
-    dt_layout *lx = ot_layout(m, 2, "x", NULL, NULL);
+    dt_layout *lx = dt_test_layout(m, 2, "x", NULL, NULL);
     dt_tensor *tx = ot_tensor(lx, DT_DTYPE_F32, shape, x);
     int found = -1;
     DT_ASSERT_OK(dt_nonfinite(tx, &found));
@@ -428,7 +428,7 @@ static void test_cast_round_trips_small_integers(void)
     int64_t shape[2] = {R, C};
     float x[R * C], got[R * C];
     ot_fill_int(x, R * C, -200, 200, 13);
-    dt_layout *lx = ot_layout(m, 2, "m", "b", NULL);
+    dt_layout *lx = dt_test_layout(m, 2, "m", "b", NULL);
     dt_tensor *tx = ot_tensor(lx, DT_DTYPE_F32, shape, x);
     dt_dtype ts[3] = {DT_DTYPE_F16, DT_DTYPE_BF16, DT_DTYPE_F64};
     for (int i = 0; i < 3; i++) {
@@ -457,7 +457,7 @@ static void test_optimizer_steps_reduce_scatter_partial_grads(void)
     float p[N], g[N], zero[N] = {0}, pr[N], mr[N], vr[N], got[N];
     ot_fill_real(p, N, -1, 1, 14);
     ot_fill_int(g, N, -4, 4, 15);
-    dt_layout *lp = ot_layout(m, 1, "x", NULL, NULL), *lg = ot_layout(m, 1, NULL, NULL, "x");
+    dt_layout *lp = dt_test_layout(m, 1, "x", NULL, NULL), *lg = dt_test_layout(m, 1, NULL, NULL, "x");
     for (int adam = 0; adam < 2; adam++) {
         dt_tensor *tp = ot_tensor(lp, DT_DTYPE_F32, shape, p);
         dt_tensor *tg = ot_tensor(lg, DT_DTYPE_F32, shape, g);
@@ -505,7 +505,7 @@ static void test_ops_reject_bad_operands(void)
     dt_mesh *m = ot_mesh_1d();
     int64_t s1[2] = {3, 4}, s2[2] = {4, 3};
     float z[12] = {0};
-    dt_layout *l = ot_layout(m, 2, NULL, NULL, NULL);
+    dt_layout *l = dt_test_layout(m, 2, NULL, NULL, NULL);
     dt_tensor *a = ot_tensor(l, DT_DTYPE_F32, s1, z), *b = ot_tensor(l, DT_DTYPE_F32, s2, z);
     dt_tensor *c = NULL;
     DT_ASSERT_FAILS(dt_add(a, b, NULL, &c), DT_ERR_SHAPE);

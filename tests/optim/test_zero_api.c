@@ -10,7 +10,7 @@
 static dt_tensor *filled(const dt_mesh *m, int rank, const int64_t *shape, const char *s0,
                          const char *partial, dt_dtype dtype)
 {
-    dt_layout *l = zt_layout(m, rank, s0, NULL, partial);
+    dt_layout *l = dt_test_layout(m, rank, s0, NULL, partial);
     dt_tensor *t = NULL;
     DT_ASSERT_OK(dt_tensor_zeros(l, dtype, shape, &t));
     dt_layout_destroy(l);
@@ -190,7 +190,7 @@ static void check_memory(int stage, dt_optim_kind kind)
     uint64_t nl = (uint64_t)dt_mesh_num_local_devices(m);
     int64_t sa[1] = {1000}, sb[2] = {4, 6};
     dt_tensor *a = filled(m, 1, sa, NULL, NULL, DT_DTYPE_BF16);
-    dt_layout *lb = zt_layout(m, 2, NULL, NULL, NULL);
+    dt_layout *lb = dt_test_layout(m, 2, NULL, NULL, NULL);
     dt_tensor *b = NULL;
     DT_ASSERT_OK(dt_tensor_zeros(lb, DT_DTYPE_BF16, sb, &b));
     dt_pool_stats before, after, stepped;
@@ -224,7 +224,7 @@ static void check_memory(int stage, dt_optim_kind kind)
                 (unsigned long long)(mem.grad_bytes + mem.state_bytes));
 
     /* A step leaves nothing behind. */
-    dt_layout *pa = zt_layout(m, 1, NULL, NULL, "batch"), *pb = zt_layout(m, 2, NULL, NULL,
+    dt_layout *pa = dt_test_layout(m, 1, NULL, NULL, "batch"), *pb = dt_test_layout(m, 2, NULL, NULL,
                                                                           "batch");
     dt_tensor *grads[2] = {NULL, NULL};
     DT_ASSERT_OK(dt_tensor_zeros(pa, DT_DTYPE_BF16, sa, &grads[0]));

@@ -69,7 +69,7 @@ static void run_open(run *r, int model, int stage, int64_t allgather, int n, flo
         float *x = malloc((size_t)ne * sizeof *x);
         for (int64_t i = 0; i < ne; i++)
             x[i] = (float)((i * 13 + j * 3) % 17 - 8) * 0.125f + init_shift;
-        dt_layout *l = zt_layout(r->mesh, d->rank, model ? d->s0 : NULL, model ? d->s1 : NULL,
+        dt_layout *l = dt_test_layout(r->mesh, d->rank, model ? d->s0 : NULL, model ? d->s1 : NULL,
                                  NULL);
         r->params[j] = zt_tensor(l, d->group == 0 ? DT_DTYPE_BF16 : DT_DTYPE_F32, d->shape, x);
         dt_layout_destroy(l);
@@ -137,7 +137,7 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     /* An extra tensor and a caller's value go into the same checkpoint. */
     int64_t es[1] = {3};
     float ev[3] = {1, 2, 3};
-    dt_layout *el = zt_layout(a.mesh, 1, NULL, NULL, NULL);
+    dt_layout *el = dt_test_layout(a.mesh, 1, NULL, NULL, NULL);
     dt_tensor *extra = zt_tensor(el, DT_DTYPE_F32, es, ev);
     const char *en = "data/cursor";
     dt_ckpt_value uv = {"epoch", DT_CKPT_VALUE_I64, 7, 0.0, NULL, 0};
@@ -199,7 +199,7 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     DT_ASSERT_OK(dt_ckpt_find(c, "w1/master", &idx));
     DT_ASSERT_OK(dt_ckpt_read_tensor(c, idx, master, sizeof master));
     zt_fetch(a.params[0], w1);
-    zt_round(master, 15, DT_DTYPE_BF16);
+    dt_test_round(master, 15, DT_DTYPE_BF16);
     CU_ASSERT_EQUAL(zt_diff("w1 master", master, w1, 15), 0);
     dt_ckpt_close(c);
 
@@ -277,7 +277,7 @@ static void test_load_names_what_does_not_match(void)
     run_close(&b);
     /* A parameter the checkpoint does not have. */
     run_open(&b, 1, 1, 0, 4, 0.0f, DT_OPTIM_SGD);
-    dt_layout *l = zt_layout(b.mesh, 1, NULL, NULL, NULL);
+    dt_layout *l = dt_test_layout(b.mesh, 1, NULL, NULL, NULL);
     int64_t s[1] = {4};
     dt_tensor *t = NULL;
     DT_ASSERT_OK(dt_tensor_zeros(l, DT_DTYPE_F32, s, &t));

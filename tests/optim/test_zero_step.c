@@ -59,7 +59,7 @@ static void ref_init(ref_param *r, const pdesc *d, int salt, dt_dtype dtype)
     r->grad = calloc((size_t)r->n, sizeof(float));
     for (int64_t i = 0; i < r->n; i++)
         r->master[i] = init_value(i, salt);
-    zt_round(r->master, r->n, dtype);
+    dt_test_round(r->master, r->n, dtype);
 }
 
 static void ref_free(ref_param *r)
@@ -74,7 +74,7 @@ static void ref_step(ref_param *r, const dt_optim_hparams *hp, int64_t t, int64_
                      int step, float scale, dt_dtype pdtype, float grad_scale)
 {
     zt_grad_ref(r->n, ndp, grad_value, step, scale, g, r->grad);
-    zt_round(r->grad, r->n, pdtype);
+    dt_test_round(r->grad, r->n, pdtype);
     if (hp->kind == DT_OPTIM_SGD) {
         dt_sgd_opts so = {hp->lr, hp->momentum, hp->dampening, hp->weight_decay, hp->nesterov,
                           grad_scale};
@@ -92,7 +92,7 @@ static void check_param(const char *what, const dt_tensor *t, const ref_param *r
     float *got = malloc((size_t)r->n * sizeof *got), *want = malloc((size_t)r->n * sizeof *want);
     zt_fetch(t, got);
     memcpy(want, r->master, (size_t)r->n * sizeof *want);
-    zt_round(want, r->n, dt_tensor_dtype(t));
+    dt_test_round(want, r->n, dt_tensor_dtype(t));
     CU_ASSERT_EQUAL(zt_diff(what, got, want, r->n), 0);
     free(got);
     free(want);
@@ -105,7 +105,7 @@ static dt_tensor *make_param(const dt_mesh *m, const pdesc *d, int model, dt_dty
     float *x = malloc((size_t)n * sizeof *x);
     for (int64_t i = 0; i < n; i++)
         x[i] = init_value(i, salt);
-    dt_layout *l = zt_layout(m, d->rank, model ? d->s0 : NULL, model ? d->s1 : NULL, NULL);
+    dt_layout *l = dt_test_layout(m, d->rank, model ? d->s0 : NULL, model ? d->s1 : NULL, NULL);
     dt_tensor *t = zt_tensor(l, dtype, d->shape, x);
     dt_layout_destroy(l);
     free(x);
@@ -364,8 +364,8 @@ static void test_clipping_uses_the_hand_worked_global_norm(void)
             DT_ASSERT_OK(dt_zero_create(m, &o, &z));
             const pdesc d1 = {"w1", 1, {2, 0}, NULL, NULL}, d2 = {"w2", 2, {2, 2}, "model", NULL};
             float zeros[4] = {0};
-            dt_layout *l1 = zt_layout(m, 1, NULL, NULL, NULL);
-            dt_layout *l2 = zt_layout(m, 2, "model", NULL, NULL);
+            dt_layout *l1 = dt_test_layout(m, 1, NULL, NULL, NULL);
+            dt_layout *l2 = dt_test_layout(m, 2, "model", NULL, NULL);
             dt_tensor *params[2] = {zt_tensor(l1, DT_DTYPE_F32, d1.shape, zeros),
                                     zt_tensor(l2, DT_DTYPE_F32, d2.shape, zeros)};
             const char *names[2] = {"w1", "w2"};

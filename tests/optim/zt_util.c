@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ops/ops_test_util.h"
 #include "zt_util.h"
 
 dt_mesh *zt_mesh_1d(void)
@@ -26,17 +27,6 @@ dt_mesh *zt_mesh_2d(void)
     return m;
 }
 
-dt_layout *zt_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
-                     const char *partial)
-{
-    const char *specs[2] = {s0 ? s0 : DT_UNSHARDED, s1 ? s1 : DT_UNSHARDED};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    dt_layout *l = NULL;
-    DT_ASSERT_OK(dt_layout_create_partial(mesh, rank, specs, partial ? 1 : 0, &partial, &op,
-                                          &l));
-    return l;
-}
-
 static int64_t numel(int rank, const int64_t *shape)
 {
     int64_t n = 1;
@@ -48,52 +38,23 @@ static int64_t numel(int rank, const int64_t *shape)
 dt_tensor *zt_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                      const float *data)
 {
-    const dt_mesh *mesh = dt_layout_mesh(layout);
-    int rank = dt_layout_rank(layout);
-    int64_t n = numel(rank, shape);
+    int64_t n = numel(dt_layout_rank(layout), shape);
     void *buf = malloc((size_t)(n ? n : 1) * dt_dtype_size(dtype));
+    CU_ASSERT_FATAL(buf != NULL);
     DT_ASSERT_OK(dt_kernel_cast(n, data, DT_DTYPE_F32, buf, dtype));
-    dt_layout *rep = NULL;
-    DT_ASSERT_OK(dt_layout_replicated(mesh, rank, &rep));
-    int nl = dt_mesh_num_local_devices(mesh);
-    DLTensor comps[64];
-    int64_t shp[DT_MAX_RANK];
-    for (int i = 0; i < rank; i++)
-        shp[i] = shape[i];
-    for (int i = 0; i < nl; i++) {
-        memset(&comps[i], 0, sizeof comps[i]);
-        comps[i].data = buf;
-        comps[i].device.device_type = kDLCPU;
-        comps[i].ndim = rank;
-        comps[i].dtype = dt_dtype_to_dlpack(dtype);
-        comps[i].shape = shp;
-    }
-    dt_tensor *r = NULL, *t = NULL;
-    DT_ASSERT_OK(dt_tensor_pack(rep, shape, nl, comps, &r));
-    DT_ASSERT_OK(dt_relayout(r, layout, &t));
-    dt_tensor_destroy(r);
-    dt_layout_destroy(rep);
+    dt_tensor *t = ot_tensor(layout, dtype, shape, buf);
     free(buf);
     return t;
 }
 
 void zt_fetch(const dt_tensor *t, float *out)
 {
-    const dt_layout *l = dt_tensor_layout(t);
-    dt_layout *rep = NULL;
-    DT_ASSERT_OK(dt_layout_replicated(dt_layout_mesh(l), dt_layout_rank(l), &rep));
-    dt_tensor *r = NULL;
-    DT_ASSERT_OK(dt_relayout(t, rep, &r));
     int64_t n = dt_tensor_numel(t);
-    size_t bytes = (size_t)n * dt_dtype_size(dt_tensor_dtype(t));
-    CU_ASSERT_FATAL(dt_tensor_num_local(r) >= 1);
-    DT_ASSERT_OK(dt_kernel_cast(n, dt_tensor_local(r, 0)->data, dt_tensor_dtype(t), out,
-                                DT_DTYPE_F32));
-    for (int i = 1; i < dt_tensor_num_local(r); i++)
-        CU_ASSERT(bytes == 0 || memcmp(dt_tensor_local(r, 0)->data,
-                                       dt_tensor_local(r, i)->data, bytes) == 0);
-    dt_tensor_destroy(r);
-    dt_layout_destroy(rep);
+    void *buf = malloc((size_t)(n ? n : 1) * dt_dtype_size(dt_tensor_dtype(t)));
+    CU_ASSERT_FATAL(buf != NULL);
+    ot_fetch(t, buf);
+    DT_ASSERT_OK(dt_kernel_cast(n, buf, dt_tensor_dtype(t), out, DT_DTYPE_F32));
+    free(buf);
 }
 
 dt_tensor *zt_grad(const dt_tensor *param, dt_dtype dtype, zt_grad_fn fn, int step, float scale,
@@ -150,14 +111,6 @@ void zt_grad_ref(int64_t n, int64_t ndp, zt_grad_fn fn, int step, float scale, v
             s += fn(i, r, step, arg) * scale;
         out[i] = s;
     }
-}
-
-void zt_round(float *x, int64_t n, dt_dtype dtype)
-{
-    void *tmp = malloc((size_t)(n ? n : 1) * 4);
-    DT_ASSERT_OK(dt_kernel_cast(n, x, DT_DTYPE_F32, tmp, dtype));
-    DT_ASSERT_OK(dt_kernel_cast(n, tmp, dtype, x, DT_DTYPE_F32));
-    free(tmp);
 }
 
 int64_t zt_diff(const char *what, const float *a, const float *b, int64_t n)

@@ -167,8 +167,8 @@ static void train(int64_t ndp, int megatron, int stage, double clip_norm, int ex
     float lab_f[B];
     for (int i = 0; i < B; i++)
         lab_f[i] = (float)d->labels[i];
-    dt_layout *rows2 = zt_layout(mesh, 2, "batch", NULL, NULL);
-    dt_layout *rows1 = zt_layout(mesh, 1, "batch", NULL, NULL);
+    dt_layout *rows2 = dt_test_layout(mesh, 2, "batch", NULL, NULL);
+    dt_layout *rows1 = dt_test_layout(mesh, 1, "batch", NULL, NULL);
     int64_t xshape[2] = {B, F}, lshape[1] = {B};
     dt_tensor *x = zt_tensor(rows2, DT_DTYPE_F32, xshape, xs);
     /* Labels: i32 from the float copy (small integers convert exactly). */
@@ -182,7 +182,7 @@ static void train(int64_t ndp, int megatron, int stage, double clip_norm, int ex
     }
     dt_tensor *p[NP];
     for (int i = 0; i < NP; i++) {
-        dt_layout *l = zt_layout(mesh, prank[i], megatron ? pspec_megatron[i][0] : NULL,
+        dt_layout *l = dt_test_layout(mesh, prank[i], megatron ? pspec_megatron[i][0] : NULL,
                                  megatron ? pspec_megatron[i][1] : NULL, NULL);
         p[i] = zt_tensor(l, DT_DTYPE_F32, pshape[i], d->p[i]);
         dt_layout_destroy(l);

@@ -84,7 +84,7 @@ static void ref_compute(ref_traj *r, dt_dtype dtype)
     memset(&st, 0, sizeof st);
     for (int k = 0; k < NP; k++) {
         zt_fill_real(st.p[k], pnumel(k), -0.5f, 0.5f, 900 + (uint64_t)k);
-        zt_round(st.p[k], pnumel(k), dtype);
+        dt_test_round(st.p[k], pnumel(k), dtype);
         memcpy(r->init[k], st.p[k], sizeof st.p[k]);
     }
     /* DeepSpeed's dynamic scaler (optim.h). */
@@ -145,7 +145,7 @@ static void model_create(model *m, dt_mesh *mesh, int stage, dt_dtype dtype, flo
     for (int e = 0; e < MAXN; e++)
         sevens[e] = 7.0f;
     for (int k = 0; k < NP; k++) {
-        m->l[k] = zt_layout(mesh, prank[k], NULL, NULL, NULL);
+        m->l[k] = dt_test_layout(mesh, prank[k], NULL, NULL, NULL);
         m->p[k] = zt_tensor(m->l[k], dtype, pshape[k], init ? init[k] : sevens);
     }
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
@@ -203,7 +203,7 @@ static int64_t run_steps(model *m, const ref_traj *r, int64_t t0, int64_t t1, co
             }
             if (injected(t) && k == 1)
                 sm[(ndp - 1) * MAXN + 2] = INFINITY;
-            dt_layout *gl = zt_layout(m->mesh, prank[k], NULL, NULL, "batch");
+            dt_layout *gl = dt_test_layout(m->mesh, prank[k], NULL, NULL, "batch");
             g[k] = zt_tensor_from(gl, m->dtype, pshape[k], dpd, srcs);
             dt_layout_destroy(gl);
             free(sm);
@@ -264,7 +264,7 @@ static void check_checkpoint(const char *dir, const ref_state *want, dt_dtype dt
             if (s == 0 && dtype != DT_DTYPE_F32) {
                 DT_ASSERT_OK(dt_ckpt_read_tensor(ck, idx, half, sizeof half));
                 DT_ASSERT_OK(dt_kernel_cast(n, half, dtype, got, DT_DTYPE_F32));
-                zt_round(exp, n, dtype);
+                dt_test_round(exp, n, dtype);
             } else {
                 DT_ASSERT_OK(dt_ckpt_read_tensor(ck, idx, got, sizeof got));
             }
@@ -288,7 +288,7 @@ static void check_checkpoint(const char *dir, const ref_state *want, dt_dtype dt
 static void save_model(model *m, const char *dir)
 {
     /* An extra tensor (replicated, f32) and a value of the caller ride along. */
-    dt_layout *l = zt_layout(m->mesh, 1, NULL, NULL, NULL);
+    dt_layout *l = dt_test_layout(m->mesh, 1, NULL, NULL, NULL);
     const float cursor[5] = {4, 3, 2, 1, 0};
     int64_t shape[1] = {5};
     dt_tensor *extra = zt_tensor(l, DT_DTYPE_F32, shape, cursor);
@@ -306,7 +306,7 @@ static void save_model(model *m, const char *dir)
 
 static void check_extra(dt_mesh *mesh, const char *dir)
 {
-    dt_layout *l = zt_layout(mesh, 1, NULL, NULL, NULL);
+    dt_layout *l = dt_test_layout(mesh, 1, NULL, NULL, NULL);
     const char *en[1] = {"data/cursor"};
     const dt_layout *ls[1] = {l};
     dt_tensor *t = NULL;
@@ -418,7 +418,7 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
         save_model(&m, ck);
         model_destroy(&m);
 
-        dt_layout *l2 = zt_layout(mesh, 2, NULL, NULL, NULL);
+        dt_layout *l2 = dt_test_layout(mesh, 2, NULL, NULL, NULL);
         float z[MAXN] = {0};
         int64_t other[2] = {4, 3}, extra_shape[2] = {2, 2};
         dt_zero *zz = NULL;
@@ -427,7 +427,7 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
         /* head/w with a transposed shape. */
         dt_tensor *p3[NP];
         for (int k = 0; k < NP; k++) {
-            dt_layout *l = zt_layout(mesh, prank[k], NULL, NULL, NULL);
+            dt_layout *l = dt_test_layout(mesh, prank[k], NULL, NULL, NULL);
             p3[k] = zt_tensor(l, DT_DTYPE_F32, k == 2 ? other : pshape[k], z);
             dt_layout_destroy(l);
         }

@@ -136,9 +136,9 @@ static void run(const run_cfg *c)
         const pspec *s = &c->ps[k];
         CU_ASSERT_FATAL(numel(s) <= MAXN);
         zt_fill_real(p[k], numel(s), -0.5f, 0.5f, 500 + (uint64_t)k);
-        zt_round(p[k], numel(s), c->dtype); /* the master starts from the parameter */
-        pl[k] = zt_layout(mesh, s->rank, s->s0, s->s1, NULL);
-        gl[k] = zt_layout(mesh, s->rank, s->g0, s->g1, s->g_partial ? "batch" : NULL);
+        dt_test_round(p[k], numel(s), c->dtype); /* the master starts from the parameter */
+        pl[k] = dt_test_layout(mesh, s->rank, s->s0, s->s1, NULL);
+        gl[k] = dt_test_layout(mesh, s->rank, s->g0, s->g1, s->g_partial ? "batch" : NULL);
         pt[k] = zt_tensor(pl[k], c->dtype, s->shape, p[k]);
         names[k] = s->name;
     }

@@ -49,16 +49,6 @@ int zt_in_mesh(const dt_mesh *mesh)
     return dt_mesh_num_local_devices(mesh) > 0;
 }
 
-dt_layout *zt_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
-                     const char *partial)
-{
-    const char *specs[2] = {s0 ? s0 : DT_UNSHARDED, s1 ? s1 : DT_UNSHARDED};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    dt_layout *l = NULL;
-    DT_ASSERT_OK(dt_layout_create_partial(mesh, rank, specs, partial ? 1 : 0, &partial, &op, &l));
-    return l;
-}
-
 /* Box of component i of t as (row offset, rows, column offset, columns) in a [R, C] view
  * (rank 1: one row). */
 static void box_of(const dt_tensor *t, int i, int64_t *r0, int64_t *nr, int64_t *c0, int64_t *nc,
@@ -170,16 +160,6 @@ int64_t zt_mismatches(const char *what, const dt_tensor *t, const float *want, f
                       float rtol)
 {
     return compare(what, t, want, 0, atol, rtol);
-}
-
-void zt_round(float *x, int64_t n, dt_dtype dtype)
-{
-    if (dtype == DT_DTYPE_F32 || n == 0)
-        return;
-    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)n);
-    DT_ASSERT_OK(dt_kernel_cast(n, x, DT_DTYPE_F32, h, dtype));
-    DT_ASSERT_OK(dt_kernel_cast(n, h, dtype, x, DT_DTYPE_F32));
-    free(h);
 }
 
 uint64_t zt_hash(uint64_t a, uint64_t b, uint64_t c)

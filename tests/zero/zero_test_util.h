@@ -12,21 +12,15 @@
 /* Global CPU devices of the job. */
 int zt_num_devices(void);
 
-/* 1-D mesh "batch" over devices 0..k-1 (k <= zt_num_devices()): with several clients the
- * first clients' devices, so a small mesh leaves the last clients out of its collectives.
- * (A mesh over a spread-out subset, e.g. devices 0 and 2 of 2 clients x 2, would cross
- * processes at every size, but dt_mesh_check_devices rejects non-prefix subsets for now.) */
+/* 1-D mesh "batch" of k devices (k <= zt_num_devices()) spread evenly over the devices
+ * present (ids floor(i n / k)), so under MPI even a small mesh spans several processes;
+ * clients holding none of its devices stay out of its collectives. */
 dt_mesh *zt_mesh_dp(int64_t k);
 /* 2-D mesh batch x model (model = 2) over every device (needs an even device count). */
 dt_mesh *zt_mesh_batch_model(void);
 /* 1 if this client holds devices of `mesh` (only those clients take part in its
  * collectives). */
 int zt_in_mesh(const dt_mesh *mesh);
-
-/* Layout of a rank-1 or rank-2 tensor: specs (NULL = unsharded) and an optional sum-partial
- * mesh dim. */
-dt_layout *zt_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,
-                     const char *partial);
 
 /* A tensor of `layout`, dtype and global shape whose local component on every device holds
  * its box of src[c], c being the device's coordinate on mesh dim `by_dim` (0 when by_dim < 0):
@@ -45,9 +39,6 @@ int64_t zt_bit_mismatches(const char *what, const dt_tensor *t, const float *wan
 /* Same with a tolerance: |got - want| > atol + rtol |want| (values in f32). */
 int64_t zt_mismatches(const char *what, const dt_tensor *t, const float *want, float atol,
                       float rtol);
-
-/* Rounds n floats in place to dtype (f32: unchanged) and back, as dt_kernel_cast does. */
-void zt_round(float *x, int64_t n, dt_dtype dtype);
 
 /* Seeded data: uniform reals in [lo, hi), small integers in [lo, hi]. */
 uint64_t zt_hash(uint64_t a, uint64_t b, uint64_t c);
