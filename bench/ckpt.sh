@@ -43,18 +43,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-cd "$root"
-./scripts/setup.sh
-# shellcheck source=scripts/env.sh
-. ./scripts/env.sh
-
-build=${BUILD_DIR:-build}
-if [ ! -f "$build/build.ninja" ]; then
-  echo "bench/ckpt.sh: configuring $build (release)" >&2
-  meson setup "$build" -Dbuildtype=release >&2
-fi
-ninja -C "$build" bench/bench_ckpt >&2
-exe="$build/bench/bench_ckpt"
+# shellcheck source=bench/prepare.sh
+. "$root/bench/prepare.sh"
+bench_prepare bench/ckpt.sh bench_ckpt
 
 dir=${dir:-$build/bench-ckpt.tmp}
 mkdir -p "$dir"
@@ -62,7 +53,6 @@ mkdir -p "$dir"
 echo "# bench/ckpt.sh: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); files in" \
      "$dir ($(df -h --output=fstype,avail "$dir" | tail -1 | xargs))"
 
-export DT_BIND=${DT_BIND:-0}
 status=0
 case ",$cases," in
   *,reshard,*)

@@ -8,17 +8,9 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$root"
-./scripts/setup.sh
-# shellcheck source=scripts/env.sh
-. ./scripts/env.sh
-
-build=${BUILD_DIR:-build}
-if [ ! -f "$build/build.ninja" ]; then
-  echo "bench/ops.sh: configuring $build (release)" >&2
-  meson setup "$build" -Dbuildtype=release >&2
-fi
-ninja -C "$build" bench/bench_ops >&2
+# shellcheck source=bench/prepare.sh
+. "$root/bench/prepare.sh"
+bench_prepare bench/ops.sh bench_ops
 echo "# bench/ops start: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 "$build/bench/bench_ops" "$@" || status=$?

@@ -40,22 +40,10 @@ for np in "${np_list[@]}"; do
   esac
 done
 
-cd "$root"
-./scripts/setup.sh
-# shellcheck source=scripts/env.sh
-. ./scripts/env.sh
+# shellcheck source=bench/prepare.sh
+. "$root/bench/prepare.sh"
+bench_prepare bench/zero.sh bench_zero
 
-build=${BUILD_DIR:-build}
-if [ ! -f "$build/build.ninja" ]; then
-  echo "bench/zero.sh: configuring $build (release)" >&2
-  meson setup "$build" -Dbuildtype=release >&2
-fi
-ninja -C "$build" bench/bench_zero >&2
-exe="$build/bench/bench_zero"
-
-load() { echo "# $1: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"; }
-
-export DT_BIND=${DT_BIND:-0}
 status=0
 load "bench/run zero start"
 for np in "${np_list[@]}"; do
