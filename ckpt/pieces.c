@@ -185,21 +185,12 @@ out:
 
 /* ---- the checks on the whole list ------------------------------------------------------------ */
 
-static void dims_text(char *buf, size_t len, int rank, const int64_t *v)
-{
-    size_t n = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < rank && n < len; d++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, d ? "," : "", v[d]);
-    if (n < len)
-        snprintf(buf + n, len - n, "]");
-}
-
 /* "box [0,4]+[2,3] from client 1's device 0" */
 static void describe(char *buf, size_t len, const ck_group *g, const desc *d)
 {
     char o[160], s[160];
-    dims_text(o, sizeof o, d->rank, d->off);
-    dims_text(s, sizeof s, d->rank, d->size);
+    dt__shape_str(d->rank, d->off, o, sizeof o);
+    dt__shape_str(d->rank, d->size, s, sizeof s);
     snprintf(buf, len, "box %s+%s from client %d (its piece %d)", o, s, g->clients[d->client],
              d->local);
 }
@@ -237,7 +228,7 @@ static dt_status check_tensor(const ck_group *g, const desc *ds, const int64_t *
             numel > (uint64_t)DIM_MAX)
             return dt__error(DT_ERR_INVALID_ARGUMENT,
                              "dt_save: tensor '%s' has more than 2^50 elements", f->name);
-    dims_text(sh, sizeof sh, f->rank, f->shape);
+    dt__shape_str(f->rank, f->shape, sh, sizeof sh);
     uint64_t covered = 0;
     int64_t nb = 0;
     for (int64_t i = 0; i < k; i++) {
@@ -247,7 +238,7 @@ static dt_status check_tensor(const ck_group *g, const desc *ds, const int64_t *
             same = p->shape[d] == f->shape[d];
         if (!same) {
             char psh[160];
-            dims_text(psh, sizeof psh, p->rank, p->shape);
+            dt__shape_str(p->rank, p->shape, psh, sizeof psh);
             describe(a, sizeof a, g, f);
             describe(b, sizeof b, g, p);
             return dt__error(DT_ERR_INVALID_ARGUMENT,

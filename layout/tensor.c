@@ -44,22 +44,6 @@ typedef struct unpack_ctx {
     int64_t shape[DT_MAX_RANK];
 } unpack_ctx;
 
-/* "[2,4]" (or "[]" for rank 0) into buf; truncated text stays NUL-terminated. */
-static const char *format_shape(char *buf, size_t len, int rank, const int64_t *shape)
-{
-    size_t used = 0;
-    int n = snprintf(buf, len, "[");
-    for (int i = 0; i < rank && n >= 0; i++) {
-        used += (size_t)n;
-        if (used >= len)
-            return buf;
-        n = snprintf(buf + used, len - used, "%s%" PRId64, i ? "," : "", shape[i]);
-    }
-    if (n >= 0 && used + (size_t)n < len)
-        snprintf(buf + used + (size_t)n, len - used - (size_t)n, "]");
-    return buf;
-}
-
 static void free_component_memory(const dt_tensor *t, component *c)
 {
     if (c->managed) {
@@ -114,11 +98,11 @@ static dt_status make_skeleton(const char *fn, const dt_layout *layout, dt_dtype
     for (int d = 0; d < rank; d++) {
         if (shape[d] < 0)
             return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: global shape %s has a negative dim",
-                             fn, format_shape(sbuf, sizeof sbuf, rank, shape));
+                             fn, dt__shape_str(rank, shape, sbuf, sizeof sbuf));
         if (dt__mul_size(numel, (size_t)shape[d], &numel) != 0 || numel > (size_t)INT64_MAX)
             return dt__error(DT_ERR_INVALID_ARGUMENT,
                              "%s: global shape %s has more than 2^63-1 elements", fn,
-                             format_shape(sbuf, sizeof sbuf, rank, shape));
+                             dt__shape_str(rank, shape, sbuf, sizeof sbuf));
     }
 
     const dt_mesh *mesh = dt_layout_mesh(layout);
@@ -169,7 +153,7 @@ static dt_status make_skeleton(const char *fn, const dt_layout *layout, dt_dtype
                 st = dt__error(DT_ERR_INVALID_ARGUMENT,
                                "%s: component %d (device %d): shard %s of %s overflows size_t",
                                fn, i, c->device_id,
-                               format_shape(sbuf, sizeof sbuf, rank, c->shape),
+                               dt__shape_str(rank, c->shape, sbuf, sizeof sbuf),
                                dt_dtype_name(dtype));
                 goto err_free_tensor;
             }
@@ -367,9 +351,9 @@ static dt_status check_component(const char *fn, const dt_tensor *t, int i, cons
     for (int d = 0; d < t->rank; d++) {
         if (x->shape[d] != c->shape[d])
             return dt__error(DT_ERR_SHAPE, "%s: shape %s but the layout needs %s for global "
-                             "shape %s", pre, format_shape(a, sizeof a, t->rank, x->shape),
-                             format_shape(b, sizeof b, t->rank, c->shape),
-                             format_shape(g, sizeof g, t->rank, t->shape));
+                             "shape %s", pre, dt__shape_str(t->rank, x->shape, a, sizeof a),
+                             dt__shape_str(t->rank, c->shape, b, sizeof b),
+                             dt__shape_str(t->rank, t->shape, g, sizeof g));
     }
     if (x->strides && c->bytes > 0) {
         /* Compact row-major; a dim of size 1 may carry any stride (as PyTorch emits). */
@@ -378,8 +362,8 @@ static dt_status check_component(const char *fn, const dt_tensor *t, int i, cons
             if (c->shape[d] != 1 && x->strides[d] != expect)
                 return dt__error(DT_ERR_UNSUPPORTED, "%s: strides %s are not compact row-major "
                                  "for shape %s", pre,
-                                 format_shape(a, sizeof a, t->rank, x->strides),
-                                 format_shape(b, sizeof b, t->rank, c->shape));
+                                 dt__shape_str(t->rank, x->strides, a, sizeof a),
+                                 dt__shape_str(t->rank, c->shape, b, sizeof b));
             expect *= c->shape[d];
         }
     }

@@ -123,9 +123,6 @@ dt_status dt__check_tensor(const char *op, const char *what, const dt_tensor *t,
 dt_status dt__check_f32(const char *op, const char *what, const dt_tensor *t);
 dt_status dt__check_same_shape(const char *op, const dt_tensor *a, const dt_tensor *b);
 
-/* Shape text "[2,3]" into buf (for messages). */
-const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len);
-
 /* Local component i's data pointer (NULL if empty), its element count. */
 void *dt__local_data(const dt_tensor *t, int i);
 int64_t dt__local_numel(const dt_tensor *t, int i);

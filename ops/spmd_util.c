@@ -155,17 +155,6 @@ dt_status dt__finish_layout(const char *op, const dt_layout *layout, dt_tensor *
     return DT_OK;
 }
 
-const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len)
-{
-    size_t at = 0;
-    at += (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "," : "", (long long)shape[i]);
-    if (at < len)
-        snprintf(buf + at, len - at, "]");
-    return buf;
-}
-
 dt_status dt__check_tensor(const char *op, const char *what, const dt_tensor *t,
                            const dt_tensor *ref)
 {

@@ -31,15 +31,11 @@ static dt_status check_grads(const dt_zero *z, dt_tensor *const *grads)
             for (int d = 0; same && d < rank; d++)
                 same = dt_tensor_shape(t)[d] == dt_tensor_shape(p->tensor)[d];
             if (!same) {
-                char a[96] = "[", b[96] = "[";
-                for (int d = 0; d < dt_tensor_rank(t); d++)
-                    snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-                             (long long)dt_tensor_shape(t)[d]);
-                for (int d = 0; d < rank; d++)
-                    snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-                             (long long)dt_tensor_shape(p->tensor)[d]);
-                return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has shape %s], the "
-                                 "parameter %s]", fn, p->index, p->name, a, b);
+                char a[96], b[96];
+                return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has shape %s, the "
+                                 "parameter %s", fn, p->index, p->name,
+                                 dt__shape_str(dt_tensor_rank(t), dt_tensor_shape(t), a, sizeof a),
+                                 dt__shape_str(rank, dt_tensor_shape(p->tensor), b, sizeof b));
             }
         }
     return DT_OK;

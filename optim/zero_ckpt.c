@@ -357,16 +357,12 @@ static dt_status check_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgro
         for (int j = 0; same && j < rank; j++)
             same = info.shape[j] == shape[j];
         if (!same) {
-            char a[128] = "", b[128] = "";
-            for (int j = 0; j < info.rank; j++)
-                snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", j ? "," : "",
-                         (long long)info.shape[j]);
-            for (int j = 0; j < rank; j++)
-                snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", j ? "," : "",
-                         (long long)shape[j]);
-            return dt__error(DT_ERR_SHAPE, "dt_zero_load: state '%s' is %s [%s], f32 [%s] "
+            char a[128], b[128];
+            return dt__error(DT_ERR_SHAPE, "dt_zero_load: state '%s' is %s %s, f32 %s "
                              "expected (the parameter's flattened shard differs)", name,
-                             dt_dtype_name(info.dtype), a, b);
+                             dt_dtype_name(info.dtype),
+                             dt__shape_str(info.rank, info.shape, a, sizeof a),
+                             dt__shape_str(rank, shape, b, sizeof b));
         }
     }
     return DT_OK;

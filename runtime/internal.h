@@ -50,6 +50,9 @@ int dt__cuda_local_index(int ordinal);
 
 /* Bounded string copy that always NUL-terminates; returns strlen(src). */
 size_t dt__strlcpy(char *dst, const char *src, size_t len);
+/* Shape text "[2,3]" ("[]" for rank 0) into buf, for messages; truncated text stays
+ * NUL-terminated. Returns buf. */
+const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len);
 
 /* ---- runtime/ internals (init.c, topology.c, memory.c, cuda.c) ---- */
 

@@ -1,4 +1,6 @@
-/* Small helpers shared by the modules: checked arithmetic, strings, device type names. */
+/* Small helpers shared by the modules: checked arithmetic, strings, shape text, device type
+ * names. */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -48,4 +50,15 @@ dt_status dt_device_type_parse(const char *text, dt_device_type *type_out)
     }
     return dt__error(DT_ERR_PARSE, "device type '%s' is neither CPU nor GPU",
                      text ? text : "(null)");
+}
+
+const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len)
+{
+    size_t at = 0;
+    at += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+    return buf;
 }
