@@ -96,6 +96,11 @@ static void release_all(void)
     cudaGetLastError();
 }
 
+static void register_release(void)
+{
+    dt__at_finalize(release_all);
+}
+
 /* device_id: a component's DLTensor device_id, the CUDA ordinal of one of this client's GPUs
  * (dt__cuda_ordinal). */
 static dt_status cuda_set_device(int device_id)
@@ -106,9 +111,10 @@ static dt_status cuda_set_device(int device_id)
     if (device_id >= DT__CU_MAX_DEVICES)
         return dt__error(DT_ERR_UNSUPPORTED, "ops (CUDA): CUDA device %d beyond the %d the "
                          "ops keep state for", device_id, DT__CU_MAX_DEVICES);
-    dt_status st = dt__at_finalize(release_all);
-    if (st == DT_OK)
-        st = dt__cuda_check(cudaSetDevice(device_id), "ops (CUDA): cudaSetDevice");
+    /* Finalize hooks stay registered across dt_init/dt_finalize cycles: register once. */
+    static pthread_once_t hook_once = PTHREAD_ONCE_INIT;
+    pthread_once(&hook_once, register_release);
+    dt_status st = dt__cuda_check(cudaSetDevice(device_id), "ops (CUDA): cudaSetDevice");
     if (st == DT_OK)
         touched |= (uint64_t)1 << device_id;
     return st;
