@@ -90,18 +90,4 @@ void dt__rl_plan_free(rl_plan *plan);
 /* Executes a plan from `src` into `dst` (already allocated with the plan's dst layout). */
 dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst);
 
-/* Strided helpers over a box inside a compact row-major component. */
-typedef void (*rl_run_fn)(void *dst, const void *src, int64_t n, void *arg);
-/* Copies (or reduces with fn) the region `box` (global coordinates) from the component with
- * global offset/shape (so, soff, sshape) to the one with (doff, dshape). Either side may be
- * a contiguous buffer holding exactly the box (pass its box as offset and shape). */
-void dt__rl_box_apply(int rank, size_t elem, const rl_box *box, void *dst, const int64_t *doff,
-                      const int64_t *dshape, const void *src, const int64_t *soff,
-                      const int64_t *sshape, rl_run_fn fn, void *arg);
-
-/* Elementwise reduction kernels: dst[i] = op(dst[i], src[i]) for n elements of dtype. */
-rl_run_fn dt__rl_reduce_kernel(dt_reduce_op op, dt_dtype dtype);
-/* dst[i] /= k for n elements (the final step of AVG). */
-void dt__rl_divide(void *dst, int64_t n, dt_dtype dtype, int64_t k);
-
 #endif

@@ -24,29 +24,11 @@ MPI_Comm dt__comm(void);
 /* Number of local devices of each client (array of dt_num_clients entries), or NULL. */
 const int *dt__client_device_counts(dt_device_type type);
 
-/* CUDA present in this build and runtime: 1 or 0. */
-int dt__have_cuda(void);
-
 /* Checked size arithmetic: 0 on success, -1 on overflow. */
 int dt__mul_size(size_t a, size_t b, size_t *out);
 
 /* Product of shape[0..rank-1] (1 for rank 0). Assumes non-negative entries. */
 int64_t dt__numel(int rank, const int64_t *shape);
-
-/* CUDA (runtime/cuda.c). Without CUDA in the build: count 0, version 0, and the memory calls
- * return DT_ERR_UNSUPPORTED. local_index is the client's local GPU index. */
-int dt__cuda_device_count(void);
-int dt__nccl_version(void);
-dt_status dt__device_alloc(int local_index, size_t bytes, void **ptr_out);
-void dt__device_free(int local_index, void *ptr);
-dt_status dt__device_memset0(int local_index, void *ptr, size_t bytes);
-/* Copy between any host/device pointers (unified addressing). */
-dt_status dt__device_copy(void *dst, const void *src, size_t bytes);
-/* The CUDA ordinal of this client's local GPU `local_index`, and back: what a GPU
- * component's DLPack device_id holds (other libraries select the device by it). -1 when out
- * of range (always, without CUDA). */
-int dt__cuda_ordinal(int local_index);
-int dt__cuda_local_index(int ordinal);
 
 /* Bounded string copy that always NUL-terminates; returns strlen(src). */
 size_t dt__strlcpy(char *dst, const char *src, size_t len);
@@ -71,11 +53,6 @@ MPI_Comm dt__host_comm(void);
 dt_status dt__topology_load(void);
 dt_status dt__topology_setup(MPI_Comm comm, int bind);
 void dt__topology_unload(void);
-
-/* cuda.c, called by dt_init/dt_finalize: picks this client's share of the host's GPUs
- * (collective over host_comm), *count_out local GPUs; release forgets the assignment. */
-dt_status dt__cuda_assign(MPI_Comm host_comm, int use_gpus, int *count_out);
-void dt__cuda_release(void);
 
 /* memory.c: (re)reads DT_POOL_MAX_MB; DT_ERR_INVALID_ARGUMENT naming a bad value. */
 dt_status dt__pool_configure(void);

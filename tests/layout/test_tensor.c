@@ -630,7 +630,7 @@ static void test_pack_rejects_wrong_device_type(void)
     snprintf(dev, sizeof dev, "device %d,", dt_mesh_local_device_id(f.mesh, i));
     dt_tensor *t = SENTINEL;
     f.comps[i].device = (DLDevice){kDLCUDA, 0};
-    DT_ASSERT_FAILS(dt_tensor_pack(f.layout, f.shape, f.n, f.comps, &t), DT_ERR_SHAPE);
+    DT_ASSERT_FAILS(dt_tensor_pack(f.layout, f.shape, f.n, f.comps, &t), DT_ERR_DEVICE_MISMATCH);
     DT_ASSERT_ERROR_MENTIONS(dev);
     DT_ASSERT_ERROR_MENTIONS("kDLCPU");
     CU_ASSERT_PTR_EQUAL(t, SENTINEL);
