@@ -1,4 +1,5 @@
-/* Status codes: names and descriptions from DT_STATUS_MAP, and per-thread error text. */
+/* Status codes: names and descriptions from DT_STATUS_MAP, per-thread error text, and MPI
+ * failures turned into statuses. */
 #include <stdio.h>
 
 #include "runtime/internal.h"
@@ -46,4 +47,13 @@ dt_status dt__error(dt_status st, const char *fmt, ...)
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return st;
+}
+
+dt_status dt__mpi_error(int rc, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", rc);
+    return dt__error(DT_ERR_COMM, "%s: %s", what, text);
 }
