@@ -97,6 +97,14 @@ static void __attribute__((unused)) test_sim_gives_logical_gpus_with_cpu_devices
     CU_ASSERT_STRING_EQUAL(dt_device_kind_name(DT_DEVICE_GPU), "none");
 }
 
+static void test_finalize_ends_the_mpi_a_failed_init_started(void)
+{
+    dt_finalize();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    CU_ASSERT_EQUAL(finalized, mpi_started());
+}
+
 int main(int argc, char **argv)
 {
     unsetenv("DT_GPU");
@@ -106,6 +114,7 @@ int main(int argc, char **argv)
         DT_TEST(test_every_kind_in_the_build_has_its_kernel_table),
         DT_TEST(test_demanding_cuda_without_a_gpu_names_what_is_missing),
         /* SIM-CASE */
+        DT_TEST(test_finalize_ends_the_mpi_a_failed_init_started),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "runtime_init_gpu", cases, 0);
