@@ -1,8 +1,10 @@
 /* Status codes: names and descriptions from DT_STATUS_MAP, per-thread error text, and MPI
  * failures turned into statuses. */
+#include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 static _Thread_local char last_error[1024];
 
