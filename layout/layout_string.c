@@ -347,10 +347,15 @@ dt_status dt_layout_parse(const char *text, dt_layout **layout_out)
         if (st != DT_OK)
             return st;
     }
-    if (strncmp(p, MESH_PREFIX, strlen(MESH_PREFIX)) != 0)
+    if (strncmp(p, MESH_PREFIX, strlen(MESH_PREFIX)) != 0) {
+        int items = 1; /* TensorFlow splits the text at spaces and wants two items */
+        for (const char *c = text; *c; c++)
+            items += *c == ' ';
         return dt__error(DT_ERR_PARSE,
-                         "layout string column %d: expected '" MESH_PREFIX "'%s",
-                         (int)(p - text) + 1, npart ? "" : " or '" PARTIAL_PREFIX "'");
+                         "layout string column %d: expected '" MESH_PREFIX "'%s (TensorFlow: "
+                         "\"Expected 2 items but found %d\")",
+                         (int)(p - text) + 1, npart ? "" : " or '" PARTIAL_PREFIX "'", items);
+    }
     p += strlen(MESH_PREFIX);
 
     st = dt_mesh_parse(p, &mesh);

@@ -288,12 +288,18 @@ static dt_status check_shape(const dt__mesh_desc *d, int empty, int64_t *size_ou
         /* Reserved by TensorFlow's layouts (Layout::kUnshardedDim, kAny, kMatch). */
         if (!strcmp(nm, "unsharded") || !strcmp(nm, "any") || !strcmp(nm, "match")) {
             where(d, DT__MESH_AT_DIM_NAME, i, at, sizeof at);
-            return dt__error(d->code, "%sdimension name '%s' is reserved for layouts", at, nm);
+            return dt__error(d->code,
+                             "%sdimension name '%s' is reserved for layouts (TensorFlow: "
+                             "\"mesh dimension name %s is reserved\")",
+                             at, nm, nm);
         }
         for (int j = 0; j < i; j++) {
             if (!strcmp(d->dim_names[j], nm)) {
                 where(d, DT__MESH_AT_DIM_NAME, i, at, sizeof at);
-                return dt__error(d->code, "%sdimension '%s' repeated", at, nm);
+                return dt__error(d->code,
+                                 "%sdimension '%s' repeated (TensorFlow: \"repeated mesh "
+                                 "dimension\")",
+                                 at, nm);
             }
         }
         if (d->dim_sizes[i] < (empty ? 0 : 1)) {
@@ -320,7 +326,10 @@ static dt_status check_ids(const dt__mesh_desc *d, int64_t size)
         if (d->num_global != size) {
             dims_text(d, dims, sizeof dims);
             where(d, DT__MESH_AT_GLOBAL_IDS, 0, at, sizeof at);
-            return dt__error(d->code, "%s%lld device ids for a mesh of %lld devices (%s)", at,
+            return dt__error(d->code,
+                             "%s%lld device ids for a mesh of %lld devices (%s) (TensorFlow: "
+                             "\"mesh size doesn't match number of devices\")",
+                             at,
                              (long long)d->num_global, (long long)size, dims);
         }
         for (int64_t i = 0; i < size; i++) {
@@ -370,7 +379,10 @@ static dt_status check_ids(const dt__mesh_desc *d, int64_t size)
     }
     if (d->num_local_devices != d->num_local) {
         where(d, DT__MESH_AT_LOCAL_DEVICES, 0, at, sizeof at);
-        return dt__error(d->code, "%s%lld local device names for %lld local device ids", at,
+        return dt__error(d->code,
+                         "%s%lld local device names for %lld local device ids (TensorFlow: "
+                         "\"not meeting requirements\")",
+                         at,
                          (long long)d->num_local_devices, (long long)d->num_local);
     }
     /* TensorFlow's meshes give every client the same number of devices. */
@@ -399,7 +411,10 @@ static dt_status check_names(const dt__mesh_desc *d, dt__mesh_part item,
             return st;
         if (*have_type && strcmp(t, type_io) != 0) {
             where(d, item, i, at, sizeof at);
-            return dt__error(d->code, "%sdevice '%s' is %s but the mesh's other devices are %s",
+            return dt__error(d->code,
+                             "%sdevice '%s' is %s but the mesh's other devices are %s "
+                             "(TensorFlow: \"More than one device type per mesh not "
+                             "supported\")",
                              at, names[i], t, type_io);
         }
         memcpy(type_io, t, sizeof t);
