@@ -717,6 +717,11 @@ static void test_pack_and_zeros_reject_placeholder_tpu_and_empty_layouts(void)
     DT_ASSERT_ERROR_MENTIONS("placeholder 'any'");
     DT_ASSERT_FAILS(dt_tensor_pack(l, f.shape, f.n, f.comps, &t), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("placeholder 'any'");
+    dt_tensor *src = NULL;
+    DT_ASSERT_OK(dt_tensor_zeros(f.layout, DT_DTYPE_F32, f.shape, &src));
+    DT_ASSERT_FAILS(dt_relayout(src, l, &t), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("placeholder 'any'");
+    dt_tensor_destroy(src);
     dt_layout_destroy(l);
 
     /* A TPU mesh of the same shape, made and parsed. */
