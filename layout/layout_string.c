@@ -348,13 +348,16 @@ dt_status dt_layout_parse(const char *text, dt_layout **layout_out)
             return st;
     }
     if (strncmp(p, MESH_PREFIX, strlen(MESH_PREFIX)) != 0) {
-        int items = 1; /* TensorFlow splits the text at spaces and wants two items */
+        /* TensorFlow splits the text at spaces and wants two items: say so when that is
+         * what went wrong. */
+        int items = 1;
         for (const char *c = text; *c; c++)
             items += *c == ' ';
-        return dt__error(DT_ERR_PARSE,
-                         "layout string column %d: expected '" MESH_PREFIX "'%s (TensorFlow: "
-                         "\"Expected 2 items but found %d\")",
-                         (int)(p - text) + 1, npart ? "" : " or '" PARTIAL_PREFIX "'", items);
+        char tf[64] = "";
+        if (!npart && items != 2)
+            snprintf(tf, sizeof tf, " (TensorFlow: \"Expected 2 items but found %d\")", items);
+        return dt__error(DT_ERR_PARSE, "layout string column %d: expected '" MESH_PREFIX "'%s%s",
+                         (int)(p - text) + 1, npart ? "" : " or '" PARTIAL_PREFIX "'", tf);
     }
     p += strlen(MESH_PREFIX);
 

@@ -676,6 +676,8 @@ int dt_mesh_device_id(const dt_mesh *mesh, int64_t position)
 int64_t dt_mesh_position(const dt_mesh *mesh, int device_id)
 {
     dt__mesh_slot key = {device_id, 0};
+    if (mesh->size == 0)
+        return -1;
     const dt__mesh_slot *s =
         bsearch(&key, mesh->by_id, (size_t)mesh->size, sizeof *mesh->by_id, cmp_slot);
     return s ? s->position : -1;
@@ -701,7 +703,9 @@ int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b)
     for (int i = 0; i < a->rank; i++)
         if (a->dim_sizes[i] != b->dim_sizes[i] || strcmp(a->dim_names[i], b->dim_names[i]))
             return 0;
-    return memcmp(a->global_ids, b->global_ids, (size_t)a->size * sizeof *a->global_ids) == 0;
+    /* The empty mesh has no id arrays at all. */
+    return a->size == 0 ||
+           memcmp(a->global_ids, b->global_ids, (size_t)a->size * sizeof *a->global_ids) == 0;
 }
 
 /* ---- coordinates and groups ----------------------------------------------------------- */
