@@ -17,7 +17,7 @@
 /* Longest path the module builds (dir + '/' + file name). */
 #define CK_PATH_MAX 4096
 
-/* ---- the parsed checkpoint (index.c) ----------------------------------------------------- */
+/* ---- the parsed checkpoint (index.c builds and frees it) --------------------------------- */
 
 typedef struct ck_slice {
     int64_t file;                 /* index into dt_ckpt.files */

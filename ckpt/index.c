@@ -1,5 +1,6 @@
 /* The merged index (dtensor-index.json) through jansson: writing it from a save plan and its
- * CRCs, and parsing and validating it into a dt_ckpt (docs/ckpt-format.md). */
+ * CRCs, parsing and validating it into a dt_ckpt, and freeing a dt_ckpt (dt_ckpt_close)
+ * (docs/ckpt-format.md). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -150,6 +151,41 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
         return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for the index");
     *text_out = text;
     return DT_OK;
+}
+
+/* ---- the parsed checkpoint's teardown ------------------------------------------------------ */
+
+void dt_ckpt_close(dt_ckpt *ck)
+{
+    if (!ck)
+        return;
+    for (int64_t f = 0; ck->files && f < ck->nfiles; f++) {
+        free(ck->files[f].name);
+        free(ck->files[f].slice_tensor);
+        free(ck->files[f].slice_index);
+    }
+    for (int64_t t = 0; ck->tensors && t < ck->ntensors; t++) {
+        ck_tensor *ct = &ck->tensors[t];
+        for (int64_t s = 0; ct->slices && s < ct->nslices; s++) {
+            free(ct->slices[s].chunk_crc);
+            free(ct->slices[s].key);
+        }
+        free(ct->slices);
+        free(ct->name);
+        free(ct->layout);
+        free(ct->mesh);
+    }
+    for (int64_t v = 0; ck->values && v < ck->nvalues; v++) {
+        free(ck->values[v].name);
+        free(ck->values[v].bytes);
+    }
+    free(ck->files);
+    free(ck->tensors);
+    free(ck->by_name);
+    free(ck->values);
+    free(ck->mesh);
+    free(ck->path);
+    free(ck);
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
