@@ -213,40 +213,6 @@ static const DLTensor *component_at(const dt_tensor *t, int64_t p)
     return NULL;
 }
 
-/* Test hook for full-disk tests: DT_CKPT_FAIL_WRITE_AFTER=N makes this process's writes of
- * one save fail with ENOSPC once it has written N bytes (read at each dt_save; docs/ckpt.md). */
-static long long fail_after = -1;
-static long long written_total;
-static pthread_mutex_t inject_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void inject_reset(void)
-{
-    const char *e = getenv("DT_CKPT_FAIL_WRITE_AFTER");
-    pthread_mutex_lock(&inject_mu);
-    fail_after = e && *e ? atoll(e) : -1;
-    written_total = 0;
-    pthread_mutex_unlock(&inject_mu);
-}
-
-static int inject_enospc(size_t len)
-{
-    pthread_mutex_lock(&inject_mu);
-    int fail = fail_after >= 0 && written_total + (long long)len > fail_after;
-    if (!fail)
-        written_total += (long long)len;
-    pthread_mutex_unlock(&inject_mu);
-    return fail;
-}
-
-static int write_at(int fd, const void *buf, size_t len, uint64_t off)
-{
-    if (inject_enospc(len)) {
-        errno = ENOSPC;
-        return -1;
-    }
-    return dt__ckpt_pwrite(fd, buf, len, off);
-}
-
 /* Data are written in pieces of WRITE_PIECE bytes (each CRC'd just before, so that the write
  * copies it from cache), and the kernel is asked to start writing back every WRITEBACK_BYTES
  * (when fsyncing), so that the device works while we copy and the final fsync waits only for
@@ -277,7 +243,7 @@ static void *write_file(void *arg)
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         goto io_err;
-    if (write_at(fd, pf->header, (size_t)pf->header_bytes, 0) != 0)
+    if (dt__ckpt_pwrite(fd, pf->header, (size_t)pf->header_bytes, 0) != 0)
         goto io_err_close;
     uint64_t C = plan->chunk_bytes;
     uint64_t flushed = 0, dirty_end = pf->header_bytes;   /* writeback started below this */
@@ -311,7 +277,7 @@ static void *write_file(void *arg)
                 crc = 0;
             }
             uint64_t off = pf->header_bytes + s->begin + at;
-            if (write_at(fd, data + at, (size_t)len, off) != 0)
+            if (dt__ckpt_pwrite(fd, data + at, (size_t)len, off) != 0)
                 goto io_err_close;
             at += len;
             dirty_end = off + len;
@@ -569,7 +535,7 @@ static dt_status write_index_and_commit(const ck_plan *plan, const save_inputs *
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     size_t len = strlen(text);
-    if (fd < 0 || write_at(fd, text, len, 0) != 0 || (do_fsync && fsync(fd) != 0)) {
+    if (fd < 0 || dt__ckpt_pwrite(fd, text, len, 0) != 0 || (do_fsync && fsync(fd) != 0)) {
         st = dt__error(DT_ERR_IO, "dt_save: %s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -622,7 +588,6 @@ dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const
                              "holding no device of the mesh", np);
         return DT_OK;
     }
-    inject_reset();
     ck_plan plan;
     memset(&plan, 0, sizeof plan);
     uint32_t *crcs = NULL, **chunk_crcs = NULL, *chunk_store = NULL;

@@ -228,36 +228,6 @@ static void test_restore_opens_only_the_files_it_needs(void)
     dt_test_scratch_remove(dir);
 }
 
-/* A write failing on the last client (injected ENOSPC) fails the save on every client with
- * DT_ERR_IO, removes the temporary directory and keeps the previous checkpoint. */
-static void test_failed_write_on_one_client_keeps_previous_checkpoint(void)
-{
-    char dir[256], ck[300], tmp[340];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
-    save(ck);
-    dt_mesh *m = all_mesh();
-    dt_layout *l = ck_layout(m, "a,b");
-    int64_t shape[2] = {9, 6};
-    dt_tensor *t = ck_make(l, DT_DTYPE_F32, shape, 99);
-    int last = dt_num_clients() - 1;
-    if (dt_client_id() == last)
-        setenv("DT_CKPT_FAIL_WRITE_AFTER", "40", 1);
-    DT_ASSERT_FAILS(dt_save(m, ck, 1, &names[0], (const dt_tensor *const *)&t, NULL),
-                    DT_ERR_IO);
-    DT_ASSERT_ERROR_MENTIONS("No space left on device");
-    if (dt_client_id() == last)
-        unsetenv("DT_CKPT_FAIL_WRITE_AFTER");
-    struct stat sb;
-    snprintf(tmp, sizeof tmp, "%s.dtensor-tmp", ck);
-    CU_ASSERT_NOT_EQUAL(stat(tmp, &sb), 0);
-    DT_ASSERT_OK(restore_all(ck));      /* the previous checkpoint, checked element-wise */
-    dt_tensor_destroy(t);
-    dt_layout_destroy(l);
-    dt_mesh_destroy(m);
-    dt_test_scratch_remove(dir);
-}
-
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -268,7 +238,6 @@ int main(int argc, char **argv)
         DT_TEST(test_edited_index_is_corrupt),
         DT_TEST(test_missing_checkpoint_is_not_found),
         DT_TEST(test_restore_opens_only_the_files_it_needs),
-        DT_TEST(test_failed_write_on_one_client_keeps_previous_checkpoint),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "ckpt_corrupt", cases, 1);

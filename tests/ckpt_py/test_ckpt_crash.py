@@ -4,8 +4,8 @@ random moments (all processes at once, one after the other, or one rank and let 
 other); after every kill `dtensor ckpt verify` passes and a restore onto 3 devices holds exactly
 version k or k+1, every element and value of it, never a mix and never an error. A full disk
 (a small tmpfs when this process may mount one; always also ENOSPC injected by an LD_PRELOAD
-shim at several points of the save) fails the save with DT_ERR_IO and keeps the previous
-checkpoint. Standard library only. Usage: test_ckpt_crash.py DTENSOR MAKE_CKPT MPIEXEC SHIM"""
+shim at several points of the save, and on one client only) fails the save on every client
+with DT_ERR_IO and keeps the previous checkpoint. Standard library only. Usage: test_ckpt_crash.py DTENSOR MAKE_CKPT MPIEXEC SHIM"""
 import json
 import os
 import random
@@ -283,6 +283,13 @@ class FullDisk(unittest.TestCase):
             rc, out, err = save(d, 2, 1, env=dict(env, DT_ENOSPC_AFTER=str(n)))
             self.assert_failed_with_enospc(rc, out, err, f"ENOSPC at {what} ({n} bytes)")
             self.assert_kept(d, 1, f"after ENOSPC at {what}")
+        # Only the last client's disk fills (its first slice): the other one's part succeeds,
+        # yet every client returns DT_ERR_IO with the failing client's message.
+        rc, out, err = save(d, 2, 1, env=dict(env, DT_ENOSPC_AFTER="40", DT_ENOSPC_RANK="1"))
+        self.assert_failed_with_enospc(rc, out, err, "ENOSPC on the last client only")
+        self.assertEqual(out.count("status=DT_ERR_IO"), 2, f"both clients fail alike:\n{out}")
+        self.assertEqual(err.count("No space left"), 2, f"both name the cause:\n{err}")
+        self.assert_kept(d, 1, "after ENOSPC on the last client")
         rc, out, err = save(d, 3, 1, env=dict(env, DT_ENOSPC_AFTER=str(1 << 40)))
         self.assertEqual(rc, 0, out + err)
         self.assert_kept(d, 3, "after a save with room")
