@@ -268,6 +268,17 @@ void dt__ckpt_group_free(ck_group *g);
  * of the lowest failing group rank (prefixed with its client id on the others). */
 dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
 
+/* ---- writing the data files (write.c) --------------------------------------------------- */
+
+/* Writes the data files of `plan` whose device belongs to this client into `tmp`, one thread
+ * per file (header, then each slice in 1 MiB pieces, CRC'd as written), fsyncing each when
+ * do_fsync; fills crcs[si] and chunk_crcs[si][c] of the slices written. data[si] holds the
+ * host bytes of plan slice si for those slices. `dir` is the checkpoint being replaced (its
+ * cache is dropped meanwhile); g the save's group. DT_ERR_IO names the file and errno text. */
+dt_status dt__ckpt_write_local_files(const ck_plan *plan, const void *const *data,
+                                     const char *dir, const ck_group *g, const char *tmp,
+                                     int do_fsync, uint32_t *crcs, uint32_t **chunk_crcs);
+
 /* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */
 
 /* Every client's pieces, gathered and checked: tensors in order of first appearance (client
