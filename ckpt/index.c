@@ -11,17 +11,6 @@
 
 /* ---- writing ------------------------------------------------------------------------------ */
 
-static json_t *int_array(int rank, const int64_t *v)
-{
-    json_t *a = json_array();
-    for (int d = 0; a && d < rank; d++)
-        if (json_array_append_new(a, json_integer(v[d])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
 static const char hexd[] = "0123456789abcdef";
 
 static json_t *value_json(const dt_ckpt_value *v)
@@ -110,7 +99,7 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
         }
         bad |= json_object_set_new(o, "name", json_string(plan->names[t]));
         bad |= json_object_set_new(o, "dtype", json_string(dt__ckpt_dtype_str(plan->dtypes[t])));
-        bad |= json_object_set_new(o, "shape", int_array(rank, plan->shapes[t]));
+        bad |= json_object_set_new(o, "shape", dt__ckpt_int_array(rank, plan->shapes[t]));
         bad |= json_object_set_new(o, "layout", ls ? json_string(ls) : NULL);
         bad |= json_object_set_new(o, "mesh", ms ? json_string(ms) : NULL);
         free(ls);
@@ -123,8 +112,8 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
             dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
             bad |= json_object_set_new(so, "file", json_string(name));
             bad |= json_object_set_new(so, "key", json_string(s->key ? s->key : plan->names[t]));
-            bad |= json_object_set_new(so, "offsets", int_array(rank, s->off));
-            bad |= json_object_set_new(so, "sizes", int_array(rank, s->size));
+            bad |= json_object_set_new(so, "offsets", dt__ckpt_int_array(rank, s->off));
+            bad |= json_object_set_new(so, "sizes", dt__ckpt_int_array(rank, s->size));
             bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
             bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
             bad |= json_object_set_new(so, "data_offsets", dof);
