@@ -1,7 +1,6 @@
 /* dt_restore and dt_restore_into: every client opens the index, and each of its devices reads
  * exactly the chunks of the saved slices its target shard intersects (replicas on one client
  * are read once and copied); GPU targets are filled through their host mesh. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,16 +104,12 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
             for (int d = 0; d < ct->rank; d++)
                 same &= shape[d] == ct->shape[d];
             if (!same) {
-                char a[160] = "", b[160] = "";
-                for (int d = 0; d < ct->rank; d++) {
-                    snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-                             (long long)ct->shape[d]);
-                    snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-                             (long long)shape[d]);
-                }
-                st = dt__error(DT_ERR_SHAPE, "%s: tensor '%s' was saved as %s [%s], the target "
-                               "is %s [%s]", fn, names[t], dt_dtype_name(ct->dtype), a,
-                               dt_dtype_name(dt_tensor_dtype(targets[t])), b);
+                char a[160], b[160];
+                st = dt__error(DT_ERR_SHAPE, "%s: tensor '%s' was saved as %s %s, the target "
+                               "is %s %s", fn, names[t], dt_dtype_name(ct->dtype),
+                               dt__shape_str(ct->rank, ct->shape, a, sizeof a),
+                               dt_dtype_name(dt_tensor_dtype(targets[t])),
+                               dt__shape_str(ct->rank, shape, b, sizeof b));
                 break;
             }
         }
