@@ -423,7 +423,7 @@ dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const
     dt_status st = dt__ckpt_norm_dir("dt_save", dir, d, sizeof d);
     if (st == DT_OK)
         st = check_opts(opts);
-    if (st == DT_OK && (st = dt_mesh_check_devices(mesh ? mesh : NULL)) == DT_OK)
+    if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK)
         st = inputs_init("dt_save", mesh, n, names, tensors, &in);
     if (st != DT_OK)
         return st;
