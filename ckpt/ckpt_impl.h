@@ -224,11 +224,23 @@ void dt__ckpt_plan_free(ck_plan *plan);
 /* Parses index text into a checkpoint read from `path` (messages name `index_path`). */
 dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const char *text,
                                size_t len, dt_ckpt **ckpt_out);
-/* The index JSON of a finished save: crcs[i] and chunk_crcs[i] for plan slice i. Owned text. */
+/* The index JSON of a finished save: crcs[i] and chunk_crcs[i] for plan slice i, sealed with
+ * its checksum (seal.c). Owned text. */
 dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
                               int64_t num_devices, const uint32_t *crcs,
                               const uint32_t *const *chunk_crcs, int nvalues,
                               const dt_ckpt_value *values, char **text_out);
+
+/* ---- the index checksum (seal.c) --------------------------------------------------------- */
+
+/* Appends the member "index_crc32c" (CRC32C of all text before it) to jansson's indented text
+ * of the index object. Owned text into *sealed_out. */
+dt_status dt__ckpt_index_seal(const char *json, char **sealed_out);
+/* Checks an index's seal: DT_ERR_CORRUPT (naming index_path and the field) when the trailer is
+ * there but does not match; DT_OK otherwise, with *sealed_out 1 when it matched and 0 when the
+ * text has no trailer (a format_version 1 index, or one whose end was altered). */
+dt_status dt__ckpt_index_check_seal(const char *index_path, const char *text, size_t len,
+                                    int *sealed_out);
 
 /* ---- the verifying reader (read.c) --------------------------------------------------------- */
 

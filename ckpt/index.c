@@ -138,8 +138,9 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
     json_decref(root);
     if (!text)
         return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for the index");
-    *text_out = text;
-    return DT_OK;
+    dt_status st = dt__ckpt_index_seal(text, text_out);
+    free(text);
+    return st;
 }
 
 /* ---- the parsed checkpoint's teardown ------------------------------------------------------ */
@@ -529,6 +530,10 @@ dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const c
                                size_t len, dt_ckpt **ckpt_out)
 {
     pctx c = {.index_path = index_path, .where = ""};
+    int sealed = 0;
+    dt_status sst = dt__ckpt_index_check_seal(index_path, text, len, &sealed);
+    if (sst != DT_OK)
+        return sst;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -561,6 +566,11 @@ dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const c
         goto err;
     }
     ck->version = (int)v;
+    if (!sealed && v >= 2) {
+        st = CORRUPT(&c, "field 'index_crc32c' missing or not the index's last member "
+                     "(index altered)");
+        goto err;
+    }
     json_t *cs = json_object_get(root, "checksum");
     if (!json_is_string(cs) || strcmp(json_string_value(cs), "crc32c") != 0) {
         st = CORRUPT(&c, "'checksum' is not \"crc32c\"");

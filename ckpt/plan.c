@@ -45,7 +45,8 @@ static dt_status build_header(ck_plan *plan, ck_plan_file *f)
 {
     dt_status st = DT_ERR_NO_MEMORY;
     json_t *root = json_object(), *meta = json_object(), *info = json_object();
-    char *info_text = NULL, *text = NULL, devbuf[24];
+    char *info_text = NULL, *text = NULL, devbuf[24], version[16];
+    snprintf(version, sizeof version, "%d", DT_CKPT_FORMAT_VERSION);
     if (!root || !meta || !info)
         goto out;
     /* __metadata__ first: readers that print the header show it on top. */
@@ -75,7 +76,7 @@ static dt_status build_header(ck_plan *plan, ck_plan_file *f)
     bad |= json_object_set_new(meta, "format", json_string("pt"));
     bad |= json_object_set_new(meta, "DCP_VERSION", json_string("1.0"));
     bad |= json_object_set_new(meta, "DCP_SHARDING_INFO", json_string(info_text ? info_text : ""));
-    bad |= json_object_set_new(meta, "dtensor.format_version", json_string("1"));
+    bad |= json_object_set_new(meta, "dtensor.format_version", json_string(version));
     bad |= json_object_set_new(meta, "dtensor.device_id", json_string(devbuf));
     text = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!text)

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Version of the on-disk format this library writes ("format_version" in the index). */
-#define DT_CKPT_FORMAT_VERSION 1
+#define DT_CKPT_FORMAT_VERSION 2
 /* File name of the merged index inside a checkpoint directory. */
 #define DT_CKPT_INDEX_NAME "dtensor-index.json"
 /* Default size of the chunks each slice's CRC32C list covers (docs/ckpt-format.md). */
@@ -144,8 +144,9 @@ DT_API dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char
 /* Restores `n` named tensors from the checkpoint `dir` as new tensors with `layouts[i]` (all
  * on `mesh`, any device count, mesh shape or sharding; partial layouts are not accepted),
  * with the saved global shapes and dtypes. Each device reads only the chunks of the saved
- * slices its shard intersects (pread), and checks every chunk's CRC32C, the file sizes and the
- * safetensors headers against the index. GPU meshes are filled through their host mesh.
+ * slices its shard intersects (pread), and checks the index's own CRC32C, every chunk's
+ * CRC32C, the file sizes and the safetensors headers (CRC32C and content) against the index.
+ * GPU meshes are filled through their host mesh.
  * Collective over the clients holding devices of `mesh`; every client returns the same status.
  * On success tensors_out[i] are owned handles; on failure nothing is written.
  * Returns DT_ERR_NOT_FOUND (no checkpoint at `dir`, or no tensor of that name),
@@ -166,11 +167,11 @@ DT_API dt_status dt_restore_into(const char *dir, int n, const char *const *name
 
 typedef struct dt_ckpt dt_ckpt;
 
-/* Opens the checkpoint at `dir`: reads and validates its index (schema, names, shapes, slice
- * bounds, slices tiling each tensor exactly). If `dir` holds no index but "<dir>.dtensor-old"
+/* Opens the checkpoint at `dir`: reads and validates its index (its own CRC32C, then schema,
+ * names, shapes, slice bounds, slices tiling each tensor exactly). If `dir` holds no index but "<dir>.dtensor-old"
  * does (a save crashed mid-commit), that previous checkpoint is opened (dt_ckpt_path says
  * which). Reads no tensor data. Owned handle, close with dt_ckpt_close.
- * DT_ERR_NOT_FOUND (no checkpoint), DT_ERR_CORRUPT (bad index, naming what), DT_ERR_IO,
+ * DT_ERR_NOT_FOUND (no checkpoint), DT_ERR_CORRUPT (altered or bad index, naming the file and the field), DT_ERR_IO,
  * DT_ERR_UNSUPPORTED (a newer format_version). Local. */
 DT_API dt_status dt_ckpt_open(const char *dir, dt_ckpt **ckpt_out);
 /* Accepts NULL. */
@@ -245,9 +246,9 @@ typedef struct dt_ckpt_problem {
 } dt_ckpt_problem;
 typedef void (*dt_ckpt_problem_fn)(void *arg, const dt_ckpt_problem *problem);
 
-/* Reads every data file completely: checks sizes, header CRCs, that each safetensors header
- * and its DCP_SHARDING_INFO agree with the index, and every slice's whole and per-chunk
- * CRC32C. Calls `fn` (may be NULL) once per bad file or slice and goes on. *bad_out (may be
+/* Reads every data file completely (the index's own CRC32C was checked by dt_ckpt_open):
+ * checks sizes, header CRCs, that each safetensors header and its DCP_SHARDING_INFO agree
+ * with the index, and every slice's whole and per-chunk CRC32C. Calls `fn` (may be NULL) once per bad file or slice and goes on. *bad_out (may be
  * NULL) gets the number of problems. Returns DT_OK when none, else DT_ERR_CORRUPT (the first
  * problem's text in dt_last_error()). Local. */
 DT_API dt_status dt_ckpt_verify(const dt_ckpt *ckpt, dt_ckpt_problem_fn fn, void *arg,

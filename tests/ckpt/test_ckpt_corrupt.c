@@ -136,30 +136,15 @@ static void test_flipped_data_byte_is_corrupt(void) { check_damage(FLIP_DATA, "C
 static void test_flipped_header_byte_is_corrupt(void) { check_damage(FLIP_HEADER, "header"); }
 static void test_deleted_file_is_corrupt(void) { check_damage(DELETE, "missing"); }
 
-/* Client 0 rewrites the index with one substitution; restore and open fail. */
-static void check_index_edit(const char *from, const char *to, const char *expect)
+/* Client 0 rewrites the index with one substitution (resealing its checksum or not); restore
+ * fails on every client naming `expect`. */
+static void check_index_edit(const char *from, const char *to, int reseal, const char *expect)
 {
-    char dir[256], ck[300], path[420];
+    char dir[256], ck[300];
     dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ckpt", dir);
     save(ck);
-    snprintf(path, sizeof path, "%s/%s", ck, DT_CKPT_INDEX_NAME);
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (dt_client_id() == 0) {
-        FILE *f = fopen(path, "rb");
-        CU_ASSERT_FATAL(f != NULL);
-        static char text[1 << 16], out[1 << 16];
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        text[n] = '\0';
-        fclose(f);
-        char *hit = strstr(text, from);
-        CU_ASSERT_FATAL(hit != NULL);
-        snprintf(out, sizeof out, "%.*s%s%s", (int)(hit - text), text, to, hit + strlen(from));
-        f = fopen(path, "wb");
-        fputs(out, f);
-        fclose(f);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    ck_edit_index(ck, from, to, reseal);
     DT_ASSERT_FAILS(restore_all(ck), DT_ERR_CORRUPT);
     DT_ASSERT_ERROR_MENTIONS(expect);
     dt_test_scratch_remove(dir);
@@ -167,16 +152,24 @@ static void check_index_edit(const char *from, const char *to, const char *expec
 
 static void test_edited_index_is_corrupt(void)
 {
-    /* A slice's box moved: the file header disagrees, or the tiling breaks. */
-    check_index_edit("\"offsets\": [\n", "\"offsets\": [\n1,", "tensor 'w'");
+    /* Any edit, even one the other checks would let through, breaks the index checksum. */
+    check_index_edit("\"num_devices\": ", "\"num_devices\": 1", 0, "index_crc32c");
+    check_index_edit("\"chunk_bytes\": 1048576", "\"chunk_bytes\": 2097152", 0, "index_crc32c");
+    check_index_edit("\"values\": [", "\"values\": [], \"x\": [", 0, "index_crc32c");
+    /* The checksum member itself altered or dropped. */
+    check_index_edit("\"index_crc32c\": \"", "\"index_crc32c\": \"0", 0, "index_crc32c");
+    check_index_edit("\"index_crc32c\"", "\"index_crc32d\"", 0, "index_crc32c");
+    /* Resealed edits reach the checks behind the checksum. A slice's box moved: the file
+     * header disagrees, or the tiling breaks. */
+    check_index_edit("\"offsets\": [\n", "\"offsets\": [\n1,", 1, "tensor 'w'");
     /* A CRC edited: it no longer matches its chunks. */
-    check_index_edit("\"crc32c\": ", "\"crc32c\": 1", "tensor '");
+    check_index_edit("\"crc32c\": ", "\"crc32c\": 1", 1, "tensor '");
     /* A file name pointing outside the directory. */
-    check_index_edit("\"name\": \"data-00000", "\"name\": \"../data-00000", "data-00000");
+    check_index_edit("\"name\": \"data-00000", "\"name\": \"../data-00000", 1, "data-00000");
     /* Not JSON at all. */
-    check_index_edit("{", "{{", DT_CKPT_INDEX_NAME);
-    /* A dtype changed: the file header disagrees. */
-    check_index_edit("\"dtype\": \"F32\"", "\"dtype\": \"I32\"", "tensor 'w'");
+    check_index_edit("{", "{{", 1, DT_CKPT_INDEX_NAME);
+    /* A dtype changed: the file header disagrees, naming the field. */
+    check_index_edit("\"dtype\": \"F32\"", "\"dtype\": \"I32\"", 1, "field 'dtype'");
 }
 
 static void test_missing_checkpoint_is_not_found(void)

@@ -158,7 +158,13 @@ class Checkpoint(unittest.TestCase):
     def test_index_top_level_fields(self):
         ix = self.index
         self.assertEqual(ix["format"], "dtensor-checkpoint")
-        self.assertEqual(ix["format_version"], 1)
+        self.assertEqual(ix["format_version"], 2)
+        # The index's last member is the CRC32C of every byte of the file before it.
+        with open(os.path.join(self.dir, "dtensor-index.json"), "rb") as f:
+            raw = f.read()
+        self.assertEqual(list(ix)[-1], "index_crc32c")
+        at = raw.rindex(b'"index_crc32c": "')
+        self.assertEqual(raw[at:], b'"index_crc32c": "%08x"\n}\n' % crc32c(raw[:at]))
         self.assertEqual(ix["checksum"], "crc32c")
         self.assertEqual(ix["num_devices"], self.NPROC * self.DEVICES)
         self.assertEqual(ix["chunk_bytes"] % 4096, 0)
@@ -422,6 +428,26 @@ class Tool(unittest.TestCase):
         self.assertIn("note:", out)
         rc, out, err = tool("ckpt", "verify", d)
         self.assertEqual(rc, 0, err)
+
+    def test_version_1_index_without_checksum_still_opens_but_version_2_needs_it(self):
+        d = self.copy()
+        path = os.path.join(d, "dtensor-index.json")
+        with open(path, "rb") as f:
+            raw = f.read()
+        at = raw.rindex(b'"index_crc32c": "')
+        body = raw[:at].rstrip()[:-1] + b"\n}\n"  # the member and its comma removed
+        self.assertEqual(json.loads(body)["format_version"], 2)
+        with open(path, "wb") as f:
+            f.write(body)
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("index_crc32c", err)
+        with open(path, "wb") as f:
+            f.write(body.replace(b'"format_version": 2', b'"format_version": 1'))
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 0, out + err)
+        rc, out, err = tool("ckpt", "ls", d)
+        self.assertIn("(format 1)", out)
 
     def test_export_one_file_is_standard_safetensors_with_global_tensors(self):
         out_dir = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "hf")
