@@ -282,17 +282,6 @@ void dt__ckpt_group_free(ck_group *g);
  * of the lowest failing group rank (prefixed with its client id on the others). */
 dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
 
-/* ---- writing the data files (write.c) --------------------------------------------------- */
-
-/* Writes the data files of `plan` whose device belongs to this client into `tmp`, one thread
- * per file (header, then each slice in 1 MiB pieces, CRC'd as written), fsyncing each when
- * do_fsync; fills crcs[si] and chunk_crcs[si][c] of the slices written. data[si] holds the
- * host bytes of plan slice si for those slices. `dir` is the checkpoint being replaced (its
- * cache is dropped meanwhile); g the save's group. DT_ERR_IO names the file and errno text. */
-dt_status dt__ckpt_write_local_files(const ck_plan *plan, const void *const *data,
-                                     const char *dir, const ck_group *g, const char *tmp,
-                                     int do_fsync, uint32_t *crcs, uint32_t **chunk_crcs);
-
 /* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */
 
 /* Every client's pieces, gathered and checked: tensors in order of first appearance (client
@@ -319,5 +308,133 @@ dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const ck_group *g, int n,
                                  const char *const *names, int npieces,
                                  const dt_ckpt_piece *pieces, ck_pieces *out);
 void dt__ckpt_pieces_free(ck_pieces *p);
+
+/* ---- writing the data files (write.c) --------------------------------------------------- */
+
+/* Where write.c takes each slice's bytes from, piece by piece in write order (files in order,
+ * each file's slices in data order, each slice in the pieces dt__ckpt_piece_len cuts). */
+typedef struct ck_source {
+    /* Bytes [at, at + len) of plan slice si; NULL on failure (the message set). */
+    const void *(*get)(struct ck_source *src, int64_t si, uint64_t at, uint64_t len);
+    /* Done with what get returned. */
+    void (*put)(struct ck_source *src, const void *bytes, uint64_t len);
+    int parallel;                 /* files may be written by concurrent threads */
+    dt_status status;             /* get's failure */
+    const void *const *data;      /* for dt__ckpt_direct_source: per plan slice */
+} ck_source;
+
+/* A source reading data[si] directly (a synchronous save). */
+ck_source dt__ckpt_direct_source(const void *const *data);
+/* The length of the piece of a slice of `bytes` bytes starting at `at`: up to 1 MiB, never
+ * crossing a chunk boundary of chunk_bytes. */
+uint64_t dt__ckpt_piece_len(uint64_t chunk_bytes, uint64_t bytes, uint64_t at);
+
+/* Writes the data files of `plan` whose device belongs to this client into `tmp` (header,
+ * then each slice piece by piece, CRC'd as written), one thread per file when src->parallel,
+ * fsyncing each when do_fsync; fills crcs[si] and chunk_crcs[si][c] of the slices written.
+ * `dir` is the checkpoint being replaced (its cache is dropped meanwhile); g the save's group.
+ * DT_ERR_IO names the file and errno text. With a sequential source, stops at the first
+ * failure. */
+dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const char *dir,
+                                     const ck_group *g, const char *tmp, int do_fsync,
+                                     uint32_t *crcs, uint32_t **chunk_crcs);
+
+/* ---- staging memory of an asynchronous save (stage.c) ------------------------------------ */
+
+/* A queue of copied pieces between the caller (producer) and the writing thread (consumer),
+ * holding at most `bound` bytes (0: no bound) beyond the one piece always allowed. */
+typedef struct ck_stage ck_stage;
+dt_status dt__ckpt_stage_create(uint64_t bound, ck_stage **stage_out);
+void dt__ckpt_stage_destroy(ck_stage *stage);
+/* The writer's sequential source: pieces in the order dt__ckpt_stage_fill copies them. */
+ck_source *dt__ckpt_stage_source(ck_stage *stage);
+/* Caller: copies the bytes of this client's slices (data[si]) piece by piece in write order,
+ * waiting while the queue is full; returns when all are copied, or at once after an abort.
+ * A failure to allocate is handed to the writer (its get fails with it). */
+void dt__ckpt_stage_fill(ck_stage *stage, const ck_plan *plan, const void *const *data);
+/* Writer: stop; the caller's fill returns without copying more. */
+void dt__ckpt_stage_abort(ck_stage *stage);
+
+/* ---- what a save works on (inputs.c) ------------------------------------------------------- */
+
+/* Host-mesh, non-partial layouts, owned copies of names and shapes, the tensors brought to the
+ * host mesh (dt__ckpt_to_host), the pieces, and the plan's view of all tensors. */
+typedef struct ck_inputs {
+    int n;
+    dt_mesh *host;
+    char **names;
+    dt_layout **layouts;
+    dt_tensor **tensors;          /* NULL for dt_sharded_prefix, and until to_host */
+    int64_t (*shapes)[DT_MAX_RANK];
+    dt_dtype *dtypes;
+    int *ranks;
+    /* dt_save's pieces: this client's (the data), every client's (gathered), and the plan's
+     * view of all tensors (the n above, then the pieces' tensors). */
+    const dt_ckpt_piece *user_pieces;
+    ck_pieces pieces;
+    ck_plan_input plan_in;
+} ck_inputs;
+
+/* Checks names and meshes (fn names the call in messages); builds the host layouts. */
+dt_status dt__ckpt_inputs_init(const char *fn, const dt_mesh *mesh, int n,
+                               const char *const *names, const dt_tensor *const *tensors,
+                               ck_inputs *in);
+void dt__ckpt_inputs_free(ck_inputs *in);
+/* Checks dt_save_opts (NULL is fine). */
+dt_status dt__ckpt_check_opts(const dt_save_opts *o);
+/* Brings every tensor to the host mesh without partial dims (collective). */
+dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, ck_inputs *in);
+/* Fills in->plan_in from the inputs and the gathered pieces. */
+dt_status dt__ckpt_plan_input(ck_inputs *in);
+/* The host bytes of every plan slice this client writes (NULL for the others'); owned array. */
+dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, const void ***data_out);
+
+/* ---- the end of a save (finish.c) ---------------------------------------------------------- */
+
+/* The manager's part of a save (dt_save_step): after the commit, client 0 points ROOT/latest
+ * at the step and prunes. */
+typedef struct ck_publish {
+    int active;
+    char root[CK_PATH_MAX];
+    int64_t step;
+    dt_ckpt_keep keep;
+} ck_publish;
+
+typedef struct ck_finish {
+    const ck_plan *plan;
+    const ck_group *g;
+    const char *dir, *tmp;
+    const char *mesh_str;
+    int64_t num_devices;
+    uint32_t *crcs;
+    uint32_t **chunk_crcs;
+    int do_fsync;
+    int nvalues;
+    const dt_ckpt_value *values;
+    const ck_publish *publish;
+    const dt_mesh *barrier_mesh;  /* timed barriers on it before agreeing; NULL: none */
+    double timeout;
+    int made_tmp;                 /* client 0 created tmp (removed on failure) */
+} ck_finish;
+
+/* A barrier with the caller's timeout (when barrier_mesh and timeout > 0), then agreement on
+ * the outcome over g. */
+dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st);
+/* After this client's files are written with outcome st: agree, gather the CRCs on client 0,
+ * which writes the index, commits and publishes; agree on the outcome; on failure clean up
+ * (dt__ckpt_save_cleanup). Collective over g. */
+dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st);
+/* After a failed save (st agreed by all): client 0 removes tmp if it made it; every client
+ * returns together (barrier unless the communicator failed), with st and its message. */
+dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st);
+
+/* ---- the checkpoint manager (manager.c) ---------------------------------------------------- */
+
+/* Client 0 after the commit of ROOT/step-N: ROOT/latest names it (atomically), then the steps
+ * below it that `keep` does not keep are removed. */
+dt_status dt__ckpt_step_publish(const char *root, int64_t step, const dt_ckpt_keep *keep,
+                                int do_fsync);
+/* Checks a keep policy (fn for the message). */
+dt_status dt__ckpt_check_keep(const char *fn, const dt_ckpt_keep *keep);
 
 #endif

@@ -1,6 +1,7 @@
 /* Writing this client's data files of a save into the temporary directory, one thread per
- * file: each slice CRC'd piece by piece and written from cache, with early writeback, while
- * another thread drops the replaced checkpoint's cache (the counterpart of read.c). */
+ * file (or in order, from an asynchronous save's staging queue): each slice CRC'd piece by
+ * piece and written from cache, with early writeback, while another thread drops the replaced
+ * checkpoint's cache (the counterpart of read.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,7 +14,7 @@
 
 typedef struct file_job {
     const ck_plan *plan;
-    const void *const *data;      /* per plan slice */
+    ck_source *src;
     int64_t file;
     const char *tmp;
     int do_fsync;
@@ -23,11 +24,40 @@ typedef struct file_job {
     char msg[CK_PATH_MAX + 256];
 } file_job;
 
+static const void *direct_get(ck_source *src, int64_t si, uint64_t at, uint64_t len)
+{
+    (void)len;
+    if (!src->data[si]) {
+        src->status = dt__error(DT_ERR_STATE, "dt_save: no local data for slice %lld",
+                                (long long)si);
+        return NULL;
+    }
+    return (const char *)src->data[si] + at;
+}
+
+static void direct_put(ck_source *src, const void *bytes, uint64_t len)
+{
+    (void)src;
+    (void)bytes;
+    (void)len;
+}
+
+ck_source dt__ckpt_direct_source(const void *const *data)
+{
+    return (ck_source){.get = direct_get, .put = direct_put, .parallel = 1, .data = data};
+}
+
 /* Data are written in pieces of WRITE_PIECE bytes (each CRC'd just before, so that the write
  * copies it from cache), and the kernel is asked to start writing back every WRITEBACK_BYTES
  * (when fsyncing), so that the device works while we copy and the final fsync waits only for
  * the tail. */
 enum { WRITE_PIECE = 1 << 20, WRITEBACK_BYTES = 8 << 20 };
+
+uint64_t dt__ckpt_piece_len(uint64_t chunk_bytes, uint64_t bytes, uint64_t at)
+{
+    uint64_t C = chunk_bytes, cend = (at / C + 1) * C < bytes ? (at / C + 1) * C : bytes;
+    return cend - at < WRITE_PIECE ? cend - at : WRITE_PIECE;
+}
 
 /* A hint: errors are the final fsync's to report. */
 static void start_writeback(int fd, uint64_t off, uint64_t len)
@@ -60,20 +90,19 @@ static void *write_file(void *arg)
     for (int64_t i = 0; i < pf->nslices; i++) {
         int64_t si = pf->slices[i];
         const ck_plan_slice *s = &plan->slices[si];
-        const char *data = job->data[si];
-        if (!data) {
-            job->st = DT_ERR_STATE;
-            snprintf(job->msg, sizeof job->msg, "dt_save: no local data at position %lld",
-                     (long long)s->position);
-            close(fd);
-            return NULL;
-        }
         uint32_t whole = 0, crc = 0;
         /* CRC a piece small enough to stay in the core's cache, then write it from there. */
         for (uint64_t at = 0; at < s->bytes;) {
+            uint64_t len = dt__ckpt_piece_len(C, s->bytes, at);
             uint64_t cend = (at / C + 1) * C < s->bytes ? (at / C + 1) * C : s->bytes;
-            uint64_t len = cend - at < WRITE_PIECE ? cend - at : WRITE_PIECE;
-            crc = dt_crc32c(crc, data + at, (size_t)len);
+            const char *data = job->src->get(job->src, si, at, len);
+            if (!data) {
+                job->st = job->src->status != DT_OK ? job->src->status : DT_ERR_STATE;
+                snprintf(job->msg, sizeof job->msg, "%s", dt_last_error());
+                close(fd);
+                return NULL;
+            }
+            crc = dt_crc32c(crc, data, (size_t)len);
             if (at + len == cend) {
                 uint64_t c = at / C;
                 job->chunk_crcs[si][c] = crc;
@@ -81,7 +110,9 @@ static void *write_file(void *arg)
                 crc = 0;
             }
             uint64_t off = pf->header_bytes + s->begin + at;
-            if (dt__ckpt_pwrite(fd, data + at, (size_t)len, off) != 0)
+            int rc = dt__ckpt_pwrite(fd, data, (size_t)len, off);
+            job->src->put(job->src, data, len);
+            if (rc != 0)
                 goto io_err_close;
             at += len;
             dirty_end = off + len;
@@ -128,9 +159,9 @@ static void *drop_old(void *arg)
  * are shared out by group rank): their data stay on disk until the commit, but their pages
  * are useless (the files are deleted after the commit), and freeing them early gives the new
  * files' pages back the memory they used. */
-dt_status dt__ckpt_write_local_files(const ck_plan *plan, const void *const *data,
-                                     const char *dir, const ck_group *g, const char *tmp,
-                                     int do_fsync, uint32_t *crcs, uint32_t **chunk_crcs)
+dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const char *dir,
+                                     const ck_group *g, const char *tmp, int do_fsync,
+                                     uint32_t *crcs, uint32_t **chunk_crcs)
 {
     int me = dt_client_id(), nj = 0;
     file_job *jobs = calloc((size_t)plan->nfiles + 1, sizeof *jobs);
@@ -146,7 +177,7 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, const void *const *dat
                    .nfiles = plan->nfiles, .part = g->rank, .nparts = g->size};
     for (int64_t f = 0; f < plan->nfiles; f++)
         if (dt_device_client(DT_DEVICE_CPU, plan->files[f].device_id) == me) {
-            jobs[nj++] = (file_job){.plan = plan, .data = data, .file = f, .tmp = tmp,
+            jobs[nj++] = (file_job){.plan = plan, .src = src, .file = f, .tmp = tmp,
                                     .do_fsync = do_fsync, .crcs = crcs,
                                     .chunk_crcs = chunk_crcs};
             if (dj.mine)
@@ -154,11 +185,13 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, const void *const *dat
         }
     pthread_t drop_th;
     int drop_started = do_fsync && dj.mine && pthread_create(&drop_th, NULL, drop_old, &dj) == 0;
-    for (int j = 1; j < nj; j++)
+    for (int j = 1; src->parallel && j < nj; j++)
         started[j] = pthread_create(&th[j], NULL, write_file, &jobs[j]) == 0;
-    for (int j = 0; j < nj; j++)
+    /* Here: the first, any a thread could not take, and all of a sequential source's (in
+     * order, stopping at a failure: its later pieces would be another file's). */
+    for (int j = 0; j < nj && (src->parallel || j == 0 || jobs[j - 1].st == DT_OK); j++)
         if (j == 0 || !started[j])
-            write_file(&jobs[j]);   /* the first here, and any a thread could not take */
+            write_file(&jobs[j]);
     for (int j = 1; j < nj; j++)
         if (started[j])
             pthread_join(th[j], NULL);
