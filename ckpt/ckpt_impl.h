@@ -341,10 +341,11 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const 
 
 /* ---- staging memory of an asynchronous save (stage.c) ------------------------------------ */
 
-/* A queue of copied pieces between the caller (producer) and the writing thread (consumer),
- * holding at most `bound` bytes (0: no bound) beyond the one piece always allowed. */
+/* A ring of copied pieces between the caller (producer) and the writing thread (consumer)
+ * for this client's slices of `plan`: at most `bound` bytes (0: all of them; never less than
+ * one 1 MiB piece). The buffer is reused by the next stage (freed at dt_finalize). */
 typedef struct ck_stage ck_stage;
-dt_status dt__ckpt_stage_create(uint64_t bound, ck_stage **stage_out);
+dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound, ck_stage **stage_out);
 void dt__ckpt_stage_destroy(ck_stage *stage);
 /* The writer's sequential source: pieces in the order dt__ckpt_stage_fill copies them. */
 ck_source *dt__ckpt_stage_source(ck_stage *stage);

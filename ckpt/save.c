@@ -282,7 +282,7 @@ static dt_status save_async(const char *fn, const dt_mesh *mesh, const char *dir
     }
     r->job = j;
     const void **data = NULL;
-    st = dt__ckpt_stage_create(opts ? opts->staging_bytes : 0, &r->stage);
+    st = dt__ckpt_stage_create(&j->plan, opts ? opts->staging_bytes : 0, &r->stage);
     if (st == DT_OK && (st = dt__ckpt_slice_data(&j->plan, &j->in, &data)) == DT_OK &&
         pthread_create(&r->thread, NULL, save_background, r) != 0)
         st = dt__error(DT_ERR_NO_MEMORY, "%s: cannot start the writing thread", fn);

@@ -95,7 +95,9 @@ typedef struct dt_save_opts {
     const dt_ckpt_piece *pieces;
     /* dt_save_async: the most bytes of staging memory this client holds at once; when it is
      * full the call waits for the background writer to free some (it always holds at least
-     * one piece of up to 1 MiB). 0: no bound (all of this client's bytes are copied). */
+     * one piece: up to 1 MiB, or chunk_bytes if smaller). 0: no bound (all of this client's
+     * bytes are copied; the writer then starts when the copy is done). The staging buffer is
+     * kept for the next asynchronous save and freed by dt_finalize. */
     uint64_t staging_bytes;
 } dt_save_opts;
 
