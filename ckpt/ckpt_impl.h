@@ -383,8 +383,14 @@ dt_status dt__ckpt_inputs_init(const char *fn, const dt_mesh *mesh, int n,
 void dt__ckpt_inputs_free(ck_inputs *in);
 /* Checks dt_save_opts (NULL is fine). */
 dt_status dt__ckpt_check_opts(const dt_save_opts *o);
-/* Brings every tensor to the host mesh without partial dims (collective). */
-dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, ck_inputs *in);
+/* Brings every tensor to the host mesh without partial dims (collective), cast to
+ * o->save_dtypes when given. */
+dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, const dt_save_opts *o,
+                           ck_inputs *in);
+/* 1 when a tensor of dtype a may be stored as, or restored into, dtype b. */
+int dt__ckpt_castable(dt_dtype a, dt_dtype b);
+/* Checks o->save_dtypes against the inputs' dtypes (DT_ERR_INVALID_ARGUMENT). */
+dt_status dt__ckpt_check_save_dtypes(const char *fn, const dt_save_opts *o, const ck_inputs *in);
 /* Fills in->plan_in from the inputs and the gathered pieces. */
 dt_status dt__ckpt_plan_input(ck_inputs *in);
 /* The host bytes of every plan slice this client writes (NULL for the others'); owned array. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "dtensor/ops.h" /* dt_cast */
 
 void dt__ckpt_inputs_free(ck_inputs *in)
 {
@@ -239,7 +240,27 @@ dt_status dt__ckpt_check_opts(const dt_save_opts *o)
 
 /* Brings every tensor to the host mesh without partial dims (collective): partial tensors are
  * reduced on their own mesh first, GPU tensors then copied to the host mesh. */
-dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, ck_inputs *in)
+int dt__ckpt_castable(dt_dtype a, dt_dtype b)
+{
+    return a == b || ((a == DT_DTYPE_F32 || a == DT_DTYPE_F64 || a == DT_DTYPE_F16 ||
+                       a == DT_DTYPE_BF16) &&
+                      (b == DT_DTYPE_F32 || b == DT_DTYPE_F64 || b == DT_DTYPE_F16 ||
+                       b == DT_DTYPE_BF16));
+}
+
+dt_status dt__ckpt_check_save_dtypes(const char *fn, const dt_save_opts *o, const ck_inputs *in)
+{
+    for (int t = 0; o && o->save_dtypes && t < in->n; t++)
+        if (!dt__ckpt_castable(in->dtypes[t], o->save_dtypes[t]))
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' of dtype %s cannot be "
+                             "saved as %s (casts are among f32, f64, f16, bf16)", fn,
+                             in->names[t], dt_dtype_name(in->dtypes[t]),
+                             dt_dtype_name(o->save_dtypes[t]));
+    return DT_OK;
+}
+
+dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, const dt_save_opts *o,
+                           ck_inputs *in)
 {
     in->tensors = calloc((size_t)in->n + 1, sizeof *in->tensors);
     if (!in->tensors)
@@ -265,6 +286,14 @@ dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, ck_inputs *in)
             dt_tensor_destroy(reduced);
         } else if (st == DT_OK) {
             in->tensors[t] = reduced;
+        }
+        dt_dtype want = o && o->save_dtypes ? o->save_dtypes[t] : in->dtypes[t];
+        if (st == DT_OK && want != in->dtypes[t]) {
+            dt_tensor *cast = NULL;
+            st = dt_cast(in->tensors[t], want, &cast);
+            dt_tensor_destroy(in->tensors[t]);
+            in->tensors[t] = cast;
+            in->dtypes[t] = want;
         }
         if (st != DT_OK)
             return st;

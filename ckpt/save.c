@@ -115,8 +115,9 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     dt_status st = dt__ckpt_norm_dir(fn, dir, j->dir, sizeof j->dir);
     if (st == DT_OK)
         st = dt__ckpt_check_opts(opts);
-    if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK)
-        st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in);
+    if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK &&
+        (st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in)) == DT_OK)
+        st = dt__ckpt_check_save_dtypes(fn, opts, &j->in);
     if (st == DT_OK)
         st = dt__ckpt_group_create(mesh, &j->g);
     if (st != DT_OK) {
@@ -158,7 +159,7 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     if (st == DT_OK && owned)
         st = copy_values(j, opts);
     if (st == DT_OK)
-        st = dt__ckpt_to_host(tensors, &j->in);
+        st = dt__ckpt_to_host(tensors, opts, &j->in);
     if (st == DT_OK)
         st = dt__ckpt_plan_input(&j->in);
     uint64_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : DT_CKPT_CHUNK_BYTES;

@@ -99,9 +99,14 @@ typedef struct dt_save_opts {
      * bytes are copied; the writer then starts when the copy is done). The staging buffer is
      * kept for the next asynchronous save and freed by dt_finalize. */
     uint64_t staging_bytes;
+    /* The dtype to store each of the n tensors as (TensorFlow's should_cast: f32 master
+     * weights saved as bf16), NULL: as they are. A tensor of another dtype among f32, f64,
+     * f16 and bf16 is cast (dt_cast rounding) on the host before it is written; other
+     * changes are DT_ERR_INVALID_ARGUMENT. dt_restore_into casts back into its targets. */
+    const dt_dtype *save_dtypes;
 } dt_save_opts;
 
-#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL, 0}
+#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL, 0, NULL}
 
 /* One shard file of a save: the file the saving device writes. */
 typedef struct dt_ckpt_shard {
@@ -242,8 +247,10 @@ DT_API dt_status dt_restore(const dt_mesh *mesh, const char *dir, int n,
                             dt_tensor **tensors_out);
 
 /* Like dt_restore into existing tensors (their layouts, shapes and dtypes fixed, all on one
- * mesh, none partial): DT_ERR_SHAPE when a saved shape or dtype differs (names both). On
- * failure the targets' contents are unspecified (partly overwritten). Collective as above. */
+ * mesh, none partial): DT_ERR_SHAPE when a saved shape differs, or the dtype differs and is
+ * not castable (names both); a tensor saved as f32, f64, f16 or bf16 restores into any of
+ * those, cast as dt_cast does (bf16 saved from f32 masters comes back as f32). On failure
+ * the targets' contents are unspecified (partly overwritten). Collective as above. */
 DT_API dt_status dt_restore_into(const char *dir, int n, const char *const *names,
                                  dt_tensor *const *tensors);
 
