@@ -138,6 +138,17 @@ static void crashed_save(const char *root)
     write_text(p, "partial");
 }
 
+/* Client 0 replaces root/latest by `text`, between barriers. */
+static void set_latest(const char *root, const char *text)
+{
+    char p[400];
+    snprintf(p, sizeof p, "%s/latest", root);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (dt_client_id() == 0)
+        write_text(p, text);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void remove_a_data_file_of_step_4(const char *root)
 {
     char p[400];
@@ -146,27 +157,6 @@ static void remove_a_data_file_of_step_4(const char *root)
     CU_ASSERT_FATAL(glob(p, 0, NULL, &g) == 0 && g.gl_pathc == 1);
     CU_ASSERT_EQUAL(unlink(g.gl_pathv[0]), 0);
     globfree(&g);
-}
-
-static void point_latest_at_step_4(const char *root)
-{
-    char p[400];
-    snprintf(p, sizeof p, "%s/latest", root);
-    write_text(p, "step-0000000004\n");
-}
-
-static void point_latest_at_step_6(const char *root)
-{
-    char p[400];
-    snprintf(p, sizeof p, "%s/latest", root);
-    write_text(p, "step-0000000006\n");
-}
-
-static void garble_pointer(const char *root)
-{
-    char p[400];
-    snprintf(p, sizeof p, "%s/latest", root);
-    write_text(p, "step-00000000x");
 }
 
 static void test_latest_never_picks_an_incomplete_or_corrupt_step(void)
@@ -191,7 +181,7 @@ static void test_latest_never_picks_an_incomplete_or_corrupt_step(void)
     steps_text(root, text, sizeof text);
     CU_ASSERT_STRING_EQUAL(text, "2:c 3:i 4:i 5:i");
     /* A damaged pointer is ignored. */
-    on_client0(garble_pointer, root);
+    set_latest(root, "step-00000000x");
     CU_ASSERT_EQUAL(restore_latest(root), 2);
     /* The next save removes the incomplete steps below it and keeps the rest. */
     save_step(root, 6, &keep);
@@ -199,11 +189,11 @@ static void test_latest_never_picks_an_incomplete_or_corrupt_step(void)
     CU_ASSERT_STRING_EQUAL(text, "2:c 6:c");
     CU_ASSERT_EQUAL(restore_latest(root), 6);
     save_step(root, 7, &keep);
-    on_client0(point_latest_at_step_4, root);   /* names a step that no longer exists */
+    set_latest(root, "step-0000000004\n");   /* a step that no longer exists */
     CU_ASSERT_EQUAL(restore_latest(root), 7);
     /* A pointer at a complete step below the newest is followed (the newer one was saved by
      * a run that did not publish it, or the run went back). */
-    on_client0(point_latest_at_step_6, root);
+    set_latest(root, "step-0000000006\n");
     CU_ASSERT_EQUAL(restore_latest(root), 6);
     dt_test_scratch_remove(dir);
 }
