@@ -136,6 +136,10 @@ void dt__ckpt_drop_cache(const char *dir, const unsigned char *mine, int64_t nmi
  * background thread. dt__ckpt_reap_wait waits for those closes (dt_finalize calls it). */
 dt_status dt__ckpt_retire_dir(const char *path);
 void dt__ckpt_reap_wait(void);
+/* Registers the finalize hook that waits for the closes (dt__ckpt_retire_dir does it too);
+ * an asynchronous save calls it from the caller's thread, since dt__at_finalize is not
+ * thread safe and its background thread retires directories. */
+dt_status dt__ckpt_reap_register(void);
 /* 1 if path/dtensor-index.json exists (a regular file). */
 int dt__ckpt_has_index(const char *dir);
 

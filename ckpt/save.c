@@ -221,9 +221,12 @@ static void drain_inflight(void)
     pthread_mutex_unlock(&inflight_mu);
 }
 
+/* dt_finalize runs hooks newest first: this one (registered after the reaper's) first joins
+ * the save in flight, then waits for the closes it may have handed to the reaper. */
 static void at_finalize(void)
 {
     drain_inflight();
+    dt__ckpt_reap_wait();
 }
 
 /* The background thread: writes from the staging queue, then finishes (no timed barriers:
@@ -253,7 +256,11 @@ static dt_status save_async(const char *fn, const dt_mesh *mesh, const char *dir
 {
     if (!req_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL request output", fn);
-    dt_status st = dt__at_finalize(at_finalize);
+    /* Hooks registered here, in the caller's thread (the background thread retires the
+     * replaced checkpoint, whose closes dt_finalize waits for; stage.c frees its buffer). */
+    dt_status st = dt__ckpt_reap_register();
+    if (st == DT_OK)
+        st = dt__at_finalize(at_finalize);
     if (st != DT_OK)
         return st;
     drain_inflight();
