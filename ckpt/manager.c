@@ -94,11 +94,6 @@ dt_status dt_ckpt_list_steps(const char *root, dt_ckpt_step **steps_out, int64_t
         int plain;
         if (entry_step(e->d_name, &step, &plain) != 0)
             continue;
-        int64_t i = 0;
-        while (i < n && v[i].step != step)
-            i++;
-        if (i < n)
-            continue;   /* the same step seen through another entry */
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             dt_ckpt_step *nv = realloc(v, (size_t)cap * sizeof *nv);
@@ -113,6 +108,11 @@ dt_status dt_ckpt_list_steps(const char *root, dt_ckpt_step **steps_out, int64_t
     }
     closedir(d);
     qsort(v, (size_t)n, sizeof *v, cmp_step);
+    int64_t u = 0;   /* one entry per step (a step and its leftovers are seen apart) */
+    for (int64_t i = 0; i < n; i++)
+        if (u == 0 || v[u - 1].step != v[i].step)
+            v[u++] = v[i];
+    n = u;
     for (int64_t i = 0; i < n; i++) {
         char sd[CK_PATH_MAX];
         if (dt_ckpt_step_dir(r, v[i].step, sd, sizeof sd) == DT_OK)

@@ -197,7 +197,8 @@ DT_API dt_status dt_ckpt_step_dir(const char *root, int64_t step, char *buf, siz
  * multiple of keep->every, and incomplete ones (a crashed save's). A removal deletes the
  * index first, so a crash during it leaves an incomplete step, never a damaged complete one.
  * Steps above `step` are not touched. Returns dt_save's statuses (the same on every
- * client); DT_ERR_INVALID_ARGUMENT for a negative step or a bad keep. Collective. */
+ * client); DT_ERR_INVALID_ARGUMENT for a negative step or a bad keep; DT_ERR_IO naming the
+ * path when the pointer or a removal fails (the step itself is then committed). Collective. */
 DT_API dt_status dt_save_step(const dt_mesh *mesh, const char *root, int64_t step,
                               const dt_ckpt_keep *keep, int n, const char *const *names,
                               const dt_tensor *const *tensors, const dt_save_opts *opts);
