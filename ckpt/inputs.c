@@ -115,7 +115,8 @@ dt_status dt__ckpt_inputs_init(const char *fn, const dt_mesh *mesh, int n,
             dt__ckpt_inputs_free(in);
             return st;
         }
-        memcpy(in->shapes[t], dt_tensor_shape(tensors[t]), (size_t)rank * sizeof(int64_t));
+        if (rank > 0)
+            memcpy(in->shapes[t], dt_tensor_shape(tensors[t]), (size_t)rank * sizeof(int64_t));
         in->dtypes[t] = dt_tensor_dtype(tensors[t]);
         in->ranks[t] = rank;
     }

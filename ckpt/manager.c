@@ -107,7 +107,8 @@ dt_status dt_ckpt_list_steps(const char *root, dt_ckpt_step **steps_out, int64_t
         v[n++] = (dt_ckpt_step){.step = step, .complete = 0};
     }
     closedir(d);
-    qsort(v, (size_t)n, sizeof *v, cmp_step);
+    if (n > 0)
+        qsort(v, (size_t)n, sizeof *v, cmp_step);
     int64_t u = 0;   /* one entry per step (a step and its leftovers are seen apart) */
     for (int64_t i = 0; i < n; i++)
         if (u == 0 || v[u - 1].step != v[i].step)
