@@ -142,8 +142,8 @@ dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int
         goto err;
     }
     if ((uint64_t)sb.st_size != cf->bytes) {
-        st = corrupt(rd, f, tensor, "file is %lld bytes, the index says %" PRIu64 "%s",
-                     (long long)sb.st_size, cf->bytes,
+        st = corrupt(rd, f, tensor, "file is %lld bytes, the index says %" PRIu64 " (field "
+                     "'bytes')%s", (long long)sb.st_size, cf->bytes,
                      (uint64_t)sb.st_size < cf->bytes ? " (truncated)" : "");
         goto err;
     }
@@ -206,7 +206,7 @@ static dt_status crc_mismatch(const ck_reader *rd, const ck_tensor *t, const ck_
                  s->off[d]);
     return corrupt(rd, s->file, t->name,
                    "CRC32C mismatch in bytes [%" PRIu64 ", %" PRIu64 ") of the slice at "
-                   "offsets [%s] (data altered)", cs, ce, box);
+                   "offsets [%s] (field 'chunk_crc32c'; data altered)", cs, ce, box);
 }
 
 /* Bytes per pread: small enough that the CRC reads them back from the core's cache. */

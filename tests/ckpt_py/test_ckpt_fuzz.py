@@ -126,6 +126,8 @@ class Fuzz(unittest.TestCase):
             self.assertIn(rc, (0, 1), f"{label}: verify crashed ({rc}):\n{out}{err}")
             if rc == 1:
                 self.assertIn(name, err, f"{label}: the message does not name the file")
+                self.assertRegex(err, r"field '|\.json:\d+:\d+:|truncated|missing|header",
+                                 f"{label}: the message names no field")
             else:  # harmless only if a reader sees nothing changed
                 self.assertNotEqual(kind, "semantic", f"{label}: verify passed")
                 self.assertEqual(self.listing(d), self.listing(self.good), label)
