@@ -265,5 +265,5 @@ int main(int argc, char **argv)
         DT_TEST(test_memory_usage_matches_the_hand_computed_bytes),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "optim_api", cases, 1);
+    return dt_test_main_device(argc, argv, "optim_api", cases);
 }
