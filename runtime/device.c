@@ -50,9 +50,8 @@ dt_status dt__gpu_select(MPI_Comm host_comm, int use_gpus, const char *mode, int
     forget_selection();
     if (!mode || !*mode)
         mode = "auto";
+    /* dt_init checked that mode is auto, cuda or sim. */
     int sim = strcasecmp(mode, "sim") == 0, cuda = strcasecmp(mode, "cuda") == 0;
-    if (!sim && !cuda && strcasecmp(mode, "auto") != 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "DT_GPU='%s' is not auto, cuda or sim", mode);
     int first = 0, phys = 0;
     dt_status st = DT_OK;
 #if DT_HAVE_CUDA

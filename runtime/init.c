@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dtensor/version.h"
 #include "runtime/device.h"
@@ -22,15 +23,6 @@ static struct {
     int *counts[N_TYPES];  /* local devices of each client */
     int *offsets[N_TYPES]; /* first global id of each client; offsets[t][nclients] = total */
 } rt;
-
-dt_status dt__mpi_error(int rc, const char *what)
-{
-    char text[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error code %d", rc);
-    return dt__error(DT_ERR_COMM, "%s: %s", what, text);
-}
 
 /* A decimal integer in lo..hi and nothing else; 0 on success. */
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -89,6 +81,10 @@ static dt_status resolve_opts(const dt_init_opts *opts, int *cpu_out, int *bind_
         return dt__error(DT_ERR_INVALID_ARGUMENT,
                          "dt_init: gpu_devices=%d is not in 1..%d (0 reads DT_GPU_DEVICES)",
                          o.gpu_devices, MAX_GPU_DEVICES);
+    const char *mode = getenv("DT_GPU");
+    if (mode && strcasecmp(mode, "auto") != 0 && strcasecmp(mode, "cuda") != 0 &&
+        strcasecmp(mode, "sim") != 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "DT_GPU='%s' is not auto, cuda or sim", mode);
     int gpu_devices = o.gpu_devices;
     const char *env_gpus = getenv("DT_GPU_DEVICES");
     if (gpu_devices == 0 && env_gpus) {

@@ -67,7 +67,7 @@ DT_API int dt_num_clients(void);
 DT_API int dt_client_id(void);
 
 /* Devices of a type on this client, and on all clients together. Global device ids are
- * dense, 0..N-1, ordered by client, then local index (DESIGN.md). 0 before dt_init. */
+ * dense, 0..N-1, ordered by client, then local index (docs/devices.md). 0 before dt_init. */
 DT_API int dt_num_local_devices(dt_device_type type);
 DT_API int dt_num_global_devices(dt_device_type type);
 
