@@ -113,28 +113,56 @@ static dt_dtype param_dtype(precision p)
 
 /* ---- setup --------------------------------------------------------------------------------- */
 
-/* Reads the mesh before dt_init to size the CPU devices: unless DT_CPU_DEVICES is set, each
- * process gets mesh size / processes devices, so `train_mlp` alone runs a whole mesh. */
+/* The mesh `name` of the YAML file, on the devices --device asks for (the file's own type
+ * without it): the same name and dims on `type`. */
+static dt_status load_mesh(const train_opts *o, dt_mesh **out)
+{
+    dt_mesh *m = NULL;
+    dt_status st = dt_mesh_from_yaml_file(o->mesh_file, o->mesh_name, &m);
+    if (st != DT_OK || o->device < 0 || (int)dt_mesh_device_type(m) == o->device) {
+        *out = m;
+        return st;
+    }
+    const char *names[DT_MESH_MAX_DIMS];
+    int64_t sizes[DT_MESH_MAX_DIMS];
+    for (int d = 0; d < dt_mesh_rank(m); d++) {
+        names[d] = dt_mesh_dim_name(m, d);
+        sizes[d] = dt_mesh_dim_size(m, d);
+    }
+    st = dt_mesh_create(dt_mesh_name(m), dt_mesh_rank(m), names, sizes,
+                        (dt_device_type)o->device, out);
+    dt_mesh_destroy(m);
+    return st;
+}
+
+/* Reads the mesh before dt_init to size the devices: unless DT_CPU_DEVICES (DT_GPU_DEVICES
+ * for a GPU mesh) is set, each process gets mesh size / processes devices, so `train_mlp`
+ * alone runs a whole mesh. */
 static int start_runtime(ctx *c)
 {
     dt_mesh *probe = NULL;
-    dt_status st = dt_mesh_from_yaml_file(c->o.mesh_file, c->o.mesh_name, &probe);
+    dt_status st = load_mesh(&c->o, &probe);
     if (st != DT_OK)
         return fail_dt(c, "mesh", st, dt_last_error());
     int64_t size = dt_mesh_size(probe);
+    int gpu = dt_mesh_device_type(probe) == DT_DEVICE_GPU;
     dt_mesh_destroy(probe);
     dt_init_opts io = DT_INIT_OPTS_INIT;
-    const char *env = getenv("DT_CPU_DEVICES");
+    const char *var = gpu ? "DT_GPU_DEVICES" : "DT_CPU_DEVICES";
+    const char *env = getenv(var);
     if (!env || !*env) {
         if (size % c->nprocs != 0) {
             if (c->me == 0)
                 fprintf(stderr,
                         "train_mlp: mesh: %lld devices do not split evenly over %d processes; "
-                        "set DT_CPU_DEVICES\n",
-                        (long long)size, c->nprocs);
+                        "set %s\n",
+                        (long long)size, c->nprocs, var);
             return 1;
         }
-        io.cpu_devices = (int)(size / c->nprocs);
+        if (gpu)
+            io.gpu_devices = (int)(size / c->nprocs);
+        else
+            io.cpu_devices = (int)(size / c->nprocs);
     }
     if ((st = dt_init(NULL, NULL, &io)) != DT_OK)
         return fail_dt(c, "dt_init", st, dt_last_error());
@@ -143,7 +171,7 @@ static int start_runtime(ctx *c)
 
 static int setup_mesh(ctx *c)
 {
-    dt_status st = dt_mesh_from_yaml_file(c->o.mesh_file, c->o.mesh_name, &c->mesh);
+    dt_status st = load_mesh(&c->o, &c->mesh);
     if (st != DT_OK)
         return fail_dt(c, "mesh", st, dt_last_error());
     char msg[512];
@@ -168,10 +196,13 @@ static int setup_mesh(ctx *c)
     if (have != dt_mesh_size(c->mesh)) {
         snprintf(msg, sizeof msg,
                  "mesh '%s' has %lld devices but this job has %d (%d process%s x %d local "
-                 "devices): run %lld devices in all, e.g. DT_CPU_DEVICES=%lld with one process",
+                 "devices): run %lld devices in all, e.g. %s=%lld with one process",
                  dt_mesh_name(c->mesh), (long long)dt_mesh_size(c->mesh), have, c->nprocs,
                  c->nprocs == 1 ? "" : "es", dt_num_local_devices(dt_mesh_device_type(c->mesh)),
-                 (long long)dt_mesh_size(c->mesh), (long long)dt_mesh_size(c->mesh));
+                 (long long)dt_mesh_size(c->mesh),
+                 dt_mesh_device_type(c->mesh) == DT_DEVICE_GPU ? "DT_GPU_DEVICES"
+                                                                : "DT_CPU_DEVICES",
+                 (long long)dt_mesh_size(c->mesh));
         return fail_dt(c, "mesh", DT_ERR_DEVICE_MISMATCH, msg);
     }
     if ((st = dt_mesh_check_devices(c->mesh)) != DT_OK)

@@ -430,6 +430,28 @@ static dt_status cu_nonfinite(int64_t n, const void *x, dt_dtype dtype, int32_t 
     return dt__cuda_check(dt__cuda_nonfinite(n, x, f, found_out, 0), op);
 }
 
+static dt_status cu_sq_sum_f64(int64_t n, const void *x, dt_dtype dtype, double *out)
+{
+    const char *op = "sq_sum_f64 (CUDA)";
+    const void *p[] = {x};
+    dt_status st = dt__kcheck(op, n, 1, p);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL output", op);
+    int f = format_of(dtype);
+    if (st == DT_OK && (f < 0 || f == DT__CU_F64))
+        st = dt__error(DT_ERR_UNSUPPORTED, "%s: dtype %s (f32, f16 or bf16 expected)", op,
+                       dt_dtype_name(dtype));
+    if (st != DT_OK)
+        return st;
+    void *partials = NULL;
+    dt__cuda_lock();
+    st = dt__cuda_scratch(DT__CU_REDUCE_BLOCKS * sizeof(double), &partials);
+    if (st == DT_OK)
+        st = dt__cuda_check(dt__cuda_sq_sum_f64(n, x, f, partials, out, 0), op);
+    dt__cuda_unlock();
+    return st;
+}
+
 static dt_status cu_cast(int64_t n, const void *src, dt_dtype src_dtype, void *dst,
                          dt_dtype dst_dtype)
 {
@@ -520,6 +542,7 @@ static const dt__ops_backend cuda_backend = {
     .cast = cu_cast,
     .sgd = cu_sgd,
     .adam = cu_adam,
+    .sq_sum_f64 = cu_sq_sum_f64,
 };
 
 const dt__ops_backend *dt__ops_cuda_backend(void)

@@ -1,5 +1,8 @@
 /* CUDA reductions: sum, squared sum and max of a buffer (f64 per-block partials, then one
- * block), reductions over the middle axis (the CPU's order, so equal bits), inf/NaN check. */
+ * block), reductions over the middle axis (the CPU's order, so equal bits), inf/NaN check,
+ * and the f64 sum of squares of an f32, f16 or bf16 buffer (the ZeRO norm). */
+#include <cuda_fp16.h>
+
 #include "ops/cuda/cuda_ops.h"
 
 /* NaN-sticky max: a NaN anywhere makes the result NaN, as dt_kernel_max. */
@@ -141,5 +144,54 @@ extern "C" cudaError_t dt__cuda_nonfinite(int64_t n, const void *x, int format,
                                                       found_out);
         break;
     }
+    return cudaGetLastError();
+}
+
+/* Element i of x (DT__CU_F32, F16 or BF16) widened to double; a NaN stays a NaN (its payload
+ * does not matter to a sum of squares). */
+__device__ static double widen(const void *x, int format, int64_t i)
+{
+    switch (format) {
+    case DT__CU_F32: return ((const float *)x)[i];
+    case DT__CU_F16: return __half2float(__ushort_as_half(((const uint16_t *)x)[i]));
+    default: return __uint_as_float((uint32_t)((const uint16_t *)x)[i] << 16);
+    }
+}
+
+__global__ static void sq_partial_kernel(int64_t n, const void *x, int format,
+                                         double *partials)
+{
+    __shared__ double sh[32];
+    double acc = 0.0;
+    DT__CU_FOR(i, n) {
+        double v = widen(x, format, i);
+        acc += v * v;
+    }
+    double r = block_reduce(DT__CU_SUM, acc, sh);
+    if (threadIdx.x == 0)
+        partials[blockIdx.x] = r;
+}
+
+__global__ static void sq_final_kernel(int nparts, const double *partials, double *out)
+{
+    __shared__ double sh[32];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+        acc += partials[i];
+    double r = block_reduce(DT__CU_SUM, acc, sh);
+    if (threadIdx.x == 0)
+        *out = r;
+}
+
+extern "C" cudaError_t dt__cuda_sq_sum_f64(int64_t n, const void *x, int format,
+                                           double *partials, double *out, cudaStream_t s)
+{
+    int nparts = 0;
+    if (n > 0) {
+        int64_t want = (n + 4 * DT__CU_THREADS - 1) / (4 * DT__CU_THREADS);
+        nparts = (int)(want < DT__CU_REDUCE_BLOCKS ? want : DT__CU_REDUCE_BLOCKS);
+        sq_partial_kernel<<<nparts, DT__CU_THREADS, 0, s>>>(n, x, format, partials);
+    }
+    sq_final_kernel<<<1, DT__CU_THREADS, 0, s>>>(nparts, partials, out);
     return cudaGetLastError();
 }

@@ -60,10 +60,14 @@
     A(V, int64_t, n) A(H, dt_adam_opts, opts) A(V, int64_t, step) A(D, float *, param)     \
     A(D, const float *, grad) A(D, float *, m) A(D, float *, v)
 
+#define ARGS_sq_sum_f64(A) \
+    A(V, int64_t, n) A(D, const void *, x) A(V, dt_dtype, dtype) A(D, double *, out)
+
 #define KERNELS(K)                                                                          \
     K(gemm) K(add) K(sub) K(mul) K(scale) K(axpy) K(fill) K(copy) K(bias_add) K(bias_grad)  \
     K(relu) K(relu_grad) K(gelu) K(gelu_grad) K(softmax_xent) K(softmax_xent_grad) K(sum)   \
-    K(max) K(mean) K(sq_norm) K(reduce_axis) K(nonfinite) K(cast) K(sgd) K(adam)
+    K(max) K(mean) K(sq_norm) K(reduce_axis) K(nonfinite) K(cast) K(sgd) K(adam)            \
+    K(sq_sum_f64)
 
 /* What A(kind, type, name) becomes in each place. */
 #define FIELD(kind, t, n) FIELD_##kind(t, n)
