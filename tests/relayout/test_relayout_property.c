@@ -1,20 +1,13 @@
 /* Property tests of dt_relayout: seeded random shapes (sizes not divisible by the mesh
  * included), random source and destination layouts (partial included) on 1-D, 2-D and 3-D
  * meshes of all the devices present, every dtype; each result compared element for element
- * with the reference computed in rl_test_util.c. Seed: DT_TEST_SEED (default 1); trials per
- * mesh: DT_TEST_TRIALS (default 60; the simulated-GPU variant runs fewer). */
+ * with the reference computed in rl_test_util.c. Seed: DT_TEST_SEED (default 1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
 #include "rl_test_util.h"
-
-static int trials(void)
-{
-    const char *s = getenv("DT_TEST_TRIALS");
-    return s && atoi(s) > 0 ? atoi(s) : 60;
-}
 
 static uint64_t base_seed(void)
 {
@@ -84,7 +77,8 @@ static void run_trials(int trials_per_mesh)
     int64_t failures = 0, done = 0;
     for (int mi = 0; mi < nmesh; mi++) {
         dt_mesh *mesh = NULL;
-        DT_ASSERT_OK(dt_mesh_create("prop", ranks[mi], names, shapes[mi], dt_test_device_type(), &mesh));
+        DT_ASSERT_OK(dt_mesh_create("prop", ranks[mi], names, shapes[mi], dt_test_device_type(),
+                                    &mesh));
         for (int t = 0; t < trials_per_mesh; t++) {
             uint64_t seed = rl_next(&rng);
             int rank = (int)rl_below(&rng, 4); /* 0..3 */
@@ -134,7 +128,7 @@ static void run_trials(int trials_per_mesh)
 
 static void test_relayout_random_layouts_match_reference(void)
 {
-    run_trials(trials());
+    run_trials(60);
 }
 
 /* The same random pairs again (fewer than the cache's 32 slots): now every plan comes from
