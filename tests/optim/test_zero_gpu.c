@@ -3,13 +3,17 @@
  * (stages 0-2, f32/bf16/f16 parameters, loss scaling with an overflow, clipping, save and
  * load both ways between the meshes). On the simulated GPU (DT_GPU=sim) the device memory is
  * out of the host's reach, so any host access by the optimizer fails the test; its kernels are
- * the CPU's, so the results must be equal, not close. Skips (77) without GPU devices. */
+ * the CPU's, so the results must be equal, not close. Also the kernel-table entry the
+ * optimizer added (sq_sum_f64) on both kinds against its closed form. Skips (77) without GPU
+ * devices. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "ops/ops_impl.h"
+#include "runtime/device.h"
 
 enum { NPARAM = 3, STEPS = 4 };
 
@@ -321,12 +325,66 @@ static void test_checkpoints_move_between_the_gpu_and_cpu_meshes(void)
     dt_test_scratch_remove(dir);
 }
 
+/* sq_sum_f64 of 1, 2, ..., n (exact in every dtype up to 256) is n (n + 1) (2n + 1) / 6 on the
+ * CPU's and the GPU's table; an inf or a NaN anywhere gives inf or NaN; n = 0 gives 0. */
+static void test_the_sum_of_squares_kernel_matches_the_closed_form_on_cpu_and_gpu(void)
+{
+    enum { N = 256 };
+    const dt_dtype dtypes[3] = {DT_DTYPE_F32, DT_DTYPE_BF16, DT_DTYPE_F16};
+    const dt__device *devs[2] = {dt__device_local(DT_DEVICE_CPU, 0),
+                                 dt__device_local(DT_DEVICE_GPU, 0)};
+    float host[N];
+    for (int k = 0; k < 2; k++) {
+        const dt__device *dev = devs[k];
+        CU_ASSERT_PTR_NOT_NULL_FATAL(dev);
+        const dt__ops_backend *be = dev->kind->ops();
+        CU_ASSERT_PTR_NOT_NULL_FATAL(be);
+        void *x = NULL, *out = NULL;
+        DT_ASSERT_OK(dev->kind->alloc(dev, N * sizeof(float), &x));
+        DT_ASSERT_OK(dev->kind->alloc(dev, 4 * sizeof(double), &out));
+        for (int d = 0; d < 3; d++) {
+            uint16_t buf[2 * N];
+            for (int case_ = 0; case_ < 3; case_++) {
+                for (int i = 0; i < N; i++)
+                    host[i] = (float)(i + 1);
+                if (case_ > 0)
+                    host[N / 3] = case_ == 1 ? -INFINITY : NAN;
+                DT_ASSERT_OK(dt_kernel_cast(N, host, DT_DTYPE_F32, buf, dtypes[d]));
+                size_t bytes = N * dt_dtype_size(dtypes[d]);
+                DT_ASSERT_OK(dev->kind->copy(dev, DT__COPY_H2D, x, buf, bytes));
+                if (be->set_device)
+                    DT_ASSERT_OK(be->set_device(dev->ordinal));
+                DT_ASSERT_OK(be->sq_sum_f64(N, x, dtypes[d], (double *)out));
+                DT_ASSERT_OK(be->sq_sum_f64(7, x, dtypes[d], (double *)out + 1));
+                DT_ASSERT_OK(be->sq_sum_f64(0, x, dtypes[d], (double *)out + 2));
+                DT_ASSERT_OK(dev->kind->sync(dev));
+                double got[3];
+                DT_ASSERT_OK(dev->kind->copy(dev, DT__COPY_D2H, got, out, sizeof got));
+                double want = case_ == 0 ? (double)N * (N + 1) * (2 * N + 1) / 6
+                                         : case_ == 1 ? INFINITY : NAN;
+                CU_ASSERT(case_ == 2 ? isnan(got[0]) : got[0] == want);
+                CU_ASSERT_EQUAL(got[1], 7.0 * 8 * 15 / 6);
+                CU_ASSERT_EQUAL(got[2], 0.0);
+            }
+        }
+        /* A bad dtype fails at the call or, where kernels run asynchronously, at the sync. */
+        dt_status st = be->sq_sum_f64(1, x, DT_DTYPE_I32, (double *)out);
+        if (st == DT_OK)
+            st = dev->kind->sync(dev);
+        CU_ASSERT_EQUAL(st, DT_ERR_UNSUPPORTED);
+        DT_ASSERT_ERROR_MENTIONS("i32");
+        dev->kind->free(dev, x);
+        dev->kind->free(dev, out);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_every_stage_and_dtype_steps_as_on_the_cpu_mesh),
         DT_TEST(test_sgd_with_momentum_and_clipping_steps_as_on_the_cpu_mesh),
         DT_TEST(test_checkpoints_move_between_the_gpu_and_cpu_meshes),
+        DT_TEST(test_the_sum_of_squares_kernel_matches_the_closed_form_on_cpu_and_gpu),
         DT_TEST_END,
     };
     return dt_test_main_gpu(argc, argv, "optim_gpu", cases);
