@@ -53,13 +53,11 @@ static dt_status sim_copy(const dt__device *dev, dt__copy_dir dir, void *dst, co
 {
     if (bytes == 0)
         return DT_OK;
-    dt_status st = check_dev(dev, "copy destination", dir == DT__COPY_D2H ? NULL : dst,
-                             dir == DT__COPY_D2H ? 0 : bytes);
-    if (st == DT_OK)
-        st = check_dev(dev, "copy source", dir == DT__COPY_H2D ? NULL : src,
-                       dir == DT__COPY_H2D ? 0 : bytes);
-    /* The host side must be host memory: on a GPU a device address there would fault. */
+    /* Device sides in the arena; the host side outside it (on a GPU it would fault). */
     const void *host = dir == DT__COPY_H2D ? src : dir == DT__COPY_D2H ? dst : NULL;
+    dt_status st = check_dev(dev, "copy destination", dst, dir == DT__COPY_D2H ? 0 : bytes);
+    if (st == DT_OK)
+        st = check_dev(dev, "copy source", src, dir == DT__COPY_H2D ? 0 : bytes);
     if (st == DT_OK && host && dt__sim_owns(host, 1))
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "simulated GPU device %d: host side of a copy "
                        "(%p) is simulated device memory", dev->global_id, host);

@@ -34,8 +34,9 @@ void dt__sim_drain_all(void);
 /* Number of simulated GPUs (ordinals 0..n-1) of this process, 0 when not started. */
 int dt__sim_num_ordinals(void);
 
-/* dt_init / dt_finalize through the device kind: start maps the arena (DT_SIM_MEMORY_MB) and
- * starts `nordinals` stream threads (at most 64); stop runs what is queued, then ends them. */
+/* dt_init / dt_finalize through the device kind (after the arena is mapped, before it goes):
+ * start starts `nordinals` stream threads (at most 64); stop runs what is queued, then ends
+ * them. */
 dt_status dt__sim_streams_start(int nordinals);
 void dt__sim_streams_stop(void);
 

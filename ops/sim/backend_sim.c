@@ -151,6 +151,11 @@ static dt_status sim_sync(void)
     return DT_OK;
 }
 
+/* A kernel added to dt__ops_backend but not to KERNELS stops the build here. */
+#define COUNT(kn) +1
+_Static_assert(sizeof(dt__ops_backend) == (3 KERNELS(COUNT)) * sizeof(void *),
+               "every kernel of dt__ops_backend is in KERNELS");
+
 #define TABLE_ENTRY(kn) .kn = sim_##kn,
 static const dt__ops_backend sim_backend = {
     .name = "sim",
