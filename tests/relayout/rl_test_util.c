@@ -243,7 +243,6 @@ int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_
         position_box(l, shape, q, off, len);
         const DLTensor *dl = dt_tensor_local(t, k);
         int64_t cnt = 1;
-        void *data = NULL;
         for (int d = 0; d < rank; d++) {
             if (dl->shape[d] != len[d] || dt_tensor_local_offset(t, k)[d] != off[d]) {
                 if (bad++ < 3)
@@ -255,7 +254,7 @@ int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_
             }
             cnt *= len[d];
         }
-        data = dt_test_local_get(t, k);
+        void *data = dt_test_local_get(t, k);
         for (int64_t i = 0; i < cnt; i++) {
             int64_t e = global_index(rank, shape, off, len, i);
             double want = expected(src_layout, l, q, e, seed, dtype), got = load(data, i, dtype);
