@@ -23,13 +23,13 @@ COMMON = tr.COMMON
 
 def run(procs, devices, args, gpu, expect=0):
     """train_mlp under mpiexec with `procs` processes (0: no launcher) of `devices` devices
-    each, GPU devices simulated when `gpu`; returns stdout and stderr."""
+    each, GPU devices simulated when `gpu`; returns stdout and stderr. The ranks inherit the
+    launcher's environment (one host)."""
     env = dict(os.environ, DT_CPU_DEVICES=str(devices), DT_GPU="sim",
                DT_GPU_DEVICES=str(devices))
     cmd = [tr.TRAIN] + args + ["--device", "gpu" if gpu else "cpu"]
     if procs:
-        cmd = [tr.MPIEXEC, "-n", str(procs), "-x", "DT_CPU_DEVICES", "-x", "DT_GPU",
-               "-x", "DT_GPU_DEVICES"] + cmd
+        cmd = [tr.MPIEXEC, "-n", str(procs)] + cmd
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     if p.returncode != expect:
         raise AssertionError(f"{' '.join(cmd)}: exit {p.returncode}, expected {expect}\n"
