@@ -89,7 +89,8 @@ static void test_copy_to_mesh_moves_tensors_between_gpu_and_cpu_meshes(void)
 }
 
 /* The host mesh of a GPU mesh (the checkpoint's staging mesh) holds its tensors whatever
- * DT_CPU_DEVICES says: the runtime raises the CPU devices to the GPU count. */
+ * DT_CPU_DEVICES says: the runtime raises the CPU devices to the GPU count, and with more
+ * CPU than GPU devices the host mesh still takes each client's own CPU devices. */
 static void test_host_mesh_of_gpu_mesh_works_with_fewer_cpu_devices_asked(void)
 {
     int ng = dt_num_local_devices(DT_DEVICE_GPU);
@@ -106,8 +107,15 @@ static void test_host_mesh_of_gpu_mesh_works_with_fewer_cpu_devices_asked(void)
     DT_ASSERT_OK(dt_mesh_host_mesh(g, &host));
     CU_ASSERT_EQUAL(dt_mesh_device_type(host), DT_DEVICE_CPU);
     CU_ASSERT_EQUAL(dt_mesh_num_local_devices(host), dt_mesh_num_local_devices(g));
-    for (int i = 0; i < dt_mesh_num_local_devices(g); i++)
-        CU_ASSERT_EQUAL(dt_mesh_local_device_id(host, i), dt_mesh_local_device_id(g, i));
+    /* Each GPU device's host device is the CPU device of the same local index on the same
+     * client (the ids differ when a client has more CPU than GPU devices). */
+    for (int i = 0; i < dt_mesh_num_local_devices(g); i++) {
+        int gid = dt_mesh_local_device_id(g, i), hid = dt_mesh_local_device_id(host, i);
+        CU_ASSERT_EQUAL(dt_device_client(DT_DEVICE_CPU, hid), dt_client_id());
+        CU_ASSERT_EQUAL(hid - dt_local_device_id(DT_DEVICE_CPU, 0),
+                        gid - dt_local_device_id(DT_DEVICE_GPU, 0));
+    }
+    DT_ASSERT_OK(dt_mesh_check_devices(host));
     int64_t shape[2] = {9, 6};
     dt_layout *gl = dt_test_layout(g, 2, "b", "a", NULL);
     dt_layout *hl = dt_test_layout(host, 2, NULL, "b", NULL);
