@@ -1,6 +1,5 @@
 /* Datasets: checking the layouts and options, the mesh's client group, the host layouts of a
  * GPU mesh, and teardown. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,6 @@
 /* The producer: a background thread preparing the next batches into a ring of `prefetch`
  * slots (or, with prefetch 0, the caller preparing each batch when asked). It stops after an
  * end or a failure; dd_stop rewinds it to the dataset's position. */
-#include <errno.h>
 #include <string.h>
 
 #include "data/data_impl.h"

@@ -79,11 +79,12 @@ typedef struct dt_data_csv_opts {
 
 /* A CSV file (plain or gzip-compressed, told by its first bytes), one example per line: field
  * k takes the next numel(field k) columns, in row-major order, so a line has exactly as many
- * columns as the fields' elements together. Numbers are decimal (floats as strtod reads them,
- * integers within their dtype's range; f16/bf16 rounded from f32). Opening reads the file once
- * to find where lines start (a gzip file is inflated into memory once); each batch then reads
- * and parses only the lines its local devices need. Blank lines are examples too (and fail to
- * parse); a last line without a newline counts. Bad lines are reported when read, by
+ * columns as the fields' elements together (no quoting: every delimiter separates). Numbers
+ * are decimal (floats as strtod reads them, integers within their dtype's range; f16/bf16
+ * rounded from f32). Opening reads the file once to find where lines start (a gzip file is
+ * inflated into memory once); each batch then reads and parses only the lines its local
+ * devices need. Blank lines are examples too (and fail to parse); a last line without a
+ * newline counts. Bad lines are reported when read, by
  * dt_dataset_next or dt_data_source_read: DT_ERR_PARSE "file:line: ..." (wrong number of
  * columns, a column that is not a number of the field's dtype). Opening: DT_ERR_IO,
  * DT_ERR_CORRUPT (a damaged or truncated gzip stream), DT_ERR_INVALID_ARGUMENT. opts may be

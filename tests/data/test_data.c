@@ -88,6 +88,30 @@ static dt_dataset *make_dataset(dt_data_source *src, dt_layout *l[2], int64_t ba
     return ds;
 }
 
+/* A synthetic source of n examples, a mesh over every device (2-D when two_d and the device
+ * count is even) and the x/y layouts on it. */
+typedef struct fixture {
+    synth s;
+    dt_data_source *src;
+    dt_mesh *m;
+    dt_layout *l[2];
+} fixture;
+
+static void fx_open(fixture *f, int64_t n, int two_d, int y_replicated)
+{
+    f->src = synth_source(n, &f->s);
+    f->m = all_mesh(two_d && ndev() % 2 == 0);
+    xy_layouts(f->m, y_replicated, f->l);
+}
+
+static void fx_close(fixture *f)
+{
+    dt_layout_destroy(f->l[0]);
+    dt_layout_destroy(f->l[1]);
+    dt_mesh_destroy(f->m);
+    dt_data_source_destroy(f->src);
+}
+
 /* The global value of t on every client (collective): a replicated copy's first component. */
 static void *gather(const dt_tensor *t)
 {
@@ -102,6 +126,26 @@ static void *gather(const dt_tensor *t)
     dt_tensor_destroy(all);
     dt_layout_destroy(rep);
     return out;
+}
+
+/* Checks that batch t (x, y) holds the synthetic examples first .. first + rows - 1, and
+ * destroys it (collective). */
+static void check_consecutive(dt_tensor *t[2], int64_t first, int64_t rows)
+{
+    CU_ASSERT_EQUAL(dt_tensor_shape(t[0])[0], rows);
+    CU_ASSERT_EQUAL(dt_tensor_shape(t[0])[1], FEATURES);
+    float *x = gather(t[0]);
+    int32_t *y = gather(t[1]);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t i = first + r;
+        CU_ASSERT_EQUAL(y[r], 7 * i + 1);
+        for (int j = 0; j < FEATURES; j++)
+            CU_ASSERT_EQUAL(x[r * FEATURES + j], (float)i + 0.25f * (float)j);
+    }
+    free(x);
+    free(y);
+    dt_tensor_destroy(t[0]);
+    dt_tensor_destroy(t[1]);
 }
 
 /* The labels (y) of the next `nb` batches, rows each (collective). */
@@ -127,9 +171,11 @@ static void next_labels(dt_dataset *ds, int nb, int64_t rows, int32_t *out)
     }
 }
 
-/* Writes `len` bytes to path (client 0), then a world barrier. */
+/* Writes `len` bytes to path (client 0) between two world barriers, so no client still reads
+ * the file's previous contents and all see the new ones. */
 static void write_file(const char *path, const void *data, size_t len, int gzip)
 {
+    MPI_Barrier(MPI_COMM_WORLD);
     if (dt_client_id() == 0) {
         if (gzip) {
             gzFile g = gzopen(path, "wb");
@@ -150,12 +196,9 @@ static void write_file(const char *path, const void *data, size_t len, int gzip)
 
 static void test_unshuffled_batches_hold_consecutive_examples_and_keep_the_remainder(void)
 {
-    synth s;
-    dt_data_source *src = synth_source(20, &s);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
-    dt_dataset *ds = make_dataset(src, l, 6, 0, 0, 0, 1, 2);
+    fixture f;
+    fx_open(&f, 20, 0, 0);
+    dt_dataset *ds = make_dataset(f.src, f.l, 6, 0, 0, 0, 1, 2);
     CU_ASSERT_EQUAL(dt_dataset_batches_per_epoch(ds), 4);
     for (int b = 0; b < 4; b++) {
         dt_tensor *t[2];
@@ -163,20 +206,7 @@ static void test_unshuffled_batches_hold_consecutive_examples_and_keep_the_remai
         DT_ASSERT_OK(dt_dataset_next(ds, 2, t, &info));
         int64_t rows = b < 3 ? 6 : 2;
         CU_ASSERT(info.epoch == 0 && info.batch == b && info.rows == rows && !info.end);
-        CU_ASSERT_EQUAL(dt_tensor_shape(t[0])[0], rows);
-        CU_ASSERT_EQUAL(dt_tensor_shape(t[0])[1], FEATURES);
-        float *x = gather(t[0]);
-        int32_t *y = gather(t[1]);
-        for (int64_t r = 0; r < rows; r++) {
-            int64_t i = 6 * b + r;
-            CU_ASSERT_EQUAL(y[r], 7 * i + 1);
-            for (int j = 0; j < FEATURES; j++)
-                CU_ASSERT_EQUAL(x[r * FEATURES + j], (float)i + 0.25f * (float)j);
-        }
-        free(x);
-        free(y);
-        dt_tensor_destroy(t[0]);
-        dt_tensor_destroy(t[1]);
+        check_consecutive(t, 6 * b, rows);
     }
     for (int again = 0; again < 2; again++) {
         dt_tensor *t[2] = {(dt_tensor *)1, (dt_tensor *)1};
@@ -185,20 +215,14 @@ static void test_unshuffled_batches_hold_consecutive_examples_and_keep_the_remai
         CU_ASSERT(info.end && t[0] == NULL && t[1] == NULL);
     }
     dt_dataset_destroy(ds);
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
-    dt_data_source_destroy(src);
+    fx_close(&f);
 }
 
 static void test_shuffled_epochs_are_permutations_that_differ_and_drop_the_remainder(void)
 {
-    synth s;
-    dt_data_source *src = synth_source(26, &s);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
-    dt_dataset *ds = make_dataset(src, l, 8, 42, 1, 1, 0, 2);
+    fixture f;
+    fx_open(&f, 26, 0, 0);
+    dt_dataset *ds = make_dataset(f.src, f.l, 8, 42, 1, 1, 0, 2);
     CU_ASSERT_EQUAL(dt_dataset_batches_per_epoch(ds), 3);
     int32_t y[2][24];
     next_labels(ds, 3, 8, y[0]);
@@ -224,10 +248,7 @@ static void test_shuffled_epochs_are_permutations_that_differ_and_drop_the_remai
     DT_ASSERT_OK(dt_dataset_position(ds, &p));
     CU_ASSERT(p.epoch == 2 && p.batch == 0);
     dt_dataset_destroy(ds);
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
-    dt_data_source_destroy(src);
+    fx_close(&f);
 }
 
 /* Client 0 alone, one device: the reference every sharded run must equal. */
@@ -266,36 +287,28 @@ static void test_sharded_batches_equal_a_single_device_reference_on_any_mesh(voi
     for (int shape = 0; shape < 3; shape++) {
         if (shape > 0 && ndev() % 2 != 0)
             continue;
-        synth s;
-        dt_data_source *src = synth_source(N, &s);
-        dt_mesh *m = all_mesh(shape > 0);
-        dt_layout *l[2];
-        xy_layouts(m, shape == 2, l); /* shape 2: labels replicated, features sharded */
-        dt_dataset *ds = make_dataset(src, l, B, 1234, 1, 1, 0, 2);
+        fixture f;
+        fx_open(&f, N, shape > 0, shape == 2); /* 2: labels replicated, features sharded */
+        dt_dataset *ds = make_dataset(f.src, f.l, B, 1234, 1, 1, 0, 2);
         next_labels(ds, NB, B, got);
         CU_ASSERT_EQUAL(memcmp(got, want, sizeof want), 0);
         dt_dataset_destroy(ds);
-        dt_layout_destroy(l[0]);
-        dt_layout_destroy(l[1]);
-        dt_mesh_destroy(m);
-        dt_data_source_destroy(src);
+        fx_close(&f);
     }
 }
 
 static void test_each_client_reads_only_the_rows_of_its_devices(void)
 {
     enum { N = 64, B = 16 };
-    synth s;
-    dt_data_source *src = synth_source(N, &s);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
-    dt_dataset *ds = make_dataset(src, l, B, 5, 1, 1, 0, 0);
+    fixture f;
+    fx_open(&f, N, 0, 0);
+    dt_dataset *ds = make_dataset(f.src, f.l, B, 5, 1, 1, 0, 0);
     int64_t mine = 0;
-    int nl = dt_mesh_num_local_devices(m);
+    int nl = dt_mesh_num_local_devices(f.m);
     for (int d = 0; d < nl; d++) {
         int64_t size = 0;
-        dt_shard_range(B, ndev(), dt_mesh_position(m, dt_mesh_local_device_id(m, d)), NULL, &size);
+        int64_t pos = dt_mesh_position(f.m, dt_mesh_local_device_id(f.m, d));
+        dt_shard_range(B, ndev(), pos, NULL, &size);
         mine += size;
     }
     for (int b = 0; b < 3; b++) {
@@ -304,15 +317,12 @@ static void test_each_client_reads_only_the_rows_of_its_devices(void)
         dt_tensor_destroy(t[0]);
         dt_tensor_destroy(t[1]);
     }
-    CU_ASSERT_EQUAL(s.filled, 3 * mine);
+    CU_ASSERT_EQUAL(f.s.filled, 3 * mine);
     int64_t total = 0;
-    MPI_Allreduce(&s.filled, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(&f.s.filled, &total, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     CU_ASSERT_EQUAL(total, 3 * B);
     dt_dataset_destroy(ds);
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
-    dt_data_source_destroy(src);
+    fx_close(&f);
 }
 
 static void test_prefetch_changes_nothing_but_time(void)
@@ -321,20 +331,14 @@ static void test_prefetch_changes_nothing_but_time(void)
     int32_t want[NB * B], got[NB * B];
     const int depth[3] = {0, 1, 5};
     for (int i = 0; i < 3; i++) {
-        synth s;
-        dt_data_source *src = synth_source(N, &s);
-        dt_mesh *m = all_mesh(0);
-        dt_layout *l[2];
-        xy_layouts(m, 0, l);
-        dt_dataset *ds = make_dataset(src, l, B, 99, 1, 1, 0, depth[i]);
+        fixture f;
+        fx_open(&f, N, 0, 0);
+        dt_dataset *ds = make_dataset(f.src, f.l, B, 99, 1, 1, 0, depth[i]);
         next_labels(ds, NB, B, i == 0 ? want : got);
         if (i > 0)
             CU_ASSERT_EQUAL(memcmp(got, want, sizeof want), 0);
         dt_dataset_destroy(ds);
-        dt_layout_destroy(l[0]);
-        dt_layout_destroy(l[1]);
-        dt_mesh_destroy(m);
-        dt_data_source_destroy(src);
+        fx_close(&f);
     }
 }
 
@@ -346,12 +350,9 @@ static void test_resume_from_a_checkpoint_on_another_mesh_continues_with_the_nex
     dt_test_scratch_dir(dir, sizeof dir);
     snprintf(ck, sizeof ck, "%s/ck", dir);
 
-    synth s;
-    dt_data_source *src = synth_source(N, &s);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
-    dt_dataset *ds = make_dataset(src, l, B, 77, 1, 1, 0, 3);
+    fixture f;
+    fx_open(&f, N, 0, 0);
+    dt_dataset *ds = make_dataset(f.src, f.l, B, 77, 1, 1, 0, 3);
     next_labels(ds, NB, B, want);
     DT_ASSERT_OK(dt_dataset_seek(ds, &(dt_data_position){0, 0}));
     next_labels(ds, SAVED, B, got);
@@ -362,14 +363,14 @@ static void test_resume_from_a_checkpoint_on_another_mesh_continues_with_the_nex
     so.fsync = 0;
     so.nvalues = DT_DATASET_STATE_VALUES;
     so.values = v;
-    DT_ASSERT_OK(dt_save(m, ck, 0, NULL, NULL, &so));
+    DT_ASSERT_OK(dt_save(f.m, ck, 0, NULL, NULL, &so));
     dt_dataset_destroy(ds);
 
     /* Restore onto a 2-D mesh with replicated labels and no prefetch. */
     dt_mesh *m2 = all_mesh(ndev() % 2 == 0);
     dt_layout *l2[2];
     xy_layouts(m2, 1, l2);
-    ds = make_dataset(src, l2, B, 77, 1, 1, 0, 0);
+    ds = make_dataset(f.src, l2, B, 77, 1, 1, 0, 0);
     dt_ckpt *c = NULL;
     DT_ASSERT_OK(dt_ckpt_open(ck, &c));
     DT_ASSERT_OK(dt_dataset_load_state(ds, c, "data/"));
@@ -382,7 +383,7 @@ static void test_resume_from_a_checkpoint_on_another_mesh_continues_with_the_nex
     dt_dataset_destroy(ds);
 
     /* Another seed is another data order: refused, position kept. */
-    ds = make_dataset(src, l2, B, 78, 1, 1, 0, 0);
+    ds = make_dataset(f.src, l2, B, 78, 1, 1, 0, 0);
     DT_ASSERT_FAILS(dt_dataset_load_state(ds, c, "data/"), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("seed");
     DT_ASSERT_OK(dt_dataset_position(ds, &p));
@@ -390,25 +391,19 @@ static void test_resume_from_a_checkpoint_on_another_mesh_continues_with_the_nex
     dt_dataset_destroy(ds);
     dt_ckpt_close(c);
 
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
     dt_layout_destroy(l2[0]);
     dt_layout_destroy(l2[1]);
-    dt_mesh_destroy(m);
     dt_mesh_destroy(m2);
-    dt_data_source_destroy(src);
+    fx_close(&f);
     dt_test_scratch_remove(dir);
 }
 
 static void test_a_failing_example_fails_every_client_and_delivers_nothing(void)
 {
-    synth s;
-    dt_data_source *src = synth_source(40, &s);
-    s.fail_at = 13; /* batch 1 (rows 8..15) unshuffled, held by one client only */
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
-    dt_dataset *ds = make_dataset(src, l, 8, 0, 0, 1, 0, 2);
+    fixture f;
+    fx_open(&f, 40, 0, 0);
+    f.s.fail_at = 13; /* batch 1 (rows 8..15) unshuffled, held by one client only */
+    dt_dataset *ds = make_dataset(f.src, f.l, 8, 0, 0, 1, 0, 2);
     int32_t y[8];
     next_labels(ds, 1, 8, y);
     for (int again = 0; again < 2; again++) {
@@ -420,48 +415,39 @@ static void test_a_failing_example_fails_every_client_and_delivers_nothing(void)
         DT_ASSERT_OK(dt_dataset_position(ds, &p));
         CU_ASSERT(p.epoch == 0 && p.batch == 1);
     }
-    s.fail_at = -1; /* the fault is gone: the same batch comes */
+    f.s.fail_at = -1; /* the fault is gone: the same batch comes */
     next_labels(ds, 1, 8, y);
     CU_ASSERT_EQUAL(y[0], 7 * 8 + 1);
     dt_dataset_destroy(ds);
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
-    dt_data_source_destroy(src);
+    fx_close(&f);
 }
 
 static void test_create_rejects_bad_layouts_and_options(void)
 {
-    synth s;
-    dt_data_source *src = synth_source(10, &s);
-    dt_mesh *m = all_mesh(ndev() % 2 == 0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
+    fixture f;
+    fx_open(&f, 10, 1, 0);
     dt_dataset *ds = NULL;
     dt_dataset_opts o = DT_DATASET_OPTS_INIT;
     o.global_batch = 11;
-    DT_ASSERT_FAILS(dt_dataset_create(src, 2, (const dt_layout *const *)l, &o, &ds),
+    DT_ASSERT_FAILS(dt_dataset_create(f.src, 2, (const dt_layout *const *)f.l, &o, &ds),
                     DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("drop_remainder");
     o.global_batch = 4;
-    DT_ASSERT_FAILS(dt_dataset_create(src, 1, (const dt_layout *const *)l, &o, &ds),
+    DT_ASSERT_FAILS(dt_dataset_create(f.src, 1, (const dt_layout *const *)f.l, &o, &ds),
                     DT_ERR_INVALID_ARGUMENT);
-    dt_layout *bad[2] = {l[1], l[1]};
-    DT_ASSERT_FAILS(dt_dataset_create(src, 2, (const dt_layout *const *)bad, &o, &ds),
+    dt_layout *bad[2] = {f.l[1], f.l[1]};
+    DT_ASSERT_FAILS(dt_dataset_create(f.src, 2, (const dt_layout *const *)bad, &o, &ds),
                     DT_ERR_SHAPE);
     if (ndev() % 2 == 0) {
-        bad[0] = dt_test_layout(m, 2, "batch", "model", NULL);
-        bad[1] = l[1];
-        DT_ASSERT_FAILS(dt_dataset_create(src, 2, (const dt_layout *const *)bad, &o, &ds),
+        bad[0] = dt_test_layout(f.m, 2, "batch", "model", NULL);
+        bad[1] = f.l[1];
+        DT_ASSERT_FAILS(dt_dataset_create(f.src, 2, (const dt_layout *const *)bad, &o, &ds),
                         DT_ERR_UNSUPPORTED);
         DT_ASSERT_ERROR_MENTIONS("model");
         dt_layout_destroy(bad[0]);
     }
     CU_ASSERT_PTR_NULL(ds);
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
-    dt_data_source_destroy(src);
+    fx_close(&f);
 }
 
 /* ---- readers --------------------------------------------------------------------------------- */
@@ -489,10 +475,9 @@ static void test_record_reader_reads_fields_at_their_offsets_and_rejects_truncat
     dt_data_source *src = NULL;
     DT_ASSERT_OK(dt_data_source_records(path, 2, synth_fields, &ro, &src));
     CU_ASSERT_EQUAL(dt_data_source_num_examples(src), N);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
-    dt_dataset *ds = make_dataset(src, l, 5, 3, 1, 1, 0, 1);
+    fixture f; /* its mesh and layouts */
+    fx_open(&f, 1, 0, 0);
+    dt_dataset *ds = make_dataset(src, f.l, 5, 3, 1, 1, 0, 1);
     for (int b = 0; b < 4; b++) {
         dt_tensor *t[2];
         DT_ASSERT_OK(dt_dataset_next(ds, 2, t, NULL));
@@ -517,8 +502,8 @@ static void test_record_reader_reads_fields_at_their_offsets_and_rejects_truncat
     ro.field_offsets = NULL;
     DT_ASSERT_OK(dt_data_source_records(path, 1, &whole, &ro, &src));
     unsigned char rec[REC];
-    void *f[1] = {rec};
-    DT_ASSERT_OK(dt_data_source_read(src, 7, f));
+    void *fp[1] = {rec};
+    DT_ASSERT_OK(dt_data_source_read(src, 7, fp));
     CU_ASSERT_EQUAL(memcmp(rec, buf + HDR + 7 * REC, REC), 0);
     dt_data_source_destroy(src);
 
@@ -528,9 +513,7 @@ static void test_record_reader_reads_fields_at_their_offsets_and_rejects_truncat
     snprintf(path, sizeof path, "%s/missing.bin", dir);
     DT_ASSERT_FAILS(dt_data_source_records(path, 1, &whole, &ro, &src), DT_ERR_IO);
     DT_ASSERT_ERROR_MENTIONS("missing.bin");
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
+    fx_close(&f);
     dt_test_scratch_remove(dir);
 }
 
@@ -550,9 +533,8 @@ static void test_csv_reader_reads_plain_and_gzip_files_alike(void)
     char dir[512], path[600], text[4096];
     dt_test_scratch_dir(dir, sizeof dir);
     size_t len = csv_text(text, sizeof text, N);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
+    fixture f; /* its mesh and layouts */
+    fx_open(&f, 1, 0, 0);
     for (int gz = 0; gz < 2; gz++) {
         snprintf(path, sizeof path, "%s/d.csv%s", dir, gz ? ".gz" : "");
         write_file(path, text, len - (gz ? 1 : 0), gz); /* gzip: no newline at the end */
@@ -561,23 +543,11 @@ static void test_csv_reader_reads_plain_and_gzip_files_alike(void)
         dt_data_source *src = NULL;
         DT_ASSERT_OK(dt_data_source_csv(path, 2, synth_fields, &co, &src));
         CU_ASSERT_EQUAL(dt_data_source_num_examples(src), N);
-        dt_dataset *ds = make_dataset(src, l, 7, 0, 0, 0, 1, 2);
+        dt_dataset *ds = make_dataset(src, f.l, 7, 0, 0, 0, 1, 2);
         for (int b = 0; b < 4; b++) {
             dt_tensor *t[2];
             DT_ASSERT_OK(dt_dataset_next(ds, 2, t, NULL));
-            int64_t rows = b < 3 ? 7 : 2;
-            float *x = gather(t[0]);
-            int32_t *y = gather(t[1]);
-            for (int64_t r = 0; r < rows; r++) {
-                int64_t i = 7 * b + r;
-                CU_ASSERT_EQUAL(y[r], 7 * i + 1);
-                for (int j = 0; j < FEATURES; j++)
-                    CU_ASSERT_EQUAL(x[r * FEATURES + j], (float)i + 0.25f * (float)j);
-            }
-            free(x);
-            free(y);
-            dt_tensor_destroy(t[0]);
-            dt_tensor_destroy(t[1]);
+            check_consecutive(t, 7 * b, b < 3 ? 7 : 2);
         }
         dt_dataset_destroy(ds);
         dt_data_source_destroy(src);
@@ -585,14 +555,12 @@ static void test_csv_reader_reads_plain_and_gzip_files_alike(void)
     /* A truncated gzip file. */
     write_file(path, text, len, 1);
     if (dt_client_id() == 0)
-        CU_ASSERT_EQUAL(truncate(path, 30), 0);
+        CU_ASSERT_EQUAL(truncate(path, 30), 0); /* cut the compressed stream */
     MPI_Barrier(MPI_COMM_WORLD);
     dt_data_source *src = NULL;
     DT_ASSERT_FAILS(dt_data_source_csv(path, 2, synth_fields, NULL, &src), DT_ERR_CORRUPT);
     DT_ASSERT_ERROR_MENTIONS("d.csv.gz: gzip");
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
+    fx_close(&f);
     dt_test_scratch_remove(dir);
 }
 
@@ -601,9 +569,8 @@ static void test_csv_errors_name_file_and_line_on_every_client(void)
     char dir[512], path[600], text[4096];
     dt_test_scratch_dir(dir, sizeof dir);
     snprintf(path, sizeof path, "%s/bad.csv", dir);
-    dt_mesh *m = all_mesh(0);
-    dt_layout *l[2];
-    xy_layouts(m, 0, l);
+    fixture f; /* its mesh and layouts */
+    fx_open(&f, 1, 0, 0);
     /* Line 7 (example 6, batch 1 of 4 rows) has a word; line 14 (example 13, batch 3) too few
      * columns; line 12 a label beyond i32. */
     const char *bad[3] = {"1,2,abc,4", "1,2,3", "1,2,3,99999999999"};
@@ -619,7 +586,7 @@ static void test_csv_errors_name_file_and_line_on_every_client(void)
         write_file(path, text, len, 0);
         dt_data_source *src = NULL;
         DT_ASSERT_OK(dt_data_source_csv(path, 2, synth_fields, NULL, &src));
-        dt_dataset *ds = make_dataset(src, l, 4, 0, 0, 1, 0, 2);
+        dt_dataset *ds = make_dataset(src, f.l, 4, 0, 0, 1, 0, 2);
         int bad_batch = (line[c] - 1) / 4;
         for (int b = 0; b < bad_batch; b++) {
             dt_tensor *t[2];
@@ -634,9 +601,7 @@ static void test_csv_errors_name_file_and_line_on_every_client(void)
         dt_dataset_destroy(ds);
         dt_data_source_destroy(src);
     }
-    dt_layout_destroy(l[0]);
-    dt_layout_destroy(l[1]);
-    dt_mesh_destroy(m);
+    fx_close(&f);
     dt_test_scratch_remove(dir);
 }
 
