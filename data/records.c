@@ -47,7 +47,7 @@ static dt_status rec_read(dt_data_source *s, const int64_t *idx, int64_t count, 
     const rec_impl *r = s->impl;
     char what[64];
     if (r->whole) {
-        for (int64_t j = 0; j < count;) {
+        for (int64_t j = 0; dst[0] && j < count;) {
             int64_t len = run_length(idx + j, count - j, count);
             snprintf(what, sizeof what, "records %lld..%lld", (long long)idx[j],
                      (long long)(idx[j] + len - 1));
