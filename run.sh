@@ -2,13 +2,15 @@
 # libdtensor's two entry points on a fresh machine:
 #   ./run.sh example   install what is missing, build, run the main example
 #   ./run.sh test      install what is missing, build, run the whole test suite
-#                      (plain build, then AddressSanitizer+UBSan build, then install test)
+#                      (plain build, then AddressSanitizer+UBSan build, then the unit and MPI
+#                      suites built against MPICH, then install tests of both)
 #   ./run.sh bench NAME   run a benchmark (bench/run NAME)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
-./scripts/setup.sh
+# Open MPI is the default MPI; the test command also checks the build against MPICH.
+if [ "${1:-}" = test ]; then ./scripts/setup.sh openmpi mpich; else ./scripts/setup.sh; fi
 # shellcheck source=scripts/env.sh
 . ./scripts/env.sh
 
@@ -37,8 +39,15 @@ case "${1:-}" in
     configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
     meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3 \
       --no-suite crash
-    echo "== install, then build a separate program with pkg-config"
+    echo "== the unit and MPI suites built against MPICH (build-mpich/, -Dmpi=mpich)"
+    # The same C code against the other MPI and its launcher; the sanitizer and crash runs
+    # above do not depend on which MPI it is (docs/mpi.md).
+    configure build-mpich -Dmpi=mpich
+    meson test -C build-mpich --print-errorlogs --num-processes "$jobs" \
+      --suite unit --suite mpi --no-suite crash
+    echo "== install, then build a separate program with pkg-config (Open MPI, then MPICH)"
     ./tests/install/check_install.sh build
+    ./tests/install/check_install.sh build-mpich
     echo "== all tests passed"
     ;;
   bench)

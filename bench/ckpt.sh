@@ -18,7 +18,7 @@ usage: bench/ckpt.sh [options]
   --dir DIR      where the files go (default BUILD_DIR/bench-ckpt.tmp; needs 4 x the size free)
   --keep         keep the files afterwards
   --verbose      also print every repetition's times (lines starting with #)
-Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra mpirun args).
+Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }
 
@@ -57,10 +57,10 @@ status=0
 case ",$cases," in
   *,reshard,*)
     # shellcheck disable=SC2086
-    DT_CPU_DEVICES=2 mpirun -n 2 ${MPIRUN_ARGS:-} "$exe" --cases source --mib "$mib" \
+    DT_CPU_DEVICES=2 "$mpiexec" -n 2 ${MPIRUN_ARGS:-} "$exe" --cases source --mib "$mib" \
       --dir "$dir" >&2 || status=1 ;;
 esac
 # shellcheck disable=SC2086
-DT_CPU_DEVICES=1 mpirun -n 2 ${MPIRUN_ARGS:-} "$exe" --cases "$cases" --mib "$mib" --dir "$dir" \
-  ${extra[@]+"${extra[@]}"} || status=1
+DT_CPU_DEVICES=1 "$mpiexec" -n 2 ${MPIRUN_ARGS:-} "$exe" --cases "$cases" --mib "$mib" \
+  --dir "$dir" ${extra[@]+"${extra[@]}"} || status=1
 exit "$status"

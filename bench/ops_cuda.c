@@ -14,6 +14,7 @@
 
 #include "bench_util.h"
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
 
 #define CK(x)                                                                                  \
     do {                                                                                       \
@@ -202,7 +203,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_ops_cuda: no GPU\n");
         return 77;
     }
-    gpu = dt__ops_cuda_backend ? dt__ops_cuda_backend() : NULL;
+    gpu = dt__ops_cuda_backend();
     if (!gpu) {
         fprintf(stderr, "bench_ops_cuda: this build has no CUDA kernels\n");
         return 1;

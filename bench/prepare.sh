@@ -1,7 +1,8 @@
 # Sourced by bench/run and bench/*.sh: installs what is missing, sources scripts/env.sh,
 # configures $BUILD_DIR (default build; release when it has to be created) and builds one
-# benchmark target. Sets `build` and `exe`; defines `load` (prints a "# " line with the load
-# average, since other work on the machine distorts the numbers).
+# benchmark target. Sets `build`, `exe` and `mpiexec` (BUILD_DIR/mpiexec: the launcher of the
+# MPI that build links, Open MPI or MPICH, -Dmpi); defines `load` (prints a "# " line with the
+# load average, since other work on the machine distorts the numbers).
 #   bench_prepare NAME TARGET     e.g. bench_prepare bench/ckpt.sh bench_ckpt
 bench_prepare() {
   local name=$1 target=$2
@@ -16,6 +17,7 @@ bench_prepare() {
   fi
   ninja -C "$build" "bench/$target" >&2
   exe="$build/bench/$target"
+  mpiexec="$build/mpiexec"
   export DT_BIND=${DT_BIND:-0}
 }
 

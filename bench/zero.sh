@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs bench_zero (docs/bench.md): builds it if missing, then for each process count runs
-# mpirun -n NP with one CPU device per process: memory per rank of ZeRO stages 0, 1 and 2
+# BUILD_DIR/mpiexec -n NP with one CPU device per process: memory per rank of ZeRO stages 0, 1 and 2
 # against the paper's formulas for mixed-precision Adam, and the step time of stages 1 and 2
 # against stage 0 on the same model and ranks, interleaved in one run.
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
@@ -16,7 +16,7 @@ usage: bench/zero.sh [options]
   --reps N       timed steps per stage (default 10); --quick: 3
   --allgather N  elements per all-gather chunk (default P/16)
   --cases LIST   memory,speed (default both)
-Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra mpirun args).
+Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }
 
@@ -48,7 +48,7 @@ status=0
 load "bench/run zero start"
 for np in "${np_list[@]}"; do
   # shellcheck disable=SC2086
-  DT_CPU_DEVICES=1 mpirun -n "$np" ${MPIRUN_ARGS:-} "$exe" ${extra[@]+"${extra[@]}"} || status=1
+  DT_CPU_DEVICES=1 "$mpiexec" -n "$np" ${MPIRUN_ARGS:-} "$exe" ${extra[@]+"${extra[@]}"} || status=1
 done
 load "bench/run zero end"
 exit "$status"

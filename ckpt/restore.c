@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/device.h"
 
 /* Fills every local component of the host tensor `t` with saved tensor `ti`. */
 static dt_status read_tensor_local(ck_reader *rd, int64_t ti, dt_tensor *t)
@@ -141,8 +142,11 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
             for (int i = 0; st == DT_OK && i < dt_tensor_num_local(dev); i++) {
                 const DLTensor *src = dt_tensor_local(dev, i);
                 size_t bytes = (size_t)dt__numel(src->ndim, src->shape) * elem;
-                if (bytes)
-                    st = dt__device_copy(dt_tensor_local(targets[t], i)->data, src->data, bytes);
+                const dt__device *d = dt__tensor_device(targets[t], i);
+                st = d->kind->copy(d, DT__COPY_D2D, dt_tensor_local(targets[t], i)->data,
+                                   src->data, bytes);
+                if (st == DT_OK)
+                    st = d->kind->sync(d);
             }
             dt_tensor_destroy(dev);
             dev = NULL;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "runtime/half.h"
 
 typedef struct csv_impl {
     dd_text text;

@@ -10,7 +10,9 @@
 #include <stdint.h>
 
 #include "dtensor/data.h"
-#include "runtime/internal.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 /* ---- sources (source.c) -------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "dtensor/relayout.h"
 
 enum { MSG_LEN = 1024 };
 

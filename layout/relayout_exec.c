@@ -1,126 +1,115 @@
 /* Relayout execution: zero fills, local copies overlapped with the transport's exchange,
- * then reductions applied in summand order so every replica computes the same bits. */
+ * then reductions applied in summand order so every replica computes the same bits. Memory
+ * is moved and reduced only through the device layer (runtime/device.h): pieces in device
+ * memory that cross processes are staged through the device kind's host buffers. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "layout/layout_impl.h"
-
-void dt__rl_box_apply(int rank, size_t elem, const rl_box *box, void *dst, const int64_t *doff,
-                      const int64_t *dshape, const void *src, const int64_t *soff,
-                      const int64_t *sshape, rl_run_fn fn, void *arg)
-{
-    if (dt__numel(rank, box->len) == 0)
-        return;
-    /* Merge trailing dims that the box covers fully in both arrays into one run. */
-    int inner = rank - 1;
-    int64_t run = rank ? box->len[inner] : 1;
-    while (inner > 0 && box->len[inner] == dshape[inner] && box->len[inner] == sshape[inner]) {
-        inner--;
-        run *= box->len[inner];
-    }
-    int64_t dstride[DT_MAX_RANK], sstride[DT_MAX_RANK], idx[DT_MAX_RANK] = {0};
-    int64_t ds = 1, ss = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        dstride[d] = ds;
-        sstride[d] = ss;
-        ds *= dshape[d];
-        ss *= sshape[d];
-    }
-    int64_t dbase = 0, sbase = 0;
-    for (int d = 0; d < rank; d++) {
-        dbase += (box->off[d] - doff[d]) * dstride[d];
-        sbase += (box->off[d] - soff[d]) * sstride[d];
-    }
-    char *db = (char *)dst;
-    const char *sb = (const char *)src;
-    for (;;) {
-        int64_t di = dbase, si = sbase;
-        for (int d = 0; d < inner; d++) {
-            di += idx[d] * dstride[d];
-            si += idx[d] * sstride[d];
-        }
-        fn(db + (size_t)di * elem, sb + (size_t)si * elem, run, arg);
-        int d = inner - 1;
-        while (d >= 0 && ++idx[d] == box->len[d])
-            idx[d--] = 0;
-        if (d < 0)
-            break;
-    }
-}
+#include "runtime/device.h"
 
 typedef struct exec_ctx {
     rl_plan *plan;
     const dt_tensor *src;
     dt_tensor *dst;
     size_t elem;
-    void **tmp;               /* per piece: received data of a reduction, or NULL */
-    dt_status st;
+    void **tmp;                      /* per piece: its box in a host buffer, or NULL */
+    const dt__device_kind **tmp_kind; /* whose host_free frees tmp[i] */
+    dt_status st;                    /* first failure of the local copies */
 } exec_ctx;
 
-static void copy_run(void *dst, const void *src, int64_t n, void *arg)
+/* A side of a piece: a component (data, global offset, shape, device), or a compact buffer
+ * holding exactly the box (offset = the box's, shape = its lengths). */
+typedef struct side {
+    void *data;
+    const int64_t *off, *shape;
+    const dt__device *dev;           /* NULL: host memory that is not a component's */
+} side;
+
+static side component_side(const dt_tensor *t, int local)
 {
-    memcpy(dst, src, (size_t)n * *(const size_t *)arg);
+    const DLTensor *dl = dt_tensor_local(t, local);
+    return (side){dl->data, dt_tensor_local_offset(t, local), dl->shape,
+                  dt__tensor_device(t, local)};
 }
 
-static void device_copy_run(void *dst, const void *src, int64_t n, void *arg)
+static int host_side(const side *s)
 {
-    exec_ctx *x = arg;
-    dt_status st = dt__device_copy(dst, src, (size_t)n * x->elem);
-    if (st != DT_OK && x->st == DT_OK)
-        x->st = st;
+    return !s->dev || s->dev->kind->host_visible;
+}
+
+/* Copies the box of piece i from `from` to `to`, through whichever device holds device
+ * memory (the destination's when both do). */
+static dt_status copy_box(const exec_ctx *x, const rl_piece *p, const side *to,
+                          const side *from)
+{
+    const dt__device *dev = to->dev;
+    dt__copy_dir dir = DT__COPY_D2D;
+    if (host_side(to) && host_side(from)) {
+        dev = dt__device_local(DT_DEVICE_CPU, 0);
+        if (!dev)
+            return dt__error(DT_ERR_STATE, "relayout: no CPU device");
+        dir = DT__COPY_H2D; /* plain memcpy on the CPU kind */
+    } else if (host_side(to)) {
+        dev = from->dev;
+        dir = DT__COPY_D2H;
+    } else if (host_side(from)) {
+        dir = DT__COPY_H2D;
+    }
+    return dt__device_copy_box(dev, dir, x->plan->rank, x->elem, p->box.off, p->box.len,
+                               to->data, to->off, to->shape, from->data, from->off,
+                               from->shape);
+}
+
+/* The source side of piece i as it is here: its received host buffer or its component. */
+static side source_side(const exec_ctx *x, size_t i)
+{
+    const rl_piece *p = &x->plan->pieces[i];
+    if (x->tmp[i])
+        return (side){x->tmp[i], p->box.off, p->box.len, NULL};
+    return component_side(x->src, p->src_local);
 }
 
 typedef struct reduce_arg {
-    rl_run_fn kernel;
+    const dt__device *dev;
+    const rl_plan *plan;
+    dt_status st;
 } reduce_arg;
 
 static void reduce_run(void *dst, const void *src, int64_t n, void *arg)
 {
-    ((reduce_arg *)arg)->kernel(dst, src, n, NULL);
+    reduce_arg *a = arg;
+    if (a->st == DT_OK)
+        a->st = a->dev->kind->reduce_into(a->dev, a->plan->op, a->plan->dtype, dst, src, n);
 }
 
-/* The component array (data, global offset, shape) of a piece's side. */
-static void side(const dt_tensor *t, int local, void **data, const int64_t **off,
-                 const int64_t **shape)
-{
-    const DLTensor *dl = dt_tensor_local(t, local);
-    *data = dl->data;
-    *shape = dl->shape;
-    *off = dt_tensor_local_offset(t, local);
-}
-
-static int is_gpu(const dt_tensor *t)
-{
-    return dt_mesh_device_type(dt_layout_mesh(dt_tensor_layout(t))) == DT_DEVICE_GPU;
-}
-
-/* Applies one piece whose source data is here: from the source component, or from its
- * contiguous receive buffer. `accumulate` reduces instead of copying. */
-static void apply_piece(exec_ctx *x, size_t i, int accumulate)
+/* Accumulates piece i into its destination on the destination's device. A source that
+ * device cannot read directly (another device's memory, or host memory for a device
+ * destination) is first copied into a buffer on it. */
+static dt_status reduce_piece(exec_ctx *x, size_t i)
 {
     const rl_piece *p = &x->plan->pieces[i];
-    void *dd, *sd;
-    const int64_t *doff, *dshape, *soff, *sshape;
-    side(x->dst, p->dst_local, &dd, &doff, &dshape);
-    if (x->tmp && x->tmp[i]) {
-        sd = x->tmp[i];
-        soff = p->box.off;
-        sshape = p->box.len;
-    } else {
-        side(x->src, p->src_local, &sd, &soff, &sshape);
+    side to = component_side(x->dst, p->dst_local), from = source_side(x, i);
+    const dt__device *dev = to.dev;
+    void *buf = NULL;
+    dt_status st = DT_OK;
+    int direct = from.dev == dev || (host_side(&to) && host_side(&from));
+    if (!direct) {
+        st = dt__device_alloc(dev, p->bytes, &buf);
+        side staged = {buf, p->box.off, p->box.len, dev};
+        if (st == DT_OK)
+            st = copy_box(x, p, &staged, &from);
+        from = staged;
     }
-    int rank = x->plan->rank;
-    if (accumulate) {
-        reduce_arg ra = {dt__rl_reduce_kernel(x->plan->op, x->plan->dtype)};
-        dt__rl_box_apply(rank, x->elem, &p->box, dd, doff, dshape, sd, soff, sshape, reduce_run,
-                         &ra);
-    } else if (is_gpu(x->dst) || (!x->tmp[i] && is_gpu(x->src))) {
-        dt__rl_box_apply(rank, x->elem, &p->box, dd, doff, dshape, sd, soff, sshape,
-                         device_copy_run, x);
-    } else {
-        dt__rl_box_apply(rank, x->elem, &p->box, dd, doff, dshape, sd, soff, sshape, copy_run,
-                         &x->elem);
-    }
+    reduce_arg ra = {dev, x->plan, DT_OK};
+    if (st == DT_OK)
+        dt__box_apply(x->plan->rank, x->elem, p->box.off, p->box.len, to.data, to.off,
+                      to.shape, from.data, from.off, from.shape, reduce_run, &ra);
+    if (st == DT_OK)
+        st = ra.st;
+    if (buf)
+        dt__device_free(dev, buf, p->bytes); /* reused on the same stream only */
+    return st;
 }
 
 /* Runs while the exchange progresses: the in-process copies of a plan without reduction. */
@@ -129,10 +118,13 @@ static void local_copies(void *arg)
     exec_ctx *x = arg;
     if (x->plan->nsummands)
         return;
-    for (size_t i = 0; i < x->plan->npieces; i++) {
+    for (size_t i = 0; i < x->plan->npieces && x->st == DT_OK; i++) {
         const rl_piece *p = &x->plan->pieces[i];
-        if (p->src_local >= 0 && p->dst_local >= 0)
-            apply_piece(x, i, 0);
+        if (p->src_local < 0 || p->dst_local < 0)
+            continue;
+        side to = component_side(x->dst, p->dst_local);
+        side from = component_side(x->src, p->src_local);
+        x->st = copy_box(x, p, &to, &from);
     }
 }
 
@@ -155,52 +147,112 @@ static int needs_staging(const dt__region *r)
 }
 
 /* Copies staged receives of a plan without reduction into their destination components. */
-static void unstage_received(exec_ctx *x)
+static dt_status unstage_received(exec_ctx *x)
 {
-    for (size_t i = 0; i < x->plan->npieces; i++) {
+    dt_status st = DT_OK;
+    for (size_t i = 0; i < x->plan->npieces && st == DT_OK; i++) {
         const rl_piece *p = &x->plan->pieces[i];
-        if (p->dst_local >= 0 && p->src_local < 0 && x->tmp[i])
-            apply_piece(x, i, 0);
+        if (p->dst_local >= 0 && p->src_local < 0 && x->tmp[i]) {
+            side to = component_side(x->dst, p->dst_local), from = source_side(x, i);
+            st = copy_box(x, p, &to, &from);
+        }
     }
+    return st;
 }
 
 static dt_status zero_fill(const rl_plan *plan, dt_tensor *dst, size_t elem)
 {
-    for (int i = 0; i < plan->ndst_local; i++) {
+    dt_status st = DT_OK;
+    for (int i = 0; i < plan->ndst_local && st == DT_OK; i++) {
         if (!plan->zero_dst[i])
             continue;
         const DLTensor *dl = dt_tensor_local(dst, i);
-        size_t bytes = (size_t)dt__numel(dl->ndim, dl->shape) * elem;
-        if (dl->device.device_type == kDLCUDA) {
-            dt_status st =
-                dt__device_memset0(dt__cuda_local_index(dl->device.device_id), dl->data, bytes);
-            if (st != DT_OK)
-                return st;
-        } else if (bytes) {
-            memset(dl->data, 0, bytes);
-        }
+        const dt__device *dev = dt__tensor_device(dst, i);
+        st = dev->kind->memset0(dev, dl->data, (size_t)dt__numel(dl->ndim, dl->shape) * elem);
     }
-    return DT_OK;
+    return st;
 }
 
 static dt_status reduce_all(exec_ctx *x)
 {
     rl_plan *plan = x->plan;
-    for (int s = 0; s < plan->nsummands; s++)
-        for (size_t i = 0; i < plan->npieces; i++) {
+    dt_status st = DT_OK;
+    for (int s = 0; s < plan->nsummands && st == DT_OK; s++)
+        for (size_t i = 0; i < plan->npieces && st == DT_OK; i++) {
             const rl_piece *p = &plan->pieces[i];
-            if (p->dst_local >= 0 && p->summand == s)
-                apply_piece(x, i, s > 0);
+            if (p->dst_local < 0 || p->summand != s)
+                continue;
+            if (s == 0) {
+                side to = component_side(x->dst, p->dst_local), from = source_side(x, i);
+                st = copy_box(x, p, &to, &from);
+            } else {
+                st = reduce_piece(x, i);
+            }
         }
     if (plan->op == DT_REDUCE_AVG) {
-        for (int i = 0; i < plan->ndst_local; i++) {
+        for (int i = 0; i < plan->ndst_local && st == DT_OK; i++) {
             const DLTensor *dl = dt_tensor_local(x->dst, i);
+            const dt__device *dev = dt__tensor_device(x->dst, i);
             if (!plan->zero_dst[i])
-                dt__rl_divide(dl->data, dt__numel(dl->ndim, dl->shape), plan->dtype,
-                              plan->nsummands);
+                st = dev->kind->divide(dev, plan->dtype, dl->data,
+                                       dt__numel(dl->ndim, dl->shape), plan->nsummands);
         }
     }
-    return DT_OK;
+    return st;
+}
+
+/* Fills one transfer of piece i; pieces in device memory, reductions' receives and pieces of
+ * short strided runs go through a host buffer holding exactly the box (MPI's datatype
+ * engine moves short runs at a fraction of its contiguous speed). */
+static dt_status prepare_xfer(exec_ctx *x, size_t i, int sending, dt__xfer *xf)
+{
+    rl_piece *p = &x->plan->pieces[i];
+    const rl_plan *plan = x->plan;
+    const dt_tensor *t = sending ? x->src : x->dst;
+    int local = sending ? p->src_local : p->dst_local;
+    side comp = component_side(t, local);
+    xf->peer = sending ? p->dst_client : p->src_client;
+    xf->cache = &p->cache;
+    xf->region.rank = plan->rank;
+    xf->region.elem = x->elem;
+    xf->region.base = comp.data;
+    for (int d = 0; d < plan->rank; d++) {
+        xf->region.shape[d] = comp.shape[d];
+        xf->region.start[d] = p->box.off[d] - comp.off[d];
+        xf->region.count[d] = p->box.len[d];
+    }
+    int staged = !host_side(&comp) || (!sending && plan->nsummands) ||
+                 needs_staging(&xf->region);
+    if (!staged)
+        return DT_OK;
+    const dt__device_kind *kind = comp.dev->kind;
+    dt_status st = kind->host_alloc(p->bytes ? p->bytes : 1, &x->tmp[i]);
+    if (st != DT_OK)
+        return st;
+    x->tmp_kind[i] = kind;
+    if (sending) {
+        side buf = {x->tmp[i], p->box.off, p->box.len, NULL};
+        st = copy_box(x, p, &buf, &comp);
+    }
+    xf->region.base = x->tmp[i];
+    for (int d = 0; d < plan->rank; d++) {
+        xf->region.shape[d] = p->box.len[d];
+        xf->region.start[d] = 0;
+    }
+    return st;
+}
+
+/* Waits for the devices of the destination's components (the result is complete on
+ * return, as every producer of a tensor guarantees). */
+static dt_status sync_dst(const dt_tensor *dst)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; i < dt_tensor_num_local(dst) && st == DT_OK; i++) {
+        const dt__device *dev = dt__tensor_device(dst, i);
+        if (!dev->kind->host_visible)
+            st = dev->kind->sync(dev);
+    }
+    return st;
 }
 
 dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
@@ -215,70 +267,37 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
         nsend += p->src_local >= 0 && p->dst_local < 0;
         nrecv += p->dst_local >= 0 && p->src_local < 0;
     }
-    if ((nsend || nrecv) && (is_gpu(src) || is_gpu(dst)))
-        return dt__error(DT_ERR_UNSUPPORTED,
-                         "moving GPU memory between processes needs the NCCL transport, "
-                         "which this build does not have yet; copy to the host mesh first");
     dt__xfer *sends = calloc(nsend + 1, sizeof *sends), *recvs = calloc(nrecv + 1, sizeof *recvs);
     x.tmp = calloc(plan->npieces + 1, sizeof *x.tmp);
-    if (!sends || !recvs || !x.tmp) {
+    x.tmp_kind = calloc(plan->npieces + 1, sizeof *x.tmp_kind);
+    if (!sends || !recvs || !x.tmp || !x.tmp_kind) {
         st = dt__error(DT_ERR_NO_MEMORY, "no memory to run a relayout of %zu pieces",
                        plan->npieces);
         goto out;
     }
     nsend = nrecv = 0;
     for (size_t i = 0; i < plan->npieces && st == DT_OK; i++) {
-        rl_piece *p = &plan->pieces[i];
+        const rl_piece *p = &plan->pieces[i];
         int sending = p->src_local >= 0 && p->dst_local < 0;
         int receiving = p->dst_local >= 0 && p->src_local < 0;
-        if (!sending && !receiving)
-            continue;
-        dt__xfer *xf = sending ? &sends[nsend++] : &recvs[nrecv++];
-        const dt_tensor *t = sending ? src : dst;
-        int local = sending ? p->src_local : p->dst_local;
-        const DLTensor *dl = dt_tensor_local(t, local);
-        const int64_t *off = dt_tensor_local_offset(t, local);
-        xf->peer = sending ? p->dst_client : p->src_client;
-        xf->cache = &p->cache;
-        xf->region.rank = plan->rank;
-        xf->region.elem = x.elem;
-        xf->region.base = dl->data;
-        for (int d = 0; d < plan->rank; d++) {
-            xf->region.shape[d] = dl->shape[d];
-            xf->region.start[d] = p->box.off[d] - off[d];
-            xf->region.count[d] = p->box.len[d];
-        }
-        /* Reductions receive into a buffer holding exactly the box; so do pieces made of
-         * short strided runs, packed by us on the way out and unpacked on the way in (MPI's
-         * datatype engine moves short runs at a fraction of its contiguous speed). */
-        int staged = (receiving && plan->nsummands) || needs_staging(&xf->region);
-        if (staged && !is_gpu(t)) {
-            st = dt_host_alloc(p->bytes ? p->bytes : 1, &x.tmp[i]);
-            if (st != DT_OK)
-                break;
-            if (sending)
-                dt__rl_box_apply(plan->rank, x.elem, &p->box, x.tmp[i], p->box.off, p->box.len,
-                                 dl->data, off, dl->shape, copy_run, &x.elem);
-            xf->region.base = x.tmp[i];
-            for (int d = 0; d < plan->rank; d++) {
-                xf->region.shape[d] = p->box.len[d];
-                xf->region.start[d] = 0;
-            }
-        }
+        if (sending || receiving)
+            st = prepare_xfer(&x, i, sending, sending ? &sends[nsend++] : &recvs[nrecv++]);
     }
     if (st == DT_OK)
         st = dt__transport_mpi()->exchange(sends, nsend, recvs, nrecv, local_copies, &x);
-    if (st == DT_OK && plan->nsummands)
-        st = reduce_all(&x);
-    else if (st == DT_OK)
-        unstage_received(&x);
     if (st == DT_OK)
         st = x.st;
+    if (st == DT_OK)
+        st = plan->nsummands ? reduce_all(&x) : unstage_received(&x);
+    if (st == DT_OK)
+        st = sync_dst(dst);
 out:
     if (x.tmp)
         for (size_t i = 0; i < plan->npieces; i++)
-            dt_host_free(x.tmp[i]);
+            if (x.tmp[i])
+                x.tmp_kind[i]->host_free(x.tmp[i]);
     free(x.tmp);
+    free(x.tmp_kind);
     free(sends);
     free(recvs);
     return st;

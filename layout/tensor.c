@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/device.h"
 #include "runtime/internal.h"
 
 /* One local component. `dl` is the borrowed view handed out by dt_tensor_local; its shape
@@ -18,7 +19,7 @@ typedef struct component {
     int64_t offset[DT_MAX_RANK];
     int64_t position;
     int device_id;
-    int gpu_index; /* the client's local GPU index (GPU meshes), else -1 */
+    const dt__device *dev; /* the local device holding it */
     size_t bytes;
     void *alloc;
     DLManagedTensor *managed;
@@ -50,10 +51,7 @@ static void free_component_memory(const dt_tensor *t, component *c)
         if (c->managed->deleter)
             c->managed->deleter(c->managed);
     } else if (c->alloc) {
-        if (t->device_type == DT_DEVICE_GPU)
-            dt__device_free(c->gpu_index, c->alloc);
-        else
-            dt_host_free(c->alloc);
+        dt__device_free(c->dev, c->alloc, c->bytes);
     }
     c->managed = NULL;
     c->alloc = NULL;
@@ -66,16 +64,6 @@ static void free_tensor(dt_tensor *t)
     free(t->comps);
     dt_layout_destroy(t->layout);
     free(t);
-}
-
-/* The client's local GPU index of global device `device_id`, or -1. */
-static int gpu_index_of(int device_id)
-{
-    int n = dt_num_local_devices(DT_DEVICE_GPU);
-    for (int j = 0; j < n; j++)
-        if (dt_local_device_id(DT_DEVICE_GPU, j) == device_id)
-            return j;
-    return -1;
 }
 
 /* Builds a tensor with every component described (shape, offset, device, byte size) but no
@@ -138,8 +126,8 @@ static dt_status make_skeleton(const char *fn, const dt_layout *layout, dt_dtype
         component *c = &t->comps[i];
         c->device_id = dt_mesh_local_device_id(mesh, i);
         c->position = dt_mesh_position(mesh, c->device_id);
-        c->gpu_index = -1;
-        if (c->position < 0) {
+        c->dev = dt__device_by_id(t->device_type, c->device_id);
+        if (c->position < 0 || !c->dev) {
             st = dt__error(DT_ERR_DEVICE_MISMATCH, "%s: local device %d (device %d) is not in "
                            "the mesh", fn, i, c->device_id);
             goto err_free_tensor;
@@ -159,18 +147,8 @@ static dt_status make_skeleton(const char *fn, const dt_layout *layout, dt_dtype
             }
         }
         c->bytes = n;
-        c->dl.device.device_type = kDLCPU;
-        c->dl.device.device_id = 0;
-        if (t->device_type == DT_DEVICE_GPU) {
-            c->gpu_index = gpu_index_of(c->device_id);
-            if (c->gpu_index < 0) {
-                st = dt__error(DT_ERR_DEVICE_MISMATCH, "%s: GPU device %d is not local to "
-                               "client %d", fn, c->device_id, dt_client_id());
-                goto err_free_tensor;
-            }
-            c->dl.device.device_type = kDLCUDA;
-            c->dl.device.device_id = dt__cuda_ordinal(c->gpu_index);
-        }
+        c->dl.device.device_type = c->dev->kind->dl_type;
+        c->dl.device.device_id = c->dev->kind->dl_type == kDLCPU ? 0 : c->dev->ordinal;
         c->dl.ndim = rank;
         c->dl.dtype = dt_dtype_to_dlpack(dtype);
         c->dl.shape = c->shape;
@@ -191,12 +169,7 @@ static dt_status alloc_components(dt_tensor *t)
 {
     for (int i = 0; i < t->nlocal; i++) {
         component *c = &t->comps[i];
-        size_t bytes = c->bytes ? c->bytes : 1;
-        dt_status st;
-        if (t->device_type == DT_DEVICE_GPU)
-            st = dt__device_alloc(c->gpu_index, bytes, &c->alloc);
-        else
-            st = dt_host_alloc(bytes, &c->alloc);
+        dt_status st = dt__device_alloc(c->dev, c->bytes, &c->alloc);
         if (st != DT_OK)
             return st;
         c->dl.data = c->alloc;
@@ -204,47 +177,33 @@ static dt_status alloc_components(dt_tensor *t)
     return DT_OK;
 }
 
-/* Sets every element of every component to the element at `value`. */
+/* Sets every element of every component to the element at `value`, or to zero. */
 static dt_status fill_components(dt_tensor *t, const void *value)
 {
     size_t esize = dt_dtype_size(t->dtype);
-    void *stage = NULL;
-    size_t stage_bytes = 0;
     dt_status st = DT_OK;
-    if (t->device_type == DT_DEVICE_GPU) {
-        /* One host block of whole elements, copied over each component in chunks. */
-        size_t most = 0;
-        for (int i = 0; i < t->nlocal; i++)
-            most = t->comps[i].bytes > most ? t->comps[i].bytes : most;
-        size_t cap = ((size_t)1 << 20) / esize * esize;
-        stage_bytes = most < cap ? most : cap;
-        if (stage_bytes == 0)
-            return DT_OK;
-        st = dt_host_alloc(stage_bytes, &stage);
-        if (st != DT_OK)
-            return st;
-    }
     for (int i = 0; i < t->nlocal && st == DT_OK; i++) {
         component *c = &t->comps[i];
-        char *dst = t->device_type == DT_DEVICE_GPU ? stage : c->alloc;
-        size_t bytes = t->device_type == DT_DEVICE_GPU ? stage_bytes : c->bytes;
-        if (c->bytes == 0)
-            continue;
-        /* Doubling copies: each memcpy repeats the pattern written so far. */
-        memcpy(dst, value, esize);
-        for (size_t done = esize; done < bytes;) {
-            size_t n = done < bytes - done ? done : bytes - done;
-            memcpy(dst + done, dst, n);
-            done += n;
-        }
-        if (t->device_type == DT_DEVICE_GPU) {
-            for (size_t off = 0; off < c->bytes && st == DT_OK; off += stage_bytes) {
-                size_t n = c->bytes - off < stage_bytes ? c->bytes - off : stage_bytes;
-                st = dt__device_copy((char *)c->alloc + off, stage, n);
-            }
-        }
+        if (value)
+            st = c->dev->kind->fill(c->dev, c->alloc, (int64_t)(c->bytes / esize), value, esize);
+        else
+            st = c->dev->kind->memset0(c->dev, c->alloc, c->bytes);
     }
-    dt_host_free(stage);
+    return st;
+}
+
+/* Waits for the devices of the tensor's components (once per device). */
+static dt_status sync_components(const dt_tensor *t)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; i < t->nlocal && st == DT_OK; i++) {
+        const dt__device *d = t->comps[i].dev;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = t->comps[j].dev->ordinal == d->ordinal && t->comps[j].dev->kind == d->kind;
+        if (!seen)
+            st = d->kind->sync(d);
+    }
     return st;
 }
 
@@ -262,19 +221,11 @@ static dt_status create_filled(const char *fn, const dt_layout *layout, dt_dtype
     st = alloc_components(t);
     if (st != DT_OK)
         goto err_free_tensor;
-    if (!fill) {
-        /* the caller overwrites every element */
-    } else if (value) {
+    if (fill)
         st = fill_components(t, value);
-    } else {
-        for (int i = 0; i < t->nlocal && st == DT_OK; i++) {
-            component *c = &t->comps[i];
-            if (t->device_type == DT_DEVICE_GPU)
-                st = dt__device_memset0(c->gpu_index, c->alloc, c->bytes);
-            else
-                memset(c->alloc, 0, c->bytes);
-        }
-    }
+    /* else the caller overwrites every element */
+    if (st == DT_OK && fill)
+        st = sync_components(t);
     if (st != DT_OK)
         goto err_free_tensor;
     *tensor_out = t;
@@ -320,6 +271,17 @@ static const char *describe_type(char *buf, size_t len, DLDataType type)
     return buf;
 }
 
+static const char *dl_device_name(DLDeviceType type)
+{
+    switch (type) {
+    case kDLCPU: return "kDLCPU";
+    case kDLCUDA: return "kDLCUDA";
+    case kDLCUDAHost: return "kDLCUDAHost";
+    case kDLCUDAManaged: return "kDLCUDAManaged";
+    default: return "other";
+    }
+}
+
 /* Checks component i (as given by the caller) against what the skeleton expects. */
 static dt_status check_component(const char *fn, const dt_tensor *t, int i, const DLTensor *x)
 {
@@ -336,16 +298,13 @@ static dt_status check_component(const char *fn, const dt_tensor *t, int i, cons
         return dt__error(DT_ERR_SHAPE, "%s: dtype %s but the tensor's dtype is %s (from "
                          "component 0)", pre, describe_type(a, sizeof a, x->dtype),
                          dt_dtype_name(t->dtype));
-    if (t->device_type == DT_DEVICE_GPU) {
-        if (x->device.device_type != kDLCUDA || x->device.device_id != c->dl.device.device_id)
-            return dt__error(DT_ERR_SHAPE, "%s: DLPack device (type %d, id %d) but the GPU mesh "
-                             "needs kDLCUDA device %d (CUDA ordinal)", pre,
-                             (int)x->device.device_type, x->device.device_id,
-                             c->dl.device.device_id);
-    } else if (x->device.device_type != kDLCPU) {
-        return dt__error(DT_ERR_SHAPE, "%s: DLPack device type %d but the CPU mesh needs kDLCPU "
-                         "(%d)", pre, (int)x->device.device_type, (int)kDLCPU);
-    }
+    if (x->device.device_type != c->dl.device.device_type ||
+        (c->dl.device.device_type != kDLCPU && x->device.device_id != c->dl.device.device_id))
+        return dt__error(DT_ERR_DEVICE_MISMATCH, "%s: DLPack device %s:%d but the %s mesh needs "
+                         "%s:%d (%s device %d)", pre, dl_device_name(x->device.device_type),
+                         x->device.device_id, dt_device_type_name(t->device_type),
+                         dl_device_name(c->dl.device.device_type), c->dl.device.device_id,
+                         c->dev->kind->name, c->device_id);
     if (t->rank > 0 && !x->shape)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL shape", pre);
     for (int d = 0; d < t->rank; d++) {
@@ -426,14 +385,13 @@ dt_status dt_tensor_pack(const dt_layout *layout, const int64_t *shape, int n,
         if (c->bytes == 0)
             continue;
         const char *src = (const char *)components[i].data + components[i].byte_offset;
-        if (t->device_type == DT_DEVICE_GPU) {
-            st = dt__device_copy(c->alloc, src, c->bytes);
-            if (st != DT_OK)
-                goto err_free_tensor;
-        } else {
-            memcpy(c->alloc, src, c->bytes);
-        }
+        st = c->dev->kind->copy(c->dev, DT__COPY_D2D, c->alloc, src, c->bytes);
+        if (st != DT_OK)
+            goto err_free_tensor;
     }
+    st = sync_components(t);
+    if (st != DT_OK)
+        goto err_free_tensor;
     *tensor_out = t;
     return DT_OK;
 
@@ -582,4 +540,47 @@ int64_t dt_tensor_local_position(const dt_tensor *tensor, int i)
 const int64_t *dt_tensor_local_offset(const dt_tensor *tensor, int i)
 {
     return i >= 0 && i < tensor->nlocal ? tensor->comps[i].offset : NULL;
+}
+
+const dt__device *dt__tensor_device(const dt_tensor *tensor, int i)
+{
+    return i >= 0 && i < tensor->nlocal ? tensor->comps[i].dev : NULL;
+}
+
+/* Checks a host transfer of local component i; *c_out on success. */
+static dt_status check_host_io(const char *fn, const dt_tensor *t, int i, const void *buf,
+                               size_t bytes, const component **c_out)
+{
+    if (!t || !buf)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, t ? "buffer" : "tensor");
+    if (i < 0 || i >= t->nlocal)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: component %d out of range 0..%d", fn, i,
+                         t->nlocal - 1);
+    if (bytes != t->comps[i].bytes)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: component %d holds %zu bytes, not %zu",
+                         fn, i, t->comps[i].bytes, bytes);
+    *c_out = &t->comps[i];
+    return DT_OK;
+}
+
+dt_status dt_tensor_local_read(const dt_tensor *tensor, int i, void *dst, size_t bytes)
+{
+    const component *c;
+    dt_status st = check_host_io("dt_tensor_local_read", tensor, i, dst, bytes, &c);
+    if (st == DT_OK)
+        st = c->dev->kind->sync(c->dev);
+    if (st == DT_OK && bytes)
+        st = c->dev->kind->copy(c->dev, DT__COPY_D2H, dst, c->dl.data, bytes);
+    return st;
+}
+
+dt_status dt_tensor_local_write(dt_tensor *tensor, int i, const void *src, size_t bytes)
+{
+    const component *c;
+    dt_status st = check_host_io("dt_tensor_local_write", tensor, i, src, bytes, &c);
+    if (st == DT_OK && bytes)
+        st = c->dev->kind->copy(c->dev, DT__COPY_H2D, c->dl.data, src, bytes);
+    if (st == DT_OK)
+        st = c->dev->kind->sync(c->dev);
+    return st;
 }

@@ -1,6 +1,7 @@
-/* The kernel backend tables: the CPU one (the public dt_kernel_* functions), the lookup by
- * mesh device type, and the argument check the kernels share. */
+/* The kernel backend tables: the CPU one (the public dt_kernel_* functions) and the lookup
+ * through the device registry. */
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
 
 static const dt__ops_backend cpu_backend = {
     .name = "cpu",
@@ -41,30 +42,13 @@ const dt__ops_backend *dt__ops_cpu_backend(void)
 dt_status dt__ops_backend_for(const dt_mesh *mesh, const char *op,
                               const dt__ops_backend **backend_out)
 {
-    if (dt_mesh_device_type(mesh) == DT_DEVICE_CPU) {
-        *backend_out = &cpu_backend;
-        return DT_OK;
-    }
-#if DT_HAVE_CUDA
-    if (dt__ops_cuda_backend) {
-        *backend_out = dt__ops_cuda_backend();
-        if (*backend_out)
-            return DT_OK;
-    }
-#endif
-    return dt__error(DT_ERR_UNSUPPORTED, "%s: no GPU kernels in this build (built without CUDA)",
-                     op);
-}
-
-dt_status dt__kcheck(const char *op, int64_t n, int nptrs, const void *const *ptrs)
-{
-    if (n < 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: negative size %lld", op, (long long)n);
-    if (n == 0)
-        return DT_OK;
-    for (int i = 0; i < nptrs; i++)
-        if (!ptrs[i])
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: pointer argument %d is NULL for %lld "
-                             "elements", op, i + 1, (long long)n);
+    dt_device_type type = dt_mesh_device_type(mesh);
+    const dt__device *dev = dt__device_local(type, 0);
+    const dt__ops_backend *be = dev ? dev->kind->ops() : NULL;
+    if (!be)
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: no %s kernels here (%s devices of this client: "
+                         "%s)", op, dt_device_type_name(type), dt_device_type_name(type),
+                         dt_device_kind_name(type));
+    *backend_out = be;
     return DT_OK;
 }

@@ -54,18 +54,11 @@ typedef struct dt__ops_backend {
                       const float *grad, float *m, float *v);
 } dt__ops_backend;
 
-/* ops/backend.c: the CPU table (the dt_kernel_* functions). */
-const dt__ops_backend *dt__ops_cpu_backend(void);
-
-/* ops/cuda/ (only in builds with DT_HAVE_CUDA): the CUDA table. Declared weak so that a
- * CUDA build links (and GPU ops report DT_ERR_UNSUPPORTED) until ops/cuda/ defines it. */
-#if defined(__GNUC__)
-__attribute__((weak))
-#endif
-const dt__ops_backend *dt__ops_cuda_backend(void);
-
-/* The table for a mesh's device type; DT_ERR_UNSUPPORTED (message names `op`) when this
- * build has none for it. */
+/* The tables (ops/backend.c for the CPU, ops/cuda/, ops/sim/) are declared in
+ * runtime/device.h: each device kind's `ops` entry returns its own, and that reference is
+ * what links it into every program.
+ * The table of this client's devices of the mesh's type; DT_ERR_UNSUPPORTED (message names
+ * `op`) when they have none. */
 dt_status dt__ops_backend_for(const dt_mesh *mesh, const char *op,
                               const dt__ops_backend **backend_out);
 

@@ -235,12 +235,7 @@ dt_status dt_item(const dt_tensor *x, double *value_out)
         return dt__error(DT_ERR_STATE, "%s: this client holds no device of the mesh", name);
     }
     unsigned char bytes[8] = {0};
-    const DLTensor *l = dt_tensor_local(r, 0);
-    size_t sz = dt_dtype_size(dt_tensor_dtype(r));
-    if (l->device.device_type == kDLCPU)
-        memcpy(bytes, dt__local_data(r, 0), sz);
-    else
-        st = dt__device_copy(bytes, dt__local_data(r, 0), sz);
+    st = dt_tensor_local_read(r, 0, bytes, dt_dtype_size(dt_tensor_dtype(r)));
     dt_dtype dt = dt_tensor_dtype(r);
     dt_tensor_destroy(r);
     if (st != DT_OK)

@@ -4,11 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dtensor/version.h"
+#include "runtime/device.h"
 #include "runtime/internal.h"
 
 #define MAX_CPU_DEVICES 4096
+#define MAX_GPU_DEVICES 4096
 #define N_TYPES 2
 
 static struct {
@@ -20,15 +23,6 @@ static struct {
     int *counts[N_TYPES];  /* local devices of each client */
     int *offsets[N_TYPES]; /* first global id of each client; offsets[t][nclients] = total */
 } rt;
-
-dt_status dt__mpi_error(int rc, const char *what)
-{
-    char text[MPI_MAX_ERROR_STRING] = "";
-    int len = 0;
-    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
-        snprintf(text, sizeof text, "MPI error code %d", rc);
-    return dt__error(DT_ERR_COMM, "%s: %s", what, text);
-}
 
 /* A decimal integer in lo..hi and nothing else; 0 on success. */
 static int parse_int(const char *s, long lo, long hi, long *out)
@@ -46,7 +40,7 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 /* Everything that can be wrong with the options, checked before MPI starts. */
 static dt_status resolve_opts(const dt_init_opts *opts, int *cpu_out, int *bind_out,
-                              int *gpus_out)
+                              int *gpus_out, int *gpu_devices_out)
 {
     dt_init_opts o = DT_INIT_OPTS_INIT;
     long v;
@@ -83,9 +77,27 @@ static dt_status resolve_opts(const dt_init_opts *opts, int *cpu_out, int *bind_
         if (v == 0)
             bind = 0;
     }
+    if (o.gpu_devices < 0 || o.gpu_devices > MAX_GPU_DEVICES)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "dt_init: gpu_devices=%d is not in 1..%d (0 reads DT_GPU_DEVICES)",
+                         o.gpu_devices, MAX_GPU_DEVICES);
+    const char *mode = getenv("DT_GPU");
+    if (mode && strcasecmp(mode, "auto") != 0 && strcasecmp(mode, "cuda") != 0 &&
+        strcasecmp(mode, "sim") != 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "DT_GPU='%s' is not auto, cuda or sim", mode);
+    int gpu_devices = o.gpu_devices;
+    const char *env_gpus = getenv("DT_GPU_DEVICES");
+    if (gpu_devices == 0 && env_gpus) {
+        if (parse_int(env_gpus, 1, MAX_GPU_DEVICES, &v) != 0)
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "DT_GPU_DEVICES='%s' is not an integer in 1..%d", env_gpus,
+                             MAX_GPU_DEVICES);
+        gpu_devices = (int)v;
+    }
     *cpu_out = cpu;
     *bind_out = bind;
     *gpus_out = o.use_gpus;
+    *gpu_devices_out = gpu_devices;
     return DT_OK;
 }
 
@@ -193,13 +205,15 @@ static dt_status agree(dt_status st)
 
 dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
 {
-    int ncpu = 1, bind = 0, use_gpus = 0, ngpu = 0, rc;
+    int ncpu = 1, bind = 0, use_gpus = 0, want_gpus = 0, ngpu = 0, rc;
     if (rt.initialized)
         return dt__error(DT_ERR_STATE,
                          "dt_init: the runtime is already initialized (dt_finalize first)");
-    dt_status st = resolve_opts(opts, &ncpu, &bind, &use_gpus);
+    dt_status st = resolve_opts(opts, &ncpu, &bind, &use_gpus, &want_gpus);
     if (st == DT_OK)
         st = dt__pool_configure();
+    if (st == DT_OK)
+        st = dt__device_pool_configure();
     if (st == DT_OK)
         st = start_mpi(argc, argv);
     if (st != DT_OK)
@@ -220,10 +234,18 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
     st = agree(dt__topology_setup(rt.comm, bind));
     if (st != DT_OK)
         goto err_topology;
-    st = agree(dt__cuda_assign(dt__host_comm(), use_gpus, &ngpu));
+    st = agree(dt__gpu_select(dt__host_comm(), use_gpus, getenv("DT_GPU"), want_gpus, &ngpu));
     if (st != DT_OK)
         goto err_gpus;
+    /* Every GPU device has a CPU device beside it, so the host mesh of any GPU mesh exists
+     * (TensorFlow DTensor configures as many logical CPUs as accelerators). */
+    if (ncpu < ngpu)
+        ncpu = ngpu;
     st = agree(build_tables(ncpu, ngpu));
+    if (st != DT_OK)
+        goto err_tables;
+    st = agree(dt__devices_open(ncpu, rt.offsets[DT_DEVICE_CPU][rt.client],
+                                rt.offsets[DT_DEVICE_GPU][rt.client]));
     if (st != DT_OK)
         goto err_tables;
     rt.initialized = 1;
@@ -232,7 +254,7 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
 err_tables:
     free_tables();
 err_gpus:
-    dt__cuda_release();
+    dt__devices_close();
 err_topology:
     dt__topology_unload();
 err_comm:
@@ -271,10 +293,11 @@ void dt_finalize(void)
         rt.mpi_owned = 0;
         return;
     }
+    dt__device_sync_all(-1);
     for (int i = nfinalizers - 1; i >= 0; i--)
         finalizers[i]();
     free_tables();
-    dt__cuda_release();
+    dt__devices_close();
     dt__topology_unload();
     if (!finalized)
         MPI_Comm_free(&rt.comm);

@@ -1,7 +1,10 @@
-/* Status codes: names and descriptions from DT_STATUS_MAP, and per-thread error text. */
+/* Status codes: names and descriptions from DT_STATUS_MAP, per-thread error text, and MPI
+ * failures turned into statuses. */
+#include <mpi.h>
+#include <stdarg.h>
 #include <stdio.h>
 
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 static _Thread_local char last_error[1024];
 
@@ -46,4 +49,13 @@ dt_status dt__error(dt_status st, const char *fmt, ...)
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return st;
+}
+
+dt_status dt__mpi_error(int rc, const char *what)
+{
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+        snprintf(text, sizeof text, "MPI error code %d", rc);
+    return dt__error(DT_ERR_COMM, "%s: %s", what, text);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/device.h"
 #include "runtime/internal.h"
 
 static hwloc_topology_t topo;
@@ -61,7 +62,7 @@ dt_status dt__topology_load(void)
         info.packages = 1;
     if (info.numa_nodes == 0)
         info.numa_nodes = 1;
-    info.gpus = dt__cuda_device_count();
+    info.gpus = dt__gpu_physical_count();
     if (info.gpus == 0)
         info.gpus = count_pci_gpus();
     info.host_clients = 1;

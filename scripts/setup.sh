@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, the Debian packages libdtensor needs to build, test and run.
 # Idempotent: when everything is present it prints nothing and exits 0.
+# Usage: scripts/setup.sh [openmpi] [mpich]
+#   which MPI implementations to install (default: openmpi, what `meson setup` picks when both
+#   are present; `-Dmpi=mpich` builds against MPICH, docs/mpi.md). `run.sh test` asks for both.
 set -euo pipefail
 
 pkgs=(
   meson ninja-build pkg-config gcc g++
-  libopenmpi-dev openmpi-bin
   libhwloc-dev libyaml-dev libcunit1-dev libdlpack-dev
   libjansson-dev libopenblas-dev
   libudev-dev zlib1g-dev
   python3 python3-numpy
 )
+[ $# -gt 0 ] || set -- openmpi
+for mpi in "$@"; do
+  case "$mpi" in
+    openmpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
+    mpich) pkgs+=(libmpich-dev mpich) ;;   # mpiexec.mpich (Hydra), mpich.pc
+    *) echo "setup: unknown MPI '$mpi' (openmpi or mpich)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -65,6 +65,33 @@ int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *c
     return failed ? 1 : 0;
 }
 
+int dt_test_main_gpu(int argc, char **argv, const char *suite, const dt_test_case *cases)
+{
+    dt_init_opts opts = DT_INIT_OPTS_INIT;
+    opts.bind_cores = 0;
+    dt_status st = dt_init(&argc, &argv, &opts);
+    if (st != DT_OK) {
+        fprintf(stderr, "harness: dt_init: %s: %s\n", dt_status_name(st), dt_last_error());
+        return 1;
+    }
+    int mine = dt_num_local_devices(DT_DEVICE_GPU) > 0, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+        if (dt_client_id() == 0)
+            fprintf(stderr, "%s: no GPU devices here (DT_GPU=%s), skipped\n", suite,
+                    getenv("DT_GPU") ? getenv("DT_GPU") : "auto");
+        dt_finalize();
+        return 77;
+    }
+    if (dt_client_id() == 0)
+        printf("%s: GPU devices run on '%s', %d per process\n", suite,
+               dt_device_kind_name(DT_DEVICE_GPU), dt_num_local_devices(DT_DEVICE_GPU));
+    int failed = run_suite(suite, cases, dt_client_id()), any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    dt_finalize();
+    return any ? 1 : 0;
+}
+
 void dt_test_scratch_dir(char *buf, size_t len)
 {
     char path[256] = "";

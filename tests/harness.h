@@ -22,6 +22,10 @@ typedef struct dt_test_case {
 int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *cases,
                  int init_runtime);
 
+/* Like dt_test_main with the runtime, for tests of GPU meshes: exits 77 (meson's skip) when
+ * any process has no GPU devices (no CUDA GPU, and DT_GPU=sim not set), saying so. */
+int dt_test_main_gpu(int argc, char **argv, const char *suite, const dt_test_case *cases);
+
 /* Layout of a rank-`rank` (<= 2) tensor on `mesh` from spec names (NULL = unsharded), sum-partial
  * over mesh dim `partial` when it is not NULL (fatal assertion on failure). */
 dt_layout *dt_test_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,

@@ -12,15 +12,26 @@
 extern "C" {
 #endif
 
+/* Device kinds. The runtime holds CPU and GPU devices; TPU and OTHER exist so that meshes and
+ * layouts naming them (as TensorFlow programs print and save) can be parsed, printed and
+ * inspected. A tensor cannot be placed on them (dt_mesh_check_devices says why). OTHER is any
+ * further type a TensorFlow device name may spell (XLA_CPU, TPU_SYSTEM, ...); the mesh keeps
+ * its name (dt_mesh_device_type_name). */
 typedef enum dt_device_type {
     DT_DEVICE_CPU = 0,
     DT_DEVICE_GPU = 1,
+    DT_DEVICE_TPU = 2,
+    DT_DEVICE_OTHER = 3,
 } dt_device_type;
 
-/* "CPU" or "GPU". Static string. */
+/* "CPU", "GPU", "TPU", or "OTHER" (also for values outside the enum). Static string. */
 DT_API const char *dt_device_type_name(dt_device_type type);
 
-/* Parses "CPU"/"GPU" (case-insensitive). DT_ERR_PARSE otherwise. */
+/* What runs this client's devices of `type`: "cpu", "cuda", "sim", or "none" when the client
+ * has no device of that type (always "none" before dt_init). Static string. Local. */
+DT_API const char *dt_device_kind_name(dt_device_type type);
+
+/* Parses "CPU"/"GPU"/"TPU" (case-insensitive). DT_ERR_PARSE otherwise. */
 DT_API dt_status dt_device_type_parse(const char *text, dt_device_type *type_out);
 
 /* Options of dt_init. Initialise with DT_INIT_OPTS_INIT, then set fields. */
@@ -30,11 +41,18 @@ typedef struct dt_init_opts {
     /* Bind each process to its share of the host's cores (hwloc). 1 (default) or 0.
      * The environment variable DT_BIND=0 also turns binding off. */
     int bind_cores;
-    /* Use GPUs when the library was built with CUDA and GPUs are present. 1 (default) or 0. */
+    /* Give this client GPU devices (1, the default) or none (0). Which GPUs: the environment
+     * variable DT_GPU=auto (default: CUDA GPUs when built with CUDA and present), cuda (CUDA
+     * GPUs or an error naming what is missing) or sim (a simulated accelerator on the CPU,
+     * docs/devices.md). */
     int use_gpus;
+    /* GPU devices per client: logical devices spread over the client's share of the host's
+     * GPUs, so one GPU can hold a whole mesh (TensorFlow's logical GPUs). 0: the environment
+     * variable DT_GPU_DEVICES, else one per GPU of the client's share (1 on sim). */
+    int gpu_devices;
 } dt_init_opts;
 
-#define DT_INIT_OPTS_INIT {0, 1, 1}
+#define DT_INIT_OPTS_INIT {0, 1, 1, 0}
 
 /* Starts the runtime. Works under mpirun (every process calls it) and as a plain single
  * process (MPI singleton). Initialises MPI unless the program already did (then the
@@ -56,7 +74,7 @@ DT_API int dt_num_clients(void);
 DT_API int dt_client_id(void);
 
 /* Devices of a type on this client, and on all clients together. Global device ids are
- * dense, 0..N-1, ordered by client, then local index (DESIGN.md). 0 before dt_init. */
+ * dense, 0..N-1, ordered by client, then local index (docs/devices.md). 0 before dt_init. */
 DT_API int dt_num_local_devices(dt_device_type type);
 DT_API int dt_num_global_devices(dt_device_type type);
 

@@ -87,6 +87,13 @@ DT_API const DLTensor *dt_tensor_local(const dt_tensor *tensor, int i);
 DT_API int64_t dt_tensor_local_position(const dt_tensor *tensor, int i);
 DT_API const int64_t *dt_tensor_local_offset(const dt_tensor *tensor, int i);
 
+/* Copies local component i to host memory `dst`, or host memory `src` into it, whatever device
+ * holds it (on a GPU mesh a device copy, after the device's pending work). `bytes` must be the
+ * component's size (numel * dtype size). Local. DT_ERR_INVALID_ARGUMENT for a bad index, a NULL
+ * buffer or a wrong size (both sizes named); DT_ERR_CUDA or the failing kernel's status from the device. */
+DT_API dt_status dt_tensor_local_read(const dt_tensor *tensor, int i, void *dst, size_t bytes);
+DT_API dt_status dt_tensor_local_write(dt_tensor *tensor, int i, const void *src, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,11 +8,11 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
 
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_ptr[DT__CU_MAX_DEVICES];
 static size_t scratch_size[DT__CU_MAX_DEVICES];
-/* Local GPU index -> CUDA ordinal + 1 (0: not looked up yet). */
 /* CUDA devices this thread selected since its last sync (bit per ordinal). */
 static _Thread_local uint64_t touched;
 
@@ -101,11 +101,21 @@ static void register_release(void)
     dt__at_finalize(release_all);
 }
 
-/* device_id: a component's DLTensor device_id, the CUDA ordinal of one of this client's GPUs
- * (dt__cuda_ordinal). */
+/* 1 if CUDA ordinal `ord` holds one of this client's GPU devices. */
+static int is_local_ordinal(int ord)
+{
+    const dt__device *d;
+    for (int j = 0; (d = dt__device_local(DT_DEVICE_GPU, j)) != NULL; j++)
+        if (d->ordinal == ord)
+            return 1;
+    return 0;
+}
+
+/* device_id: a component's DLTensor device_id, the CUDA ordinal of one of this client's GPU
+ * devices. */
 static dt_status cuda_set_device(int device_id)
 {
-    if (dt__cuda_local_index(device_id) < 0)
+    if (!is_local_ordinal(device_id))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "ops (CUDA): CUDA device %d is not one of "
                          "this client's GPUs", device_id);
     if (device_id >= DT__CU_MAX_DEVICES)

@@ -1,11 +1,11 @@
 /* data/ on a GPU mesh: batches staged on the host mesh and copied to the GPUs equal the same
- * dataset's batches on a CPU mesh of the same shape. Exits 77 (skip) without a GPU. */
+ * dataset's batches on a CPU mesh of the same shape. Runs on CUDA GPUs or the simulated
+ * accelerator (DT_GPU=sim); exits 77 (skip) without GPU devices. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/internal.h"
 
 /* Example i: 4 floats i * 4 + j. */
 static dt_status fill(void *arg, int64_t i, void *const *f)
@@ -73,13 +73,9 @@ static void test_gpu_batches_equal_cpu_batches(void)
 
 int main(int argc, char **argv)
 {
-    if (dt__cuda_device_count() == 0) {
-        fprintf(stderr, "test_data_gpu: no CUDA device, skipped\n");
-        return 77;
-    }
     static const dt_test_case cases[] = {
         DT_TEST(test_gpu_batches_equal_cpu_batches),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "data_gpu", cases, 1);
+    return dt_test_main_gpu(argc, argv, "data_gpu", cases);
 }

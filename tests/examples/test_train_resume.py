@@ -35,11 +35,12 @@ RESULT = re.compile(r"^result accuracy=(\d\.\d{4}) checkpoint=(\S+) plot=(\S+)$"
 
 def run(procs, devices, args, expect=0):
     """Runs train_mlp under mpiexec with `procs` processes (0: no launcher) of `devices` CPU
-    devices each; returns stdout."""
+    devices each; returns stdout. On one host every rank inherits the launcher's environment
+    (Open MPI and MPICH alike), so no flag passes DT_CPU_DEVICES."""
     env = dict(os.environ, DT_CPU_DEVICES=str(devices))
     cmd = [TRAIN] + args
     if procs:
-        cmd = [MPIEXEC, "-n", str(procs), "-x", "DT_CPU_DEVICES"] + cmd
+        cmd = [MPIEXEC, "-n", str(procs)] + cmd
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     if p.returncode != expect:
         raise AssertionError(f"{' '.join(cmd)}: exit {p.returncode}, expected {expect}\n"

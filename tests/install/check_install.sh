@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs libdtensor from a configured build dir into a scratch prefix, then builds and runs a
 # separate program (consumer.c) using only `pkg-config --cflags --libs dtensor`, shared and
-# static. Usage: tests/install/check_install.sh BUILD_DIR
+# static, and checks that dtensor.pc names the MPI the library links (Open MPI or MPICH, -Dmpi)
+# as ldd sees it. Usage: tests/install/check_install.sh BUILD_DIR
 set -euo pipefail
 build=${1:?usage: check_install.sh BUILD_DIR}
 src=$(cd "$(dirname "$0")" && pwd)
@@ -24,8 +25,25 @@ cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer
    -Wl,-rpath,"$libdir"
 "$prefix/consumer"
 
+# The MPI: dtensor.pc's `mpi` variable and Requires.private against the library ldd loads, and
+# its `mpiexec` against what that launcher says it is.
+mpi=$(pkg-config --variable=mpi dtensor)
+case "$mpi" in
+  openmpi) soname='libmpi\.so'; pcname=ompi-c; launcher='Open ?MPI|OpenRTE' ;;
+  mpich) soname='libmpich\.so'; pcname=mpich; launcher='HYDRA' ;;
+  *) echo "install test: dtensor.pc names no known MPI (mpi=$mpi)" >&2; exit 1 ;;
+esac
+# (Whole outputs first: grep -q stops reading early, which pipefail would count as a failure.)
+loaded=$(ldd "$prefix/consumer")
+grep -Eq "^[[:space:]]*$soname" <<<"$loaded" ||
+  { echo "install test: dtensor.pc says $mpi, but the library loads: $loaded" >&2; exit 1; }
+grep -qx "$pcname" <<<"$(pkg-config --print-requires-private dtensor)" ||
+  { echo "install test: dtensor.pc does not require $pcname" >&2; exit 1; }
+grep -Eq "$launcher" <<<"$("$(pkg-config --variable=mpiexec dtensor)" --version 2>&1)" ||
+  { echo "install test: dtensor.pc's mpiexec is not $mpi's launcher" >&2; exit 1; }
+
 libs_static=$(pkg-config --libs --static dtensor)
 cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer_static" \
    "$libdir/libdtensor.a" $libs_static
 "$prefix/consumer_static"
-echo "install test: shared and static consumers built with pkg-config and ran"
+echo "install test: shared and static consumers built with pkg-config and ran ($mpi)"

@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
 
 static const dt__ops_backend *gpu;
 
@@ -516,7 +517,7 @@ static void test_cuda_gemm_matches_cpu_for_transposes_dtypes_and_beta(void)
 
 int main(int argc, char **argv)
 {
-    if (dt__cuda_device_count() == 0) {
+    if (dt__gpu_physical_count() == 0) {
         fprintf(stderr, "test_ops_cuda: no CUDA device, skipped\n");
         return 77;
     }

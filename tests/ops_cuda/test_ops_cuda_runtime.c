@@ -1,56 +1,57 @@
-/* The CUDA backend under the runtime: set_device selects each local GPU by its CUDA ordinal
- * (as the distributed ops do with a component's DLPack device_id before its kernels), kernels
- * run there, sync waits for all of them; ordinals of GPUs this client does not own fail.
- * Exits 77 (skip) without a GPU. */
+/* The GPU kernel table under the runtime, on whichever kind runs this client's GPU devices
+ * (CUDA, or the simulator with DT_GPU=sim): set_device selects each device by its ordinal (as
+ * the distributed ops do with a component's DLPack device_id), kernels run there, sync waits
+ * for all of them; ordinals this client does not hold fail. Exits 77 (skip) without GPU
+ * devices. */
 #include <stdlib.h>
-
-#include <cuda_runtime_api.h>
 
 #include "harness.h"
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
 
-static void test_cuda_backend_runs_kernels_on_every_local_gpu(void)
+static void test_gpu_backend_runs_kernels_on_every_local_gpu(void)
 {
-    const dt__ops_backend *gpu = dt__ops_cuda_backend();
     int ngpu = dt_num_local_devices(DT_DEVICE_GPU);
     CU_ASSERT_FATAL(ngpu > 0);
+    const dt__device *d0 = dt__device_local(DT_DEVICE_GPU, 0);
+    const dt__ops_backend *gpu = d0->kind->ops();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(gpu);
     enum { N = 4097 };
     float *x[64] = {0}, *sum[64] = {0};
-    int used = ngpu < 64 ? ngpu : 64;
+    int used = ngpu < 64 ? ngpu : 64, top = 0;
     for (int i = 0; i < used; i++) {
-        DT_ASSERT_OK(dt__device_alloc(i, N * sizeof(float), (void **)&x[i]));
-        DT_ASSERT_OK(dt__device_alloc(i, sizeof(float), (void **)&sum[i]));
+        const dt__device *d = dt__device_local(DT_DEVICE_GPU, i);
+        DT_ASSERT_OK(d->kind->alloc(d, N * sizeof(float), (void **)&x[i]));
+        DT_ASSERT_OK(d->kind->alloc(d, sizeof(float), (void **)&sum[i]));
+        top = d->ordinal > top ? d->ordinal : top;
     }
-    /* Enqueue on every GPU first, then one sync: sum of (i + 1) over N elements. */
+    /* Enqueue on every device first, then one sync: sum of (i + 1) over N elements. */
     for (int i = 0; i < used; i++) {
-        DT_ASSERT_OK(gpu->set_device(dt__cuda_ordinal(i)));
+        DT_ASSERT_OK(gpu->set_device(dt__device_local(DT_DEVICE_GPU, i)->ordinal));
         DT_ASSERT_OK(gpu->fill(N, (float)(i + 1), x[i]));
         DT_ASSERT_OK(gpu->sum(N, x[i], sum[i]));
     }
     DT_ASSERT_OK(gpu->sync());
     for (int i = 0; i < used; i++) {
+        const dt__device *d = dt__device_local(DT_DEVICE_GPU, i);
         float s = 0.0f;
-        CU_ASSERT_FATAL(cudaMemcpy(&s, sum[i], sizeof s, cudaMemcpyDeviceToHost) ==
-                        cudaSuccess);
+        DT_ASSERT_OK(d->kind->copy(d, DT__COPY_D2H, &s, sum[i], sizeof s));
         CU_ASSERT_EQUAL(s, (float)N * (float)(i + 1));
     }
     for (int i = 0; i < used; i++) {
-        dt__device_free(i, x[i]);
-        dt__device_free(i, sum[i]);
+        const dt__device *d = dt__device_local(DT_DEVICE_GPU, i);
+        d->kind->free(d, x[i]);
+        d->kind->free(d, sum[i]);
     }
     DT_ASSERT_FAILS(gpu->set_device(-1), DT_ERR_INVALID_ARGUMENT);
-    DT_ASSERT_FAILS(gpu->set_device(dt__cuda_ordinal(ngpu - 1) + 1), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_FAILS(gpu->set_device(top + 1), DT_ERR_INVALID_ARGUMENT);
 }
 
 int main(int argc, char **argv)
 {
-    if (dt__cuda_device_count() == 0) {
-        fprintf(stderr, "test_ops_cuda_runtime: no CUDA device, skipped\n");
-        return 77;
-    }
     static const dt_test_case cases[] = {
-        DT_TEST(test_cuda_backend_runs_kernels_on_every_local_gpu),
+        DT_TEST(test_gpu_backend_runs_kernels_on_every_local_gpu),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "ops_cuda_runtime", cases, 1);
+    return dt_test_main_gpu(argc, argv, "ops_gpu_runtime", cases);
 }

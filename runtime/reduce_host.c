@@ -1,6 +1,10 @@
-/* Elementwise reduction kernels for relayouts from partial layouts: a table indexed by
- * reduction and dtype. Half types accumulate through f32 and round once per step. */
-#include "layout/layout_impl.h"
+/* Host elementwise reduction kernels (relayouts from partial layouts, on the CPU and
+ * simulated devices): a table indexed by reduction and dtype. Half types accumulate through
+ * f32 and round once per step. */
+#include "runtime/device.h"
+#include "runtime/internal.h"
+
+typedef void (*run_fn)(void *dst, const void *src, int64_t n, void *arg);
 
 #define DEFINE_NATIVE(name, T)                                                         \
     static void sum_##name(void *d, const void *s, int64_t n, void *a)                 \
@@ -80,7 +84,7 @@ DEFINE_HALF(f16, dt__f16_to_f32, dt__f32_to_f16)
 DEFINE_HALF(bf16, dt__bf16_to_f32, dt__f32_to_bf16)
 
 typedef struct kernels {
-    rl_run_fn sum, max, min;
+    run_fn sum, max, min;
     void (*div)(void *, int64_t, int64_t);
 } kernels;
 
@@ -95,22 +99,14 @@ static const kernels table[DT_DTYPE_COUNT_] = {
     [DT_DTYPE_U8] = {sum_u8, max_u8, min_u8, div_u8},
 };
 
-rl_run_fn dt__rl_reduce_kernel(dt_reduce_op op, dt_dtype dtype)
+void dt__host_reduce(dt_reduce_op op, dt_dtype dtype, void *dst, const void *src, int64_t n)
 {
     const kernels *k = &table[dtype];
-    switch (op) {
-    case DT_REDUCE_MAX:
-        return k->max;
-    case DT_REDUCE_MIN:
-        return k->min;
-    case DT_REDUCE_SUM:
-    case DT_REDUCE_AVG:
-        break;
-    }
-    return k->sum;
+    run_fn fn = op == DT_REDUCE_MAX ? k->max : op == DT_REDUCE_MIN ? k->min : k->sum;
+    fn(dst, src, n, NULL);
 }
 
-void dt__rl_divide(void *dst, int64_t n, dt_dtype dtype, int64_t k)
+void dt__host_divide(dt_dtype dtype, void *x, int64_t n, int64_t k)
 {
-    table[dtype].div(dst, n, k);
+    table[dtype].div(x, n, k);
 }

@@ -1,0 +1,27 @@
+/* Small helpers every module uses: checked sizes, element counts, message text. Not installed. */
+#ifndef DTENSOR_RUNTIME_UTIL_H
+#define DTENSOR_RUNTIME_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtensor/tensor.h"
+
+/* Checked size arithmetic: 0 on success, -1 on overflow. */
+int dt__mul_size(size_t a, size_t b, size_t *out);
+
+/* Product of shape[0..rank-1] (1 for rank 0). Assumes non-negative entries. */
+int64_t dt__numel(int rank, const int64_t *shape);
+
+/* Bounded string copy that always NUL-terminates; returns strlen(src). */
+size_t dt__strlcpy(char *dst, const char *src, size_t len);
+/* Shape text "[2,3]" ("[]" for rank 0) into buf, for messages; truncated text stays
+ * NUL-terminated. Returns buf. */
+const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len);
+
+/* A tensor whose local components are allocated (host pool or device) but not initialised:
+ * for producers that overwrite every element (relayout). layout/tensor.c. */
+dt_status dt__tensor_empty(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                           dt_tensor **tensor_out);
+
+#endif
