@@ -18,7 +18,6 @@
 #include "train/history.h"
 #include "train/model.h"
 #include "train/options.h"
-#include "train/order.h"
 
 #ifndef TRAIN_EXAMPLES_DIR
 #define TRAIN_EXAMPLES_DIR "examples"
@@ -36,7 +35,8 @@ typedef struct ctx {
     mlp *model;
     dt_zero *zero;
     dt_tensor *test_x, *test_y;
-    order ord;
+    dt_data_source *source; /* the training rows */
+    dt_dataset *data;       /* their global batches: x [batch, 64], labels [batch] */
     history hist;
     int64_t step;         /* steps done */
     double train_seconds; /* time spent in training steps (this process's run) */
@@ -210,6 +210,17 @@ static int setup_mesh(ctx *c)
     return 0;
 }
 
+/* Training example i (the input pipeline's source): its pixels and label. */
+static dt_status fill_example(void *arg, int64_t i, void *const *f)
+{
+    const digits *d = arg;
+    if (f[0])
+        memcpy(f[0], d->x + i * DIGITS_FEATURES, DIGITS_FEATURES * sizeof *d->x);
+    if (f[1])
+        *(int32_t *)f[1] = d->y[i];
+    return DT_OK;
+}
+
 static int setup_data(ctx *c)
 {
     char err[512] = "";
@@ -238,9 +249,26 @@ static int setup_data(ctx *c)
                     (long long)c->o.hidden, (long long)mshards);
         return 2;
     }
-    bad = order_init(&c->ord, c->train.n, c->o.seed) != 0;
-    if (any_failed(c, bad, "out of memory"))
-        return 1;
+    /* Epochs of a seeded shuffle cut into global batches (the remainder dropped); each process
+     * fills only its devices' rows, on a prefetch thread. */
+    static const dt_data_field fields[2] = {{DT_DTYPE_F32, 1, {DIGITS_FEATURES}},
+                                            {DT_DTYPE_I32, 0, {0}}};
+    dt_layout *l[2] = {NULL, NULL};
+    dt_dataset_opts dopts = DT_DATASET_OPTS_INIT;
+    dopts.global_batch = c->o.batch;
+    dopts.seed = c->o.seed;
+    dt_status st = dt_data_source_callback(c->train.n, 2, fields, fill_example, &c->train,
+                                           &c->source);
+    if (st == DT_OK)
+        st = dt_layout_batch_sharded(c->mesh, "batch", 2, 0, &l[0]);
+    if (st == DT_OK)
+        st = dt_layout_batch_sharded(c->mesh, "batch", 1, 0, &l[1]);
+    if (st == DT_OK)
+        st = dt_dataset_create(c->source, 2, (const dt_layout *const *)l, &dopts, &c->data);
+    dt_layout_destroy(l[0]);
+    dt_layout_destroy(l[1]);
+    if (st != DT_OK)
+        return fail_dt(c, "dataset", st, dt_last_error());
     return 0;
 }
 
@@ -285,19 +313,13 @@ static int setup_model(ctx *c)
 
 static int save_checkpoint(ctx *c)
 {
-    size_t ob = order_bytes(&c->ord), hb = history_bytes(&c->hist);
-    uint8_t *obuf = malloc(ob), *hbuf = malloc(hb ? hb : 1), rbuf[RNG_STATE_BYTES];
-    if (any_failed(c, !obuf || !hbuf, "out of memory")) {
-        free(obuf);
-        free(hbuf);
+    size_t hb = history_bytes(&c->hist);
+    uint8_t *hbuf = malloc(hb ? hb : 1);
+    if (any_failed(c, !hbuf, "out of memory"))
         return 1;
-    }
-    order_serialize(&c->ord, obuf, rbuf);
     history_serialize(&c->hist, hbuf);
-    dt_ckpt_value v[] = {
+    dt_ckpt_value v[6 + DT_DATASET_STATE_VALUES] = {
         {"train/step", DT_CKPT_VALUE_I64, c->step, 0, NULL, 0},
-        {"train/rng", DT_CKPT_VALUE_BYTES, 0, 0, rbuf, sizeof rbuf},
-        {"train/data_order", DT_CKPT_VALUE_BYTES, 0, 0, obuf, ob},
         {"train/history", DT_CKPT_VALUE_BYTES, 0, 0, hbuf, hb},
         {"train/batch", DT_CKPT_VALUE_I64, c->o.batch, 0, NULL, 0},
         {"train/hidden", DT_CKPT_VALUE_I64, c->o.hidden, 0, NULL, 0},
@@ -305,11 +327,16 @@ static int save_checkpoint(ctx *c)
          strlen(precision_name(c->o.precision))},
         {"train/seed", DT_CKPT_VALUE_I64, (int64_t)c->o.seed, 0, NULL, 0},
     };
+    /* The data position: the next batch a resumed run reads. */
+    dt_status st = dt_dataset_state_values(c->data, "train/data/", v + 6);
+    if (st != DT_OK) {
+        free(hbuf);
+        return fail_dt(c, "dataset state", st, dt_last_error());
+    }
     dt_save_opts so = DT_SAVE_OPTS_INIT;
     so.values = v;
     so.nvalues = (int)(sizeof v / sizeof v[0]);
-    dt_status st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
-    free(obuf);
+    st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
     free(hbuf);
     if (st != DT_OK)
         return fail_dt(c, "dt_zero_save", st, dt_last_error());
@@ -327,15 +354,13 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
         return -1;
     }
     int64_t step = 0, batch = 0, hidden = 0;
-    const void *od = NULL, *rd = NULL, *hd = NULL, *pd = NULL;
-    size_t on = 0, rn = 0, hn = 0, pn = 0;
+    const void *hd = NULL, *pd = NULL;
+    size_t hn = 0, pn = 0;
     int rc = -1;
     if ((st = dt_ckpt_value_i64(ck, "train/step", &step)) != DT_OK ||
         (st = dt_ckpt_value_i64(ck, "train/batch", &batch)) != DT_OK ||
         (st = dt_ckpt_value_i64(ck, "train/hidden", &hidden)) != DT_OK ||
         (st = dt_ckpt_value_bytes(ck, "train/precision", &pd, &pn)) != DT_OK ||
-        (st = dt_ckpt_value_bytes(ck, "train/rng", &rd, &rn)) != DT_OK ||
-        (st = dt_ckpt_value_bytes(ck, "train/data_order", &od, &on)) != DT_OK ||
         (st = dt_ckpt_value_bytes(ck, "train/history", &hd, &hn)) != DT_OK) {
         snprintf(err, errlen, "--resume %s: not a train_mlp checkpoint: %s", dir, dt_last_error());
         goto out;
@@ -358,12 +383,12 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
                  c->o.stop_after ? " and --stop-after" : "");
         goto out;
     }
-    if (order_deserialize(&c->ord, od, on, rd, rn) != 0 ||
-        history_deserialize(&c->hist, hd, hn) != 0) {
-        snprintf(err, errlen,
-                 "--resume %s: bad train/data_order, train/rng or train/history "
-                 "value",
-                 dir);
+    if ((st = dt_dataset_load_state(c->data, ck, "train/data/")) != DT_OK) {
+        snprintf(err, errlen, "--resume %s: %s", dir, dt_last_error());
+        goto out;
+    }
+    if (history_deserialize(&c->hist, hd, hn) != 0) {
+        snprintf(err, errlen, "--resume %s: bad train/history value", dir);
         goto out;
     }
     history_truncate(&c->hist, step);
@@ -390,26 +415,19 @@ static int resume(ctx *c)
 /* ---- training ------------------------------------------------------------------------------ */
 
 /* One optimizer step on the next global batch. */
-static int train_step(ctx *c, int32_t *rows, float *bx, int32_t *by, hist_rec *rec)
+static int train_step(ctx *c, hist_rec *rec)
 {
-    int64_t b = c->o.batch;
-    order_next(&c->ord, b, rows);
-    for (int64_t i = 0; i < b; i++) {
-        memcpy(bx + i * DIGITS_FEATURES, c->train.x + (int64_t)rows[i] * DIGITS_FEATURES,
-               DIGITS_FEATURES * sizeof *bx);
-        by[i] = c->train.y[rows[i]];
-    }
-    dt_tensor *x = NULL, *y = NULL, *g[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
+    dt_tensor *xy[2] = {NULL, NULL}, *g[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
     dt_tensor *gc[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
     double scale = dt_zero_loss_scale(c->zero), loss = 0;
     dt_zero_step_info info;
     int rc = 1;
-    dt_status st = mlp_inputs(c->model, b, bx, by, &x, &y);
+    dt_status st = dt_dataset_next(c->data, 2, xy, NULL);
     if (st != DT_OK) {
-        fail_dt(c, "batch", st, mlp_last_error());
+        fail_dt(c, "batch", st, dt_last_error());
         goto out;
     }
-    if ((st = mlp_grads(c->model, x, y, (float)scale, &loss, g)) != DT_OK) {
+    if ((st = mlp_grads(c->model, xy[0], xy[1], (float)scale, &loss, g)) != DT_OK) {
         fail_dt(c, "forward/backward", st, mlp_last_error());
         goto out;
     }
@@ -436,8 +454,8 @@ out:
         dt_tensor_destroy(g[i]);
         dt_tensor_destroy(gc[i]);
     }
-    dt_tensor_destroy(x);
-    dt_tensor_destroy(y);
+    dt_tensor_destroy(xy[0]);
+    dt_tensor_destroy(xy[1]);
     return rc;
 }
 
@@ -524,12 +542,6 @@ static int run(ctx *c)
         return rc;
 
     int64_t b = c->o.batch, last = c->o.stop_after ? c->o.stop_after : c->o.steps;
-    int32_t *rows = malloc((size_t)b * sizeof *rows), *by = malloc((size_t)b * sizeof *by);
-    float *bx = malloc((size_t)(b * DIGITS_FEATURES) * sizeof *bx);
-    if (any_failed(c, !rows || !by || !bx, "out of memory")) {
-        rc = 1;
-        goto out;
-    }
     double t_start = now(), win_time = 0, eloss = NAN, eacc = NAN, best = -1, t_target = -1;
     int64_t win_steps = 0, win_skipped = 0, best_step = 0, target_step = 0;
     /* The best and the first >= 95% of an earlier part of the run come from its history. */
@@ -545,7 +557,7 @@ static int run(ctx *c)
     while (c->step < last) {
         hist_rec rec;
         double t0 = now();
-        if ((rc = train_step(c, rows, bx, by, &rec)) != 0)
+        if ((rc = train_step(c, &rec)) != 0)
             goto out;
         double dt = now() - t0;
         rec.samples_per_s = dt > 0 ? (double)b / dt : 0;
@@ -630,9 +642,6 @@ static int run(ctx *c)
     }
     rc = 0;
 out:
-    free(rows);
-    free(by);
-    free(bx);
     return rc;
 }
 
@@ -643,7 +652,8 @@ static void ctx_free(ctx *c)
     dt_tensor_destroy(c->test_y);
     mlp_destroy(c->model);
     dt_mesh_destroy(c->mesh);
-    order_free(&c->ord);
+    dt_dataset_destroy(c->data);
+    dt_data_source_destroy(c->source);
     history_free(&c->hist);
     digits_free(&c->all);
     digits_free(&c->train);
