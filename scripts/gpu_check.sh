@@ -51,7 +51,7 @@ run() {  # run NAME CMD...: 0 pass, 77 skip, else fail
   echo "check=$name status=$status exit=$s"
   [ $s -eq 0 ] || rc=1
 }
-mpi() { "$dev/ompi/bin/mpiexec" --oversubscribe -n "$@"; }
+mpirun=("$dev/ompi/bin/mpiexec" --oversubscribe -n 2)
 bench() {  # bench NAME CMD...: its key=value lines, prefixed
   local name=$1; shift
   echo "== $name"
@@ -76,13 +76,13 @@ done < "$dev/gpu_tests.txt"
 DT_GPU_DEVICES=4 DT_CPU_DEVICES=2 run gpu_mesh "$dev/bin/test_gpu_mesh"
 # Two processes sharing the GPU: pieces cross processes staged through host buffers.
 for t in relayout_cases zero_mlp; do
-  DT_TEST_DEVICE=gpu DT_GPU_DEVICES=2 DT_CPU_DEVICES=2 run "gpu_${t}_np2" mpi 2 "$dev/bin/test_$t"
+  DT_TEST_DEVICE=gpu DT_GPU_DEVICES=2 DT_CPU_DEVICES=2 run "gpu_${t}_np2" "${mpirun[@]}" "$dev/bin/test_$t"
 done
 DT_GPU_DEVICES=4 run train_mlp_gpu "$dev/bin/train_mlp" --device gpu --quiet \
   --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
   --out "$out/train_mlp_gpu"
 grep -h '^result' "$out/train_mlp_gpu.txt" | sed 's/^/train_mlp_gpu /'
-DT_GPU_DEVICES=2 run train_mlp_gpu_np2 mpi 2 "$dev/bin/train_mlp" --device gpu --quiet \
+DT_GPU_DEVICES=2 run train_mlp_gpu_np2 "${mpirun[@]}" "$dev/bin/train_mlp" --device gpu --quiet \
   --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
   --out "$out/train_mlp_gpu_np2"
 grep -h '^result' "$out/train_mlp_gpu_np2.txt" | sed 's/^/train_mlp_gpu_np2 /'
