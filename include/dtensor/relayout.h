@@ -59,8 +59,9 @@ DT_API void dt_relayout_cache_clear(void);
 
 /* DTensor's barrier: an all-reduce of ones over the mesh's devices, checked against the mesh
  * size. `name` (may be NULL) must be the same on every client; a mismatch is DT_ERR_STATE.
- * timeout_seconds <= 0 waits forever; otherwise, after that long, DT_ERR_TIMEOUT with a
- * message listing the clients that never arrived (the communicator must then be torn down).
+ * After timeout_seconds (<= 0: DT_COMM_TIMEOUT's, default 300 s, docs/multihost.md),
+ * DT_ERR_TIMEOUT with a message listing the clients that never arrived and their hosts (the
+ * job must then be aborted).
  * Collective over the clients holding devices of the mesh. */
 DT_API dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_seconds);
 

@@ -12,7 +12,8 @@
 #                 link both ways (netem where the kernel has it; else tbf for the rate and a
 #                 random classic-BPF filter into a dropping class for the loss, no delay);
 #                 prints what is in force
-#   MH_CUT        `$MH_CUT HOST` takes the host's link down at the switch (its packets vanish)
+#   MH_CUT        `$MH_CUT HOST` takes the host's link down at the switch (its packets vanish);
+#                 `$MH_UNCUT HOST` brings it back
 #   MH_KILLHOST   `$MH_KILLHOST HOST` SIGKILLs every process inside that host
 #   MH_BYTES      `$MH_BYTES HOST` prints the bytes received plus sent on that host's link
 #   MH_INHOST     `$MH_INHOST HOST COMMAND...` runs a command inside that host
@@ -51,7 +52,8 @@ cleanup() {
     [ -n "$pids" ] && kill -9 $pids 2>/dev/null
   done
   for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$MH_DIR"
+  # Open MPI's session directories, named after our host names (killed jobs leave them).
+  rm -rf "$MH_DIR" "${TMPDIR:-/tmp}/ompi.${MH_PREFIX}"[1-4].*
 }
 trap cleanup EXIT
 trap 'exit 130' INT
@@ -108,6 +110,11 @@ cat >"$MH_DIR/cut" <<EOF
 #!/bin/sh
 i=\${1#${MH_PREFIX}}
 exec ip -n $sw link set "p\$i" down
+EOF
+cat >"$MH_DIR/uncut" <<EOF
+#!/bin/sh
+i=\${1#${MH_PREFIX}}
+exec ip -n $sw link set "p\$i" up
 EOF
 cat >"$MH_DIR/bytes" <<EOF
 #!/bin/sh
@@ -166,8 +173,8 @@ done
 echo "shaped \$h: \$how"
 EOF
 chmod +x "$MH_DIR"/inhost "$MH_DIR"/agent "$MH_DIR"/mpirun "$MH_DIR"/cut "$MH_DIR"/killhost \
-  "$MH_DIR"/shape "$MH_DIR"/bytes
-export MH_MPIRUN=$MH_DIR/mpirun MH_SHAPE=$MH_DIR/shape MH_CUT=$MH_DIR/cut \
+  "$MH_DIR"/shape "$MH_DIR"/bytes "$MH_DIR"/uncut
+export MH_MPIRUN=$MH_DIR/mpirun MH_SHAPE=$MH_DIR/shape MH_CUT=$MH_DIR/cut MH_UNCUT=$MH_DIR/uncut \
   MH_KILLHOST=$MH_DIR/killhost MH_INHOST=$MH_DIR/inhost MH_BYTES=$MH_DIR/bytes
 
 # Every host must reach every other one before anything is launched.
