@@ -36,7 +36,8 @@ DT_API dt_status dt_copy_to_mesh(const dt_tensor *src, const dt_layout *layout, 
 /* Traffic of one local device in the last relayout this client executed. Bytes moved between
  * different devices count as sent by the holder and received by the receiver; a piece a
  * device copies to itself counts as `bytes_self`. `bytes_*_remote` is the part that crossed
- * to or from another process. */
+ * to or from another process, `bytes_*_cross_host` the part of that which crossed to or from
+ * another host (bytes_sent - bytes_sent_cross_host stayed inside this host). */
 typedef struct dt_relayout_stats {
     int device_id;
     dt_device_type device_type;
@@ -45,6 +46,8 @@ typedef struct dt_relayout_stats {
     uint64_t bytes_sent_remote;
     uint64_t bytes_received_remote;
     uint64_t bytes_self;
+    uint64_t bytes_sent_cross_host;
+    uint64_t bytes_received_cross_host;
 } dt_relayout_stats;
 
 /* Writes the stats of up to `cap` devices of this client that took part in the last relayout
