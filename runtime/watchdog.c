@@ -45,16 +45,14 @@ static double now_seconds(void)
 /* Answers every ping that has arrived: this client is alive. */
 static void answer_pings(MPI_Comm comm)
 {
-    static const char pong = 1;
     for (;;) {
         int flag = 0;
         MPI_Status s;
         if (MPI_Iprobe(MPI_ANY_SOURCE, PING_TAG, comm, &flag, &s) != MPI_SUCCESS || !flag)
             return;
-        char ping;
         MPI_Request r;
-        MPI_Recv(&ping, 1, MPI_CHAR, s.MPI_SOURCE, PING_TAG, comm, MPI_STATUS_IGNORE);
-        if (MPI_Isend(&pong, 1, MPI_CHAR, s.MPI_SOURCE, PONG_TAG, comm, &r) == MPI_SUCCESS)
+        MPI_Recv(NULL, 0, MPI_BYTE, s.MPI_SOURCE, PING_TAG, comm, MPI_STATUS_IGNORE);
+        if (MPI_Isend(NULL, 0, MPI_BYTE, s.MPI_SOURCE, PONG_TAG, comm, &r) == MPI_SUCCESS)
             MPI_Request_free(&r);
     }
 }
@@ -89,20 +87,16 @@ static int pending_peers(const MPI_Request *reqs, const int *peers, int n, int *
 static int ping_peers(MPI_Comm comm, const int *who, int k, int *alive, double seconds,
                       MPI_Request *reqs, int n, int *done)
 {
-    static const char ping = 1;
-    char *pongs = calloc((size_t)k, 1);
     MPI_Request *preq = malloc(2 * (size_t)k * sizeof *preq);
     int progressed = 0;
-    if (!pongs || !preq) {
-        free(pongs);
-        free(preq);
+    if (!preq)
         return 0;
-    }
+    /* Empty messages: nothing for MPI to write into after a pong is given up on. */
     for (int j = 0; j < k; j++) {
         alive[j] = 0;
         preq[j] = preq[k + j] = MPI_REQUEST_NULL;
-        MPI_Irecv(&pongs[j], 1, MPI_CHAR, who[j], PONG_TAG, comm, &preq[j]);
-        MPI_Isend(&ping, 1, MPI_CHAR, who[j], PING_TAG, comm, &preq[k + j]);
+        MPI_Irecv(NULL, 0, MPI_BYTE, who[j], PONG_TAG, comm, &preq[j]);
+        MPI_Isend(NULL, 0, MPI_BYTE, who[j], PING_TAG, comm, &preq[k + j]);
     }
     double end = now_seconds() + seconds;
     int answered = 0;
@@ -131,10 +125,6 @@ static int ping_peers(MPI_Comm comm, const int *who, int k, int *alive, double s
         MPI_Request_free(&preq[j]);
     }
     free(preq);
-    /* A cancelled receive may still have matched a late pong into pongs: leak the 1-byte
-     * buffer rather than let MPI write into freed memory. */
-    if (answered == k)
-        free(pongs);
     return progressed;
 }
 
