@@ -62,12 +62,22 @@ dt_status dt__layout_new(const dt_mesh *mesh, int rank, const int *spec_dim, int
     int user[DT_MESH_MAX_DIMS];
     for (int d = 0; d < mrank; d++)
         user[d] = -1;
+    int match_dim = -1;
     for (int i = 0; i < rank; i++) {
         int d = spec_dim[i];
-        if (d < -1 || d >= mrank)
+        if (d < DT__SPEC_MATCH || d >= mrank)
             return dt__error(DT_ERR_INVALID_ARGUMENT,
                              "layout: spec of tensor dim %d names mesh dim %d of %d", i, d,
                              mrank);
+        /* TensorFlow lets 'any' repeat but counts 'match' as a dimension used once. */
+        if (d == DT__SPEC_MATCH && match_dim >= 0)
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "tensor dims %d and %d are both '" DT_MATCH "' (TensorFlow: "
+                             "\"Attempted to shard two or more tensor dimensions over mesh "
+                             "dimension match\")",
+                             match_dim, i);
+        if (d == DT__SPEC_MATCH)
+            match_dim = i;
         if (d < 0)
             continue;
         if (user[d] >= 0)
@@ -132,15 +142,19 @@ static dt_status resolve_specs(const dt_mesh *mesh, int rank, const char *const 
         if (!specs[i])
             return dt__error(DT_ERR_INVALID_ARGUMENT, "layout: spec of tensor dim %d is NULL",
                              i);
-        if (strcmp(specs[i], DT_UNSHARDED) == 0) {
-            spec_dim[i] = -1;
+        if (strcmp(specs[i], DT_UNSHARDED) == 0 || strcmp(specs[i], DT_ANY) == 0 ||
+            strcmp(specs[i], DT_MATCH) == 0) {
+            spec_dim[i] = specs[i][0] == 'u' ? DT__SPEC_UNSHARDED
+                          : specs[i][0] == 'a' ? DT__SPEC_ANY
+                                               : DT__SPEC_MATCH;
             continue;
         }
         spec_dim[i] = dt_mesh_dim_index(mesh, specs[i]);
         if (spec_dim[i] < 0)
             return dt__error(DT_ERR_INVALID_ARGUMENT,
                              "spec '%s' of tensor dim %d is neither '" DT_UNSHARDED
-                             "' nor a mesh dimension (mesh dims: %s)",
+                             "' ('" DT_ANY "', '" DT_MATCH "') nor a mesh dimension (mesh dims: "
+                             "%s)",
                              specs[i], i, dt__layout_mesh_dims(mesh, dims, sizeof dims));
     }
     return DT_OK;
@@ -259,8 +273,16 @@ const char *dt_layout_spec(const dt_layout *layout, int dim)
 {
     if (!layout || dim < 0 || dim >= layout->rank)
         return NULL;
-    if (layout->spec_dim[dim] < 0)
+    switch (layout->spec_dim[dim]) {
+    case DT__SPEC_ANY:
+        return DT_ANY;
+    case DT__SPEC_MATCH:
+        return DT_MATCH;
+    case DT__SPEC_UNSHARDED:
         return DT_UNSHARDED;
+    default:
+        break;
+    }
     return dt_mesh_dim_name(layout->mesh, layout->spec_dim[dim]);
 }
 
@@ -268,7 +290,7 @@ int dt_layout_spec_mesh_dim(const dt_layout *layout, int dim)
 {
     if (!layout || dim < 0 || dim >= layout->rank)
         return -1;
-    return layout->spec_dim[dim];
+    return layout->spec_dim[dim] < 0 ? -1 : layout->spec_dim[dim];
 }
 
 int dt_layout_num_partial(const dt_layout *layout)
@@ -297,9 +319,28 @@ int dt_layout_is_replicated(const dt_layout *layout)
     if (!layout || layout->npartial > 0)
         return 0;
     for (int i = 0; i < layout->rank; i++)
-        if (layout->spec_dim[i] >= 0)
+        if (layout->spec_dim[i] != DT__SPEC_UNSHARDED)
             return 0;
     return 1;
+}
+
+dt_status dt_layout_check_concrete(const dt_layout *layout)
+{
+    if (!layout)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_layout_check_concrete: NULL layout");
+    if (dt_mesh_is_empty(layout->mesh))
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "TensorFlow's 'empty_layout' (a layout on the empty mesh) places "
+                         "nothing: it has no devices to hold a tensor");
+    for (int i = 0; i < layout->rank; i++) {
+        if (layout->spec_dim[i] == DT__SPEC_ANY || layout->spec_dim[i] == DT__SPEC_MATCH)
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "tensor dim %d of the layout is TensorFlow's placeholder '%s', "
+                             "which names no mesh dimension: a tensor needs a layout whose "
+                             "specs are mesh dimensions or '" DT_UNSHARDED "'",
+                             i, dt_layout_spec(layout, i));
+    }
+    return DT_OK;
 }
 
 int dt_layout_equal(const dt_layout *a, const dt_layout *b)

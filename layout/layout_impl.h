@@ -16,7 +16,8 @@ struct dt_layout {
     atomic_int refs;
     dt_mesh *mesh;                              /* retained; released on the last destroy */
     int rank;                                   /* tensor dims, 0..DT_MAX_RANK */
-    int spec_dim[DT_MAX_RANK];                  /* mesh dim sharding tensor dim i, or -1 */
+    int spec_dim[DT_MAX_RANK];                  /* mesh dim sharding tensor dim i, or a
+                                                 * DT__SPEC_* value below */
     int npartial;
     int partial_dim[DT_MESH_MAX_DIMS];          /* partial mesh dims, increasing */
     dt_reduce_op partial_op[DT_MESH_MAX_DIMS];  /* their reductions */
@@ -26,7 +27,14 @@ struct dt_layout {
     int64_t mesh_dim_size[DT_MESH_MAX_DIMS];
 };
 
-/* Builds a layout from mesh dim indices: spec_dim[i] is a mesh dim index or -1, the
+/* spec_dim values other than mesh dims: unsharded, and TensorFlow's placeholders "any" and
+ * "match" (a layout holding one parses and prints but cannot place a tensor). Every negative
+ * value splits nothing, so the shard math reads them all as unsharded. */
+#define DT__SPEC_UNSHARDED (-1)
+#define DT__SPEC_ANY (-2)
+#define DT__SPEC_MATCH (-3)
+
+/* Builds a layout from mesh dim indices: spec_dim[i] is a mesh dim index or DT__SPEC_*, the
  * partial dims are mesh dim indices in any order (stored sorted). Validates ranges and that
  * no mesh dim is used twice; DT_ERR_INVALID_ARGUMENT names the offending dim. Retains mesh. */
 dt_status dt__layout_new(const dt_mesh *mesh, int rank, const int *spec_dim, int npartial,

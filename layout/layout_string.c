@@ -1,5 +1,6 @@
-/* Layout text: TensorFlow's "sharding_specs:x,unsharded, mesh:<mesh>" and our partial
- * extension "sharding_specs:x, partial:y=sum;z=max, mesh:<mesh>" (docs/layout.md). */
+/* Layout text: TensorFlow's "sharding_specs:x,unsharded, mesh:<mesh>" (with its placeholders
+ * "any" and "match", and "empty_layout") and our partial extension
+ * "sharding_specs:x, partial:y=sum;z=max, mesh:<mesh>" (docs/layout.md). */
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #define SPECS_PREFIX "sharding_specs:"
 #define PARTIAL_PREFIX "partial:"
 #define MESH_PREFIX "mesh:"
+#define EMPTY_LAYOUT "empty_layout"
 
 /* ---- format ------------------------------------------------------------------------------ */
 
@@ -35,6 +37,12 @@ size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len)
         if (w.len)
             buf[0] = '\0';
         return 0;
+    }
+    if (dt_mesh_is_empty(layout->mesh)) {
+        put(&w, EMPTY_LAYOUT);
+        if (w.len)
+            buf[w.pos < w.len ? w.pos : w.len - 1] = '\0';
+        return w.pos;
     }
     put(&w, SPECS_PREFIX);
     for (int i = 0; i < layout->rank; i++) {
@@ -228,13 +236,14 @@ static dt_status resolve(const dt_mesh *mesh, const token *spec, int nspec, cons
 {
     char dims[DT__MESH_DIMS_TEXT];
     int user_col[DT_MESH_MAX_DIMS] = {0}; /* column of the token that used a mesh dim */
+    int match_col = 0;
     int rank = nspec;
 
     for (int i = 0; i < nspec; i++) {
         const token *t = &spec[i];
         int d = token_mesh_dim(mesh, t);
         if (d < 0 && token_is(t, DT_UNSHARDED)) {
-            spec_dim[i] = -1;
+            spec_dim[i] = DT__SPEC_UNSHARDED;
             continue;
         }
         if (d < 0 && token_is(t, "scalar")) {
@@ -242,27 +251,41 @@ static dt_status resolve(const dt_mesh *mesh, const token *spec, int nspec, cons
             if (nspec != 1)
                 return dt__error(DT_ERR_PARSE,
                                  "layout string column %d: 'scalar' must be the only "
-                                 "sharding spec",
+                                 "sharding spec (TensorFlow: \"A scalar sharding_spec can only "
+                                 "be used as a single sharding_spec\")",
                                  t->col);
             rank = 0;
             break;
         }
-        if (d < 0 && (token_is(t, "any") || token_is(t, "match")))
-            return dt__error(DT_ERR_UNSUPPORTED,
-                             "layout string column %d: TensorFlow's '%.*s' placeholder spec is "
-                             "not a concrete layout and is not supported",
-                             t->col, (int)t->n, t->s);
+        if (d < 0 && token_is(t, DT_ANY)) {
+            spec_dim[i] = DT__SPEC_ANY;
+            continue;
+        }
+        if (d < 0 && token_is(t, DT_MATCH)) {
+            /* TensorFlow lets 'any' repeat but counts 'match' as a dimension used once. */
+            if (match_col)
+                return dt__error(DT_ERR_PARSE,
+                                 "layout string column %d: '" DT_MATCH "' already appears at "
+                                 "column %d (TensorFlow: \"Attempted to shard two or more tensor "
+                                 "dimensions over mesh dimension match\")",
+                                 t->col, match_col);
+            match_col = t->col;
+            spec_dim[i] = DT__SPEC_MATCH;
+            continue;
+        }
         if (d < 0)
             return dt__error(DT_ERR_PARSE,
                              "layout string column %d: sharding spec '%.*s' is neither '"
-                             DT_UNSHARDED "' nor a mesh dimension (mesh dims: %s)",
+                             DT_UNSHARDED "' nor a mesh dimension (mesh dims: %s) (TensorFlow: "
+                             "\"refers to mesh dimension not contained in mesh\")",
                              t->col, (int)t->n, t->s,
                              dt__layout_mesh_dims(mesh, dims, sizeof dims));
         if (user_col[d])
             return dt__error(DT_ERR_PARSE,
                              "layout string column %d: mesh dimension '%.*s' already shards "
                              "the tensor dim at column %d; each mesh dimension may be used "
-                             "at most once",
+                             "at most once (TensorFlow: \"Attempted to shard two or more tensor "
+                             "dimensions over mesh dimension\")",
                              t->col, (int)t->n, t->s, user_col[d]);
         user_col[d] = t->col;
         spec_dim[i] = d;
@@ -299,8 +322,14 @@ dt_status dt_layout_parse(const char *text, dt_layout **layout_out)
 
     if (!text || !layout_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_layout_parse: NULL argument");
-    if (strncmp(text, "maximal:", 8) == 0 || strncmp(text, "parted:", 7) == 0 ||
-        strcmp(text, "empty_layout") == 0)
+    if (strcmp(text, EMPTY_LAYOUT) == 0) {
+        if ((st = dt_mesh_parse("empty_mesh", &mesh)) != DT_OK)
+            return st;
+        st = dt__layout_new(mesh, 0, spec_dim, 0, pdim, pop, layout_out);
+        dt_mesh_destroy(mesh);
+        return st;
+    }
+    if (strncmp(text, "maximal:", 8) == 0 || strncmp(text, "parted:", 7) == 0)
         return dt__error(DT_ERR_UNSUPPORTED,
                          "layout string column 1: TensorFlow's '%.*s' layouts are not "
                          "supported; expected '" SPECS_PREFIX "'",
@@ -318,10 +347,18 @@ dt_status dt_layout_parse(const char *text, dt_layout **layout_out)
         if (st != DT_OK)
             return st;
     }
-    if (strncmp(p, MESH_PREFIX, strlen(MESH_PREFIX)) != 0)
-        return dt__error(DT_ERR_PARSE,
-                         "layout string column %d: expected '" MESH_PREFIX "'%s",
-                         (int)(p - text) + 1, npart ? "" : " or '" PARTIAL_PREFIX "'");
+    if (strncmp(p, MESH_PREFIX, strlen(MESH_PREFIX)) != 0) {
+        /* TensorFlow splits the text at spaces and wants two items: say so when that is
+         * what went wrong. */
+        int items = 1;
+        for (const char *c = text; *c; c++)
+            items += *c == ' ';
+        char tf[64] = "";
+        if (!npart && items != 2)
+            snprintf(tf, sizeof tf, " (TensorFlow: \"Expected 2 items but found %d\")", items);
+        return dt__error(DT_ERR_PARSE, "layout string column %d: expected '" MESH_PREFIX "'%s%s",
+                         (int)(p - text) + 1, npart ? "" : " or '" PARTIAL_PREFIX "'", tf);
+    }
     p += strlen(MESH_PREFIX);
 
     st = dt_mesh_parse(p, &mesh);

@@ -46,7 +46,11 @@ static dt_status check_position(const dt_layout *layout, int64_t position, const
 dt_status dt_layout_shard(const dt_layout *layout, const int64_t *shape, int64_t position,
                           int64_t *offset_out, int64_t *shape_out)
 {
-    dt_status st = check_position(layout, position, "dt_layout_shard");
+    /* This is where every tensor creation asks for its shards, so a placeholder or the empty
+     * layout is refused here with the reason. */
+    dt_status st = dt_layout_check_concrete(layout);
+    if (st == DT_OK)
+        st = check_position(layout, position, "dt_layout_shard");
     if (st != DT_OK)
         return st;
     if (layout->rank > 0 && !shape)

@@ -48,103 +48,35 @@ static int ident_char(char ch, int digits)
            (digits && ch >= '0' && ch <= '9');
 }
 
-/* Finds the device type in a TensorFlow device name: "/job:j/replica:0/task:0/device:CPU:0",
- * the same without job/replica/task, "CPU:0", or the legacy "/cpu:0". Writes the type's offset
- * and length. 0 on success, -1 if the name is malformed. */
-static int device_name_type(const char *s, size_t *off_out, size_t *len_out)
-{
-    int found = 0;
-    size_t p = 0, n = strlen(s);
-    if (n == 0)
-        return -1;
-    if (s[0] == '/')
-        p = 1;
-    while (p <= n) {
-        size_t e = p;
-        while (e < n && s[e] != '/')
-            e++;
-        const char *c = s + p;
-        size_t cl = e - p;
-        size_t colon1 = 0, colon2 = 0, ncolon = 0;
-        for (size_t i = 0; i < cl; i++) {
-            if (c[i] == ':') {
-                if (ncolon == 0)
-                    colon1 = i;
-                else if (ncolon == 1)
-                    colon2 = i;
-                ncolon++;
-            }
-        }
-        if (ncolon == 0)
-            return -1;
-        size_t t_off, t_len, id_off, id_len;
-        if (cl > 7 && strncmp(c, "device:", 7) == 0) {
-            if (ncolon != 2)
-                return -1;
-            t_off = 7;
-            t_len = colon2 - 7;
-            id_off = colon2 + 1;
-        } else if ((colon1 == 3 && strncmp(c, "job", 3) == 0)) {
-            if (cl == 4)
-                return -1;
-            p = e + 1;
-            continue;
-        } else if ((colon1 == 7 && strncmp(c, "replica", 7) == 0) ||
-                   (colon1 == 4 && strncmp(c, "task", 4) == 0)) {
-            int64_t v;
-            if (ncolon != 1 || dt__mesh_parse_int(c + colon1 + 1, cl - colon1 - 1, 0, &v) != 0)
-                return -1;
-            p = e + 1;
-            continue;
-        } else {
-            if (ncolon != 1)
-                return -1;
-            t_off = 0;
-            t_len = colon1;
-            id_off = colon1 + 1;
-        }
-        /* A device component: TYPE:ID with ID a number or '*'. Exactly one, and last. */
-        id_len = cl - id_off;
-        int64_t v;
-        if (found || e != n || t_len == 0)
-            return -1;
-        for (size_t i = 0; i < t_len; i++)
-            if (!ident_char(c[t_off + i], 1))
-                return -1;
-        if (!(id_len == 1 && c[id_off] == '*') &&
-            dt__mesh_parse_int(c + id_off, id_len, 0, &v) != 0)
-            return -1;
-        found = 1;
-        *off_out = p + t_off;
-        *len_out = t_len;
-        p = e + 1;
-    }
-    return found ? 0 : -1;
-}
-
-/* Checks one device name and returns its type in *type_out. */
+/* Checks one device name and returns its type name in type_out (DT_NAME_MAX bytes). Local
+ * device names must say which host (job and task) and which type they are, as TensorFlow
+ * requires of them; global ones need only parse. */
 static dt_status check_device_name(const dt__mesh_desc *d, dt__mesh_part part, int64_t index,
-                                   const char *name, dt_device_type *type_out)
+                                   const char *name, char *type_out)
 {
     char at[256];
-    size_t off, len;
-    if (device_name_type(name, &off, &len) != 0) {
+    dt__device_name dn;
+    if (dt__device_name_parse(name, &dn) != 0) {
         where(d, part, index, at, sizeof at);
         return dt__error(d->code,
                          "%sdevice name '%s' is not a TensorFlow device name "
                          "(like /job:localhost/replica:0/task:0/device:CPU:0)",
                          at, name);
     }
-    if (len == 3 && strncasecmp(name + off, "CPU", 3) == 0) {
-        *type_out = DT_DEVICE_CPU;
-    } else if (len == 3 && strncasecmp(name + off, "GPU", 3) == 0) {
-        *type_out = DT_DEVICE_GPU;
-    } else {
+    int local = part == DT__MESH_AT_LOCAL_DEVICE;
+    if (!dn.has_type || (local && (!dn.has_job || !dn.has_task))) {
         where(d, part, index, at, sizeof at);
-        return dt__error(DT_ERR_UNSUPPORTED,
-                         "%sdevice name '%s' has device type '%.*s'; only CPU and GPU are "
-                         "supported",
-                         at, name, (int)len, name + off);
+        return dt__error(d->code,
+                         "%s%s device name '%s' does not name its %s (TensorFlow: \"Failed to "
+                         "either identify host or device type\"); write "
+                         "/job:<name>/task:<n>/device:<TYPE>:<id>",
+                         at, local ? "local" : "global", name,
+                         !dn.has_type ? "device type" : !dn.has_job ? "job" : "task");
+    }
+    if (dt__device_name_type(name, &dn, type_out, DT_NAME_MAX) >= DT_NAME_MAX) {
+        where(d, part, index, at, sizeof at);
+        return dt__error(d->code, "%sdevice name '%s' has a type longer than %d bytes", at, name,
+                         DT_NAME_MAX - 1);
     }
     return DT_OK;
 }
@@ -260,7 +192,7 @@ static void mesh_free(dt_mesh *m)
     if (!m)
         return;
     free_names(m->local_devices, m->num_local);
-    free_names(m->global_devices, m->size);
+    free_names(m->global_devices, m->num_global_devices);
     free(m->local_ids);
     free(m->by_id);
     free(m->global_ids);
@@ -268,8 +200,10 @@ static void mesh_free(dt_mesh *m)
 }
 
 /* The runtime's name for device `id` of this mesh when the runtime decides the local devices:
- * task = this client, index = the device's local index (task 0, index = id without runtime). */
-static dt_status runtime_device_name(dt_device_type type, int id, int per_client, char **out)
+ * task = this client, index = the device's local index (task 0, index = id without runtime).
+ * TensorFlow's expansion of the short form writes no replica (tf_short). */
+static dt_status runtime_device_name(dt_device_type type, const char *type_name, int tf_short,
+                                     int id, int per_client, char **out)
 {
     int task = 0, index = id;
     if (per_client) {
@@ -280,15 +214,31 @@ static dt_status runtime_device_name(dt_device_type type, int id, int per_client
                 index = li;
     }
     char buf[128];
-    snprintf(buf, sizeof buf, "/job:localhost/replica:0/task:%d/device:%s:%d", task,
-             dt_device_type_name(type), index);
+    snprintf(buf, sizeof buf, "/job:localhost%s/task:%d/device:%s:%d",
+             tf_short ? "" : "/replica:0", task, type_name, index);
     *out = dup_string(buf);
     return *out ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "out of memory for a mesh device name");
 }
 
 /* ---- the validating constructor ------------------------------------------------------- */
 
-static dt_status check_shape(const dt__mesh_desc *d, int64_t *size_out)
+/* 1 if d describes TensorFlow's empty mesh: a string whose mesh has no devices. */
+static int describes_empty_mesh(const dt__mesh_desc *d)
+{
+    if (!d->allow_empty)
+        return 0;
+    if (d->global_ids)
+        return d->num_global == 0 && d->num_local == 0 && d->num_local_devices == 0 &&
+               !d->global_devices;
+    for (int i = 0; i < d->rank && i <= DT_MESH_MAX_DIMS; i++)
+        if (d->dim_sizes[i] == 0)
+            return 1;
+    return d->rank == 0;
+}
+
+/* Name and dims. For an empty mesh (`empty`) no dimension is needed and sizes may be 0, but
+ * the names given must still be valid, as TensorFlow checks them before it sees the devices. */
+static dt_status check_shape(const dt__mesh_desc *d, int empty, int64_t *size_out)
 {
     char at[256];
     if (d->name) {
@@ -309,7 +259,7 @@ static dt_status check_shape(const dt__mesh_desc *d, int64_t *size_out)
             }
         }
     }
-    if (d->rank < 1) {
+    if (d->rank < 1 && !empty) {
         where(d, DT__MESH_AT_DIMS, 0, at, sizeof at);
         return dt__error(d->code, "%sa mesh needs at least one dimension", at);
     }
@@ -338,20 +288,26 @@ static dt_status check_shape(const dt__mesh_desc *d, int64_t *size_out)
         /* Reserved by TensorFlow's layouts (Layout::kUnshardedDim, kAny, kMatch). */
         if (!strcmp(nm, "unsharded") || !strcmp(nm, "any") || !strcmp(nm, "match")) {
             where(d, DT__MESH_AT_DIM_NAME, i, at, sizeof at);
-            return dt__error(d->code, "%sdimension name '%s' is reserved for layouts", at, nm);
+            return dt__error(d->code,
+                             "%sdimension name '%s' is reserved for layouts (TensorFlow: "
+                             "\"mesh dimension name %s is reserved\")",
+                             at, nm, nm);
         }
         for (int j = 0; j < i; j++) {
             if (!strcmp(d->dim_names[j], nm)) {
                 where(d, DT__MESH_AT_DIM_NAME, i, at, sizeof at);
-                return dt__error(d->code, "%sdimension '%s' repeated", at, nm);
+                return dt__error(d->code,
+                                 "%sdimension '%s' repeated (TensorFlow: \"repeated mesh "
+                                 "dimension\")",
+                                 at, nm);
             }
         }
-        if (d->dim_sizes[i] < 1) {
+        if (d->dim_sizes[i] < (empty ? 0 : 1)) {
             where(d, DT__MESH_AT_DIM_SIZE, i, at, sizeof at);
             return dt__error(d->code, "%sdimension '%s' has size %lld; sizes must be >= 1", at,
                              nm, (long long)d->dim_sizes[i]);
         }
-        if (d->dim_sizes[i] > INT_MAX / size) {
+        if (size > 0 && d->dim_sizes[i] > INT_MAX / size) {
             where(d, DT__MESH_AT_DIM_SIZE, i, at, sizeof at);
             return dt__error(d->code, "%smesh has more than %d devices (dimension '%s' of %lld)",
                              at, INT_MAX, nm, (long long)d->dim_sizes[i]);
@@ -370,7 +326,10 @@ static dt_status check_ids(const dt__mesh_desc *d, int64_t size)
         if (d->num_global != size) {
             dims_text(d, dims, sizeof dims);
             where(d, DT__MESH_AT_GLOBAL_IDS, 0, at, sizeof at);
-            return dt__error(d->code, "%s%lld device ids for a mesh of %lld devices (%s)", at,
+            return dt__error(d->code,
+                             "%s%lld device ids for a mesh of %lld devices (%s) (TensorFlow: "
+                             "\"mesh size doesn't match number of devices\")",
+                             at,
                              (long long)d->num_global, (long long)size, dims);
         }
         for (int64_t i = 0; i < size; i++) {
@@ -420,31 +379,45 @@ static dt_status check_ids(const dt__mesh_desc *d, int64_t size)
     }
     if (d->num_local_devices != d->num_local) {
         where(d, DT__MESH_AT_LOCAL_DEVICES, 0, at, sizeof at);
-        return dt__error(d->code, "%s%lld local device names for %lld local device ids", at,
+        return dt__error(d->code,
+                         "%s%lld local device names for %lld local device ids (TensorFlow: "
+                         "\"not meeting requirements\")",
+                         at,
                          (long long)d->num_local_devices, (long long)d->num_local);
+    }
+    /* TensorFlow's meshes give every client the same number of devices. */
+    if (d->num_local > 0 && size % d->num_local != 0) {
+        where(d, DT__MESH_AT_LOCAL_IDS, 0, at, sizeof at);
+        return dt__error(d->code,
+                         "%s%lld local devices do not divide the mesh's %lld devices evenly "
+                         "(TensorFlow: \"Uneven local clusters with global_ids %lld and "
+                         "local_devices ids %lld\")",
+                         at, (long long)d->num_local, (long long)size, (long long)size,
+                         (long long)d->num_local);
     }
     return DT_OK;
 }
 
-/* Checks a list of device names: well formed, one device type (agreeing with *type_io if
- * *have_type), no repeats. */
+/* Checks a list of device names: well formed, one device type (agreeing with type_io if
+ * *have_type; type_io holds DT_NAME_MAX bytes), no repeats. */
 static dt_status check_names(const dt__mesh_desc *d, dt__mesh_part item,
-                             const char *const *names, int64_t n, dt_device_type *type_io,
-                             int *have_type)
+                             const char *const *names, int64_t n, char *type_io, int *have_type)
 {
-    char at[256];
+    char at[256], t[DT_NAME_MAX];
     int mem_ok;
     for (int64_t i = 0; i < n; i++) {
-        dt_device_type t = DT_DEVICE_CPU;
-        dt_status st = check_device_name(d, item, i, names[i], &t);
+        dt_status st = check_device_name(d, item, i, names[i], t);
         if (st != DT_OK)
             return st;
-        if (*have_type && t != *type_io) {
+        if (*have_type && strcmp(t, type_io) != 0) {
             where(d, item, i, at, sizeof at);
-            return dt__error(d->code, "%sdevice '%s' is %s but the mesh's other devices are %s",
-                             at, names[i], dt_device_type_name(t), dt_device_type_name(*type_io));
+            return dt__error(d->code,
+                             "%sdevice '%s' is %s but the mesh's other devices are %s "
+                             "(TensorFlow: \"More than one device type per mesh not "
+                             "supported\")",
+                             at, names[i], t, type_io);
         }
-        *type_io = t;
+        memcpy(type_io, t, sizeof t);
         *have_type = 1;
     }
     int64_t r = first_repeat(NULL, names, n, &mem_ok);
@@ -476,7 +449,8 @@ static dt_status runtime_locals(const dt__mesh_desc *d, dt_mesh *m)
         if (per_client && dt_device_client(m->type, id) != me)
             continue;
         m->local_ids[k] = id;
-        dt_status st = runtime_device_name(m->type, id, per_client, &m->local_devices[k]);
+        dt_status st = runtime_device_name(m->type, m->type_name, d->local_rule == 1, id,
+                                           per_client, &m->local_devices[k]);
         k++;
         m->num_local = (int)k;
         if (st != DT_OK)
@@ -488,29 +462,28 @@ static dt_status runtime_locals(const dt__mesh_desc *d, dt_mesh *m)
 dt_status dt__mesh_build(const dt__mesh_desc *d, dt_mesh **mesh_out)
 {
     int64_t size = 0;
-    dt_status st = check_shape(d, &size);
+    int empty = describes_empty_mesh(d);
+    dt_status st = check_shape(d, empty, &size);
     if (st != DT_OK)
         return st;
+    if (empty)
+        return dt__mesh_empty(mesh_out);
     st = check_ids(d, size);
     if (st != DT_OK)
         return st;
 
-    dt_device_type type = d->type;
+    char type_name[DT_NAME_MAX];
+    dt__strlcpy(type_name, d->type_name ? d->type_name : dt_device_type_name(d->type),
+                sizeof type_name);
     int have_type = 0;
-    char at[256];
     if (d->global_devices) {
-        if (d->num_global_devices != size) {
-            where(d, DT__MESH_AT_GLOBAL_DEVICES, 0, at, sizeof at);
-            return dt__error(d->code, "%s%lld global device names for a mesh of %lld devices",
-                             at, (long long)d->num_global_devices, (long long)size);
-        }
-        st = check_names(d, DT__MESH_AT_GLOBAL_DEVICE, d->global_devices, size, &type,
-                         &have_type);
+        st = check_names(d, DT__MESH_AT_GLOBAL_DEVICE, d->global_devices,
+                         d->num_global_devices, type_name, &have_type);
         if (st != DT_OK)
             return st;
     }
     if (d->local_ids) {
-        st = check_names(d, DT__MESH_AT_LOCAL_DEVICE, d->local_devices, d->num_local, &type,
+        st = check_names(d, DT__MESH_AT_LOCAL_DEVICE, d->local_devices, d->num_local, type_name,
                          &have_type);
         if (st != DT_OK)
             return st;
@@ -522,7 +495,8 @@ dt_status dt__mesh_build(const dt__mesh_desc *d, dt_mesh **mesh_out)
     atomic_init(&m->refs, 1);
     if (d->name)
         dt__strlcpy(m->name, d->name, sizeof m->name);
-    m->type = type;
+    m->type = have_type ? dt__device_type_of(type_name) : d->type;
+    memcpy(m->type_name, type_name, sizeof type_name);
     m->rank = d->rank;
     m->size = size;
     m->use_xla_spmd = d->use_xla_spmd;
@@ -550,12 +524,13 @@ dt_status dt__mesh_build(const dt__mesh_desc *d, dt_mesh **mesh_out)
     qsort(m->by_id, (size_t)size, sizeof *m->by_id, cmp_slot);
 
     if (d->global_devices) {
-        m->global_devices = calloc((size_t)size, sizeof *m->global_devices);
+        m->global_devices = calloc((size_t)d->num_global_devices, sizeof *m->global_devices);
         if (!m->global_devices) {
             st = dt__error(DT_ERR_NO_MEMORY, "out of memory for mesh device names");
             goto err_free_mesh;
         }
-        for (int64_t p = 0; p < size; p++) {
+        for (int64_t p = 0; p < d->num_global_devices; p++) {
+            m->num_global_devices = p + 1;
             if (!(m->global_devices[p] = dup_string(d->global_devices[p]))) {
                 st = dt__error(DT_ERR_NO_MEMORY, "out of memory for mesh device names");
                 goto err_free_mesh;
@@ -591,6 +566,17 @@ err_free_mesh:
     return st;
 }
 
+dt_status dt__mesh_empty(dt_mesh **mesh_out)
+{
+    dt_mesh *m = calloc(1, sizeof *m);
+    if (!m)
+        return dt__error(DT_ERR_NO_MEMORY, "out of memory for a mesh");
+    atomic_init(&m->refs, 1);
+    m->type = DT_DEVICE_CPU;
+    *mesh_out = m;
+    return DT_OK;
+}
+
 /* ---- public constructors and ownership ----------------------------------------------- */
 
 dt_status dt_mesh_create(const char *name, int ndims, const char *const *dim_names,
@@ -598,9 +584,9 @@ dt_status dt_mesh_create(const char *name, int ndims, const char *const *dim_nam
 {
     if (!mesh_out || (ndims > 0 && (!dim_names || !dim_sizes)))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_create: NULL argument");
-    if (type != DT_DEVICE_CPU && type != DT_DEVICE_GPU)
+    if (type != DT_DEVICE_CPU && type != DT_DEVICE_GPU && type != DT_DEVICE_TPU)
         return dt__error(DT_ERR_INVALID_ARGUMENT,
-                         "dt_mesh_create: device type %d is not CPU or GPU", (int)type);
+                         "dt_mesh_create: device type %d is not CPU, GPU or TPU", (int)type);
     if (ndims > DT_MESH_MAX_DIMS)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_create: %d dimensions; at most %d",
                          ndims, DT_MESH_MAX_DIMS);
@@ -642,6 +628,16 @@ dt_device_type dt_mesh_device_type(const dt_mesh *mesh)
     return mesh->type;
 }
 
+const char *dt_mesh_device_type_name(const dt_mesh *mesh)
+{
+    return mesh->type_name;
+}
+
+int dt_mesh_is_empty(const dt_mesh *mesh)
+{
+    return mesh->size == 0;
+}
+
 int dt_mesh_rank(const dt_mesh *mesh)
 {
     return mesh->rank;
@@ -680,6 +676,8 @@ int dt_mesh_device_id(const dt_mesh *mesh, int64_t position)
 int64_t dt_mesh_position(const dt_mesh *mesh, int device_id)
 {
     dt__mesh_slot key = {device_id, 0};
+    if (mesh->size == 0)
+        return -1;
     const dt__mesh_slot *s =
         bsearch(&key, mesh->by_id, (size_t)mesh->size, sizeof *mesh->by_id, cmp_slot);
     return s ? s->position : -1;
@@ -699,12 +697,15 @@ int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b)
 {
     if (a == b)
         return 1;
-    if (!a || !b || a->rank != b->rank || a->type != b->type || a->size != b->size)
+    if (!a || !b || a->rank != b->rank || strcmp(a->type_name, b->type_name) != 0 ||
+        a->size != b->size)
         return 0;
     for (int i = 0; i < a->rank; i++)
         if (a->dim_sizes[i] != b->dim_sizes[i] || strcmp(a->dim_names[i], b->dim_names[i]))
             return 0;
-    return memcmp(a->global_ids, b->global_ids, (size_t)a->size * sizeof *a->global_ids) == 0;
+    /* The empty mesh has no id arrays at all. */
+    return a->size == 0 ||
+           memcmp(a->global_ids, b->global_ids, (size_t)a->size * sizeof *a->global_ids) == 0;
 }
 
 /* ---- coordinates and groups ----------------------------------------------------------- */
@@ -757,22 +758,6 @@ dt_status dt_mesh_dim_group(const dt_mesh *mesh, int dim, int64_t position, int6
 
 /* ---- host mesh ------------------------------------------------------------------------ */
 
-/* The same device name with its type replaced by CPU. */
-static char *cpu_device_name(const char *name)
-{
-    size_t off, len;
-    if (device_name_type(name, &off, &len) != 0)
-        return NULL;
-    size_t n = strlen(name);
-    char *out = malloc(n - len + 4);
-    if (!out)
-        return NULL;
-    memcpy(out, name, off);
-    memcpy(out + off, "CPU", 3);
-    memcpy(out + off + 3, name + off + len, n - off - len + 1);
-    return out;
-}
-
 dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out)
 {
     if (!mesh || !host_out)
@@ -788,6 +773,7 @@ dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out)
     atomic_init(&h->refs, 1);
     memcpy(h->name, mesh->name, sizeof h->name);
     h->type = DT_DEVICE_CPU;
+    dt__strlcpy(h->type_name, dt_device_type_name(DT_DEVICE_CPU), sizeof h->type_name);
     h->rank = mesh->rank;
     memcpy(h->dim_names, mesh->dim_names, sizeof h->dim_names);
     memcpy(h->dim_sizes, mesh->dim_sizes, sizeof h->dim_sizes);
@@ -806,16 +792,19 @@ dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out)
     for (int i = 0; i < mesh->num_local; i++) {
         h->local_ids[i] = mesh->local_ids[i];
         h->num_local = i + 1;
-        if (!(h->local_devices[i] = cpu_device_name(mesh->local_devices[i])))
+        if (!(h->local_devices[i] = dt__device_name_with_type(mesh->local_devices[i], "CPU")))
             goto err_nomem;
     }
     if (mesh->global_devices) {
-        h->global_devices = calloc((size_t)h->size, sizeof(char *));
+        h->global_devices = calloc((size_t)mesh->num_global_devices, sizeof(char *));
         if (!h->global_devices)
             goto err_nomem;
-        for (int64_t p = 0; p < h->size; p++)
-            if (!(h->global_devices[p] = cpu_device_name(mesh->global_devices[p])))
+        for (int64_t p = 0; p < mesh->num_global_devices; p++) {
+            h->num_global_devices = p + 1;
+            h->global_devices[p] = dt__device_name_with_type(mesh->global_devices[p], "CPU");
+            if (!h->global_devices[p])
                 goto err_nomem;
+        }
     }
     *host_out = h;
     return DT_OK;
@@ -895,7 +884,17 @@ dt_status dt_mesh_check_devices(const dt_mesh *mesh)
     char label[192];
     if (!mesh)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_check_devices: NULL mesh");
+    /* What the mesh itself rules out comes first: no runtime could hold these. */
+    if (mesh->size == 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "the empty mesh (TensorFlow's 'empty_mesh') holds no devices, so it "
+                         "cannot hold a tensor");
     mesh_label(mesh, label, sizeof label);
+    if (mesh->type != DT_DEVICE_CPU && mesh->type != DT_DEVICE_GPU)
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s is a %s mesh: libdtensor places tensors on CPU and GPU devices "
+                         "only, so a %s mesh can be parsed and printed but cannot hold a tensor",
+                         label, mesh->type_name, mesh->type_name);
     if (!dt_is_initialized())
         return dt__error(DT_ERR_STATE, "%s: the runtime is not initialised (call dt_init first)",
                          label);

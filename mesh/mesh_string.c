@@ -1,6 +1,7 @@
 /* TensorFlow DTensor's mesh string: dt_mesh_parse and dt_mesh_format.
  *   [name]|d1=s1,...|global ids|local ids|local devices[|global devices][|use_xla_spmd]
- * and the short test form "[name]|x=2,y=2|*CPU". Errors carry the 1-based column. */
+ * the short test form "[name]|x=2,y=2|*CPU", and "empty_mesh". Errors carry the 1-based
+ * column. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,8 +178,7 @@ dt_status dt_mesh_parse(const char *text, dt_mesh **mesh_out)
     if (!text || !mesh_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_mesh_parse: NULL argument");
     if (!strcmp(text, EMPTY_MESH))
-        return dt__error(DT_ERR_PARSE,
-                         "mesh string column 1: the empty mesh '" EMPTY_MESH "' is not supported");
+        return dt__mesh_empty(mesh_out);
     parsed p = {0};
     dt_status st;
     size_t n = strlen(text);
@@ -203,13 +203,12 @@ dt_status dt_mesh_parse(const char *text, dt_mesh **mesh_out)
         s = e + 1;
     }
     if (p.nparts != 3 && (p.nparts < 5 || p.nparts > 7)) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "expected 5 to 7 '|'-separated fields "
-                 "(name|dims|global ids|local ids|local devices[|global devices][|" XLA_SPMD
-                 "]) or 3 (name|dims|*CPU), found %d",
-                 p.nparts);
-        st = dt__error(DT_ERR_PARSE, "mesh string column 1: %s", msg);
+        st = dt__error(DT_ERR_PARSE,
+                       "mesh string column 1: expected 5 to 7 '|'-separated fields "
+                       "(name|dims|global ids|local ids|local devices[|global devices][|" XLA_SPMD
+                       "]) or 3 (name|dims|*CPU), found %d (TensorFlow: \"Expected either 5, 6, "
+                       "7 or 3 mesh parts\")",
+                       p.nparts);
         goto done;
     }
     if ((st = parse_dims(&p)) != DT_OK)
@@ -224,49 +223,47 @@ dt_status dt_mesh_parse(const char *text, dt_mesh **mesh_out)
     d.where = where;
     d.where_ctx = &p;
 
+    d.allow_empty = 1;
+
     if (p.nparts == 3) {
-        const char *g = p.part[2];
-        if (!strcmp(g, "*CPU")) {
-            d.type = DT_DEVICE_CPU;
-        } else if (!strcmp(g, "*GPU")) {
-            d.type = DT_DEVICE_GPU;
-        } else if (g[0] == '*' && g[1]) {
-            st = dt__error(DT_ERR_UNSUPPORTED,
-                           "mesh string column %d: device type '%s' is not supported (CPU or "
-                           "GPU)",
-                           p.part_col[2] + 1, g + 1);
-            goto done;
-        } else {
-            st = perr(&p, p.part[2], DT_ERR_PARSE,
-                      "expected '*CPU' or '*GPU' in the short form name|dims|*TYPE");
+        /* TensorFlow reads what follows the one '*' as the device type, ignoring what precedes
+         * it; the type must be one a device name can spell. */
+        const char *g = p.part[2], *star = strchr(g, '*');
+        if (!star || strchr(star + 1, '*')) {
+            st = perr(&p, g, DT_ERR_PARSE,
+                      "expected '*' and a device type in the short form name|dims|*TYPE, as in "
+                      "|x=2|*CPU (TensorFlow: \"Expected a * in mesh_gen_instructions\")");
             goto done;
         }
+        const char *t = star + 1;
+        if (!dt__device_type_name_ok(t)) {
+            st = perr(&p, t, DT_ERR_PARSE,
+                      "expected a device type after '*' (a letter, then letters, digits or '_'; "
+                      "CPU, GPU, TPU, ...) (TensorFlow: \"Failed to parse local_devices\")");
+            goto done;
+        }
+        d.type = dt__device_type_of(t);
+        d.type_name = t;
         d.local_rule = 1;
         st = dt__mesh_build(&d, mesh_out);
         goto done;
     }
 
-    /* Canonical forms only, so that formatting gives back exactly the text parsed. */
-    if (p.nparts == 6 && !p.part[5][0]) {
-        st = perr(&p, p.part[5], DT_ERR_PARSE,
-                  "empty global device list (leave out the field and its '|')");
-        goto done;
-    }
+    /* An empty sixth or seventh field is read as absent, as TensorFlow does. */
+    if (p.nparts == 7 && !p.part[6][0])
+        p.nparts = 6;
     if (p.nparts == 7) {
-        if (!p.part[5][0]) {
-            st = perr(&p, p.part[5], DT_ERR_PARSE,
-                      "empty global device list (write name|...|local devices|" XLA_SPMD ")");
-            goto done;
-        }
         if (strcmp(p.part[6], XLA_SPMD) != 0) {
-            st = perr(&p, p.part[6], DT_ERR_PARSE, "expected '" XLA_SPMD "' as the last field");
+            st = perr(&p, p.part[6], DT_ERR_PARSE,
+                      "expected '" XLA_SPMD "' as the last field (TensorFlow: \"Expected string "
+                      XLA_SPMD " as the 7th argument\")");
             goto done;
         }
         d.use_xla_spmd = 1;
     }
     if (p.nparts == 6 && !strcmp(p.part[5], XLA_SPMD))
         d.use_xla_spmd = 1;
-    int have_global_devs = p.nparts == 7 || (p.nparts == 6 && !d.use_xla_spmd);
+    int have_global_devs = p.nparts >= 6 && p.part[5][0] && !(p.nparts == 6 && d.use_xla_spmd);
 
     if ((st = split_list(&p, p.part[2], L_GLOBAL_IDS)) != DT_OK ||
         (st = split_list(&p, p.part[3], L_LOCAL_IDS)) != DT_OK ||
@@ -332,6 +329,10 @@ size_t dt_mesh_format(const dt_mesh *mesh, char *buf, size_t len)
     out o = {buf, buf ? len : 0, 0};
     if (o.len)
         buf[0] = '\0';
+    if (mesh->size == 0) {
+        put(&o, EMPTY_MESH);
+        return o.pos;
+    }
     put(&o, mesh->name);
     put(&o, "|");
     for (int i = 0; i < mesh->rank; i++) {
@@ -357,7 +358,7 @@ size_t dt_mesh_format(const dt_mesh *mesh, char *buf, size_t len)
     }
     if (mesh->global_devices) {
         put(&o, "|");
-        for (int64_t p = 0; p < mesh->size; p++) {
+        for (int64_t p = 0; p < mesh->num_global_devices; p++) {
             put(&o, p ? "," : "");
             put(&o, mesh->global_devices[p]);
         }

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <yaml.h>
 
 #include "mesh/mesh_impl.h"
@@ -241,13 +240,10 @@ static dt_status read_mesh(const char *file, yaml_document_t *doc, yaml_node_t *
             y.name = v->start_mark;
             break;
         case 1:
-            if (is_scalar(v) && !strcasecmp(scalar(v), "CPU")) {
-                type = DT_DEVICE_CPU;
-            } else if (is_scalar(v) && !strcasecmp(scalar(v), "GPU")) {
-                type = DT_DEVICE_GPU;
-            } else {
+            if (!is_scalar(v) || dt_device_type_parse(scalar(v), &type) != DT_OK) {
                 st = at(DT_ERR_PARSE, file, v->start_mark,
-                        "device_type must be CPU or GPU, not '%s'", is_scalar(v) ? scalar(v) : "?");
+                        "device_type must be CPU, GPU or TPU, not '%s'",
+                        is_scalar(v) ? scalar(v) : "?");
                 goto done;
             }
             break;

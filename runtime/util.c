@@ -33,22 +33,26 @@ size_t dt__strlcpy(char *dst, const char *src, size_t len)
     return n;
 }
 
+static const char *const device_type_names[] = {"CPU", "GPU", "TPU", "OTHER"};
+#define NUM_DEVICE_TYPES ((int)(sizeof device_type_names / sizeof device_type_names[0]))
+
 const char *dt_device_type_name(dt_device_type type)
 {
-    return type == DT_DEVICE_GPU ? "GPU" : "CPU";
+    if ((int)type < 0 || (int)type >= NUM_DEVICE_TYPES)
+        return "OTHER";
+    return device_type_names[type];
 }
 
 dt_status dt_device_type_parse(const char *text, dt_device_type *type_out)
 {
-    if (text && strcasecmp(text, "CPU") == 0) {
-        *type_out = DT_DEVICE_CPU;
-        return DT_OK;
+    /* OTHER is not a name one can ask for: it stands for types the library has no name for. */
+    for (int t = 0; text && t < NUM_DEVICE_TYPES; t++) {
+        if (t != DT_DEVICE_OTHER && strcasecmp(text, device_type_names[t]) == 0) {
+            *type_out = (dt_device_type)t;
+            return DT_OK;
+        }
     }
-    if (text && strcasecmp(text, "GPU") == 0) {
-        *type_out = DT_DEVICE_GPU;
-        return DT_OK;
-    }
-    return dt__error(DT_ERR_PARSE, "device type '%s' is neither CPU nor GPU",
+    return dt__error(DT_ERR_PARSE, "device type '%s' is not CPU, GPU or TPU",
                      text ? text : "(null)");
 }
 

@@ -49,6 +49,11 @@ int cli_layout(int argc, char **argv)
     if (st != DT_OK)
         return cli_fail("layout", st);
     int64_t shape[DT_MAX_RANK];
+    if (shape_text && (st = dt_layout_check_concrete(layout)) != DT_OK) {
+        /* A placeholder or the empty layout has no shards to draw. */
+        dt_layout_destroy(layout);
+        return cli_fail("layout --shape", st);
+    }
     if (shape_text) {
         int r = cli_parse_shape(shape_text, shape, DT_MAX_RANK);
         if (r != dt_layout_rank(layout)) {

@@ -9,9 +9,18 @@ static void print_table(const dt_mesh *mesh)
 {
     int rank = dt_mesh_rank(mesh);
     const char *name = dt_mesh_name(mesh);
-    printf("mesh %s%s%s: %lld %s devices, %d dims\n", name[0] ? "'" : "", name[0] ? name : "(unnamed)",
-           name[0] ? "'" : "", (long long)dt_mesh_size(mesh),
-           dt_device_type_name(dt_mesh_device_type(mesh)), rank);
+    if (dt_mesh_is_empty(mesh)) {
+        printf("the empty mesh: no dims, no devices\n");
+        return;
+    }
+    /* The type as the device names spell it (TPU, XLA_CPU, ...); only CPU and GPU can hold
+     * tensors here, which the line says for the others. */
+    dt_device_type type = dt_mesh_device_type(mesh);
+    printf("mesh %s%s%s: %lld %s devices, %d dims%s\n", name[0] ? "'" : "",
+           name[0] ? name : "(unnamed)", name[0] ? "'" : "", (long long)dt_mesh_size(mesh),
+           dt_mesh_device_type_name(mesh), rank,
+           type == DT_DEVICE_CPU || type == DT_DEVICE_GPU ? ""
+                                                          : " (cannot hold tensors here)");
     printf("  %-16s %8s\n", "dim", "size");
     for (int d = 0; d < rank; d++)
         printf("  %-16s %8lld\n", dt_mesh_dim_name(mesh, d), (long long)dt_mesh_dim_size(mesh, d));

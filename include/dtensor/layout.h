@@ -17,6 +17,12 @@ extern "C" {
 typedef struct dt_layout dt_layout;
 
 #define DT_UNSHARDED "unsharded"
+/* TensorFlow's placeholder specs: "any" (any sharding will do) and "match" (the sharding of
+ * another tensor), used while layouts are being inferred. A layout may hold them (to parse,
+ * print and inspect TensorFlow's layouts) but cannot place a tensor: see
+ * dt_layout_check_concrete. */
+#define DT_ANY "any"
+#define DT_MATCH "match"
 #define DT_MAX_RANK 8
 
 /* The reduction a partial mesh dimension is waiting for. */
@@ -32,8 +38,9 @@ typedef enum dt_reduce_op {
 DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 DT_API dt_status dt_reduce_op_parse(const char *text, dt_reduce_op *op_out);
 
-/* Creates a layout for a tensor of `rank` dims (0..DT_MAX_RANK): specs[i] is DT_UNSHARDED or
- * the name of a mesh dim; each mesh dim is used at most once, by specs or by partial dims.
+/* Creates a layout for a tensor of `rank` dims (0..DT_MAX_RANK): specs[i] is DT_UNSHARDED,
+ * the name of a mesh dim, or a placeholder (DT_ANY, any number of times; DT_MATCH, at most
+ * once, as TensorFlow allows); each mesh dim is used at most once, by specs or by partial dims.
  * `npartial` mesh dims (names in partial_dims, reductions in partial_ops) hold partial values.
  * The layout retains the mesh. DT_ERR_INVALID_ARGUMENT names the bad spec. Local. */
 DT_API dt_status dt_layout_create(const dt_mesh *mesh, int rank, const char *const *specs,
@@ -56,11 +63,14 @@ DT_API dt_status dt_layout_inner_sharded(const dt_mesh *mesh, const char *mesh_d
 /* Parses TensorFlow's layout string "sharding_specs:x,unsharded, mesh:<mesh string>", and
  * the extension for partial dims "sharding_specs:x,unsharded, partial:y=sum;z=max, mesh:<mesh>"
  * (docs/layout.md). Rank 0 is "sharding_specs: mesh:..." (TF's "sharding_specs:scalar," is
- * read too). The mesh may be in short form. DT_ERR_PARSE with the column and what was
- * expected; DT_ERR_UNSUPPORTED for TF's "maximal:"/"parted:" layouts and "any" specs. */
+ * read too). The mesh may be in short form or "empty_mesh"; "empty_layout" is the layout on the
+ * empty mesh. Specs may be the placeholders "any" and "match". DT_ERR_PARSE with the column,
+ * what was expected and, where TensorFlow rejects the string too, its reason;
+ * DT_ERR_UNSUPPORTED for the "maximal:"/"parted:" layouts of later TensorFlow versions. */
 DT_API dt_status dt_layout_parse(const char *text, dt_layout **layout_out);
 
-/* Canonical string into buf, snprintf-style return (length needed, excluding NUL).
+/* Canonical string into buf, snprintf-style return (length needed, excluding NUL);
+ * "empty_layout" for a layout on the empty mesh, as TensorFlow prints it.
  * Round-trips exactly with dt_layout_parse for full mesh strings; partial dims print in mesh
  * dim order. Local. */
 DT_API size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len);
@@ -73,20 +83,28 @@ DT_API void dt_layout_destroy(dt_layout *layout);
 DT_API const dt_mesh *dt_layout_mesh(const dt_layout *layout);
 DT_API int dt_layout_rank(const dt_layout *layout);
 DT_API const char *dt_layout_spec(const dt_layout *layout, int dim); /* NULL if out of range */
-/* Mesh dim index sharding tensor dim `dim`, or -1 if unsharded / out of range. */
+/* Mesh dim index sharding tensor dim `dim`, or -1 if unsharded, a placeholder or out of
+ * range. */
 DT_API int dt_layout_spec_mesh_dim(const dt_layout *layout, int dim);
 DT_API int dt_layout_num_partial(const dt_layout *layout);
 /* i-th partial dim: its mesh dim index and reduction. DT_ERR_INVALID_ARGUMENT if out of range. */
 DT_API dt_status dt_layout_partial(const dt_layout *layout, int i, int *mesh_dim_out,
                                    dt_reduce_op *op_out);
-/* 1 if no dim is sharded and nothing is partial. */
+/* 1 if every dim is unsharded (no placeholder) and nothing is partial. */
 DT_API int dt_layout_is_replicated(const dt_layout *layout);
+/* DT_OK if the layout can place a tensor: its mesh is not the empty mesh and no spec is a
+ * placeholder (DT_ANY, DT_MATCH). Else DT_ERR_INVALID_ARGUMENT naming the placeholder and its
+ * tensor dim (or the empty layout). Tensor creation fails with this error (through
+ * dt_layout_shard). Local. */
+DT_API dt_status dt_layout_check_concrete(const dt_layout *layout);
 /* 1 if equal meshes, specs and partial dims. */
 DT_API int dt_layout_equal(const dt_layout *a, const dt_layout *b);
-/* Number of shards along tensor dim `dim` (the mesh dim size, or 1; 0 if out of range). */
+/* Number of shards along tensor dim `dim` (the mesh dim size, or 1 for unsharded and
+ * placeholder dims; 0 if out of range). */
 DT_API int64_t dt_layout_num_shards(const dt_layout *layout, int dim);
 
-/* Shard math. `shape` is the global shape (dt_layout_rank entries, each >= 0). Along a dim of
+/* Shard math. `shape` is the global shape (dt_layout_rank entries, each >= 0); the layout must
+ * be concrete (dt_layout_check_concrete's error otherwise). Along a dim of
  * size n split k ways, shard j has n/k elements plus one if j < n%k, at offset
  * j*(n/k) + min(j, n%k) (DeepSpeed's partitioning); so a shard may be empty.
  * The device is given by its mesh position. Writes rank entries to each output. Local. */

@@ -24,7 +24,8 @@ typedef struct dt_mesh dt_mesh;
  * ids are 0..size-1 in order so position == device id. */
 
 /* Creates a mesh of `ndims` dimensions (names unique, non-empty, [A-Za-z_][A-Za-z0-9_]*;
- * not "unsharded", "any" or "match"; sizes >= 1), with global device ids 0..size-1 row-major.
+ * not "unsharded", "any" or "match"; sizes >= 1), with global device ids 0..size-1 row-major,
+ * of type CPU, GPU or TPU (a TPU mesh describes devices; it cannot hold tensors).
  * Local device ids are this client's devices among them when the runtime is initialised, else
  * all of them. name may be NULL or "" (else printable ASCII without space or '|').
  * Returns an owned handle. DT_ERR_INVALID_ARGUMENT names the offending dimension. Local. */
@@ -32,15 +33,19 @@ DT_API dt_status dt_mesh_create(const char *name, int ndims, const char *const *
                                 const int64_t *dim_sizes, dt_device_type type,
                                 dt_mesh **mesh_out);
 
-/* Parses TensorFlow DTensor's Mesh string:
+/* Parses TensorFlow DTensor's Mesh string, accepting what TensorFlow's Mesh::FromString accepts
+ * (docs/mesh.md lists where we are stricter):
  *   [name]|d1=s1,d2=s2|global ids|local ids|local device names[|global device names][|use_xla_spmd]
- * and the short test form "|x=2,y=2|*CPU" (all devices local to this one client).
- * Device type comes from the device names (CPU when the string names no device); names are kept
- * verbatim. DT_ERR_PARSE with the column on bad text; DT_ERR_UNSUPPORTED for a device type other
- * than CPU and GPU (TPU). Local. */
+ * the short test form "|x=2,y=2|*CPU" (all devices local to this one client), and "empty_mesh"
+ * (also what a string without devices, or a short form with a dimension of size 0, gives).
+ * Device type comes from the device names (CPU when the string names no device), any type
+ * TensorFlow's device names can spell (CPU, GPU, TPU, or OTHER with its name kept:
+ * dt_mesh_device_type_name); names are kept verbatim. DT_ERR_PARSE with the column and, where
+ * TensorFlow rejects the string too, TensorFlow's reason. Local. */
 DT_API dt_status dt_mesh_parse(const char *text, dt_mesh **mesh_out);
 
-/* Writes the canonical TensorFlow string (NUL-terminated) into buf. Returns the length
+/* Writes the canonical TensorFlow string (NUL-terminated) into buf; "empty_mesh" for the empty
+ * mesh. Returns the length
  * the full string needs (excluding NUL), like snprintf; the text is complete iff < len.
  * A mesh parsed from a full string formats back to exactly that string. Local. */
 DT_API size_t dt_mesh_format(const dt_mesh *mesh, char *buf, size_t len);
@@ -72,6 +77,11 @@ DT_API void dt_mesh_destroy(dt_mesh *mesh);
 /* Queries. Borrowed strings live as long as the mesh. Local; never fail on valid handles. */
 DT_API const char *dt_mesh_name(const dt_mesh *mesh);          /* "" if none */
 DT_API dt_device_type dt_mesh_device_type(const dt_mesh *mesh);
+/* The type as the device names spell it: "CPU", "GPU", "TPU", or another ("XLA_CPU") for
+ * DT_DEVICE_OTHER; "" for the empty mesh. */
+DT_API const char *dt_mesh_device_type_name(const dt_mesh *mesh);
+/* 1 for the empty mesh (TensorFlow's "empty_mesh": no dimensions, no devices), else 0. */
+DT_API int dt_mesh_is_empty(const dt_mesh *mesh);
 DT_API int dt_mesh_rank(const dt_mesh *mesh);                  /* number of dimensions */
 DT_API int64_t dt_mesh_size(const dt_mesh *mesh);              /* number of devices */
 DT_API const char *dt_mesh_dim_name(const dt_mesh *mesh, int dim);   /* NULL if out of range */
@@ -84,7 +94,7 @@ DT_API int64_t dt_mesh_position(const dt_mesh *mesh, int device_id);
 /* This client's devices in the mesh, as listed in the mesh (parsed) or from the runtime. */
 DT_API int dt_mesh_num_local_devices(const dt_mesh *mesh);
 DT_API int dt_mesh_local_device_id(const dt_mesh *mesh, int local_index); /* -1 if out of range */
-/* 1 if two meshes have the same dims, device type and device ids (names may differ). */
+/* 1 if two meshes have the same dims, device type (by name) and device ids (names may differ). */
 DT_API int dt_mesh_equal(const dt_mesh *a, const dt_mesh *b);
 
 /* Coordinates <-> positions. coords has dt_mesh_rank entries. */
@@ -101,7 +111,9 @@ DT_API dt_status dt_mesh_dim_group(const dt_mesh *mesh, int dim, int64_t positio
  * checkpoint saver writes from it. Owned handle. */
 DT_API dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out);
 
-/* Checks that the mesh can hold data here: the runtime is initialised, the clients hold at
+/* Checks that the mesh can hold data here: it is not the empty mesh (DT_ERR_INVALID_ARGUMENT),
+ * its devices are CPUs or GPUs (DT_ERR_UNSUPPORTED naming the type, for TPU and OTHER meshes),
+ * the runtime is initialised, the clients hold at
  * least dt_mesh_size devices of the mesh's type (a mesh may use a subset of them, e.g. to
  * copy a tensor onto fewer devices), every device id is one of them,
  * and the mesh's local devices (if listed explicitly) are this client's. DT_ERR_DEVICE_MISMATCH

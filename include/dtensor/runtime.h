@@ -12,19 +12,26 @@
 extern "C" {
 #endif
 
+/* Device kinds. The runtime holds CPU and GPU devices; TPU and OTHER exist so that meshes and
+ * layouts naming them (as TensorFlow programs print and save) can be parsed, printed and
+ * inspected. A tensor cannot be placed on them (dt_mesh_check_devices says why). OTHER is any
+ * further type a TensorFlow device name may spell (XLA_CPU, TPU_SYSTEM, ...); the mesh keeps
+ * its name (dt_mesh_device_type_name). */
 typedef enum dt_device_type {
     DT_DEVICE_CPU = 0,
     DT_DEVICE_GPU = 1,
+    DT_DEVICE_TPU = 2,
+    DT_DEVICE_OTHER = 3,
 } dt_device_type;
 
-/* "CPU" or "GPU". Static string. */
+/* "CPU", "GPU", "TPU", or "OTHER" (also for values outside the enum). Static string. */
 DT_API const char *dt_device_type_name(dt_device_type type);
 
 /* What runs this client's devices of `type`: "cpu", "cuda", "sim", or "none" when the client
  * has no device of that type (always "none" before dt_init). Static string. Local. */
 DT_API const char *dt_device_kind_name(dt_device_type type);
 
-/* Parses "CPU"/"GPU" (case-insensitive). DT_ERR_PARSE otherwise. */
+/* Parses "CPU"/"GPU"/"TPU" (case-insensitive). DT_ERR_PARSE otherwise. */
 DT_API dt_status dt_device_type_parse(const char *text, dt_device_type *type_out);
 
 /* Options of dt_init. Initialise with DT_INIT_OPTS_INIT, then set fields. */

@@ -61,34 +61,6 @@ static void check_parse_error(const char *text, dt_status want, const char *need
 
 /* ---- TensorFlow's strings ---------------------------------------------------------------- */
 
-static void test_layout_tensorflow_strings_round_trip_exactly(void)
-{
-    /* tensorflow/dtensor/tests/tensor_layout_test.cc, LayoutToFromStringNotSharded. */
-    check_round_trip("sharding_specs:x,unsharded, "
-                     "mesh:|x=1|0|0|/job:localhost/task:0/device:CPU:0");
-    /* tensor_layout_test.cc, MultiHostPartiallyShardedReducedMesh and
-     * MultiHostFullyShardedReducedMesh: task 1 of a 4x2 mesh owns devices 4..7. */
-    const char *multi = "mesh:|x=4,y=2|0,1,2,3,4,5,6,7|4,5,6,7|"
-                        "/job:localhost/task:1/device:CPU:0,/job:localhost/task:1/device:CPU:1,"
-                        "/job:localhost/task:1/device:CPU:2,/job:localhost/task:1/device:CPU:3";
-    char text[2048];
-    snprintf(text, sizeof text, "sharding_specs:x,unsharded, %s", multi);
-    check_round_trip(text);
-    snprintf(text, sizeof text, "sharding_specs:x,y, %s", multi);
-    check_round_trip(text);
-    snprintf(text, sizeof text, "sharding_specs:unsharded,unsharded, %s", multi);
-    check_round_trip(text);
-
-    /* tensorflow/dtensor/python/tests/layout_test.py, test_layout_reciprocal_string_rep, on
-     * its _MESH_2D_STRING with CPU devices in place of TPUs (as its _2D_X_Y_MESH). */
-    char mesh[1024];
-    full_mesh(mesh, sizeof mesh, "batch=2,x=2", 4);
-    snprintf(text, sizeof text, "sharding_specs:batch,x, mesh:%s", mesh);
-    check_round_trip(text);
-    snprintf(text, sizeof text, "sharding_specs:unsharded,unsharded, mesh:%s", mesh);
-    check_round_trip(text);
-}
-
 static void test_layout_rank0_string_differs_from_one_unsharded_dim(void)
 {
     /* layout_test.py, test_empty_sharding_spec_different_from_single_unsharded. */
@@ -182,7 +154,9 @@ static void test_layout_parse_reads_tensorflow_test_layouts(void)
     dt_layout_destroy(l);
 }
 
-static void test_layout_parse_rejects_tensorflow_failure_cases(void)
+/* TensorFlow's failing strings (their reasons: tests/layout/test_tf_strings.c) point at the
+ * offending column. */
+static void test_layout_parse_errors_name_the_column(void)
 {
     /* tensor_layout_test.cc, ParseFailsOnRepeatedShardingSpec. */
     check_parse_error("sharding_specs:x,x, mesh:|x=1,y=2|*CPU", DT_ERR_PARSE, "column 18",
@@ -196,9 +170,69 @@ static void test_layout_parse_rejects_tensorflow_failure_cases(void)
     /* ParseFailsOnBadDeviceString. */
     check_parse_error("sharding_specs:x,unsharded, d:TPU mesh:x=4,y=4", DT_ERR_PARSE,
                       "column 29", "expected 'mesh:' or 'partial:'");
-    /* LayoutToFromStringAny: TensorFlow's placeholder spec is not a layout we can hold. */
-    check_parse_error("sharding_specs:any, mesh:|x=1|0|0|/job:localhost/task:0/device:CPU:0",
-                      DT_ERR_UNSUPPORTED, "column 16", "'any'");
+    check_parse_error("sharding_specs:match,x,match, mesh:|x=2|*CPU", DT_ERR_PARSE, "column 24",
+                      "'match' already appears at column 16");
+}
+
+static void test_layout_placeholders_are_held_and_printed(void)
+{
+    dt_mesh *mesh = make_mesh(2, xy, two_by_two);
+    dt_layout *l = NULL;
+    char buf[1024];
+    const char *specs[] = {DT_ANY, "x", DT_MATCH, DT_ANY};
+    DT_ASSERT_OK(dt_layout_create(mesh, 4, specs, &l));
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_STRING_EQUAL(dt_layout_spec(l, i), specs[i]);
+    CU_ASSERT_EQUAL(dt_layout_spec_mesh_dim(l, 0), -1);
+    CU_ASSERT_EQUAL(dt_layout_spec_mesh_dim(l, 1), 0);
+    CU_ASSERT_EQUAL(dt_layout_num_shards(l, 2), 1);
+    dt_layout_format(l, buf, sizeof buf);
+    CU_ASSERT_EQUAL(strncmp(buf, "sharding_specs:any,x,match,any, mesh:|x=2,y=2|", 46), 0);
+    /* The printed text reads back to an equal layout; 'any' differs from 'unsharded'. */
+    dt_layout *again = NULL, *plain = NULL;
+    DT_ASSERT_OK(dt_layout_parse(buf, &again));
+    CU_ASSERT_TRUE(dt_layout_equal(l, again));
+    const char *unsharded[] = {DT_UNSHARDED, "x", DT_MATCH, DT_ANY};
+    DT_ASSERT_OK(dt_layout_create(mesh, 4, unsharded, &plain));
+    CU_ASSERT_FALSE(dt_layout_equal(l, plain));
+    /* No shards to compute: the shard math refuses, naming the first placeholder. */
+    int64_t shape[4] = {4, 4, 4, 4}, off[4], sz[4];
+    DT_ASSERT_FAILS(dt_layout_shard(l, shape, 0, off, sz), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("tensor dim 0");
+    DT_ASSERT_ERROR_MENTIONS("'any'");
+    DT_ASSERT_FAILS(dt_layout_shard(plain, shape, 0, off, sz), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("tensor dim 2");
+    DT_ASSERT_ERROR_MENTIONS("'match'");
+    /* 'match' at most once, as TensorFlow. */
+    const char *two_match[] = {DT_MATCH, DT_MATCH};
+    dt_layout *bad = NULL;
+    DT_ASSERT_FAILS(dt_layout_create(mesh, 2, two_match, &bad), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("tensor dims 0 and 1 are both 'match'");
+    CU_ASSERT_PTR_NULL(bad);
+    dt_layout_destroy(plain);
+    dt_layout_destroy(again);
+    dt_layout_destroy(l);
+    dt_mesh_destroy(mesh);
+}
+
+static void test_layout_on_the_empty_mesh_prints_empty_layout(void)
+{
+    dt_layout *l = NULL;
+    char buf[64];
+    /* TensorFlow prints any layout on its empty mesh as "empty_layout". */
+    static const char *const texts[] = {"empty_layout", "sharding_specs: mesh:empty_mesh",
+                                        "sharding_specs:any, mesh:empty_mesh",
+                                        "sharding_specs:unsharded, mesh:|x=2|||"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        DT_ASSERT_OK(dt_layout_parse(texts[i], &l));
+        CU_ASSERT_EQUAL(dt_layout_format(l, buf, sizeof buf), strlen("empty_layout"));
+        CU_ASSERT_STRING_EQUAL(buf, "empty_layout");
+        CU_ASSERT_TRUE(dt_mesh_is_empty(dt_layout_mesh(l)));
+        dt_layout_destroy(l);
+    }
+    /* A mesh dim of the empty mesh does not exist. */
+    check_parse_error("sharding_specs:x, mesh:empty_mesh", DT_ERR_PARSE, "column 16",
+                      "neither 'unsharded' nor a mesh dimension");
 }
 
 /* ---- the partial extension ------------------------------------------------------------- */
@@ -328,7 +362,6 @@ static void test_layout_parse_rejects_other_tensorflow_layout_kinds(void)
                       "not supported");
     check_parse_error("parted:x, mesh:|x=2|*CPU", DT_ERR_UNSUPPORTED, "'parted'",
                       "not supported");
-    check_parse_error("empty_layout", DT_ERR_UNSUPPORTED, "'empty_layout'", "not supported");
 }
 
 /* ---- creation errors ------------------------------------------------------------------------ */
@@ -518,11 +551,12 @@ static void test_reduce_op_names_and_parse(void)
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
-        DT_TEST(test_layout_tensorflow_strings_round_trip_exactly),
         DT_TEST(test_layout_rank0_string_differs_from_one_unsharded_dim),
         DT_TEST(test_layout_short_form_mesh_prints_expanded),
         DT_TEST(test_layout_parse_reads_tensorflow_test_layouts),
-        DT_TEST(test_layout_parse_rejects_tensorflow_failure_cases),
+        DT_TEST(test_layout_parse_errors_name_the_column),
+        DT_TEST(test_layout_placeholders_are_held_and_printed),
+        DT_TEST(test_layout_on_the_empty_mesh_prints_empty_layout),
         DT_TEST(test_layout_partial_extension_round_trips),
         DT_TEST(test_layout_partial_dims_print_in_mesh_order),
         DT_TEST(test_layout_create_partial_formats_and_parses_back),

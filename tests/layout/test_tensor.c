@@ -701,6 +701,54 @@ static void test_pack_and_zeros_reject_mesh_bigger_than_devices(void)
     err_fixture_free(&f);
 }
 
+/* Layouts that parse and print but cannot hold a tensor: each refusal names its reason. */
+static void test_pack_and_zeros_reject_placeholder_tpu_and_empty_layouts(void)
+{
+    err_fixture f;
+    CU_ASSERT_FATAL(err_fixture_init(&f) == 0);
+    dt_tensor *t = SENTINEL;
+    dt_layout *l = NULL;
+
+    /* TensorFlow's placeholder 'any' on this very mesh. */
+    const char *any[] = {U, DT_ANY};
+    DT_ASSERT_OK(dt_layout_create(f.mesh, 2, any, &l));
+    DT_ASSERT_FAILS(dt_tensor_zeros(l, DT_DTYPE_F32, f.shape, &t), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("tensor dim 1");
+    DT_ASSERT_ERROR_MENTIONS("placeholder 'any'");
+    DT_ASSERT_FAILS(dt_tensor_pack(l, f.shape, f.n, f.comps, &t), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("placeholder 'any'");
+    dt_tensor *src = NULL;
+    DT_ASSERT_OK(dt_tensor_zeros(f.layout, DT_DTYPE_F32, f.shape, &src));
+    DT_ASSERT_FAILS(dt_relayout(src, l, &t), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("placeholder 'any'");
+    dt_tensor_destroy(src);
+    dt_layout_destroy(l);
+
+    /* A TPU mesh of the same shape, made and parsed. */
+    dt_mesh *tpu = NULL;
+    DT_ASSERT_OK(dt_mesh_create("tpus", 1, (const char *const[]){"x"},
+                                (const int64_t[]){f.md.size}, DT_DEVICE_TPU, &tpu));
+    const char *x[] = {"x", U};
+    DT_ASSERT_OK(dt_layout_create(tpu, 2, x, &l));
+    DT_ASSERT_FAILS(dt_tensor_zeros(l, DT_DTYPE_F32, f.shape, &t), DT_ERR_UNSUPPORTED);
+    DT_ASSERT_ERROR_MENTIONS("mesh 'tpus' is a TPU mesh");
+    DT_ASSERT_ERROR_MENTIONS("CPU and GPU devices only");
+    dt_layout_destroy(l);
+    dt_mesh_destroy(tpu);
+    DT_ASSERT_OK(dt_layout_parse("sharding_specs:x,unsharded, mesh:|x=2|*TPU", &l));
+    DT_ASSERT_FAILS(dt_tensor_zeros(l, DT_DTYPE_F32, f.shape, &t), DT_ERR_UNSUPPORTED);
+    DT_ASSERT_ERROR_MENTIONS("TPU mesh");
+    dt_layout_destroy(l);
+
+    /* TensorFlow's empty layout. */
+    DT_ASSERT_OK(dt_layout_parse("empty_layout", &l));
+    DT_ASSERT_FAILS(dt_tensor_zeros(l, DT_DTYPE_F32, NULL, &t), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("empty mesh");
+    dt_layout_destroy(l);
+    CU_ASSERT_PTR_EQUAL(t, SENTINEL);
+    err_fixture_free(&f);
+}
+
 /* ---- pack_managed ------------------------------------------------------------------------ */
 
 typedef struct owned {
@@ -926,6 +974,7 @@ int main(int argc, char **argv)
         DT_TEST(test_pack_rejects_non_compact_strides_and_null_data),
         DT_TEST(test_pack_rejects_wrong_component_count),
         DT_TEST(test_pack_and_zeros_reject_mesh_bigger_than_devices),
+        DT_TEST(test_pack_and_zeros_reject_placeholder_tpu_and_empty_layouts),
         DT_TEST(test_pack_managed_is_zero_copy_and_deletes_once_on_destroy),
         DT_TEST(test_pack_managed_takes_nothing_on_failure),
         DT_TEST(test_zeros_and_filled_set_every_local_element),

@@ -132,7 +132,7 @@ static void test_mesh_create_formats_full_string_with_all_devices_local(void)
     DT_ASSERT_OK(dt_mesh_parse("|batch=2,model=2|*CPU", &p));
     CU_ASSERT_TRUE(dt_mesh_equal(m, p)); /* names may differ */
     dt_mesh_destroy(p);
-    DT_ASSERT_OK(dt_mesh_parse("|batch=2,model=2|0,1,3,2|0|CPU:0", &p));
+    DT_ASSERT_OK(dt_mesh_parse("|batch=2,model=2|0,1,3,2|0|/job:a/task:0/device:CPU:0", &p));
     CU_ASSERT_FALSE(dt_mesh_equal(m, p)); /* ids differ */
     dt_mesh_destroy(p);
     DT_ASSERT_OK(dt_mesh_parse("|batch=2,model=2|*GPU", &p));

@@ -128,6 +128,16 @@ static void test_mesh_yaml_string_forms(void)
     DT_ASSERT_OK(dt_mesh_from_yaml_string("mesh:\n  dims: {x: 2}\n", NULL, &m));
     CU_ASSERT_STRING_EQUAL(dt_mesh_name(m), "");
     dt_mesh_destroy(m);
+    /* A TPU mesh describes TPU devices, named as TensorFlow names them. */
+    char buf[256];
+    DT_ASSERT_OK(dt_mesh_from_yaml_string("mesh: {name: t, device_type: tpu, dims: {x: 2}}\n",
+                                          NULL, &m));
+    CU_ASSERT_EQUAL(dt_mesh_device_type(m), DT_DEVICE_TPU);
+    CU_ASSERT_STRING_EQUAL(dt_mesh_device_type_name(m), "TPU");
+    dt_mesh_format(m, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "t|x=2|0,1|0,1|/job:localhost/replica:0/task:0/device:TPU:0,"
+                                "/job:localhost/replica:0/task:0/device:TPU:1");
+    dt_mesh_destroy(m);
 }
 
 /* Expects the YAML string to fail with DT_ERR_PARSE (or `want`) at "<string>:line:col: ". */
@@ -180,8 +190,8 @@ static void test_mesh_yaml_rejects_bad_values_at_line_column(void)
     check_yaml_rejects("mesh:\n  dims: {a: 1, b: 1, c: 1, d: 1, e: 1, f: 1, g: 1, h: 1, i: 1}\n",
                        DT_ERR_PARSE, 2, 58, "more than 8");
     check_yaml_rejects("mesh:\n  dims: {}\n", DT_ERR_PARSE, 2, 9, "at least one dimension");
-    check_yaml_rejects("mesh:\n  device_type: TPU\n  dims: {x: 2}\n", DT_ERR_PARSE, 2, 16,
-                       "CPU or GPU, not 'TPU'");
+    check_yaml_rejects("mesh:\n  device_type: XPU\n  dims: {x: 2}\n", DT_ERR_PARSE, 2, 16,
+                       "CPU, GPU or TPU, not 'XPU'");
     check_yaml_rejects("mesh:\n  name: a|b\n  dims: {x: 2}\n", DT_ERR_PARSE, 2, 9,
                        "mesh name 'a|b'");
     check_yaml_rejects("mesh:\n  name: train\n  dims: {batch: 2, model: 2}\n"

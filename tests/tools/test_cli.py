@@ -18,9 +18,12 @@ def run(*args, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def expanded(dims, n, kind="CPU", name=""):
+def expanded(dims, n, kind="CPU", name="", short=False):
+    """The full mesh string of n devices on task 0: as the runtime names them (YAML, created
+    meshes), or as TensorFlow expands the short form |dims|*KIND (short=True: no replica)."""
     ids = ",".join(str(i) for i in range(n))
-    devs = ",".join(f"/job:localhost/replica:0/task:0/device:{kind}:{i}" for i in range(n))
+    task = "/job:localhost/task:0" if short else "/job:localhost/replica:0/task:0"
+    devs = ",".join(f"{task}/device:{kind}:{i}" for i in range(n))
     return f"{name}|{dims}|{ids}|{ids}|{devs}"
 
 
@@ -57,7 +60,19 @@ class MeshShow(unittest.TestCase):
     def test_string_short_form_prints_expanded(self):
         rc, out, err = run("mesh", "show", "--string", "|x=2,y=2|*CPU")
         self.assertEqual(rc, 0, err)
-        self.assertEqual(out.splitlines()[0], expanded("x=2,y=2", 4))
+        self.assertEqual(out.splitlines()[0], expanded("x=2,y=2", 4, short=True))
+
+    def test_tpu_mesh_shows_its_type_and_that_it_cannot_hold_tensors(self):
+        rc, out, err = run("mesh", "show", "--string", "TPU|x=2|*TPU")
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], expanded("x=2", 2, kind="TPU", name="TPU", short=True))
+        self.assertEqual(lines[1], "mesh 'TPU': 2 TPU devices, 1 dims (cannot hold tensors here)")
+
+    def test_empty_mesh_shows_as_empty(self):
+        rc, out, err = run("mesh", "show", "--string", "empty_mesh")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.splitlines(), ["empty_mesh", "the empty mesh: no dims, no devices"])
 
     def test_full_string_round_trips(self):
         s = expanded("batch=2,model=2", 4, name="m")
@@ -94,7 +109,17 @@ class LayoutShow(unittest.TestCase):
         rc, out, err = run("layout", "show", "sharding_specs:x,unsharded, mesh:|x=2,y=2|*CPU")
         self.assertEqual(rc, 0, err)
         self.assertEqual(out.splitlines()[0],
-                         "sharding_specs:x,unsharded, mesh:" + expanded("x=2,y=2", 4))
+                         "sharding_specs:x,unsharded, mesh:" + expanded("x=2,y=2", 4, short=True))
+
+    def test_placeholder_layout_prints_but_has_no_shards(self):
+        text = "sharding_specs:any,x, mesh:|x=2|*CPU"
+        rc, out, err = run("layout", "show", text)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.splitlines()[0],
+                         "sharding_specs:any,x, mesh:" + expanded("x=2", 2, short=True))
+        rc, _, err = run("layout", "show", text, "--shape", "4,4")
+        self.assertEqual(rc, 1)
+        self.assertIn("placeholder 'any'", err)
 
     def test_shape_adds_picture_and_shards(self):
         rc, out, err = run("layout", "show", "sharding_specs:x,y, mesh:|x=2,y=2|*CPU",
