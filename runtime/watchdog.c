@@ -48,10 +48,13 @@ static void answer_pings(MPI_Comm comm)
     for (;;) {
         int flag = 0;
         MPI_Status s;
-        if (MPI_Iprobe(MPI_ANY_SOURCE, PING_TAG, comm, &flag, &s) != MPI_SUCCESS || !flag)
+        MPI_Message msg;
+        /* A matched probe: another thread's wait cannot take this ping in between. */
+        if (MPI_Improbe(MPI_ANY_SOURCE, PING_TAG, comm, &flag, &msg, &s) != MPI_SUCCESS ||
+            !flag)
             return;
         MPI_Request r;
-        MPI_Recv(NULL, 0, MPI_BYTE, s.MPI_SOURCE, PING_TAG, comm, MPI_STATUS_IGNORE);
+        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
         if (MPI_Isend(NULL, 0, MPI_BYTE, s.MPI_SOURCE, PONG_TAG, comm, &r) == MPI_SUCCESS)
             MPI_Request_free(&r);
     }
