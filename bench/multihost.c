@@ -76,28 +76,25 @@ static int check(const mh_case *c)
     return bu_ok_all(ok);
 }
 
+/* The collective of case kind on comm, count floats per block. */
+static void collective(int kind, MPI_Comm comm, const float *send, float *recv, int count)
+{
+    if (kind == 0)
+        MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, comm);
+    else if (kind == 1)
+        MPI_Reduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, comm);
+    else
+        MPI_Allgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, comm);
+}
+
 static void run_world(const mh_case *c)
 {
-    if (c->kind == 0)
-        MPI_Allreduce(c->wsend, c->wrecv, c->wcount, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    else if (c->kind == 1)
-        MPI_Reduce_scatter_block(c->wsend, c->wrecv, c->wcount, MPI_FLOAT, MPI_SUM,
-                                 MPI_COMM_WORLD);
-    else
-        MPI_Allgather(c->wsend, c->wcount, MPI_FLOAT, c->wrecv, c->wcount, MPI_FLOAT,
-                      MPI_COMM_WORLD);
+    collective(c->kind, MPI_COMM_WORLD, c->wsend, c->wrecv, c->wcount);
 }
 
 static void run_cross(const mh_case *c)
 {
-    if (c->kind == 0)
-        MPI_Allreduce(c->csend, c->crecv, c->ccount, MPI_FLOAT, MPI_SUM, cross_comm);
-    else if (c->kind == 1)
-        MPI_Reduce_scatter_block(c->csend, c->crecv, c->ccount, MPI_FLOAT, MPI_SUM,
-                                 cross_comm);
-    else
-        MPI_Allgather(c->csend, c->ccount, MPI_FLOAT, c->crecv, c->ccount, MPI_FLOAT,
-                      cross_comm);
+    collective(c->kind, cross_comm, c->csend, c->crecv, c->ccount);
 }
 
 static double timed(void (*fn)(const mh_case *), const mh_case *c, dt_status *st)

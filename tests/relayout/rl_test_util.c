@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "runtime/internal.h" /* half conversions, for building f16/bf16 data */
 
 uint64_t rl_next(rl_rng *r)
@@ -268,4 +269,13 @@ int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_
         }
     }
     return bad;
+}
+
+dt_layout *rl_layout2(const dt_mesh *m, const char *a, const char *b, const char *partial)
+{
+    const char *specs[2] = {a, b};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create_partial(m, 2, specs, partial ? 1 : 0, &partial, &op, &l));
+    return l;
 }

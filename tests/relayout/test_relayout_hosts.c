@@ -44,15 +44,6 @@ static dt_mesh *host_mesh(int hosts)
     return m;
 }
 
-static dt_layout *layout2(const dt_mesh *m, const char *a, const char *b, const char *partial)
-{
-    const char *specs[2] = {a, b};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    dt_layout *l = NULL;
-    DT_ASSERT_OK(dt_layout_create_partial(m, 2, specs, partial ? 1 : 0, &partial, &op, &l));
-    return l;
-}
-
 /* Runs src_l -> dst_l on a [rows, cols] f32 tensor, checks the values and that the bytes
  * received across hosts, summed over the job, equal `cross`; and that every byte counted as
  * crossing hosts also crossed processes. */
@@ -109,8 +100,8 @@ static void test_allreduce_across_hosts_crosses_the_minimum(void)
     hosts_case c;
     if (!setup(&c))
         return;
-    dt_layout *part = layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, "host");
-    dt_layout *rep = layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    dt_layout *part = rl_layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, "host");
+    dt_layout *rep = rl_layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, NULL);
     /* Each host needs the other hosts' sums of its 1/H of the tensor, then the other (H-1)/H
      * reduced: 2(H-1)/H S per host. */
     expect_cross(part, rep, c.rows, c.cols, 2 * (uint64_t)(c.hosts - 1) * c.bytes);
@@ -124,8 +115,8 @@ static void test_reduce_scatter_across_hosts_crosses_the_minimum(void)
     hosts_case c;
     if (!setup(&c))
         return;
-    dt_layout *part = layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, "host");
-    dt_layout *sh = layout2(c.mesh, "host", DT_UNSHARDED, NULL);
+    dt_layout *part = rl_layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, "host");
+    dt_layout *sh = rl_layout2(c.mesh, "host", DT_UNSHARDED, NULL);
     /* Each host needs the other H-1 summands of its own 1/H block. */
     expect_cross(part, sh, c.rows, c.cols, (uint64_t)(c.hosts - 1) * c.bytes);
     dt_layout_destroy(sh);
@@ -138,8 +129,8 @@ static void test_allgather_across_hosts_sends_each_byte_once_per_host(void)
     hosts_case c;
     if (!setup(&c))
         return;
-    dt_layout *sh = layout2(c.mesh, "host", DT_UNSHARDED, NULL);
-    dt_layout *rep = layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    dt_layout *sh = rl_layout2(c.mesh, "host", DT_UNSHARDED, NULL);
+    dt_layout *rep = rl_layout2(c.mesh, DT_UNSHARDED, DT_UNSHARDED, NULL);
     /* Each host receives the (H-1)/H of the tensor it lacks, once. */
     expect_cross(sh, rep, c.rows, c.cols, (uint64_t)(c.hosts - 1) * c.bytes);
     dt_layout_destroy(rep);
