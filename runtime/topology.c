@@ -2,8 +2,8 @@
  * clients are found with MPI_Comm_split_type, and each process is bound to its share of the
  * host's cores. dt_topology reports what was found. */
 #include <errno.h>
-#include <stdlib.h>
 #include <hwloc.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
