@@ -59,9 +59,15 @@ static double now(void)
         }                                                                                          \
     } while (0)
 
+/* Set when a client was lost (the runtime's watchdog, DT_COMM_TIMEOUT): the clients cannot
+ * agree on anything any more and MPI_Finalize would wait for the lost ones, so main aborts. */
+static int lost_client;
+
 static int fail_dt(const ctx *c, const char *what, dt_status st, const char *msg)
 {
-    if (c->me == 0)
+    if (st == DT_ERR_TIMEOUT)
+        lost_client = 1;
+    if (c->me == 0 || st == DT_ERR_TIMEOUT)  /* rank 0 may be among the lost */
         fprintf(stderr, "train_mlp: %s: %s: %s\n", what, dt_status_name(st),
                 msg && *msg ? msg : dt_status_str(st));
     return 1;
@@ -679,6 +685,8 @@ int main(int argc, char **argv)
             options_usage(stdout, "train_mlp");
     } else if ((rc = start_runtime(&c)) == 0) {
         rc = run(&c);
+        if (lost_client)
+            MPI_Abort(MPI_COMM_WORLD, 3);
         ctx_free(&c);
         dt_finalize();
     }

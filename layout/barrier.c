@@ -1,10 +1,10 @@
 /* dt_barrier: every client of a mesh tells every other one that it arrived and how many of
  * the mesh's devices it holds (DTensor's all-reduce of ones, checked against the mesh size).
- * Point-to-point arrival messages let a timed-out barrier name the clients that never came. */
+ * Point-to-point arrival messages under the watchdog (runtime/watchdog.c) let a timed-out
+ * barrier name the clients that never came and their hosts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "layout/layout_impl.h"
 
@@ -14,13 +14,6 @@ typedef struct arrival {
     int64_t devices;                /* this sender's devices in the mesh */
     char name[DT_NAME_MAX];
 } arrival;
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Clients holding devices of the mesh, increasing, and this client's device count. */
 static dt_status mesh_clients(const dt_mesh *mesh, int **clients_out, int *n_out,
@@ -52,13 +45,6 @@ static dt_status mesh_clients(const dt_mesh *mesh, int **clients_out, int *n_out
     return DT_OK;
 }
 
-static void append(char *buf, size_t len, const char *fmt, int v)
-{
-    size_t used = strlen(buf);
-    if (used < len)
-        snprintf(buf + used, len - used, fmt, v);
-}
-
 dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_seconds)
 {
     if (!mesh)
@@ -74,11 +60,21 @@ dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_secon
         free(clients);
         return DT_OK;
     }
+    if (!(timeout_seconds > 0)) {         /* no timeout of the caller's: the watchdog's */
+        const char *bad = NULL;
+        timeout_seconds = dt__comm_timeout(&bad);
+        if (bad) {
+            free(clients);
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "barrier: DT_COMM_TIMEOUT='%s' is not a "
+                             "number of seconds > 0", bad);
+        }
+    }
     arrival out = {.devices = mine};
     dt__strlcpy(out.name, name ? name : "", sizeof out.name);
     arrival *in = calloc((size_t)n, sizeof *in);
     MPI_Request *reqs = malloc(2 * (size_t)n * sizeof *reqs);
-    if (!in || !reqs) {
+    int *peer_of = malloc(2 * (size_t)n * sizeof *peer_of);
+    if (!in || !reqs || !peer_of) {
         st = dt__error(DT_ERR_NO_MEMORY, "barrier: no memory");
         goto out;
     }
@@ -92,42 +88,12 @@ dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_secon
         MPI_Irecv(&in[i], (int)sizeof in[i], MPI_BYTE, clients[i], BARRIER_TAG, comm, &reqs[i]);
         MPI_Isend(&out, (int)sizeof out, MPI_BYTE, clients[i], BARRIER_TAG, comm, &reqs[n + i]);
     }
-    double deadline = now_seconds() + timeout_seconds;
-    for (int spins = 0;; spins++) {
-        /* MPI_Test on each: MPI_Testall would leave finished requests unmarked, and the
-         * timeout message must name only the clients still missing. */
-        int pending = 0;
-        for (int i = 0; i < n; i++) {
-            int flag = 1;
-            if (reqs[i] != MPI_REQUEST_NULL)
-                MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
-            pending += !flag;
-        }
-        if (!pending)
-            break;
-        if (timeout_seconds > 0 && now_seconds() > deadline) {
-            char missing[512] = "";
-            for (int i = 0; i < n; i++) {
-                if (reqs[i] == MPI_REQUEST_NULL)
-                    continue;
-                append(missing, sizeof missing, missing[0] ? ", %d" : "%d", clients[i]);
-                MPI_Cancel(&reqs[i]);
-                MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
-            }
-            for (int i = 0; i < n; i++)
-                if (reqs[n + i] != MPI_REQUEST_NULL)
-                    MPI_Request_free(&reqs[n + i]);
-            st = dt__error(DT_ERR_TIMEOUT,
-                           "barrier '%s' on mesh '%s': after %.3g s, client(s) %s never "
-                           "arrived", out.name, dt_mesh_name(mesh), timeout_seconds, missing);
-            goto out;
-        }
-        if (spins > 1000) {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
-    }
-    MPI_Waitall(n, reqs + n, MPI_STATUSES_IGNORE);
+    char what[3 * DT_NAME_MAX];
+    snprintf(what, sizeof what, "barrier '%s' on mesh '%s'", out.name, dt_mesh_name(mesh));
+    for (int i = 0; i < n; i++)
+        peer_of[i] = peer_of[n + i] = clients[i];
+    if ((st = dt__wait_watched(reqs, peer_of, 2 * n, timeout_seconds, what)) != DT_OK)
+        goto out;
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (strncmp(in[i].name, out.name, sizeof out.name) != 0) {
@@ -142,6 +108,7 @@ dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_secon
                        out.name, (long long)total, dt_mesh_name(mesh),
                        (long long)dt_mesh_size(mesh));
 out:
+    free(peer_of);
     free(reqs);
     free(in);
     free(clients);

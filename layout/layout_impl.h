@@ -95,6 +95,14 @@ dt_status dt__rl_plan_build(const dt_layout *src, const dt_layout *dst, int rank
                             const int64_t *shape, dt_dtype dtype, rl_plan **plan_out);
 void dt__rl_plan_free(rl_plan *plan);
 
+/* The two-level route across hosts (docs/multihost.md): when src -> dst moves data across
+ * hosts and both layouts are replicated over a mesh dim whose lines each lie on one host,
+ * *mid_out gets dst's layout with a free tensor dim also sharded over that dim: src -> mid
+ * then crosses hosts with 1/k of the data per device (k: that dim's size) and mid -> dst is
+ * an all-gather inside each host. NULL when no such route helps. */
+dt_status dt__rl_host_mid(const dt_layout *src, const dt_layout *dst, const int64_t *shape,
+                          dt_layout **mid_out);
+
 /* Executes a plan from `src` into `dst` (already allocated with the plan's dst layout). */
 dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst);
 

@@ -103,6 +103,8 @@ static void record_stats(rl_plan *const *plans, int nplans, int cached)
             s[k].bytes_sent_remote += x->bytes_sent_remote;
             s[k].bytes_received_remote += x->bytes_received_remote;
             s[k].bytes_self += x->bytes_self;
+            s[k].bytes_sent_cross_host += x->bytes_sent_cross_host;
+            s[k].bytes_received_cross_host += x->bytes_received_cross_host;
         }
     pthread_mutex_lock(&cache_lock);
     free(last_stats);
@@ -202,10 +204,11 @@ static dt_status run_plan(const dt_tensor *src, dt_tensor *dst, rl_plan **plan_o
     return dt__rl_execute(*plan_out, src, dst);
 }
 
-static dt_status run(const dt_tensor *src, dt_tensor *dst)
+/* src -> dst as one plan, or two through two_phase_mid's middle layout; appends the plans
+ * run to plans[*nplans]. */
+static dt_status run_steps(const dt_tensor *src, dt_tensor *dst, rl_plan **plans, int *hits,
+                           int *nplans)
 {
-    rl_plan *plans[2];
-    int hits[2] = {1, 1}, nplans = 0;
     dt_layout *mid_l = NULL;
     dt_tensor *mid = NULL;
     dt_status st = two_phase_mid(dt_tensor_layout(src), dt_tensor_layout(dst),
@@ -213,19 +216,44 @@ static dt_status run(const dt_tensor *src, dt_tensor *dst)
     if (st == DT_OK && mid_l)
         st = dt__tensor_empty(mid_l, dt_tensor_dtype(src), dt_tensor_shape(src), &mid);
     if (st == DT_OK && mid) {
-        st = run_plan(src, mid, &plans[nplans], &hits[nplans]);
-        nplans++;
+        st = run_plan(src, mid, &plans[*nplans], &hits[*nplans]);
+        ++*nplans;
         if (st == DT_OK)
-            st = run_plan(mid, dst, &plans[nplans], &hits[nplans]);
-        nplans++;
+            st = run_plan(mid, dst, &plans[*nplans], &hits[*nplans]);
+        ++*nplans;
     } else if (st == DT_OK) {
-        st = run_plan(src, dst, &plans[nplans], &hits[nplans]);
-        nplans++;
+        st = run_plan(src, dst, &plans[*nplans], &hits[*nplans]);
+        ++*nplans;
     }
-    if (st == DT_OK)
-        record_stats(plans, nplans, hits[0] && hits[1]);
     dt_tensor_destroy(mid);
     dt_layout_destroy(mid_l);
+    return st;
+}
+
+/* Across hosts, first the steps to dt__rl_host_mid's layout (what crosses hosts, spread over
+ * each host's devices), then the all-gather inside each host. */
+static dt_status run(const dt_tensor *src, dt_tensor *dst)
+{
+    rl_plan *plans[3];
+    int hits[3] = {1, 1, 1}, nplans = 0;
+    dt_layout *host_l = NULL;
+    dt_tensor *host_mid = NULL;
+    dt_status st = dt__rl_host_mid(dt_tensor_layout(src), dt_tensor_layout(dst),
+                                   dt_tensor_shape(src), &host_l);
+    if (st == DT_OK && host_l)
+        st = dt__tensor_empty(host_l, dt_tensor_dtype(src), dt_tensor_shape(src), &host_mid);
+    if (st == DT_OK && host_mid) {
+        st = run_steps(src, host_mid, plans, hits, &nplans);
+        if (st == DT_OK)
+            st = run_plan(host_mid, dst, &plans[nplans], &hits[nplans]);
+        nplans++;
+    } else if (st == DT_OK) {
+        st = run_steps(src, dst, plans, hits, &nplans);
+    }
+    if (st == DT_OK)
+        record_stats(plans, nplans, hits[0] && hits[1] && hits[2]);
+    dt_tensor_destroy(host_mid);
+    dt_layout_destroy(host_l);
     return st;
 }
 

@@ -1,6 +1,7 @@
 /* Relayout planning: intersect every destination shard's box with the source blocks' boxes;
  * each needed piece is taken once, from the holder nearest the receiver (same device, then
- * same client, then another client), with reductions for partial sources. */
+ * same client, then same host, then another host), with reductions for partial sources.
+ * dt__rl_host_mid picks the middle layout of the two-level route across hosts. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,18 +114,30 @@ static int local_index(const dt_mesh *mesh, int64_t pos)
 }
 
 /* The holder of a group nearest to the receiver: the same device, else a device of the same
- * client, else one of the others, spread over them by destination position. */
+ * client, else one on the same host, else one of the others, spread over them by destination
+ * position. */
 static const src_info *nearest(const src_info *g, size_t n, dt_device_type stype, int dst_id,
                                dt_device_type dtype, int dst_client, int64_t dst_pos)
 {
     const src_info *same_client = NULL;
+    int host = dt__client_host(dst_client);
+    size_t nhost = 0;
     for (size_t i = 0; i < n; i++) {
         if (stype == dtype && g[i].device_id == dst_id)
             return &g[i];
         if (!same_client && g[i].client == dst_client)
             same_client = &g[i];
+        nhost += dt__client_host(g[i].client) == host;
     }
-    return same_client ? same_client : &g[(size_t)dst_pos % n];
+    if (same_client)
+        return same_client;
+    if (nhost) {
+        size_t want = (size_t)dst_pos % nhost;
+        for (size_t i = 0; i < n; i++)
+            if (dt__client_host(g[i].client) == host && want-- == 0)
+                return &g[i];
+    }
+    return &g[(size_t)dst_pos % n];
 }
 
 typedef struct piece_list {
@@ -172,6 +185,7 @@ static dt_status count_piece(rl_plan *plan, const rl_piece *p, dt_device_type st
     dt_relayout_stats *s;
     dt_status st;
     int remote = p->src_client != p->dst_client;
+    int cross = dt__client_host(p->src_client) != dt__client_host(p->dst_client);
     if (stype == dtype && sid == did) {
         if ((st = add_stats(plan, stype, sid, &s)) != DT_OK)
             return st;
@@ -183,12 +197,14 @@ static dt_status count_piece(rl_plan *plan, const rl_piece *p, dt_device_type st
             return st;
         s->bytes_sent += p->bytes;
         s->bytes_sent_remote += remote ? p->bytes : 0;
+        s->bytes_sent_cross_host += cross ? p->bytes : 0;
     }
     if (p->dst_client == me) {
         if ((st = add_stats(plan, dtype, did, &s)) != DT_OK)
             return st;
         s->bytes_received += p->bytes;
         s->bytes_received_remote += remote ? p->bytes : 0;
+        s->bytes_received_cross_host += cross ? p->bytes : 0;
     }
     return DT_OK;
 }
@@ -368,4 +384,73 @@ void dt__rl_plan_free(rl_plan *plan)
     dt_layout_destroy(plan->src);
     dt_layout_destroy(plan->dst);
     free(plan);
+}
+
+/* ---- the two-level route across hosts --------------------------------------------------- */
+
+/* 1 if every line of the mesh along dim m lies on one host. */
+static int dim_inside_hosts(const dt_mesh *mesh, int m)
+{
+    dt_device_type type = dt_mesh_device_type(mesh);
+    int64_t coords[DT_MESH_MAX_DIMS], stride = 1;
+    for (int d = dt_mesh_rank(mesh) - 1; d > m; d--)
+        stride *= dt_mesh_dim_size(mesh, d);
+    for (int64_t p = 0; p < dt_mesh_size(mesh); p++) {
+        dt_mesh_coords(mesh, p, coords);
+        int64_t first = p - coords[m] * stride;
+        int a = dt_device_client(type, dt_mesh_device_id(mesh, p));
+        int b = dt_device_client(type, dt_mesh_device_id(mesh, first));
+        if (dt__client_host(a) != dt__client_host(b))
+            return 0;
+    }
+    return 1;
+}
+
+/* How a layout uses mesh dim m: the tensor dim sharded over it, -2 if partial, else -1. */
+static int dim_use(const dt_layout *l, int m)
+{
+    for (int d = 0; d < dt_layout_rank(l); d++)
+        if (dt_layout_spec_mesh_dim(l, d) == m)
+            return d;
+    dt_reduce_op op;
+    return find_partial(l, m, &op) ? -2 : -1;
+}
+
+dt_status dt__rl_host_mid(const dt_layout *src, const dt_layout *dst, const int64_t *shape,
+                          dt_layout **mid_out)
+{
+    *mid_out = NULL;
+    const dt_mesh *mesh = dt_layout_mesh(dst);
+    if (dt__num_hosts() < 2 || !dt_mesh_equal(dt_layout_mesh(src), mesh))
+        return DT_OK;
+    int nd = dt_mesh_rank(mesh), inside[DT_MESH_MAX_DIMS], m = -1, crosses = 0;
+    for (int d = 0; d < nd; d++) {
+        inside[d] = dim_inside_hosts(mesh, d);
+        if (m < 0 && inside[d] && dt_mesh_dim_size(mesh, d) > 1 && dim_use(src, d) == -1 &&
+            dim_use(dst, d) == -1)
+            m = d;
+        crosses |= !inside[d] && dim_use(src, d) != dim_use(dst, d);
+    }
+    if (m < 0 || !crosses)
+        return DT_OK;
+    /* The free tensor dim to spread over the host's devices: the longest one neither layout
+     * shards. */
+    int rank = dt_layout_rank(dst), t = -1;
+    for (int d = 0; d < rank; d++)
+        if (dt_layout_spec_mesh_dim(dst, d) < 0 && dt_layout_spec_mesh_dim(src, d) < 0 &&
+            shape[d] >= dt_mesh_dim_size(mesh, m) && (t < 0 || shape[d] > shape[t]))
+            t = d;
+    if (t < 0)
+        return DT_OK;
+    const char *specs[DT_MAX_RANK], *pnames[DT_MESH_MAX_DIMS];
+    dt_reduce_op pops[DT_MESH_MAX_DIMS];
+    for (int d = 0; d < rank; d++)
+        specs[d] = d == t ? dt_mesh_dim_name(mesh, m) : dt_layout_spec(dst, d);
+    int np = dt_layout_num_partial(dst);
+    for (int i = 0; i < np; i++) {
+        int md;
+        dt_layout_partial(dst, i, &md, &pops[i]);
+        pnames[i] = dt_mesh_dim_name(mesh, md);
+    }
+    return dt_layout_create_partial(mesh, rank, specs, np, pnames, pops, mid_out);
 }

@@ -23,6 +23,30 @@ int dt__mpi_thread_level(void);
  * MPI_COMM_NULL before dt_init. */
 MPI_Comm dt__host_comm(void);
 
+/* Hosts (topology.c, from dt_init): how many, a client's host as a dense index (hosts
+ * numbered in the order of their lowest client; -1 for a bad client or before dt_init) and its
+ * host name ("?" then). Local. */
+int dt__num_hosts(void);
+int dt__client_host(int client);
+const char *dt__client_hostname(int client);
+
+/* The watchdog (watchdog.c, docs/multihost.md). DT_COMM_TIMEOUT: seconds (> 0) a wait on
+ * other clients may go without any of its requests completing, default 300; *bad_out (may be
+ * NULL) gets the text of a bad value, the default then returned. Local. */
+double dt__comm_timeout(const char **bad_out);
+
+/* Waits for reqs[0..n) (MPI_REQUEST_NULL entries allowed) like MPI_Waitall, answering other
+ * clients' pings meanwhile. After `timeout` seconds (<= 0: dt__comm_timeout()) in which none
+ * completed, pings the clients still waited for (peers[i]: the other client of reqs[i]) and
+ * gives them timeout/2 to answer; if some did not, DT_ERR_TIMEOUT whose message starts with
+ * `what` and names them (lost) and their hosts, and those that answered. If all answered
+ * (they wait on someone else, who will report), waits on; after 3 such stalls, DT_ERR_TIMEOUT
+ * naming the clients that answered but never sent. The pending receives are cancelled and the sends dropped then (MPI may still read
+ * their buffers: after this error the job can only be aborted). DT_ERR_COMM if MPI reports an
+ * error. Local (other clients answer pings only while in a watched wait of their own). */
+dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
+                           const char *what);
+
 /* topology.c, called by dt_init/dt_finalize: read hwloc (local), then split the host
  * communicator and bind (collective over comm); unload restores the binding and frees all. */
 dt_status dt__topology_load(void);

@@ -3,6 +3,7 @@
  * host's cores. dt_topology reports what was found. */
 #include <errno.h>
 #include <hwloc.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,6 +15,10 @@ static hwloc_bitmap_t saved_binding; /* the binding before ours, restored at fin
 static MPI_Comm host_comm = MPI_COMM_NULL;
 static int loaded;
 static dt_topology_info info;
+/* Every client's host (dense index, in order of each host's lowest client) and host name. */
+static int *client_host;
+static char (*client_hostname)[64];
+static int nclients_seen, nhosts;
 
 static int count_type(hwloc_obj_type_t type)
 {
@@ -112,6 +117,8 @@ static void bind_to_share(void)
     hwloc_bitmap_free(set);
 }
 
+static dt_status map_hosts(MPI_Comm comm);
+
 dt_status dt__topology_setup(MPI_Comm comm, int bind)
 {
     int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host_comm);
@@ -122,7 +129,56 @@ dt_status dt__topology_setup(MPI_Comm comm, int bind)
         return dt__mpi_error(rc, "dt_init: MPI_Comm_size/rank (host communicator)");
     if (bind)
         bind_to_share();
+    return map_hosts(comm);
+}
+
+/* Which clients share a host: every client sends its host communicator's first client (its
+ * rank in comm) and its host name. Collective over comm. */
+static dt_status map_hosts(MPI_Comm comm)
+{
+    int n = 0, me = 0, leader = 0, rc;
+    MPI_Comm_size(comm, &n);
+    MPI_Comm_rank(comm, &me);
+    leader = me;
+    if ((rc = MPI_Bcast(&leader, 1, MPI_INT, 0, host_comm)) != MPI_SUCCESS)
+        return dt__mpi_error(rc, "dt_init: MPI_Bcast (host communicator)");
+    int *leaders = malloc((size_t)n * sizeof *leaders);
+    client_host = malloc((size_t)n * sizeof *client_host);
+    client_hostname = malloc((size_t)n * sizeof *client_hostname);
+    if (!leaders || !client_host || !client_hostname) {
+        free(leaders);
+        return dt__error(DT_ERR_NO_MEMORY, "dt_init: no memory for the host map");
+    }
+    rc = MPI_Allgather(&leader, 1, MPI_INT, leaders, 1, MPI_INT, comm);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Allgather(info.hostname, 64, MPI_CHAR, client_hostname, 64, MPI_CHAR, comm);
+    if (rc != MPI_SUCCESS) {
+        free(leaders);
+        return dt__mpi_error(rc, "dt_init: MPI_Allgather of host names");
+    }
+    nhosts = 0;
+    for (int c = 0; c < n; c++) {
+        client_hostname[c][63] = '\0';
+        client_host[c] = leaders[c] == c ? nhosts++ : client_host[leaders[c]];
+    }
+    nclients_seen = n;
+    free(leaders);
     return DT_OK;
+}
+
+int dt__num_hosts(void)
+{
+    return nhosts > 0 ? nhosts : 1;
+}
+
+int dt__client_host(int client)
+{
+    return client >= 0 && client < nclients_seen ? client_host[client] : -1;
+}
+
+const char *dt__client_hostname(int client)
+{
+    return client >= 0 && client < nclients_seen ? client_hostname[client] : "?";
 }
 
 MPI_Comm dt__host_comm(void)
@@ -137,6 +193,11 @@ void dt__topology_unload(void)
     if (host_comm != MPI_COMM_NULL && !finalized)
         MPI_Comm_free(&host_comm);
     host_comm = MPI_COMM_NULL;
+    free(client_host);
+    free(client_hostname);
+    client_host = NULL;
+    client_hostname = NULL;
+    nclients_seen = nhosts = 0;
     if (!loaded)
         return;
     if (info.bound && saved_binding)

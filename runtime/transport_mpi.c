@@ -103,11 +103,18 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     }
     if (comm == MPI_COMM_NULL)
         return dt__error(DT_ERR_STATE, "transfers between clients need dt_init first");
+    const char *bad = NULL;
+    dt__comm_timeout(&bad);
+    if (bad)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
     MPI_Request *reqs = malloc(n * sizeof *reqs);
     MPI_Datatype *temps = malloc(n * sizeof *temps);
-    if (!reqs || !temps) {
+    int *peers = malloc(n * sizeof *peers);
+    if (!reqs || !temps || !peers) {
         free(reqs);
         free(temps);
+        free(peers);
         return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu MPI requests", n);
     }
     size_t nreq = 0, ntemp = 0;
@@ -128,18 +135,19 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
         if (rc != MPI_SUCCESS)
             st = mpi_fail(rc, i < nrecvs ? "Irecv" : "Isend");
         else
-            nreq++;
+            peers[nreq++] = x->peer;
     }
     if (st == DT_OK && local_work)
         local_work(arg);
     if (nreq) {
-        int rc = MPI_Waitall((int)nreq, reqs, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS && st == DT_OK)
-            st = mpi_fail(rc, "Waitall");
+        dt_status wst = dt__wait_watched(reqs, peers, (int)nreq, 0, "relayout exchange");
+        if (st == DT_OK)
+            st = wst;
     }
     for (size_t i = 0; i < ntemp; i++)
         MPI_Type_free(&temps[i]);
     free(temps);
+    free(peers);
     free(reqs);
     return st;
 }

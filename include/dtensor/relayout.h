@@ -36,7 +36,8 @@ DT_API dt_status dt_copy_to_mesh(const dt_tensor *src, const dt_layout *layout, 
 /* Traffic of one local device in the last relayout this client executed. Bytes moved between
  * different devices count as sent by the holder and received by the receiver; a piece a
  * device copies to itself counts as `bytes_self`. `bytes_*_remote` is the part that crossed
- * to or from another process. */
+ * to or from another process, `bytes_*_cross_host` the part of that which crossed to or from
+ * another host (bytes_sent - bytes_sent_cross_host stayed inside this host). */
 typedef struct dt_relayout_stats {
     int device_id;
     dt_device_type device_type;
@@ -45,6 +46,8 @@ typedef struct dt_relayout_stats {
     uint64_t bytes_sent_remote;
     uint64_t bytes_received_remote;
     uint64_t bytes_self;
+    uint64_t bytes_sent_cross_host;
+    uint64_t bytes_received_cross_host;
 } dt_relayout_stats;
 
 /* Writes the stats of up to `cap` devices of this client that took part in the last relayout
@@ -59,8 +62,9 @@ DT_API void dt_relayout_cache_clear(void);
 
 /* DTensor's barrier: an all-reduce of ones over the mesh's devices, checked against the mesh
  * size. `name` (may be NULL) must be the same on every client; a mismatch is DT_ERR_STATE.
- * timeout_seconds <= 0 waits forever; otherwise, after that long, DT_ERR_TIMEOUT with a
- * message listing the clients that never arrived (the communicator must then be torn down).
+ * After timeout_seconds (<= 0: DT_COMM_TIMEOUT's, default 300 s, docs/multihost.md),
+ * DT_ERR_TIMEOUT with a message listing the clients that never arrived and their hosts (the
+ * job must then be aborted).
  * Collective over the clients holding devices of the mesh. */
 DT_API dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_seconds);
 

@@ -266,3 +266,12 @@ int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_
     }
     return bad;
 }
+
+dt_layout *rl_layout2(const dt_mesh *m, const char *a, const char *b, const char *partial)
+{
+    const char *specs[2] = {a, b};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create_partial(m, 2, specs, partial ? 1 : 0, &partial, &op, &l));
+    return l;
+}

@@ -30,6 +30,10 @@ dt_status rl_make_tensor(const dt_layout *layout, const int64_t *shape, dt_dtype
  * mismatching elements and prints the first few. */
 int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_t seed);
 
+/* A rank-2 layout with specs a, b, partial (sum) over mesh dim `partial` unless NULL;
+ * asserts it was made. */
+dt_layout *rl_layout2(const dt_mesh *m, const char *a, const char *b, const char *partial);
+
 /* Shard box by the uneven rule, written independently of the library. */
 void rl_box_of(int64_t n, int64_t k, int64_t j, int64_t *off, int64_t *len);
 

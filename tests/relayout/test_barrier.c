@@ -2,6 +2,7 @@
  * withheld the others time out and the message names it. */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -45,12 +46,27 @@ static void test_barrier_times_out_naming_the_missing_client(void)
         return;
     dt_mesh *m = all_devices();
     int last = dt_num_clients() - 1;
+    /* The missing client's host name, as it sees it (another host under tests/multihost). */
+    dt_topology_info topo;
+    DT_ASSERT_OK(dt_topology(&topo));
+    MPI_Bcast(topo.hostname, (int)sizeof topo.hostname, MPI_CHAR, last, MPI_COMM_WORLD);
     if (dt_client_id() != last) {
         dt_status st = dt_barrier(m, "withheld", 0.5);
         CU_ASSERT_EQUAL(st, DT_ERR_TIMEOUT);
-        char want[64];
-        snprintf(want, sizeof want, "client(s) %d never arrived", last);
+        char want[160];
+        snprintf(want, sizeof want, "lost client(s) %d (host %s)", last, topo.hostname);
         DT_ASSERT_ERROR_MENTIONS(want);
+    }
+    /* No timeout of the caller's: DT_COMM_TIMEOUT's (a bad value is refused before anything
+     * is sent). */
+    if (dt_client_id() != last) {
+        setenv("DT_COMM_TIMEOUT", "soon", 1);
+        CU_ASSERT_EQUAL(dt_barrier(m, "withheld-again", 0), DT_ERR_INVALID_ARGUMENT);
+        DT_ASSERT_ERROR_MENTIONS("DT_COMM_TIMEOUT='soon'");
+        setenv("DT_COMM_TIMEOUT", "0.3", 1);
+        CU_ASSERT_EQUAL(dt_barrier(m, "withheld-again", 0), DT_ERR_TIMEOUT);
+        DT_ASSERT_ERROR_MENTIONS("nothing came for 0.3 s");
+        unsetenv("DT_COMM_TIMEOUT");
     }
     MPI_Barrier(MPI_COMM_WORLD);
     dt_mesh_destroy(m);

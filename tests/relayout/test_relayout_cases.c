@@ -22,15 +22,6 @@ static dt_mesh *mesh_1d(void)
     return m;
 }
 
-static dt_layout *layout2(const dt_mesh *m, const char *a, const char *b, const char *partial)
-{
-    const char *specs[2] = {a, b};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    dt_layout *l = NULL;
-    DT_ASSERT_OK(dt_layout_create_partial(m, 2, specs, partial ? 1 : 0, &partial, &op, &l));
-    return l;
-}
-
 /* Runs src_l -> dst_l on a [rows, cols] f32 tensor, checks the values, and checks every local
  * device's traffic: `recv` bytes received from other devices, `self` bytes kept in place. */
 static void expect_traffic(const dt_layout *src_l, const dt_layout *dst_l, int64_t rows,
@@ -69,8 +60,8 @@ static void test_relayout_volume_shard_moves_nothing(void)
 {
     dt_mesh *m = mesh_1d();
     int64_t n = ndev();
-    dt_layout *rep = layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
-    dt_layout *sh = layout2(m, "x", DT_UNSHARDED, NULL);
+    dt_layout *rep = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    dt_layout *sh = rl_layout2(m, "x", DT_UNSHARDED, NULL);
     /* Rows 4n over n devices: each keeps its 4x3 block, nothing moves. */
     expect_traffic(rep, sh, 4 * n, 3, 0, 4 * 3 * 4);
     dt_layout_destroy(sh);
@@ -82,8 +73,8 @@ static void test_relayout_volume_unshard_is_allgather(void)
 {
     dt_mesh *m = mesh_1d();
     int64_t n = ndev();
-    dt_layout *rep = layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
-    dt_layout *sh = layout2(m, "x", DT_UNSHARDED, NULL);
+    dt_layout *rep = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    dt_layout *sh = rl_layout2(m, "x", DT_UNSHARDED, NULL);
     /* Each device receives the n-1 blocks it lacks (4x3 f32 each) and keeps its own. */
     expect_traffic(sh, rep, 4 * n, 3, (uint64_t)(n - 1) * 48, 48);
     dt_layout_destroy(sh);
@@ -95,8 +86,8 @@ static void test_relayout_volume_shard_move_is_alltoall(void)
 {
     dt_mesh *m = mesh_1d();
     int64_t n = ndev();
-    dt_layout *rows = layout2(m, "x", DT_UNSHARDED, NULL);
-    dt_layout *cols = layout2(m, DT_UNSHARDED, "x", NULL);
+    dt_layout *rows = rl_layout2(m, "x", DT_UNSHARDED, NULL);
+    dt_layout *cols = rl_layout2(m, DT_UNSHARDED, "x", NULL);
     /* [2n, 3n]: device q keeps the 2x3 corner it shares and receives one 2x3 piece from each
      * of the other n-1 devices. */
     expect_traffic(rows, cols, 2 * n, 3 * n, (uint64_t)(n - 1) * 24, 24);
@@ -109,8 +100,8 @@ static void test_relayout_volume_partial_to_sharded_is_reduce_scatter(void)
 {
     dt_mesh *m = mesh_1d();
     int64_t n = ndev();
-    dt_layout *part = layout2(m, DT_UNSHARDED, DT_UNSHARDED, "x");
-    dt_layout *sh = layout2(m, "x", DT_UNSHARDED, NULL);
+    dt_layout *part = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, "x");
+    dt_layout *sh = rl_layout2(m, "x", DT_UNSHARDED, NULL);
     /* Device q receives the other n-1 summands of its 3x5 block. */
     expect_traffic(part, sh, 3 * n, 5, (uint64_t)(n - 1) * 60, 60);
     dt_layout_destroy(sh);
@@ -122,8 +113,8 @@ static void test_relayout_volume_partial_to_replicated_is_allreduce(void)
 {
     dt_mesh *m = mesh_1d();
     int64_t n = ndev();
-    dt_layout *part = layout2(m, DT_UNSHARDED, DT_UNSHARDED, "x");
-    dt_layout *rep = layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    dt_layout *part = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, "x");
+    dt_layout *rep = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
     /* [3n, 5] f32: a reduce-scatter (n-1 summands of a 3x5 block in, own block kept) then an
      * all-gather (n-1 reduced blocks in, own kept): 2(n-1)/n of the tensor per device, the
      * minimum, not the (n-1) whole summands of fetching them all. */
@@ -143,8 +134,8 @@ static void test_relayout_takes_pieces_from_nearest_holder(void)
     int64_t sizes[2] = {nc, nd};
     dt_mesh *m = NULL;
     DT_ASSERT_OK(dt_mesh_create("hosts", 2, names, sizes, dt_test_device_type(), &m));
-    dt_layout *sh = layout2(m, "d", DT_UNSHARDED, NULL);
-    dt_layout *rep = layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
+    dt_layout *sh = rl_layout2(m, "d", DT_UNSHARDED, NULL);
+    dt_layout *rep = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
     expect_traffic(sh, rep, 2 * nd, 4, (uint64_t)(nd - 1) * 32, 32);
     dt_relayout_stats s[64];
     int n = 0;
@@ -171,9 +162,9 @@ static void test_copy_to_mesh_of_other_shape_and_subset(void)
     int64_t h_sizes[1] = {n / 2};
     DT_ASSERT_OK(dt_mesh_create("half", 1, h_names, h_sizes, dt_test_device_type(), &half));
     int64_t shape[2] = {7, 5};
-    dt_layout *src_l = layout2(line, "x", DT_UNSHARDED, NULL);
-    dt_layout *grid_l = layout2(grid, "b", "a", NULL);
-    dt_layout *half_l = layout2(half, DT_UNSHARDED, "h", NULL);
+    dt_layout *src_l = rl_layout2(line, "x", DT_UNSHARDED, NULL);
+    dt_layout *grid_l = rl_layout2(grid, "b", "a", NULL);
+    dt_layout *half_l = rl_layout2(half, DT_UNSHARDED, "h", NULL);
     dt_tensor *src = NULL, *on_grid = NULL, *on_half = NULL, *back = NULL;
     DT_ASSERT_OK(rl_make_tensor(src_l, shape, DT_DTYPE_I64, 11, &src));
     DT_ASSERT_OK(dt_copy_to_mesh(src, grid_l, &on_grid));
@@ -203,8 +194,8 @@ static void test_copy_to_mesh_reduces_partial_source(void)
     int64_t sizes[1] = {n};
     DT_ASSERT_OK(dt_mesh_create("other", 1, names, sizes, dt_test_device_type(), &other));
     int64_t shape[2] = {5, 3};
-    dt_layout *part = layout2(line, DT_UNSHARDED, DT_UNSHARDED, "x");
-    dt_layout *dst_l = layout2(other, DT_UNSHARDED, "y", NULL);
+    dt_layout *part = rl_layout2(line, DT_UNSHARDED, DT_UNSHARDED, "x");
+    dt_layout *dst_l = rl_layout2(other, DT_UNSHARDED, "y", NULL);
     dt_tensor *src = NULL, *dst = NULL;
     DT_ASSERT_OK(rl_make_tensor(part, shape, DT_DTYPE_F64, 3, &src));
     DT_ASSERT_OK(dt_copy_to_mesh(src, dst_l, &dst));
@@ -221,7 +212,7 @@ static void test_relayout_into_reuses_destination(void)
 {
     dt_mesh *m = mesh_1d();
     int64_t shape[2] = {9, 4};
-    dt_layout *a = layout2(m, "x", DT_UNSHARDED, NULL), *b = layout2(m, DT_UNSHARDED, "x", NULL);
+    dt_layout *a = rl_layout2(m, "x", DT_UNSHARDED, NULL), *b = rl_layout2(m, DT_UNSHARDED, "x", NULL);
     dt_tensor *src = NULL, *dst = NULL;
     DT_ASSERT_OK(rl_make_tensor(a, shape, DT_DTYPE_BF16, 5, &src));
     DT_ASSERT_OK(dt_tensor_zeros(b, DT_DTYPE_BF16, shape, &dst));
@@ -279,7 +270,7 @@ static void test_relayout_rejects_mismatches(void)
     const char *names[1] = {"y"};
     int64_t sizes[1] = {ndev()}, shape[2] = {4, 4};
     DT_ASSERT_OK(dt_mesh_create("other", 1, names, sizes, dt_test_device_type(), &other));
-    dt_layout *a = layout2(m, "x", DT_UNSHARDED, NULL), *b = NULL, *c = NULL;
+    dt_layout *a = rl_layout2(m, "x", DT_UNSHARDED, NULL), *b = NULL, *c = NULL;
     DT_ASSERT_OK(dt_layout_replicated(m, 1, &b));
     DT_ASSERT_OK(dt_layout_replicated(other, 2, &c));
     dt_tensor *src = NULL, *dst = NULL;

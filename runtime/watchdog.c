@@ -1,0 +1,214 @@
+/* The watchdog on every wait for other clients (relayout exchanges, dt_barrier): a wait that
+ * sees none of its requests complete for DT_COMM_TIMEOUT seconds pings the clients it still
+ * waits for; those that answer are alive (waiting on someone else), those that do not are
+ * reported lost, with their hosts. A lost host or a cut link thus becomes DT_ERR_TIMEOUT
+ * instead of a hang (docs/multihost.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/internal.h"
+
+enum {
+    PING_TAG = 7301,
+    PONG_TAG = 7302,
+    DEFAULT_COMM_TIMEOUT = 300,
+    PROBE_EVERY = 256,    /* spins between looks for pings */
+    ALIVE_ROUNDS = 3,     /* stalls with every waited-for client alive before giving up */
+};
+
+double dt__comm_timeout(const char **bad_out)
+{
+    const char *v = getenv("DT_COMM_TIMEOUT");
+    if (bad_out)
+        *bad_out = NULL;
+    if (!v || !*v)
+        return DEFAULT_COMM_TIMEOUT;
+    char *end = NULL;
+    double t = strtod(v, &end);
+    if (end == v || *end != '\0' || !(t > 0.0) || t > 1e9) {
+        if (bad_out)
+            *bad_out = v;
+        return DEFAULT_COMM_TIMEOUT;
+    }
+    return t;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Answers every ping that has arrived: this client is alive. */
+static void answer_pings(MPI_Comm comm)
+{
+    for (;;) {
+        int flag = 0;
+        MPI_Status s;
+        MPI_Message msg;
+        /* A matched probe: another thread's wait cannot take this ping in between. */
+        if (MPI_Improbe(MPI_ANY_SOURCE, PING_TAG, comm, &flag, &msg, &s) != MPI_SUCCESS ||
+            !flag)
+            return;
+        MPI_Request r;
+        MPI_Mrecv(NULL, 0, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        if (MPI_Isend(NULL, 0, MPI_BYTE, s.MPI_SOURCE, PONG_TAG, comm, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+    }
+}
+
+static void append(char *buf, size_t len, int client)
+{
+    size_t used = strlen(buf);
+    if (used < len)
+        snprintf(buf + used, len - used, "%s%d (host %s)", used ? ", " : "", client,
+                 dt__client_hostname(client));
+}
+
+/* The distinct clients of the pending requests, into peers_out (n entries of room). */
+static int pending_peers(const MPI_Request *reqs, const int *peers, int n, int *out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL)
+            continue;
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = out[j] == peers[i];
+        if (!seen)
+            out[k++] = peers[i];
+    }
+    return k;
+}
+
+/* Pings the k stalled peers and waits up to `seconds` for their answers, still answering
+ * pings itself; alive[j] set for those that answered. Returns 1 if the main requests made
+ * progress meanwhile (the stall is over), else 0. */
+static int ping_peers(MPI_Comm comm, const int *who, int k, int *alive, double seconds,
+                      MPI_Request *reqs, int n, int *done)
+{
+    MPI_Request *preq = malloc(2 * (size_t)k * sizeof *preq);
+    int progressed = 0;
+    if (!preq)
+        return 0;
+    /* Empty messages: nothing for MPI to write into after a pong is given up on. */
+    for (int j = 0; j < k; j++) {
+        alive[j] = 0;
+        preq[j] = preq[k + j] = MPI_REQUEST_NULL;
+        MPI_Irecv(NULL, 0, MPI_BYTE, who[j], PONG_TAG, comm, &preq[j]);
+        MPI_Isend(NULL, 0, MPI_BYTE, who[j], PING_TAG, comm, &preq[k + j]);
+    }
+    double end = now_seconds() + seconds;
+    int answered = 0;
+    while (answered < k && now_seconds() < end) {
+        answer_pings(comm);
+        for (int j = 0; j < k; j++) {
+            int flag = 0;
+            if (preq[j] != MPI_REQUEST_NULL && MPI_Test(&preq[j], &flag, MPI_STATUS_IGNORE) ==
+                MPI_SUCCESS && flag) {
+                alive[j] = 1;
+                answered++;
+            }
+        }
+        int outcount = 0;
+        if (MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+            outcount > 0 && outcount != MPI_UNDEFINED) {
+            progressed = outcount;
+            break;
+        }
+    }
+    for (int j = 0; j < 2 * k; j++) {
+        if (preq[j] == MPI_REQUEST_NULL)
+            continue;
+        if (j < k)
+            MPI_Cancel(&preq[j]);
+        MPI_Request_free(&preq[j]);
+    }
+    free(preq);
+    return progressed;
+}
+
+dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
+                           const char *what)
+{
+    MPI_Comm comm = dt__comm();
+    if (!(timeout > 0))
+        timeout = dt__comm_timeout(NULL);  /* callers check the variable before posting */
+    int *done = malloc(((size_t)n + 1) * sizeof *done);
+    int *who = malloc(((size_t)n + 1) * sizeof *who);
+    int *alive = malloc(((size_t)n + 1) * sizeof *alive);
+    if (!done || !who || !alive) {
+        free(done);
+        free(who);
+        free(alive);
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
+    }
+    dt_status st = DT_OK;
+    double last = now_seconds();
+    int alive_rounds = 0;
+    for (unsigned spins = 1;; spins++) {
+        int outcount = 0;
+        int rc = MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char text[MPI_MAX_ERROR_STRING];
+            int tlen = 0;
+            MPI_Error_string(rc, text, &tlen);
+            st = dt__error(DT_ERR_COMM, "%s: MPI_Testsome failed: %s", what, text);
+            break;
+        }
+        if (outcount == MPI_UNDEFINED)     /* every request done */
+            break;
+        if (outcount > 0) {
+            last = now_seconds();
+            continue;
+        }
+        if (spins % PROBE_EVERY == 0)
+            answer_pings(comm);
+        if (now_seconds() - last <= timeout)
+            continue;
+        /* Stalled: who of those we wait for is still there? */
+        int k = pending_peers(reqs, peers, n, who);
+        double ping_wait = timeout / 2;
+        if (ping_peers(comm, who, k, alive, ping_wait, reqs, n, done)) {
+            last = now_seconds();
+            continue;
+        }
+        char lost[512] = "", waiting[512] = "";
+        for (int j = 0; j < k; j++)
+            append(alive[j] ? waiting : lost, sizeof lost, who[j]);
+        /* Everyone waited for is alive, so someone further along is stalled: it reports the
+         * lost clients itself. Wait on, but not forever (a deadlock of the program's own). */
+        if (!lost[0] && ++alive_rounds < ALIVE_ROUNDS) {
+            last = now_seconds();
+            continue;
+        }
+        if (lost[0])
+            st = dt__error(DT_ERR_TIMEOUT,
+                           "%s: lost client(s) %s: nothing came for %.3g s and no answer to a "
+                           "ping in %.3g s (DT_COMM_TIMEOUT)%s%s%s", what, lost, timeout,
+                           ping_wait, waiting[0] ? "; client(s) " : "", waiting,
+                           waiting[0] ? " answered but are waiting too" : "");
+        else
+            st = dt__error(DT_ERR_TIMEOUT,
+                           "%s: nothing came for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, "
+                           "which answer pings but are waiting on others", what, timeout,
+                           waiting);
+        break;
+    }
+    if (st != DT_OK) {
+        /* Cancelled receives complete at once; sends to a lost client may never. */
+        for (int i = 0; i < n; i++) {
+            if (reqs[i] == MPI_REQUEST_NULL)
+                continue;
+            MPI_Cancel(&reqs[i]);
+            MPI_Request_free(&reqs[i]);
+        }
+    }
+    free(done);
+    free(who);
+    free(alive);
+    return st;
+}
