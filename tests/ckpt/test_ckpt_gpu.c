@@ -10,6 +10,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h> /* malloc_trim */
 #endif
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,36 @@ static int64_t restored_mismatches(const dt_mesh *m, const char *ck, const char 
     dt_tensor_destroy(out);
     dt_layout_destroy(l);
     return bad;
+}
+
+/* Client 0 flips one data byte of the first data file of checkpoint ck (between barriers). */
+static void damage_first_file(const char *ck)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (dt_client_id() == 0) {
+        DIR *d = opendir(ck);
+        struct dirent *e;
+        char path[600] = "";
+        while (d && (e = readdir(d)))
+            if (strncmp(e->d_name, "data-00000-of-", 14) == 0)
+                snprintf(path, sizeof path, "%s/%s", ck, e->d_name);
+        if (d)
+            closedir(d);
+        FILE *f = fopen(path, "r+b");
+        unsigned char len[8], b;
+        CU_ASSERT_FATAL(f != NULL);
+        CU_ASSERT_FATAL(fread(len, 1, 8, f) == 8);
+        uint64_t hlen = 0;
+        for (int i = 7; i >= 0; i--)
+            hlen = hlen << 8 | len[i];
+        CU_ASSERT_FATAL(fseek(f, (long)(8 + hlen + 10), SEEK_SET) == 0);
+        CU_ASSERT_FATAL(fread(&b, 1, 1, f) == 1);
+        b ^= 0x40;
+        CU_ASSERT_FATAL(fseek(f, (long)(8 + hlen + 10), SEEK_SET) == 0);
+        CU_ASSERT_FATAL(fwrite(&b, 1, 1, f) == 1);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 static void test_gpu_tensors_round_trip_through_cpu_and_gpu_meshes(void)
@@ -101,6 +132,16 @@ static void test_gpu_tensors_round_trip_through_cpu_and_gpu_meshes(void)
     DT_ASSERT_OK(dt_save(c, ck, 1, &cn, (const dt_tensor *const *)&ct, &o));
     CU_ASSERT_EQUAL(restored_mismatches(g, ck, "cpu", "a,b", 9), 0);
     CU_ASSERT_EQUAL(restored_mismatches(g, ck, "cpu", "unsharded,unsharded", 9), 0);
+
+    /* Damaged data are caught on the way to the devices, naming the field. */
+    damage_first_file(ck);
+    dt_layout *rl = ck_layout(g, "unsharded,unsharded");
+    dt_tensor *bad = NULL;
+    CU_ASSERT_EQUAL(dt_restore(g, ck, 1, &cn, (const dt_layout *const *)&rl, &bad),
+                    DT_ERR_CORRUPT);
+    CU_ASSERT(strstr(dt_last_error(), "chunk_crc32c") != NULL);
+    CU_ASSERT(bad == NULL);
+    dt_layout_destroy(rl);
 
     dt_tensor_destroy(ct);
     dt_layout_destroy(cl);
