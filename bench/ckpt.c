@@ -4,7 +4,9 @@
  * write+fsync of a fresh file) and read by them (a plain read), interleaved in one run; and
  * the training-loop stall of dt_save_async against dt_save, with a step loop running while
  * the save writes in the background; one key=value line per case and reference
- * (docs/bench.md, docs/ckpt.md). */
+ * (docs/bench.md, docs/ckpt.md). `--cases gpu` (DT_GPU=sim or a GPU) saves and restores the
+ * same tensors on a GPU mesh and reports the growth of peak resident memory against the
+ * tensor bytes (the simulator's speed means nothing). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -440,6 +442,87 @@ static int run_stall(bench *b)
     return all == 0 && good;
 }
 
+/* ---- GPU tensors: peak host memory ----------------------------------------------------------- */
+
+/* Peak resident bytes (VmHWM), after resetting it to the current resident set when reset. */
+static int64_t peak_rss(int reset)
+{
+    if (reset) {
+        FILE *c = fopen("/proc/self/clear_refs", "w");
+        if (!c || fputs("5", c) < 0 || fclose(c) != 0)
+            return -1;
+    }
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* The tensors copied to a GPU mesh of every GPU device, saved and restored into: the peak
+ * resident growth of each (maximum over processes) against this process's tensor bytes. */
+static int run_gpu(bench *b)
+{
+    const char *x = "x";
+    int64_t ndev = dt_num_global_devices(DT_DEVICE_GPU);
+    dt_mesh *gm = NULL;
+    dt_layout *gl[MAX_TENSORS] = {0};
+    dt_tensor *gt[MAX_TENSORS] = {0};
+    dt_status st = ndev > 0 ? dt_mesh_create(NULL, 1, &x, &ndev, DT_DEVICE_GPU, &gm)
+                            : dt__error(DT_ERR_NOT_FOUND, "no GPU devices (set DT_GPU=sim)");
+    double local = 0;
+    for (int k = 0; st == DT_OK && k < b->nt; k++) {
+        const char *specs[2] = {"x", DT_UNSHARDED};
+        st = dt_layout_create(gm, 2, specs, &gl[k]);
+        if (st == DT_OK)
+            st = dt_copy_to_mesh(b->src[k], gl[k], &gt[k]);
+        for (int i = 0; st == DT_OK && i < dt_tensor_num_local(gt[k]); i++)
+            local += (double)dt_tensor_local(gt[k], i)->shape[0] * ROW * sizeof(float);
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/gpu", b->dir);
+    int64_t grew[2] = {-1, -1};
+    for (int c = 0; st == DT_OK && c < 2; c++) {
+        dt_host_pool_trim();
+        int64_t base = peak_rss(1);
+        st = c == 0 ? dt_save(gm, path, b->nt, b->names, (const dt_tensor *const *)gt, NULL)
+                    : dt_restore_into(path, b->nt, b->names, gt);
+        grew[c] = base < 0 ? -1 : peak_rss(0) - base;
+    }
+    int ok = bu_ok_all(st == DT_OK);
+    if (st != DT_OK)
+        fprintf(stderr, "# client %d: gpu case: %s: %s\n", g_rank, dt_status_name(st),
+                dt_last_error());
+    for (int c = 0; c < 2; c++) {
+        double g = (double)grew[c], gmax = 0;
+        MPI_Allreduce(&g, &gmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        bu_line line;
+        bu_line_init(&line);
+        bu_line_add(&line, "case", "%s", c == 0 ? "gpu_save" : "gpu_restore");
+        bu_line_add(&line, "np", "%d", g_nclients);
+        bu_line_add(&line, "gpu_kind", "%s", dt_device_kind_name(DT_DEVICE_GPU));
+        if (!ok || grew[c] < 0) {
+            bu_line_add(&line, "error", "%s", ok ? "no_vmhwm_reset" : "gpu_case_failed");
+        } else {
+            bu_line_add(&line, "tensor_bytes_per_process", "%.0f", local);
+            bu_line_add(&line, "peak_rss_growth_bytes", "%.0f", gmax);
+            bu_line_add(&line, "growth_vs_tensor", "%.4f", gmax / local);
+        }
+        if (g_rank == 0)
+            bu_line_print(&line);
+    }
+    for (int k = 0; k < b->nt; k++) {
+        dt_tensor_destroy(gt[k]);
+        dt_layout_destroy(gl[k]);
+    }
+    dt_mesh_destroy(gm);
+    return ok;
+}
+
 /* ---- set-up ---------------------------------------------------------------------------------- */
 
 static dt_status setup(bench *b)
@@ -516,11 +599,12 @@ static int reshard(bench *b)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_ckpt [--mib N] [--reps N] [--tensors K] [--dir DIR]\n"
-                    "                  [--cases save,stall,restore,reshard | source]\n"
+                    "                  [--cases save,stall,restore,reshard,gpu | source]\n"
                     "                  [--cache cold,warm]"
                     "\n                  [--quick] [--verbose]\n"
                     "  one device per process (DT_CPU_DEVICES=1); `--cases source` saves the\n"
-                    "  resharding source from every device of its run (e.g. 2 x 2 devices)\n");
+                    "  resharding source from every device of its run (e.g. 2 x 2 devices);\n"
+                    "  gpu (not in the default list) needs GPU devices: DT_GPU=sim works\n");
     return 2;
 }
 
@@ -609,6 +693,8 @@ int main(int argc, char **argv)
         dt_finalize();
         return st == DT_OK ? 0 : 1;
     }
+    if (bu_list_has(b.o.cases, "gpu"))
+        good &= run_gpu(&b);
     if (bu_list_has(b.o.cases, "save"))
         good &= run_case(&b, SAVE, NULL);
     if (bu_list_has(b.o.cases, "stall"))

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dtensor/ckpt.h"
+#include "runtime/device.h"
 #include "runtime/internal.h"
 
 #define CK_SUFFIX_TMP ".dtensor-tmp"
@@ -267,6 +268,19 @@ dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int
  * chunk's CRC. */
 dt_status dt__ckpt_read_box(ck_reader *rd, int64_t t, int64_t s, const int64_t *doff,
                             const int64_t *dsize, void *dst);
+/* One local component of a restore target in memory host code cannot touch, filled from saved
+ * tensor `ti` through staging (upload.c). */
+typedef struct ck_fill {
+    int64_t ti;
+    const dt__device *dev;
+    void *data;
+    const int64_t *off, *shape;   /* its global offset and shape */
+} ck_fill;
+/* Fills the components: a thread reads the parts of the saved slices each one needs (chunk
+ * CRCs checked as dt__ckpt_read_box does) into host buffers of the devices' kind, at most
+ * `bound` bytes in all (plus the reader's one-chunk bounce buffer), while the caller copies
+ * the previous buffer to its device. Local. */
+dt_status dt__ckpt_upload(const dt_ckpt *ck, const ck_fill *fills, int64_t n, uint64_t bound);
 /* Reads the whole slice in chunks, checking chunk CRCs and the whole CRC. */
 dt_status dt__ckpt_check_slice(ck_reader *rd, int64_t t, int64_t s);
 
@@ -315,6 +329,13 @@ void dt__ckpt_pieces_free(ck_pieces *p);
 
 /* ---- writing the data files (write.c) --------------------------------------------------- */
 
+/* Where a plan slice's bytes are: `data` in the memory of `dev` (a tensor's component), or
+ * host memory when dev is NULL (a caller's piece). */
+typedef struct ck_slice_src {
+    const void *data;
+    const dt__device *dev;
+} ck_slice_src;
+
 /* Where write.c takes each slice's bytes from, piece by piece in write order (files in order,
  * each file's slices in data order, each slice in the pieces dt__ckpt_piece_len cuts). */
 typedef struct ck_source {
@@ -324,11 +345,12 @@ typedef struct ck_source {
     void (*put)(struct ck_source *src, const void *bytes, uint64_t len);
     int parallel;                 /* files may be written by concurrent threads */
     dt_status status;             /* get's failure */
-    const void *const *data;      /* for dt__ckpt_direct_source: per plan slice */
+    const ck_slice_src *slices;   /* for dt__ckpt_direct_source: per plan slice */
 } ck_source;
 
-/* A source reading data[si] directly (a synchronous save). */
-ck_source dt__ckpt_direct_source(const void *const *data);
+/* A source reading slices[si].data directly (a synchronous save of memory host code may
+ * touch). */
+ck_source dt__ckpt_direct_source(const ck_slice_src *slices);
 /* The length of the piece of a slice of `bytes` bytes starting at `at`: up to 1 MiB, never
  * crossing a chunk boundary of chunk_bytes. */
 uint64_t dt__ckpt_piece_len(uint64_t chunk_bytes, uint64_t bytes, uint64_t at);
@@ -343,33 +365,46 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const 
                                      const ck_group *g, const char *tmp, int do_fsync,
                                      uint32_t *crcs, uint32_t **chunk_crcs);
 
-/* ---- staging memory of an asynchronous save (stage.c) ------------------------------------ */
+/* ---- staging memory of a save (stage.c) ---------------------------------------------------- */
+
+/* The staging bound of a save or restore whose bytes are in device memory host code cannot
+ * touch, when the caller gives none (dt_save_opts.staging_bytes, DT_CKPT_STAGING_MB). */
+#define CK_DEVICE_STAGING_DEFAULT ((uint64_t)64 << 20)
+/* That bound: DT_CKPT_STAGING_MB when set (MiB, > 0), else the default; a value that is not
+ * a positive number is DT_ERR_INVALID_ARGUMENT naming it (fn for the message). */
+dt_status dt__ckpt_device_staging(const char *fn, uint64_t *bytes_out);
 
 /* A ring of copied pieces between the caller (producer) and the writing thread (consumer)
  * for this client's slices of `plan`: at most `bound` bytes (0: all of them; never less than
- * one 1 MiB piece). The buffer is reused by the next stage (freed at dt_finalize). */
+ * one 1 MiB piece). Its memory comes from kind->host_alloc (staging suited to the kind's
+ * copies: page-locked on CUDA), or malloc when kind is NULL. With `eager` the writer takes
+ * pieces as soon as they are copied; otherwise, when everything fits, only once the copy is
+ * done. The buffer is reused by the next stage (freed at dt_finalize). */
 typedef struct ck_stage ck_stage;
-dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound, ck_stage **stage_out);
+dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
+                                const dt__device_kind *kind, int eager, ck_stage **stage_out);
 void dt__ckpt_stage_destroy(ck_stage *stage);
 /* The writer's sequential source: pieces in the order dt__ckpt_stage_fill copies them. */
 ck_source *dt__ckpt_stage_source(ck_stage *stage);
-/* Caller: copies the bytes of this client's slices (data[si]) piece by piece in write order,
- * waiting while the queue is full; returns when all are copied, or at once after an abort.
- * A failure to allocate is handed to the writer (its get fails with it). */
-void dt__ckpt_stage_fill(ck_stage *stage, const ck_plan *plan, const void *const *data);
+/* Caller: copies the bytes of this client's slices (src[si]) piece by piece in write order
+ * (device memory through its kind's D2H copy), waiting while the queue is full; returns when
+ * all are copied, or at once after an abort. A failure is handed to the writer (its get
+ * fails with it). */
+void dt__ckpt_stage_fill(ck_stage *stage, const ck_plan *plan, const ck_slice_src *src);
 /* Writer: stop; the caller's fill returns without copying more. */
 void dt__ckpt_stage_abort(ck_stage *stage);
 
 /* ---- what a save works on (inputs.c) ------------------------------------------------------- */
 
-/* Host-mesh, non-partial layouts, owned copies of names and shapes, the tensors brought to the
- * host mesh (dt__ckpt_to_host), the pieces, and the plan's view of all tensors. */
+/* Host-mesh, non-partial layouts, owned copies of names and shapes, the tensors reduced and
+ * cast on their own mesh (dt__ckpt_take_tensors), the pieces, and the plan's view of all
+ * tensors. */
 typedef struct ck_inputs {
     int n;
     dt_mesh *host;
     char **names;
     dt_layout **layouts;
-    dt_tensor **tensors;          /* NULL for dt_sharded_prefix, and until to_host */
+    dt_tensor **tensors;          /* NULL for dt_sharded_prefix, and until take_tensors */
     int64_t (*shapes)[DT_MAX_RANK];
     dt_dtype *dtypes;
     int *ranks;
@@ -387,18 +422,21 @@ dt_status dt__ckpt_inputs_init(const char *fn, const dt_mesh *mesh, int n,
 void dt__ckpt_inputs_free(ck_inputs *in);
 /* Checks dt_save_opts (NULL is fine). */
 dt_status dt__ckpt_check_opts(const dt_save_opts *o);
-/* Brings every tensor to the host mesh without partial dims (collective), cast to
- * o->save_dtypes when given. */
-dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, const dt_save_opts *o,
-                           ck_inputs *in);
+/* Every tensor without partial dims (reduced on its own mesh: collective), cast to
+ * o->save_dtypes when given, on its own devices. */
+dt_status dt__ckpt_take_tensors(const dt_tensor *const *tensors, const dt_save_opts *o,
+                                ck_inputs *in);
 /* 1 when a tensor of dtype a may be stored as, or restored into, dtype b. */
 int dt__ckpt_castable(dt_dtype a, dt_dtype b);
 /* Checks o->save_dtypes against the inputs' dtypes (DT_ERR_INVALID_ARGUMENT). */
 dt_status dt__ckpt_check_save_dtypes(const char *fn, const dt_save_opts *o, const ck_inputs *in);
 /* Fills in->plan_in from the inputs and the gathered pieces. */
 dt_status dt__ckpt_plan_input(ck_inputs *in);
-/* The host bytes of every plan slice this client writes (NULL for the others'); owned array. */
-dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, const void ***data_out);
+/* Where every plan slice this client writes is (NULL data for the others'); owned array. */
+dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, ck_slice_src **out);
+/* 1 when a slice of src is in memory host code cannot touch (*kind_out: its kind), else 0. */
+int dt__ckpt_slices_on_device(const ck_plan *plan, const ck_slice_src *src,
+                              const dt__device_kind **kind_out);
 
 /* ---- the end of a save (finish.c) ---------------------------------------------------------- */
 

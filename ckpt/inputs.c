@@ -1,12 +1,13 @@
 /* What a save works on (ck_inputs): checking names, meshes and options, the host-mesh layouts
- * without partial dims, the tensors brought there, the plan's view of them and each slice's
- * host bytes; and dt_sharded_prefix, which needs only the plan. */
+ * without partial dims, the tensors reduced and cast on their own mesh, the plan's view of
+ * them and where each slice's bytes are; and dt_sharded_prefix, which needs only the plan. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
+#include "runtime/device.h"
 
 void dt__ckpt_inputs_free(ck_inputs *in)
 {
@@ -175,22 +176,23 @@ dt_status dt_sharded_prefix(const dt_mesh *mesh, const char *dir, int n,
     return DT_OK;
 }
 
-/* Local component of host tensor t at mesh position p. */
-static const DLTensor *component_at(const dt_tensor *t, int64_t p)
+/* Index of the local component of t at mesh position p, or -1. */
+static int component_at(const dt_tensor *t, int64_t p)
 {
     for (int i = 0; i < dt_tensor_num_local(t); i++)
         if (dt_tensor_local_position(t, i) == p)
-            return dt_tensor_local(t, i);
-    return NULL;
+            return i;
+    return -1;
 }
 
-/* The host bytes of every plan slice this client writes (NULL for the others'), as
- * dt__ckpt_write_local_files takes them: a layout's block from the host tensor's local
- * component at its position, a piece from the caller's dt_save_opts.pieces. */
-dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, const void ***data_out)
+/* Where every plan slice this client writes lives (NULL data for the others'), as
+ * dt__ckpt_write_local_files and the staging take them: a layout's block is the tensor's
+ * local component at its position (on its device), a piece is the caller's host memory from
+ * dt_save_opts.pieces (dev NULL). */
+dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, ck_slice_src **out)
 {
-    const void **data = calloc((size_t)plan->nslices + 1, sizeof *data);
-    if (!data)
+    ck_slice_src *src = calloc((size_t)plan->nslices + 1, sizeof *src);
+    if (!src)
         return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
     int me = dt_client_id();
     for (int64_t si = 0; si < plan->nslices; si++) {
@@ -199,14 +201,30 @@ dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, const vo
         if (dt_device_client(DT_DEVICE_CPU, plan->files[f].device_id) != me)
             continue;
         if (s->piece >= 0) {
-            data[si] = in->user_pieces[plan->pieces[s->piece].local].data;
+            src[si].data = in->user_pieces[plan->pieces[s->piece].local].data;
         } else {
-            const DLTensor *x = component_at(in->tensors[s->tensor], s->position);
-            data[si] = x ? x->data : NULL;
+            const dt_tensor *t = in->tensors[s->tensor];
+            int i = component_at(t, s->position);
+            if (i >= 0) {
+                src[si].data = dt_tensor_local(t, i)->data;
+                src[si].dev = dt__tensor_device(t, i);
+            }
         }
     }
-    *data_out = data;
+    *out = src;
     return DT_OK;
+}
+
+int dt__ckpt_slices_on_device(const ck_plan *plan, const ck_slice_src *src,
+                              const dt__device_kind **kind_out)
+{
+    *kind_out = NULL;
+    for (int64_t si = 0; si < plan->nslices; si++)
+        if (src[si].dev && !src[si].dev->kind->host_visible) {
+            *kind_out = src[si].dev->kind;
+            return 1;
+        }
+    return 0;
 }
 
 dt_status dt__ckpt_check_opts(const dt_save_opts *o)
@@ -239,8 +257,6 @@ dt_status dt__ckpt_check_opts(const dt_save_opts *o)
     return DT_OK;
 }
 
-/* Brings every tensor to the host mesh without partial dims (collective): partial tensors are
- * reduced on their own mesh first, GPU tensors then copied to the host mesh. */
 int dt__ckpt_castable(dt_dtype a, dt_dtype b)
 {
     return a == b || ((a == DT_DTYPE_F32 || a == DT_DTYPE_F64 || a == DT_DTYPE_F16 ||
@@ -260,8 +276,10 @@ dt_status dt__ckpt_check_save_dtypes(const char *fn, const dt_save_opts *o, cons
     return DT_OK;
 }
 
-dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, const dt_save_opts *o,
-                           ck_inputs *in)
+/* Partial tensors are reduced and casts made on the tensors' own mesh (on their devices):
+ * the bytes are then read from the components where they are (dt__ckpt_slice_data). */
+dt_status dt__ckpt_take_tensors(const dt_tensor *const *tensors, const dt_save_opts *o,
+                                ck_inputs *in)
 {
     in->tensors = calloc((size_t)in->n + 1, sizeof *in->tensors);
     if (!in->tensors)
@@ -282,12 +300,8 @@ dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, const dt_save_opts *
         } else {
             reduced = dt_tensor_retain(tensors[t]);
         }
-        if (st == DT_OK && dt_mesh_device_type(dt_layout_mesh(l)) != DT_DEVICE_CPU) {
-            st = dt_copy_to_mesh(reduced, in->layouts[t], &in->tensors[t]);
-            dt_tensor_destroy(reduced);
-        } else if (st == DT_OK) {
+        if (st == DT_OK)
             in->tensors[t] = reduced;
-        }
         dt_dtype want = o && o->save_dtypes ? o->save_dtypes[t] : in->dtypes[t];
         if (st == DT_OK && want != in->dtypes[t]) {
             dt_tensor *cast = NULL;

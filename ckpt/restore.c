@@ -1,34 +1,41 @@
 /* dt_restore and dt_restore_into: every client opens the index, and each of its devices reads
  * exactly the chunks of the saved slices its target shard intersects (replicas on one client
- * are read once and copied); GPU targets are filled through their host mesh. */
+ * are read once and copied). Components host code may touch are read into directly; the
+ * others (GPU memory) through bounded staging (upload.c). A target of another dtype is filled
+ * through a tensor of the saved dtype on its own mesh, then cast there. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
-#include "runtime/device.h"
 
-/* Fills every local component of the host tensor `t` with saved tensor `ti`. */
-static dt_status read_tensor_local(ck_reader *rd, int64_t ti, dt_tensor *t)
+/* Fills every local component of `t` (on any mesh) with saved tensor `ti`: those host code
+ * may touch directly, the others into *fills (staged later); a replica of a block held by an
+ * earlier local component is marked in copy_from[i] (copied once all are filled). */
+static dt_status read_tensor_local(ck_reader *rd, int64_t ti, dt_tensor *t, ck_fill *fills,
+                                   int64_t *nfills, int *copy_from)
 {
     const ck_tensor *ct = &rd->ck->tensors[ti];
     const dt_layout *l = dt_tensor_layout(t);
-    int nl = dt_tensor_num_local(t);
-    size_t elem = dt_dtype_size(ct->dtype);
-    for (int i = 0; i < nl; i++) {
+    for (int i = 0; i < dt_tensor_num_local(t); i++) {
         const DLTensor *x = dt_tensor_local(t, i);
         const int64_t *off = dt_tensor_local_offset(t, i);
-        int64_t numel = dt__numel(ct->rank, x->shape);
-        if (numel == 0)
+        const dt__device *dev = dt__tensor_device(t, i);
+        copy_from[i] = -1;
+        if (dt__numel(ct->rank, x->shape) == 0)
             continue;
         int64_t blk = dt_layout_block_index(l, dt_tensor_local_position(t, i));
-        int done = 0;
-        for (int j = 0; j < i && !done; j++)
-            if (dt_layout_block_index(l, dt_tensor_local_position(t, j)) == blk) {
-                memcpy(x->data, dt_tensor_local(t, j)->data, (size_t)numel * elem);
-                done = 1;
-            }
-        for (int64_t s = 0; !done && s < ct->nslices; s++) {
+        for (int j = 0; j < i && copy_from[i] < 0; j++)
+            if (dt_layout_block_index(l, dt_tensor_local_position(t, j)) == blk)
+                copy_from[i] = j;
+        if (copy_from[i] >= 0)
+            continue;
+        if (!dev->kind->host_visible) {
+            fills[(*nfills)++] = (ck_fill){.ti = ti, .dev = dev, .data = x->data, .off = off,
+                                           .shape = x->shape};
+            continue;
+        }
+        for (int64_t s = 0; s < ct->nslices; s++) {
             dt_status st = dt__ckpt_read_box(rd, ti, s, off, x->shape, x->data);
             if (st != DT_OK)
                 return st;
@@ -37,46 +44,14 @@ static dt_status read_tensor_local(ck_reader *rd, int64_t ti, dt_tensor *t)
     return DT_OK;
 }
 
-/* Host-mesh, same-spec layout of `l` (itself, retained, on a CPU mesh). */
-static dt_status host_layout(const dt_layout *l, dt_layout **out)
+/* Copies component `from` of `src` into component i of `dst` (same shape) on the device of
+ * dst's component (a peer copy when the two differ). */
+static dt_status copy_component(const dt_tensor *src, int from, dt_tensor *dst, int i)
 {
-    const dt_mesh *m = dt_layout_mesh(l);
-    if (dt_mesh_device_type(m) == DT_DEVICE_CPU) {
-        *out = dt_layout_retain(l);
-        return DT_OK;
-    }
-    dt_mesh *host;
-    dt_status st = dt_mesh_host_mesh(m, &host);
-    if (st != DT_OK)
-        return st;
-    const char *specs[DT_MAX_RANK];
-    for (int d = 0; d < dt_layout_rank(l); d++)
-        specs[d] = dt_layout_spec(l, d);
-    st = dt_layout_create(host, dt_layout_rank(l), specs, out);
-    dt_mesh_destroy(host);
-    return st;
-}
-
-/* The host tensor `h` (saved dtype) cast to the target's dtype, replacing *h_out; when it is
- * on the target's own mesh, also copied into the target's components (same layout, so the
- * same components); otherwise the copy to the target's mesh below delivers it. */
-static dt_status cast_host(dt_tensor *h, dt_tensor *target, dt_tensor **h_out)
-{
-    dt_tensor *c = NULL;
-    dt_status st = dt_cast(h, dt_tensor_dtype(target), &c);
-    if (st != DT_OK)
-        return st;
-    size_t elem = dt_dtype_size(dt_tensor_dtype(c));
-    int here = dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(c)),
-                             dt_layout_mesh(dt_tensor_layout(target)));
-    for (int i = 0; here && i < dt_tensor_num_local(c); i++) {
-        const DLTensor *src = dt_tensor_local(c, i);
-        memcpy(dt_tensor_local(target, i)->data, src->data,
-               (size_t)dt__numel(src->ndim, src->shape) * elem);
-    }
-    dt_tensor_destroy(h);
-    *h_out = c;
-    return DT_OK;
+    const DLTensor *x = dt_tensor_local(src, from);
+    size_t bytes = (size_t)dt__numel(x->ndim, x->shape) * dt_dtype_size(dt_tensor_dtype(dst));
+    const dt__device *d = dt__tensor_device(dst, i);
+    return d->kind->copy(d, DT__COPY_D2D, dt_tensor_local(dst, i)->data, x->data, bytes);
 }
 
 /* Shared body: `targets` (restore_into) or new tensors with `layouts` into `out`. */
@@ -101,13 +76,17 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
     ck_group g;
     if ((st = dt__ckpt_group_create(mesh, &g)) != DT_OK)
         return st;
-    int gpu = dt_mesh_device_type(mesh) != DT_DEVICE_CPU;
     dt_ckpt *ck = NULL;
     ck_reader rd;
     int have_rd = 0;
-    dt_tensor **host = calloc((size_t)n + 1, sizeof *host);
+    int nlocal = dt_mesh_num_local_devices(mesh);
+    dt_tensor **filled = calloc((size_t)n + 1, sizeof *filled);
     int64_t *idx = calloc((size_t)n + 1, sizeof *idx);
-    if (!host || !idx)
+    ck_fill *fills = calloc((size_t)n * (size_t)nlocal + 1, sizeof *fills);
+    int *copy_from = calloc((size_t)n * (size_t)nlocal + 1, sizeof *copy_from);
+    int64_t nfills = 0;
+    uint64_t bound = 0;
+    if (!filled || !idx || !fills || !copy_from)
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     if (st == DT_OK)
         st = dt_ckpt_open(dir, &ck);
@@ -122,7 +101,6 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                            "has rank %d", fn, names[t], ct->rank, dt_layout_rank(layouts[t]));
             break;
         }
-        int cast = targets && dt_tensor_dtype(targets[t]) != ct->dtype;
         if (targets) {
             const int64_t *shape = dt_tensor_shape(targets[t]);
             int same = dt__ckpt_castable(ct->dtype, dt_tensor_dtype(targets[t]));
@@ -138,54 +116,46 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                 break;
             }
         }
-        if (targets && !gpu && !cast) {
-            host[t] = dt_tensor_retain(targets[t]);
-        } else {
-            dt_layout *hl = NULL;
-            if ((st = host_layout(layouts[t], &hl)) != DT_OK)
-                break;
-            st = dt__tensor_empty(hl, ct->dtype, ct->shape, &host[t]);
-            dt_layout_destroy(hl);
-            if (st != DT_OK)
-                break;
-        }
-        st = read_tensor_local(&rd, idx[t], host[t]);
-        if (st == DT_OK && cast)
-            st = cast_host(host[t], targets[t], &host[t]);
+        /* The target itself, or a new tensor of the saved dtype on the target's layout. */
+        if (targets && dt_tensor_dtype(targets[t]) == ct->dtype)
+            filled[t] = dt_tensor_retain(targets[t]);
+        else if ((st = dt__tensor_empty(layouts[t], ct->dtype, ct->shape, &filled[t])) != DT_OK)
+            break;
+        st = read_tensor_local(&rd, idx[t], filled[t], fills, &nfills,
+                               copy_from + (size_t)t * (size_t)nlocal);
+    }
+    if (st == DT_OK && nfills > 0 && (st = dt__ckpt_device_staging(fn, &bound)) == DT_OK)
+        st = dt__ckpt_upload(ck, fills, nfills, bound);
+    /* Replicas, casts and copies into the targets, on the devices. */
+    for (int t = 0; st == DT_OK && t < n; t++) {
+        const int *cf = copy_from + (size_t)t * (size_t)nlocal;
+        for (int i = 0; st == DT_OK && i < dt_tensor_num_local(filled[t]); i++)
+            if (cf[i] >= 0)
+                st = copy_component(filled[t], cf[i], filled[t], i);
+        if (st == DT_OK)
+            st = dt__device_sync_all(dt_mesh_device_type(mesh));
+        if (st != DT_OK || !targets || filled[t] == targets[t])
+            continue;
+        dt_tensor *c = NULL;
+        st = dt_cast(filled[t], dt_tensor_dtype(targets[t]), &c);
+        for (int i = 0; st == DT_OK && i < dt_tensor_num_local(c); i++)
+            st = copy_component(c, i, targets[t], i);
+        if (st == DT_OK)
+            st = dt__device_sync_all(dt_mesh_device_type(mesh));
+        dt_tensor_destroy(c);
     }
     st = dt__ckpt_agree(&g, st);
-    /* GPU meshes: host copies go to their devices (collective), then into targets. */
-    for (int t = 0; st == DT_OK && gpu && t < n; t++) {
-        dt_tensor *dev = NULL;
-        st = dt_copy_to_mesh(host[t], layouts[t], &dev);
-        if (st == DT_OK && targets) {
-            size_t elem = dt_dtype_size(dt_tensor_dtype(dev));
-            for (int i = 0; st == DT_OK && i < dt_tensor_num_local(dev); i++) {
-                const DLTensor *src = dt_tensor_local(dev, i);
-                size_t bytes = (size_t)dt__numel(src->ndim, src->shape) * elem;
-                const dt__device *d = dt__tensor_device(targets[t], i);
-                st = d->kind->copy(d, DT__COPY_D2D, dt_tensor_local(targets[t], i)->data,
-                                   src->data, bytes);
-                if (st == DT_OK)
-                    st = d->kind->sync(d);
-            }
-            dt_tensor_destroy(dev);
-            dev = NULL;
-        }
-        dt_tensor_destroy(host[t]);
-        host[t] = dev;
-    }
-    if (gpu)
-        st = dt__ckpt_agree(&g, st);
     if (st == DT_OK && out)
         for (int t = 0; t < n; t++) {
-            out[t] = host[t];
-            host[t] = NULL;
+            out[t] = filled[t];
+            filled[t] = NULL;
         }
-    for (int t = 0; host && t < n; t++)
-        dt_tensor_destroy(host[t]);
-    free(host);
+    for (int t = 0; filled && t < n; t++)
+        dt_tensor_destroy(filled[t]);
+    free(filled);
     free(idx);
+    free(fills);
+    free(copy_from);
     if (have_rd)
         dt__ckpt_reader_free(&rd);
     dt_ckpt_close(ck);

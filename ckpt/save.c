@@ -1,7 +1,8 @@
 /* dt_save, dt_save_async and the manager's dt_save_step(_async): the collective start of a save
- * (inputs checked, pieces gathered, tensors on the host mesh, plan, temporary directory), then
- * either the files written here and the save finished (finish.c), or the bytes copied into
- * staging memory (stage.c) while a background thread writes, finishes and commits. */
+ * (inputs checked, pieces gathered, tensors reduced and cast on their mesh, plan, temporary
+ * directory), then either the files written here and the save finished (finish.c), or the
+ * bytes copied into staging memory (stage.c) while a background thread writes, finishes and
+ * commits. Bytes in device memory always go through bounded staging. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -159,7 +160,7 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     if (st == DT_OK && owned)
         st = copy_values(j, opts);
     if (st == DT_OK)
-        st = dt__ckpt_to_host(tensors, opts, &j->in);
+        st = dt__ckpt_take_tensors(tensors, opts, &j->in);
     if (st == DT_OK)
         st = dt__ckpt_plan_input(&j->in);
     uint64_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : DT_CKPT_CHUNK_BYTES;
@@ -185,18 +186,80 @@ fail:
     return st;
 }
 
-/* The rest of a synchronous save: this client's files written from the tensors, then the
- * end (finish.c). Frees the job. */
-static dt_status save_here(ck_save *j)
+/* The staging bound of a save: the caller's, else none for host memory and the default for
+ * device memory. */
+static dt_status staging_bound(const char *fn, const dt_save_opts *o, int on_device,
+                               uint64_t *bound_out)
 {
-    const void **data = NULL;
-    dt_status st = dt__ckpt_slice_data(&j->plan, &j->in, &data);
-    if (st == DT_OK) {
-        ck_source src = dt__ckpt_direct_source(data);
-        st = dt__ckpt_write_local_files(&j->plan, &src, j->dir, &j->g, j->tmp,
+    *bound_out = 0;
+    if (o && o->staging_bytes)
+        *bound_out = o->staging_bytes;
+    else if (on_device)
+        return dt__ckpt_device_staging(fn, bound_out);
+    return DT_OK;
+}
+
+/* The writing thread of a synchronous save that stages. */
+typedef struct stage_writer {
+    ck_save *j;
+    ck_stage *stage;
+    dt_status st;
+    char msg[1024];
+} stage_writer;
+
+static void *write_staged(void *arg)
+{
+    stage_writer *w = arg;
+    ck_save *j = w->j;
+    w->st = dt__ckpt_write_local_files(&j->plan, dt__ckpt_stage_source(w->stage), j->dir, &j->g,
+                                       j->tmp, j->fin.do_fsync, j->crcs, j->chunk_crcs);
+    if (w->st != DT_OK) {
+        dt__strlcpy(w->msg, dt_last_error(), sizeof w->msg);
+        dt__ckpt_stage_abort(w->stage);
+    }
+    return NULL;
+}
+
+/* This client's files of a synchronous save whose slices are partly in device memory: this
+ * thread copies them piece by piece into the staging ring while a thread writes the pieces
+ * copied before (the file write of one overlapping the device copy of the next). */
+static dt_status write_through_stage(ck_save *j, const ck_slice_src *src,
+                                     const dt__device_kind *kind, const dt_save_opts *opts)
+{
+    stage_writer w = {.j = j};
+    uint64_t bound = 0;
+    dt_status st = staging_bound("dt_save", opts, 1, &bound);
+    if (st == DT_OK)
+        st = dt__ckpt_stage_create(&j->plan, bound, kind, 1, &w.stage);
+    if (st != DT_OK)
+        return st;
+    pthread_t th;
+    if (pthread_create(&th, NULL, write_staged, &w) != 0) {
+        dt__ckpt_stage_destroy(w.stage);
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: cannot start the writing thread");
+    }
+    dt__ckpt_stage_fill(w.stage, &j->plan, src);
+    pthread_join(th, NULL);
+    dt__ckpt_stage_destroy(w.stage);
+    return w.st == DT_OK ? DT_OK : dt__error(w.st, "%s", w.msg);
+}
+
+/* The rest of a synchronous save: this client's files written from the tensors (directly
+ * from memory host code may touch, else through staging), then the end (finish.c). Frees
+ * the job. */
+static dt_status save_here(ck_save *j, const dt_save_opts *opts)
+{
+    ck_slice_src *src = NULL;
+    const dt__device_kind *kind = NULL;
+    dt_status st = dt__ckpt_slice_data(&j->plan, &j->in, &src);
+    if (st == DT_OK && dt__ckpt_slices_on_device(&j->plan, src, &kind)) {
+        st = write_through_stage(j, src, kind, opts);
+    } else if (st == DT_OK) {
+        ck_source direct = dt__ckpt_direct_source(src);
+        st = dt__ckpt_write_local_files(&j->plan, &direct, j->dir, &j->g, j->tmp,
                                         j->fin.do_fsync, j->crcs, j->chunk_crcs);
     }
-    free(data);
+    free(src);
     st = dt__ckpt_save_finish(&j->fin, st);
     job_free(j);
     return st;
@@ -278,7 +341,7 @@ static dt_status save_async(const char *fn, const dt_mesh *mesh, const char *dir
         return st;
     }
     if (j && !background) {
-        r->status = save_here(j);
+        r->status = save_here(j, opts);
         j = NULL;
         if (r->status != DT_OK)
             dt__strlcpy(r->msg, dt_last_error(), sizeof r->msg);
@@ -289,15 +352,20 @@ static dt_status save_async(const char *fn, const dt_mesh *mesh, const char *dir
         return DT_OK;
     }
     r->job = j;
-    const void **data = NULL;
-    st = dt__ckpt_stage_create(&j->plan, opts ? opts->staging_bytes : 0, &r->stage);
-    if (st == DT_OK && (st = dt__ckpt_slice_data(&j->plan, &j->in, &data)) == DT_OK &&
-        pthread_create(&r->thread, NULL, save_background, r) != 0)
+    ck_slice_src *src = NULL;
+    const dt__device_kind *kind = NULL;
+    st = dt__ckpt_slice_data(&j->plan, &j->in, &src);
+    uint64_t bound = 0;
+    if (st == DT_OK)
+        st = staging_bound(fn, opts, dt__ckpt_slices_on_device(&j->plan, src, &kind), &bound);
+    if (st == DT_OK)
+        st = dt__ckpt_stage_create(&j->plan, bound, kind, 0, &r->stage);
+    if (st == DT_OK && pthread_create(&r->thread, NULL, save_background, r) != 0)
         st = dt__error(DT_ERR_NO_MEMORY, "%s: cannot start the writing thread", fn);
     if (st != DT_OK) {
         /* Nothing written yet: every client must still fail alike (agreeing as the others'
          * background threads do, without timed barriers). */
-        free(data);
+        free(src);
         j->fin.barrier_mesh = NULL;
         st = dt__ckpt_save_finish(&j->fin, st);
         dt__ckpt_stage_destroy(r->stage);
@@ -311,8 +379,8 @@ static dt_status save_async(const char *fn, const dt_mesh *mesh, const char *dir
     pthread_mutex_unlock(&inflight_mu);
     /* The copy the caller waits for; a failure here reaches the writer, which fails the save
      * on every client (reported by dt_save_wait). */
-    dt__ckpt_stage_fill(r->stage, &j->plan, data);
-    free(data);
+    dt__ckpt_stage_fill(r->stage, &j->plan, src);
+    free(src);
     /* The caller's tensors and pieces are no longer read. */
     for (int t = 0; j->in.tensors && t < j->in.n; t++) {
         dt_tensor_destroy(j->in.tensors[t]);
@@ -360,7 +428,7 @@ dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const
     drain_inflight();
     ck_save *j = NULL;
     dt_status st = save_begin("dt_save", mesh, dir, n, names, tensors, opts, NULL, 0, &j);
-    return st != DT_OK || !j ? st : save_here(j);
+    return st != DT_OK || !j ? st : save_here(j, opts);
 }
 
 dt_status dt_save_async(const dt_mesh *mesh, const char *dir, int n, const char *const *names,
@@ -400,7 +468,7 @@ dt_status dt_save_step(const dt_mesh *mesh, const char *root, int64_t step,
     drain_inflight();
     ck_save *j = NULL;
     st = save_begin("dt_save_step", mesh, dir, n, names, tensors, opts, &p, 0, &j);
-    return st != DT_OK || !j ? st : save_here(j);
+    return st != DT_OK || !j ? st : save_here(j, opts);
 }
 
 dt_status dt_save_step_async(const dt_mesh *mesh, const char *root, int64_t step,

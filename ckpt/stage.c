@@ -1,10 +1,11 @@
-/* Staging memory of an asynchronous save: the caller copies its slices' bytes, piece by piece
- * in the order the writer writes them, into a ring buffer; the writing thread takes each
- * piece, CRCs and writes it, and releases it, which lets the caller copy more. So the
- * caller's tensors may change as soon as the copy is done, and staging never holds more than
- * the caller's bound. The buffer is kept for the next asynchronous save (its pages are then
- * already mapped: the copy runs at memcpy speed) and freed at dt_finalize (docs/ckpt.md,
- * "Asynchronous save"). */
+/* Staging memory of a save: the caller copies its slices' bytes, piece by piece in the order
+ * the writer writes them, into a ring buffer (from device memory through the kind's D2H copy,
+ * into host memory of that kind: page-locked on CUDA); the writing thread takes each piece,
+ * CRCs and writes it, and releases it, which lets the caller copy more. So the caller's
+ * tensors may change as soon as the copy is done, the file write of one piece overlaps the
+ * copy of the next, and staging never holds more than the bound. The buffer is kept for the
+ * next save that stages (its pages are then already mapped) and freed at dt_finalize
+ * (docs/ckpt.md, "Asynchronous save" and "GPU tensors"). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,8 @@ struct ck_stage {
     pthread_cond_t cv;
     unsigned char *buf;
     uint64_t cap;
-    int whole;                    /* cap holds all of this client's bytes */
+    const dt__device_kind *kind;  /* whose host_alloc made buf (NULL: malloc) */
+    int whole;                    /* the writer waits for the whole copy (everything fits) */
     uint64_t head, tail;          /* ring positions (monotonic byte counts, wraps included) */
     piece *pieces;                /* in write order */
     int64_t npieces, nput, nget;  /* queued by the caller, taken by the writer */
@@ -33,44 +35,67 @@ struct ck_stage {
     char fail_msg[256];
 };
 
-/* One buffer kept between saves. */
+/* One buffer kept between saves, with the kind whose host memory it is. */
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *cache_buf;
 static uint64_t cache_cap;
+static const dt__device_kind *cache_kind;
 
+static void release(const dt__device_kind *kind, void *b)
+{
+    if (kind)
+        kind->host_free(b);
+    else
+        free(b);
+}
+
+/* Runs before the devices close (dt_finalize calls its hooks first). */
 static void free_cache(void)
 {
     pthread_mutex_lock(&cache_mu);
-    free(cache_buf);
+    release(cache_kind, cache_buf);
     cache_buf = NULL;
     cache_cap = 0;
+    cache_kind = NULL;
     pthread_mutex_unlock(&cache_mu);
 }
 
-/* A buffer of at least cap bytes: the kept one when it is large enough. */
-static unsigned char *take_buffer(uint64_t cap)
+/* A buffer of at least cap bytes of kind's host memory: the kept one when it fits. */
+static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap)
 {
     pthread_mutex_lock(&cache_mu);
     unsigned char *b = NULL;
-    if (cache_buf && cache_cap >= cap) {
+    if (cache_buf && cache_cap >= cap && cache_kind == kind) {
         b = cache_buf;
         cache_buf = NULL;
     }
     pthread_mutex_unlock(&cache_mu);
-    return b ? b : malloc((size_t)cap);
+    if (b)
+        return b;
+    void *p = NULL;
+    if (!kind)
+        p = malloc((size_t)cap);
+    else if (kind->host_alloc((size_t)cap, &p) != DT_OK)
+        p = NULL;
+    return p;
 }
 
-static void give_buffer(unsigned char *b, uint64_t cap)
+/* Keeps the larger of b and the kept buffer (b when the kept one is another kind's). */
+static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t cap)
 {
     pthread_mutex_lock(&cache_mu);
-    if (!cache_buf || cache_cap < cap) {
-        free(cache_buf);
+    if (!cache_buf || cache_cap < cap || cache_kind != kind) {
+        unsigned char *old = cache_buf;
+        const dt__device_kind *old_kind = cache_kind;
         cache_buf = b;
         cache_cap = cap;
-        b = NULL;
+        cache_kind = kind;
+        b = old;
+        kind = old_kind;
     }
     pthread_mutex_unlock(&cache_mu);
-    free(b);
+    if (b)
+        release(kind, b);
 }
 
 static const void *stage_get(ck_source *src, int64_t si, uint64_t at, uint64_t len)
@@ -132,7 +157,8 @@ static int64_t count_pieces(const ck_plan *plan, uint64_t *bytes_out, uint64_t *
     return n;
 }
 
-dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound, ck_stage **stage_out)
+dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
+                                const dt__device_kind *kind, int eager, ck_stage **stage_out)
 {
     ck_stage *s = calloc(1, sizeof *s);
     if (!s)
@@ -148,13 +174,15 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound, ck_stage **
     s->cap = bound && bound < total ? bound : total;
     s->cap = s->cap < largest ? largest : s->cap;
     s->cap = s->cap ? s->cap : 1;
-    s->whole = s->cap >= total;
+    s->whole = !eager && s->cap >= total;
+    s->kind = kind;
     s->pieces = malloc((size_t)(s->npieces + 1) * sizeof *s->pieces);
-    s->buf = take_buffer(s->cap);
+    s->buf = take_buffer(kind, s->cap);
     if (!s->pieces || !s->buf) {
         uint64_t cap = s->cap;
         free(s->pieces);
-        free(s->buf);
+        if (s->buf)
+            release(kind, s->buf);
         free(s);
         return dt__error(DT_ERR_NO_MEMORY, "dt_save_async: no memory for %llu bytes of "
                          "staging", (unsigned long long)cap);
@@ -170,7 +198,7 @@ void dt__ckpt_stage_destroy(ck_stage *s)
 {
     if (!s)
         return;
-    give_buffer(s->buf, s->cap);
+    give_buffer(s->kind, s->buf, s->cap);
     free(s->pieces);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -217,7 +245,17 @@ static void publish(ck_stage *s, piece p)
     pthread_mutex_unlock(&s->mu);
 }
 
-void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const void *const *data)
+/* Copies `len` bytes at `at` of a slice into the ring. */
+static dt_status copy_in(void *dst, const ck_slice_src *src, uint64_t at, uint64_t len)
+{
+    const char *from = (const char *)src->data + at;
+    if (src->dev)
+        return src->dev->kind->copy(src->dev, DT__COPY_D2H, dst, from, (size_t)len);
+    memcpy(dst, from, (size_t)len);
+    return DT_OK;
+}
+
+void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *src)
 {
     int me = dt_client_id(), go = 1;
     dt_status fail = DT_OK;
@@ -228,7 +266,7 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const void *const *da
         for (int64_t i = 0; go && i < pf->nslices; i++) {
             int64_t si = pf->slices[i];
             uint64_t bytes = plan->slices[si].bytes;
-            if (!data[si]) {
+            if (!src[si].data) {
                 fail = dt__error(DT_ERR_STATE, "dt_save_async: no local data for slice %lld",
                                  (long long)si);
                 go = 0;
@@ -241,7 +279,10 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const void *const *da
                     go = 0;
                     break;
                 }
-                memcpy(s->buf + pos, (const char *)data[si] + at, (size_t)len);
+                if ((fail = copy_in(s->buf + pos, &src[si], at, len)) != DT_OK) {
+                    go = 0;
+                    break;
+                }
                 publish(s, (piece){.si = si, .at = at, .len = len, .pos = pos});
                 at += len;
             }
@@ -255,4 +296,19 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const void *const *da
     }
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+dt_status dt__ckpt_device_staging(const char *fn, uint64_t *bytes_out)
+{
+    const char *e = getenv("DT_CKPT_STAGING_MB");
+    *bytes_out = CK_DEVICE_STAGING_DEFAULT;
+    if (!e || !*e)
+        return DT_OK;
+    char *end = NULL;
+    long long mb = strtoll(e, &end, 10);
+    if (*end != '\0' || mb <= 0 || mb > ((long long)1 << 20))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: DT_CKPT_STAGING_MB='%s' is not a number "
+                         "of MiB between 1 and 1048576", fn, e);
+    *bytes_out = (uint64_t)mb << 20;
+    return DT_OK;
 }

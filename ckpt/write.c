@@ -27,12 +27,12 @@ typedef struct file_job {
 static const void *direct_get(ck_source *src, int64_t si, uint64_t at, uint64_t len)
 {
     (void)len;
-    if (!src->data[si]) {
+    if (!src->slices[si].data) {
         src->status = dt__error(DT_ERR_STATE, "dt_save: no local data for slice %lld",
                                 (long long)si);
         return NULL;
     }
-    return (const char *)src->data[si] + at;
+    return (const char *)src->slices[si].data + at;
 }
 
 static void direct_put(ck_source *src, const void *bytes, uint64_t len)
@@ -42,9 +42,9 @@ static void direct_put(ck_source *src, const void *bytes, uint64_t len)
     (void)len;
 }
 
-ck_source dt__ckpt_direct_source(const void *const *data)
+ck_source dt__ckpt_direct_source(const ck_slice_src *slices)
 {
-    return (ck_source){.get = direct_get, .put = direct_put, .parallel = 1, .data = data};
+    return (ck_source){.get = direct_get, .put = direct_put, .parallel = 1, .slices = slices};
 }
 
 /* Data are written in pieces of WRITE_PIECE bytes (each CRC'd just before, so that the write

@@ -95,9 +95,10 @@ typedef struct dt_save_opts {
     const dt_ckpt_piece *pieces;
     /* dt_save_async: the most bytes of staging memory this client holds at once; when it is
      * full the call waits for the background writer to free some (it always holds at least
-     * one piece: up to 1 MiB, or chunk_bytes if smaller). 0: no bound (all of this client's
-     * bytes are copied; the writer then starts when the copy is done). The staging buffer is
-     * kept for the next asynchronous save and freed by dt_finalize. */
+     * one piece: up to 1 MiB, or chunk_bytes if smaller). 0: all of this client's bytes
+     * (copied, then written) for tensors on a CPU mesh; DT_CKPT_STAGING_MB MiB (default 64)
+     * when some are in GPU memory. dt_save stages GPU tensors too, with the same bound. The
+     * staging buffer is kept for the next save that stages and freed by dt_finalize. */
     uint64_t staging_bytes;
     /* The dtype to store each of the n tensors as (TensorFlow's should_cast: f32 master
      * weights saved as bf16), NULL: as they are. A tensor of another dtype among f32, f64,
@@ -133,8 +134,10 @@ DT_API dt_status dt_sharded_prefix(const dt_mesh *mesh, const char *dir, int n,
 DT_API void dt_ckpt_shards_free(dt_ckpt_shard *shards, int count);
 
 /* Saves `n` named tensors (all on `mesh`) and opts->values into the checkpoint directory `dir`.
- * Tensors on a GPU mesh are first copied to the host mesh (dt_copy_to_mesh); partial tensors
- * are reduced first (dt_relayout). Every saving device writes only the slices it owns, into its
+ * Partial tensors are reduced first (dt_relayout, on their mesh). Tensors on a GPU mesh are
+ * read from their devices piece by piece into staging memory of at most opts->staging_bytes
+ * (0: DT_CKPT_STAGING_MB MiB, default 64) while earlier pieces are written: never a host
+ * copy of a whole tensor. Every saving device writes only the slices it owns, into its
  * own data-0000K-of-0000N.safetensors; client 0 merges one index after a barrier. The commit
  * is atomic: files are written (and fsynced) in "<dir>.dtensor-tmp" beside `dir`, then renamed
  * into place; an existing checkpoint at `dir` is replaced safely (moved to "<dir>.dtensor-old",
@@ -156,8 +159,8 @@ DT_API dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char
 typedef struct dt_save_request dt_save_request;
 
 /* Like dt_save, but returns once this client's bytes are copied into staging memory (after
- * the collective start: inputs checked, tensors brought to the host mesh, GPU tensors copied
- * to the host, the plan made and the temporary directory created): the caller may change or
+ * the collective start: inputs checked, partial tensors reduced and casts made on their
+ * mesh, the plan made and the temporary directory created): the caller may change or
  * destroy its tensors, pieces and values at once. A background thread writes the files,
  * syncs them, and with the other clients' threads commits exactly as dt_save does (the same
  * crash safety: the previous checkpoint stays until the commit). opts->staging_bytes bounds
@@ -236,7 +239,9 @@ DT_API void dt_ckpt_steps_free(dt_ckpt_step *steps);
  * with the saved global shapes and dtypes. Each device reads only the chunks of the saved
  * slices its shard intersects (pread), and checks the index's own CRC32C, every chunk's
  * CRC32C, the file sizes and the safetensors headers (CRC32C and content) against the index.
- * GPU meshes are filled through their host mesh.
+ * GPU components are filled through staging memory of at most DT_CKPT_STAGING_MB MiB per
+ * client (default 64; DT_ERR_INVALID_ARGUMENT if it is not a positive number), the file read
+ * of one piece overlapping the copy of the previous one to its device.
  * Collective over the clients holding devices of `mesh`; every client returns the same status.
  * On success tensors_out[i] are owned handles; on failure nothing is written.
  * Returns DT_ERR_NOT_FOUND (no checkpoint at `dir`, or no tensor of that name),

@@ -74,12 +74,16 @@ dt_tensor *ck_make(const dt_layout *layout, dt_dtype dtype, const int64_t *shape
         int64_t n = 1;
         for (int d = 0; d < rank; d++)
             n *= x->shape[d];
-        unsigned char *dst = x->data;
+        unsigned char *dst = malloc((size_t)n * elem + 1);
+        CU_ASSERT_FATAL(dst != NULL);
         for (int64_t k = 0; k < n; k++) {
             int64_t g = global_index(rank, shape, off, x->shape, k);
             for (size_t b = 0; b < elem; b++)
                 dst[(size_t)k * elem + b] = ck_ref_byte(seed, (uint64_t)g * elem + b);
         }
+        /* Through the device layer: a GPU component is not host memory. */
+        DT_ASSERT_OK(dt_tensor_local_write(t, i, dst, (size_t)n * elem));
+        free(dst);
     }
     return t;
 }
@@ -96,7 +100,9 @@ int64_t ck_mismatches(const dt_tensor *t, uint64_t seed)
         int64_t n = 1;
         for (int d = 0; d < rank; d++)
             n *= x->shape[d];
-        const unsigned char *p = x->data;
+        unsigned char *p = malloc((size_t)n * elem + 1);
+        CU_ASSERT_FATAL(p != NULL);
+        DT_ASSERT_OK(dt_tensor_local_read(t, i, p, (size_t)n * elem));
         for (int64_t k = 0; k < n; k++) {
             int64_t g = global_index(rank, shape, off, x->shape, k);
             for (size_t b = 0; b < elem; b++)
@@ -105,16 +111,22 @@ int64_t ck_mismatches(const dt_tensor *t, uint64_t seed)
                     break;
                 }
         }
+        free(p);
     }
     return bad;
 }
 
-dt_mesh *ck_mesh(int ndims, const int64_t *sizes)
+dt_mesh *ck_mesh_of(dt_device_type type, int ndims, const int64_t *sizes)
 {
     static const char *const names[] = {"a", "b", "c", "d"};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create(NULL, ndims, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create(NULL, ndims, names, sizes, type, &m));
     return m;
+}
+
+dt_mesh *ck_mesh(int ndims, const int64_t *sizes)
+{
+    return ck_mesh_of(DT_DEVICE_CPU, ndims, sizes);
 }
 
 dt_layout *ck_layout(const dt_mesh *mesh, const char *specs)

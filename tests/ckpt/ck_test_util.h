@@ -17,11 +17,13 @@ unsigned char *ck_ref_tensor(uint64_t seed, int rank, const int64_t *shape, dt_d
  * value on coordinate 0 of each partial dim and zeros elsewhere (so the sum is the value). */
 dt_tensor *ck_make(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                    uint64_t seed);
-/* Number of local elements of t that differ from the reference `seed` (bytewise). */
+/* Number of local elements of t that differ from the reference `seed` (bytewise). Both read
+ * and write components through dt_tensor_local_read/_write, so they work on any device. */
 int64_t ck_mismatches(const dt_tensor *t, uint64_t seed);
 
-/* A mesh over devices 0..prod(sizes)-1 with dims "a", "b", ... */
+/* A mesh over CPU devices 0..prod(sizes)-1 with dims "a", "b", ... (ck_mesh_of: of `type`). */
 dt_mesh *ck_mesh(int ndims, const int64_t *sizes);
+dt_mesh *ck_mesh_of(dt_device_type type, int ndims, const int64_t *sizes);
 /* A layout from a comma-separated spec list such as "a,unsharded" ("" for rank 0). */
 dt_layout *ck_layout(const dt_mesh *mesh, const char *specs);
 
