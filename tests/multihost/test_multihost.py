@@ -87,7 +87,10 @@ def same_state(test, a, b, step):
     for name in ta:
         test.assertTrue(np.array_equal(ta[name].view(np.uint8), tb[name].view(np.uint8)),
                         f"{name} differs")
-    for name in ("train/step", "train/rng", "train/data_order", "zero/step"):
+    data = sorted(n for n in va if n.startswith("train/data/"))
+    test.assertTrue(data, "no input-pipeline position saved")
+    test.assertEqual(data, sorted(n for n in vb if n.startswith("train/data/")))
+    for name in ["train/step", "zero/step"] + data:
         test.assertEqual(va[name], vb[name], name)
     test.assertEqual(va["train/step"]["value"], step)
 
