@@ -220,10 +220,22 @@ class Multihost(unittest.TestCase):
         the job once step 44 is reported, far from the next save (the checkpoint's own
         collectives are not watched yet: docs/multihost.md)."""
         d = self.path(name)
-        job = Watched([os.environ["MH_MPIRUN"], *PLACE, TRAIN] + self.mesh + [
-            "--hidden", "32", "--steps", "100000", "--eval-every", "4", "--ckpt-every", "40",
-            "--out", d], env_with(1, DT_COMM_TIMEOUT=str(TIMEOUT)))
-        if job.wait_for(r"^step +(4[4-9]|[5-9]\d|\d{3,})/", 60) is None:
+        for attempt in (1, 2):
+            job = Watched([os.environ["MH_MPIRUN"], *PLACE, TRAIN] + self.mesh + [
+                "--hidden", "32", "--steps", "100000", "--eval-every", "4", "--ckpt-every",
+                "40", "--out", d], env_with(1, DT_COMM_TIMEOUT=str(TIMEOUT)))
+            if job.wait_for(r"^step +(4[4-9]|[5-9]\d|\d{3,})/", 90) is not None:
+                break
+            if attempt == 1 and not job.all:
+                # Open MPI's launcher now and then starts no daemons after an earlier fault
+                # test on a loaded machine (nothing printed at all): a launch problem, not the
+                # library's. Clear both hosts and launch once more.
+                print("launch printed nothing in 90 s; retrying once", file=sys.stderr)
+                for i in (1, 2):
+                    subprocess.run([os.environ["MH_KILLHOST"], host(i)], env=os.environ)
+                job.p.kill()
+                job.p.wait()
+                continue
             for i in (1, 2):
                 pids = subprocess.run(["ip", "netns", "pids", host(i)], capture_output=True,
                                       text=True).stdout.split()
