@@ -129,6 +129,20 @@ typedef struct dt__zseg {
  * (room for g->nparams); returns their count. */
 int dt__zero_segments(const dt__zgroup *g, int64_t lo, int64_t hi, dt__zseg *segs);
 
+/* A box of a row-major array whose elements, in row-major order, are the flat range
+ * [start, start + len) of it. */
+typedef struct dt__zbox {
+    int64_t offsets[DT_MAX_RANK];
+    int64_t sizes[DT_MAX_RANK];
+    int64_t start;
+    int64_t len;
+} dt__zbox;
+#define DT__ZERO_MAX_BOXES (2 * DT_MAX_RANK)
+
+/* Cuts flat range [a, b) of a row-major array of `shape` (rank >= 0, a < b <= numel) into
+ * boxes (room for DT__ZERO_MAX_BOXES), in order; returns their count. */
+int dt__zero_boxes(int rank, const int64_t *shape, int64_t a, int64_t b, dt__zbox *boxes);
+
 /* Chunk tensor of `len` elements per model coordinate on one of the zero's layouts. */
 dt_status dt__zero_chunk_tensor(const dt_zero *z, const dt_layout *layout, dt_dtype dtype,
                                 int64_t len, int zeroed, dt_tensor **out);

@@ -187,21 +187,33 @@ DT_API dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memor
 
 /* Saves the parameters (under their names), the optimizer state under per-parameter names
  * (docs/optim.md: "<name>/master", "<name>/exp_avg", "<name>/exp_avg_sq",
- * "<name>/momentum", each f32 of shape [m_1, ..., m_j, n]: one row per coordinate of each
- * non-dp mesh dim that shards the parameter (none for a parameter replicated over them, so
- * [n]), n its flattened local shard length, written as the slices each dp rank holds), the
- * scaler and step counters and the groups' learning rates as named values ("zero/step",
- * "zero/iteration", "zero/loss_scale", "zero/hysteresis_left", "zero/last_overflow",
- * "zero/group<g>/lr"), plus the caller's extra tensors and opts->values and opts->pieces, in
- * one atomic dt_save to `dir`. opts may be NULL. Collective. */
+ * "<name>/momentum", each f32 in the parameter's global shape, written as the boxes of it
+ * each device's partition holds, so that any mesh reads its own), the scaler and step
+ * counters and the groups' learning rates as named values ("zero/step", "zero/iteration",
+ * "zero/loss_scale", "zero/hysteresis_left", "zero/last_overflow", "zero/group<g>/lr", and
+ * "zero/state_format" = 2), plus the caller's extra tensors and opts->values and
+ * opts->pieces, in one atomic dt_save to `dir`. opts may be NULL; opts->save_dtypes, if not
+ * NULL, has n_extra entries, the dtypes of the extra tensors (the parameters and the state
+ * are saved in their own dtypes). Collective. */
 DT_API dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
                               const char *const *extra_names,
                               const dt_tensor *const *extra_tensors, const dt_save_opts *opts);
 
+/* dt_zero_save through dt_save_async: returns once the state, parameters and extra tensors
+ * are copied to staging memory (the next dt_zero_step may run at once); *req_out is the
+ * request whose outcome dt_save_wait gives. Errors of the start are returned here and no
+ * request is made. Collective. */
+DT_API dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,
+                                    const char *const *extra_names,
+                                    const dt_tensor *const *extra_tensors,
+                                    const dt_save_opts *opts, dt_save_request **req_out);
+
 /* Restores parameters, optimizer state, scaler and counters saved by dt_zero_save into this
- * optimizer, whose groups must have the same parameters (names, shapes, dtypes, model-dim
- * sharding) and inner optimizer kinds; the number of dp ranks, the stage and allgather_size
- * may differ. Each device reads only the slices of its own partition. The groups' learning
+ * optimizer, whose groups must have the same parameters (names, global shapes) and inner
+ * optimizer kinds; the mesh (its shape, the number of dp ranks, the model dims and how they
+ * shard each parameter), the stage and allgather_size may differ. A checkpoint of the older
+ * per-model-row format (no "zero/state_format") still restores when the model dims shard
+ * every parameter as when it was saved; otherwise DT_ERR_SHAPE says so. Each device reads only the slices of its own partition. The groups' learning
  * rates are restored; the loss scale and hysteresis only when this optimizer's scaler is
  * dynamic (a static or absent scaler keeps its configured scale). Everything is checked
  * against the index before any data is read; on a failure during the reads the parameters
