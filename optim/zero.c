@@ -69,6 +69,11 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
             z->nondp[z->k++] = d;
     z->allgather_size = opts->allgather_size ? opts->allgather_size
                                              : (int64_t)DT__ZERO_DEFAULT_ALLGATHER;
+    /* Chunks of a multiple of N elements (at least N): every dp rank owns len / N of each
+     * chunk but the last, so no rank is left without state and the memory is even. */
+    z->allgather_size -= z->allgather_size % z->dp_size;
+    if (z->allgather_size < z->dp_size)
+        z->allgather_size = z->dp_size;
     z->clip_norm = opts->clip_norm;
     z->on_overflow = opts->on_overflow;
     z->on_overflow_arg = opts->on_overflow_arg;

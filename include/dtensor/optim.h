@@ -98,7 +98,9 @@ typedef struct dt_zero_opts {
     const char *dp_dim;
     /* Most elements one all-gather of updated parameters moves (DeepSpeed's
      * allgather_bucket_size); 0 means 500000000. The temporary memory of the all-gather is
-     * about this many parameter-dtype elements. */
+     * about this many parameter-dtype elements. Rounded down to a multiple of the dp size N
+     * (and raised to N when smaller), so that every rank owns an equal share of every chunk
+     * of the flat buffer but the last. */
     int64_t allgather_size;
     dt_loss_scaler_opts scaler;
     /* Global-norm gradient clipping (PyTorch's clip_grad_norm_): when the norm of the
