@@ -173,6 +173,26 @@ DT_API dt_status dt_zero_set_lr(dt_zero *zero, int group, float lr);
  * mesh; DT_ERR_INVALID_ARGUMENT a NULL gradient. */
 DT_API dt_status dt_zero_step(dt_zero *zero, dt_tensor *const *grads,
                               dt_zero_step_info *info_out);
+/* (grads NULL: every parameter was given by dt_zero_grad_ready, below; DT_ERR_STATE names one
+ * that was not, or grads given after some were.) */
+
+/* Early reduction (DeepSpeed's contiguous gradients with reduce in the backward pass): hands
+ * the optimizer parameter `index`'s gradient (as dt_zero_step's grads[index]) as soon as the
+ * backward pass has made it final. It is copied at once into the parameter's runs of the flat
+ * gradient chunks (the caller may then free or reuse it), and every chunk whose parameters
+ * are all in is reduced over the dp dim at once, in the call (stage 0 all-reduce, 1 and 2
+ * reduce-scatter), so the reduction happens while later layers' gradients are still to be
+ * computed. After every parameter's call, dt_zero_step(zero, NULL, info) does the rest of the
+ * step; its results equal dt_zero_step with the same grads, bit for bit (the same sums in the
+ * same order). Call in any order, once per parameter per step. The reduction runs in the call
+ * (blocking), not in the background: it is interleaved with the backward pass, not yet
+ * overlapped with it (docs/optim.md). Collective (every client calls it for the same
+ * parameters in the same order). DT_ERR_INVALID_ARGUMENT for a bad index or NULL grad,
+ * DT_ERR_SHAPE as dt_zero_step's, DT_ERR_STATE for a parameter already given in this step
+ * (these refusals change nothing); on a failure of the copy or reduction, or when
+ * dt_zero_step refuses the step, the step's early gradients are dropped (give every gradient
+ * again, or call dt_zero_step with grads). */
+DT_API dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad);
 
 /* Bytes this client holds for the optimizer's purposes, over its local devices. */
 typedef struct dt_zero_memory {
