@@ -448,7 +448,18 @@ static int train_step(ctx *c, hist_rec *rec)
             goto out;
         }
     }
-    if ((st = dt_zero_step(c->zero, gc, &info)) != DT_OK) {
+    /* Each gradient handed over last layer first, as a backward pass finishes them: the
+     * optimizer copies it into its flat buffer and reduces every completed chunk (the
+     * gradient can go at once); the step then starts from the reduced chunks. */
+    for (int i = MLP_NPARAMS - 1; i >= 0; i--) {
+        if ((st = dt_zero_grad_ready(c->zero, i, gc[i])) != DT_OK) {
+            fail_dt(c, "dt_zero_grad_ready", st, dt_last_error());
+            goto out;
+        }
+        dt_tensor_destroy(gc[i]);
+        gc[i] = NULL;
+    }
+    if ((st = dt_zero_step(c->zero, NULL, &info)) != DT_OK) {
         fail_dt(c, "dt_zero_step", st, dt_last_error());
         goto out;
     }

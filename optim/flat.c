@@ -188,3 +188,40 @@ void dt__zero_free_group(dt__zgroup *g)
     free(g->params);
     memset(g, 0, sizeof *g);
 }
+
+int dt__zero_boxes(int rank, const int64_t *shape, int64_t a, int64_t b, dt__zbox *boxes)
+{
+    int64_t stride[DT_MAX_RANK + 1];
+    stride[rank] = 1;
+    for (int d = rank - 1; d >= 0; d--)
+        stride[d] = stride[d + 1] * shape[d];
+    int count = 0;
+    if (rank == 0) {
+        if (b > a) {
+            boxes[0].start = a;
+            boxes[0].len = 1;
+            count = 1;
+        }
+        return count;
+    }
+    while (a < b) {
+        /* The outermost dim d with a on a boundary of its sub-blocks and room for one: the box
+         * fixes the dims before d, runs along d, and covers every dim after it. */
+        int d = 0;
+        while (a % stride[d + 1] != 0 || b - a < stride[d + 1])
+            d++;
+        int64_t at = a / stride[d + 1] % shape[d];
+        int64_t k = (b - a) / stride[d + 1];
+        if (k > shape[d] - at)
+            k = shape[d] - at;
+        dt__zbox *x = &boxes[count++];
+        for (int j = 0; j < rank; j++) {
+            x->offsets[j] = j < d ? a / stride[j + 1] % shape[j] : j == d ? at : 0;
+            x->sizes[j] = j < d ? 1 : j == d ? k : shape[j];
+        }
+        x->start = a;
+        x->len = k * stride[d + 1];
+        a += x->len;
+    }
+    return count;
+}

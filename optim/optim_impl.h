@@ -64,6 +64,11 @@ typedef struct dt__zchunk {
     dt_tensor *s2;            /* exp_avg_sq (Adam) or NULL */
     dt_tensor *flat;          /* stages 0, 1: persistent flat gradient, partial over dp */
     dt_tensor *gpart;         /* stage 2: persistent gradient partition, state layout */
+    /* dt_zero_grad_ready (ready.c): parameters of the chunk still to come in this step, the
+     * stage 2 transient flat chunk being filled, and whether the chunk is reduced. */
+    int waiting;
+    dt_tensor *filling;
+    int reduced;
 } dt__zchunk;
 
 typedef struct dt__zgroup {
@@ -101,6 +106,9 @@ struct dt_zero {
     int ngroups;
     dt__zgroup *groups;
     int nparams;
+    /* dt_zero_grad_ready: parameters made ready in this step (ready[index] set). */
+    int nready;
+    unsigned char *ready;
 };
 
 /* ---- the local devices (device.c) ----------------------------------------------------------
@@ -128,6 +136,20 @@ typedef struct dt__zseg {
 /* The pieces of parameters covering flat range [lo, hi) of group g, in order, into segs
  * (room for g->nparams); returns their count. */
 int dt__zero_segments(const dt__zgroup *g, int64_t lo, int64_t hi, dt__zseg *segs);
+
+/* A box of a row-major array whose elements, in row-major order, are the flat range
+ * [start, start + len) of it. */
+typedef struct dt__zbox {
+    int64_t offsets[DT_MAX_RANK];
+    int64_t sizes[DT_MAX_RANK];
+    int64_t start;
+    int64_t len;
+} dt__zbox;
+#define DT__ZERO_MAX_BOXES (2 * DT_MAX_RANK)
+
+/* Cuts flat range [a, b) of a row-major array of `shape` (rank >= 0, a < b <= numel) into
+ * boxes (room for DT__ZERO_MAX_BOXES), in order; returns their count. */
+int dt__zero_boxes(int rank, const int64_t *shape, int64_t a, int64_t b, dt__zbox *boxes);
 
 /* Chunk tensor of `len` elements per model coordinate on one of the zero's layouts. */
 dt_status dt__zero_chunk_tensor(const dt_zero *z, const dt_layout *layout, dt_dtype dtype,
@@ -158,6 +180,26 @@ void dt__zero_free_group(dt__zgroup *g);
  * the devices holding identical copies (coordinate 0 on every mesh dim replicating p, and on
  * the dp dim in stage 0). The same rule picks the device that saves a state slice. */
 int dt__zero_counts(const dt_zero *z, const dt__zparam *p, int i);
+
+/* ---- the reduction of a chunk (step.c) and early reduction (ready.c) ------------------- */
+
+/* The flat chunk tensor a reduction of chunk ch fills: the persistent one (stages 0, 1) or a
+ * new transient (stage 2), into *flat_out. */
+dt_status dt__zero_flat_for(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
+                            dt_tensor **flat_out);
+/* Reduces chunk ch over dp from `flat`, filled with every device's summands (after a sync):
+ * stage 2 into the gradient partition (and destroys the transient flat), stages 0 and 1 in
+ * place into the persistent flat buffer's partition. Collective. */
+dt_status dt__zero_reduce_filled(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
+                                 dt_tensor *flat);
+/* DT_ERR_INVALID_ARGUMENT / DT_ERR_SHAPE unless t is a gradient for parameter p (message
+ * starts with fn). */
+dt_status dt__zero_check_grad(const dt_zero *z, const char *fn, const dt__zparam *p,
+                              const dt_tensor *t);
+/* The parameter with index `index` and its group (may be NULL); NULL when out of range. */
+dt__zparam *dt__zero_param(const dt_zero *z, int index, dt__zgroup **group_out);
+/* Drops this step's readiness (transient chunks freed). */
+void dt__zero_ready_reset(dt_zero *z);
 
 /* ---- mesh-wide agreement (agree.c) ---------------------------------------------------------- */
 

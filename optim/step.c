@@ -11,34 +11,41 @@
 
 #include "optim/optim_impl.h"
 
+dt_status dt__zero_check_grad(const dt_zero *z, const char *fn, const dt__zparam *p,
+                             const dt_tensor *t)
+{
+    if (!t)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: gradient %d ('%s') is NULL", fn,
+                         p->index, p->name);
+    if (!dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(t)), z->mesh))
+        return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') is on another mesh than "
+                         "the optimizer", fn, p->index, p->name);
+    dt_dtype dt = dt_tensor_dtype(t);
+    if (dt != DT_DTYPE_F32 && dt != DT_DTYPE_F16 && dt != DT_DTYPE_BF16)
+        return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has dtype %s (f32, f16 "
+                         "or bf16 expected)", fn, p->index, p->name, dt_dtype_name(dt));
+    int rank = dt_tensor_rank(p->tensor);
+    int same = dt_tensor_rank(t) == rank;
+    for (int d = 0; same && d < rank; d++)
+        same = dt_tensor_shape(t)[d] == dt_tensor_shape(p->tensor)[d];
+    if (!same) {
+        char a[96], b[96];
+        return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has shape %s, the "
+                         "parameter %s", fn, p->index, p->name,
+                         dt__shape_str(dt_tensor_rank(t), dt_tensor_shape(t), a, sizeof a),
+                         dt__shape_str(rank, dt_tensor_shape(p->tensor), b, sizeof b));
+    }
+    return DT_OK;
+}
+
 static dt_status check_grads(const dt_zero *z, dt_tensor *const *grads)
 {
-    static const char fn[] = "dt_zero_step";
     for (int g = 0; g < z->ngroups; g++)
         for (int j = 0; j < z->groups[g].nparams; j++) {
             const dt__zparam *p = &z->groups[g].params[j];
-            const dt_tensor *t = grads[p->index];
-            if (!t)
-                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: gradient %d ('%s') is NULL", fn,
-                                 p->index, p->name);
-            if (!dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(t)), z->mesh))
-                return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') is on another mesh than "
-                                 "the optimizer", fn, p->index, p->name);
-            dt_dtype dt = dt_tensor_dtype(t);
-            if (dt != DT_DTYPE_F32 && dt != DT_DTYPE_F16 && dt != DT_DTYPE_BF16)
-                return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has dtype %s (f32, f16 "
-                                 "or bf16 expected)", fn, p->index, p->name, dt_dtype_name(dt));
-            int rank = dt_tensor_rank(p->tensor);
-            int same = dt_tensor_rank(t) == rank;
-            for (int d = 0; same && d < rank; d++)
-                same = dt_tensor_shape(t)[d] == dt_tensor_shape(p->tensor)[d];
-            if (!same) {
-                char a[96], b[96];
-                return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has shape %s, the "
-                                 "parameter %s", fn, p->index, p->name,
-                                 dt__shape_str(dt_tensor_rank(t), dt_tensor_shape(t), a, sizeof a),
-                                 dt__shape_str(rank, dt_tensor_shape(p->tensor), b, sizeof b));
-            }
+            dt_status st = dt__zero_check_grad(z, "dt_zero_step", p, grads[p->index]);
+            if (st != DT_OK)
+                return st;
         }
     return DT_OK;
 }
@@ -54,30 +61,28 @@ static void *partition(const dt_zero *z, const dt__zgroup *g, const dt__zchunk *
     return (char *)dt_tensor_local(ch->flat, i)->data + (size_t)*off * dt_dtype_size(g->dtype);
 }
 
-static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
-                              dt_tensor *const *grads)
+dt_status dt__zero_flat_for(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
+                            dt_tensor **flat_out)
 {
-    dt_tensor *flat = ch->flat;
-    dt_status st = DT_OK;
+    *flat_out = ch->flat;
     if (z->stage == 2)
-        st = dt__zero_chunk_tensor(z, z->flat_layout, g->dtype, ch->len, 0, &flat);
-    for (int i = 0; st == DT_OK && i < z->nlocal; i++)
-        st = dt__zero_gather_in(z, g, i, ch->start, ch->len, grads,
-                                dt_tensor_local(flat, i)->data, g->dtype);
-    dt_status done = dt__zero_sync(z);
-    if (st == DT_OK)
-        st = done;
+        return dt__zero_chunk_tensor(z, z->flat_layout, g->dtype, ch->len, 0, flat_out);
+    return DT_OK;
+}
+
+dt_status dt__zero_reduce_filled(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
+                                 dt_tensor *flat)
+{
+    dt_status st = DT_OK, done;
     if (z->stage == 2) {
-        if (st == DT_OK)
-            st = dt_relayout_into(flat, ch->gpart);
+        st = dt_relayout_into(flat, ch->gpart);
         dt_tensor_destroy(flat);
         return st;
     }
     /* Stages 0 and 1: reduce into a transient chunk, then keep the partition in place in the
      * persistent flat buffer. */
     dt_tensor *red = NULL;
-    if (st == DT_OK)
-        st = dt_relayout(flat, z->state_layout, &red);
+    st = dt_relayout(flat, z->state_layout, &red);
     size_t dsz = dt_dtype_size(g->dtype);
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         int64_t off, len;
@@ -91,6 +96,24 @@ static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
     done = red ? dt__zero_sync(z) : DT_OK;
     dt_tensor_destroy(red);
     return st != DT_OK ? st : done;
+}
+
+static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
+                              dt_tensor *const *grads)
+{
+    dt_tensor *flat = NULL;
+    dt_status st = dt__zero_flat_for(z, g, ch, &flat);
+    for (int i = 0; st == DT_OK && i < z->nlocal; i++)
+        st = dt__zero_gather_in(z, g, i, ch->start, ch->len, grads,
+                                dt_tensor_local(flat, i)->data, g->dtype);
+    dt_status done = dt__zero_sync(z);
+    if (st == DT_OK)
+        st = done;
+    if (st == DT_OK)
+        return dt__zero_reduce_filled(z, g, ch, flat);
+    if (flat != ch->flat)
+        dt_tensor_destroy(flat);
+    return st;
 }
 
 /* One device's pieces of the gradient norm: for each parameter piece in its gradient
@@ -314,11 +337,23 @@ static dt_status grads_in_layout(const dt_zero *z, dt_tensor *const *grads, dt_t
 dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *info_out)
 {
     static const char fn[] = "dt_zero_step";
-    if (!z || (!grads && z->nparams > 0))
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and grads are required", fn);
-    dt_status st = check_grads(z, grads);
-    if (st != DT_OK)
+    if (!z || (!grads && z->nparams > 0 && z->nready == 0))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and grads are required (or every "
+                         "parameter's dt_zero_grad_ready first)", fn);
+    dt_status st = DT_OK;
+    if (grads && z->nready > 0)
+        st = dt__error(DT_ERR_STATE, "%s: grads given after %d parameters were made ready by "
+                       "dt_zero_grad_ready (pass NULL)", fn, z->nready);
+    for (int j = 0; st == DT_OK && !grads && j < z->nparams; j++)
+        if (!z->ready[j])
+            st = dt__error(DT_ERR_STATE, "%s: parameter %d ('%s') was not made ready by "
+                           "dt_zero_grad_ready", fn, j, dt__zero_param(z, j, NULL)->name);
+    if (st == DT_OK && grads)
+        st = check_grads(z, grads);
+    if (st != DT_OK) {
+        dt__zero_ready_reset(z);
         return st;
+    }
     double *vals = calloc((size_t)z->nlocal * 2, sizeof *vals);
     dt_tensor **gl = calloc((size_t)(z->nparams ? z->nparams : 1), sizeof *gl);
     void **scratch = calloc((size_t)z->nlocal, sizeof *scratch);
@@ -327,11 +362,13 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
         goto out;
     }
 
-    /* Reduction over the dp dim, chunk by chunk. */
-    st = grads_in_layout(z, grads, gl);
-    for (int g = 0; st == DT_OK && g < z->ngroups; g++)
+    /* Reduction over the dp dim, chunk by chunk (done already after dt_zero_grad_ready). */
+    if (grads)
+        st = grads_in_layout(z, grads, gl);
+    for (int g = 0; st == DT_OK && grads && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = reduce_chunk(z, &z->groups[g], &z->groups[g].chunks[c], gl);
+    dt__zero_ready_reset(z);
     for (int j = 0; j < z->nparams; j++) {
         dt_tensor_destroy(gl[j]);
         gl[j] = NULL;

@@ -69,6 +69,11 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
             z->nondp[z->k++] = d;
     z->allgather_size = opts->allgather_size ? opts->allgather_size
                                              : (int64_t)DT__ZERO_DEFAULT_ALLGATHER;
+    /* Chunks of a multiple of N elements (at least N): every dp rank owns len / N of each
+     * chunk but the last, so no rank is left without state and the memory is even. */
+    z->allgather_size -= z->allgather_size % z->dp_size;
+    if (z->allgather_size < z->dp_size)
+        z->allgather_size = z->dp_size;
     z->clip_norm = opts->clip_norm;
     z->on_overflow = opts->on_overflow;
     z->on_overflow_arg = opts->on_overflow_arg;
@@ -104,6 +109,7 @@ void dt_zero_destroy(dt_zero *zero)
 {
     if (!zero)
         return;
+    dt__zero_ready_reset(zero);
     for (int g = 0; g < zero->ngroups; g++)
         dt__zero_free_group(&zero->groups[g]);
     free(zero->groups);
@@ -232,6 +238,9 @@ dt_status dt_zero_add_group(dt_zero *zero, int n, const char *const *names,
     if (n < 1)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: a group needs at least one parameter "
                          "(n = %d)", fn, n);
+    if (zero->nready > 0)
+        return dt__error(DT_ERR_STATE, "%s: a step is in progress (dt_zero_grad_ready was "
+                         "called); add groups between steps", fn);
     dt_status st = check_hparams(fn, hp);
     if (st != DT_OK)
         return st;

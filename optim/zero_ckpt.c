@@ -10,6 +10,10 @@
 #include "optim/optim_impl.h"
 
 #define NKINDS 3
+/* The named value marking state saved in the parameters' global shapes; checkpoints without
+ * it hold the older per-model-row form. */
+#define FORMAT_VALUE "zero/state_format"
+#define FORMAT_GLOBAL 2
 /* State kinds in save order; a kind is present in a chunk when its tensor is. */
 static const char *kind_name(const dt__zgroup *g, int kind)
 {
@@ -120,13 +124,31 @@ static int run_part(const dt__zparam *p, const dt__zchunk *ch, int i, int64_t *l
     return *b > *a;
 }
 
-/* This client's slices of parameter p's state: for each local device that is the first of
- * its copies, the parts of p's run inside the device's partition of each chunk. */
+/* The part of device i's partition of chunk ch (as run_part) inside parameter p's local
+ * shard on device i, as positions [*pa, *pb) of the shard's row-major form (padding
+ * dropped), *src the device address of *pa in `t`; 0 when empty. */
+static int shard_part(const dt__zparam *p, const dt__zchunk *ch, const dt_tensor *t, int i,
+                      int64_t *pa, int64_t *pb, float **src)
+{
+    int64_t lo, a, b;
+    if (!run_part(p, ch, i, &lo, &a, &b))
+        return 0;
+    const DLTensor *d = dt_tensor_local(p->tensor, i);
+    int64_t numel = dt__numel(d->ndim, d->shape);
+    *pa = a - p->offset;
+    *pb = b - p->offset < numel ? b - p->offset : numel;
+    *src = (float *)dt_tensor_local(t, i)->data + (a - lo);
+    return *pb > *pa;
+}
+
+/* This client's slices of parameter p's state in the parameter's global shape: for each local
+ * device that is the first of its copies, the part of its partition of each chunk inside its
+ * local shard, cut into boxes of the global tensor. */
 static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__zparam *p,
                               save_lists *s)
 {
-    int64_t shape[DT_MAX_RANK];
-    int rank = state_shape(z, p, shape);
+    const int rank = dt_tensor_rank(p->tensor);
+    const int64_t *shape = dt_tensor_shape(p->tensor);
     for (int kind = 0; kind < NKINDS; kind++) {
         if (!kind_present(g, kind) || p->n == 0)
             continue;
@@ -143,32 +165,36 @@ static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__z
         for (int i = 0; i < z->nlocal; i++) {
             if (!dt__zero_counts(z, p, i))
                 continue;
+            const DLTensor *loc = dt_tensor_local(p->tensor, i);
+            const int64_t *loff = dt_tensor_local_offset(p->tensor, i);
             for (int c = 0; c < g->nchunks; c++) {
-                const dt__zchunk *ch = &g->chunks[c];
-                int64_t lo, a, b;
-                if (!run_part(p, ch, i, &lo, &a, &b))
+                int64_t pa, pb;
+                float *src;
+                if (!shard_part(p, &g->chunks[c], kind_tensor(&g->chunks[c], kind), i, &pa,
+                                &pb, &src))
                     continue;
-                dt_ckpt_piece pc;
-                memset(&pc, 0, sizeof pc);
-                dt_status st = add_piece(s, &pc);
-                if (st != DT_OK)
-                    return st;
-                /* dims are filled after every piece is added (the array may move). */
-                int64_t *d = s->dims + (size_t)(s->npieces - 1) * 3 * DT_MAX_RANK;
-                for (int j = 0; j < rank; j++) {
-                    d[j] = shape[j];
-                    d[DT_MAX_RANK + j] = j < p->nshard ? z->coords[i][p->shard_dims[j]] : 0;
-                    d[2 * DT_MAX_RANK + j] = 1;
+                dt__zbox boxes[DT__ZERO_MAX_BOXES];
+                int nb = dt__zero_boxes(rank, loc->shape, pa, pb, boxes);
+                for (int k = 0; k < nb; k++) {
+                    dt_ckpt_piece pc;
+                    memset(&pc, 0, sizeof pc);
+                    dt_status st = add_piece(s, &pc);
+                    if (st != DT_OK)
+                        return st;
+                    /* dims are pointed at after every piece is added (the array may move). */
+                    int64_t *d = s->dims + (size_t)(s->npieces - 1) * 3 * DT_MAX_RANK;
+                    for (int j = 0; j < rank; j++) {
+                        d[j] = shape[j];
+                        d[DT_MAX_RANK + j] = loff[j] + boxes[k].offsets[j];
+                        d[2 * DT_MAX_RANK + j] = boxes[k].sizes[j];
+                    }
+                    dt_ckpt_piece *q = &s->pieces[s->npieces - 1];
+                    q->name = name;
+                    q->dtype = DT_DTYPE_F32;
+                    q->rank = rank;
+                    q->device = i;
+                    q->data = src + (boxes[k].start - pa);
                 }
-                d[DT_MAX_RANK + rank - 1] = a - p->offset;
-                d[2 * DT_MAX_RANK + rank - 1] = b - a;
-                dt_ckpt_piece *q = &s->pieces[s->npieces - 1];
-                q->name = name;
-                q->dtype = DT_DTYPE_F32;
-                q->rank = rank;
-                q->device = i;
-                q->data = (const float *)dt_tensor_local(kind_tensor(ch, kind), i)->data +
-                          (a - lo);
             }
         }
     }
@@ -189,7 +215,7 @@ static dt_status stage_pieces(const dt_zero *z, int first, save_lists *s)
         const dt__device *dev = z->devs[pc->device];
         if (dev->kind->host_visible)
             continue;
-        size_t bytes = (size_t)pc->sizes[pc->rank - 1] * sizeof(float);
+        size_t bytes = (size_t)dt__numel(pc->rank, pc->sizes) * sizeof(float);
         st = dev->kind->host_alloc(bytes, &s->staged[j]);
         if (st != DT_OK)
             break;
@@ -208,7 +234,7 @@ static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *e
     s->nnames = z->nparams + n_extra;
     s->names = calloc((size_t)s->nnames + 1, sizeof *s->names);
     s->tensors = calloc((size_t)s->nnames + 1, sizeof *s->tensors);
-    int nours = 5 + z->ngroups;
+    int nours = 6 + z->ngroups;
     s->nvalues = o->nvalues + nours;
     s->values = calloc((size_t)s->nvalues, sizeof *s->values);
     s->value_names = calloc((size_t)z->ngroups + 1, sizeof *s->value_names);
@@ -235,9 +261,10 @@ static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *e
                            NULL, 0};
     v[4] = (dt_ckpt_value){"zero/last_overflow", DT_CKPT_VALUE_I64, sc->last_overflow, 0.0, NULL,
                            0};
+    v[5] = (dt_ckpt_value){FORMAT_VALUE, DT_CKPT_VALUE_I64, FORMAT_GLOBAL, 0.0, NULL, 0};
     for (int g = 0; g < z->ngroups; g++) {
         snprintf(s->value_names[g], sizeof s->value_names[g], "zero/group%d/lr", g);
-        v[5 + g] = (dt_ckpt_value){s->value_names[g], DT_CKPT_VALUE_F64, 0,
+        v[6 + g] = (dt_ckpt_value){s->value_names[g], DT_CKPT_VALUE_F64, 0,
                                    (double)z->groups[g].hp.lr, NULL, 0};
     }
     for (int j = 0; j < o->npieces; j++) {
@@ -262,11 +289,11 @@ static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *e
     return stage_pieces(z, nuser, s);
 }
 
-dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
-                       const char *const *extra_names, const dt_tensor *const *extra_tensors,
-                       const dt_save_opts *opts)
+/* dt_zero_save and dt_zero_save_async: req_out NULL saves synchronously. */
+static dt_status zero_save(const char *fn, dt_zero *zero, const char *dir, int n_extra,
+                           const char *const *extra_names, const dt_tensor *const *extra_tensors,
+                           const dt_save_opts *opts, dt_save_request **req_out)
 {
-    static const char fn[] = "dt_zero_save";
     if (!zero || !dir)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and dir are required", fn);
     if (n_extra < 0 || (n_extra > 0 && (!extra_names || !extra_tensors)))
@@ -281,17 +308,50 @@ dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
                          "or has a negative count", fn);
     save_lists s;
     memset(&s, 0, sizeof s);
+    dt_dtype *dtypes = NULL;
     dt_status st = build_lists(zero, n_extra, extra_names, extra_tensors, opts, &s);
+    /* The caller's save_dtypes cover its extra tensors; the parameters keep their dtype (a
+     * restore must give them back exactly). */
+    if (st == DT_OK && opts->save_dtypes) {
+        dtypes = calloc((size_t)s.nnames + 1, sizeof *dtypes);
+        if (!dtypes)
+            st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+        for (int j = 0; dtypes && j < s.nnames; j++)
+            dtypes[j] = j < zero->nparams ? dt_tensor_dtype(s.tensors[j])
+                                          : opts->save_dtypes[j - zero->nparams];
+    }
     if (st == DT_OK) {
         dt_save_opts o = *opts;
         o.nvalues = s.nvalues;
         o.values = s.values;
         o.npieces = s.npieces;
         o.pieces = s.pieces;
-        st = dt_save(zero->mesh, dir, s.nnames, s.names, s.tensors, &o);
+        o.save_dtypes = dtypes;
+        st = req_out ? dt_save_async(zero->mesh, dir, s.nnames, s.names, s.tensors, &o, req_out)
+                     : dt_save(zero->mesh, dir, s.nnames, s.names, s.tensors, &o);
     }
+    free(dtypes);
     free_lists(&s);
     return st;
+}
+
+dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
+                       const char *const *extra_names, const dt_tensor *const *extra_tensors,
+                       const dt_save_opts *opts)
+{
+    return zero_save("dt_zero_save", zero, dir, n_extra, extra_names, extra_tensors, opts, NULL);
+}
+
+dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,
+                             const char *const *extra_names,
+                             const dt_tensor *const *extra_tensors, const dt_save_opts *opts,
+                             dt_save_request **req_out)
+{
+    if (!req_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_save_async: req_out is required");
+    *req_out = NULL;
+    return zero_save("dt_zero_save_async", zero, dir, n_extra, extra_names, extra_tensors, opts,
+                     req_out);
 }
 
 /* ---- load ---------------------------------------------------------------------------------- */
@@ -335,9 +395,29 @@ static dt_status read_values(const dt_zero *z, const dt_ckpt *ck, loaded_values 
     return DT_OK;
 }
 
+/* *global_out = 1 for state saved in each parameter's global shape ("zero/state_format" 2),
+ * 0 for the older per-model-row form (no such value). */
+static dt_status read_format(const dt_ckpt *ck, int *global_out)
+{
+    int64_t v = 0;
+    dt_status st = dt_ckpt_value_i64(ck, FORMAT_VALUE, &v);
+    if (st == DT_ERR_NOT_FOUND) {
+        dt_clear_error();
+        *global_out = 0;
+        return DT_OK;
+    }
+    if (st != DT_OK || v != FORMAT_GLOBAL)
+        return dt__error(st != DT_OK ? st : DT_ERR_UNSUPPORTED, "dt_zero_load: %s: value '%s' "
+                         "is not the integer %d this version writes", dt_ckpt_path(ck),
+                         FORMAT_VALUE, FORMAT_GLOBAL);
+    *global_out = 1;
+    return DT_OK;
+}
+
 /* The parameter was saved with the same sharding (specs and the sizes of the mesh dims they
  * name); a layout that cannot be parsed is not checked here (shapes are, below). */
-static dt_status check_param_layout(const dt_zero *z, const dt_ckpt *ck, const dt__zparam *p)
+static dt_status check_param_layout(const dt_zero *z, const dt_ckpt *ck, int global,
+                                    const dt__zparam *p)
 {
     int64_t idx = -1;
     dt_ckpt_tensor_info info;
@@ -345,6 +425,8 @@ static dt_status check_param_layout(const dt_zero *z, const dt_ckpt *ck, const d
         dt_ckpt_tensor(ck, idx, &info) != DT_OK)
         return dt__error(DT_ERR_NOT_FOUND, "dt_zero_load: %s: no parameter '%s'",
                          dt_ckpt_path(ck), p->name);
+    if (global)
+        return DT_OK; /* any sharding reads the global state; dt_restore_into checks shapes */
     dt_layout *saved = NULL;
     if (!info.layout || dt_layout_parse(info.layout, &saved) != DT_OK) {
         dt_clear_error();
@@ -371,11 +453,15 @@ static dt_status check_param_layout(const dt_zero *z, const dt_ckpt *ck, const d
 }
 
 /* The state tensors of parameter p exist with the shape this optimizer expects. */
-static dt_status check_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgroup *g,
-                             const dt__zparam *p, int64_t *idx_out)
+static dt_status check_state(const dt_zero *z, const dt_ckpt *ck, int global,
+                             const dt__zgroup *g, const dt__zparam *p, int64_t *idx_out)
 {
     int64_t shape[DT_MAX_RANK];
-    int rank = state_shape(z, p, shape);
+    int rank = dt_tensor_rank(p->tensor);
+    if (global)
+        memcpy(shape, dt_tensor_shape(p->tensor), (size_t)rank * sizeof *shape);
+    else
+        rank = state_shape(z, p, shape);
     for (int kind = 0; kind < NKINDS; kind++) {
         idx_out[kind] = -1;
         if (!kind_present(g, kind) || p->n == 0)
@@ -393,10 +479,13 @@ static dt_status check_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgro
         if (!same) {
             char a[128], b[128];
             return dt__error(DT_ERR_SHAPE, "dt_zero_load: state '%s' is %s %s, f32 %s "
-                             "expected (the parameter's flattened shard differs)", name,
-                             dt_dtype_name(info.dtype),
+                             "expected (%s)", name, dt_dtype_name(info.dtype),
                              dt__shape_str(info.rank, info.shape, a, sizeof a),
-                             dt__shape_str(rank, shape, b, sizeof b));
+                             dt__shape_str(rank, shape, b, sizeof b),
+                             global ? "the parameter's global shape"
+                                    : "a checkpoint of the older per-model-row format, "
+                                      "which restores only onto a mesh whose model dims "
+                                      "shard each parameter over the same sizes");
         }
     }
     return DT_OK;
@@ -457,6 +546,61 @@ static dt_status read_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgrou
     return DT_OK;
 }
 
+/* Reads device i's positions [pa, pb) of parameter p's local shard from saved state `idx`
+ * (the parameter's global shape) into dst in that device's memory: box by box, directly
+ * when host code reaches it, else through `stage` (DT__ZERO_STAGE floats of host memory). */
+static dt_status read_shard_part(const dt_zero *z, const dt_ckpt *ck, int64_t idx,
+                                 const dt__zparam *p, int i, int64_t pa, int64_t pb,
+                                 float *dst, float *stage)
+{
+    const dt__device *dev = z->devs[i];
+    const DLTensor *loc = dt_tensor_local(p->tensor, i);
+    const int64_t *loff = dt_tensor_local_offset(p->tensor, i);
+    int visible = dev->kind->host_visible;
+    int64_t step = visible ? pb - pa : DT__ZERO_STAGE;
+    dt_status st = DT_OK;
+    for (int64_t k = pa; st == DT_OK && k < pb; k += step) {
+        int64_t e = pb - k < step ? pb : k + step;
+        float *to = visible ? dst + (k - pa) : stage;
+        dt__zbox boxes[DT__ZERO_MAX_BOXES];
+        int nb = dt__zero_boxes(loc->ndim, loc->shape, k, e, boxes);
+        for (int b = 0; st == DT_OK && b < nb; b++) {
+            int64_t offs[DT_MAX_RANK];
+            for (int j = 0; j < loc->ndim; j++)
+                offs[j] = loff[j] + boxes[b].offsets[j];
+            st = dt_ckpt_read_box(ck, idx, offs, boxes[b].sizes, to + (boxes[b].start - k),
+                                  (size_t)boxes[b].len * sizeof(float));
+        }
+        if (st == DT_OK && !visible)
+            st = dev->kind->copy(dev, DT__COPY_H2D, dst + (k - pa), stage,
+                                 (size_t)(e - k) * sizeof(float));
+    }
+    return st;
+}
+
+/* Reads this client's partition of parameter p's state saved in its global shape: every
+ * local device (copies included) reads the part of its partition inside its shard. */
+static dt_status read_state_global(const dt_zero *z, const dt_ckpt *ck, const dt__zgroup *g,
+                                   const dt__zparam *p, const int64_t *idx, float *stage)
+{
+    for (int kind = 0; kind < NKINDS; kind++) {
+        if (idx[kind] < 0)
+            continue;
+        for (int i = 0; i < z->nlocal; i++)
+            for (int c = 0; c < g->nchunks; c++) {
+                int64_t pa, pb;
+                float *dst;
+                if (!shard_part(p, &g->chunks[c], kind_tensor(&g->chunks[c], kind), i, &pa,
+                                &pb, &dst))
+                    continue;
+                dt_status st = read_shard_part(z, ck, idx[kind], p, i, pa, pb, dst, stage);
+                if (st != DT_OK)
+                    return st;
+            }
+    }
+    return DT_OK;
+}
+
 /* Host memory for staging a restore into devices host code cannot reach (NULL, and DT_OK,
  * when every local device is host visible). */
 static dt_status stage_alloc(const dt_zero *z, float **stage_out, const dt__device_kind **kind_out)
@@ -490,14 +634,18 @@ dt_status dt_zero_load(dt_zero *zero, const char *dir)
     /* Everything the index can tell is checked before any data moves. */
     if (st == DT_OK)
         st = dt_ckpt_open(dir, &ck);
+    int global = 0;
+    if (st == DT_OK)
+        st = read_format(ck, &global);
     for (int g = 0; st == DT_OK && g < zero->ngroups; g++)
         for (int j = 0; st == DT_OK && j < zero->groups[g].nparams; j++) {
             const dt__zparam *p = &zero->groups[g].params[j];
             names[p->index] = p->name;
             tensors[p->index] = p->tensor;
-            st = check_param_layout(zero, ck, p);
+            st = check_param_layout(zero, ck, global, p);
             if (st == DT_OK)
-                st = check_state(zero, ck, &zero->groups[g], p, idx + (size_t)p->index * NKINDS);
+                st = check_state(zero, ck, global, &zero->groups[g], p,
+                                 idx + (size_t)p->index * NKINDS);
         }
     if (st == DT_OK)
         st = read_values(zero, ck, &lv);
@@ -511,8 +659,9 @@ dt_status dt_zero_load(dt_zero *zero, const char *dir)
         for (int g = 0; st == DT_OK && g < zero->ngroups; g++)
             for (int j = 0; st == DT_OK && j < zero->groups[g].nparams; j++) {
                 const dt__zparam *p = &zero->groups[g].params[j];
-                st = read_state(zero, ck, &zero->groups[g], p, idx + (size_t)p->index * NKINDS,
-                                stage);
+                const int64_t *pidx = idx + (size_t)p->index * NKINDS;
+                st = global ? read_state_global(zero, ck, &zero->groups[g], p, pidx, stage)
+                            : read_state(zero, ck, &zero->groups[g], p, pidx, stage);
             }
         dt_status done = dt__zero_sync(zero);
         if (st == DT_OK)

@@ -98,7 +98,9 @@ typedef struct dt_zero_opts {
     const char *dp_dim;
     /* Most elements one all-gather of updated parameters moves (DeepSpeed's
      * allgather_bucket_size); 0 means 500000000. The temporary memory of the all-gather is
-     * about this many parameter-dtype elements. */
+     * about this many parameter-dtype elements. Rounded down to a multiple of the dp size N
+     * (and raised to N when smaller), so that every rank owns an equal share of every chunk
+     * of the flat buffer but the last. */
     int64_t allgather_size;
     dt_loss_scaler_opts scaler;
     /* Global-norm gradient clipping (PyTorch's clip_grad_norm_): when the norm of the
@@ -171,6 +173,26 @@ DT_API dt_status dt_zero_set_lr(dt_zero *zero, int group, float lr);
  * mesh; DT_ERR_INVALID_ARGUMENT a NULL gradient. */
 DT_API dt_status dt_zero_step(dt_zero *zero, dt_tensor *const *grads,
                               dt_zero_step_info *info_out);
+/* (grads NULL: every parameter was given by dt_zero_grad_ready, below; DT_ERR_STATE names one
+ * that was not, or grads given after some were.) */
+
+/* Early reduction (DeepSpeed's contiguous gradients with reduce in the backward pass): hands
+ * the optimizer parameter `index`'s gradient (as dt_zero_step's grads[index]) as soon as the
+ * backward pass has made it final. It is copied at once into the parameter's runs of the flat
+ * gradient chunks (the caller may then free or reuse it), and every chunk whose parameters
+ * are all in is reduced over the dp dim at once, in the call (stage 0 all-reduce, 1 and 2
+ * reduce-scatter), so the reduction happens while later layers' gradients are still to be
+ * computed. After every parameter's call, dt_zero_step(zero, NULL, info) does the rest of the
+ * step; its results equal dt_zero_step with the same grads, bit for bit (the same sums in the
+ * same order). Call in any order, once per parameter per step. The reduction runs in the call
+ * (blocking), not in the background: it is interleaved with the backward pass, not yet
+ * overlapped with it (docs/optim.md). Collective (every client calls it for the same
+ * parameters in the same order). DT_ERR_INVALID_ARGUMENT for a bad index or NULL grad,
+ * DT_ERR_SHAPE as dt_zero_step's, DT_ERR_STATE for a parameter already given in this step
+ * (these refusals change nothing); on a failure of the copy or reduction, or when
+ * dt_zero_step refuses the step, the step's early gradients are dropped (give every gradient
+ * again, or call dt_zero_step with grads). */
+DT_API dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad);
 
 /* Bytes this client holds for the optimizer's purposes, over its local devices. */
 typedef struct dt_zero_memory {
@@ -187,21 +209,33 @@ DT_API dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memor
 
 /* Saves the parameters (under their names), the optimizer state under per-parameter names
  * (docs/optim.md: "<name>/master", "<name>/exp_avg", "<name>/exp_avg_sq",
- * "<name>/momentum", each f32 of shape [m_1, ..., m_j, n]: one row per coordinate of each
- * non-dp mesh dim that shards the parameter (none for a parameter replicated over them, so
- * [n]), n its flattened local shard length, written as the slices each dp rank holds), the
- * scaler and step counters and the groups' learning rates as named values ("zero/step",
- * "zero/iteration", "zero/loss_scale", "zero/hysteresis_left", "zero/last_overflow",
- * "zero/group<g>/lr"), plus the caller's extra tensors and opts->values and opts->pieces, in
- * one atomic dt_save to `dir`. opts may be NULL. Collective. */
+ * "<name>/momentum", each f32 in the parameter's global shape, written as the boxes of it
+ * each device's partition holds, so that any mesh reads its own), the scaler and step
+ * counters and the groups' learning rates as named values ("zero/step", "zero/iteration",
+ * "zero/loss_scale", "zero/hysteresis_left", "zero/last_overflow", "zero/group<g>/lr", and
+ * "zero/state_format" = 2), plus the caller's extra tensors and opts->values and
+ * opts->pieces, in one atomic dt_save to `dir`. opts may be NULL; opts->save_dtypes, if not
+ * NULL, has n_extra entries, the dtypes of the extra tensors (the parameters and the state
+ * are saved in their own dtypes). Collective. */
 DT_API dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
                               const char *const *extra_names,
                               const dt_tensor *const *extra_tensors, const dt_save_opts *opts);
 
+/* dt_zero_save through dt_save_async: returns once the state, parameters and extra tensors
+ * are copied to staging memory (the next dt_zero_step may run at once); *req_out is the
+ * request whose outcome dt_save_wait gives. Errors of the start are returned here and no
+ * request is made. Collective. */
+DT_API dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,
+                                    const char *const *extra_names,
+                                    const dt_tensor *const *extra_tensors,
+                                    const dt_save_opts *opts, dt_save_request **req_out);
+
 /* Restores parameters, optimizer state, scaler and counters saved by dt_zero_save into this
- * optimizer, whose groups must have the same parameters (names, shapes, dtypes, model-dim
- * sharding) and inner optimizer kinds; the number of dp ranks, the stage and allgather_size
- * may differ. Each device reads only the slices of its own partition. The groups' learning
+ * optimizer, whose groups must have the same parameters (names, global shapes) and inner
+ * optimizer kinds; the mesh (its shape, the number of dp ranks, the model dims and how they
+ * shard each parameter), the stage and allgather_size may differ. A checkpoint of the older
+ * per-model-row format (no "zero/state_format") still restores when the model dims shard
+ * every parameter as when it was saved; otherwise DT_ERR_SHAPE says so. Each device reads only the slices of its own partition. The groups' learning
  * rates are restored; the loss scale and hysteresis only when this optimizer's scaler is
  * dynamic (a static or absent scaler keeps its configured scale). Everything is checked
  * against the index before any data is read; on a failure during the reads the parameters

@@ -268,12 +268,63 @@ static void test_memory_usage_matches_the_hand_computed_bytes(void)
     check_memory(2, DT_OPTIM_SGD);
 }
 
+/* allgather_size below the dp size N (N - 1 here): before the chunks were rounded to
+ * multiples of N, rank N - 1 owned nothing and the save wrote N - 1 files. Now each of the N
+ * devices holds its equal share of the state (4 of 4N elements), in memory and in the save. */
+static void test_an_allgather_size_below_the_dp_size_leaves_no_rank_without_state(void)
+{
+    dt_mesh *m = zt_mesh_1d();
+    int64_t n = dt_mesh_size(m);
+    int64_t shape[1] = {4 * n};
+    dt_tensor *w = filled(m, 1, shape, NULL, NULL, DT_DTYPE_F32);
+    dt_zero_opts o = DT_ZERO_OPTS_INIT;
+    o.allgather_size = n - 1;
+    dt_zero *z = NULL;
+    DT_ASSERT_OK(dt_zero_create(m, &o, &z));
+    const char *name = "w";
+    dt_optim_hparams hp = DT_OPTIM_SGD_INIT;
+    DT_ASSERT_OK(dt_zero_add_group(z, 1, &name, &w, &hp, NULL));
+    dt_zero_memory mem;
+    DT_ASSERT_OK(dt_zero_memory_usage(z, &mem));
+    CU_ASSERT_EQUAL(mem.state_bytes, (uint64_t)dt_mesh_num_local_devices(m) * 4 * sizeof(float));
+    char dir[256], ck[300];
+    dt_test_scratch_dir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    DT_ASSERT_OK(dt_zero_save(z, ck, 0, NULL, NULL, NULL));
+    dt_ckpt *c = NULL;
+    DT_ASSERT_OK(dt_ckpt_open(ck, &c));
+    CU_ASSERT_EQUAL(dt_ckpt_num_files(c), n);
+    int64_t idx = -1;
+    dt_ckpt_tensor_info ti;
+    DT_ASSERT_OK(dt_ckpt_find(c, "w/master", &idx));
+    DT_ASSERT_OK(dt_ckpt_tensor(c, idx, &ti));
+    /* Bytes of w/master per data file: 16 in every one. */
+    for (int64_t f = 0; f < dt_ckpt_num_files(c); f++) {
+        dt_ckpt_file_info fi;
+        DT_ASSERT_OK(dt_ckpt_file(c, f, &fi));
+        uint64_t bytes = 0;
+        for (int64_t k = 0; k < ti.num_slices; k++) {
+            dt_ckpt_slice_info si;
+            DT_ASSERT_OK(dt_ckpt_slice(c, idx, k, &si));
+            if (strcmp(si.file, fi.name) == 0)
+                bytes += si.bytes;
+        }
+        CU_ASSERT_EQUAL(bytes, 4 * sizeof(float));
+    }
+    dt_ckpt_close(c);
+    dt_test_scratch_remove(dir);
+    dt_zero_destroy(z);
+    dt_tensor_destroy(w);
+    dt_mesh_destroy(m);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_create_rejects_bad_options),
         DT_TEST(test_add_group_rejects_bad_parameters),
         DT_TEST(test_memory_usage_matches_the_hand_computed_bytes),
+        DT_TEST(test_an_allgather_size_below_the_dp_size_leaves_no_rank_without_state),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "optim_api", cases);

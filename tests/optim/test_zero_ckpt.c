@@ -148,20 +148,19 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     const dt_tensor *ets[1] = {extra};
     DT_ASSERT_OK(dt_zero_save(a.z, ck, 1, &en, ets, &so));
 
-    /* The index: per-parameter state, [rows of the model dims sharding it..., n]. */
+    /* The index: per-parameter state in the parameter's global shape. */
     dt_ckpt *c = NULL;
     DT_ASSERT_OK(dt_ckpt_open(ck, &c));
-    int64_t model = dt_mesh_dim_size(a.mesh, 1);
     struct {
         const char *name;
         int rank;
         int64_t s0, s1;
     } want[] = {
-        {"w1/master", 1, 15, 0},
-        {"w1/exp_avg", 1, 15, 0},
-        {"w1/exp_avg_sq", 1, 15, 0},
-        {"w2/master", 2, model, (6 + model - 1) / model * 4},
-        {"w3/momentum", 2, model, 3 * ((3 + model - 1) / model)},
+        {"w1/master", 2, 5, 3},
+        {"w1/exp_avg", 2, 5, 3},
+        {"w1/exp_avg_sq", 2, 5, 3},
+        {"w2/master", 2, 6, 4},
+        {"w3/momentum", 2, 3, 3},
         {"b3/master", 1, 2, 0},
         {"w1", 2, 5, 3},
         {"data/cursor", 1, 3, 0},
@@ -194,6 +193,8 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     CU_ASSERT_EQUAL(fv, (double)0.05f);
     DT_ASSERT_OK(dt_ckpt_value_i64(c, "epoch", &iv));
     CU_ASSERT_EQUAL(iv, 7);
+    DT_ASSERT_OK(dt_ckpt_value_i64(c, "zero/state_format", &iv));
+    CU_ASSERT_EQUAL(iv, 2);
     /* The saved master of a replicated parameter is its value in f32. */
     float master[15], w1[15];
     DT_ASSERT_OK(dt_ckpt_find(c, "w1/master", &idx));
@@ -270,10 +271,10 @@ static void test_load_names_what_does_not_match(void)
     DT_ASSERT_FAILS(dt_zero_load(b.z, ck), DT_ERR_NOT_FOUND);
     DT_ASSERT_ERROR_MENTIONS("w3/exp_avg");
     run_close(&b);
-    /* Sharded differently over the model dim. */
+    /* Sharded differently over the model dim (here: not at all) is fine now. */
     run_open(&b, 0, 1, 0, 4, 0.0f, DT_OPTIM_SGD);
-    DT_ASSERT_FAILS(dt_zero_load(b.z, ck), DT_ERR_SHAPE);
-    DT_ASSERT_ERROR_MENTIONS("w2");
+    DT_ASSERT_OK(dt_zero_load(b.z, ck));
+    same_params(&a, &b, "loaded onto the 1-D mesh");
     run_close(&b);
     /* A parameter the checkpoint does not have. */
     run_open(&b, 1, 1, 0, 4, 0.0f, DT_OPTIM_SGD);
@@ -293,12 +294,105 @@ static void test_load_names_what_does_not_match(void)
     dt_test_scratch_remove(dir);
 }
 
+/* Saves a checkpoint of the older per-model-row format by hand: parameter w1 (replicated,
+ * so its rows are its flattened value) and its state as 1-D tensors, the values without
+ * "zero/state_format"; `state` holds master, exp_avg, exp_avg_sq (15 each). w2_len > 0 adds
+ * parameter w2 zeros and its state of shape [2, w2_len]. */
+static void save_legacy(const run *a, const char *dir, float state[3][15], int64_t w2_len)
+{
+    dt_layout *l1 = dt_test_layout(a->mesh, 1, NULL, NULL, NULL);
+    dt_layout *l2 = dt_test_layout(a->mesh, 2, NULL, NULL, NULL);
+    int64_t s15[1] = {15}, s2[2] = {2, w2_len};
+    dt_tensor *t[8];
+    const char *names[8] = {"w1", "w1/master", "w1/exp_avg", "w1/exp_avg_sq", "w2",
+                            "w2/master", "w2/exp_avg", "w2/exp_avg_sq"};
+    t[0] = a->params[0];
+    for (int k = 0; k < 3; k++)
+        t[1 + k] = zt_tensor(l1, DT_DTYPE_F32, s15, state[k]);
+    int n = 4;
+    float zeros[64] = {0};
+    if (w2_len > 0) {
+        t[4] = a->params[1];
+        for (int k = 0; k < 3; k++)
+            t[5 + k] = zt_tensor(l2, DT_DTYPE_F32, s2, zeros);
+        n = 8;
+    }
+    dt_ckpt_value v[6] = {
+        {"zero/step", DT_CKPT_VALUE_I64, 2, 0.0, NULL, 0},
+        {"zero/iteration", DT_CKPT_VALUE_I64, 3, 0.0, NULL, 0},
+        {"zero/loss_scale", DT_CKPT_VALUE_F64, 0, dt_zero_loss_scale(a->z), NULL, 0},
+        {"zero/hysteresis_left", DT_CKPT_VALUE_I64, 1, 0.0, NULL, 0},
+        {"zero/last_overflow", DT_CKPT_VALUE_I64, 1, 0.0, NULL, 0},
+        {"zero/group0/lr", DT_CKPT_VALUE_F64, 0, (double)0.01f, NULL, 0},
+    };
+    dt_save_opts so = DT_SAVE_OPTS_INIT;
+    so.fsync = 0;
+    so.nvalues = 6;
+    so.values = v;
+    DT_ASSERT_OK(dt_save(a->mesh, dir, n, names, (const dt_tensor *const *)t, &so));
+    for (int k = 1; k < n; k++)
+        if (k != 4)
+            dt_tensor_destroy(t[k]);
+    dt_layout_destroy(l1);
+    dt_layout_destroy(l2);
+}
+
+static void test_older_per_model_row_checkpoint_restores_on_its_mesh_or_is_refused(void)
+{
+    char dir[256], ck[300], old[300];
+    dt_test_scratch_dir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(old, sizeof old, "%s/old", dir);
+    /* w1 alone, 1-D mesh: three steps (one overflows), saved in today's format; its state,
+     * read back whole, is the older format's too (one row: the flattened value). */
+    run a, b;
+    run_open(&a, 0, 1, 0, 1, 0.0f, DT_OPTIM_SGD);
+    dt_zero_step_info ia, ib;
+    for (int step = 0; step < 3; step++)
+        run_step(&a, step, &ia);
+    DT_ASSERT_OK(dt_zero_save(a.z, ck, 0, NULL, NULL, NULL));
+    float state[3][15];
+    dt_ckpt *c = NULL;
+    DT_ASSERT_OK(dt_ckpt_open(ck, &c));
+    const char *kinds[3] = {"w1/master", "w1/exp_avg", "w1/exp_avg_sq"};
+    for (int k = 0; k < 3; k++) {
+        int64_t idx = -1;
+        DT_ASSERT_OK(dt_ckpt_find(c, kinds[k], &idx));
+        DT_ASSERT_OK(dt_ckpt_read_tensor(c, idx, state[k], sizeof state[k]));
+    }
+    dt_ckpt_close(c);
+    save_legacy(&a, old, state, 0);
+    run_open(&b, 0, 2, 4, 1, 1.0f, DT_OPTIM_SGD);
+    DT_ASSERT_OK(dt_zero_load(b.z, old));
+    same_params(&a, &b, "older format loaded");
+    for (int step = 3; step < 5; step++) {
+        run_step(&a, step, &ia);
+        run_step(&b, step, &ib);
+        CU_ASSERT_EQUAL(ib.step, ia.step);
+        same_params(&a, &b, "older format continued");
+    }
+    run_close(&b);
+    /* w2 with state rows for 2 model coordinates, loaded where w2 is whole: refused, saying
+     * why. */
+    run_close(&a);
+    run_open(&a, 0, 1, 0, 2, 0.0f, DT_OPTIM_SGD);
+    save_legacy(&a, old, state, 12);
+    run_open(&b, 0, 1, 0, 2, 0.0f, DT_OPTIM_SGD);
+    DT_ASSERT_FAILS(dt_zero_load(b.z, old), DT_ERR_SHAPE);
+    DT_ASSERT_ERROR_MENTIONS("w2/master");
+    DT_ASSERT_ERROR_MENTIONS("per-model-row");
+    run_close(&b);
+    run_close(&a);
+    dt_test_scratch_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_restore_into_another_stage_continues_bit_for_bit),
         DT_TEST(test_restore_onto_another_number_of_dp_ranks),
         DT_TEST(test_load_names_what_does_not_match),
+        DT_TEST(test_older_per_model_row_checkpoint_restores_on_its_mesh_or_is_refused),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "optim_ckpt", cases);

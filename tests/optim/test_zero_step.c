@@ -124,7 +124,9 @@ static const pdesc group_b[2] = {
     {"b3", 1, {2, 0}, NULL, NULL},
 };
 
-static void run_reference_case(int model, int stage, int64_t allgather)
+/* early: the gradients go in through dt_zero_grad_ready, last parameter first (as a backward
+ * pass makes them), then dt_zero_step(z, NULL). */
+static void run_reference_case(int model, int stage, int64_t allgather, int early)
 {
     dt_mesh *m = model ? zt_mesh_2d() : zt_mesh_1d();
     int64_t ndp = dt_mesh_dim_size(m, dt_mesh_dim_index(m, "batch"));
@@ -164,7 +166,17 @@ static void run_reference_case(int model, int stage, int64_t allgather)
             grads[j] = zt_grad(params[j], j < 3 ? DT_DTYPE_F32 : DT_DTYPE_BF16, grad_value,
                                step, 8.0f, &gens[j]);
         dt_zero_step_info info;
-        DT_ASSERT_OK(dt_zero_step(z, grads, &info));
+        if (early) {
+            for (int j = 4; j >= 0; j--) {
+                DT_ASSERT_OK(dt_zero_grad_ready(z, j, grads[j]));
+                /* The optimizer holds its own copy from here on. */
+                dt_tensor_destroy(grads[j]);
+                grads[j] = NULL;
+            }
+            DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
+        } else {
+            DT_ASSERT_OK(dt_zero_step(z, grads, &info));
+        }
         CU_ASSERT_EQUAL(info.skipped, 0);
         CU_ASSERT_EQUAL(info.step, step + 1);
         CU_ASSERT_EQUAL(info.iteration, step);
@@ -198,7 +210,56 @@ static void test_step_matches_host_reference_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++)
-            run_reference_case(model, stage, 0);
+            run_reference_case(model, stage, 0, 0);
+}
+
+static void test_gradients_handed_over_early_give_the_reference_result_in_every_stage(void)
+{
+    for (int model = 0; model < 2; model++)
+        for (int stage = 0; stage < 3; stage++) {
+            run_reference_case(model, stage, 7, 1);
+            run_reference_case(model, stage, 0, 1);
+        }
+}
+
+/* dt_zero_grad_ready's misuse: a bad index, a parameter given twice, a step with some
+ * parameters missing (named) or with grads after early ones; then a plain step works. */
+static void test_early_gradients_refuse_misuse_clearly(void)
+{
+    dt_mesh *m = zt_mesh_1d();
+    dt_zero *z = NULL;
+    DT_ASSERT_OK(dt_zero_create(m, NULL, &z));
+    dt_tensor *params[2];
+    const char *names[2] = {"a", "b"};
+    for (int j = 0; j < 2; j++)
+        params[j] = make_param(m, &group_b[j], 0, DT_DTYPE_F32, j);
+    dt_optim_hparams hp = DT_OPTIM_SGD_INIT;
+    DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &hp, NULL));
+    gen gens[2] = {{0, -1, 0, 0.0f}, {1, -1, 0, 0.0f}};
+    dt_tensor *grads[2];
+    for (int j = 0; j < 2; j++)
+        grads[j] = zt_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
+    DT_ASSERT_FAILS(dt_zero_grad_ready(z, 2, grads[0]), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("parameter 2");
+    DT_ASSERT_FAILS(dt_zero_grad_ready(z, 0, grads[1]), DT_ERR_SHAPE);
+    DT_ASSERT_OK(dt_zero_grad_ready(z, 1, grads[1]));
+    DT_ASSERT_FAILS(dt_zero_grad_ready(z, 1, grads[1]), DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("already");
+    /* Refused input loses nothing: 'b' is still in; the step's refusal drops it. */
+    DT_ASSERT_FAILS(dt_zero_step(z, NULL, NULL), DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("'a'");
+    DT_ASSERT_OK(dt_zero_grad_ready(z, 0, grads[0]));
+    DT_ASSERT_FAILS(dt_zero_step(z, grads, NULL), DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("pass NULL");
+    dt_zero_step_info info;
+    DT_ASSERT_OK(dt_zero_step(z, grads, &info));
+    CU_ASSERT_EQUAL(info.step, 1);
+    for (int j = 0; j < 2; j++) {
+        dt_tensor_destroy(grads[j]);
+        dt_tensor_destroy(params[j]);
+    }
+    dt_zero_destroy(z);
+    dt_mesh_destroy(m);
 }
 
 static void test_tiny_allgather_chunks_give_the_same_result(void)
@@ -206,8 +267,8 @@ static void test_tiny_allgather_chunks_give_the_same_result(void)
     /* 7 elements per chunk: chunks cut through parameters and partitions. */
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++)
-            run_reference_case(model, stage, 7);
-    run_reference_case(1, 2, 1);
+            run_reference_case(model, stage, 7, 0);
+    run_reference_case(1, 2, 1, 0);
 }
 
 typedef struct overflow_log {
@@ -514,6 +575,8 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_step_matches_host_reference_in_every_stage),
         DT_TEST(test_tiny_allgather_chunks_give_the_same_result),
+        DT_TEST(test_gradients_handed_over_early_give_the_reference_result_in_every_stage),
+        DT_TEST(test_early_gradients_refuse_misuse_clearly),
         DT_TEST(test_overflow_on_one_rank_skips_the_step_everywhere),
         DT_TEST(test_clipping_uses_the_hand_worked_global_norm),
         DT_TEST(test_dynamic_scaler_follows_the_hand_worked_sequence),

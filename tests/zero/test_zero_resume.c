@@ -8,6 +8,7 @@
  * per-parameter state tensors are read back with the ckpt inspection API and compared with the
  * reference state. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,9 @@ static const char *const pname[NP] = {"enc/w", "enc/b", "head/w"};
 static const int prank[NP] = {2, 1, 2};
 static const int64_t pshape[NP][2] = {{7, 5}, {5, 0}, {3, 4}};
 static const int pgroup[NP] = {0, 0, 1};
+/* How each parameter is split on a mesh with a "model" dim (unevenly where it is 2: the flat
+ * buffers have padding). */
+static const char *const pspec[NP][2] = {{NULL, "model"}, {"model", NULL}, {"model", NULL}};
 static const int inject[] = {2, 7, 12, 13};
 
 static int64_t pnumel(int k)
@@ -144,8 +148,10 @@ static void model_create(model *m, dt_mesh *mesh, int stage, dt_dtype dtype, flo
     float sevens[MAXN];
     for (int e = 0; e < MAXN; e++)
         sevens[e] = 7.0f;
+    int sharded = dt_mesh_dim_index(mesh, "model") >= 0;
     for (int k = 0; k < NP; k++) {
-        m->l[k] = dt_test_layout(mesh, prank[k], NULL, NULL, NULL);
+        m->l[k] = dt_test_layout(mesh, prank[k], sharded ? pspec[k][0] : NULL,
+                                 sharded ? pspec[k][1] : NULL, NULL);
         m->p[k] = zt_tensor(m->l[k], dtype, pshape[k], init ? init[k] : sevens);
     }
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
@@ -285,7 +291,10 @@ static void check_checkpoint(const char *dir, const ref_state *want, dt_dtype dt
     dt_ckpt_close(ck);
 }
 
-static void save_model(model *m, const char *dir)
+/* async: through dt_zero_save_async, the extra tensor stored as bf16 (its values are exact
+ * in bf16), and one more step (iteration t) taken before the save completes. */
+static void save_model_as(model *m, const char *dir, int async, const ref_traj *r, int64_t t,
+                          const char *label)
 {
     /* An extra tensor (replicated, f32) and a value of the caller ride along. */
     dt_layout *l = dt_test_layout(m->mesh, 1, NULL, NULL, NULL);
@@ -299,9 +308,24 @@ static void save_model(model *m, const char *dir)
     so.fsync = 0;
     so.nvalues = 1;
     so.values = &v;
-    DT_ASSERT_OK(dt_zero_save(m->z, dir, 1, en, et, &so));
+    if (async) {
+        const dt_dtype as[1] = {DT_DTYPE_BF16};
+        so.save_dtypes = as;
+        dt_save_request *req = NULL;
+        DT_ASSERT_OK(dt_zero_save_async(m->z, dir, 1, en, et, &so, &req));
+        /* The save has its own copy: the next step may run at once. */
+        CU_ASSERT_EQUAL(run_steps(m, r, t, t + 1, label), 0);
+        DT_ASSERT_OK(dt_save_wait(req));
+    } else {
+        DT_ASSERT_OK(dt_zero_save(m->z, dir, 1, en, et, &so));
+    }
     dt_tensor_destroy(extra);
     dt_layout_destroy(l);
+}
+
+static void save_model(model *m, const char *dir)
+{
+    save_model_as(m, dir, 0, NULL, 0, NULL);
 }
 
 static void check_extra(dt_mesh *mesh, const char *dir)
@@ -393,6 +417,77 @@ static void resume(dt_dtype dtype)
     dt_test_scratch_remove(dir);
 }
 
+/* Saved on one batch x model mesh, restored on another shape (the model dim resized: the
+ * parameters' shards and the flat buffers change), continued to the end: every iteration
+ * equals the mesh-independent reference bit for bit, so the run also equals an uninterrupted
+ * one on the target mesh. One save is asynchronous. */
+static void reshape(dt_dtype dtype)
+{
+    static ref_traj r;
+    ref_compute(&r, dtype);
+    char dir[256], ck[320];
+    dt_test_scratch_dir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    static const struct {
+        int64_t b, m;
+        int stage;
+        int64_t tb, tm;
+        int tstage;
+    } cases[3] = {
+        {2, 2, 2, 4, 1, 1},
+        {4, 1, 1, 1, 2, 0},
+        {2, 2, 1, 1, 1, 2},
+    };
+    for (int c = 0; c < 3; c++) {
+        dt_mesh *from = zt_mesh_bm(cases[c].b, cases[c].m);
+        dt_mesh *to = zt_mesh_bm(cases[c].tb, cases[c].tm);
+        char label[128];
+        snprintf(label, sizeof label, "%s saved at stage %d on %lldx%lld, loaded at stage %d on "
+                 "%lldx%lld", dt_dtype_name(dtype), cases[c].stage, (long long)cases[c].b,
+                 (long long)cases[c].m, cases[c].tstage, (long long)cases[c].tb,
+                 (long long)cases[c].tm);
+        model m;
+        if (zt_in_mesh(from)) {
+            model_create(&m, from, cases[c].stage, dtype, r.init);
+            CU_ASSERT_EQUAL(run_steps(&m, &r, 0, SAVE_AT, label), 0);
+            save_model_as(&m, ck, c == 1, &r, SAVE_AT, label);
+            model_destroy(&m);
+        }
+        /* The saving clients' commit is seen by every client. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        check_checkpoint(ck, &r.after[SAVE_AT - 1], dtype);
+        if (dt_client_id() == 0) {
+            /* save_dtypes reached the extra tensor only (the parameters kept theirs, above). */
+            dt_ckpt *ckp = NULL;
+            int64_t idx = -1;
+            dt_ckpt_tensor_info ti;
+            DT_ASSERT_OK(dt_ckpt_open(ck, &ckp));
+            DT_ASSERT_OK(dt_ckpt_find(ckp, "data/cursor", &idx));
+            DT_ASSERT_OK(dt_ckpt_tensor(ckp, idx, &ti));
+            CU_ASSERT_EQUAL(ti.dtype, c == 1 ? DT_DTYPE_BF16 : DT_DTYPE_F32);
+            dt_ckpt_close(ckp);
+        }
+        if (zt_in_mesh(to)) {
+            model_create(&m, to, cases[c].tstage, dtype, NULL);
+            DT_ASSERT_OK(dt_zero_load(m.z, ck));
+            CU_ASSERT_EQUAL(check_params(&m, &r.after[SAVE_AT - 1], label, SAVE_AT - 1), 0);
+            CU_ASSERT_EQUAL(run_steps(&m, &r, SAVE_AT, STEPS, label), 0);
+            check_extra(to, ck);
+            model_destroy(&m);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        dt_mesh_destroy(from);
+        dt_mesh_destroy(to);
+    }
+    dt_test_scratch_remove(dir);
+}
+
+static void test_zero_saved_on_one_mesh_shape_restores_on_another_and_continues_exactly(void)
+{
+    reshape(DT_DTYPE_F32);
+    reshape(DT_DTYPE_BF16);
+}
+
 static void test_zero_f32_saved_on_4_restored_on_2_and_3_continues_exactly(void)
 {
     resume(DT_DTYPE_F32);
@@ -468,6 +563,7 @@ int main(int argc, char **argv)
         DT_TEST(test_zero_f32_saved_on_4_restored_on_2_and_3_continues_exactly),
         DT_TEST(test_zero_bf16_saved_on_4_restored_on_2_and_3_continues_exactly),
         DT_TEST(test_zero_load_names_missing_or_mismatched_parameters),
+        DT_TEST(test_zero_saved_on_one_mesh_shape_restores_on_another_and_continues_exactly),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "zero_resume", cases);

@@ -17,21 +17,30 @@ int zt_num_devices(void)
 
 dt_mesh *zt_mesh_dp(int64_t k)
 {
-    int64_t n = zt_num_devices();
+    return zt_mesh_bm(k, 0);
+}
+
+dt_mesh *zt_mesh_bm(int64_t b, int64_t m)
+{
+    int64_t n = zt_num_devices(), k = b * (m ? m : 1);
     CU_ASSERT_FATAL(k >= 1 && k <= n);
     /* Devices spread evenly over the present ones (ids floor(i n / k)), so under MPI a small
      * mesh still spans several processes. */
     char text[4096];
-    int len = snprintf(text, sizeof text, "mesh:\n  name: dp%lld\n  device_type: %s\n"
-                       "  dims: {batch: %lld}\n  device_ids: [", (long long)k,
-                       dt_device_type_name(dt_test_device_type()), (long long)k);
+    const char *dev = dt_device_type_name(dt_test_device_type());
+    int len = m ? snprintf(text, sizeof text, "mesh:\n  name: bm%lldx%lld\n  device_type: %s\n"
+                           "  dims: {batch: %lld, model: %lld}\n  device_ids: [", (long long)b,
+                           (long long)m, dev, (long long)b, (long long)m)
+                : snprintf(text, sizeof text, "mesh:\n  name: dp%lld\n  device_type: %s\n"
+                           "  dims: {batch: %lld}\n  device_ids: [", (long long)b, dev,
+                           (long long)b);
     for (int64_t i = 0; i < k; i++)
         len += snprintf(text + len, sizeof text - (size_t)len, "%s%lld", i ? ", " : "",
                         (long long)(i * n / k));
     snprintf(text + len, sizeof text - (size_t)len, "]\n");
-    dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_from_yaml_string(text, NULL, &m));
-    return m;
+    dt_mesh *mesh = NULL;
+    DT_ASSERT_OK(dt_mesh_from_yaml_string(text, NULL, &mesh));
+    return mesh;
 }
 
 dt_mesh *zt_mesh_batch_model(void)

@@ -16,6 +16,9 @@ int zt_num_devices(void);
  * present (ids floor(i n / k)), so under MPI even a small mesh spans several processes;
  * clients holding none of its devices stay out of its collectives. */
 dt_mesh *zt_mesh_dp(int64_t k);
+/* The same, 2-D: batch (b) x model (m) over b m devices spread evenly; m = 0 gives the 1-D
+ * zt_mesh_dp(b). */
+dt_mesh *zt_mesh_bm(int64_t b, int64_t m);
 /* 2-D mesh batch x model (model = 2) over every device (needs an even device count). */
 dt_mesh *zt_mesh_batch_model(void);
 /* 1 if this client holds devices of `mesh` (only those clients take part in its
