@@ -52,6 +52,32 @@ typedef struct dt__ops_backend {
                      float *momentum_buf);
     dt_status (*adam)(int64_t n, const dt_adam_opts *opts, int64_t step, float *param,
                       const float *grad, float *m, float *v);
+    dt_status (*layer_norm)(int64_t rows, int64_t cols, const float *x, const float *gamma,
+                            const float *beta, float eps, float *y);
+    dt_status (*layer_norm_grad)(int64_t rows, int64_t cols, const float *x,
+                                 const float *gamma, const float *dy, float eps, float *dx,
+                                 float *dgamma, float *dbeta);
+    dt_status (*softmax)(int64_t outer, int64_t len, int64_t inner, const float *x, float *y);
+    dt_status (*softmax_grad)(int64_t outer, int64_t len, int64_t inner, const float *y,
+                              const float *dy, float *dx);
+    dt_status (*attention)(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           int causal, const float *q, const float *k, const float *v,
+                           float *y);
+    dt_status (*attention_grad)(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                int causal, const float *q, const float *k, const float *v,
+                                const float *dy, float *dq, float *dk, float *dv);
+    dt_status (*embedding)(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                           int64_t dim, const float *table, float *out);
+    dt_status (*embedding_grad)(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                                int64_t dim, const float *dout, float *dtable);
+    dt_status (*vocab_xent_stats)(int64_t rows, int64_t cols, const float *logits,
+                                  const float *rowmax, int64_t lo, int64_t vocab,
+                                  const int32_t *labels, float *sumexp, float *target);
+    dt_status (*vocab_xent_loss)(int64_t rows, const float *rowmax, const float *sumexp,
+                                 const float *target, float scale, float *loss_out);
+    dt_status (*vocab_xent_grad)(int64_t rows, int64_t cols, const float *logits,
+                                 const float *rowmax, const float *sumexp, int64_t lo,
+                                 const int32_t *labels, float scale, float *dlogits);
 } dt__ops_backend;
 
 /* The tables (ops/backend.c for the CPU, ops/cuda/, ops/sim/) are declared in
@@ -123,5 +149,19 @@ int64_t dt__local_numel(const dt_tensor *t, int i);
 /* A new uninitialised tensor with the given lspec on t's mesh. */
 dt_status dt__tensor_new(const dt_mesh *mesh, const dt__lspec *ls, dt_dtype dtype,
                          const int64_t *shape, dt_tensor **out);
+
+/* ---- N-d helpers (ops/spmd_view.c, ops/spmd_nn_util.c) --------------------------------- */
+
+/* 1 if sharding `lead` rows over mesh dim `mesh_dim` (-1: none) gives the same blocks as
+ * sharding lead * inner rows, scaled by inner (so a flattened view keeps its local blocks). */
+int dt__rows_aligned(const dt_mesh *mesh, int mesh_dim, int64_t lead, int64_t inner);
+/* A zero-copy view of t with another global shape and layout `ls` whose local blocks hold the
+ * same elements in the same order (DT_ERR_SHAPE otherwise); holds a reference on t's memory. */
+dt_status dt__tensor_view(const dt_tensor *t, const dt__lspec *ls, const int64_t *shape,
+                          dt_tensor **out);
+/* set_device for local component i of t (nothing for backends without it). */
+dt_status dt__set_device_of(const dt__ops_backend *be, const dt_tensor *t, int i);
+/* t's layout spec with dim `dim` (-1: none) unsharded and partial dims dropped. */
+void dt__lspec_gathered(const dt_tensor *t, int dim, dt__lspec *out);
 
 #endif
