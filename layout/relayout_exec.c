@@ -95,7 +95,7 @@ static dt_status reduce_piece(exec_ctx *x, size_t i)
     dt_status st = DT_OK;
     int direct = from.dev == dev || (host_side(&to) && host_side(&from));
     if (!direct) {
-        st = dev->kind->alloc(dev, p->bytes ? p->bytes : 1, &buf);
+        st = dt__device_alloc(dev, p->bytes, &buf);
         side staged = {buf, p->box.off, p->box.len, dev};
         if (st == DT_OK)
             st = copy_box(x, p, &staged, &from);
@@ -108,7 +108,7 @@ static dt_status reduce_piece(exec_ctx *x, size_t i)
     if (st == DT_OK)
         st = ra.st;
     if (buf)
-        dev->kind->free(dev, buf); /* waits for the reduction reading it */
+        dt__device_free(dev, buf, p->bytes); /* reused on the same stream only */
     return st;
 }
 

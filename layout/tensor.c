@@ -51,7 +51,7 @@ static void free_component_memory(const dt_tensor *t, component *c)
         if (c->managed->deleter)
             c->managed->deleter(c->managed);
     } else if (c->alloc) {
-        c->dev->kind->free(c->dev, c->alloc);
+        dt__device_free(c->dev, c->alloc, c->bytes);
     }
     c->managed = NULL;
     c->alloc = NULL;
@@ -169,7 +169,7 @@ static dt_status alloc_components(dt_tensor *t)
 {
     for (int i = 0; i < t->nlocal; i++) {
         component *c = &t->comps[i];
-        dt_status st = c->dev->kind->alloc(c->dev, c->bytes ? c->bytes : 1, &c->alloc);
+        dt_status st = dt__device_alloc(c->dev, c->bytes, &c->alloc);
         if (st != DT_OK)
             return st;
         c->dl.data = c->alloc;

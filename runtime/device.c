@@ -159,6 +159,7 @@ dt_status dt__devices_open(int ncpu, int cpu_first_id, int gpu_first_id)
 
 void dt__devices_close(void)
 {
+    dt__device_pool_trim();
     for (int t = 1; t >= 0; t--) {
         if (reg.ndevs[t] && reg.devs[t][0].kind->stop)
             reg.devs[t][0].kind->stop();

@@ -90,6 +90,14 @@ const dt__device *dt__device_local(dt_device_type type, int local_index);
 /* The local device whose global id is `global_id`, or NULL when another client owns it. */
 const dt__device *dt__device_by_id(dt_device_type type, int global_id);
 
+/* Device memory through the per-device cache of freed blocks (runtime/device_pool.c): what
+ * every caller outside the kinds uses. free takes the size given to alloc. configure reads
+ * DT_DEVICE_POOL_MAX_MB (dt_init); trim frees every cached block (dt_finalize). */
+dt_status dt__device_alloc(const dt__device *dev, size_t bytes, void **ptr_out);
+void dt__device_free(const dt__device *dev, void *ptr, size_t bytes);
+dt_status dt__device_pool_configure(void);
+void dt__device_pool_trim(void);
+
 /* The device of a tensor's local component i (NULL if out of range). layout/tensor.c. */
 const dt__device *dt__tensor_device(const dt_tensor *t, int i);
 

@@ -213,6 +213,8 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
     if (st == DT_OK)
         st = dt__pool_configure();
     if (st == DT_OK)
+        st = dt__device_pool_configure();
+    if (st == DT_OK)
         st = start_mpi(argc, argv);
     if (st != DT_OK)
         return st;

@@ -70,7 +70,7 @@ static void test_demanding_cuda_without_a_gpu_names_what_is_missing(void)
     unsetenv("DT_GPU");
 }
 
-static void __attribute__((unused)) test_sim_gives_logical_gpus_with_cpu_devices_beside_them(void)
+static void test_sim_gives_logical_gpus_with_cpu_devices_beside_them(void)
 {
     setenv("DT_GPU", "sim", 1);
     dt_init_opts o = DT_INIT_OPTS_INIT;
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
         DT_TEST(test_init_rejects_bad_gpu_settings_before_mpi_starts),
         DT_TEST(test_every_kind_in_the_build_has_its_kernel_table),
         DT_TEST(test_demanding_cuda_without_a_gpu_names_what_is_missing),
-        /* SIM-CASE */
+        DT_TEST(test_sim_gives_logical_gpus_with_cpu_devices_beside_them),
         DT_TEST(test_finalize_ends_the_mpi_a_failed_init_started),
         DT_TEST_END,
     };
