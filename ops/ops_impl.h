@@ -74,7 +74,8 @@ typedef struct dt__ops_backend {
                                   const float *rowmax, int64_t lo, int64_t vocab,
                                   const int32_t *labels, float *sumexp, float *target);
     dt_status (*vocab_xent_loss)(int64_t rows, const float *rowmax, const float *sumexp,
-                                 const float *target, float scale, float *loss_out);
+                                 const float *target, const int32_t *labels, float scale,
+                                 float *loss_out);
     dt_status (*vocab_xent_grad)(int64_t rows, int64_t cols, const float *logits,
                                  const float *rowmax, const float *sumexp, int64_t lo,
                                  const int32_t *labels, float scale, float *dlogits);

@@ -293,7 +293,8 @@ dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
         if (st == DT_OK)
             st = x.be->vocab_xent_loss(dt__local_numel(x.rowmax, i),
                                        dt__local_data(x.rowmax, i), dt__local_data(x.sumexp, i),
-                                       dt__local_data(x.target, i), scale,
+                                       dt__local_data(x.target, i),
+                                       dt__local_data(x.labels, i), scale,
                                        dt__local_data(loss, i));
     }
     st = dt__ops_finish(x.be, op, layout, st, &loss, loss_out);

@@ -65,7 +65,7 @@ dt_status dt_kernel_vocab_xent_stats(int64_t rows, int64_t cols, const float *lo
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: bad slice (cols %lld at %lld of %lld)", op,
                        (long long)cols, (long long)lo, (long long)vocab);
     for (int64_t i = 0; st == DT_OK && i < rows; i++)
-        if (labels[i] < 0 || labels[i] >= vocab)
+        if (labels[i] >= vocab)
             st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: label %d of row %lld outside 0..%lld",
                            op, (int)labels[i], (long long)i, (long long)(vocab - 1));
     if (st != DT_OK)
@@ -83,17 +83,19 @@ dt_status dt_kernel_vocab_xent_stats(int64_t rows, int64_t cols, const float *lo
 }
 
 dt_status dt_kernel_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
-                                    const float *target, float scale, float *loss_out)
+                                    const float *target, const int32_t *labels, float scale,
+                                    float *loss_out)
 {
-    const void *p[] = {rowmax, sumexp, target};
-    dt_status st = dt__kcheck("dt_kernel_vocab_xent_loss", rows, 3, p);
+    const void *p[] = {rowmax, sumexp, target, labels};
+    dt_status st = dt__kcheck("dt_kernel_vocab_xent_loss", rows, 4, p);
     if (st == DT_OK && !loss_out)
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_vocab_xent_loss: loss_out is NULL");
     if (st != DT_OK)
         return st;
     double total = 0.0;
     for (int64_t i = 0; i < rows; i++)
-        total += log((double)sumexp[i]) + (double)rowmax[i] - (double)target[i];
+        if (labels[i] >= 0)
+            total += log((double)sumexp[i]) + (double)rowmax[i] - (double)target[i];
     *loss_out = (float)(scale * total);
     return DT_OK;
 }
@@ -114,6 +116,10 @@ dt_status dt_kernel_vocab_xent_grad(int64_t rows, int64_t cols, const float *log
         float *d = dlogits + i * cols;
         float inv = 1.0f / sumexp[i];
         int64_t t = (int64_t)labels[i] - lo;
+        if (labels[i] < 0) {
+            memset(d, 0, (size_t)cols * sizeof *d);
+            continue;
+        }
         for (int64_t j = 0; j < cols; j++)
             d[j] = scale * (expf(x[j] - rowmax[i]) * inv - (j == t ? 1.0f : 0.0f));
     }

@@ -153,17 +153,21 @@ DT_API dt_status dt_kernel_embedding_grad(int64_t n, const int32_t *ids, int64_t
 /* Vocab-parallel cross-entropy pieces (Megatron). `logits` [rows, cols] holds classes
  * lo .. lo+cols-1 of `vocab`; rowmax [rows] the max over all classes. stats writes
  * sumexp[i] = sum_j exp(logits[i,j] - rowmax[i]) and target[i] = logits[i, labels[i] - lo]
- * when the label is in the slice, else 0 (both summed over the slices afterwards); labels
- * outside 0..vocab-1 are DT_ERR_INVALID_ARGUMENT naming the row. loss writes
- *   *loss_out = scale * sum_i (log(sumexp[i]) + rowmax[i] - target[i]);
- * grad writes dlogits = scale * (exp(logits - rowmax) / sumexp - onehot(labels - lo)). */
+ * when the label is in the slice, else 0 (both summed over the slices afterwards). A negative
+ * label marks a row to ignore (padding: no loss, zero gradient); labels >= vocab are
+ * DT_ERR_INVALID_ARGUMENT naming the row. loss writes
+ *   *loss_out = scale * sum over rows with labels[i] >= 0 of
+ *               (log(sumexp[i]) + rowmax[i] - target[i]);
+ * grad writes dlogits = scale * (exp(logits - rowmax) / sumexp - onehot(labels - lo)), zeros
+ * on ignored rows. */
 DT_API dt_status dt_kernel_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
                                             const float *rowmax, int64_t lo, int64_t vocab,
                                             const int32_t *labels, float *sumexp,
                                             float *target);
 DT_API dt_status dt_kernel_vocab_xent_loss(int64_t rows, const float *rowmax,
                                            const float *sumexp, const float *target,
-                                           float scale, float *loss_out);
+                                           const int32_t *labels, float scale,
+                                           float *loss_out);
 DT_API dt_status dt_kernel_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
                                            const float *rowmax, const float *sumexp,
                                            int64_t lo, const int32_t *labels, float scale,
@@ -381,7 +385,9 @@ DT_API dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *
                                        const dt_tensor *dout, const dt_layout *layout,
                                        dt_tensor **dtable_out);
 
-/* Mean cross-entropy of logits [..., vocab] against i32 labels [...] (each in 0..vocab-1)
+/* Mean cross-entropy of logits [..., vocab] against i32 labels [...] (each in 0..vocab-1, or
+ * negative: an ignored position, which adds 0 but still counts in the mean's divisor, so a
+ * caller with padding rescales by rows / counted rows)
  * without gathering the vocabulary (Megatron's vocab-parallel loss): the vocabulary keeps
  * its sharding, the local row maxima are all-reduced (max), then the local sums of
  * exponentials and the target logits (summed). The loss is rank 0, partial (sum) over the

@@ -97,8 +97,12 @@ cudaError_t dt__cuda_vocab_xent_stats(int64_t rows, int64_t cols, const float *l
                                       const float *rowmax, int64_t lo, const int32_t *labels,
                                       float *sumexp, float *target, cudaStream_t s);
 cudaError_t dt__cuda_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
-                                     const float *target, float scale, float *loss_out,
-                                     cudaStream_t s);
+                                     const float *target, const int32_t *labels, float scale,
+                                     float *loss_out, cudaStream_t s);
+/* *bad_row = smallest row with a label >= vocab (negative labels are allowed: ignored rows);
+ * *bad_row must hold all ones before. */
+cudaError_t dt__cuda_vocab_check_labels(int64_t rows, int64_t vocab, const int32_t *labels,
+                                        unsigned long long *bad_row, cudaStream_t s);
 cudaError_t dt__cuda_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
                                      const float *rowmax, const float *sumexp, int64_t lo,
                                      const int32_t *labels, float scale, float *dlogits,
@@ -159,7 +163,8 @@ dt_status dt__cu_vocab_xent_stats(int64_t rows, int64_t cols, const float *logit
                                   const float *rowmax, int64_t lo, int64_t vocab,
                                   const int32_t *labels, float *sumexp, float *target);
 dt_status dt__cu_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
-                                 const float *target, float scale, float *loss_out);
+                                 const float *target, const int32_t *labels, float scale,
+                                 float *loss_out);
 dt_status dt__cu_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
                                  const float *rowmax, const float *sumexp, int64_t lo,
                                  const int32_t *labels, float scale, float *dlogits);

@@ -293,14 +293,33 @@ __global__ static void vxent_stats_kernel(int64_t rows, int64_t cols, const floa
     }
 }
 
+__global__ static void vxent_check_kernel(int64_t rows, int64_t vocab, const int32_t *labels,
+                                          unsigned long long *bad_row)
+{
+    DT__CU_FOR(i, rows) {
+        if (labels[i] >= vocab)
+            atomicMin(bad_row, (unsigned long long)i);
+    }
+}
+
+cudaError_t dt__cuda_vocab_check_labels(int64_t rows, int64_t vocab, const int32_t *labels,
+                                        unsigned long long *bad_row, cudaStream_t s)
+{
+    vxent_check_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, vocab, labels,
+                                                                       bad_row);
+    return cudaGetLastError();
+}
+
 __global__ static void vxent_loss_kernel(int64_t rows, const float *mx, const float *sumexp,
-                                         const float *target, float scale, float *loss)
+                                         const float *target, const int32_t *labels,
+                                         float scale, float *loss)
 {
     if (blockIdx.x != 0 || threadIdx.x != 0)
         return;
     double total = 0.0;
     for (int64_t i = 0; i < rows; i++)
-        total += log((double)sumexp[i]) + (double)mx[i] - (double)target[i];
+        if (labels[i] >= 0)
+            total += log((double)sumexp[i]) + (double)mx[i] - (double)target[i];
     *loss = (float)(scale * total);
 }
 
@@ -311,7 +330,7 @@ __global__ static void vxent_grad_kernel(int64_t rows, int64_t cols, const float
     DT__CU_FOR(p, rows * cols) {
         int64_t i = p / cols, j = p % cols;
         float onehot = (int64_t)labels[i] - lo == j ? 1.0f : 0.0f;
-        d[p] = scale * (expf(x[p] - mx[i]) / sumexp[i] - onehot);
+        d[p] = labels[i] < 0 ? 0.0f : scale * (expf(x[p] - mx[i]) / sumexp[i] - onehot);
     }
 }
 
@@ -326,10 +345,10 @@ cudaError_t dt__cuda_vocab_xent_stats(int64_t rows, int64_t cols, const float *l
 }
 
 cudaError_t dt__cuda_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
-                                     const float *target, float scale, float *loss_out,
-                                     cudaStream_t s)
+                                     const float *target, const int32_t *labels, float scale,
+                                     float *loss_out, cudaStream_t s)
 {
-    vxent_loss_kernel<<<1, 1, 0, s>>>(rows, rowmax, sumexp, target, scale, loss_out);
+    vxent_loss_kernel<<<1, 1, 0, s>>>(rows, rowmax, sumexp, target, labels, scale, loss_out);
     return cudaGetLastError();
 }
 

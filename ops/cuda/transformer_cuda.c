@@ -146,7 +146,7 @@ dt_status dt__cu_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64
     return dt__cuda_check(dt__cuda_embedding_grad(n, ids, lo, rows, dim, dout, dtable, 0), op);
 }
 
-/* Labels outside 0..vocab-1 fail naming the first such row (this waits for the device). */
+/* Labels beyond vocab-1 fail naming the first such row (this waits for the device). */
 static dt_status check_labels(const char *op, int64_t rows, int64_t vocab,
                               const int32_t *labels)
 {
@@ -157,7 +157,7 @@ static dt_status check_labels(const char *op, int64_t rows, int64_t vocab,
     if (st == DT_OK)
         st = dt__cuda_check(cudaMemsetAsync(scratch, 0xff, sizeof bad, 0), op);
     if (st == DT_OK)
-        st = dt__cuda_check(dt__cuda_xent_check_labels(rows, vocab, labels, scratch, 0), op);
+        st = dt__cuda_check(dt__cuda_vocab_check_labels(rows, vocab, labels, scratch, 0), op);
     if (st == DT_OK)
         st = dt__cuda_check(cudaMemcpy(&bad, scratch, sizeof bad, cudaMemcpyDeviceToHost), op);
     dt__cuda_unlock();
@@ -186,16 +186,17 @@ dt_status dt__cu_vocab_xent_stats(int64_t rows, int64_t cols, const float *logit
 }
 
 dt_status dt__cu_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
-                                 const float *target, float scale, float *loss_out)
+                                 const float *target, const int32_t *labels, float scale,
+                                 float *loss_out)
 {
     static const char op[] = "dt_kernel_vocab_xent_loss (CUDA)";
-    const void *p[] = {rowmax, sumexp, target};
-    dt_status st = ptrs_ok(op, rows, 3, p);
+    const void *p[] = {rowmax, sumexp, target, labels};
+    dt_status st = ptrs_ok(op, rows, 4, p);
     if (st == DT_OK && !loss_out)
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: loss_out is NULL", op);
     if (st != DT_OK)
         return st;
-    return dt__cuda_check(dt__cuda_vocab_xent_loss(rows, rowmax, sumexp, target, scale,
+    return dt__cuda_check(dt__cuda_vocab_xent_loss(rows, rowmax, sumexp, target, labels, scale,
                                                    loss_out, 0), op);
 }
 

@@ -92,7 +92,8 @@
     A(D, const int32_t *, labels) A(D, float *, sumexp) A(D, float *, target)
 #define ARGS_vocab_xent_loss(A)                                                             \
     A(V, int64_t, rows) A(D, const float *, rowmax) A(D, const float *, sumexp)             \
-    A(D, const float *, target) A(V, float, scale) A(D, float *, loss_out)
+    A(D, const float *, target) A(D, const int32_t *, labels) A(V, float, scale)            \
+    A(D, float *, loss_out)
 #define ARGS_vocab_xent_grad(A)                                                             \
     A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
     A(D, const float *, rowmax) A(D, const float *, sumexp) A(V, int64_t, lo)               \

@@ -268,7 +268,7 @@ static void test_vocab_xent_pieces_match_the_full_softmax_cross_entropy(void)
             tg[i] += t1[i];
         }
     }
-    DT_ASSERT_OK(dt_kernel_vocab_xent_loss(ROWS, mx, se, tg, 1.0f / ROWS, &loss));
+    DT_ASSERT_OK(dt_kernel_vocab_xent_loss(ROWS, mx, se, tg, labels, 1.0f / ROWS, &loss));
     DT_ASSERT_OK(dt_kernel_softmax_xent(ROWS, V, x, labels, 1.0f / ROWS, &full));
     double xd[ROWS * V];
     widen(x, xd, ROWS * V);
@@ -277,6 +277,22 @@ static void test_vocab_xent_pieces_match_the_full_softmax_cross_entropy(void)
     DT_ASSERT_OK(dt_kernel_vocab_xent_grad(ROWS, V, x, mx, se, 0, labels, 1.0f / ROWS, d));
     DT_ASSERT_OK(dt_kernel_softmax_xent_grad(ROWS, V, x, labels, 1.0f / ROWS, dfull));
     CU_ASSERT_EQUAL(ot_mismatches("vocab xent grad", d, dfull, ROWS * V, 1e-7f, 1e-5f), 0);
+    /* A negative label ignores its row: no loss, zero gradient. */
+    float l5;
+    labels[2] = -1;
+    DT_ASSERT_OK(dt_kernel_vocab_xent_stats(ROWS, V, x, mx, 0, V, labels, s1, t1));
+    DT_ASSERT_OK(dt_kernel_vocab_xent_loss(ROWS, mx, s1, t1, labels, 1.0f / ROWS, &l5));
+    DT_ASSERT_OK(dt_kernel_vocab_xent_grad(ROWS, V, x, mx, s1, 0, labels, 1.0f / ROWS, d));
+    double xr[ROWS * V];
+    int32_t kept[ROWS - 1];
+    for (int i = 0, o = 0; i < ROWS; i++)
+        if (i != 2) {
+            widen(x + i * V, xr + o * V, V);
+            kept[o++] = labels[i];
+        }
+    CU_ASSERT(fabs(l5 - ref_xent(ROWS - 1, V, xr, kept) * (ROWS - 1) / ROWS) < 1e-5);
+    for (int j = 0; j < V; j++)
+        CU_ASSERT_EQUAL(d[2 * V + j], 0.0f);
     labels[2] = V;
     DT_ASSERT_FAILS(dt_kernel_vocab_xent_stats(ROWS, V, x, mx, 0, V, labels, s1, t1),
                     DT_ERR_INVALID_ARGUMENT);
