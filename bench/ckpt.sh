@@ -4,7 +4,7 @@
 # device against the same bytes written by the same processes with a crash-safe
 # write+fsync+rename and with a plain write+fsync, and read with a plain read.
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
-#   bench/ckpt.sh [--mib 1024] [--reps 3] [--quick] [--cases save,restore,reshard]
+#   bench/ckpt.sh [--mib 1024] [--reps 3] [--quick] [--cases save,stall,restore,reshard]
 #                 [--cache cold,warm] [--dir DIR] [--keep] [--verbose]
 set -euo pipefail
 
@@ -13,7 +13,7 @@ usage() {
 usage: bench/ckpt.sh [options]
   --mib N        checkpoint size in MiB over both processes (default 1024)
   --reps N       timed repetitions of each (default 3); --quick: 1
-  --cases LIST   save,restore,reshard (default all)
+  --cases LIST   save,stall,restore,reshard (default all)
   --cache LIST   cold,warm: how the restores find the page cache (default both)
   --dir DIR      where the files go (default BUILD_DIR/bench-ckpt.tmp; needs 4 x the size free)
   --keep         keep the files afterwards
@@ -24,7 +24,7 @@ USAGE
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mib=1024
-cases=save,restore,reshard
+cases=save,stall,restore,reshard
 dir=""
 keep=0
 extra=()

@@ -17,7 +17,7 @@
 /* Longest path the module builds (dir + '/' + file name). */
 #define CK_PATH_MAX 4096
 
-/* ---- the parsed checkpoint (index.c) ----------------------------------------------------- */
+/* ---- the parsed checkpoint (index.c builds and frees it) --------------------------------- */
 
 typedef struct ck_slice {
     int64_t file;                 /* index into dt_ckpt.files */
@@ -110,6 +110,8 @@ typedef struct ck_box {
 int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, int64_t *b_out);
 /* A slice key made of a tensor name: name itself, or name + "#" + decimal digits. */
 int dt__ckpt_key_of(const char *key, const char *name);
+/* A new JSON array of the rank integers v[0..rank) (NULL when out of memory). */
+json_t *dt__ckpt_int_array(int rank, const int64_t *v);
 
 /* CRC32C (crc32c.c): combine as zlib's crc32_combine: CRC of A||B from CRC(A), CRC(B), |B|. */
 uint32_t dt__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
@@ -134,6 +136,10 @@ void dt__ckpt_drop_cache(const char *dir, const unsigned char *mine, int64_t nmi
  * background thread. dt__ckpt_reap_wait waits for those closes (dt_finalize calls it). */
 dt_status dt__ckpt_retire_dir(const char *path);
 void dt__ckpt_reap_wait(void);
+/* Registers the finalize hook that waits for the closes (dt__ckpt_retire_dir does it too);
+ * an asynchronous save calls it from the caller's thread, since dt__at_finalize is not
+ * thread safe and its background thread retires directories. */
+dt_status dt__ckpt_reap_register(void);
 /* 1 if path/dtensor-index.json exists (a regular file). */
 int dt__ckpt_has_index(const char *dir);
 
@@ -222,11 +228,23 @@ void dt__ckpt_plan_free(ck_plan *plan);
 /* Parses index text into a checkpoint read from `path` (messages name `index_path`). */
 dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const char *text,
                                size_t len, dt_ckpt **ckpt_out);
-/* The index JSON of a finished save: crcs[i] and chunk_crcs[i] for plan slice i. Owned text. */
+/* The index JSON of a finished save: crcs[i] and chunk_crcs[i] for plan slice i, sealed with
+ * its checksum (seal.c). Owned text. */
 dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
                               int64_t num_devices, const uint32_t *crcs,
                               const uint32_t *const *chunk_crcs, int nvalues,
                               const dt_ckpt_value *values, char **text_out);
+
+/* ---- the index checksum (seal.c) --------------------------------------------------------- */
+
+/* Appends the member "index_crc32c" (CRC32C of all text before it) to jansson's indented text
+ * of the index object. Owned text into *sealed_out. */
+dt_status dt__ckpt_index_seal(const char *json, char **sealed_out);
+/* Checks an index's seal: DT_ERR_CORRUPT (naming index_path and the field) when the trailer is
+ * there but does not match; DT_OK otherwise, with *sealed_out 1 when it matched and 0 when the
+ * text has no trailer (a format_version 1 index, or one whose end was altered). */
+dt_status dt__ckpt_index_check_seal(const char *index_path, const char *text, size_t len,
+                                    int *sealed_out);
 
 /* ---- the verifying reader (read.c) --------------------------------------------------------- */
 
@@ -294,5 +312,140 @@ dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const ck_group *g, int n,
                                  const char *const *names, int npieces,
                                  const dt_ckpt_piece *pieces, ck_pieces *out);
 void dt__ckpt_pieces_free(ck_pieces *p);
+
+/* ---- writing the data files (write.c) --------------------------------------------------- */
+
+/* Where write.c takes each slice's bytes from, piece by piece in write order (files in order,
+ * each file's slices in data order, each slice in the pieces dt__ckpt_piece_len cuts). */
+typedef struct ck_source {
+    /* Bytes [at, at + len) of plan slice si; NULL on failure (the message set). */
+    const void *(*get)(struct ck_source *src, int64_t si, uint64_t at, uint64_t len);
+    /* Done with what get returned. */
+    void (*put)(struct ck_source *src, const void *bytes, uint64_t len);
+    int parallel;                 /* files may be written by concurrent threads */
+    dt_status status;             /* get's failure */
+    const void *const *data;      /* for dt__ckpt_direct_source: per plan slice */
+} ck_source;
+
+/* A source reading data[si] directly (a synchronous save). */
+ck_source dt__ckpt_direct_source(const void *const *data);
+/* The length of the piece of a slice of `bytes` bytes starting at `at`: up to 1 MiB, never
+ * crossing a chunk boundary of chunk_bytes. */
+uint64_t dt__ckpt_piece_len(uint64_t chunk_bytes, uint64_t bytes, uint64_t at);
+
+/* Writes the data files of `plan` whose device belongs to this client into `tmp` (header,
+ * then each slice piece by piece, CRC'd as written), one thread per file when src->parallel,
+ * fsyncing each when do_fsync; fills crcs[si] and chunk_crcs[si][c] of the slices written.
+ * `dir` is the checkpoint being replaced (its cache is dropped meanwhile); g the save's group.
+ * DT_ERR_IO names the file and errno text. With a sequential source, stops at the first
+ * failure. */
+dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const char *dir,
+                                     const ck_group *g, const char *tmp, int do_fsync,
+                                     uint32_t *crcs, uint32_t **chunk_crcs);
+
+/* ---- staging memory of an asynchronous save (stage.c) ------------------------------------ */
+
+/* A ring of copied pieces between the caller (producer) and the writing thread (consumer)
+ * for this client's slices of `plan`: at most `bound` bytes (0: all of them; never less than
+ * one 1 MiB piece). The buffer is reused by the next stage (freed at dt_finalize). */
+typedef struct ck_stage ck_stage;
+dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound, ck_stage **stage_out);
+void dt__ckpt_stage_destroy(ck_stage *stage);
+/* The writer's sequential source: pieces in the order dt__ckpt_stage_fill copies them. */
+ck_source *dt__ckpt_stage_source(ck_stage *stage);
+/* Caller: copies the bytes of this client's slices (data[si]) piece by piece in write order,
+ * waiting while the queue is full; returns when all are copied, or at once after an abort.
+ * A failure to allocate is handed to the writer (its get fails with it). */
+void dt__ckpt_stage_fill(ck_stage *stage, const ck_plan *plan, const void *const *data);
+/* Writer: stop; the caller's fill returns without copying more. */
+void dt__ckpt_stage_abort(ck_stage *stage);
+
+/* ---- what a save works on (inputs.c) ------------------------------------------------------- */
+
+/* Host-mesh, non-partial layouts, owned copies of names and shapes, the tensors brought to the
+ * host mesh (dt__ckpt_to_host), the pieces, and the plan's view of all tensors. */
+typedef struct ck_inputs {
+    int n;
+    dt_mesh *host;
+    char **names;
+    dt_layout **layouts;
+    dt_tensor **tensors;          /* NULL for dt_sharded_prefix, and until to_host */
+    int64_t (*shapes)[DT_MAX_RANK];
+    dt_dtype *dtypes;
+    int *ranks;
+    /* dt_save's pieces: this client's (the data), every client's (gathered), and the plan's
+     * view of all tensors (the n above, then the pieces' tensors). */
+    const dt_ckpt_piece *user_pieces;
+    ck_pieces pieces;
+    ck_plan_input plan_in;
+} ck_inputs;
+
+/* Checks names and meshes (fn names the call in messages); builds the host layouts. */
+dt_status dt__ckpt_inputs_init(const char *fn, const dt_mesh *mesh, int n,
+                               const char *const *names, const dt_tensor *const *tensors,
+                               ck_inputs *in);
+void dt__ckpt_inputs_free(ck_inputs *in);
+/* Checks dt_save_opts (NULL is fine). */
+dt_status dt__ckpt_check_opts(const dt_save_opts *o);
+/* Brings every tensor to the host mesh without partial dims (collective), cast to
+ * o->save_dtypes when given. */
+dt_status dt__ckpt_to_host(const dt_tensor *const *tensors, const dt_save_opts *o,
+                           ck_inputs *in);
+/* 1 when a tensor of dtype a may be stored as, or restored into, dtype b. */
+int dt__ckpt_castable(dt_dtype a, dt_dtype b);
+/* Checks o->save_dtypes against the inputs' dtypes (DT_ERR_INVALID_ARGUMENT). */
+dt_status dt__ckpt_check_save_dtypes(const char *fn, const dt_save_opts *o, const ck_inputs *in);
+/* Fills in->plan_in from the inputs and the gathered pieces. */
+dt_status dt__ckpt_plan_input(ck_inputs *in);
+/* The host bytes of every plan slice this client writes (NULL for the others'); owned array. */
+dt_status dt__ckpt_slice_data(const ck_plan *plan, const ck_inputs *in, const void ***data_out);
+
+/* ---- the end of a save (finish.c) ---------------------------------------------------------- */
+
+/* The manager's part of a save (dt_save_step): after the commit, client 0 points ROOT/latest
+ * at the step and prunes. */
+typedef struct ck_publish {
+    int active;
+    char root[CK_PATH_MAX];
+    int64_t step;
+    dt_ckpt_keep keep;
+} ck_publish;
+
+typedef struct ck_finish {
+    const ck_plan *plan;
+    const ck_group *g;
+    const char *dir, *tmp;
+    const char *mesh_str;
+    int64_t num_devices;
+    uint32_t *crcs;
+    uint32_t **chunk_crcs;
+    int do_fsync;
+    int nvalues;
+    const dt_ckpt_value *values;
+    const ck_publish *publish;
+    const dt_mesh *barrier_mesh;  /* timed barriers on it before agreeing; NULL: none */
+    double timeout;
+    int made_tmp;                 /* client 0 created tmp (removed on failure) */
+} ck_finish;
+
+/* A barrier with the caller's timeout (when barrier_mesh and timeout > 0), then agreement on
+ * the outcome over g. */
+dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st);
+/* After this client's files are written with outcome st: agree, gather the CRCs on client 0,
+ * which writes the index, commits and publishes; agree on the outcome; on failure clean up
+ * (dt__ckpt_save_cleanup). Collective over g. */
+dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st);
+/* After a failed save (st agreed by all): client 0 removes tmp if it made it; every client
+ * returns together (barrier unless the communicator failed), with st and its message. */
+dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st);
+
+/* ---- the checkpoint manager (manager.c) ---------------------------------------------------- */
+
+/* Client 0 after the commit of ROOT/step-N: ROOT/latest names it (atomically), then the steps
+ * below it that `keep` does not keep are removed. */
+dt_status dt__ckpt_step_publish(const char *root, int64_t step, const dt_ckpt_keep *keep,
+                                int do_fsync);
+/* Checks a keep policy (fn for the message). */
+dt_status dt__ckpt_check_keep(const char *fn, const dt_ckpt_keep *keep);
 
 #endif

@@ -1,6 +1,6 @@
 /* Small shared parts of the ckpt module: name rules (names are keys, never paths), the
- * safetensors dtype strings, data file names, path joining, slice keys and the box overlap
- * sweep. */
+ * safetensors dtype strings, data file names, path joining, slice keys, the box overlap
+ * sweep and integer arrays in JSON. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,4 +186,15 @@ int dt__ckpt_key_of(const char *key, const char *name)
         if (*p < '0' || *p > '9')
             return 0;
     return 1;
+}
+
+json_t *dt__ckpt_int_array(int rank, const int64_t *v)
+{
+    json_t *a = json_array();
+    for (int d = 0; a && d < rank; d++)
+        if (json_array_append_new(a, json_integer(v[d])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
 }

@@ -1,5 +1,6 @@
 /* The merged index (dtensor-index.json) through jansson: writing it from a save plan and its
- * CRCs, and parsing and validating it into a dt_ckpt (docs/ckpt-format.md). */
+ * CRCs, parsing and validating it into a dt_ckpt, and freeing a dt_ckpt (dt_ckpt_close)
+ * (docs/ckpt-format.md). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,17 +10,6 @@
 #include "ckpt/ckpt_impl.h"
 
 /* ---- writing ------------------------------------------------------------------------------ */
-
-static json_t *int_array(int rank, const int64_t *v)
-{
-    json_t *a = json_array();
-    for (int d = 0; a && d < rank; d++)
-        if (json_array_append_new(a, json_integer(v[d])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
 
 static const char hexd[] = "0123456789abcdef";
 
@@ -109,7 +99,7 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
         }
         bad |= json_object_set_new(o, "name", json_string(plan->names[t]));
         bad |= json_object_set_new(o, "dtype", json_string(dt__ckpt_dtype_str(plan->dtypes[t])));
-        bad |= json_object_set_new(o, "shape", int_array(rank, plan->shapes[t]));
+        bad |= json_object_set_new(o, "shape", dt__ckpt_int_array(rank, plan->shapes[t]));
         bad |= json_object_set_new(o, "layout", ls ? json_string(ls) : NULL);
         bad |= json_object_set_new(o, "mesh", ms ? json_string(ms) : NULL);
         free(ls);
@@ -122,8 +112,8 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
             dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
             bad |= json_object_set_new(so, "file", json_string(name));
             bad |= json_object_set_new(so, "key", json_string(s->key ? s->key : plan->names[t]));
-            bad |= json_object_set_new(so, "offsets", int_array(rank, s->off));
-            bad |= json_object_set_new(so, "sizes", int_array(rank, s->size));
+            bad |= json_object_set_new(so, "offsets", dt__ckpt_int_array(rank, s->off));
+            bad |= json_object_set_new(so, "sizes", dt__ckpt_int_array(rank, s->size));
             bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
             bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
             bad |= json_object_set_new(so, "data_offsets", dof);
@@ -148,8 +138,44 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
     json_decref(root);
     if (!text)
         return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for the index");
-    *text_out = text;
-    return DT_OK;
+    dt_status st = dt__ckpt_index_seal(text, text_out);
+    free(text);
+    return st;
+}
+
+/* ---- the parsed checkpoint's teardown ------------------------------------------------------ */
+
+void dt_ckpt_close(dt_ckpt *ck)
+{
+    if (!ck)
+        return;
+    for (int64_t f = 0; ck->files && f < ck->nfiles; f++) {
+        free(ck->files[f].name);
+        free(ck->files[f].slice_tensor);
+        free(ck->files[f].slice_index);
+    }
+    for (int64_t t = 0; ck->tensors && t < ck->ntensors; t++) {
+        ck_tensor *ct = &ck->tensors[t];
+        for (int64_t s = 0; ct->slices && s < ct->nslices; s++) {
+            free(ct->slices[s].chunk_crc);
+            free(ct->slices[s].key);
+        }
+        free(ct->slices);
+        free(ct->name);
+        free(ct->layout);
+        free(ct->mesh);
+    }
+    for (int64_t v = 0; ck->values && v < ck->nvalues; v++) {
+        free(ck->values[v].name);
+        free(ck->values[v].bytes);
+    }
+    free(ck->files);
+    free(ck->tensors);
+    free(ck->by_name);
+    free(ck->values);
+    free(ck->mesh);
+    free(ck->path);
+    free(ck);
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -504,6 +530,10 @@ dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const c
                                size_t len, dt_ckpt **ckpt_out)
 {
     pctx c = {.index_path = index_path, .where = ""};
+    int sealed = 0;
+    dt_status sst = dt__ckpt_index_check_seal(index_path, text, len, &sealed);
+    if (sst != DT_OK)
+        return sst;
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -536,6 +566,11 @@ dt_status dt__ckpt_parse_index(const char *path, const char *index_path, const c
         goto err;
     }
     ck->version = (int)v;
+    if (!sealed && v >= 2) {
+        st = CORRUPT(&c, "field 'index_crc32c' missing or not the index's last member "
+                     "(index altered)");
+        goto err;
+    }
     json_t *cs = json_object_get(root, "checksum");
     if (!json_is_string(cs) || strcmp(json_string_value(cs), "crc32c") != 0) {
         st = CORRUPT(&c, "'checksum' is not \"crc32c\"");

@@ -53,39 +53,6 @@ dt_status dt_ckpt_open(const char *dir, dt_ckpt **ckpt_out)
     return st;
 }
 
-void dt_ckpt_close(dt_ckpt *ck)
-{
-    if (!ck)
-        return;
-    for (int64_t f = 0; ck->files && f < ck->nfiles; f++) {
-        free(ck->files[f].name);
-        free(ck->files[f].slice_tensor);
-        free(ck->files[f].slice_index);
-    }
-    for (int64_t t = 0; ck->tensors && t < ck->ntensors; t++) {
-        ck_tensor *ct = &ck->tensors[t];
-        for (int64_t s = 0; ct->slices && s < ct->nslices; s++) {
-            free(ct->slices[s].chunk_crc);
-            free(ct->slices[s].key);
-        }
-        free(ct->slices);
-        free(ct->name);
-        free(ct->layout);
-        free(ct->mesh);
-    }
-    for (int64_t v = 0; ck->values && v < ck->nvalues; v++) {
-        free(ck->values[v].name);
-        free(ck->values[v].bytes);
-    }
-    free(ck->files);
-    free(ck->tensors);
-    free(ck->by_name);
-    free(ck->values);
-    free(ck->mesh);
-    free(ck->path);
-    free(ck);
-}
-
 const char *dt_ckpt_path(const dt_ckpt *ck) { return ck ? ck->path : ""; }
 int dt_ckpt_format_version(const dt_ckpt *ck) { return ck ? ck->version : 0; }
 const char *dt_ckpt_mesh(const dt_ckpt *ck) { return ck ? ck->mesh : ""; }

@@ -40,23 +40,13 @@ static int cmp_in_file(const void *pa, const void *pb, void *arg)
     return cmp_box(a, b);
 }
 
-static json_t *int_array(int rank, const int64_t *v)
-{
-    json_t *a = json_array();
-    for (int d = 0; a && d < rank; d++)
-        if (json_array_append_new(a, json_integer(v[d])) != 0) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
 /* Builds file f's header: 8-byte length, JSON, space padding to a multiple of 8. */
 static dt_status build_header(ck_plan *plan, ck_plan_file *f)
 {
     dt_status st = DT_ERR_NO_MEMORY;
     json_t *root = json_object(), *meta = json_object(), *info = json_object();
-    char *info_text = NULL, *text = NULL, devbuf[24];
+    char *info_text = NULL, *text = NULL, devbuf[24], version[16];
+    snprintf(version, sizeof version, "%d", DT_CKPT_FORMAT_VERSION);
     if (!root || !meta || !info)
         goto out;
     /* __metadata__ first: readers that print the header show it on top. */
@@ -67,13 +57,13 @@ static dt_status build_header(ck_plan *plan, ck_plan_file *f)
         const char *key = s->key ? s->key : plan->names[s->tensor];
         json_t *e = json_object(), *so = json_object();
         bad |= !e || !so;
-        bad |= json_object_set_new(so, "saved_offsets", int_array(rank, s->off));
+        bad |= json_object_set_new(so, "saved_offsets", dt__ckpt_int_array(rank, s->off));
         if (s->key)   /* a second slice of one tensor in this file: say whose it is */
             bad |= json_object_set_new(so, "tensor", json_string(plan->names[s->tensor]));
         bad |= json_object_set_new(info, key, so);
         bad |= json_object_set_new(e, "dtype",
                                    json_string(dt__ckpt_dtype_str(plan->dtypes[s->tensor])));
-        bad |= json_object_set_new(e, "shape", int_array(rank, s->size));
+        bad |= json_object_set_new(e, "shape", dt__ckpt_int_array(rank, s->size));
         json_t *dof = json_array();
         bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
         bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
@@ -86,7 +76,7 @@ static dt_status build_header(ck_plan *plan, ck_plan_file *f)
     bad |= json_object_set_new(meta, "format", json_string("pt"));
     bad |= json_object_set_new(meta, "DCP_VERSION", json_string("1.0"));
     bad |= json_object_set_new(meta, "DCP_SHARDING_INFO", json_string(info_text ? info_text : ""));
-    bad |= json_object_set_new(meta, "dtensor.format_version", json_string("1"));
+    bad |= json_object_set_new(meta, "dtensor.format_version", json_string(version));
     bad |= json_object_set_new(meta, "dtensor.device_id", json_string(devbuf));
     text = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!text)

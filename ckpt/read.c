@@ -99,12 +99,16 @@ static dt_status check_header(const ck_reader *rd, int64_t f, const char *tensor
         json_t *sinfo = json_object_get(info, key);
         json_t *so = json_object_get(sinfo, "saved_offsets");
         const char *owner = json_string_value(json_object_get(sinfo, "tensor"));
-        if (!json_is_object(e) || !dt || strcmp(dt, dt__ckpt_dtype_str(t->dtype)) != 0 ||
-            !dims_equal(json_object_get(e, "shape"), t->rank, s->size) ||
-            !dims_equal(dof, 2, se) || !dims_equal(so, t->rank, s->off) ||
-            (s->key && (!owner || strcmp(owner, t->name) != 0))) {
+        const char *field = !json_is_object(e) ? "the entry"
+                            : !dt || strcmp(dt, dt__ckpt_dtype_str(t->dtype)) != 0 ? "dtype"
+                            : !dims_equal(json_object_get(e, "shape"), t->rank, s->size) ? "shape"
+                            : !dims_equal(dof, 2, se) ? "data_offsets"
+                            : !dims_equal(so, t->rank, s->off) ? "saved_offsets"
+                            : s->key && (!owner || strcmp(owner, t->name) != 0) ? "tensor"
+                            : NULL;
+        if (field) {
             st = corrupt(rd, f, t->name, "the file's header and the index disagree on key "
-                         "'%s': dtype, shape, data_offsets or saved_offsets", key);
+                         "'%s': field '%s'", key, field);
             goto out;
         }
     }
@@ -138,8 +142,8 @@ dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int
         goto err;
     }
     if ((uint64_t)sb.st_size != cf->bytes) {
-        st = corrupt(rd, f, tensor, "file is %lld bytes, the index says %" PRIu64 "%s",
-                     (long long)sb.st_size, cf->bytes,
+        st = corrupt(rd, f, tensor, "file is %lld bytes, the index says %" PRIu64 " (field "
+                     "'bytes')%s", (long long)sb.st_size, cf->bytes,
                      (uint64_t)sb.st_size < cf->bytes ? " (truncated)" : "");
         goto err;
     }
@@ -163,20 +167,23 @@ dt_status dt__ckpt_reader_file(ck_reader *rd, int64_t f, const char *tensor, int
         st = corrupt(rd, f, tensor, "file truncated inside its header");
         goto err;
     }
-    if (dt_crc32c(0, hdr, (size_t)cf->header_bytes) != cf->header_crc) {
-        st = corrupt(rd, f, tensor, "safetensors header CRC32C mismatch (header altered)");
-        goto err;
-    }
     uint64_t hlen = 0;
     for (int b = 7; b >= 0; b--)
         hlen = hlen << 8 | (unsigned char)hdr[b];
     if (hlen != cf->header_bytes - 8) {
-        st = corrupt(rd, f, tensor, "header length %" PRIu64 " != %" PRIu64, hlen,
-                     cf->header_bytes - 8);
+        st = corrupt(rd, f, tensor, "header length %" PRIu64 " != %" PRIu64 " (field "
+                     "'header_bytes')", hlen, cf->header_bytes - 8);
         goto err;
     }
+    /* An altered header names the entry and field that disagree with the index when one
+     * does; the CRC catches the rest (__metadata__, padding, layout of the text). */
     if ((st = check_header(rd, f, tensor, hdr + 8, (size_t)hlen)) != DT_OK)
         goto err;
+    if (dt_crc32c(0, hdr, (size_t)cf->header_bytes) != cf->header_crc) {
+        st = corrupt(rd, f, tensor, "safetensors header CRC32C mismatch (field "
+                     "'header_crc32c'; header altered)");
+        goto err;
+    }
     /* The handle is logically const; the flag only caches a check (written once, atomic). */
     __atomic_store_n(&((ck_file *)cf)->header_ok, 1, __ATOMIC_RELEASE);
     free(hdr);
@@ -199,7 +206,7 @@ static dt_status crc_mismatch(const ck_reader *rd, const ck_tensor *t, const ck_
                  s->off[d]);
     return corrupt(rd, s->file, t->name,
                    "CRC32C mismatch in bytes [%" PRIu64 ", %" PRIu64 ") of the slice at "
-                   "offsets [%s] (data altered)", cs, ce, box);
+                   "offsets [%s] (field 'chunk_crc32c'; data altered)", cs, ce, box);
 }
 
 /* Bytes per pread: small enough that the CRC reads them back from the core's cache. */

@@ -61,6 +61,11 @@ static void at_finalize(void)
     dt__ckpt_reap_wait();
 }
 
+dt_status dt__ckpt_reap_register(void)
+{
+    return dt__at_finalize(at_finalize);
+}
+
 /* Hands fd to the worker (starting one if none runs); closes it here when that fails. */
 static void reap_fd(int fd)
 {

@@ -1,11 +1,11 @@
 /* dt_restore and dt_restore_into: every client opens the index, and each of its devices reads
  * exactly the chunks of the saved slices its target shard intersects (replicas on one client
  * are read once and copied); GPU targets are filled through their host mesh. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "dtensor/ops.h" /* dt_cast */
 #include "runtime/device.h"
 
 /* Fills every local component of the host tensor `t` with saved tensor `ti`. */
@@ -57,6 +57,28 @@ static dt_status host_layout(const dt_layout *l, dt_layout **out)
     return st;
 }
 
+/* The host tensor `h` (saved dtype) cast to the target's dtype, replacing *h_out; when it is
+ * on the target's own mesh, also copied into the target's components (same layout, so the
+ * same components); otherwise the copy to the target's mesh below delivers it. */
+static dt_status cast_host(dt_tensor *h, dt_tensor *target, dt_tensor **h_out)
+{
+    dt_tensor *c = NULL;
+    dt_status st = dt_cast(h, dt_tensor_dtype(target), &c);
+    if (st != DT_OK)
+        return st;
+    size_t elem = dt_dtype_size(dt_tensor_dtype(c));
+    int here = dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(c)),
+                             dt_layout_mesh(dt_tensor_layout(target)));
+    for (int i = 0; here && i < dt_tensor_num_local(c); i++) {
+        const DLTensor *src = dt_tensor_local(c, i);
+        memcpy(dt_tensor_local(target, i)->data, src->data,
+               (size_t)dt__numel(src->ndim, src->shape) * elem);
+    }
+    dt_tensor_destroy(h);
+    *h_out = c;
+    return DT_OK;
+}
+
 /* Shared body: `targets` (restore_into) or new tensors with `layouts` into `out`. */
 static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, int n,
                          const char *const *names, const dt_layout *const *layouts,
@@ -100,26 +122,23 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                            "has rank %d", fn, names[t], ct->rank, dt_layout_rank(layouts[t]));
             break;
         }
+        int cast = targets && dt_tensor_dtype(targets[t]) != ct->dtype;
         if (targets) {
             const int64_t *shape = dt_tensor_shape(targets[t]);
-            int same = dt_tensor_dtype(targets[t]) == ct->dtype;
+            int same = dt__ckpt_castable(ct->dtype, dt_tensor_dtype(targets[t]));
             for (int d = 0; d < ct->rank; d++)
                 same &= shape[d] == ct->shape[d];
             if (!same) {
-                char a[160] = "", b[160] = "";
-                for (int d = 0; d < ct->rank; d++) {
-                    snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-                             (long long)ct->shape[d]);
-                    snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-                             (long long)shape[d]);
-                }
-                st = dt__error(DT_ERR_SHAPE, "%s: tensor '%s' was saved as %s [%s], the target "
-                               "is %s [%s]", fn, names[t], dt_dtype_name(ct->dtype), a,
-                               dt_dtype_name(dt_tensor_dtype(targets[t])), b);
+                char a[160], b[160];
+                st = dt__error(DT_ERR_SHAPE, "%s: tensor '%s' was saved as %s %s, the target "
+                               "is %s %s", fn, names[t], dt_dtype_name(ct->dtype),
+                               dt__shape_str(ct->rank, ct->shape, a, sizeof a),
+                               dt_dtype_name(dt_tensor_dtype(targets[t])),
+                               dt__shape_str(ct->rank, shape, b, sizeof b));
                 break;
             }
         }
-        if (targets && !gpu) {
+        if (targets && !gpu && !cast) {
             host[t] = dt_tensor_retain(targets[t]);
         } else {
             dt_layout *hl = NULL;
@@ -131,6 +150,8 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                 break;
         }
         st = read_tensor_local(&rd, idx[t], host[t]);
+        if (st == DT_OK && cast)
+            st = cast_host(host[t], targets[t], &host[t]);
     }
     st = dt__ckpt_agree(&g, st);
     /* GPU meshes: host copies go to their devices (collective), then into targets. */

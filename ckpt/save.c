@@ -1,693 +1,417 @@
-/* dt_save and dt_sharded_prefix: checks the inputs (and gathers the pieces), brings tensors to
- * the host mesh without partial dims, writes each saving device's file in parallel threads,
- * gathers the CRCs on client 0, which writes the index and commits (docs/ckpt-format.md). */
-#include <errno.h>
-#include <fcntl.h>
+/* dt_save, dt_save_async and the manager's dt_save_step(_async): the collective start of a save
+ * (inputs checked, pieces gathered, tensors on the host mesh, plan, temporary directory), then
+ * either the files written here and the save finished (finish.c), or the bytes copied into
+ * staging memory (stage.c) while a background thread writes, finishes and commits. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
 
-/* What a save works on: host-mesh, non-partial layouts (and tensors, for dt_save). */
-typedef struct save_inputs {
-    int n;
-    dt_mesh *host;
-    dt_layout **layouts;
-    dt_tensor **tensors;          /* NULL for dt_sharded_prefix */
-    const int64_t **shapes;
-    dt_dtype *dtypes;
-    int *ranks;
-    /* dt_save's pieces: this client's (the data), every client's (gathered), and the plan's
-     * view of all tensors (the n above, then the pieces' tensors). */
-    const dt_ckpt_piece *user_pieces;
-    ck_pieces pieces;
-    ck_plan_input plan_in;
-} save_inputs;
-
-static void inputs_free(save_inputs *in)
-{
-    for (int t = 0; t < in->n; t++) {
-        if (in->layouts)
-            dt_layout_destroy(in->layouts[t]);
-        if (in->tensors)
-            dt_tensor_destroy(in->tensors[t]);
-    }
-    free(in->layouts);
-    free(in->tensors);
-    free(in->shapes);
-    free(in->dtypes);
-    free(in->ranks);
-    dt__ckpt_pieces_free(&in->pieces);
-    free((void *)in->plan_in.names);
-    free((void *)in->plan_in.layouts);
-    free((void *)in->plan_in.ranks);
-    free((void *)in->plan_in.shapes);
-    free((void *)in->plan_in.dtypes);
-    dt_mesh_destroy(in->host);
-    memset(in, 0, sizeof *in);
-}
-
-/* The plan's view: the n tensors with layouts, then the tensors of the gathered pieces. */
-static dt_status plan_input(const char *const *names, save_inputs *in)
-{
-    const ck_pieces *pc = &in->pieces;
-    int total = in->n + pc->ntensors;
-    const char **nm = calloc((size_t)total + 1, sizeof *nm);
-    const dt_layout **ls = calloc((size_t)total + 1, sizeof *ls);
-    int *rk = calloc((size_t)total + 1, sizeof *rk);
-    const int64_t **sh = calloc((size_t)total + 1, sizeof *sh);
-    dt_dtype *dt = calloc((size_t)total + 1, sizeof *dt);
-    in->plan_in = (ck_plan_input){.n = total, .names = nm, .layouts = ls, .ranks = rk,
-                                  .shapes = sh, .dtypes = dt, .npieces = pc->npieces,
-                                  .pieces = pc->pieces};
-    if (!nm || !ls || !rk || !sh || !dt)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
-    for (int t = 0; t < in->n; t++) {
-        nm[t] = names[t];
-        ls[t] = in->layouts[t];
-        rk[t] = in->ranks[t];
-        sh[t] = in->shapes[t];
-        dt[t] = in->dtypes[t];
-    }
-    for (int t = 0; t < pc->ntensors; t++) {
-        nm[in->n + t] = pc->names[t];
-        rk[in->n + t] = pc->ranks[t];
-        sh[in->n + t] = pc->shape_ptrs[t];
-        dt[in->n + t] = pc->dtypes[t];
-    }
-    return DT_OK;
-}
-
-/* Checks names and meshes; builds the host layouts (same specs, no partial dims). */
-static dt_status inputs_init(const char *fn, const dt_mesh *mesh, int n, const char *const *names,
-                             const dt_tensor *const *tensors, save_inputs *in)
-{
-    memset(in, 0, sizeof *in);
-    if (!mesh || n < 0 || (n > 0 && (!names || !tensors)))
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL mesh, names or tensors, or n < 0",
-                         fn);
-    dt_status st;
-    for (int t = 0; t < n; t++) {
-        if ((st = dt__ckpt_check_name(fn, "tensor", names[t])) != DT_OK)
-            return st;
-        for (int u = 0; u < t; u++)
-            if (strcmp(names[u], names[t]) == 0)
-                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: tensor name '%s' repeated", fn,
-                                 names[t]);
-        if (!tensors[t])
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is NULL", fn, names[t]);
-        if (!dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(tensors[t])), mesh))
-            return dt__error(DT_ERR_INVALID_ARGUMENT,
-                             "%s: tensor '%s' is not on the mesh being saved", fn, names[t]);
-    }
-    in->n = n;
-    in->layouts = calloc((size_t)n + 1, sizeof *in->layouts);
-    in->shapes = calloc((size_t)n + 1, sizeof *in->shapes);
-    in->dtypes = calloc((size_t)n + 1, sizeof *in->dtypes);
-    in->ranks = calloc((size_t)n + 1, sizeof *in->ranks);
-    if (!in->layouts || !in->shapes || !in->dtypes || !in->ranks) {
-        inputs_free(in);
-        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
-    }
-    if ((st = dt_mesh_host_mesh(mesh, &in->host)) != DT_OK) {
-        inputs_free(in);
-        return st;
-    }
-    for (int t = 0; t < n; t++) {
-        const dt_layout *l = dt_tensor_layout(tensors[t]);
-        const char *specs[DT_MAX_RANK];
-        int rank = dt_layout_rank(l);
-        for (int d = 0; d < rank; d++)
-            specs[d] = dt_layout_spec(l, d);
-        if ((st = dt_layout_create(in->host, rank, specs, &in->layouts[t])) != DT_OK) {
-            inputs_free(in);
-            return st;
-        }
-        in->shapes[t] = dt_tensor_shape(tensors[t]);
-        in->dtypes[t] = dt_tensor_dtype(tensors[t]);
-        in->ranks[t] = rank;
-    }
-    return DT_OK;
-}
-
-static uint64_t chunk_of(const dt_save_opts *o)
-{
-    return o && o->chunk_bytes ? o->chunk_bytes : DT_CKPT_CHUNK_BYTES;
-}
-
-void dt_ckpt_shards_free(dt_ckpt_shard *shards, int count)
-{
-    for (int i = 0; shards && i < count; i++)
-        free(shards[i].path);
-    free(shards);
-}
-
-dt_status dt_sharded_prefix(const dt_mesh *mesh, const char *dir, int n,
-                            const char *const *names, const dt_tensor *const *tensors,
-                            dt_ckpt_shard **shards_out, int *count_out)
-{
-    const char *fn = "dt_sharded_prefix";
-    char d[CK_PATH_MAX];
-    if (!shards_out || !count_out)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL output", fn);
-    dt_status st = dt__ckpt_norm_dir(fn, dir, d, sizeof d);
-    save_inputs in;
-    if (st != DT_OK || (st = inputs_init(fn, mesh, n, names, tensors, &in)) != DT_OK)
-        return st;
+/* One save, from its start to its end. */
+typedef struct ck_save {
+    char dir[CK_PATH_MAX], tmp[CK_PATH_MAX];
+    ck_inputs in;
+    ck_group g;
     ck_plan plan;
-    if ((st = plan_input(names, &in)) == DT_OK)
-        st = dt__ckpt_plan(in.host, &in.plan_in, DT_CKPT_CHUNK_BYTES, &plan);
+    int have_plan;
+    uint32_t *crcs, **chunk_crcs, *chunk_store;
+    char *mesh_str;
+    ck_publish publish;
+    /* The named values: the caller's (synchronous) or owned copies (asynchronous). */
+    int nvalues;
+    dt_ckpt_value *own_values;
+    unsigned char **own_bytes;
+    ck_finish fin;
+} ck_save;
+
+struct dt_save_request {
+    ck_save *job;
+    ck_stage *stage;
+    pthread_t thread;
+    int joined;                   /* the thread was started and joined, or never started */
+    atomic_int done;
+    dt_status status;
+    char msg[1024];
+};
+
+static void job_free(ck_save *j)
+{
+    if (!j)
+        return;
+    free(j->crcs);
+    free(j->chunk_crcs);
+    free(j->chunk_store);
+    if (j->have_plan)
+        dt__ckpt_plan_free(&j->plan);
+    dt__ckpt_group_free(&j->g);
+    dt__ckpt_inputs_free(&j->in);
+    free(j->mesh_str);
+    for (int v = 0; j->own_values && v < j->nvalues; v++) {
+        free((char *)j->own_values[v].name);
+        free(j->own_bytes[v]);
+    }
+    free(j->own_values);
+    free(j->own_bytes);
+    free(j);
+}
+
+/* Owned copies of the named values, for a save that outlives the call. */
+static dt_status copy_values(ck_save *j, const dt_save_opts *o)
+{
+    j->own_values = calloc((size_t)j->nvalues + 1, sizeof *j->own_values);
+    j->own_bytes = calloc((size_t)j->nvalues + 1, sizeof *j->own_bytes);
+    if (!j->own_values || !j->own_bytes)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save_async: no memory");
+    for (int v = 0; v < j->nvalues; v++) {
+        dt_ckpt_value *x = &j->own_values[v];
+        *x = o->values[v];
+        x->name = strdup(o->values[v].name);
+        if (x->type == DT_CKPT_VALUE_BYTES) {
+            j->own_bytes[v] = malloc(x->nbytes + 1);
+            if (j->own_bytes[v] && x->nbytes)
+                memcpy(j->own_bytes[v], x->bytes, x->nbytes);
+            x->bytes = j->own_bytes[v];
+        }
+        if (!x->name || (x->type == DT_CKPT_VALUE_BYTES && !j->own_bytes[v]))
+            return dt__error(DT_ERR_NO_MEMORY, "dt_save_async: no memory");
+    }
+    j->fin.values = j->own_values;
+    return DT_OK;
+}
+
+/* CRC arrays of the plan, one list of chunk CRCs per slice in one allocation. */
+static dt_status alloc_crcs(ck_save *j)
+{
+    int64_t nch = 0;
+    for (int64_t si = 0; si < j->plan.nslices; si++)
+        nch += j->plan.slices[si].nchunks;
+    j->crcs = calloc((size_t)j->plan.nslices + 1, sizeof *j->crcs);
+    j->chunk_crcs = calloc((size_t)j->plan.nslices + 1, sizeof *j->chunk_crcs);
+    j->chunk_store = calloc((size_t)nch + 1, sizeof *j->chunk_store);
+    if (!j->crcs || !j->chunk_crcs || !j->chunk_store)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for CRCs");
+    for (int64_t si = 0, k = 0; si < j->plan.nslices; si++) {
+        j->chunk_crcs[si] = j->chunk_store + k;
+        k += j->plan.slices[si].nchunks;
+    }
+    return DT_OK;
+}
+
+/* The collective start of every save, up to the temporary directory being ready on every
+ * client. *job_out is NULL (and DT_OK returned) on a client holding no device of the mesh. */
+static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir, int n,
+                            const char *const *names, const dt_tensor *const *tensors,
+                            const dt_save_opts *opts, const ck_publish *publish, int owned,
+                            ck_save **job_out)
+{
+    *job_out = NULL;
+    ck_save *j = calloc(1, sizeof *j);
+    if (!j)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    j->g.comm = MPI_COMM_NULL;
+    dt_status st = dt__ckpt_norm_dir(fn, dir, j->dir, sizeof j->dir);
+    if (st == DT_OK)
+        st = dt__ckpt_check_opts(opts);
+    if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK &&
+        (st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in)) == DT_OK)
+        st = dt__ckpt_check_save_dtypes(fn, opts, &j->in);
+    if (st == DT_OK)
+        st = dt__ckpt_group_create(mesh, &j->g);
     if (st != DT_OK) {
-        inputs_free(&in);
+        job_free(j);
         return st;
     }
-    dt_ckpt_shard *sh = calloc((size_t)plan.nfiles + 1, sizeof *sh);
-    char name[64];
-    for (int64_t f = 0; sh && f < plan.nfiles; f++) {
-        dt__ckpt_file_name(name, sizeof name, f, plan.nfiles);
-        size_t len = strlen(d) + strlen(name) + 2;
-        if (!(sh[f].path = malloc(len))) {
-            dt_ckpt_shards_free(sh, (int)f);
-            sh = NULL;
-            break;
-        }
-        snprintf(sh[f].path, len, "%s/%s", d, name);
-        sh[f].device_id = plan.files[f].device_id;
-        sh[f].position = plan.files[f].position;
-        sh[f].num_slices = plan.files[f].nslices;
-        sh[f].data_bytes = plan.files[f].data_bytes;
+    int np = opts ? opts->npieces : 0;
+    if (j->g.comm == MPI_COMM_NULL) {      /* holds no device of the mesh: nothing to do */
+        job_free(j);
+        if (np != 0)
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %d pieces given by a client "
+                             "holding no device of the mesh", fn, np);
+        return DT_OK;
     }
-    int count = (int)plan.nfiles;
-    dt__ckpt_plan_free(&plan);
-    inputs_free(&in);
-    if (!sh)
-        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
-    *shards_out = sh;
-    *count_out = count;
+    if (publish)
+        j->publish = *publish;
+    j->nvalues = opts ? opts->nvalues : 0;
+    j->fin = (ck_finish){.plan = &j->plan, .g = &j->g, .dir = j->dir, .tmp = j->tmp,
+                         .num_devices = dt_mesh_size(j->in.host), .crcs = NULL,
+                         .do_fsync = opts ? opts->fsync : 1, .nvalues = j->nvalues,
+                         .values = opts ? opts->values : NULL, .publish = &j->publish,
+                         .barrier_mesh = j->in.host,
+                         .timeout = opts ? opts->timeout_seconds : 0.0};
+    /* Pieces differ between clients: checked here, then gathered and checked together, so
+     * that every client fails alike before anything is written. */
+    j->in.user_pieces = opts ? opts->pieces : NULL;
+    st = dt__ckpt_pieces_check_local(mesh, np, j->in.user_pieces);
+    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces", st)) != DT_OK)
+        goto fail;
+    st = dt__ckpt_pieces_gather(mesh, &j->g, n, names, np, j->in.user_pieces, &j->in.pieces);
+    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces_checked", st)) != DT_OK)
+        goto fail;
+    size_t mlen = dt_mesh_format(j->in.host, NULL, 0) + 1;
+    if (!(j->mesh_str = malloc(mlen)))
+        st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    else
+        dt_mesh_format(j->in.host, j->mesh_str, mlen);
+    j->fin.mesh_str = j->mesh_str;
+    if (st == DT_OK && owned)
+        st = copy_values(j, opts);
+    if (st == DT_OK)
+        st = dt__ckpt_to_host(tensors, opts, &j->in);
+    if (st == DT_OK)
+        st = dt__ckpt_plan_input(&j->in);
+    uint64_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : DT_CKPT_CHUNK_BYTES;
+    if (st == DT_OK && (st = dt__ckpt_plan(j->in.host, &j->in.plan_in, chunk, &j->plan)) == DT_OK)
+        j->have_plan = 1;
+    if (st == DT_OK && (st = alloc_crcs(j)) == DT_OK) {
+        j->fin.crcs = j->crcs;
+        j->fin.chunk_crcs = j->chunk_crcs;
+    }
+    if (st == DT_OK && j->g.rank == 0) {
+        st = dt__ckpt_prepare(j->dir, j->tmp, sizeof j->tmp);
+        j->fin.made_tmp = st == DT_OK;
+    } else if (st == DT_OK) {
+        st = dt__ckpt_join(j->tmp, sizeof j->tmp, j->dir, "", CK_SUFFIX_TMP);
+    }
+    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:prepare", st)) != DT_OK)
+        goto fail;
+    *job_out = j;
     return DT_OK;
-}
-
-/* ---- writing one file (one thread per local saving device) --------------------------------- */
-
-typedef struct file_job {
-    const ck_plan *plan;
-    const save_inputs *in;
-    int64_t file;
-    const char *tmp;
-    int do_fsync;
-    uint32_t *crcs;               /* per plan slice */
-    uint32_t **chunk_crcs;
-    dt_status st;
-    char msg[CK_PATH_MAX + 256];
-} file_job;
-
-/* Local component of host tensor t at mesh position p. */
-static const DLTensor *component_at(const dt_tensor *t, int64_t p)
-{
-    for (int i = 0; i < dt_tensor_num_local(t); i++)
-        if (dt_tensor_local_position(t, i) == p)
-            return dt_tensor_local(t, i);
-    return NULL;
-}
-
-/* Test hook for full-disk tests: DT_CKPT_FAIL_WRITE_AFTER=N makes this process's writes of
- * one save fail with ENOSPC once it has written N bytes (read at each dt_save; docs/ckpt.md). */
-static long long fail_after = -1;
-static long long written_total;
-static pthread_mutex_t inject_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void inject_reset(void)
-{
-    const char *e = getenv("DT_CKPT_FAIL_WRITE_AFTER");
-    pthread_mutex_lock(&inject_mu);
-    fail_after = e && *e ? atoll(e) : -1;
-    written_total = 0;
-    pthread_mutex_unlock(&inject_mu);
-}
-
-static int inject_enospc(size_t len)
-{
-    pthread_mutex_lock(&inject_mu);
-    int fail = fail_after >= 0 && written_total + (long long)len > fail_after;
-    if (!fail)
-        written_total += (long long)len;
-    pthread_mutex_unlock(&inject_mu);
-    return fail;
-}
-
-static int write_at(int fd, const void *buf, size_t len, uint64_t off)
-{
-    if (inject_enospc(len)) {
-        errno = ENOSPC;
-        return -1;
-    }
-    return dt__ckpt_pwrite(fd, buf, len, off);
-}
-
-/* Data are written in pieces of WRITE_PIECE bytes (each CRC'd just before, so that the write
- * copies it from cache), and the kernel is asked to start writing back every WRITEBACK_BYTES
- * (when fsyncing), so that the device works while we copy and the final fsync waits only for
- * the tail. */
-enum { WRITE_PIECE = 1 << 20, WRITEBACK_BYTES = 8 << 20 };
-
-/* A hint: errors are the final fsync's to report. */
-static void start_writeback(int fd, uint64_t off, uint64_t len)
-{
-#ifdef SYNC_FILE_RANGE_WRITE
-    (void)sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE);
-#else
-    (void)fd;
-    (void)off;
-    (void)len;
-#endif
-}
-
-static void *write_file(void *arg)
-{
-    file_job *job = arg;
-    const ck_plan *plan = job->plan;
-    const ck_plan_file *pf = &plan->files[job->file];
-    char name[64], path[CK_PATH_MAX];
-    dt__ckpt_file_name(name, sizeof name, job->file, plan->nfiles);
-    snprintf(path, sizeof path, "%s/%s", job->tmp, name);
-    job->st = DT_OK;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        goto io_err;
-    if (write_at(fd, pf->header, (size_t)pf->header_bytes, 0) != 0)
-        goto io_err_close;
-    uint64_t C = plan->chunk_bytes;
-    uint64_t flushed = 0, dirty_end = pf->header_bytes;   /* writeback started below this */
-    for (int64_t i = 0; i < pf->nslices; i++) {
-        int64_t si = pf->slices[i];
-        const ck_plan_slice *s = &plan->slices[si];
-        const char *data = NULL;
-        if (s->piece >= 0) {
-            data = job->in->user_pieces[plan->pieces[s->piece].local].data;
-        } else {
-            const DLTensor *x = component_at(job->in->tensors[s->tensor], s->position);
-            data = x ? x->data : NULL;
-        }
-        if (!data) {
-            job->st = DT_ERR_STATE;
-            snprintf(job->msg, sizeof job->msg, "dt_save: no local data at position %lld",
-                     (long long)s->position);
-            close(fd);
-            return NULL;
-        }
-        uint32_t whole = 0, crc = 0;
-        /* CRC a piece small enough to stay in the core's cache, then write it from there. */
-        for (uint64_t at = 0; at < s->bytes;) {
-            uint64_t cend = (at / C + 1) * C < s->bytes ? (at / C + 1) * C : s->bytes;
-            uint64_t len = cend - at < WRITE_PIECE ? cend - at : WRITE_PIECE;
-            crc = dt_crc32c(crc, data + at, (size_t)len);
-            if (at + len == cend) {
-                uint64_t c = at / C;
-                job->chunk_crcs[si][c] = crc;
-                whole = c ? dt__crc32c_combine(whole, crc, cend - c * C) : crc;
-                crc = 0;
-            }
-            uint64_t off = pf->header_bytes + s->begin + at;
-            if (write_at(fd, data + at, (size_t)len, off) != 0)
-                goto io_err_close;
-            at += len;
-            dirty_end = off + len;
-            if (job->do_fsync && dirty_end - flushed >= WRITEBACK_BYTES) {
-                start_writeback(fd, flushed, dirty_end - flushed);
-                flushed = dirty_end;
-            }
-        }
-        job->crcs[si] = whole;
-    }
-    if (job->do_fsync && fsync(fd) != 0)
-        goto io_err_close;
-    if (close(fd) != 0)
-        goto io_err;
-    return NULL;
-io_err_close: {
-    int e = errno;
-    close(fd);
-    errno = e;
-}
-io_err:
-    job->st = DT_ERR_IO;
-    snprintf(job->msg, sizeof job->msg, "dt_save: %s: %s", path, strerror(errno));
-    return NULL;
-}
-
-/* Dropping the previous checkpoint's cached pages while the new one is written. */
-typedef struct drop_job {
-    const char *dir;
-    unsigned char *mine;          /* per file of the new plan: written by this client */
-    int64_t nfiles;
-    int part, nparts;
-} drop_job;
-
-static void *drop_old(void *arg)
-{
-    const drop_job *j = arg;
-    dt__ckpt_drop_cache(j->dir, j->mine, j->nfiles, j->part, j->nparts);
-    return NULL;
-}
-
-/* Writes this client's files, in parallel. With fsync, a thread first drops the page cache of
- * the files of the previous checkpoint in `dir` that this client wrote last time (the same
- * file numbers; those beyond the new count are shared out by group rank): their data stay on
- * disk until the commit, but their pages are useless (the files are deleted after the
- * commit), and freeing them early gives the new files' pages back the memory they used. */
-static dt_status write_local_files(const ck_plan *plan, const save_inputs *in, const char *dir,
-                                   const ck_group *g, const char *tmp, int do_fsync,
-                                   uint32_t *crcs, uint32_t **chunk_crcs)
-{
-    int me = dt_client_id(), nj = 0;
-    file_job *jobs = calloc((size_t)plan->nfiles + 1, sizeof *jobs);
-    pthread_t *th = calloc((size_t)plan->nfiles + 1, sizeof *th);
-    char *started = calloc((size_t)plan->nfiles + 1, 1);
-    if (!jobs || !th || !started) {
-        free(jobs);
-        free(th);
-        free(started);
-        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
-    }
-    drop_job dj = {.dir = dir, .mine = calloc((size_t)plan->nfiles + 1, 1),
-                   .nfiles = plan->nfiles, .part = g->rank, .nparts = g->size};
-    for (int64_t f = 0; f < plan->nfiles; f++)
-        if (dt_device_client(DT_DEVICE_CPU, plan->files[f].device_id) == me) {
-            jobs[nj++] = (file_job){.plan = plan, .in = in, .file = f, .tmp = tmp,
-                                    .do_fsync = do_fsync, .crcs = crcs,
-                                    .chunk_crcs = chunk_crcs};
-            if (dj.mine)
-                dj.mine[f] = 1;
-        }
-    pthread_t drop_th;
-    int drop_started = do_fsync && dj.mine && pthread_create(&drop_th, NULL, drop_old, &dj) == 0;
-    for (int j = 1; j < nj; j++)
-        started[j] = pthread_create(&th[j], NULL, write_file, &jobs[j]) == 0;
-    for (int j = 0; j < nj; j++)
-        if (j == 0 || !started[j])
-            write_file(&jobs[j]);   /* the first here, and any a thread could not take */
-    for (int j = 1; j < nj; j++)
-        if (started[j])
-            pthread_join(th[j], NULL);
-    if (drop_started)
-        pthread_join(drop_th, NULL);
-    free(dj.mine);
-    dt_status st = DT_OK;
-    for (int j = 0; j < nj && st == DT_OK; j++)
-        if (jobs[j].st != DT_OK)
-            st = dt__error(jobs[j].st, "%s", jobs[j].msg);
-    free(jobs);
-    free(th);
-    free(started);
+fail:
+    st = dt__ckpt_save_cleanup(&j->fin, st);
+    job_free(j);
     return st;
 }
 
-/* ---- the collective save -------------------------------------------------------------------- */
-
-static dt_status check_opts(const dt_save_opts *o)
+/* The rest of a synchronous save: this client's files written from the tensors, then the
+ * end (finish.c). Frees the job. */
+static dt_status save_here(ck_save *j)
 {
-    if (!o)
-        return DT_OK;
-    if (o->chunk_bytes && (o->chunk_bytes % 4096 || o->chunk_bytes > ((uint64_t)1 << 30)))
-        return dt__error(DT_ERR_INVALID_ARGUMENT,
-                         "dt_save: chunk_bytes %llu is not a multiple of 4096 (or above 1 GiB)",
-                         (unsigned long long)o->chunk_bytes);
-    if (o->nvalues < 0 || (o->nvalues > 0 && !o->values))
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: bad nvalues/values");
-    for (int v = 0; v < o->nvalues; v++) {
-        const dt_ckpt_value *x = &o->values[v];
-        dt_status st = dt__ckpt_check_name("dt_save", "value", x->name);
-        if (st != DT_OK)
-            return st;
-        for (int u = 0; u < v; u++)
-            if (strcmp(o->values[u].name, x->name) == 0)
-                return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: value name '%s' repeated",
-                                 x->name);
-        if ((unsigned)x->type > DT_CKPT_VALUE_BYTES)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: value '%s' has a bad type %d",
-                             x->name, (int)x->type);
-        if (x->type == DT_CKPT_VALUE_BYTES &&
-            ((x->nbytes && !x->bytes) || x->nbytes > ((size_t)16 << 20)))
-            return dt__error(DT_ERR_INVALID_ARGUMENT,
-                             "dt_save: value '%s': NULL bytes or more than 16 MiB", x->name);
+    const void **data = NULL;
+    dt_status st = dt__ckpt_slice_data(&j->plan, &j->in, &data);
+    if (st == DT_OK) {
+        ck_source src = dt__ckpt_direct_source(data);
+        st = dt__ckpt_write_local_files(&j->plan, &src, j->dir, &j->g, j->tmp,
+                                        j->fin.do_fsync, j->crcs, j->chunk_crcs);
     }
-    return DT_OK;
-}
-
-/* Brings every tensor to the host mesh without partial dims (collective): partial tensors are
- * reduced on their own mesh first, GPU tensors then copied to the host mesh. */
-static dt_status to_host(const dt_tensor *const *tensors, save_inputs *in)
-{
-    in->tensors = calloc((size_t)in->n + 1, sizeof *in->tensors);
-    if (!in->tensors)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
-    for (int t = 0; t < in->n; t++) {
-        const dt_layout *l = dt_tensor_layout(tensors[t]);
-        dt_tensor *reduced = NULL;
-        dt_status st = DT_OK;
-        if (dt_layout_num_partial(l) > 0) {
-            const char *specs[DT_MAX_RANK];
-            for (int d = 0; d < dt_layout_rank(l); d++)
-                specs[d] = dt_layout_spec(l, d);
-            dt_layout *plain = NULL;
-            st = dt_layout_create(dt_layout_mesh(l), dt_layout_rank(l), specs, &plain);
-            if (st == DT_OK)
-                st = dt_relayout(tensors[t], plain, &reduced);
-            dt_layout_destroy(plain);
-        } else {
-            reduced = dt_tensor_retain(tensors[t]);
-        }
-        if (st == DT_OK && dt_mesh_device_type(dt_layout_mesh(l)) != DT_DEVICE_CPU) {
-            st = dt_copy_to_mesh(reduced, in->layouts[t], &in->tensors[t]);
-            dt_tensor_destroy(reduced);
-        } else if (st == DT_OK) {
-            in->tensors[t] = reduced;
-        }
-        if (st != DT_OK)
-            return st;
-    }
-    return DT_OK;
-}
-
-/* The CRCs of this client's slices, in plan order (what Gatherv sends). */
-static int64_t crc_words(const ck_plan *plan, int64_t si)
-{
-    return 1 + plan->slices[si].nchunks;
-}
-
-static dt_status gather_crcs(const ck_plan *plan, const ck_group *g, uint32_t *crcs,
-                             uint32_t **chunk_crcs)
-{
-    if (g->size <= 1)
-        return DT_OK;
-    int *counts = calloc((size_t)g->size, sizeof *counts);
-    int *displs = calloc((size_t)g->size, sizeof *displs);
-    int64_t *rank_of_slice = malloc((size_t)(plan->nslices + 1) * sizeof *rank_of_slice);
-    uint32_t *send = NULL, *recv = NULL;
-    dt_status st = DT_ERR_NO_MEMORY;
-    if (!counts || !displs || !rank_of_slice)
-        goto out;
-    int64_t total = 0;
-    for (int64_t si = 0; si < plan->nslices; si++) {
-        int dev = plan->files[plan->file_of_position[plan->slices[si].position]].device_id;
-        int c = dt_device_client(DT_DEVICE_CPU, dev), r = 0;
-        while (r < g->size && g->clients[r] != c)
-            r++;
-        rank_of_slice[si] = r;
-        counts[r] += (int)crc_words(plan, si);
-        total += crc_words(plan, si);
-    }
-    for (int r = 1; r < g->size; r++)
-        displs[r] = displs[r - 1] + counts[r - 1];
-    send = malloc(((size_t)counts[g->rank] + 1) * sizeof *send);
-    recv = g->rank == 0 ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
-    if (!send || (g->rank == 0 && !recv))
-        goto out;
-    int64_t k = 0;
-    for (int64_t si = 0; si < plan->nslices; si++)
-        if (rank_of_slice[si] == g->rank) {
-            send[k++] = crcs[si];
-            for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
-                send[k++] = chunk_crcs[si][c];
-        }
-    int rc = MPI_Gatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
-                         MPI_UINT32_T, 0, g->comm);
-    if (rc != MPI_SUCCESS) {
-        st = dt__mpi_error(rc, "dt_save: gathering CRCs");
-        goto out;
-    }
-    if (g->rank == 0) {
-        int64_t *pos = calloc((size_t)g->size, sizeof *pos);
-        if (!pos)
-            goto out;
-        for (int64_t si = 0; si < plan->nslices; si++) {
-            int64_t r = rank_of_slice[si];
-            const uint32_t *p = recv + displs[r] + pos[r];
-            crcs[si] = p[0];
-            for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
-                chunk_crcs[si][c] = p[1 + c];
-            pos[r] += crc_words(plan, si);
-        }
-        free(pos);
-    }
-    st = DT_OK;
-out:
-    if (st == DT_ERR_NO_MEMORY)
-        dt__error(st, "dt_save: no memory for CRCs");
-    free(counts);
-    free(displs);
-    free(rank_of_slice);
-    free(send);
-    free(recv);
+    free(data);
+    st = dt__ckpt_save_finish(&j->fin, st);
+    job_free(j);
     return st;
 }
 
-/* Client 0: the index into tmp, then the renames. */
-static dt_status write_index_and_commit(const ck_plan *plan, const save_inputs *in,
-                                        const char *dir, const char *tmp,
-                                        const dt_save_opts *o, const uint32_t *crcs,
-                                        uint32_t *const *chunk_crcs)
+/* ---- asynchronous saves ---------------------------------------------------------------------- */
+
+static pthread_mutex_t inflight_mu = PTHREAD_MUTEX_INITIALIZER;
+static dt_save_request *inflight;  /* the save whose thread may still run (not joined) */
+
+/* Joins the thread of the save in flight, if any: a new save starts only after the previous
+ * one committed (its outcome stays in its request for dt_save_wait). */
+static void drain_inflight(void)
 {
-    size_t mlen = dt_mesh_format(in->host, NULL, 0) + 1;
-    char *ms = malloc(mlen), *text = NULL, path[CK_PATH_MAX];
-    if (!ms)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
-    dt_mesh_format(in->host, ms, mlen);
-    dt_status st = dt__ckpt_index_text(plan, ms, dt_mesh_size(in->host), crcs,
-                                       (const uint32_t *const *)chunk_crcs,
-                                       o ? o->nvalues : 0, o ? o->values : NULL, &text);
-    free(ms);
+    pthread_mutex_lock(&inflight_mu);
+    dt_save_request *r = inflight;
+    inflight = NULL;
+    if (r && !r->joined) {
+        pthread_join(r->thread, NULL);
+        r->joined = 1;
+    }
+    pthread_mutex_unlock(&inflight_mu);
+}
+
+/* dt_finalize runs hooks newest first: this one (registered after the reaper's) first joins
+ * the save in flight, then waits for the closes it may have handed to the reaper. */
+static void at_finalize(void)
+{
+    drain_inflight();
+    dt__ckpt_reap_wait();
+}
+
+/* The background thread: writes from the staging queue, then finishes (no timed barriers:
+ * dt_barrier shares the runtime's communicator with the caller's thread). */
+static void *save_background(void *arg)
+{
+    dt_save_request *r = arg;
+    ck_save *j = r->job;
+    ck_source *src = dt__ckpt_stage_source(r->stage);
+    dt_status st = dt__ckpt_write_local_files(&j->plan, src, j->dir, &j->g, j->tmp,
+                                              j->fin.do_fsync, j->crcs, j->chunk_crcs);
+    if (st != DT_OK)
+        dt__ckpt_stage_abort(r->stage);   /* the caller stops copying */
+    j->fin.barrier_mesh = NULL;
+    st = dt__ckpt_save_finish(&j->fin, st);
+    r->status = st;
+    if (st != DT_OK)
+        dt__strlcpy(r->msg, dt_last_error(), sizeof r->msg);
+    atomic_store(&r->done, 1);
+    return NULL;
+}
+
+static dt_status save_async(const char *fn, const dt_mesh *mesh, const char *dir, int n,
+                            const char *const *names, const dt_tensor *const *tensors,
+                            const dt_save_opts *opts, const ck_publish *publish,
+                            dt_save_request **req_out)
+{
+    if (!req_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL request output", fn);
+    /* Hooks registered here, in the caller's thread (the background thread retires the
+     * replaced checkpoint, whose closes dt_finalize waits for; stage.c frees its buffer). */
+    dt_status st = dt__ckpt_reap_register();
+    if (st == DT_OK)
+        st = dt__at_finalize(at_finalize);
     if (st != DT_OK)
         return st;
-    int do_fsync = o ? o->fsync : 1;
-    if ((st = dt__ckpt_join(path, sizeof path, tmp, "/", DT_CKPT_INDEX_NAME)) != DT_OK) {
-        free(text);
+    drain_inflight();
+    dt_save_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    r->joined = 1;
+    /* Without MPI_THREAD_MULTIPLE the background thread could not agree with the other
+     * clients: the save then runs to its end here, and the request is done at once. */
+    int background = dt__mpi_thread_level() >= MPI_THREAD_MULTIPLE;
+    ck_save *j = NULL;
+    st = save_begin(fn, mesh, dir, n, names, tensors, opts, publish, background, &j);
+    if (st != DT_OK) {
+        free(r);
         return st;
     }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    size_t len = strlen(text);
-    if (fd < 0 || write_at(fd, text, len, 0) != 0 || (do_fsync && fsync(fd) != 0)) {
-        st = dt__error(DT_ERR_IO, "dt_save: %s: %s", path, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        free(text);
+    if (j && !background) {
+        r->status = save_here(j);
+        j = NULL;
+        if (r->status != DT_OK)
+            dt__strlcpy(r->msg, dt_last_error(), sizeof r->msg);
+    }
+    if (!j) {
+        atomic_store(&r->done, 1);
+        *req_out = r;
+        return DT_OK;
+    }
+    r->job = j;
+    const void **data = NULL;
+    st = dt__ckpt_stage_create(&j->plan, opts ? opts->staging_bytes : 0, &r->stage);
+    if (st == DT_OK && (st = dt__ckpt_slice_data(&j->plan, &j->in, &data)) == DT_OK &&
+        pthread_create(&r->thread, NULL, save_background, r) != 0)
+        st = dt__error(DT_ERR_NO_MEMORY, "%s: cannot start the writing thread", fn);
+    if (st != DT_OK) {
+        /* Nothing written yet: every client must still fail alike (agreeing as the others'
+         * background threads do, without timed barriers). */
+        free(data);
+        j->fin.barrier_mesh = NULL;
+        st = dt__ckpt_save_finish(&j->fin, st);
+        dt__ckpt_stage_destroy(r->stage);
+        job_free(j);
+        free(r);
         return st;
     }
-    free(text);
-    if (close(fd) != 0)
-        return dt__error(DT_ERR_IO, "dt_save: %s: %s", path, strerror(errno));
-    if (do_fsync && (st = dt__ckpt_fsync_dir(tmp)) != DT_OK)
-        return st;
-    return dt__ckpt_commit(dir, tmp, do_fsync);
+    r->joined = 0;
+    pthread_mutex_lock(&inflight_mu);
+    inflight = r;
+    pthread_mutex_unlock(&inflight_mu);
+    /* The copy the caller waits for; a failure here reaches the writer, which fails the save
+     * on every client (reported by dt_save_wait). */
+    dt__ckpt_stage_fill(r->stage, &j->plan, data);
+    free(data);
+    /* The caller's tensors and pieces are no longer read. */
+    for (int t = 0; j->in.tensors && t < j->in.n; t++) {
+        dt_tensor_destroy(j->in.tensors[t]);
+        j->in.tensors[t] = NULL;
+    }
+    j->in.user_pieces = NULL;
+    *req_out = r;
+    return DT_OK;
 }
 
-/* A barrier with the caller's timeout (when set), then agreement on the outcome. */
-static dt_status sync_point(const save_inputs *in, const ck_group *g, const dt_save_opts *o,
-                            const char *name, dt_status st)
+dt_status dt_save_wait(dt_save_request *req)
 {
-    if (o && o->timeout_seconds > 0) {
-        dt_status bs = dt_barrier(in->host, name, o->timeout_seconds);
-        if (bs != DT_OK)
-            return bs;
+    if (!req)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save_wait: NULL request");
+    pthread_mutex_lock(&inflight_mu);
+    if (!req->joined) {
+        pthread_join(req->thread, NULL);
+        req->joined = 1;
     }
-    return dt__ckpt_agree(g, st);
+    if (inflight == req)
+        inflight = NULL;
+    pthread_mutex_unlock(&inflight_mu);
+    dt_status st = req->status;
+    if (st != DT_OK)
+        dt__error(st, "%s", req->msg);
+    dt__ckpt_stage_destroy(req->stage);
+    job_free(req->job);
+    free(req);
+    return st;
 }
+
+dt_status dt_save_test(const dt_save_request *req, int *done_out)
+{
+    if (!req || !done_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save_test: NULL argument");
+    *done_out = atomic_load(&req->done);
+    return DT_OK;
+}
+
+/* ---- the entry points ---------------------------------------------------------------------- */
 
 dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const *names,
                   const dt_tensor *const *tensors, const dt_save_opts *opts)
 {
-    char d[CK_PATH_MAX], tmp[CK_PATH_MAX];
-    save_inputs in;
-    ck_group g;
-    dt_status st = dt__ckpt_norm_dir("dt_save", dir, d, sizeof d);
+    drain_inflight();
+    ck_save *j = NULL;
+    dt_status st = save_begin("dt_save", mesh, dir, n, names, tensors, opts, NULL, 0, &j);
+    return st != DT_OK || !j ? st : save_here(j);
+}
+
+dt_status dt_save_async(const dt_mesh *mesh, const char *dir, int n, const char *const *names,
+                        const dt_tensor *const *tensors, const dt_save_opts *opts,
+                        dt_save_request **req_out)
+{
+    return save_async("dt_save_async", mesh, dir, n, names, tensors, opts, NULL, req_out);
+}
+
+/* The publish step of ROOT/step-N with keep (checked). */
+static dt_status step_publish(const char *fn, const char *root, int64_t step,
+                              const dt_ckpt_keep *keep, ck_publish *p, char *dir, size_t len)
+{
+    dt_ckpt_keep k = DT_CKPT_KEEP_INIT;
+    if (keep)
+        k = *keep;
+    dt_status st = dt__ckpt_check_keep(fn, &k);
     if (st == DT_OK)
-        st = check_opts(opts);
-    if (st == DT_OK && (st = dt_mesh_check_devices(mesh ? mesh : NULL)) == DT_OK)
-        st = inputs_init("dt_save", mesh, n, names, tensors, &in);
+        st = dt_ckpt_step_dir(root, step, dir, len);
+    if (st == DT_OK)
+        st = dt__ckpt_norm_dir(fn, root, p->root, sizeof p->root);
+    p->active = 1;
+    p->step = step;
+    p->keep = k;
+    return st;
+}
+
+dt_status dt_save_step(const dt_mesh *mesh, const char *root, int64_t step,
+                       const dt_ckpt_keep *keep, int n, const char *const *names,
+                       const dt_tensor *const *tensors, const dt_save_opts *opts)
+{
+    ck_publish p;
+    char dir[CK_PATH_MAX];
+    dt_status st = step_publish("dt_save_step", root, step, keep, &p, dir, sizeof dir);
     if (st != DT_OK)
         return st;
-    if ((st = dt__ckpt_group_create(mesh, &g)) != DT_OK) {
-        inputs_free(&in);
+    drain_inflight();
+    ck_save *j = NULL;
+    st = save_begin("dt_save_step", mesh, dir, n, names, tensors, opts, &p, 0, &j);
+    return st != DT_OK || !j ? st : save_here(j);
+}
+
+dt_status dt_save_step_async(const dt_mesh *mesh, const char *root, int64_t step,
+                             const dt_ckpt_keep *keep, int n, const char *const *names,
+                             const dt_tensor *const *tensors, const dt_save_opts *opts,
+                             dt_save_request **req_out)
+{
+    ck_publish p;
+    char dir[CK_PATH_MAX];
+    dt_status st = step_publish("dt_save_step_async", root, step, keep, &p, dir, sizeof dir);
+    if (st != DT_OK)
         return st;
-    }
-    int np = opts ? opts->npieces : 0;
-    if (g.comm == MPI_COMM_NULL) {         /* holds no device of the mesh: nothing to do */
-        dt__ckpt_group_free(&g);
-        inputs_free(&in);
-        if (np != 0)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: %d pieces given by a client "
-                             "holding no device of the mesh", np);
-        return DT_OK;
-    }
-    inject_reset();
-    ck_plan plan;
-    memset(&plan, 0, sizeof plan);
-    uint32_t *crcs = NULL, **chunk_crcs = NULL, *chunk_store = NULL;
-    int leader = g.rank == 0, made_tmp = 0;
-    /* Pieces differ between clients: checked here, then gathered and checked together, so
-     * that every client fails alike before anything is written. */
-    in.user_pieces = opts ? opts->pieces : NULL;
-    st = dt__ckpt_pieces_check_local(mesh, np, in.user_pieces);
-    if ((st = sync_point(&in, &g, opts, "dt_save:pieces", st)) != DT_OK)
-        goto out;
-    st = dt__ckpt_pieces_gather(mesh, &g, n, names, np, in.user_pieces, &in.pieces);
-    if ((st = sync_point(&in, &g, opts, "dt_save:pieces_checked", st)) != DT_OK)
-        goto out;
-    st = to_host(tensors, &in);
-    if (st == DT_OK)
-        st = plan_input(names, &in);
-    if (st == DT_OK)
-        st = dt__ckpt_plan(in.host, &in.plan_in, chunk_of(opts), &plan);
-    if (st == DT_OK) {
-        int64_t nch = 0;
-        for (int64_t si = 0; si < plan.nslices; si++)
-            nch += plan.slices[si].nchunks;
-        crcs = calloc((size_t)plan.nslices + 1, sizeof *crcs);
-        chunk_crcs = calloc((size_t)plan.nslices + 1, sizeof *chunk_crcs);
-        chunk_store = calloc((size_t)nch + 1, sizeof *chunk_store);
-        if (!crcs || !chunk_crcs || !chunk_store)
-            st = dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for CRCs");
-        for (int64_t si = 0, k = 0; st == DT_OK && si < plan.nslices; si++) {
-            chunk_crcs[si] = chunk_store + k;
-            k += plan.slices[si].nchunks;
-        }
-    }
-    if (st == DT_OK && leader) {
-        st = dt__ckpt_prepare(d, tmp, sizeof tmp);
-        made_tmp = st == DT_OK;
-    } else if (st == DT_OK) {
-        st = dt__ckpt_join(tmp, sizeof tmp, d, "", CK_SUFFIX_TMP);
-    }
-    if ((st = sync_point(&in, &g, opts, "dt_save:prepare", st)) != DT_OK)
-        goto out;
-    st = write_local_files(&plan, &in, d, &g, tmp, opts ? opts->fsync : 1, crcs, chunk_crcs);
-    if ((st = sync_point(&in, &g, opts, "dt_save:written", st)) != DT_OK)
-        goto out;
-    st = gather_crcs(&plan, &g, crcs, chunk_crcs);
-    if (st == DT_OK && leader) {
-        st = write_index_and_commit(&plan, &in, d, tmp, opts, crcs, chunk_crcs);
-        made_tmp = st != DT_OK;
-    }
-    st = sync_point(&in, &g, opts, "dt_save:commit", st);
-out:
-    if (st != DT_OK) {
-        char keep[1024];
-        dt__strlcpy(keep, dt_last_error(), sizeof keep);
-        if (made_tmp)
-            dt__ckpt_remove_dir(tmp);
-        /* Every client knows of the failure (agreed): return together, after the cleanup. */
-        if (st != DT_ERR_TIMEOUT && st != DT_ERR_COMM)
-            MPI_Barrier(g.comm);
-        dt__error(st, "%s", keep);
-    }
-    free(crcs);
-    free(chunk_crcs);
-    free(chunk_store);
-    dt__ckpt_plan_free(&plan);
-    dt__ckpt_group_free(&g);
-    inputs_free(&in);
-    return st;
+    return save_async("dt_save_step_async", mesh, dir, n, names, tensors, opts, &p, req_out);
 }

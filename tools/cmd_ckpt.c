@@ -1,5 +1,5 @@
-/* `dtensor ckpt`: list a checkpoint's tensors and slices, verify every byte of it, export it as
- * standard safetensors. Local: reads files only, starts no runtime and no MPI. */
+/* `dtensor ckpt`: list a checkpoint's tensors and slices (or a manager root's steps), verify
+ * every byte of it, export it as standard safetensors. Local: reads files only, starts no runtime and no MPI. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,10 +48,39 @@ static void print_values(const dt_ckpt *ck)
     }
 }
 
+/* `ls ROOT` of a manager's root: its steps, which are complete, which is latest. 1 when root
+ * holds steps (listed), 0 when it holds none (not a root). */
+static int ls_steps(const char *root)
+{
+    dt_ckpt_step *v = NULL;
+    int64_t n = 0, latest = -1;
+    if (dt_ckpt_list_steps(root, &v, &n) != DT_OK || n == 0) {
+        dt_ckpt_steps_free(v);
+        return 0;
+    }
+    if (dt_ckpt_latest(root, &latest, NULL, 0) != DT_OK)
+        latest = -1;
+    printf("checkpoint steps under %s: %" PRId64 "\n", root, n);
+    for (int64_t i = 0; i < n; i++) {
+        char dir[4096];
+        if (dt_ckpt_step_dir(root, v[i].step, dir, sizeof dir) != DT_OK)
+            continue;
+        printf("  step %" PRId64 " %s %s%s\n", v[i].step, strrchr(dir, '/') + 1,
+               v[i].complete ? "complete" : "incomplete",
+               v[i].step == latest ? " latest" : "");
+    }
+    if (latest < 0)
+        printf("no complete step\n");
+    dt_ckpt_steps_free(v);
+    return 1;
+}
+
 static int cmd_ls(const char *dir)
 {
     dt_ckpt *ck = NULL;
     dt_status st = dt_ckpt_open(dir, &ck);
+    if (st == DT_ERR_NOT_FOUND && ls_steps(dir))
+        return CLI_OK;
     if (st != DT_OK)
         return cli_fail(dir, st);
     int64_t nf = dt_ckpt_num_files(ck), nt = dt_ckpt_num_tensors(ck);

@@ -24,8 +24,9 @@ int cli_info(int argc, char **argv)
         printf("%s devices: %d local, %d global", dt_device_type_name((dt_device_type)t), n,
                dt_num_global_devices((dt_device_type)t));
         if (n > 0)
-            printf(", ids %d..%d", dt_local_device_id((dt_device_type)t, 0),
-                   dt_local_device_id((dt_device_type)t, n - 1));
+            printf(", ids %d..%d, run by '%s'", dt_local_device_id((dt_device_type)t, 0),
+                   dt_local_device_id((dt_device_type)t, n - 1),
+                   dt_device_kind_name((dt_device_type)t));
         printf("\n");
     }
     printf("topology: %d packages, %d NUMA nodes, %d cores, %d hardware threads, %d GPUs\n",

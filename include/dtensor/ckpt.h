@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Version of the on-disk format this library writes ("format_version" in the index). */
-#define DT_CKPT_FORMAT_VERSION 1
+#define DT_CKPT_FORMAT_VERSION 2
 /* File name of the merged index inside a checkpoint directory. */
 #define DT_CKPT_INDEX_NAME "dtensor-index.json"
 /* Default size of the chunks each slice's CRC32C list covers (docs/ckpt-format.md). */
@@ -93,9 +93,20 @@ typedef struct dt_save_opts {
      * tensors. */
     int npieces;
     const dt_ckpt_piece *pieces;
+    /* dt_save_async: the most bytes of staging memory this client holds at once; when it is
+     * full the call waits for the background writer to free some (it always holds at least
+     * one piece: up to 1 MiB, or chunk_bytes if smaller). 0: no bound (all of this client's
+     * bytes are copied; the writer then starts when the copy is done). The staging buffer is
+     * kept for the next asynchronous save and freed by dt_finalize. */
+    uint64_t staging_bytes;
+    /* The dtype to store each of the n tensors as (TensorFlow's should_cast: f32 master
+     * weights saved as bf16), NULL: as they are. A tensor of another dtype among f32, f64,
+     * f16 and bf16 is cast (dt_cast rounding) on the host before it is written; other
+     * changes are DT_ERR_INVALID_ARGUMENT. dt_restore_into casts back into its targets. */
+    const dt_dtype *save_dtypes;
 } dt_save_opts;
 
-#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL}
+#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL, 0, NULL}
 
 /* One shard file of a save: the file the saving device writes. */
 typedef struct dt_ckpt_shard {
@@ -139,13 +150,93 @@ DT_API void dt_ckpt_shards_free(dt_ckpt_shard *shards, int count);
 DT_API dt_status dt_save(const dt_mesh *mesh, const char *dir, int n, const char *const *names,
                          const dt_tensor *const *tensors, const dt_save_opts *opts);
 
+/* ---- asynchronous save ---------------------------------------------------------------------- */
+
+/* An asynchronous save in progress (owned by the caller until dt_save_wait). */
+typedef struct dt_save_request dt_save_request;
+
+/* Like dt_save, but returns once this client's bytes are copied into staging memory (after
+ * the collective start: inputs checked, tensors brought to the host mesh, GPU tensors copied
+ * to the host, the plan made and the temporary directory created): the caller may change or
+ * destroy its tensors, pieces and values at once. A background thread writes the files,
+ * syncs them, and with the other clients' threads commits exactly as dt_save does (the same
+ * crash safety: the previous checkpoint stays until the commit). opts->staging_bytes bounds
+ * the staging memory (the call then waits for the writer, copying as it frees room).
+ * opts->timeout_seconds applies to the start only. A save (sync or async) begins by waiting
+ * for the previous asynchronous one to end; dt_finalize waits too. Without MPI_THREAD_MULTIPLE
+ * the whole save runs in the call. On success *req_out is an owned request: its outcome comes
+ * from dt_save_wait (errors of the background part, e.g. DT_ERR_IO for a full disk, appear
+ * there, the same on every client). Errors of the start are returned here, as dt_save's, and
+ * no request is made. Collective as dt_save. */
+DT_API dt_status dt_save_async(const dt_mesh *mesh, const char *dir, int n,
+                               const char *const *names, const dt_tensor *const *tensors,
+                               const dt_save_opts *opts, dt_save_request **req_out);
+/* Waits for the save to end and frees the request: its outcome (as dt_save's, with
+ * dt_last_error() set on failure). Local (the clients' background threads agree among
+ * themselves). */
+DT_API dt_status dt_save_wait(dt_save_request *req);
+/* *done_out = 1 when the save has ended (dt_save_wait will not block), else 0. Local. */
+DT_API dt_status dt_save_test(const dt_save_request *req, int *done_out);
+
+/* ---- checkpoint manager: steps under a root directory -------------------------------------- */
+
+/* Which steps a manager save keeps under its root. */
+typedef struct dt_ckpt_keep {
+    int last;                     /* the newest `last` complete steps (>= 1) */
+    int64_t every;                /* and every step divisible by it (0: none) */
+} dt_ckpt_keep;
+#define DT_CKPT_KEEP_INIT {3, 0}
+
+/* "<root>/step-%010lld" of `step` (>= 0) into buf. DT_ERR_INVALID_ARGUMENT. Local. */
+DT_API dt_status dt_ckpt_step_dir(const char *root, int64_t step, char *buf, size_t len);
+
+/* dt_save into dt_ckpt_step_dir(root, step), then client 0 points "<root>/latest" at it
+ * (a one-line file "step-%010lld", replaced atomically through a rename, fsynced with
+ * opts->fsync) and removes the steps below `step` that `keep` (NULL: DT_CKPT_KEEP_INIT) does
+ * not keep: beyond the newest keep->last complete ones (this one included), those not a
+ * multiple of keep->every, and incomplete ones (a crashed save's). A removal deletes the
+ * index first, so a crash during it leaves an incomplete step, never a damaged complete one.
+ * Steps above `step` are not touched. Returns dt_save's statuses (the same on every
+ * client); DT_ERR_INVALID_ARGUMENT for a negative step or a bad keep; DT_ERR_IO naming the
+ * path when the pointer or a removal fails (the step itself is then committed). Collective. */
+DT_API dt_status dt_save_step(const dt_mesh *mesh, const char *root, int64_t step,
+                              const dt_ckpt_keep *keep, int n, const char *const *names,
+                              const dt_tensor *const *tensors, const dt_save_opts *opts);
+/* dt_save_step as dt_save_async: the pointer and the pruning happen in the background after
+ * the commit. Collective. */
+DT_API dt_status dt_save_step_async(const dt_mesh *mesh, const char *root, int64_t step,
+                                    const dt_ckpt_keep *keep, int n, const char *const *names,
+                                    const dt_tensor *const *tensors, const dt_save_opts *opts,
+                                    dt_save_request **req_out);
+
+/* The latest complete step under root: the step "<root>/latest" names when it is complete,
+ * else the highest complete step. Complete: its index opens (checksum and schema valid) and
+ * every data file it lists is present with its recorded size; data CRCs are checked by the
+ * restore. *step_out (may be NULL) gets the step, dir_buf (may be NULL) its directory.
+ * DT_ERR_NOT_FOUND when no step is complete (or no root). Local. */
+DT_API dt_status dt_ckpt_latest(const char *root, int64_t *step_out, char *dir_buf,
+                                size_t len);
+
+/* One step directory under a root. */
+typedef struct dt_ckpt_step {
+    int64_t step;
+    int complete;                 /* as dt_ckpt_latest means it */
+} dt_ckpt_step;
+/* Every step found under root (a directory "step-<digits>", or its leftovers of a crashed
+ * save), by increasing step, into an owned array (free with dt_ckpt_steps_free; 0 entries
+ * possible). DT_ERR_NOT_FOUND (no root), DT_ERR_IO, DT_ERR_NO_MEMORY. Local. */
+DT_API dt_status dt_ckpt_list_steps(const char *root, dt_ckpt_step **steps_out,
+                                    int64_t *count_out);
+DT_API void dt_ckpt_steps_free(dt_ckpt_step *steps);
+
 /* ---- restore -------------------------------------------------------------------------------- */
 
 /* Restores `n` named tensors from the checkpoint `dir` as new tensors with `layouts[i]` (all
  * on `mesh`, any device count, mesh shape or sharding; partial layouts are not accepted),
  * with the saved global shapes and dtypes. Each device reads only the chunks of the saved
- * slices its shard intersects (pread), and checks every chunk's CRC32C, the file sizes and the
- * safetensors headers against the index. GPU meshes are filled through their host mesh.
+ * slices its shard intersects (pread), and checks the index's own CRC32C, every chunk's
+ * CRC32C, the file sizes and the safetensors headers (CRC32C and content) against the index.
+ * GPU meshes are filled through their host mesh.
  * Collective over the clients holding devices of `mesh`; every client returns the same status.
  * On success tensors_out[i] are owned handles; on failure nothing is written.
  * Returns DT_ERR_NOT_FOUND (no checkpoint at `dir`, or no tensor of that name),
@@ -157,8 +248,10 @@ DT_API dt_status dt_restore(const dt_mesh *mesh, const char *dir, int n,
                             dt_tensor **tensors_out);
 
 /* Like dt_restore into existing tensors (their layouts, shapes and dtypes fixed, all on one
- * mesh, none partial): DT_ERR_SHAPE when a saved shape or dtype differs (names both). On
- * failure the targets' contents are unspecified (partly overwritten). Collective as above. */
+ * mesh, none partial): DT_ERR_SHAPE when a saved shape differs, or the dtype differs and is
+ * not castable (names both); a tensor saved as f32, f64, f16 or bf16 restores into any of
+ * those, cast as dt_cast does (bf16 saved from f32 masters comes back as f32). On failure
+ * the targets' contents are unspecified (partly overwritten). Collective as above. */
 DT_API dt_status dt_restore_into(const char *dir, int n, const char *const *names,
                                  dt_tensor *const *tensors);
 
@@ -166,11 +259,11 @@ DT_API dt_status dt_restore_into(const char *dir, int n, const char *const *name
 
 typedef struct dt_ckpt dt_ckpt;
 
-/* Opens the checkpoint at `dir`: reads and validates its index (schema, names, shapes, slice
- * bounds, slices tiling each tensor exactly). If `dir` holds no index but "<dir>.dtensor-old"
+/* Opens the checkpoint at `dir`: reads and validates its index (its own CRC32C, then schema,
+ * names, shapes, slice bounds, slices tiling each tensor exactly). If `dir` holds no index but "<dir>.dtensor-old"
  * does (a save crashed mid-commit), that previous checkpoint is opened (dt_ckpt_path says
  * which). Reads no tensor data. Owned handle, close with dt_ckpt_close.
- * DT_ERR_NOT_FOUND (no checkpoint), DT_ERR_CORRUPT (bad index, naming what), DT_ERR_IO,
+ * DT_ERR_NOT_FOUND (no checkpoint), DT_ERR_CORRUPT (altered or bad index, naming the file and the field), DT_ERR_IO,
  * DT_ERR_UNSUPPORTED (a newer format_version). Local. */
 DT_API dt_status dt_ckpt_open(const char *dir, dt_ckpt **ckpt_out);
 /* Accepts NULL. */
@@ -245,9 +338,9 @@ typedef struct dt_ckpt_problem {
 } dt_ckpt_problem;
 typedef void (*dt_ckpt_problem_fn)(void *arg, const dt_ckpt_problem *problem);
 
-/* Reads every data file completely: checks sizes, header CRCs, that each safetensors header
- * and its DCP_SHARDING_INFO agree with the index, and every slice's whole and per-chunk
- * CRC32C. Calls `fn` (may be NULL) once per bad file or slice and goes on. *bad_out (may be
+/* Reads every data file completely (the index's own CRC32C was checked by dt_ckpt_open):
+ * checks sizes, header CRCs, that each safetensors header and its DCP_SHARDING_INFO agree
+ * with the index, and every slice's whole and per-chunk CRC32C. Calls `fn` (may be NULL) once per bad file or slice and goes on. *bad_out (may be
  * NULL) gets the number of problems. Returns DT_OK when none, else DT_ERR_CORRUPT (the first
  * problem's text in dt_last_error()). Local. */
 DT_API dt_status dt_ckpt_verify(const dt_ckpt *ckpt, dt_ckpt_problem_fn fn, void *arg,

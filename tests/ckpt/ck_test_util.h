@@ -28,4 +28,10 @@ dt_layout *ck_layout(const dt_mesh *mesh, const char *specs);
 /* Path of a file in dir. */
 void ck_path(char *buf, size_t len, const char *dir, const char *name);
 
+/* Client 0 replaces the first `from` in the index of checkpoint `ck` by `to`, between
+ * barriers of MPI_COMM_WORLD. With `reseal`, it then recomputes the index's trailing
+ * "index_crc32c" (as an editor that knows the format would), so that the checks behind it
+ * are reached; without, the edit must be caught by that checksum. */
+void ck_edit_index(const char *ck, const char *from, const char *to, int reseal);
+
 #endif

@@ -1,7 +1,7 @@
 /* Save on the mesh of all devices with several layouts (sharded on one and two dims, uneven,
  * replicated, scalars, empty, partial), restore on 1, 2, 3 and all devices with other
  * layouts, and compare with the single-device reference bit for bit; named values, names
- * that look like paths, overwriting, dt_sharded_prefix ownership. */
+ * that look like paths, overwriting, dt_sharded_prefix ownership, saving as another dtype. */
 #include <dirent.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -209,8 +209,10 @@ static void test_restore_into_existing_tensors_and_shape_mismatch(void)
     DT_ASSERT_FAILS(dt_restore_into(ck, 1, &name, &t), DT_ERR_SHAPE);
     DT_ASSERT_ERROR_MENTIONS("layer.0/w");
     dt_tensor_destroy(t);
-    DT_ASSERT_OK(dt_tensor_zeros(l, DT_DTYPE_F64, specs[0].shape, &t));
+    /* f32 saved: an integer target is no cast (a float one is, see the bf16 test). */
+    DT_ASSERT_OK(dt_tensor_zeros(l, DT_DTYPE_I64, specs[0].shape, &t));
     DT_ASSERT_FAILS(dt_restore_into(ck, 1, &name, &t), DT_ERR_SHAPE);
+    DT_ASSERT_ERROR_MENTIONS("i64");
     dt_tensor_destroy(t);
     const char *missing = "nope";
     dt_tensor *out = NULL;
@@ -456,6 +458,93 @@ static void test_sharded_prefix_owners_are_unique_and_spread(void)
     dt_mesh_destroy(m);
 }
 
+/* Value of global element g of the cast test's tensor (finite, most not exact in bf16). */
+static float cast_value(int64_t g)
+{
+    return (float)((double)g * 0.37 - 50.0);
+}
+
+/* bf16 of an f32, round to nearest even, by hand (finite values only). */
+static float bf16_round(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* Fills (fill != 0) a 2-D f32/f64 tensor with cast_value, or counts elements differing from
+ * `want(cast_value)`. */
+static int64_t cast_walk(dt_tensor *t, int fill, float (*want)(float))
+{
+    int64_t bad = 0, gcols = dt_tensor_shape(t)[1];
+    for (int i = 0; i < dt_tensor_num_local(t); i++) {
+        const DLTensor *x = dt_tensor_local(t, i);
+        const int64_t *off = dt_tensor_local_offset(t, i);
+        for (int64_t r = 0; r < x->shape[0]; r++)
+            for (int64_t c = 0; c < x->shape[1]; c++) {
+                int64_t k = r * x->shape[1] + c, g = (off[0] + r) * gcols + off[1] + c;
+                float v = want ? want(cast_value(g)) : cast_value(g);
+                if (fill)
+                    ((float *)x->data)[k] = v;
+                else if (dt_tensor_dtype(t) == DT_DTYPE_F64)
+                    bad += ((double *)x->data)[k] != (double)v;
+                else
+                    bad += ((float *)x->data)[k] != v;
+            }
+    }
+    return bad;
+}
+
+/* TensorFlow's should_cast: f32 saved as bf16 (the files hold BF16), restored into f32 and
+ * f64 targets as the bf16 values; a non-float target or cast is refused. */
+static void test_f32_saved_as_bf16_restores_into_f32(void)
+{
+    char dir[256], ck[300];
+    dt_test_scratch_dir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    dt_mesh *m = save_mesh();
+    dt_layout *l = ck_layout(m, "a,b"), *r = ck_layout(m, "b,unsharded");
+    int64_t shape[2] = {9, 14};
+    dt_tensor *w = NULL, *f32 = NULL, *f64 = NULL, *i32 = NULL;
+    DT_ASSERT_OK(dt_tensor_zeros(l, DT_DTYPE_F32, shape, &w));
+    cast_walk(w, 1, NULL);
+    const char *name = "master";
+    dt_dtype as = DT_DTYPE_BF16;
+    dt_save_opts o = DT_SAVE_OPTS_INIT;
+    o.save_dtypes = &as;
+    DT_ASSERT_OK(dt_save(m, ck, 1, &name, (const dt_tensor *const *)&w, &o));
+    dt_ckpt *c = NULL;
+    dt_ckpt_tensor_info ti;
+    DT_ASSERT_OK(dt_ckpt_open(ck, &c));
+    DT_ASSERT_OK(dt_ckpt_tensor(c, 0, &ti));
+    CU_ASSERT_EQUAL(ti.dtype, DT_DTYPE_BF16);
+    dt_ckpt_close(c);
+    DT_ASSERT_OK(dt_tensor_zeros(r, DT_DTYPE_F32, shape, &f32));
+    DT_ASSERT_OK(dt_tensor_zeros(r, DT_DTYPE_F64, shape, &f64));
+    DT_ASSERT_OK(dt_tensor_zeros(r, DT_DTYPE_I32, shape, &i32));
+    DT_ASSERT_OK(dt_restore_into(ck, 1, &name, &f32));
+    CU_ASSERT_EQUAL(cast_walk(f32, 0, bf16_round), 0);
+    DT_ASSERT_OK(dt_restore_into(ck, 1, &name, &f64));
+    CU_ASSERT_EQUAL(cast_walk(f64, 0, bf16_round), 0);
+    DT_ASSERT_FAILS(dt_restore_into(ck, 1, &name, &i32), DT_ERR_SHAPE);
+    DT_ASSERT_ERROR_MENTIONS("bf16");
+    dt_dtype bad = DT_DTYPE_I32;
+    o.save_dtypes = &bad;
+    DT_ASSERT_FAILS(dt_save(m, ck, 1, &name, (const dt_tensor *const *)&w, &o),
+                    DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("master");
+    dt_tensor_destroy(w);
+    dt_tensor_destroy(f32);
+    dt_tensor_destroy(f64);
+    dt_tensor_destroy(i32);
+    dt_layout_destroy(l);
+    dt_layout_destroy(r);
+    dt_mesh_destroy(m);
+    dt_test_scratch_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -468,6 +557,7 @@ int main(int argc, char **argv)
         DT_TEST(test_overwrite_replaces_the_checkpoint),
         DT_TEST(test_interrupted_commit_falls_back_to_old),
         DT_TEST(test_sharded_prefix_owners_are_unique_and_spread),
+        DT_TEST(test_f32_saved_as_bf16_restores_into_f32),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "ckpt_roundtrip", cases, 1);

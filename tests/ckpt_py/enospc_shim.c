@@ -1,6 +1,8 @@
 /* LD_PRELOAD shim for the full-disk tests: once a process has written DT_ENOSPC_AFTER bytes to
  * files under DT_ENOSPC_DIR, its further writes there fail with ENOSPC (a short write first, as
- * a real full disk does). Lets a test fail a save at a chosen point. Not part of the library. */
+ * a real full disk does). With DT_ENOSPC_RANK set, only the MPI process of that rank
+ * (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK) is limited. Lets a test fail a save at a chosen
+ * point, on a chosen client. Not part of the library. */
 /* Both pwrite and pwrite64 are defined here, so no redirection of one to the other. */
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
@@ -18,12 +20,27 @@
 /* Bytes written under the limited directory by this process. */
 static atomic_llong used;
 
+/* 1 when DT_ENOSPC_RANK names another process than this one. */
+static int other_rank(void)
+{
+    const char *want = getenv("DT_ENOSPC_RANK");
+    if (!want || !*want)
+        return 0;
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *r = getenv(vars[i]);
+        if (r && *r)
+            return atoi(r) != atoi(want);
+    }
+    return atoi(want) != 0;   /* not under MPI: one process, rank 0 */
+}
+
 /* Bytes that may still be written to fd (LLONG_MAX when fd is not under the limited dir). */
 static long long budget(int fd)
 {
     const char *dir = getenv("DT_ENOSPC_DIR");
     const char *after = getenv("DT_ENOSPC_AFTER");
-    if (!dir || !after || !*dir)
+    if (!dir || !after || !*dir || other_rank())
         return LLONG_MAX;
     char link[64], path[PATH_MAX];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);

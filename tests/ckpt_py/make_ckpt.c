@@ -47,6 +47,9 @@ enum { NPSPECS = sizeof PSPECS / sizeof PSPECS[0], PIECE_TID = 20,
        MAXT = NSPECS + 1 + NPSPECS, MAXP = 64 };
 
 static int g_rank;
+/* save --async: dt_save_async, then dt_save_wait ("staged secs=" when the call returned);
+ * save --step: DIR is a manager root, VERSION the step (keep the last 2). */
+static int g_async, g_step;
 
 static uint16_t half_bits(int64_t k) /* |k| < 2048: exact */
 {
@@ -353,7 +356,23 @@ static int do_save(const char *dir, int64_t version, int big_mib, int announce, 
         fflush(stdout);
     }
     double t0 = MPI_Wtime();
-    st = dt_save(mesh, dir, s.n, s.names, (const dt_tensor *const *)t, &opts);
+    dt_ckpt_keep keep = {.last = 2, .every = 0};
+    const dt_tensor *const *tt = (const dt_tensor *const *)t;
+    if (g_async) {
+        dt_save_request *req = NULL;
+        st = g_step ? dt_save_step_async(mesh, dir, version, &keep, s.n, s.names, tt, &opts,
+                                         &req)
+                    : dt_save_async(mesh, dir, s.n, s.names, tt, &opts, &req);
+        if (st == DT_OK && g_rank == 0) {
+            printf("staged secs=%.4f\n", MPI_Wtime() - t0);
+            fflush(stdout);
+        }
+        if (st == DT_OK)
+            st = dt_save_wait(req);
+    } else {
+        st = g_step ? dt_save_step(mesh, dir, version, &keep, s.n, s.names, tt, &opts)
+                    : dt_save(mesh, dir, s.n, s.names, tt, &opts);
+    }
     double secs = MPI_Wtime() - t0;
     if (st != DT_OK) {
         rc = fail("dt_save", st);
@@ -468,7 +487,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: make_ckpt save DIR VERSION [--big-mib M] [--announce] "
-                        "[--pieces]\n"
+                        "[--pieces] [--async] [--step]\n"
                         "       make_ckpt check [--big-mib M] [--pieces] DIR...\n");
         return 2;
     }
@@ -481,6 +500,10 @@ int main(int argc, char **argv)
             announce = 1;
         else if (strcmp(argv[i], "--pieces") == 0)
             pieces = 1;
+        else if (strcmp(argv[i], "--async") == 0)
+            g_async = 1;
+        else if (strcmp(argv[i], "--step") == 0)
+            g_step = 1;
         else if (ndirs < 256)
             dirs[ndirs++] = argv[i];
     }

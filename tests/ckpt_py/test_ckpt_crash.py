@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Crash safety of dt_save, black box: SIGKILL a 2-process save of version k+1 over version k at
-random moments (all processes at once, one after the other, or one rank and let mpiexec end the
-other); after every kill `dtensor ckpt verify` passes and a restore onto 3 devices holds exactly
-version k or k+1, every element and value of it, never a mix and never an error. A full disk
-(a small tmpfs when this process may mount one; always also ENOSPC injected by an LD_PRELOAD
-shim at several points of the save) fails the save with DT_ERR_IO and keeps the previous
-checkpoint. Standard library only. Usage: test_ckpt_crash.py DTENSOR MAKE_CKPT MPIEXEC SHIM"""
+"""Crash safety of dt_save and dt_save_async, black box: SIGKILL a 2-process save of version k+1
+over version k at random moments (all processes at once, one after the other, or one rank and
+let mpiexec end the other; half the saves asynchronous); after every kill `dtensor ckpt verify`
+passes and a restore onto 3 devices holds exactly version k or k+1, every element and value of
+it, never a mix and never an error. A full disk (a small tmpfs when this process may mount one;
+always also ENOSPC injected by an LD_PRELOAD shim at several points of the save, on one client
+only, and in an asynchronous save) fails the save on every client with DT_ERR_IO and keeps the
+previous checkpoint. Standard library only.
+Usage: test_ckpt_crash.py DTENSOR MAKE_CKPT MPIEXEC SHIM"""
 import json
 import os
 import random
@@ -30,15 +32,15 @@ def run(args, env=None, timeout=60):
     return p.returncode, p.stdout, p.stderr
 
 
-def save_cmd(d, version, big_mib, announce=False):
+def save_cmd(d, version, big_mib, announce=False, asynchronous=False):
     cmd = [MPIEXEC, "-n", "2", HELPER, "save", d, str(version), "--big-mib", str(big_mib)]
-    return cmd + (["--announce"] if announce else [])
+    return cmd + (["--announce"] if announce else []) + (["--async"] if asynchronous else [])
 
 
-def save(d, version, big_mib, env=None):
+def save(d, version, big_mib, env=None, asynchronous=False):
     e = {"DT_CPU_DEVICES": "2"}
     e.update(env or {})
-    return run(save_cmd(d, version, big_mib), env=e, timeout=120)
+    return run(save_cmd(d, version, big_mib, asynchronous=asynchronous), env=e, timeout=120)
 
 
 def check(dirs, big_mib):
@@ -125,10 +127,12 @@ class Crash(unittest.TestCase):
                 shutil.copytree(os.path.join(self.work, name), os.path.join(dst, name))
         return os.path.join(dst, "ckpt")
 
-    def kill_during_save(self, rng, new, mode, delay):
-        """Starts a save of version `new`, SIGKILLs it `delay` s after it began; returns how
-        long the save took if it had returned (printed "saved") before the kill, else None."""
-        p = subprocess.Popen(save_cmd(self.dir, new, BIG_MIB, announce=True),
+    def kill_during_save(self, rng, new, mode, delay, asynchronous):
+        """Starts a save of version `new` (dt_save, or dt_save_async and dt_save_wait),
+        SIGKILLs it `delay` s after it began; returns how long the save took if it had
+        returned (printed "saved") before the kill, else None."""
+        p = subprocess.Popen(save_cmd(self.dir, new, BIG_MIB, announce=True,
+                                      asynchronous=asynchronous),
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                              env=dict(os.environ, DT_CPU_DEVICES="2"), start_new_session=True)
         buf, deadline = b"", time.time() + 30
@@ -180,13 +184,15 @@ class Crash(unittest.TestCase):
         while len(trials) - finished_count < TRIALS and len(trials) < 2 * TRIALS:
             new = current + 1
             mode = ("all", "ranks_in_turn", "one_rank")[t % 3]
+            asynchronous = t % 2 == 1  # every mode with both kinds of save
             t += 1
             delay = rng.uniform(0, 1.1 * sorted(durations)[len(durations) // 2])
-            took = self.kill_during_save(rng, new, mode, delay)
+            took = self.kill_during_save(rng, new, mode, delay, asynchronous)
             if took is not None:
                 finished_count += 1
                 durations.append(took)
-            what = f"trial {t} (version {new} over {current}, kill {mode} at {delay * 1e3:.1f} ms)"
+            what = (f"trial {t} ({'async ' if asynchronous else ''}version {new} over "
+                    f"{current}, kill {mode} at {delay * 1e3:.1f} ms)")
             rc, out, err = run([TOOL, "ckpt", "verify", self.dir])
             self.assertEqual(rc, 0, f"{what}: dtensor ckpt verify failed:\n{out}{err}")
             got = index_step(self.dir)
@@ -283,6 +289,20 @@ class FullDisk(unittest.TestCase):
             rc, out, err = save(d, 2, 1, env=dict(env, DT_ENOSPC_AFTER=str(n)))
             self.assert_failed_with_enospc(rc, out, err, f"ENOSPC at {what} ({n} bytes)")
             self.assert_kept(d, 1, f"after ENOSPC at {what}")
+        # Only the last client's disk fills (its first slice): the other one's part succeeds,
+        # yet every client returns DT_ERR_IO with the failing client's message.
+        rc, out, err = save(d, 2, 1, env=dict(env, DT_ENOSPC_AFTER="40", DT_ENOSPC_RANK="1"))
+        self.assert_failed_with_enospc(rc, out, err, "ENOSPC on the last client only")
+        self.assertEqual(out.count("status=DT_ERR_IO"), 2, f"both clients fail alike:\n{out}")
+        self.assertEqual(err.count("No space left"), 2, f"both name the cause:\n{err}")
+        self.assert_kept(d, 1, "after ENOSPC on the last client")
+        # An asynchronous save: the call returns, the failure comes from dt_save_wait.
+        rc, out, err = save(d, 2, 1, env=dict(env, DT_ENOSPC_AFTER="40", DT_ENOSPC_RANK="1"),
+                            asynchronous=True)
+        self.assert_failed_with_enospc(rc, out, err, "ENOSPC in an asynchronous save")
+        self.assertIn("staged secs=", out)
+        self.assertEqual(out.count("status=DT_ERR_IO"), 2, f"both clients fail alike:\n{out}")
+        self.assert_kept(d, 1, "after ENOSPC in an asynchronous save")
         rc, out, err = save(d, 3, 1, env=dict(env, DT_ENOSPC_AFTER=str(1 << 40)))
         self.assertEqual(rc, 0, out + err)
         self.assert_kept(d, 3, "after a save with room")

@@ -158,7 +158,13 @@ class Checkpoint(unittest.TestCase):
     def test_index_top_level_fields(self):
         ix = self.index
         self.assertEqual(ix["format"], "dtensor-checkpoint")
-        self.assertEqual(ix["format_version"], 1)
+        self.assertEqual(ix["format_version"], 2)
+        # The index's last member is the CRC32C of every byte of the file before it.
+        with open(os.path.join(self.dir, "dtensor-index.json"), "rb") as f:
+            raw = f.read()
+        self.assertEqual(list(ix)[-1], "index_crc32c")
+        at = raw.rindex(b'"index_crc32c": "')
+        self.assertEqual(raw[at:], b'"index_crc32c": "%08x"\n}\n' % crc32c(raw[:at]))
         self.assertEqual(ix["checksum"], "crc32c")
         self.assertEqual(ix["num_devices"], self.NPROC * self.DEVICES)
         self.assertEqual(ix["chunk_bytes"] % 4096, 0)
@@ -422,6 +428,55 @@ class Tool(unittest.TestCase):
         self.assertIn("note:", out)
         rc, out, err = tool("ckpt", "verify", d)
         self.assertEqual(rc, 0, err)
+
+    def test_ls_of_a_manager_root_lists_steps_complete_and_latest(self):
+        root = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "run")
+        for step, flags in ((3, []), (5, ["--async"]), (8, ["--async"])):
+            rc, out, err = run([MPIEXEC, "-n", "2", HELPER, "save", root, str(step), "--step",
+                                *flags], env={"DT_CPU_DEVICES": "2"}, timeout=120)
+            self.assertEqual(rc, 0, out + err)
+        os.mkdir(os.path.join(root, "step-0000000009.dtensor-tmp"))  # a crashed save
+        with open(os.path.join(root, "latest")) as f:
+            self.assertEqual(f.read(), "step-0000000008\n")
+        rc, out, err = tool("ckpt", "ls", root)
+        self.assertEqual(rc, 0, err)
+        # make_ckpt keeps the last 2 steps: 3 was removed by the save of 8.
+        self.assertEqual(out.splitlines(), [
+            f"checkpoint steps under {root}: 3",
+            "  step 5 step-0000000005 complete",
+            "  step 8 step-0000000008 complete latest",
+            "  step 9 step-0000000009 incomplete"])
+        self.assertEqual(sorted(os.listdir(root)), ["latest", "step-0000000005",
+                                                    "step-0000000008",
+                                                    "step-0000000009.dtensor-tmp"])
+        for step in (5, 8):  # each step is a checkpoint of its own version, read here
+            d = os.path.join(root, f"step-{step:010d}")
+            ix = read_index(d)
+            self.assertEqual(next(v["value"] for v in ix["values"] if v["name"] == "step"),
+                             step)
+            got = rebuild_from_index(d, ix)
+            for name, (tid, dtype, shape) in TENSORS.items():
+                self.assertTrue(same_bits(got[name], expected(tid, dtype, shape, step)), name)
+
+    def test_version_1_index_without_checksum_still_opens_but_version_2_needs_it(self):
+        d = self.copy()
+        path = os.path.join(d, "dtensor-index.json")
+        with open(path, "rb") as f:
+            raw = f.read()
+        at = raw.rindex(b'"index_crc32c": "')
+        body = raw[:at].rstrip()[:-1] + b"\n}\n"  # the member and its comma removed
+        self.assertEqual(json.loads(body)["format_version"], 2)
+        with open(path, "wb") as f:
+            f.write(body)
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("index_crc32c", err)
+        with open(path, "wb") as f:
+            f.write(body.replace(b'"format_version": 2', b'"format_version": 1'))
+        rc, out, err = tool("ckpt", "verify", d)
+        self.assertEqual(rc, 0, out + err)
+        rc, out, err = tool("ckpt", "ls", d)
+        self.assertIn("(format 1)", out)
 
     def test_export_one_file_is_standard_safetensors_with_global_tensors(self):
         out_dir = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "hf")

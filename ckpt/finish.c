@@ -1,0 +1,157 @@
+/* The end of a save, after every client wrote its files: the CRCs gathered on client 0, which
+ * writes the index, commits (commit.c) and, for the manager, publishes the step; every client
+ * agrees on the outcome, and a failed save is cleaned up (docs/ckpt-format.md). Runs in the
+ * caller (dt_save) or in the background thread of an asynchronous save. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_impl.h"
+
+/* The CRCs of this client's slices, in plan order (what Gatherv sends). */
+static int64_t crc_words(const ck_plan *plan, int64_t si)
+{
+    return 1 + plan->slices[si].nchunks;
+}
+
+static dt_status gather_crcs(const ck_plan *plan, const ck_group *g, uint32_t *crcs,
+                             uint32_t **chunk_crcs)
+{
+    if (g->size <= 1)
+        return DT_OK;
+    int *counts = calloc((size_t)g->size, sizeof *counts);
+    int *displs = calloc((size_t)g->size, sizeof *displs);
+    int64_t *rank_of_slice = malloc((size_t)(plan->nslices + 1) * sizeof *rank_of_slice);
+    uint32_t *send = NULL, *recv = NULL;
+    dt_status st = DT_ERR_NO_MEMORY;
+    if (!counts || !displs || !rank_of_slice)
+        goto out;
+    int64_t total = 0;
+    for (int64_t si = 0; si < plan->nslices; si++) {
+        int dev = plan->files[plan->file_of_position[plan->slices[si].position]].device_id;
+        int c = dt_device_client(DT_DEVICE_CPU, dev), r = 0;
+        while (r < g->size && g->clients[r] != c)
+            r++;
+        rank_of_slice[si] = r;
+        counts[r] += (int)crc_words(plan, si);
+        total += crc_words(plan, si);
+    }
+    for (int r = 1; r < g->size; r++)
+        displs[r] = displs[r - 1] + counts[r - 1];
+    send = malloc(((size_t)counts[g->rank] + 1) * sizeof *send);
+    recv = g->rank == 0 ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
+    if (!send || (g->rank == 0 && !recv))
+        goto out;
+    int64_t k = 0;
+    for (int64_t si = 0; si < plan->nslices; si++)
+        if (rank_of_slice[si] == g->rank) {
+            send[k++] = crcs[si];
+            for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
+                send[k++] = chunk_crcs[si][c];
+        }
+    int rc = MPI_Gatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
+                         MPI_UINT32_T, 0, g->comm);
+    if (rc != MPI_SUCCESS) {
+        st = dt__mpi_error(rc, "dt_save: gathering CRCs");
+        goto out;
+    }
+    if (g->rank == 0) {
+        int64_t *pos = calloc((size_t)g->size, sizeof *pos);
+        if (!pos)
+            goto out;
+        for (int64_t si = 0; si < plan->nslices; si++) {
+            int64_t r = rank_of_slice[si];
+            const uint32_t *p = recv + displs[r] + pos[r];
+            crcs[si] = p[0];
+            for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
+                chunk_crcs[si][c] = p[1 + c];
+            pos[r] += crc_words(plan, si);
+        }
+        free(pos);
+    }
+    st = DT_OK;
+out:
+    if (st == DT_ERR_NO_MEMORY)
+        dt__error(st, "dt_save: no memory for CRCs");
+    free(counts);
+    free(displs);
+    free(rank_of_slice);
+    free(send);
+    free(recv);
+    return st;
+}
+
+/* Client 0: the index into tmp, then the renames, then the manager's pointer and pruning. */
+static dt_status write_index_and_commit(const ck_finish *f)
+{
+    char *text = NULL, path[CK_PATH_MAX];
+    dt_status st = dt__ckpt_index_text(f->plan, f->mesh_str, f->num_devices, f->crcs,
+                                       (const uint32_t *const *)f->chunk_crcs, f->nvalues,
+                                       f->values, &text);
+    if (st != DT_OK)
+        return st;
+    if ((st = dt__ckpt_join(path, sizeof path, f->tmp, "/", DT_CKPT_INDEX_NAME)) != DT_OK) {
+        free(text);
+        return st;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t len = strlen(text);
+    if (fd < 0 || dt__ckpt_pwrite(fd, text, len, 0) != 0 || (f->do_fsync && fsync(fd) != 0)) {
+        st = dt__error(DT_ERR_IO, "dt_save: %s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(text);
+        return st;
+    }
+    free(text);
+    if (close(fd) != 0)
+        return dt__error(DT_ERR_IO, "dt_save: %s: %s", path, strerror(errno));
+    if (f->do_fsync && (st = dt__ckpt_fsync_dir(f->tmp)) != DT_OK)
+        return st;
+    if ((st = dt__ckpt_commit(f->dir, f->tmp, f->do_fsync)) != DT_OK)
+        return st;
+    if (f->publish && f->publish->active)
+        st = dt__ckpt_step_publish(f->publish->root, f->publish->step, &f->publish->keep,
+                                   f->do_fsync);
+    return st;
+}
+
+dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st)
+{
+    if (f->barrier_mesh && f->timeout > 0) {
+        dt_status bs = dt_barrier(f->barrier_mesh, name, f->timeout);
+        if (bs != DT_OK)
+            return bs;
+    }
+    return dt__ckpt_agree(f->g, st);
+}
+
+dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st)
+{
+    char keep[1024];
+    dt__strlcpy(keep, dt_last_error(), sizeof keep);
+    if (f->made_tmp)
+        dt__ckpt_remove_dir(f->tmp);
+    /* Every client knows of the failure (agreed): return together, after the cleanup. */
+    if (st != DT_ERR_TIMEOUT && st != DT_ERR_COMM)
+        MPI_Barrier(f->g->comm);
+    return dt__error(st, "%s", keep);
+}
+
+dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st)
+{
+    if ((st = dt__ckpt_sync_point(f, "dt_save:written", st)) != DT_OK)
+        return dt__ckpt_save_cleanup(f, st);
+    st = gather_crcs(f->plan, f->g, f->crcs, f->chunk_crcs);
+    if (st == DT_OK && f->g->rank == 0) {
+        st = write_index_and_commit(f);
+        /* Once committed, tmp is gone (renamed); a failed publish leaves the step in place. */
+        f->made_tmp = f->made_tmp && st != DT_OK;
+    }
+    if ((st = dt__ckpt_sync_point(f, "dt_save:commit", st)) != DT_OK)
+        return dt__ckpt_save_cleanup(f, st);
+    return DT_OK;
+}
