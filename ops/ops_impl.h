@@ -160,6 +160,13 @@ int dt__rows_aligned(const dt_mesh *mesh, int mesh_dim, int64_t lead, int64_t in
  * same elements in the same order (DT_ERR_SHAPE otherwise); holds a reference on t's memory. */
 dt_status dt__tensor_view(const dt_tensor *t, const dt__lspec *ls, const int64_t *shape,
                           dt_tensor **out);
+/* 16-bit operands (ops/spmd_half.c): 1 for an f16 or bf16 tensor; widen: an f32 copy (a new
+ * reference to t when it is not 16-bit); narrow: when st is DT_OK and dtype is 16-bit, replaces
+ * *t by its cast to dtype (on failure *t is destroyed and NULL). Returns the final status. */
+int dt__is_half(const dt_tensor *t);
+dt_status dt__widen(const dt_tensor *t, dt_tensor **out);
+dt_status dt__narrow(dt_status st, dt_dtype dtype, dt_tensor **t);
+
 /* set_device for local component i of t (nothing for backends without it). */
 dt_status dt__set_device_of(const dt__ops_backend *be, const dt_tensor *t, int i);
 /* t's layout spec with dim `dim` (-1: none) unsharded and partial dims dropped. */

@@ -254,7 +254,9 @@ DT_API dt_status dt_matmul_backward(const dt_tensor *a, const dt_tensor *b, int 
                                     const dt_layout *db_layout, dt_tensor **da_out,
                                     dt_tensor **db_out);
 
-/* Elementwise binary ops on equal shapes. Natural output layout: a's or b's, whichever needs
+/* Elementwise binary ops on equal shapes (f32, f16 or bf16: 16-bit operands are widened to
+ * f32, computed in f32 and the result rounded to their dtype when both share it, else f32;
+ * the same for dt_scale, dt_relu, dt_gelu and their backward). Natural output layout: a's or b's, whichever needs
  * the cheaper relayout of the other operand (a's on a tie). Sum-partial operands stay partial
  * for add and sub; mul reduces partial operands first. */
 DT_API dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
@@ -293,7 +295,8 @@ DT_API dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *label
 DT_API dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *labels,
                                           float dloss, dt_tensor **dlogits_out);
 
-/* Reduces x over `axis` (negative counts from the end; DT_ALL_AXES: every dim, rank-0
+/* Reduces x (f32, or f16 / bf16 widened to f32: f32 accumulation and an f32 result) over `axis`
+ * (negative counts from the end; DT_ALL_AXES: every dim, rank-0
  * result) with DT_REDUCE_SUM, DT_REDUCE_MAX, DT_REDUCE_MIN or DT_REDUCE_AVG (mean over the
  * global count). The reduced dims drop out. Natural output: the kept dims keep their
  * sharding; a reduced dim sharded on mesh dim d makes the result partial over d (sum for sum

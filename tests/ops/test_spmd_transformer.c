@@ -624,6 +624,64 @@ static void test_vocab_xent_never_gathers_the_vocabulary(void)
     }
 }
 
+static void test_elementwise_and_reductions_take_16_bit_operands(void)
+{
+    float a[N], b[N], ref[N], got[N], sum[B * T], gs[B * T];
+    ot_fill_real(a, N, -4, 4, 70);
+    ot_fill_real(b, N, -4, 4, 71);
+    int64_t s[3] = {B, T, C};
+    dt_dtype types[2] = {DT_DTYPE_BF16, DT_DTYPE_F16};
+    int nl;
+    dt_mesh *m = mesh_of(1, &nl);
+    for (int t = 0; t < 2; t++) {
+        /* Operands exactly representable in the 16-bit type, results rounded once from f32. */
+        float ra[N], rb[N];
+        memcpy(ra, a, sizeof ra);
+        memcpy(rb, b, sizeof rb);
+        dt_test_round(ra, N, types[t]);
+        dt_test_round(rb, N, types[t]);
+        for (int i = 0; i < nl; i++) {
+            dt_layout *l = lay(m, 3, act_spec(1, i), NULL);
+            dt_tensor *fa = ot_tensor(l, DT_DTYPE_F32, s, ra), *fb = ot_tensor(l, DT_DTYPE_F32, s, rb);
+            dt_tensor *ha = NULL, *hb = NULL, *c = NULL, *w = NULL, *r = NULL;
+            DT_ASSERT_OK(dt_cast(fa, types[t], &ha));
+            DT_ASSERT_OK(dt_cast(fb, types[t], &hb));
+            DT_ASSERT_OK(dt_mul(ha, hb, NULL, &c));
+            CU_ASSERT_EQUAL(dt_tensor_dtype(c), types[t]);
+            DT_ASSERT_OK(dt_cast(c, DT_DTYPE_F32, &w));
+            ot_fetch(w, got);
+            DT_ASSERT_OK(dt_kernel_mul(N, ra, rb, ref));
+            dt_test_round(ref, N, types[t]);
+            CU_ASSERT_EQUAL(ot_mismatches("16-bit mul", got, ref, N, 0, 0), 0);
+            dt_tensor_destroy(c);
+            dt_tensor_destroy(w);
+            /* GELU keeps the dtype; a mixed add gives f32. */
+            DT_ASSERT_OK(dt_gelu(ha, &c));
+            CU_ASSERT_EQUAL(dt_tensor_dtype(c), types[t]);
+            dt_tensor_destroy(c);
+            DT_ASSERT_OK(dt_add(ha, fb, NULL, &c));
+            CU_ASSERT_EQUAL(dt_tensor_dtype(c), DT_DTYPE_F32);
+            ot_fetch(c, got);
+            DT_ASSERT_OK(dt_kernel_add(N, ra, rb, ref));
+            CU_ASSERT_EQUAL(ot_mismatches("mixed add", got, ref, N, 0, 0), 0);
+            dt_tensor_destroy(c);
+            /* Sum over the last dim in f32: the widened values summed in f32. */
+            DT_ASSERT_OK(dt_reduce(ha, DT_REDUCE_SUM, -1, NULL, &r));
+            CU_ASSERT_EQUAL(dt_tensor_dtype(r), DT_DTYPE_F32);
+            ot_fetch(r, gs);
+            DT_ASSERT_OK(dt_kernel_reduce_axis(DT_REDUCE_SUM, B * T, C, 1, ra, sum));
+            CU_ASSERT_EQUAL(ot_mismatches("16-bit sum", gs, sum, B * T, 1e-6f, 1e-6f), 0);
+            dt_tensor_destroy(r);
+            dt_tensor_destroy(ha);
+            dt_tensor_destroy(hb);
+            dt_tensor_destroy(fa);
+            dt_tensor_destroy(fb);
+            dt_layout_destroy(l);
+        }
+    }
+    dt_mesh_destroy(m);
+}
+
 static void test_transformer_ops_reject_bad_operands(void)
 {
     dt_mesh *m = ot_mesh_1d();
@@ -662,6 +720,7 @@ int main(int argc, char **argv)
         DT_TEST(test_attention_keeps_whole_heads_on_each_device),
         DT_TEST(test_embedding_with_the_vocabulary_sharded_is_partial_over_its_dim),
         DT_TEST(test_vocab_xent_never_gathers_the_vocabulary),
+        DT_TEST(test_elementwise_and_reductions_take_16_bit_operands),
         DT_TEST(test_transformer_ops_reject_bad_operands),
         DT_TEST_END,
     };
