@@ -175,10 +175,18 @@ static dt_status check_axis(const char *op, const dt_tensor *x, int *axis)
     return DT_OK;
 }
 
-dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
+/* Softmax (dy NULL: of x) or its backward (x is the forward output y), along `axis`. */
+static dt_status softmax_common(const char *op, const dt_tensor *x, const dt_tensor *dy,
+                                int axis, dt_tensor **out)
 {
-    static const char op[] = "dt_softmax";
     dt_status st = check_x(op, x, out);
+    if (st == DT_OK && dy) {
+        st = dt__check_f32(op, "dy", dy);
+        if (st == DT_OK)
+            st = dt__check_tensor(op, "dy", dy, x);
+        if (st == DT_OK)
+            st = dt__check_same_shape(op, x, dy);
+    }
     if (st == DT_OK)
         st = check_axis(op, x, &axis);
     if (st != DT_OK)
@@ -189,8 +197,10 @@ dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
         return st;
     dt__lspec ls;
     dt__lspec_gathered(x, axis, &ls);
-    dt_tensor *rx = NULL, *y = NULL;
+    dt_tensor *rx = NULL, *rdy = NULL, *y = NULL;
     st = dt__ensure_layout(x, &ls, &rx);
+    if (st == DT_OK && dy)
+        st = dt__ensure_layout(dy, &ls, &rdy);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rx), DT_DTYPE_F32, dt_tensor_shape(x), &y);
     for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
@@ -200,54 +210,25 @@ dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
         if (outer * len * inner == 0)
             continue;
         st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
+        if (st == DT_OK && dy)
+            st = be->softmax_grad(outer, len, inner, dt__local_data(rx, i),
+                                  dt__local_data(rdy, i), dt__local_data(y, i));
+        else if (st == DT_OK)
             st = be->softmax(outer, len, inner, dt__local_data(rx, i), dt__local_data(y, i));
     }
     st = dt__ops_finish(be, op, NULL, st, &y, out);
+    dt_tensor_destroy(rdy);
     dt_tensor_destroy(rx);
     return st;
+}
+
+dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
+{
+    return softmax_common("dt_softmax", x, NULL, axis, out);
 }
 
 dt_status dt_softmax_backward(const dt_tensor *y, const dt_tensor *dy, int axis,
                               dt_tensor **dx_out)
 {
-    static const char op[] = "dt_softmax_backward";
-    dt_status st = check_x(op, y, dx_out);
-    if (st == DT_OK)
-        st = dt__check_f32(op, "dy", dy);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "dy", dy, y);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, y, dy);
-    if (st == DT_OK)
-        st = check_axis(op, y, &axis);
-    if (st != DT_OK)
-        return st;
-    const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(y)), op, &be);
-    if (st != DT_OK)
-        return st;
-    dt__lspec ls;
-    dt__lspec_gathered(y, axis, &ls);
-    dt_tensor *ry = NULL, *rdy = NULL, *dx = NULL;
-    st = dt__ensure_layout(y, &ls, &ry);
-    if (st == DT_OK)
-        st = dt__ensure_layout(dy, &ls, &rdy);
-    if (st == DT_OK)
-        st = dt__tensor_empty(dt_tensor_layout(ry), DT_DTYPE_F32, dt_tensor_shape(y), &dx);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(dx); i++) {
-        const DLTensor *l = dt_tensor_local(dx, i);
-        int64_t outer, len, inner;
-        split3(l->shape, l->ndim, axis, &outer, &len, &inner);
-        if (outer * len * inner == 0)
-            continue;
-        st = dt__set_device_of(be, dx, i);
-        if (st == DT_OK)
-            st = be->softmax_grad(outer, len, inner, dt__local_data(ry, i),
-                                  dt__local_data(rdy, i), dt__local_data(dx, i));
-    }
-    st = dt__ops_finish(be, op, NULL, st, &dx, dx_out);
-    dt_tensor_destroy(rdy);
-    dt_tensor_destroy(ry);
-    return st;
+    return softmax_common("dt_softmax_backward", y, dy, axis, dx_out);
 }

@@ -9,7 +9,6 @@ Usage: test_train_gpt.py TRAIN_GPT MPIEXEC MESH_DIR"""
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -17,6 +16,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 try:
     import numpy as np
+    import test_train_resume
     from test_train_resume import read_checkpoint
 except ImportError as e:  # numpy missing: meson's skip code
     print(f"skipping: {e}")
@@ -31,15 +31,9 @@ RESULT = re.compile(r"^result heldout_loss=(\d+\.\d{4}) samples=([a-z\-,]*) chec
 
 
 def run(procs, devices, args, expect=0):
-    env = dict(os.environ, DT_CPU_DEVICES=str(devices))
-    cmd = [TRAIN] + args
-    if procs:
-        cmd = [MPIEXEC, "-n", str(procs)] + cmd
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
-    if p.returncode != expect:
-        raise AssertionError(f"{' '.join(cmd)}: exit {p.returncode}, expected {expect}\n"
-                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p.stdout, p.stderr
+    """train_mlp's test runner (mpiexec with `procs` processes, 0: none) on train_gpt."""
+    test_train_resume.TRAIN, test_train_resume.MPIEXEC = TRAIN, MPIEXEC
+    return test_train_resume.run(procs, devices, args, expect)
 
 
 def losses(path):
