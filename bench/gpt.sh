@@ -71,7 +71,7 @@ for spec in 1x1:1 2x2:4; do
   per_step[$mesh]=$(awk -v a="$t1" -v b="$t2" -v n="$steps" 'BEGIN { printf "%.6f", (b - a) / n }')
   comm[$mesh]=$(awk -v a="$c1" -v b="$c2" -v n="$steps" 'BEGIN { printf "%.6f", (b - a) / n }')
 done
-batch=32
+batch=64
 for ((i = 0; i < ${#model[@]}; i++)); do
   [ "${model[$i]}" = --batch ] && batch=${model[$((i + 1))]}
 done
