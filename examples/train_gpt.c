@@ -5,7 +5,9 @@
  * DSaver and resumes exactly, also on another process count; writes the curves as CSV and
  * PNG and samples names at the end. Runs alone or under mpirun (docs/examples.md). The last
  * line printed is
- *   result heldout_loss=<nats/char> samples=<a,b,...> checkpoint=<dir> plot=<png>. */
+ *   result heldout_loss=<nats/char> samples=<a,b,...> checkpoint=<dir> plot=<png>.
+ * Training batches come through the input pipeline (include/dtensor/data.h): a callback
+ * source over the training names, a prefetching dataset sharded over `batch`. */
 #include <dtensor/dtensor.h>
 #include <errno.h>
 #include <limits.h>
@@ -22,7 +24,7 @@
 #include "gpt/names.h"
 #include "gpt/options.h"
 #include "train/history.h"
-#include "train/order.h"
+#include "train/rng.h"
 
 #ifndef TRAIN_EXAMPLES_DIR
 #define TRAIN_EXAMPLES_DIR "examples"
@@ -45,7 +47,8 @@ typedef struct ctx {
     int group_decay, group_plain;
     dt_tensor *test_x, *test_y;
     int64_t test_targets;
-    order ord;
+    dt_data_source *source; /* the training names */
+    dt_dataset *data;       /* their global batches: inputs and targets [batch, 16] */
     history hist;
     int64_t step;
     double train_seconds;
@@ -164,6 +167,19 @@ static int setup_mesh(ctx *c)
     return 0;
 }
 
+/* The source's callback: training name `index` as its input and target rows. */
+static dt_status fill_example(void *arg, int64_t index, void *const *fields)
+{
+    const names *train = arg;
+    int32_t row = (int32_t)index, x[NAMES_CONTEXT], y[NAMES_CONTEXT];
+    names_encode(train, &row, 1, x, y);
+    if (fields[0])
+        memcpy(fields[0], x, sizeof x);
+    if (fields[1])
+        memcpy(fields[1], y, sizeof y);
+    return DT_OK;
+}
+
 static int setup_data(ctx *c)
 {
     char err[512] = "";
@@ -182,8 +198,23 @@ static int setup_data(ctx *c)
                     (long long)c->o.batch, (long long)shards, (long long)c->train.n);
         return 2;
     }
-    bad = order_init(&c->ord, c->train.n, (uint64_t)c->o.seed) != 0;
-    return any_failed(c, bad, "out of memory");
+    /* Epochs of a seeded shuffle of the training names cut into global batches; each
+     * process encodes only its devices' rows, on a prefetch thread. */
+    static const dt_data_field fields[2] = {{DT_DTYPE_I32, 1, {NAMES_CONTEXT}},
+                                            {DT_DTYPE_I32, 1, {NAMES_CONTEXT}}};
+    dt_layout *l = NULL;
+    dt_dataset_opts dopts = DT_DATASET_OPTS_INIT;
+    dopts.global_batch = c->o.batch;
+    dopts.seed = (uint64_t)c->o.seed;
+    dt_status st = dt_data_source_callback(c->train.n, 2, fields, fill_example, &c->train,
+                                           &c->source);
+    if (st == DT_OK)
+        st = dt_layout_batch_sharded(c->mesh, "batch", 2, 0, &l);
+    const dt_layout *ls[2] = {l, l};
+    if (st == DT_OK)
+        st = dt_dataset_create(c->source, 2, ls, &dopts, &c->data);
+    dt_layout_destroy(l);
+    return st != DT_OK ? fail_dt(c, "dataset", st, dt_last_error()) : 0;
 }
 
 static int setup_model(ctx *c)
@@ -248,32 +279,31 @@ static double lr_at(const gpt_opts *o, int64_t step)
 
 static int save_checkpoint(ctx *c)
 {
-    size_t ob = order_bytes(&c->ord), hb = history_bytes(&c->hist);
-    uint8_t *obuf = malloc(ob), *hbuf = malloc(hb ? hb : 1), rbuf[RNG_STATE_BYTES];
-    if (any_failed(c, !obuf || !hbuf, "out of memory")) {
-        free(obuf);
-        free(hbuf);
+    size_t hb = history_bytes(&c->hist);
+    uint8_t *hbuf = malloc(hb ? hb : 1);
+    if (any_failed(c, !hbuf, "out of memory"))
         return 1;
-    }
-    order_serialize(&c->ord, obuf, rbuf);
     history_serialize(&c->hist, hbuf);
     char config[160];
     snprintf(config, sizeof config, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
              (long long)c->o.layers, (long long)c->o.width, (long long)c->o.heads,
              (long long)c->o.batch, c->o.precision);
-    dt_ckpt_value v[] = {
+    dt_ckpt_value v[4 + DT_DATASET_STATE_VALUES] = {
         {"train/step", DT_CKPT_VALUE_I64, c->step, 0, NULL, 0},
-        {"train/rng", DT_CKPT_VALUE_BYTES, 0, 0, rbuf, sizeof rbuf},
-        {"train/data_order", DT_CKPT_VALUE_BYTES, 0, 0, obuf, ob},
         {"train/history", DT_CKPT_VALUE_BYTES, 0, 0, hbuf, hb},
         {"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)},
         {"train/seed", DT_CKPT_VALUE_I64, c->o.seed, 0, NULL, 0},
     };
+    /* The data position: the next batch a resumed run reads. */
+    dt_status st = dt_dataset_state_values(c->data, "train/data/", v + 4);
+    if (st != DT_OK) {
+        free(hbuf);
+        return fail_dt(c, "dataset state", st, dt_last_error());
+    }
     dt_save_opts so = DT_SAVE_OPTS_INIT;
     so.values = v;
     so.nvalues = (int)(sizeof v / sizeof v[0]);
-    dt_status st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
-    free(obuf);
+    st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
     free(hbuf);
     return st != DT_OK ? fail_dt(c, "dt_zero_save", st, dt_last_error()) : 0;
 }
@@ -286,8 +316,8 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
         return -1;
     }
     int64_t step = 0, seed = 0;
-    const void *od = NULL, *rd = NULL, *hd = NULL, *cd = NULL;
-    size_t on = 0, rn = 0, hn = 0, cn = 0;
+    const void *hd = NULL, *cd = NULL;
+    size_t hn = 0, cn = 0;
     int rc = -1;
     char config[160];
     snprintf(config, sizeof config, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
@@ -296,8 +326,6 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
     if (dt_ckpt_value_i64(ck, "train/step", &step) != DT_OK ||
         dt_ckpt_value_i64(ck, "train/seed", &seed) != DT_OK ||
         dt_ckpt_value_bytes(ck, "train/config", &cd, &cn) != DT_OK ||
-        dt_ckpt_value_bytes(ck, "train/rng", &rd, &rn) != DT_OK ||
-        dt_ckpt_value_bytes(ck, "train/data_order", &od, &on) != DT_OK ||
         dt_ckpt_value_bytes(ck, "train/history", &hd, &hn) != DT_OK) {
         snprintf(err, errlen, "--resume %s: not a train_gpt checkpoint: %s", dir, dt_last_error());
         goto out;
@@ -313,10 +341,12 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
                  "beyond it", dir, (long long)step, (long long)c->o.steps);
         goto out;
     }
-    if (order_deserialize(&c->ord, od, on, rd, rn) != 0 ||
-        history_deserialize(&c->hist, hd, hn) != 0) {
-        snprintf(err, errlen, "--resume %s: bad train/data_order, train/rng or train/history",
-                 dir);
+    if (dt_dataset_load_state(c->data, ck, "train/data/") != DT_OK) {
+        snprintf(err, errlen, "--resume %s: %s", dir, dt_last_error());
+        goto out;
+    }
+    if (history_deserialize(&c->hist, hd, hn) != 0) {
+        snprintf(err, errlen, "--resume %s: bad train/history value", dir);
         goto out;
     }
     history_truncate(&c->hist, step);
@@ -341,13 +371,11 @@ static int resume(ctx *c)
 
 /* ---- training ------------------------------------------------------------------------------ */
 
-static int train_step(ctx *c, int32_t *rows, int32_t *bx, int32_t *by, hist_rec *rec)
+static int train_step(ctx *c, hist_rec *rec)
 {
-    int64_t b = c->o.batch;
     int np = gpt_num_params(c->model);
-    order_next(&c->ord, b, rows);
-    int64_t targets = names_encode(&c->train, rows, b, bx, by);
-    dt_tensor *x = NULL, *y = NULL, **g = calloc((size_t)np, sizeof *g);
+    int64_t targets = 0;
+    dt_tensor *xy[2] = {NULL, NULL}, **g = calloc((size_t)np, sizeof *g);
     dt_tensor **gc = calloc((size_t)np, sizeof *gc);
     double scale = dt_zero_loss_scale(c->zero), loss = 0;
     dt_zero_step_info info;
@@ -361,11 +389,12 @@ static int train_step(ctx *c, int32_t *rows, int32_t *bx, int32_t *by, hist_rec 
         fail_dt(c, "dt_zero_set_lr", st, dt_last_error());
         goto out;
     }
-    if ((st = gpt_inputs(c->model, b, bx, by, &x, &y)) != DT_OK) {
-        fail_dt(c, "batch", st, gpt_last_error());
+    if ((st = dt_dataset_next(c->data, 2, xy, NULL)) != DT_OK) {
+        fail_dt(c, "batch", st, dt_last_error());
         goto out;
     }
-    if ((st = gpt_grads(c->model, x, y, targets, (float)scale, &loss, g)) != DT_OK) {
+    if ((st = gpt_count_targets(c->model, xy[1], &targets)) != DT_OK ||
+        (st = gpt_grads(c->model, xy[0], xy[1], targets, (float)scale, &loss, g)) != DT_OK) {
         fail_dt(c, "forward/backward", st, gpt_last_error());
         goto out;
     }
@@ -391,8 +420,8 @@ out:
         dt_tensor_destroy(gc[i]);
     free(g);
     free(gc);
-    dt_tensor_destroy(x);
-    dt_tensor_destroy(y);
+    dt_tensor_destroy(xy[0]);
+    dt_tensor_destroy(xy[1]);
     return rc;
 }
 
@@ -511,18 +540,12 @@ static int run(ctx *c)
 
     int64_t b = c->o.batch, T = NAMES_CONTEXT;
     int64_t last = c->o.stop_after ? c->o.stop_after : c->o.steps;
-    int32_t *rows = malloc((size_t)b * sizeof *rows);
-    int32_t *bx = malloc((size_t)(b * T) * sizeof *bx), *by = malloc((size_t)(b * T) * sizeof *by);
-    if (any_failed(c, !rows || !bx || !by, "out of memory")) {
-        rc = 1;
-        goto out;
-    }
     double t_start = now(), win_time = 0, eloss = NAN;
     int64_t win_steps = 0, win_skipped = 0;
     while (c->step < last) {
         hist_rec rec;
         double t0 = now();
-        if ((rc = train_step(c, rows, bx, by, &rec)) != 0)
+        if ((rc = train_step(c, &rec)) != 0)
             goto out;
         double dt = now() - t0;
         rec.samples_per_s = dt > 0 ? (double)(b * T) / dt : 0;
@@ -580,9 +603,6 @@ static int run(ctx *c)
     }
     rc = 0;
 out:
-    free(rows);
-    free(bx);
-    free(by);
     return rc;
 }
 
@@ -591,9 +611,10 @@ static void ctx_free(ctx *c)
     dt_zero_destroy(c->zero);
     dt_tensor_destroy(c->test_x);
     dt_tensor_destroy(c->test_y);
+    dt_dataset_destroy(c->data);
+    dt_data_source_destroy(c->source);
     gpt_destroy(c->model);
     dt_mesh_destroy(c->mesh);
-    order_free(&c->ord);
     history_free(&c->hist);
     names_free(&c->all);
     names_free(&c->train);

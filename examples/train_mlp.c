@@ -18,7 +18,6 @@
 #include "train/history.h"
 #include "train/model.h"
 #include "train/options.h"
-#include "train/order.h"
 
 #ifndef TRAIN_EXAMPLES_DIR
 #define TRAIN_EXAMPLES_DIR "examples"
@@ -36,7 +35,8 @@ typedef struct ctx {
     mlp *model;
     dt_zero *zero;
     dt_tensor *test_x, *test_y;
-    order ord;
+    dt_data_source *source; /* the training rows */
+    dt_dataset *data;       /* their global batches: x [batch, 64], labels [batch] */
     history hist;
     int64_t step;         /* steps done */
     double train_seconds; /* time spent in training steps (this process's run) */
@@ -113,28 +113,56 @@ static dt_dtype param_dtype(precision p)
 
 /* ---- setup --------------------------------------------------------------------------------- */
 
-/* Reads the mesh before dt_init to size the CPU devices: unless DT_CPU_DEVICES is set, each
- * process gets mesh size / processes devices, so `train_mlp` alone runs a whole mesh. */
+/* The mesh `name` of the YAML file, on the devices --device asks for (the file's own type
+ * without it): the same name and dims on `type`. */
+static dt_status load_mesh(const train_opts *o, dt_mesh **out)
+{
+    dt_mesh *m = NULL;
+    dt_status st = dt_mesh_from_yaml_file(o->mesh_file, o->mesh_name, &m);
+    if (st != DT_OK || o->device < 0 || (int)dt_mesh_device_type(m) == o->device) {
+        *out = m;
+        return st;
+    }
+    const char *names[DT_MESH_MAX_DIMS];
+    int64_t sizes[DT_MESH_MAX_DIMS];
+    for (int d = 0; d < dt_mesh_rank(m); d++) {
+        names[d] = dt_mesh_dim_name(m, d);
+        sizes[d] = dt_mesh_dim_size(m, d);
+    }
+    st = dt_mesh_create(dt_mesh_name(m), dt_mesh_rank(m), names, sizes,
+                        (dt_device_type)o->device, out);
+    dt_mesh_destroy(m);
+    return st;
+}
+
+/* Reads the mesh before dt_init to size the devices: unless DT_CPU_DEVICES (DT_GPU_DEVICES
+ * for a GPU mesh) is set, each process gets mesh size / processes devices, so `train_mlp`
+ * alone runs a whole mesh. */
 static int start_runtime(ctx *c)
 {
     dt_mesh *probe = NULL;
-    dt_status st = dt_mesh_from_yaml_file(c->o.mesh_file, c->o.mesh_name, &probe);
+    dt_status st = load_mesh(&c->o, &probe);
     if (st != DT_OK)
         return fail_dt(c, "mesh", st, dt_last_error());
     int64_t size = dt_mesh_size(probe);
+    int gpu = dt_mesh_device_type(probe) == DT_DEVICE_GPU;
     dt_mesh_destroy(probe);
     dt_init_opts io = DT_INIT_OPTS_INIT;
-    const char *env = getenv("DT_CPU_DEVICES");
+    const char *var = gpu ? "DT_GPU_DEVICES" : "DT_CPU_DEVICES";
+    const char *env = getenv(var);
     if (!env || !*env) {
         if (size % c->nprocs != 0) {
             if (c->me == 0)
                 fprintf(stderr,
                         "train_mlp: mesh: %lld devices do not split evenly over %d processes; "
-                        "set DT_CPU_DEVICES\n",
-                        (long long)size, c->nprocs);
+                        "set %s\n",
+                        (long long)size, c->nprocs, var);
             return 1;
         }
-        io.cpu_devices = (int)(size / c->nprocs);
+        if (gpu)
+            io.gpu_devices = (int)(size / c->nprocs);
+        else
+            io.cpu_devices = (int)(size / c->nprocs);
     }
     if ((st = dt_init(NULL, NULL, &io)) != DT_OK)
         return fail_dt(c, "dt_init", st, dt_last_error());
@@ -143,7 +171,7 @@ static int start_runtime(ctx *c)
 
 static int setup_mesh(ctx *c)
 {
-    dt_status st = dt_mesh_from_yaml_file(c->o.mesh_file, c->o.mesh_name, &c->mesh);
+    dt_status st = load_mesh(&c->o, &c->mesh);
     if (st != DT_OK)
         return fail_dt(c, "mesh", st, dt_last_error());
     char msg[512];
@@ -168,15 +196,29 @@ static int setup_mesh(ctx *c)
     if (have != dt_mesh_size(c->mesh)) {
         snprintf(msg, sizeof msg,
                  "mesh '%s' has %lld devices but this job has %d (%d process%s x %d local "
-                 "devices): run %lld devices in all, e.g. DT_CPU_DEVICES=%lld with one process",
+                 "devices): run %lld devices in all, e.g. %s=%lld with one process",
                  dt_mesh_name(c->mesh), (long long)dt_mesh_size(c->mesh), have, c->nprocs,
                  c->nprocs == 1 ? "" : "es", dt_num_local_devices(dt_mesh_device_type(c->mesh)),
-                 (long long)dt_mesh_size(c->mesh), (long long)dt_mesh_size(c->mesh));
+                 (long long)dt_mesh_size(c->mesh),
+                 dt_mesh_device_type(c->mesh) == DT_DEVICE_GPU ? "DT_GPU_DEVICES"
+                                                                : "DT_CPU_DEVICES",
+                 (long long)dt_mesh_size(c->mesh));
         return fail_dt(c, "mesh", DT_ERR_DEVICE_MISMATCH, msg);
     }
     if ((st = dt_mesh_check_devices(c->mesh)) != DT_OK)
         return fail_dt(c, "mesh", st, dt_last_error());
     return 0;
+}
+
+/* Training example i (the input pipeline's source): its pixels and label. */
+static dt_status fill_example(void *arg, int64_t i, void *const *f)
+{
+    const digits *d = arg;
+    if (f[0])
+        memcpy(f[0], d->x + i * DIGITS_FEATURES, DIGITS_FEATURES * sizeof *d->x);
+    if (f[1])
+        *(int32_t *)f[1] = d->y[i];
+    return DT_OK;
 }
 
 static int setup_data(ctx *c)
@@ -207,9 +249,26 @@ static int setup_data(ctx *c)
                     (long long)c->o.hidden, (long long)mshards);
         return 2;
     }
-    bad = order_init(&c->ord, c->train.n, c->o.seed) != 0;
-    if (any_failed(c, bad, "out of memory"))
-        return 1;
+    /* Epochs of a seeded shuffle cut into global batches (the remainder dropped); each process
+     * fills only its devices' rows, on a prefetch thread. */
+    static const dt_data_field fields[2] = {{DT_DTYPE_F32, 1, {DIGITS_FEATURES}},
+                                            {DT_DTYPE_I32, 0, {0}}};
+    dt_layout *l[2] = {NULL, NULL};
+    dt_dataset_opts dopts = DT_DATASET_OPTS_INIT;
+    dopts.global_batch = c->o.batch;
+    dopts.seed = c->o.seed;
+    dt_status st = dt_data_source_callback(c->train.n, 2, fields, fill_example, &c->train,
+                                           &c->source);
+    if (st == DT_OK)
+        st = dt_layout_batch_sharded(c->mesh, "batch", 2, 0, &l[0]);
+    if (st == DT_OK)
+        st = dt_layout_batch_sharded(c->mesh, "batch", 1, 0, &l[1]);
+    if (st == DT_OK)
+        st = dt_dataset_create(c->source, 2, (const dt_layout *const *)l, &dopts, &c->data);
+    dt_layout_destroy(l[0]);
+    dt_layout_destroy(l[1]);
+    if (st != DT_OK)
+        return fail_dt(c, "dataset", st, dt_last_error());
     return 0;
 }
 
@@ -254,19 +313,13 @@ static int setup_model(ctx *c)
 
 static int save_checkpoint(ctx *c)
 {
-    size_t ob = order_bytes(&c->ord), hb = history_bytes(&c->hist);
-    uint8_t *obuf = malloc(ob), *hbuf = malloc(hb ? hb : 1), rbuf[RNG_STATE_BYTES];
-    if (any_failed(c, !obuf || !hbuf, "out of memory")) {
-        free(obuf);
-        free(hbuf);
+    size_t hb = history_bytes(&c->hist);
+    uint8_t *hbuf = malloc(hb ? hb : 1);
+    if (any_failed(c, !hbuf, "out of memory"))
         return 1;
-    }
-    order_serialize(&c->ord, obuf, rbuf);
     history_serialize(&c->hist, hbuf);
-    dt_ckpt_value v[] = {
+    dt_ckpt_value v[6 + DT_DATASET_STATE_VALUES] = {
         {"train/step", DT_CKPT_VALUE_I64, c->step, 0, NULL, 0},
-        {"train/rng", DT_CKPT_VALUE_BYTES, 0, 0, rbuf, sizeof rbuf},
-        {"train/data_order", DT_CKPT_VALUE_BYTES, 0, 0, obuf, ob},
         {"train/history", DT_CKPT_VALUE_BYTES, 0, 0, hbuf, hb},
         {"train/batch", DT_CKPT_VALUE_I64, c->o.batch, 0, NULL, 0},
         {"train/hidden", DT_CKPT_VALUE_I64, c->o.hidden, 0, NULL, 0},
@@ -274,11 +327,16 @@ static int save_checkpoint(ctx *c)
          strlen(precision_name(c->o.precision))},
         {"train/seed", DT_CKPT_VALUE_I64, (int64_t)c->o.seed, 0, NULL, 0},
     };
+    /* The data position: the next batch a resumed run reads. */
+    dt_status st = dt_dataset_state_values(c->data, "train/data/", v + 6);
+    if (st != DT_OK) {
+        free(hbuf);
+        return fail_dt(c, "dataset state", st, dt_last_error());
+    }
     dt_save_opts so = DT_SAVE_OPTS_INIT;
     so.values = v;
     so.nvalues = (int)(sizeof v / sizeof v[0]);
-    dt_status st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
-    free(obuf);
+    st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
     free(hbuf);
     if (st != DT_OK)
         return fail_dt(c, "dt_zero_save", st, dt_last_error());
@@ -296,15 +354,13 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
         return -1;
     }
     int64_t step = 0, batch = 0, hidden = 0;
-    const void *od = NULL, *rd = NULL, *hd = NULL, *pd = NULL;
-    size_t on = 0, rn = 0, hn = 0, pn = 0;
+    const void *hd = NULL, *pd = NULL;
+    size_t hn = 0, pn = 0;
     int rc = -1;
     if ((st = dt_ckpt_value_i64(ck, "train/step", &step)) != DT_OK ||
         (st = dt_ckpt_value_i64(ck, "train/batch", &batch)) != DT_OK ||
         (st = dt_ckpt_value_i64(ck, "train/hidden", &hidden)) != DT_OK ||
         (st = dt_ckpt_value_bytes(ck, "train/precision", &pd, &pn)) != DT_OK ||
-        (st = dt_ckpt_value_bytes(ck, "train/rng", &rd, &rn)) != DT_OK ||
-        (st = dt_ckpt_value_bytes(ck, "train/data_order", &od, &on)) != DT_OK ||
         (st = dt_ckpt_value_bytes(ck, "train/history", &hd, &hn)) != DT_OK) {
         snprintf(err, errlen, "--resume %s: not a train_mlp checkpoint: %s", dir, dt_last_error());
         goto out;
@@ -327,12 +383,12 @@ static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
                  c->o.stop_after ? " and --stop-after" : "");
         goto out;
     }
-    if (order_deserialize(&c->ord, od, on, rd, rn) != 0 ||
-        history_deserialize(&c->hist, hd, hn) != 0) {
-        snprintf(err, errlen,
-                 "--resume %s: bad train/data_order, train/rng or train/history "
-                 "value",
-                 dir);
+    if ((st = dt_dataset_load_state(c->data, ck, "train/data/")) != DT_OK) {
+        snprintf(err, errlen, "--resume %s: %s", dir, dt_last_error());
+        goto out;
+    }
+    if (history_deserialize(&c->hist, hd, hn) != 0) {
+        snprintf(err, errlen, "--resume %s: bad train/history value", dir);
         goto out;
     }
     history_truncate(&c->hist, step);
@@ -359,26 +415,19 @@ static int resume(ctx *c)
 /* ---- training ------------------------------------------------------------------------------ */
 
 /* One optimizer step on the next global batch. */
-static int train_step(ctx *c, int32_t *rows, float *bx, int32_t *by, hist_rec *rec)
+static int train_step(ctx *c, hist_rec *rec)
 {
-    int64_t b = c->o.batch;
-    order_next(&c->ord, b, rows);
-    for (int64_t i = 0; i < b; i++) {
-        memcpy(bx + i * DIGITS_FEATURES, c->train.x + (int64_t)rows[i] * DIGITS_FEATURES,
-               DIGITS_FEATURES * sizeof *bx);
-        by[i] = c->train.y[rows[i]];
-    }
-    dt_tensor *x = NULL, *y = NULL, *g[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
+    dt_tensor *xy[2] = {NULL, NULL}, *g[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
     dt_tensor *gc[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
     double scale = dt_zero_loss_scale(c->zero), loss = 0;
     dt_zero_step_info info;
     int rc = 1;
-    dt_status st = mlp_inputs(c->model, b, bx, by, &x, &y);
+    dt_status st = dt_dataset_next(c->data, 2, xy, NULL);
     if (st != DT_OK) {
-        fail_dt(c, "batch", st, mlp_last_error());
+        fail_dt(c, "batch", st, dt_last_error());
         goto out;
     }
-    if ((st = mlp_grads(c->model, x, y, (float)scale, &loss, g)) != DT_OK) {
+    if ((st = mlp_grads(c->model, xy[0], xy[1], (float)scale, &loss, g)) != DT_OK) {
         fail_dt(c, "forward/backward", st, mlp_last_error());
         goto out;
     }
@@ -405,8 +454,8 @@ out:
         dt_tensor_destroy(g[i]);
         dt_tensor_destroy(gc[i]);
     }
-    dt_tensor_destroy(x);
-    dt_tensor_destroy(y);
+    dt_tensor_destroy(xy[0]);
+    dt_tensor_destroy(xy[1]);
     return rc;
 }
 
@@ -493,12 +542,6 @@ static int run(ctx *c)
         return rc;
 
     int64_t b = c->o.batch, last = c->o.stop_after ? c->o.stop_after : c->o.steps;
-    int32_t *rows = malloc((size_t)b * sizeof *rows), *by = malloc((size_t)b * sizeof *by);
-    float *bx = malloc((size_t)(b * DIGITS_FEATURES) * sizeof *bx);
-    if (any_failed(c, !rows || !by || !bx, "out of memory")) {
-        rc = 1;
-        goto out;
-    }
     double t_start = now(), win_time = 0, eloss = NAN, eacc = NAN, best = -1, t_target = -1;
     int64_t win_steps = 0, win_skipped = 0, best_step = 0, target_step = 0;
     /* The best and the first >= 95% of an earlier part of the run come from its history. */
@@ -514,7 +557,7 @@ static int run(ctx *c)
     while (c->step < last) {
         hist_rec rec;
         double t0 = now();
-        if ((rc = train_step(c, rows, bx, by, &rec)) != 0)
+        if ((rc = train_step(c, &rec)) != 0)
             goto out;
         double dt = now() - t0;
         rec.samples_per_s = dt > 0 ? (double)b / dt : 0;
@@ -599,9 +642,6 @@ static int run(ctx *c)
     }
     rc = 0;
 out:
-    free(rows);
-    free(by);
-    free(bx);
     return rc;
 }
 
@@ -612,7 +652,8 @@ static void ctx_free(ctx *c)
     dt_tensor_destroy(c->test_y);
     mlp_destroy(c->model);
     dt_mesh_destroy(c->mesh);
-    order_free(&c->ord);
+    dt_dataset_destroy(c->data);
+    dt_data_source_destroy(c->source);
     history_free(&c->hist);
     digits_free(&c->all);
     digits_free(&c->train);

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "mesh/mesh_impl.h"
+#include "runtime/device.h"
 
 /* ---- small helpers -------------------------------------------------------------------- */
 
@@ -758,6 +759,15 @@ dt_status dt_mesh_dim_group(const dt_mesh *mesh, int dim, int64_t position, int6
 
 /* ---- host mesh ------------------------------------------------------------------------ */
 
+/* The CPU device beside GPU device `id` (same client and local index; dt_init gives every
+ * client at least as many CPU devices as GPU devices), so the map keeps id order. Before
+ * dt_init, or for an id no client holds, the id itself. */
+static int host_id(int id)
+{
+    int cpu = dt_is_initialized() ? dt__device_id_map(DT_DEVICE_GPU, id, DT_DEVICE_CPU) : -1;
+    return cpu >= 0 ? cpu : id;
+}
+
 dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out)
 {
     if (!mesh || !host_out)
@@ -789,8 +799,12 @@ dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out)
         goto err_nomem;
     memcpy(h->global_ids, mesh->global_ids, (size_t)h->size * sizeof *h->global_ids);
     memcpy(h->by_id, mesh->by_id, (size_t)h->size * sizeof *h->by_id);
+    for (int64_t p = 0; p < h->size; p++) {
+        h->global_ids[p] = host_id(mesh->global_ids[p]);
+        h->by_id[p].id = host_id(mesh->by_id[p].id);
+    }
     for (int i = 0; i < mesh->num_local; i++) {
-        h->local_ids[i] = mesh->local_ids[i];
+        h->local_ids[i] = host_id(mesh->local_ids[i]);
         h->num_local = i + 1;
         if (!(h->local_devices[i] = dt__device_name_with_type(mesh->local_devices[i], "CPU")))
             goto err_nomem;
@@ -901,6 +915,12 @@ dt_status dt_mesh_check_devices(const dt_mesh *mesh)
     const char *tn = dt_device_type_name(mesh->type);
     int present = dt_num_global_devices(mesh->type);
     int clients = dt_num_clients();
+    if (mesh->type == DT_DEVICE_GPU && present == 0)
+        return dt__error(DT_ERR_DEVICE_MISMATCH,
+                         "%s is a GPU mesh but no client has GPU devices: %s (DT_GPU=%s); "
+                         "DT_GPU=sim runs GPU meshes on the simulated accelerator, and "
+                         "DT_GPU_DEVICES sets the GPU devices per process", label,
+                         dt__gpu_absence(), getenv("DT_GPU") ? getenv("DT_GPU") : "auto");
     /* A mesh may use a subset of the devices (copy_to_mesh onto fewer devices), never more. */
     if (mesh->size > present) {
         const int *counts = dt__client_device_counts(mesh->type);

@@ -32,6 +32,7 @@ static const dt__ops_backend cpu_backend = {
     .cast = dt_kernel_cast,
     .sgd = dt_kernel_sgd,
     .adam = dt_kernel_adam,
+    .sq_sum_f64 = dt__kernel_sq_sum_f64,
     .layer_norm = dt_kernel_layer_norm,
     .layer_norm_grad = dt_kernel_layer_norm_grad,
     .softmax = dt_kernel_softmax,

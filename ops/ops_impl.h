@@ -52,6 +52,11 @@ typedef struct dt__ops_backend {
                      float *momentum_buf);
     dt_status (*adam)(int64_t n, const dt_adam_opts *opts, int64_t step, float *param,
                       const float *grad, float *m, float *v);
+    /* Not public (the one entry without a dt_kernel_* twin; the CPU's is
+     * dt__kernel_sq_sum_f64): *out (the backend's memory) = the sum of the squares of n
+     * elements of x (f32, f16 or bf16) accumulated in f64, inf or NaN when any element is.
+     * The ZeRO optimizer's gradient norm and overflow check (optim/step.c). */
+    dt_status (*sq_sum_f64)(int64_t n, const void *x, dt_dtype dtype, double *out);
     dt_status (*layer_norm)(int64_t rows, int64_t cols, const float *x, const float *gamma,
                             const float *beta, float eps, float *y);
     dt_status (*layer_norm_grad)(int64_t rows, int64_t cols, const float *x,
@@ -80,6 +85,10 @@ typedef struct dt__ops_backend {
                                  const float *rowmax, const float *sumexp, int64_t lo,
                                  const int32_t *labels, float scale, float *dlogits);
 } dt__ops_backend;
+
+/* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail
+ * in the first, summed (l0 + l1) + (l2 + l3); 16-bit inputs widened exactly. */
+dt_status dt__kernel_sq_sum_f64(int64_t n, const void *x, dt_dtype dtype, double *out);
 
 /* The tables (ops/backend.c for the CPU, ops/cuda/, ops/sim/) are declared in
  * runtime/device.h: each device kind's `ops` entry returns its own, and that reference is

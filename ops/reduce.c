@@ -1,5 +1,6 @@
 /* Local reductions: sum, max, mean, squared L2 norm of a buffer (f64 accumulation in eight
- * lanes), reductions over one axis, and inf/NaN detection in f32, f16, bf16 and f64. */
+ * lanes), reductions over one axis, inf/NaN detection in f32, f16, bf16 and f64, and the f64
+ * sum of squares of any float buffer (the ZeRO optimizer's norm). */
 #include <math.h>
 #include <string.h>
 
@@ -165,5 +166,47 @@ dt_status dt_kernel_nonfinite(int64_t n, const void *x, dt_dtype dtype, int32_t 
                          "bf16 expected)", dt_dtype_name(dtype));
     }
     *found_out = found;
+    return DT_OK;
+}
+
+/* Elements widened to f32 at a time for a 16-bit sq_sum_f64 (a multiple of 4, so only the
+ * last block has a tail and the lanes see the elements as one pass would). */
+#define SQ_BLOCK 1024
+
+dt_status dt__kernel_sq_sum_f64(int64_t n, const void *x, dt_dtype dtype, double *out)
+{
+    static const char op[] = "dt__kernel_sq_sum_f64";
+    const void *p[] = {x};
+    dt_status st = dt__kcheck(op, n, 1, p);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL output", op);
+    if (st == DT_OK && dtype != DT_DTYPE_F32 && dtype != DT_DTYPE_F16 && dtype != DT_DTYPE_BF16)
+        st = dt__error(DT_ERR_UNSUPPORTED, "%s: dtype %s (f32, f16 or bf16 expected)", op,
+                       dt_dtype_name(dtype));
+    if (st != DT_OK)
+        return st;
+    float buf[SQ_BLOCK];
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t block = dtype == DT_DTYPE_F32 ? (n > 0 ? n : 1) : SQ_BLOCK;
+    for (int64_t at = 0; at < n; at += block) {
+        int64_t b = n - at < block ? n - at : block;
+        const float *f = (const float *)x + at;
+        if (dtype != DT_DTYPE_F32) {
+            st = dt_kernel_cast(b, (const char *)x + (size_t)at * 2, dtype, buf, DT_DTYPE_F32);
+            if (st != DT_OK)
+                return st;
+            f = buf;
+        }
+        int64_t e = 0;
+        for (; e + 4 <= b; e += 4) {
+            s0 += (double)f[e] * f[e];
+            s1 += (double)f[e + 1] * f[e + 1];
+            s2 += (double)f[e + 2] * f[e + 2];
+            s3 += (double)f[e + 3] * f[e + 3];
+        }
+        for (; e < b; e++)
+            s0 += (double)f[e] * f[e];
+    }
+    *out = (s0 + s1) + (s2 + s3);
     return DT_OK;
 }

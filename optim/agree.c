@@ -1,8 +1,7 @@
 /* Scalars agreed over the optimizer's mesh: one small tensor, partial over every mesh dim,
  * relaid out to replicated (the way dt_nonfinite and dt_item agree), so only the mesh's
- * clients take part. */
+ * clients take part. The values go in and out through the devices' copies. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "optim/optim_impl.h"
 
@@ -27,12 +26,11 @@ dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const dou
     if (st == DT_OK)
         st = dt__tensor_empty(lp, DT_DTYPE_F64, shape, &t);
     for (int i = 0; st == DT_OK && i < dt_tensor_num_local(t); i++)
-        memcpy(dt_tensor_local(t, i)->data, vals + (size_t)i * (size_t)n,
-               (size_t)n * sizeof *vals);
+        st = dt_tensor_local_write(t, i, vals + (size_t)i * (size_t)n, (size_t)n * sizeof *vals);
     if (st == DT_OK)
         st = dt_relayout(t, lr, &r);
     if (st == DT_OK)
-        memcpy(out, dt_tensor_local(r, 0)->data, (size_t)n * sizeof *out);
+        st = dt_tensor_local_read(r, 0, out, (size_t)n * sizeof *out);
     dt_tensor_destroy(r);
     dt_tensor_destroy(t);
     dt_layout_destroy(lr);

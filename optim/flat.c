@@ -1,5 +1,6 @@
 /* Flattening: a group's parameters as runs of one flat buffer per model coordinate, the chunk
- * tensors over it, and the copies between the parameters' local components and flat ranges. */
+ * tensors over it, and the copies between the parameters' local components and flat ranges
+ * (the devices' cast kernels). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,15 +59,20 @@ static int64_t present(int64_t numel, int64_t pos, int64_t len)
     return c < 0 ? 0 : (c > len ? len : c);
 }
 
-dt_status dt__zero_gather_in(const dt__zgroup *g, int i, int64_t lo, int64_t n,
-                             dt_tensor *const *src_tensors, void *dst, dt_dtype dst_dtype)
+dt_status dt__zero_gather_in(const dt_zero *z, const dt__zgroup *g, int i, int64_t lo,
+                             int64_t n, dt_tensor *const *src_tensors, void *dst,
+                             dt_dtype dst_dtype)
 {
+    const dt__device *dev = z->devs[i];
+    const dt__ops_backend *be = NULL;
+    dt_status st = dt__zero_select(z, i, &be);
+    if (st != DT_OK)
+        return st;
     dt__zseg *segs = malloc((size_t)(g->nparams ? g->nparams : 1) * sizeof *segs);
     if (!segs)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero: no memory for %d segments", g->nparams);
     size_t dsz = dt_dtype_size(dst_dtype);
     int ns = dt__zero_segments(g, lo, lo + n, segs);
-    dt_status st = DT_OK;
     for (int s = 0; st == DT_OK && s < ns; s++) {
         const dt__zparam *p = segs[s].param;
         const dt_tensor *src = src_tensors ? src_tensors[p->index] : p->tensor;
@@ -75,32 +81,36 @@ dt_status dt__zero_gather_in(const dt__zgroup *g, int i, int64_t lo, int64_t n,
         int64_t c = present(dt__numel(d->ndim, d->shape), segs[s].pos, segs[s].len);
         char *out = (char *)dst + (size_t)(segs[s].flat - lo) * dsz;
         if (c > 0)
-            st = dt_kernel_cast(c, (const char *)d->data + (size_t)segs[s].pos *
-                                dt_dtype_size(sd), sd, out, dst_dtype);
-        if (segs[s].len > c)
-            memset(out + (size_t)c * dsz, 0, (size_t)(segs[s].len - c) * dsz);
+            st = be->cast(c, (const char *)d->data + (size_t)segs[s].pos * dt_dtype_size(sd),
+                          sd, out, dst_dtype);
+        if (st == DT_OK && segs[s].len > c)
+            st = dev->kind->memset0(dev, out + (size_t)c * dsz,
+                                    (size_t)(segs[s].len - c) * dsz);
     }
     free(segs);
     return st;
 }
 
-dt_status dt__zero_scatter_out(const dt__zgroup *g, int i, int64_t lo, int64_t n,
-                               const void *src, dt_dtype src_dtype)
+dt_status dt__zero_scatter_out(const dt_zero *z, const dt__zgroup *g, int i, int64_t lo,
+                               int64_t n, const void *src, dt_dtype src_dtype)
 {
+    const dt__ops_backend *be = NULL;
+    dt_status st = dt__zero_select(z, i, &be);
+    if (st != DT_OK)
+        return st;
     dt__zseg *segs = malloc((size_t)(g->nparams ? g->nparams : 1) * sizeof *segs);
     if (!segs)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero: no memory for %d segments", g->nparams);
     size_t ssz = dt_dtype_size(src_dtype);
     int ns = dt__zero_segments(g, lo, lo + n, segs);
-    dt_status st = DT_OK;
     for (int s = 0; st == DT_OK && s < ns; s++) {
         const dt__zparam *p = segs[s].param;
         const DLTensor *d = dt_tensor_local(p->tensor, i);
         int64_t c = present(dt__numel(d->ndim, d->shape), segs[s].pos, segs[s].len);
         if (c > 0)
-            st = dt_kernel_cast(c, (const char *)src + (size_t)(segs[s].flat - lo) * ssz,
-                                src_dtype, (char *)d->data + (size_t)segs[s].pos *
-                                dt_dtype_size(g->dtype), g->dtype);
+            st = be->cast(c, (const char *)src + (size_t)(segs[s].flat - lo) * ssz, src_dtype,
+                          (char *)d->data + (size_t)segs[s].pos * dt_dtype_size(g->dtype),
+                          g->dtype);
     }
     free(segs);
     return st;
@@ -151,11 +161,12 @@ dt_status dt__zero_alloc_state(dt_zero *z, dt__zgroup *g)
         for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
             int64_t off, len;
             dt__zero_local_range(ch->master, i, &off, &len);
-            st = dt__zero_gather_in(g, i, ch->start + off, len, NULL,
+            st = dt__zero_gather_in(z, g, i, ch->start + off, len, NULL,
                                     dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32);
         }
     }
-    return st;
+    dt_status done = dt__zero_sync(z);
+    return st != DT_OK ? st : done;
 }
 
 void dt__zero_free_group(dt__zgroup *g)

@@ -6,11 +6,17 @@
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
+#include "ops/ops_impl.h"
+#include "runtime/device.h"
 #include "runtime/internal.h"
 
 #define DT__ZERO_DEFAULT_ALLGATHER 500000000
-/* Elements converted to f32 at a time when a 16-bit gradient partition is read. */
+/* Elements converted to f32 at a time (into a scratch block in each device's memory) when the
+ * inner optimizer reads a 16-bit gradient partition. */
 #define DT__ZERO_BLOCK 8192
+/* Elements of optimizer state staged through host memory at a time when a checkpoint restores
+ * it into device memory host code cannot reach. */
+#define DT__ZERO_STAGE (1 << 20)
 
 /* ---- loss scaler (scaler.c) ---------------------------------------------------------------- */
 
@@ -91,10 +97,22 @@ struct dt_zero {
     dt_layout *gather_layout;
     int nlocal;
     int64_t (*coords)[DT_MESH_MAX_DIMS]; /* mesh coordinates of each local device */
+    const dt__device **devs;             /* each local device (component i of every tensor) */
     int ngroups;
     dt__zgroup *groups;
     int nparams;
 };
+
+/* ---- the local devices (device.c) ----------------------------------------------------------
+ * The state lives in the mesh's device memory: every access goes through the device layer
+ * (docs/optim.md). Kernels of device i run after dt__zero_select(z, i); their results are
+ * complete, for relayouts and host reads, after dt__zero_sync. */
+
+/* Selects local device i for its kernels (the kernel table's set_device); *be_out gets the
+ * table. */
+dt_status dt__zero_select(const dt_zero *z, int i, const dt__ops_backend **be_out);
+/* Waits for the work issued on every local device; returns the first failure of it. */
+dt_status dt__zero_sync(const dt_zero *z);
 
 /* ---- flat buffers (flat.c) ------------------------------------------------------------------ */
 
@@ -118,16 +136,19 @@ dt_status dt__zero_chunk_tensor(const dt_zero *z, const dt_layout *layout, dt_dt
 /* The range [*off, *off + *len) of chunk tensor t's last dim held by local device i. */
 void dt__zero_local_range(const dt_tensor *t, int i, int64_t *off, int64_t *len);
 
-/* Writes flat range [lo, lo + n) of group g, for local device i, into dst (dst_dtype):
- * each parameter piece read from src_tensors[param index] (their local component i, any
- * float dtype, cast), padding zero. src_tensors is indexed by dt__zparam.index; NULL reads
- * the parameters themselves. */
-dt_status dt__zero_gather_in(const dt__zgroup *g, int i, int64_t lo, int64_t n,
-                             dt_tensor *const *src_tensors, void *dst, dt_dtype dst_dtype);
-/* Writes flat range [lo, lo + n) of group g, held by local device i in src (src_dtype), into
- * the parameters' local components i (cast to their dtype); padding is skipped. */
-dt_status dt__zero_scatter_out(const dt__zgroup *g, int i, int64_t lo, int64_t n,
-                               const void *src, dt_dtype src_dtype);
+/* Writes flat range [lo, lo + n) of group g, for local device i, into dst (dst_dtype, that
+ * device's memory): each parameter piece read from src_tensors[param index] (their local
+ * component i, any float dtype, cast), padding zero. src_tensors is indexed by
+ * dt__zparam.index; NULL reads the parameters themselves. Issues device work only (no
+ * sync). */
+dt_status dt__zero_gather_in(const dt_zero *z, const dt__zgroup *g, int i, int64_t lo,
+                             int64_t n, dt_tensor *const *src_tensors, void *dst,
+                             dt_dtype dst_dtype);
+/* Writes flat range [lo, lo + n) of group g, held by local device i in src (src_dtype, that
+ * device's memory), into the parameters' local components i (cast to their dtype); padding
+ * is skipped. Issues device work only (no sync). */
+dt_status dt__zero_scatter_out(const dt_zero *z, const dt__zgroup *g, int i, int64_t lo,
+                               int64_t n, const void *src, dt_dtype src_dtype);
 
 /* Allocates group g's chunks and state (master initialised from the parameters). */
 dt_status dt__zero_alloc_state(dt_zero *z, dt__zgroup *g);

@@ -1,7 +1,9 @@
 /* One ZeRO step: gradients flattened and reduced over the dp dim per chunk (stage 0 all-reduce,
  * stages 1 and 2 reduce-scatter), inf/NaN check and global norm agreed over the mesh, the
  * inner optimizer on each device's fp32 partition with unscaling and clipping fused into its
- * grad_scale, and the all-gather of the updated parameters chunk by chunk. */
+ * grad_scale, and the all-gather of the updated parameters chunk by chunk. The data stays in
+ * the devices' memory: the kernels of each device's table do the work, and the host reads
+ * only each device's per-piece norms. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +62,11 @@ static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
     if (z->stage == 2)
         st = dt__zero_chunk_tensor(z, z->flat_layout, g->dtype, ch->len, 0, &flat);
     for (int i = 0; st == DT_OK && i < z->nlocal; i++)
-        st = dt__zero_gather_in(g, i, ch->start, ch->len, grads,
+        st = dt__zero_gather_in(z, g, i, ch->start, ch->len, grads,
                                 dt_tensor_local(flat, i)->data, g->dtype);
+    dt_status done = dt__zero_sync(z);
+    if (st == DT_OK)
+        st = done;
     if (z->stage == 2) {
         if (st == DT_OK)
             st = dt_relayout_into(flat, ch->gpart);
@@ -77,85 +82,136 @@ static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         int64_t off, len;
         dt__zero_local_range(red, i, &off, &len);
+        const dt__device *dev = z->devs[i];
         if (len > 0)
-            memcpy((char *)dt_tensor_local(flat, i)->data + (size_t)off * dsz,
-                   dt_tensor_local(red, i)->data, (size_t)len * dsz);
+            st = dev->kind->copy(dev, DT__COPY_D2D,
+                                 (char *)dt_tensor_local(flat, i)->data + (size_t)off * dsz,
+                                 dt_tensor_local(red, i)->data, (size_t)len * dsz);
     }
+    done = red ? dt__zero_sync(z) : DT_OK;
     dt_tensor_destroy(red);
+    return st != DT_OK ? st : done;
+}
+
+/* One device's pieces of the gradient norm: for each parameter piece in its gradient
+ * partitions (in group, chunk, piece order) either its f64 sum of squares, when the device
+ * counts the parameter, or its inf/NaN flag. The results are in device memory. */
+typedef struct norm_parts {
+    int64_t count;
+    unsigned char *counted;   /* host: 1 if piece k has a sum, 0 if a flag */
+    void *mem;                /* device: count doubles (sums), then count int32 (flags) */
+} norm_parts;
+
+/* Counts device i's pieces (be NULL), or issues their kernels into np (be non-NULL). */
+static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
+                           norm_parts *np)
+{
+    dt_status st = DT_OK;
+    int64_t k = 0;
+    double *sums = np->mem;
+    int32_t *flags = be ? (int32_t *)(sums + np->count) : NULL;
+    for (int gi = 0; st == DT_OK && gi < z->ngroups; gi++) {
+        const dt__zgroup *g = &z->groups[gi];
+        size_t dsz = dt_dtype_size(g->dtype);
+        dt__zseg *segs = malloc((size_t)g->nparams * sizeof *segs);
+        if (!segs)
+            return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
+        for (int c = 0; st == DT_OK && c < g->nchunks; c++) {
+            int64_t off, len;
+            const char *data = partition(z, g, &g->chunks[c], i, &off, &len);
+            int64_t lo = g->chunks[c].start + off;
+            int ns = dt__zero_segments(g, lo, lo + len, segs);
+            for (int s = 0; st == DT_OK && s < ns; s++, k++) {
+                if (!be)
+                    continue;
+                const char *x = data + (size_t)(segs[s].flat - lo) * dsz;
+                np->counted[k] = (unsigned char)dt__zero_counts(z, segs[s].param, i);
+                if (np->counted[k])
+                    st = be->sq_sum_f64(segs[s].len, x, g->dtype, sums + k);
+                else
+                    st = be->nonfinite(segs[s].len, x, g->dtype, flags + k);
+            }
+        }
+        free(segs);
+    }
+    np->count = k;
     return st;
 }
 
-/* Sum of squares (f64) of n elements of x, and whether any is inf/NaN. */
-static dt_status sum_squares(const void *x, dt_dtype dtype, int64_t n, float *scratch,
-                             double *sq_out)
+/* Device i's counted sum of squares (the pieces' sums added in order on the host) and
+ * whether it saw an inf/NaN, from its finished pieces. */
+static dt_status norm_collect(const dt_zero *z, int i, const norm_parts *np, double *sq_out,
+                              int *bad_out)
 {
-    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    for (int64_t at = 0; at < n; at += DT__ZERO_BLOCK) {
-        int64_t b = n - at < DT__ZERO_BLOCK ? n - at : DT__ZERO_BLOCK;
-        const float *f = (const float *)x + at;
-        if (dtype != DT_DTYPE_F32) {
-            dt_status st = dt_kernel_cast(b, (const char *)x + (size_t)at * 2, dtype, scratch,
-                                          DT_DTYPE_F32);
-            if (st != DT_OK)
-                return st;
-            f = scratch;
+    const dt__device *dev = z->devs[i];
+    size_t bytes = (size_t)np->count * (sizeof(double) + sizeof(int32_t));
+    double *sums = malloc(bytes ? bytes : 1);
+    if (!sums)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
+    dt_status st = bytes ? dev->kind->copy(dev, DT__COPY_D2H, sums, np->mem, bytes) : DT_OK;
+    const int32_t *flags = (const int32_t *)(sums + np->count);
+    double sq = 0.0;
+    int bad = 0;
+    for (int64_t k = 0; st == DT_OK && k < np->count; k++) {
+        if (np->counted[k]) {
+            sq += sums[k];
+            bad |= !isfinite(sums[k]);
+        } else {
+            bad |= flags[k] != 0;
         }
-        int64_t e = 0;
-        for (; e + 4 <= b; e += 4) {
-            s0 += (double)f[e] * f[e];
-            s1 += (double)f[e + 1] * f[e + 1];
-            s2 += (double)f[e + 2] * f[e + 2];
-            s3 += (double)f[e + 3] * f[e + 3];
-        }
-        for (; e < b; e++)
-            s0 += (double)f[e] * f[e];
     }
-    *sq_out = (s0 + s1) + (s2 + s3);
-    return DT_OK;
+    free(sums);
+    *sq_out = sq;
+    *bad_out = bad;
+    return st;
 }
 
 /* vals[i*2]: this device's counted sum of squares; vals[i*2+1]: 1 if it saw an inf/NaN. */
-static dt_status local_norms(const dt_zero *z, float *scratch, double *vals)
+static dt_status local_norms(const dt_zero *z, double *vals)
 {
+    norm_parts *np = calloc((size_t)z->nlocal, sizeof *np);
+    if (!np)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
     dt_status st = DT_OK;
+    /* Every device's kernels first, then one wait, then the host sums. */
+    for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
+        const dt__device *dev = z->devs[i];
+        const dt__ops_backend *be = NULL;
+        st = norm_pass(z, i, NULL, &np[i]);
+        size_t bytes = (size_t)np[i].count * (sizeof(double) + sizeof(int32_t));
+        np[i].counted = malloc((size_t)np[i].count + 1);
+        if (st == DT_OK && !np[i].counted)
+            st = dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
+        if (st == DT_OK)
+            st = dev->kind->alloc(dev, bytes ? bytes : 1, &np[i].mem);
+        if (st == DT_OK)
+            st = dt__zero_select(z, i, &be);
+        if (st == DT_OK)
+            st = norm_pass(z, i, be, &np[i]);
+    }
+    dt_status done = dt__zero_sync(z);
+    if (st == DT_OK)
+        st = done;
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         double sq = 0.0;
         int bad = 0;
-        for (int gi = 0; st == DT_OK && gi < z->ngroups; gi++) {
-            const dt__zgroup *g = &z->groups[gi];
-            size_t dsz = dt_dtype_size(g->dtype);
-            dt__zseg *segs = malloc((size_t)g->nparams * sizeof *segs);
-            if (!segs)
-                return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
-            for (int c = 0; st == DT_OK && c < g->nchunks; c++) {
-                int64_t off, len;
-                const char *data = partition(z, g, &g->chunks[c], i, &off, &len);
-                int64_t lo = g->chunks[c].start + off;
-                int ns = dt__zero_segments(g, lo, lo + len, segs);
-                for (int s = 0; st == DT_OK && s < ns; s++) {
-                    const char *x = data + (size_t)(segs[s].flat - lo) * dsz;
-                    if (dt__zero_counts(z, segs[s].param, i)) {
-                        double part = 0.0;
-                        st = sum_squares(x, g->dtype, segs[s].len, scratch, &part);
-                        sq += part;
-                        bad |= !isfinite(part);
-                    } else if (!bad) {
-                        int32_t found = 0;
-                        st = dt_kernel_nonfinite(segs[s].len, x, g->dtype, &found);
-                        bad |= found != 0;
-                    }
-                }
-            }
-            free(segs);
-        }
+        st = norm_collect(z, i, &np[i], &sq, &bad);
         vals[2 * i] = isfinite(sq) ? sq : 0.0;
         vals[2 * i + 1] = bad ? 1.0 : 0.0;
     }
+    for (int i = 0; i < z->nlocal; i++) {
+        if (np[i].mem)
+            z->devs[i]->kind->free(z->devs[i], np[i].mem);
+        free(np[i].counted);
+    }
+    free(np);
     return st;
 }
 
+/* The inner optimizer on local device i's partition of chunk ch; 16-bit gradients are widened
+ * block by block into the device's `scratch` (DT__ZERO_BLOCK floats). */
 static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
-                              float grad_scale, int64_t t, float *scratch)
+                              float grad_scale, int64_t t, void *const *scratch)
 {
     const dt_optim_hparams *hp = &g->hp;
     dt_sgd_opts so = {hp->lr, hp->momentum, hp->dampening, hp->weight_decay, hp->nesterov,
@@ -164,6 +220,10 @@ static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
                        hp->kind == DT_OPTIM_ADAMW, grad_scale};
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
+        const dt__ops_backend *be = NULL;
+        st = dt__zero_select(z, i, &be);
+        if (st != DT_OK)
+            break;
         int64_t off, len;
         const char *gp = partition(z, g, ch, i, &off, &len);
         float *p = dt_tensor_local(ch->master, i)->data;
@@ -174,29 +234,32 @@ static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
             int64_t b = len - at < block ? len - at : block;
             const float *gf = (const float *)gp + at;
             if (g->dtype != DT_DTYPE_F32) {
-                st = dt_kernel_cast(b, gp + (size_t)at * 2, g->dtype, scratch, DT_DTYPE_F32);
-                gf = scratch;
+                st = be->cast(b, gp + (size_t)at * 2, g->dtype, scratch[i], DT_DTYPE_F32);
+                gf = scratch[i];
             }
             if (st != DT_OK)
                 break;
             if (hp->kind == DT_OPTIM_SGD)
-                st = dt_kernel_sgd(b, &so, p + at, gf, m ? m + at : NULL);
+                st = be->sgd(b, &so, p + at, gf, m ? m + at : NULL);
             else
-                st = dt_kernel_adam(b, &ao, t, p + at, gf, m + at, v + at);
+                st = be->adam(b, &ao, t, p + at, gf, m + at, v + at);
         }
     }
     return st;
 }
 
+/* Writes the chunk's fp32 partitions back into the parameters (an all-gather in stages 1
+ * and 2). */
 static dt_status gather_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch)
 {
-    dt_status st = DT_OK;
+    dt_status st = DT_OK, done;
     if (z->stage == 0) {
         /* The state is replicated over dp: every device holds the whole chunk. */
         for (int i = 0; st == DT_OK && i < z->nlocal; i++)
-            st = dt__zero_scatter_out(g, i, ch->start, ch->len,
+            st = dt__zero_scatter_out(z, g, i, ch->start, ch->len,
                                       dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32);
-        return st;
+        done = dt__zero_sync(z);
+        return st != DT_OK ? st : done;
     }
     /* The partition in the parameters' dtype: the master itself (f32), the gradient
      * partition's buffer (stage 2: its gradients are spent), or a transient. */
@@ -210,20 +273,26 @@ static dt_status gather_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
             src = tmp;
         for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
             int64_t off, len;
+            const dt__ops_backend *be = NULL;
             dt__zero_local_range(ch->master, i, &off, &len);
-            if (len > 0)
-                st = dt_kernel_cast(len, dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32,
-                                    dt_tensor_local(src, i)->data, g->dtype);
+            st = dt__zero_select(z, i, &be);
+            if (st == DT_OK && len > 0)
+                st = be->cast(len, dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32,
+                              dt_tensor_local(src, i)->data, g->dtype);
         }
+        done = dt__zero_sync(z);
+        if (st == DT_OK)
+            st = done;
     }
     if (st == DT_OK)
         st = dt_relayout(src, z->gather_layout, &full);
     dt_tensor_destroy(tmp);
     for (int i = 0; st == DT_OK && i < z->nlocal; i++)
-        st = dt__zero_scatter_out(g, i, ch->start, ch->len, dt_tensor_local(full, i)->data,
+        st = dt__zero_scatter_out(z, g, i, ch->start, ch->len, dt_tensor_local(full, i)->data,
                                   g->dtype);
+    done = full ? dt__zero_sync(z) : DT_OK;
     dt_tensor_destroy(full);
-    return st;
+    return st != DT_OK ? st : done;
 }
 
 /* Each gradient in its parameter's gradient layout (a new reference, or a relayout). */
@@ -250,16 +319,13 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     dt_status st = check_grads(z, grads);
     if (st != DT_OK)
         return st;
-    float *scratch = NULL;
     double *vals = calloc((size_t)z->nlocal * 2, sizeof *vals);
     dt_tensor **gl = calloc((size_t)(z->nparams ? z->nparams : 1), sizeof *gl);
-    if (!vals || !gl) {
+    void **scratch = calloc((size_t)z->nlocal, sizeof *scratch);
+    if (!vals || !gl || !scratch) {
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
         goto out;
     }
-    st = dt_host_alloc(DT__ZERO_BLOCK * sizeof(float), (void **)&scratch);
-    if (st != DT_OK)
-        goto out;
 
     /* Reduction over the dp dim, chunk by chunk. */
     st = grads_in_layout(z, grads, gl);
@@ -275,7 +341,7 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
 
     /* Overflow and global norm, agreed over the whole mesh. */
     double agreed[2] = {0.0, 0.0};
-    st = local_norms(z, scratch, vals);
+    st = local_norms(z, vals);
     if (st == DT_OK)
         st = dt__zero_allreduce(z, DT_REDUCE_SUM, 2, vals, agreed);
     if (st != DT_OK)
@@ -304,10 +370,18 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     float grad_scale = (float)(info.clip_coef / info.loss_scale);
 
     /* The inner optimizer on every fp32 partition, then the all-gather. */
+    int widen = 0;
+    for (int g = 0; g < z->ngroups; g++)
+        widen |= z->groups[g].dtype != DT_DTYPE_F32;
+    for (int i = 0; st == DT_OK && widen && i < z->nlocal; i++)
+        st = z->devs[i]->kind->alloc(z->devs[i], DT__ZERO_BLOCK * sizeof(float), &scratch[i]);
     for (int g = 0; st == DT_OK && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = update_chunk(z, &z->groups[g], &z->groups[g].chunks[c], grad_scale,
                               z->step + 1, scratch);
+    dt_status done = dt__zero_sync(z);
+    if (st == DT_OK)
+        st = done;
     for (int g = 0; st == DT_OK && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
@@ -326,6 +400,9 @@ out:
         dt_tensor_destroy(gl[j]);
     free(gl);
     free(vals);
-    dt_host_free(scratch);
+    for (int i = 0; scratch && i < z->nlocal; i++)
+        if (scratch[i])
+            z->devs[i]->kind->free(z->devs[i], scratch[i]);
+    free(scratch);
     return st;
 }

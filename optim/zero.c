@@ -26,9 +26,6 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: mesh and zero_out are required", fn);
     if (!opts)
         opts = &defaults;
-    if (dt_mesh_device_type(mesh) != DT_DEVICE_CPU)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: the ZeRO optimizer runs on CPU meshes only "
-                         "(this mesh is %s)", fn, dt_device_type_name(dt_mesh_device_type(mesh)));
     if (opts->stage < 0 || opts->stage > 2)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: stage %d (0, 1 or 2 expected)", fn,
                          opts->stage);
@@ -56,7 +53,10 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (!z)
         return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     z->coords = calloc((size_t)nlocal, sizeof *z->coords);
-    if (!z->coords) {
+    z->devs = calloc((size_t)nlocal, sizeof *z->devs);
+    if (!z->coords || !z->devs) {
+        free(z->coords);
+        free(z->devs);
         free(z);
         return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     }
@@ -75,8 +75,15 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     dt__scaler_init(&z->scaler, &opts->scaler);
     z->nlocal = nlocal;
     for (int i = 0; st == DT_OK && i < nlocal; i++) {
-        int64_t pos = dt_mesh_position(mesh, dt_mesh_local_device_id(mesh, i));
-        st = dt_mesh_coords(mesh, pos, z->coords[i]);
+        int id = dt_mesh_local_device_id(mesh, i);
+        st = dt_mesh_coords(mesh, dt_mesh_position(mesh, id), z->coords[i]);
+        z->devs[i] = dt__device_by_id(dt_mesh_device_type(mesh), id);
+        if (st == DT_OK && !z->devs[i])
+            st = dt__error(DT_ERR_DEVICE_MISMATCH, "%s: local device %d (device %d) is not "
+                           "open in this client", fn, i, id);
+        if (st == DT_OK && !z->devs[i]->kind->ops())
+            st = dt__error(DT_ERR_UNSUPPORTED, "%s: the mesh's %s devices have no kernels in "
+                           "this build", fn, z->devs[i]->kind->name);
     }
     const char *dp_spec = z->stage == 0 ? DT_UNSHARDED : dp_name;
     if (st == DT_OK)
@@ -105,6 +112,7 @@ void dt_zero_destroy(dt_zero *zero)
     dt_layout_destroy(zero->gather_layout);
     dt_mesh_destroy(zero->mesh);
     free(zero->coords);
+    free(zero->devs);
     free(zero);
 }
 

@@ -1,6 +1,8 @@
 /* Saving and restoring the optimizer through the DSaver: parameters as tensors, the state as
  * explicitly placed slices of each parameter's flattened form ("<name>/master", ...), the
- * scaler and counters as named values; a restore reads each device's own (new) partition. */
+ * scaler and counters as named values; a restore reads each device's own (new) partition.
+ * State in device memory host code cannot reach is copied to host buffers for the save and
+ * written back through bounded host chunks on a restore (docs/optim.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +57,17 @@ typedef struct save_lists {
     int64_t *dims;             /* 3 * DT_MAX_RANK per piece: shape, offsets, sizes */
     int nstrings;
     char **strings;            /* "<name>/<kind>" */
+    void **staged;             /* per piece: a host copy of device data, or NULL */
+    const dt__device_kind **staged_kind; /* whose host_free releases it */
 } save_lists;
 
 static void free_lists(save_lists *s)
 {
+    for (int j = 0; s->staged && j < s->npieces; j++)
+        if (s->staged[j])
+            s->staged_kind[j]->host_free(s->staged[j]);
+    free(s->staged);
+    free(s->staged_kind);
     for (int j = 0; j < s->nstrings; j++)
         free(s->strings[j]);
     free(s->strings);
@@ -166,6 +175,31 @@ static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__z
     return DT_OK;
 }
 
+/* Points our pieces (from `first` on) held in memory host code cannot read at host copies of
+ * their data (dt_save reads pieces from host memory; the checkpoint is the same). */
+static dt_status stage_pieces(const dt_zero *z, int first, save_lists *s)
+{
+    s->staged = calloc((size_t)s->npieces + 1, sizeof *s->staged);
+    s->staged_kind = calloc((size_t)s->npieces + 1, sizeof *s->staged_kind);
+    if (!s->staged || !s->staged_kind)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save: no memory");
+    dt_status st = dt__zero_sync(z);
+    for (int j = first; st == DT_OK && j < s->npieces; j++) {
+        dt_ckpt_piece *pc = &s->pieces[j];
+        const dt__device *dev = z->devs[pc->device];
+        if (dev->kind->host_visible)
+            continue;
+        size_t bytes = (size_t)pc->sizes[pc->rank - 1] * sizeof(float);
+        st = dev->kind->host_alloc(bytes, &s->staged[j]);
+        if (st != DT_OK)
+            break;
+        s->staged_kind[j] = dev->kind;
+        st = dev->kind->copy(dev, DT__COPY_D2H, s->staged[j], pc->data, bytes);
+        pc->data = s->staged[j];
+    }
+    return st;
+}
+
 static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *extra_names,
                              const dt_tensor *const *extra_tensors, const dt_save_opts *o,
                              save_lists *s)
@@ -225,7 +259,7 @@ static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *e
         s->pieces[j].offsets = d + DT_MAX_RANK;
         s->pieces[j].sizes = d + 2 * DT_MAX_RANK;
     }
-    return DT_OK;
+    return stage_pieces(z, nuser, s);
 }
 
 dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
@@ -368,9 +402,35 @@ static dt_status check_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgro
     return DT_OK;
 }
 
+/* Reads box (offs, sizes) of saved state `idx`, whose last dim runs [at, at + len), into dst
+ * in local device i's memory: directly when host code reaches it, else through `stage`
+ * (DT__ZERO_STAGE floats of host memory) a bounded piece at a time. */
+static dt_status read_box_into(const dt_zero *z, const dt_ckpt *ck, int64_t idx, int rank,
+                               int64_t *offs, int64_t *sizes, int64_t at, int64_t len, int i,
+                               float *dst, float *stage)
+{
+    const dt__device *dev = z->devs[i];
+    if (dev->kind->host_visible) {
+        offs[rank - 1] = at;
+        sizes[rank - 1] = len;
+        return dt_ckpt_read_box(ck, idx, offs, sizes, dst, (size_t)len * sizeof(float));
+    }
+    dt_status st = DT_OK;
+    for (int64_t k = 0; st == DT_OK && k < len; k += DT__ZERO_STAGE) {
+        int64_t b = len - k < DT__ZERO_STAGE ? len - k : DT__ZERO_STAGE;
+        offs[rank - 1] = at + k;
+        sizes[rank - 1] = b;
+        size_t bytes = (size_t)b * sizeof(float);
+        st = dt_ckpt_read_box(ck, idx, offs, sizes, stage, bytes);
+        if (st == DT_OK)
+            st = dev->kind->copy(dev, DT__COPY_H2D, dst + k, stage, bytes);
+    }
+    return st;
+}
+
 /* Reads this client's partition of parameter p's state. */
 static dt_status read_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgroup *g,
-                            const dt__zparam *p, const int64_t *idx)
+                            const dt__zparam *p, const int64_t *idx, float *stage)
 {
     int64_t shape[DT_MAX_RANK], offs[DT_MAX_RANK], sizes[DT_MAX_RANK];
     int rank = state_shape(z, p, shape);
@@ -387,15 +447,28 @@ static dt_status read_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgrou
                     offs[j] = z->coords[i][p->shard_dims[j]];
                     sizes[j] = 1;
                 }
-                offs[rank - 1] = a - p->offset;
-                sizes[rank - 1] = b - a;
                 float *dst = (float *)dt_tensor_local(kind_tensor(ch, kind), i)->data + (a - lo);
-                dt_status st = dt_ckpt_read_box(ck, idx[kind], offs, sizes, dst,
-                                                 (size_t)(b - a) * sizeof(float));
+                dt_status st = read_box_into(z, ck, idx[kind], rank, offs, sizes,
+                                             a - p->offset, b - a, i, dst, stage);
                 if (st != DT_OK)
                     return st;
             }
     }
+    return DT_OK;
+}
+
+/* Host memory for staging a restore into devices host code cannot reach (NULL, and DT_OK,
+ * when every local device is host visible). */
+static dt_status stage_alloc(const dt_zero *z, float **stage_out, const dt__device_kind **kind_out)
+{
+    *stage_out = NULL;
+    *kind_out = NULL;
+    for (int i = 0; i < z->nlocal; i++)
+        if (!z->devs[i]->kind->host_visible) {
+            *kind_out = z->devs[i]->kind;
+            return z->devs[i]->kind->host_alloc(DT__ZERO_STAGE * sizeof(float),
+                                                (void **)stage_out);
+        }
     return DT_OK;
 }
 
@@ -432,11 +505,20 @@ dt_status dt_zero_load(dt_zero *zero, const char *dir)
     if (st == DT_OK && zero->nparams > 0)
         st = dt_restore_into(dir, zero->nparams, names, tensors);
     if (st == DT_OK) {
+        float *stage = NULL;
+        const dt__device_kind *stage_kind = NULL;
+        st = stage_alloc(zero, &stage, &stage_kind);
         for (int g = 0; st == DT_OK && g < zero->ngroups; g++)
             for (int j = 0; st == DT_OK && j < zero->groups[g].nparams; j++) {
                 const dt__zparam *p = &zero->groups[g].params[j];
-                st = read_state(zero, ck, &zero->groups[g], p, idx + (size_t)p->index * NKINDS);
+                st = read_state(zero, ck, &zero->groups[g], p, idx + (size_t)p->index * NKINDS,
+                                stage);
             }
+        dt_status done = dt__zero_sync(zero);
+        if (st == DT_OK)
+            st = done;
+        if (stage)
+            stage_kind->host_free(stage);
         st = dt__zero_agree(zero, fn, st);
     }
     if (st == DT_OK) {

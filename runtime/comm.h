@@ -9,6 +9,10 @@
 /* The runtime's communicator (a duplicate of MPI_COMM_WORLD), MPI_COMM_NULL before dt_init. */
 MPI_Comm dt__comm(void);
 
+/* The device of type `to` with the same client and local index as device `id` of type
+ * `from` (a GPU device's CPU device beside it), -1 when there is none. */
+int dt__device_id_map(dt_device_type from, int id, dt_device_type to);
+
 /* Number of local devices of each client (array of dt_num_clients entries), or NULL. */
 const int *dt__client_device_counts(dt_device_type type);
 

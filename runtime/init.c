@@ -375,6 +375,15 @@ const int *dt__client_device_counts(dt_device_type type)
     return type_ok(type) ? rt.counts[type] : NULL;
 }
 
+int dt__device_id_map(dt_device_type from, int id, dt_device_type to)
+{
+    int c = dt_device_client(from, id);
+    if (c < 0 || !type_ok(to))
+        return -1;
+    int j = id - rt.offsets[from][c];
+    return j < rt.counts[to][c] ? rt.offsets[to][c] + j : -1;
+}
+
 int dt__mpi_thread_level(void)
 {
     return rt.initialized ? rt.thread_level : MPI_THREAD_SINGLE;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the CUDA configuration here (build-cuda/) and gathers into .dev/ what the GPU checks
-# need on a machine that has a GPU but not our Debian packages: the CUDA test and benchmark
-# binaries, the shared libraries they load that such a machine may lack, and Open MPI's
-# plugins for the runtime test. scripts/gpu_check.sh runs them there. docs/gpu.md explains.
+# need on a machine that has a GPU but not our Debian packages: the CUDA kernel tests, the
+# GPU-mesh test programs (the ones the suite also runs on the simulator), train_mlp, the
+# benchmarks, the shared libraries they load that such a machine may lack, and Open MPI's
+# plugins and launcher. scripts/gpu_check.sh runs them there. docs/gpu.md explains.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -10,9 +11,16 @@ cd "$root"
 if [ ! -f build-cuda/build.ninja ]; then
   meson setup build-cuda -Dcuda=enabled -Dtests=true -Dbuildtype=release >/dev/null
 fi
-ninja -C build-cuda tests/test_ops_cuda tests/test_ops_cuda_runtime bench/bench_ops_cuda >/dev/null
-bins=(build-cuda/tests/test_ops_cuda build-cuda/tests/test_ops_cuda_runtime
-      build-cuda/bench/bench_ops_cuda)
+# The programs the suite registers with 'gpu': true (tests/*/meson.build), and the rest.
+gpu_tests=(tensor ops_spmd_matmul ops_spmd_ops optim_step optim_api optim_ckpt
+           relayout_property relayout_cases barrier zero_mlp zero_synthetic zero_resume
+           optim_gpu_sim)
+targets=(tests/test_ops_cuda tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
+         examples/train_mlp bench/bench_ops_cuda bench/bench_device)
+for t in "${gpu_tests[@]}"; do targets+=("tests/test_$t"); done
+ninja -C build-cuda "${targets[@]}" >/dev/null
+bins=()
+for t in "${targets[@]}"; do bins+=("build-cuda/$t"); done
 rm -rf .dev
 mkdir -p .dev/bin .dev/lib
 cp "${bins[@]}" .dev/bin/
@@ -28,4 +36,9 @@ mkdir -p "$ompi/bin" "$ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3" "$ompi/sh
 cp -L "$ompi_plugins"/*.so "$ompi/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/"
 cp -r /usr/share/openmpi "$ompi/share/"
 cp -L /usr/bin/orted "$ompi/bin/" 2>/dev/null || true
+for b in mpiexec.openmpi orterun prterun prted; do
+  [ -e "/usr/bin/$b" ] && cp -L "/usr/bin/$b" "$ompi/bin/"
+done
+[ -e "$ompi/bin/mpiexec.openmpi" ] && ln -sf mpiexec.openmpi "$ompi/bin/mpiexec"
+printf '%s\n' "${gpu_tests[@]}" > .dev/gpu_tests.txt
 du -sh .dev

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over the .dev/ bundle that
-# scripts/gpu_bundle.sh made: the CUDA kernel tests (against the CPU kernels), the runtime's
-# CUDA test, and bench_ops_cuda. Writes logs under $OUT (or ./gpu-out). docs/gpu.md.
+# scripts/gpu_bundle.sh made: the CUDA kernel tests (against the CPU kernels), the GPU-mesh
+# test programs on the real GPU (one process with 4 logical devices, then two processes
+# sharing it), train_mlp --device gpu, and the benchmarks. Prints one `check=NAME status=...`
+# line per step and the benchmarks' key=value lines; writes logs under $OUT (or ./gpu-out).
+# A step that finds no usable GPU reports status=skip, never pass. GPU_KIND=sim runs the same
+# steps on the simulated accelerator (to try the script on a machine without a GPU).
+# docs/gpu.md.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -25,22 +30,65 @@ export OPAL_PREFIX=$dev/ompi PATH=$dev/ompi/bin:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_mca_base_component_show_load_errors=0
 export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 DT_BIND=0
+kind=${GPU_KIND:-cuda}
+export DT_GPU=$kind DT_TEST_SRCDIR=$root/tests
 {
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "no nvidia-smi"
+
   ls "$libdir"
   for b in "$dev"/bin/*; do ldd "$b" | grep 'not found' && echo "MISSING for $b"; done
 } 2>&1 | tee "$out/env.txt"
 rc=0
-run() {  # run NAME CMD...
+run() {  # run NAME CMD...: 0 pass, 77 skip, else fail
   local name=$1; shift
   echo "== $name"
   timeout 240 "$@" >"$out/$name.txt" 2>&1
   local s=$?
-  tail -n 25 "$out/$name.txt"
-  echo "== $name exit $s"
+  tail -n 12 "$out/$name.txt"
+  local status=fail
+  [ $s -eq 0 ] && status=pass
+  [ $s -eq 77 ] && status=skip
+  echo "check=$name status=$status exit=$s"
   [ $s -eq 0 ] || rc=1
 }
-run test_ops_cuda "$dev/bin/test_ops_cuda"
-run test_ops_cuda_runtime "$dev/bin/test_ops_cuda_runtime"
-run bench_ops_cuda "$dev/bin/bench_ops_cuda" --reps 20
+mpi() { "$dev/ompi/bin/mpiexec" --oversubscribe -n "$@"; }
+bench() {  # bench NAME CMD...: its key=value lines, prefixed
+  local name=$1; shift
+  echo "== $name"
+  timeout 240 "$@" >"$out/$name.txt" 2>&1
+  local s=$?
+  sed "s/^/bench=$name /" "$out/$name.txt" | grep '=' | grep -v '^bench=[^ ]* #'
+  echo "check=$name status=$([ $s -eq 0 ] && echo pass || { [ $s -eq 77 ] && echo skip || echo fail; }) exit=$s"
+  [ $s -eq 0 ] || rc=1
+}
+
+if [ "$kind" = cuda ]; then
+  run test_ops_cuda "$dev/bin/test_ops_cuda"
+fi
+DT_GPU_DEVICES=4 run test_ops_gpu_runtime "$dev/bin/test_ops_cuda_runtime"
+# The GPU-mesh programs as the suite runs them on the simulator, here on the real GPU.
+while read -r t; do
+  case "$t" in
+    optim_gpu_sim) DT_GPU_DEVICES=4 run "gpu_$t" "$dev/bin/test_$t" ;;
+    *) DT_TEST_DEVICE=gpu DT_GPU_DEVICES=4 DT_CPU_DEVICES=4 run "gpu_$t" "$dev/bin/test_$t" ;;
+  esac
+done < "$dev/gpu_tests.txt"
+DT_GPU_DEVICES=4 DT_CPU_DEVICES=2 run gpu_mesh "$dev/bin/test_gpu_mesh"
+# Two processes sharing the GPU: pieces cross processes staged through host buffers.
+for t in relayout_cases zero_mlp; do
+  DT_TEST_DEVICE=gpu DT_GPU_DEVICES=2 DT_CPU_DEVICES=2 run "gpu_${t}_np2" mpi 2 "$dev/bin/test_$t"
+done
+DT_GPU_DEVICES=4 run train_mlp_gpu "$dev/bin/train_mlp" --device gpu --quiet \
+  --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
+  --out "$out/train_mlp_gpu"
+grep -h '^result' "$out/train_mlp_gpu.txt" | sed 's/^/train_mlp_gpu /'
+DT_GPU_DEVICES=2 run train_mlp_gpu_np2 mpi 2 "$dev/bin/train_mlp" --device gpu --quiet \
+  --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
+  --out "$out/train_mlp_gpu_np2"
+grep -h '^result' "$out/train_mlp_gpu_np2.txt" | sed 's/^/train_mlp_gpu_np2 /'
+if [ "$kind" = cuda ]; then
+  bench bench_ops_cuda "$dev/bin/bench_ops_cuda" --reps 20
+fi
+DT_GPU_DEVICES=4 bench bench_device "$dev/bin/bench_device" --mib 16,64 --reps 10
+echo "gpu_check kind=$kind status=$([ $rc -eq 0 ] && echo pass || echo fail)"
 exit $rc

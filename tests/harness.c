@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 const char *dt_test_srcdir(void)
@@ -154,4 +155,66 @@ void dt_test_round(float *x, int64_t n, dt_dtype dtype)
     DT_ASSERT_OK(dt_kernel_cast(n, x, DT_DTYPE_F32, tmp, dtype));
     DT_ASSERT_OK(dt_kernel_cast(n, tmp, dtype, x, DT_DTYPE_F32));
     free(tmp);
+}
+
+dt_device_type dt_test_device_type(void)
+{
+    const char *d = getenv("DT_TEST_DEVICE");
+    return d && !strcasecmp(d, "gpu") ? DT_DEVICE_GPU : DT_DEVICE_CPU;
+}
+
+int dt_test_num_devices(void)
+{
+    return dt_num_global_devices(dt_test_device_type());
+}
+
+int dt_test_num_local_devices(void)
+{
+    return dt_num_local_devices(dt_test_device_type());
+}
+
+int dt_test_main_device(int argc, char **argv, const char *suite, const dt_test_case *cases)
+{
+    if (dt_test_device_type() == DT_DEVICE_GPU)
+        return dt_test_main_gpu(argc, argv, suite, cases);
+    return dt_test_main(argc, argv, suite, cases, 1);
+}
+
+size_t dt_test_local_bytes(const dt_tensor *t, int i)
+{
+    const DLTensor *dl = dt_tensor_local(t, i);
+    CU_ASSERT_FATAL(dl != NULL);
+    size_t n = dt_dtype_size(dt_tensor_dtype(t));
+    for (int d = 0; d < dl->ndim; d++)
+        n *= (size_t)dl->shape[d];
+    return n;
+}
+
+void *dt_test_local_get(const dt_tensor *t, int i)
+{
+    size_t bytes = dt_test_local_bytes(t, i);
+    void *buf = malloc(bytes + 1);
+    CU_ASSERT_FATAL(buf != NULL);
+    DT_ASSERT_OK(dt_tensor_local_read(t, i, buf, bytes));
+    return buf;
+}
+
+void dt_test_local_set(dt_tensor *t, int i, const void *src)
+{
+    DT_ASSERT_OK(dt_tensor_local_write(t, i, src, dt_test_local_bytes(t, i)));
+}
+
+dt_status dt_test_pack_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                            const void *const *bufs, dt_tensor **out)
+{
+    dt_tensor *t = NULL;
+    dt_status st = dt_tensor_zeros(layout, dtype, shape, &t);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(t); i++)
+        st = dt_tensor_local_write(t, i, bufs[i], dt_test_local_bytes(t, i));
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
 }

@@ -26,6 +26,29 @@ int dt_test_main(int argc, char **argv, const char *suite, const dt_test_case *c
  * any process has no GPU devices (no CUDA GPU, and DT_GPU=sim not set), saying so. */
 int dt_test_main_gpu(int argc, char **argv, const char *suite, const dt_test_case *cases);
 
+/* The device type the test's meshes use: DT_DEVICE_GPU when the environment says
+ * DT_TEST_DEVICE=gpu (meson's "-gpu" variants), DT_DEVICE_CPU otherwise. */
+dt_device_type dt_test_device_type(void);
+/* Devices of dt_test_device_type(): in the job, and held by this client. */
+int dt_test_num_devices(void);
+int dt_test_num_local_devices(void);
+/* dt_test_main with the runtime, or dt_test_main_gpu when dt_test_device_type() is GPU. */
+int dt_test_main_device(int argc, char **argv, const char *suite, const dt_test_case *cases);
+
+/* Bytes of local component i of t (numel * dtype size). */
+size_t dt_test_local_bytes(const dt_tensor *t, int i);
+/* The whole local component i of t copied into a new host buffer (malloc'd, never NULL,
+ * freed by the caller) through dt_tensor_local_read, whatever device holds it. Fatal
+ * assertion on failure. */
+void *dt_test_local_get(const dt_tensor *t, int i);
+/* Writes the whole local component i of t from host `src` through dt_tensor_local_write. */
+void dt_test_local_set(dt_tensor *t, int i, const void *src);
+/* Like dt_tensor_pack from host components (bufs[i]: component i of the mesh's local devices,
+ * compact, the layout's shard shape), on any device type: a zeroed tensor whose components are
+ * then written. Returns the failing call's status. */
+dt_status dt_test_pack_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                            const void *const *bufs, dt_tensor **out);
+
 /* Layout of a rank-`rank` (<= 2) tensor on `mesh` from spec names (NULL = unsharded), sum-partial
  * over mesh dim `partial` when it is not NULL (fatal assertion on failure). */
 dt_layout *dt_test_layout(const dt_mesh *mesh, int rank, const char *s0, const char *s1,

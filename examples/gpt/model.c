@@ -251,6 +251,25 @@ dt_status gpt_inputs(const gpt *m, int64_t rows, const int32_t *x, const int32_t
     return st;
 }
 
+dt_status gpt_count_targets(const gpt *m, const dt_tensor *y, int64_t *count_out)
+{
+    dt_tensor *r = NULL;
+    int64_t n = dt_tensor_numel(y), count = 0;
+    int32_t *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
+    if (!buf)
+        return no_memory();
+    dt_status st = dt_relayout(y, m->l_rep2, &r);
+    if (st == DT_OK)
+        st = dt_tensor_local_read(r, 0, buf, (size_t)n * sizeof *buf);
+    for (int64_t i = 0; st == DT_OK && i < n; i++)
+        count += buf[i] >= 0;
+    if (st == DT_OK)
+        *count_out = count;
+    dt_tensor_destroy(r);
+    free(buf);
+    return st;
+}
+
 /* ---- forward and backward ------------------------------------------------------------------ */
 
 /* Every tensor of one pass, destroyed together at the end. */

@@ -45,6 +45,10 @@ int64_t gpt_param_count(const gpt *m); /* elements of all parameters */
 dt_status gpt_inputs(const gpt *m, int64_t rows, const int32_t *x, const int32_t *y,
                      dt_tensor **x_out, dt_tensor **y_out);
 
+/* *count_out = the number of targets y (a batch from gpt_inputs or the dataset, [rows,
+ * context] i32) counts (those >= 0), on every client. */
+dt_status gpt_count_targets(const gpt *m, const dt_tensor *y, int64_t *count_out);
+
 /* One forward and backward pass: *loss_out the mean cross-entropy per counted target
  * (`targets` of them, unscaled), grads_out (gpt_num_params) the gradients multiplied by
  * `loss_scale`, f32, partial over batch. */

@@ -44,7 +44,8 @@ const char *const *mlp_param_names(void)
 }
 
 /* A tensor of `layout` whose global value is the row-major host array `global` (rank 1 or
- * 2, element size of dtype): each local device gets its box, copied. */
+ * 2, element size of dtype): each local device gets its box, written through
+ * dt_tensor_local_write (the devices may be GPUs). */
 static dt_status pack_global(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                              const void *global, dt_tensor **out)
 {
@@ -52,46 +53,34 @@ static dt_status pack_global(const dt_layout *layout, dt_dtype dtype, const int6
     int rank = dt_layout_rank(layout), n = dt_mesh_num_local_devices(mesh);
     size_t es = dt_dtype_size(dtype);
     int64_t cols = rank == 2 ? shape[1] : 1;
-    int64_t(*shapes)[2] = calloc((size_t)(n ? n : 1), sizeof *shapes);
-    DLTensor *parts = calloc((size_t)(n ? n : 1), sizeof *parts);
-    void **bufs = calloc((size_t)(n ? n : 1), sizeof *bufs);
-    dt_status st = DT_OK;
-    if (!shapes || !parts || !bufs) {
-        st = no_memory();
-        goto out;
-    }
-    for (int k = 0; k < n; k++) {
+    dt_tensor *t = NULL;
+    void *buf = NULL;
+    dt_status st = dt_tensor_zeros(layout, dtype, shape, &t);
+    for (int k = 0; st == DT_OK && k < n; k++) {
         int64_t pos = dt_mesh_position(mesh, dt_mesh_local_device_id(mesh, k));
         int64_t off[2] = {0, 0}, sz[2] = {1, 1};
         if ((st = dt_layout_shard(layout, shape, pos, off, sz)) != DT_OK)
-            goto out;
+            break;
         int64_t r = sz[0], c = rank == 2 ? sz[1] : 1;
-        bufs[k] = malloc((size_t)(r * c > 0 ? r * c : 1) * es);
-        if (!bufs[k]) {
+        buf = malloc((size_t)(r * c > 0 ? r * c : 1) * es);
+        if (!buf) {
             st = no_memory();
-            goto out;
+            break;
         }
         for (int64_t i = 0; i < r; i++)
-            memcpy((char *)bufs[k] + (size_t)(i * c) * es,
+            memcpy((char *)buf + (size_t)(i * c) * es,
                    (const char *)global +
                        (size_t)((off[0] + i) * cols + (rank == 2 ? off[1] : 0)) * es,
                    (size_t)c * es);
-        shapes[k][0] = sz[0];
-        shapes[k][1] = sz[1];
-        parts[k] = (DLTensor){.data = bufs[k],
-                              .device = {kDLCPU, 0},
-                              .ndim = rank,
-                              .dtype = dt_dtype_to_dlpack(dtype),
-                              .shape = shapes[k]};
+        st = dt_tensor_local_write(t, k, buf, (size_t)(r * c) * es);
+        free(buf);
+        buf = NULL;
     }
-    st = dt_tensor_pack(layout, shape, n, parts, out);
-out:
-    if (bufs)
-        for (int k = 0; k < n; k++)
-            free(bufs[k]);
-    free(bufs);
-    free(parts);
-    free(shapes);
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        t = NULL;
+    }
+    *out = t;
     return st;
 }
 
@@ -307,10 +296,20 @@ dt_status mlp_evaluate(const mlp *m, const dt_tensor *x, const dt_tensor *y, con
         (st = dt_relayout(f.logits, m->l_rep2, &all)) != DT_OK)
         goto out;
     /* Every local device holds all the logits now; the first one's copy is enough. */
-    const DLTensor *c = dt_tensor_local(all, 0);
     int64_t rows = dt_tensor_shape(all)[0], correct = 0;
-    if (c) {
-        const float *v = c->data;
+    size_t bytes = (size_t)(rows * m->classes) * sizeof(float);
+    float *v = NULL;
+    if (dt_tensor_num_local(all) > 0) {
+        if (!(v = malloc(bytes ? bytes : 1))) {
+            st = no_memory();
+            goto out;
+        }
+        if ((st = dt_tensor_local_read(all, 0, v, bytes)) != DT_OK) {
+            free(v);
+            goto out;
+        }
+    }
+    if (v) {
         for (int64_t i = 0; i < rows; i++) {
             int64_t best = 0;
             for (int64_t j = 1; j < m->classes; j++)
@@ -318,6 +317,7 @@ dt_status mlp_evaluate(const mlp *m, const dt_tensor *x, const dt_tensor *y, con
                     best = j;
             correct += best == labels[i];
         }
+        free(v);
     }
     *loss_out = lv;
     *acc_out = rows ? (double)correct / (double)rows : 0.0;

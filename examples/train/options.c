@@ -16,6 +16,9 @@ void options_usage(FILE *f, const char *prog)
         "along `batch`, the hidden layer tensor parallel along `model`, a ZeRO optimizer.\n"
         "  --mesh FILE         YAML mesh file (default: examples/meshes/2x2.yaml)\n"
         "  --mesh-name NAME    mesh to use from the file (default: its first)\n"
+        "  --device cpu|gpu    run the mesh on CPU or GPU devices, whatever the file's\n"
+        "                      device_type (default: the file's; CPU in the shipped meshes);\n"
+        "                      DT_GPU=sim simulates the GPUs where there are none\n"
         "  --data FILE         digits CSV, gzip or plain (default: examples/data/digits.csv.gz)\n"
         "  --steps N           optimizer steps (default 300)\n"
         "  --batch N           global batch, split over the batch dim (default 64)\n"
@@ -36,7 +39,8 @@ void options_usage(FILE *f, const char *prog)
         "  --eval-every N      held-out evaluation and a progress line every N steps (default 25)\n"
         "  --quiet             print only the final `result` line\n"
         "  --help              this text\n"
-        "Runs alone (DT_CPU_DEVICES defaults to the mesh's size) or under mpirun.\n",
+        "Runs alone (DT_CPU_DEVICES, or DT_GPU_DEVICES with --device gpu, defaults to the\n"
+        "mesh's size) or under mpirun.\n",
         prog);
 }
 
@@ -84,7 +88,7 @@ static const char *const valued[] = {
     "--mesh",      "--mesh-name",  "--data",         "--steps",      "--batch",
     "--hidden",    "--lr",         "--weight-decay", "--clip",       "--stage",
     "--optimizer", "--precision",  "--out",          "--ckpt-dir",   "--ckpt-every",
-    "--resume",    "--stop-after", "--seed",         "--eval-every",
+    "--resume",    "--stop-after", "--seed",         "--eval-every", "--device",
 };
 
 int options_parse(int argc, char **argv, const char *default_mesh, const char *default_data,
@@ -92,6 +96,7 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
 {
     *o = (train_opts){
         .mesh_file = default_mesh,
+        .device = -1,
         .data_file = default_data,
         .steps = 300,
         .batch = 64,
@@ -155,7 +160,16 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
             o->mesh_file = val;
         else if (strcmp(key, "--mesh-name") == 0)
             o->mesh_name = val;
-        else if (strcmp(key, "--data") == 0)
+        else if (strcmp(key, "--device") == 0) {
+            if (strcmp(val, "cpu") == 0)
+                o->device = DT_DEVICE_CPU;
+            else if (strcmp(val, "gpu") == 0)
+                o->device = DT_DEVICE_GPU;
+            else {
+                snprintf(err, errlen, "--device: '%s' is not cpu or gpu", val);
+                rc = -1;
+            }
+        } else if (strcmp(key, "--data") == 0)
             o->data_file = val;
         else if (strcmp(key, "--steps") == 0)
             rc = parse_i64(key, val, 1, 200000, &o->steps, err, errlen);

@@ -16,6 +16,7 @@ typedef enum precision {
 typedef struct train_opts {
     const char *mesh_file;
     const char *mesh_name; /* NULL: the file's only (or first) mesh */
+    int device;            /* DT_DEVICE_CPU / DT_DEVICE_GPU (--device), -1: the mesh file's */
     const char *data_file;
     int64_t steps;
     int64_t batch; /* global batch */

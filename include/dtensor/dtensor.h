@@ -11,6 +11,7 @@
 #include "dtensor/ckpt.h"
 #include "dtensor/ops.h"
 #include "dtensor/optim.h"
+#include "dtensor/data.h"
 #include "dtensor/version.h"
 
 #endif

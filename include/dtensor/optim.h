@@ -113,11 +113,12 @@ typedef struct dt_zero_opts {
 
 typedef struct dt_zero dt_zero;
 
-/* Creates an optimizer for parameters on `mesh` (a CPU mesh; DT_ERR_UNSUPPORTED for a GPU
- * mesh). opts may be NULL for DT_ZERO_OPTS_INIT. Collective over the clients of the mesh.
- * DT_ERR_INVALID_ARGUMENT for a bad stage, unknown dp dim, negative allgather_size, or bad
- * scaler options (message names the field); DT_ERR_STATE if this client holds no device of
- * the mesh. */
+/* Creates an optimizer for parameters on `mesh` (CPU or GPU: the fp32 master weights, moments
+ * and flat gradients live in the mesh's device memory). opts may be NULL for
+ * DT_ZERO_OPTS_INIT. Collective over the clients of the mesh. DT_ERR_INVALID_ARGUMENT for a
+ * bad stage, unknown dp dim, negative allgather_size, or bad scaler options (message names
+ * the field); DT_ERR_STATE if this client holds no device of the mesh; the mesh check's
+ * status (dt_mesh_check_devices) when this client lacks its devices. */
 DT_API dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts,
                                 dt_zero **zero_out);
 /* Frees the state (not the parameters, which the optimizer only retained). Accepts NULL.

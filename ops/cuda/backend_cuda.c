@@ -343,8 +343,10 @@ static dt_status cu_softmax_xent_grad(int64_t rows, int64_t classes, const float
 
 /* ---- reductions ------------------------------------------------------------------------- */
 
-static dt_status reduce_full(const char *op, int kind, int64_t n, const float *x, double div,
-                             float empty, float *out)
+/* A full reduction through the per-device partials: `kind` DT__CU_* of x (f32) into the f32
+ * *out, or, with format >= 0, the f64 sum of squares of x (that format) into the f64 *out. */
+static dt_status reduce_full(const char *op, int kind, int64_t n, const void *x, int format,
+                             double div, float empty, void *out)
 {
     const void *p[] = {x};
     dt_status st = dt__kcheck(op, n, 1, p);
@@ -355,7 +357,9 @@ static dt_status reduce_full(const char *op, int kind, int64_t n, const float *x
     void *partials = NULL;
     dt__cuda_lock();
     st = dt__cuda_scratch(DT__CU_REDUCE_BLOCKS * sizeof(double), &partials);
-    if (st == DT_OK)
+    if (st == DT_OK && format >= 0)
+        st = dt__cuda_check(dt__cuda_sq_sum_f64(n, x, format, partials, out, 0), op);
+    else if (st == DT_OK)
         st = dt__cuda_check(dt__cuda_reduce_full(kind, n, x, partials, div, empty, out, 0),
                             op);
     dt__cuda_unlock();
@@ -364,23 +368,23 @@ static dt_status reduce_full(const char *op, int kind, int64_t n, const float *x
 
 static dt_status cu_sum(int64_t n, const float *x, float *out)
 {
-    return reduce_full("dt_kernel_sum (CUDA)", DT__CU_SUM, n, x, 1.0, 0.0f, out);
+    return reduce_full("dt_kernel_sum (CUDA)", DT__CU_SUM, n, x, -1, 1.0, 0.0f, out);
 }
 
 static dt_status cu_max(int64_t n, const float *x, float *out)
 {
-    return reduce_full("dt_kernel_max (CUDA)", DT__CU_MAX, n, x, 1.0, -INFINITY, out);
+    return reduce_full("dt_kernel_max (CUDA)", DT__CU_MAX, n, x, -1, 1.0, -INFINITY, out);
 }
 
 static dt_status cu_mean(int64_t n, const float *x, float *out)
 {
-    return reduce_full("dt_kernel_mean (CUDA)", DT__CU_SUM, n, x, n > 0 ? (double)n : 1.0, NAN,
-                       out);
+    return reduce_full("dt_kernel_mean (CUDA)", DT__CU_SUM, n, x, -1, n > 0 ? (double)n : 1.0,
+                       NAN, out);
 }
 
 static dt_status cu_sq_norm(int64_t n, const float *x, float *out)
 {
-    return reduce_full("dt_kernel_sq_norm (CUDA)", DT__CU_SQSUM, n, x, 1.0, 0.0f, out);
+    return reduce_full("dt_kernel_sq_norm (CUDA)", DT__CU_SQSUM, n, x, -1, 1.0, 0.0f, out);
 }
 
 static dt_status cu_reduce_axis(dt_reduce_op op, int64_t outer, int64_t len, int64_t inner,
@@ -428,6 +432,16 @@ static dt_status cu_nonfinite(int64_t n, const void *x, dt_dtype dtype, int32_t 
         return dt__error(DT_ERR_UNSUPPORTED, "%s: dtype %s (f32, f64, f16 or bf16 expected)",
                          op, dt_dtype_name(dtype));
     return dt__cuda_check(dt__cuda_nonfinite(n, x, f, found_out, 0), op);
+}
+
+static dt_status cu_sq_sum_f64(int64_t n, const void *x, dt_dtype dtype, double *out)
+{
+    const char *op = "sq_sum_f64 (CUDA)";
+    int f = format_of(dtype);
+    if (f < 0 || f == DT__CU_F64)
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: dtype %s (f32, f16 or bf16 expected)", op,
+                         dt_dtype_name(dtype));
+    return reduce_full(op, DT__CU_SQSUM, n, x, f, 1.0, 0.0f, out);
 }
 
 static dt_status cu_cast(int64_t n, const void *src, dt_dtype src_dtype, void *dst,
@@ -520,6 +534,7 @@ static const dt__ops_backend cuda_backend = {
     .cast = cu_cast,
     .sgd = cu_sgd,
     .adam = cu_adam,
+    .sq_sum_f64 = cu_sq_sum_f64,
     .layer_norm = dt__cu_layer_norm,
     .layer_norm_grad = dt__cu_layer_norm_grad,
     .softmax = dt__cu_softmax,

@@ -62,6 +62,10 @@ cudaError_t dt__cuda_reduce_full(int kind, int64_t n, const float *x, double *pa
                                  double div, float empty, float *out, cudaStream_t s);
 cudaError_t dt__cuda_reduce_axis(int op, int64_t outer, int64_t len, int64_t inner,
                                  const float *x, float *y, cudaStream_t s);
+/* *out = the sum of the squares of n elements of x (format DT__CU_F32, F16 or BF16) in
+ * f64, through `partials` (DT__CU_REDUCE_BLOCKS doubles); 0 when n == 0. */
+cudaError_t dt__cuda_sq_sum_f64(int64_t n, const void *x, int format, double *partials,
+                                double *out, cudaStream_t s);
 /* *found_out = 1 if any element of x (format DT__CU_*) is inf or NaN, else 0. */
 cudaError_t dt__cuda_nonfinite(int64_t n, const void *x, int format, int32_t *found_out,
                                cudaStream_t s);

@@ -1,5 +1,8 @@
 /* CUDA reductions: sum, squared sum and max of a buffer (f64 per-block partials, then one
- * block), reductions over the middle axis (the CPU's order, so equal bits), inf/NaN check. */
+ * block), reductions over the middle axis (the CPU's order, so equal bits), inf/NaN check,
+ * and the f64 sum of squares of an f32, f16 or bf16 buffer (the ZeRO norm). */
+#include <cuda_fp16.h>
+
 #include "ops/cuda/cuda_ops.h"
 
 /* NaN-sticky max: a NaN anywhere makes the result NaN, as dt_kernel_max. */
@@ -29,12 +32,25 @@ __device__ static double block_reduce(int kind, double v, double *sh)
     return r; /* valid in thread 0 only */
 }
 
-__global__ static void partial_kernel(int kind, int64_t n, const float *x, double *partials)
+/* Element i of x in format F (DT__CU_F32, F16 or BF16) as a double; a NaN stays a NaN (its
+ * payload does not matter to these reductions). */
+template <int F>
+__device__ static double load(const void *x, int64_t i)
+{
+    if (F == DT__CU_F32)
+        return ((const float *)x)[i];
+    if (F == DT__CU_F16)
+        return __half2float(__ushort_as_half(((const uint16_t *)x)[i]));
+    return __uint_as_float((uint32_t)((const uint16_t *)x)[i] << 16);
+}
+
+template <int F>
+__global__ static void partial_kernel(int kind, int64_t n, const void *x, double *partials)
 {
     __shared__ double sh[32];
     double acc = kind == DT__CU_MAX ? -INFINITY : 0.0;
     DT__CU_FOR(i, n) {
-        double v = x[i];
+        double v = load<F>(x, i);
         if (kind == DT__CU_MAX)
             acc = max_nan(acc, v);
         else
@@ -45,30 +61,51 @@ __global__ static void partial_kernel(int kind, int64_t n, const float *x, doubl
         partials[blockIdx.x] = r;
 }
 
+/* out64 non-NULL: the f64 result there as it is; else (float)(r / div) (max: r) into out. */
 __global__ static void final_kernel(int kind, int nparts, const double *partials, double div,
-                                    float empty, float *out)
+                                    float empty, float *out, double *out64)
 {
     __shared__ double sh[32];
     double acc = kind == DT__CU_MAX ? -INFINITY : 0.0;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x)
         acc = kind == DT__CU_MAX ? max_nan(acc, partials[i]) : acc + partials[i];
     double r = block_reduce(kind, acc, sh);
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0 && out64)
+        *out64 = nparts == 0 ? 0.0 : r;
+    else if (threadIdx.x == 0)
         *out = nparts == 0 ? empty : (float)(kind == DT__CU_MAX ? r : r / div);
+}
+
+static cudaError_t reduce_launch(int kind, int64_t n, const void *x, int format,
+                                 double *partials, double div, float empty, float *out,
+                                 double *out64, cudaStream_t s)
+{
+    int nparts = 0;
+    if (n > 0) {
+        int64_t want = (n + 4 * DT__CU_THREADS - 1) / (4 * DT__CU_THREADS);
+        nparts = (int)(want < DT__CU_REDUCE_BLOCKS ? want : DT__CU_REDUCE_BLOCKS);
+        if (format == DT__CU_F16)
+            partial_kernel<DT__CU_F16><<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
+        else if (format == DT__CU_BF16)
+            partial_kernel<DT__CU_BF16><<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
+        else
+            partial_kernel<DT__CU_F32><<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
+    }
+    final_kernel<<<1, DT__CU_THREADS, 0, s>>>(kind, nparts, partials, div, empty, out, out64);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t dt__cuda_reduce_full(int kind, int64_t n, const float *x,
                                             double *partials, double div, float empty,
                                             float *out, cudaStream_t s)
 {
-    int nparts = 0;
-    if (n > 0) {
-        int64_t want = (n + 4 * DT__CU_THREADS - 1) / (4 * DT__CU_THREADS);
-        nparts = (int)(want < DT__CU_REDUCE_BLOCKS ? want : DT__CU_REDUCE_BLOCKS);
-        partial_kernel<<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
-    }
-    final_kernel<<<1, DT__CU_THREADS, 0, s>>>(kind, nparts, partials, div, empty, out);
-    return cudaGetLastError();
+    return reduce_launch(kind, n, x, DT__CU_F32, partials, div, empty, out, NULL, s);
+}
+
+extern "C" cudaError_t dt__cuda_sq_sum_f64(int64_t n, const void *x, int format,
+                                           double *partials, double *out, cudaStream_t s)
+{
+    return reduce_launch(DT__CU_SQSUM, n, x, format, partials, 1.0, 0.0f, NULL, out, s);
 }
 
 /* op: dt_reduce_op (0 sum, 1 max, 2 min, 3 avg); the loops of dt_kernel_reduce_axis. */

@@ -60,6 +60,8 @@
     A(V, int64_t, n) A(H, dt_adam_opts, opts) A(V, int64_t, step) A(D, float *, param)     \
     A(D, const float *, grad) A(D, float *, m) A(D, float *, v)
 
+#define ARGS_sq_sum_f64(A) \
+    A(V, int64_t, n) A(D, const void *, x) A(V, dt_dtype, dtype) A(D, double *, out)
 #define ARGS_layer_norm(A)                                                                 \
     A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, x) A(D, const float *, gamma) \
     A(D, const float *, beta) A(V, float, eps) A(D, float *, y)
@@ -103,6 +105,7 @@
     K(gemm) K(add) K(sub) K(mul) K(scale) K(axpy) K(fill) K(copy) K(bias_add) K(bias_grad)  \
     K(relu) K(relu_grad) K(gelu) K(gelu_grad) K(softmax_xent) K(softmax_xent_grad) K(sum)   \
     K(max) K(mean) K(sq_norm) K(reduce_axis) K(nonfinite) K(cast) K(sgd) K(adam)            \
+    K(sq_sum_f64)                                                                          \
     K(layer_norm) K(layer_norm_grad) K(softmax) K(softmax_grad) K(attention)                \
     K(attention_grad) K(embedding) K(embedding_grad) K(vocab_xent_stats) K(vocab_xent_loss) \
     K(vocab_xent_grad)

@@ -108,7 +108,7 @@ class TrainGpt(unittest.TestCase):
         for name in ta:
             self.assertTrue(np.array_equal(ta[name].view(np.uint8), tb[name].view(np.uint8)),
                             name)
-        for name in ("train/step", "train/rng", "train/data_order", "zero/step"):
+        for name in ("train/step", "train/data/epoch", "train/data/batch", "zero/step"):
             self.assertEqual(va[name], vb[name], name)
         self.assertEqual(losses(os.path.join(a, "curves.csv")),
                          losses(os.path.join(b, "curves.csv")))

@@ -115,7 +115,8 @@ class TrainResume(unittest.TestCase):
                             f"{name} differs: max |a-b| = "
                             f"{np.max(np.abs(ta[name].astype(np.float64) - tb[name]))}")
         # (train/history holds timings; its other columns are compared through the CSVs.)
-        for name in ("train/step", "train/rng", "train/data_order", "zero/step"):
+        for name in ("train/step", "train/data/epoch", "train/data/batch", "train/data/seed",
+                     "zero/step"):
             self.assertIn(name, va)
             self.assertEqual(va[name], vb[name], name)
         self.assertEqual(va["train/step"]["value"], 24)

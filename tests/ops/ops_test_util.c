@@ -10,19 +10,19 @@
 dt_mesh *ot_mesh_1d(void)
 {
     const char *names[1] = {"x"};
-    int64_t sizes[1] = {dt_num_global_devices(DT_DEVICE_CPU)};
+    int64_t sizes[1] = {dt_test_num_devices()};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("line", 1, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("line", 1, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
 dt_mesh *ot_mesh_2d(void)
 {
     const char *names[2] = {"b", "m"};
-    int64_t n = dt_num_global_devices(DT_DEVICE_CPU);
+    int64_t n = dt_test_num_devices();
     int64_t sizes[2] = {2, n / 2};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("grid", 2, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("grid", 2, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
@@ -34,20 +34,12 @@ dt_tensor *ot_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *sha
     dt_layout *rep = NULL;
     DT_ASSERT_OK(dt_layout_replicated(mesh, rank, &rep));
     int n = dt_mesh_num_local_devices(mesh);
-    DLTensor comps[64];
-    int64_t shp[DT_MAX_RANK];
-    for (int i = 0; i < rank; i++)
-        shp[i] = shape[i];
-    for (int i = 0; i < n; i++) {
-        memset(&comps[i], 0, sizeof comps[i]);
-        comps[i].data = (void *)data;
-        comps[i].device.device_type = kDLCPU;
-        comps[i].ndim = rank;
-        comps[i].dtype = dt_dtype_to_dlpack(dtype);
-        comps[i].shape = shp;
-    }
+    const void *comps[64];
+    CU_ASSERT_FATAL(n <= 64);
+    for (int i = 0; i < n; i++)
+        comps[i] = data;
     dt_tensor *r = NULL, *t = NULL;
-    DT_ASSERT_OK(dt_tensor_pack(rep, shape, n, comps, &r));
+    DT_ASSERT_OK(dt_test_pack_host(rep, dtype, shape, comps, &r));
     DT_ASSERT_OK(dt_relayout(r, layout, &t));
     dt_tensor_destroy(r);
     dt_layout_destroy(rep);
@@ -63,10 +55,13 @@ void ot_fetch(const dt_tensor *t, void *out)
     DT_ASSERT_OK(dt_relayout(t, rep, &r));
     size_t bytes = (size_t)dt_tensor_numel(t) * dt_dtype_size(dt_tensor_dtype(t));
     CU_ASSERT_FATAL(dt_tensor_num_local(r) >= 1);
-    if (bytes)
-        memcpy(out, dt_tensor_local(r, 0)->data, bytes);
-    for (int i = 1; i < dt_tensor_num_local(r); i++)
-        CU_ASSERT(bytes == 0 || memcmp(out, dt_tensor_local(r, i)->data, bytes) == 0);
+    for (int i = 0; i < dt_tensor_num_local(r); i++) {
+        void *got = dt_test_local_get(r, i);
+        if (i == 0 && bytes)
+            memcpy(out, got, bytes);
+        CU_ASSERT(bytes == 0 || memcmp(out, got, bytes) == 0);
+        free(got);
+    }
     dt_tensor_destroy(r);
     dt_layout_destroy(rep);
 }

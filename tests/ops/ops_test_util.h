@@ -7,7 +7,7 @@
 
 #include "dtensor/dtensor.h"
 
-/* 1-D mesh "x" over every CPU device; 2-D mesh "b" x "m" (b = 2, m = devices / 2). */
+/* 1-D mesh "x" over every device of dt_test_device_type(); 2-D mesh "b" x "m" (b = 2, m = devices / 2). */
 dt_mesh *ot_mesh_1d(void);
 dt_mesh *ot_mesh_2d(void);
 

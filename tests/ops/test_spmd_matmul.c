@@ -386,5 +386,5 @@ int main(int argc, char **argv)
         DT_TEST(test_matmul_rejects_mismatched_operands),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "spmd_matmul", cases, 1);
+    return dt_test_main_device(argc, argv, "spmd_matmul", cases);
 }

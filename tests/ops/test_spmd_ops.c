@@ -536,5 +536,5 @@ int main(int argc, char **argv)
         DT_TEST(test_ops_reject_bad_operands),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "spmd_ops", cases, 1);
+    return dt_test_main_device(argc, argv, "spmd_ops", cases);
 }

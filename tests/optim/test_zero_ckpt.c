@@ -301,5 +301,5 @@ int main(int argc, char **argv)
         DT_TEST(test_load_names_what_does_not_match),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "optim_ckpt", cases, 1);
+    return dt_test_main_device(argc, argv, "optim_ckpt", cases);
 }

@@ -225,22 +225,15 @@ static void on_overflow(void *arg, const dt_zero_step_info *info)
 static void snapshot(const dt_tensor *t, unsigned char **buf, size_t *bytes)
 {
     size_t total = 0;
-    for (int i = 0; i < dt_tensor_num_local(t); i++) {
-        const DLTensor *d = dt_tensor_local(t, i);
-        int64_t n = 1;
-        for (int k = 0; k < d->ndim; k++)
-            n *= d->shape[k];
-        total += (size_t)n * dt_dtype_size(dt_tensor_dtype(t));
-    }
+    for (int i = 0; i < dt_tensor_num_local(t); i++)
+        total += dt_test_local_bytes(t, i);
     *buf = malloc(total ? total : 1);
     size_t at = 0;
     for (int i = 0; i < dt_tensor_num_local(t); i++) {
-        const DLTensor *d = dt_tensor_local(t, i);
-        int64_t n = 1;
-        for (int k = 0; k < d->ndim; k++)
-            n *= d->shape[k];
-        size_t b = (size_t)n * dt_dtype_size(dt_tensor_dtype(t));
-        memcpy(*buf + at, d->data, b);
+        size_t b = dt_test_local_bytes(t, i);
+        void *d = dt_test_local_get(t, i);
+        memcpy(*buf + at, d, b);
+        free(d);
         at += b;
     }
     *bytes = total;
@@ -529,5 +522,5 @@ int main(int argc, char **argv)
         DT_TEST(test_learning_rate_changes_between_steps),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "optim_step", cases, 1);
+    return dt_test_main_device(argc, argv, "optim_step", cases);
 }

@@ -11,19 +11,19 @@
 dt_mesh *zt_mesh_1d(void)
 {
     const char *names[1] = {"batch"};
-    int64_t sizes[1] = {dt_num_global_devices(DT_DEVICE_CPU)};
+    int64_t sizes[1] = {dt_test_num_devices()};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("dp", 1, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("dp", 1, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
 dt_mesh *zt_mesh_2d(void)
 {
     const char *names[2] = {"batch", "model"};
-    int64_t n = dt_num_global_devices(DT_DEVICE_CPU);
+    int64_t n = dt_test_num_devices();
     int64_t sizes[2] = {2, n / 2};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("dpmp", 2, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("dpmp", 2, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
@@ -95,7 +95,11 @@ dt_tensor *zt_grad(const dt_tensor *param, dt_dtype dtype, zt_grad_fn fn, int st
             }
             vals[e] = fn(idx, coords[dp], step, arg) * scale;
         }
-        DT_ASSERT_OK(dt_kernel_cast(n, vals, DT_DTYPE_F32, d->data, dtype));
+        void *cast = malloc((size_t)(n ? n : 1) * dt_dtype_size(dtype));
+        CU_ASSERT_FATAL(cast != NULL);
+        DT_ASSERT_OK(dt_kernel_cast(n, vals, DT_DTYPE_F32, cast, dtype));
+        dt_test_local_set(g, i, cast);
+        free(cast);
         free(vals);
     }
     dt_layout_destroy(l);

@@ -9,7 +9,7 @@
 
 #include "dtensor/dtensor.h"
 
-/* 1-D mesh "batch" over every CPU device; 2-D mesh "batch" = 2 x "model" = devices / 2. */
+/* 1-D mesh "batch" over every device of dt_test_device_type(); 2-D mesh "batch" = 2 x "model" = devices / 2. */
 dt_mesh *zt_mesh_1d(void);
 dt_mesh *zt_mesh_2d(void);
 

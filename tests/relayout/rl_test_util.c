@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "runtime/internal.h" /* half conversions, for building f16/bf16 data */
 
 uint64_t rl_next(rl_rng *r)
@@ -129,30 +130,24 @@ dt_status rl_make_tensor(const dt_layout *layout, const int64_t *shape, dt_dtype
     const dt_mesh *m = dt_layout_mesh(layout);
     int rank = dt_layout_rank(layout), n = dt_mesh_num_local_devices(m);
     size_t elem = dt_dtype_size(dtype);
-    DLTensor *parts = calloc((size_t)n + 1, sizeof *parts);
-    int64_t(*shapes)[DT_MAX_RANK] = calloc((size_t)n + 1, sizeof *shapes);
     void **bufs = calloc((size_t)n + 1, sizeof *bufs);
-    dt_status st = DT_OK;
     for (int k = 0; k < n; k++) {
-        int64_t p = dt_mesh_position(m, dt_mesh_local_device_id(m, k)), off[DT_MAX_RANK];
-        position_box(layout, shape, p, off, shapes[k]);
-        int64_t cnt = 1;
+        int64_t p = dt_mesh_position(m, dt_mesh_local_device_id(m, k));
+        int64_t off[DT_MAX_RANK], len[DT_MAX_RANK], cnt = 1;
+        position_box(layout, shape, p, off, len);
         for (int d = 0; d < rank; d++)
-            cnt *= shapes[k][d];
+            cnt *= len[d];
         bufs[k] = malloc((size_t)cnt * elem + 1);
         int64_t c = summand_of(layout, p);
         for (int64_t i = 0; i < cnt; i++)
             store(bufs[k], i, dtype,
-                  rl_summand_value(seed, c, global_index(rank, shape, off, shapes[k], i), dtype));
-        parts[k] = (DLTensor){.data = bufs[k], .device = {kDLCPU, 0}, .ndim = rank,
-                              .dtype = dt_dtype_to_dlpack(dtype), .shape = shapes[k]};
+                  rl_summand_value(seed, c, global_index(rank, shape, off, len, i), dtype));
     }
-    st = dt_tensor_pack(layout, shape, n, parts, out);
+    /* Through the components' device (host buffers written in), whatever the mesh's type. */
+    dt_status st = dt_test_pack_host(layout, dtype, shape, (const void *const *)bufs, out);
     for (int k = 0; k < n; k++)
         free(bufs[k]);
     free(bufs);
-    free(shapes);
-    free(parts);
     return st;
 }
 
@@ -259,13 +254,15 @@ int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_
             }
             cnt *= len[d];
         }
+        void *data = dt_test_local_get(t, k);
         for (int64_t i = 0; i < cnt; i++) {
             int64_t e = global_index(rank, shape, off, len, i);
-            double want = expected(src_layout, l, q, e, seed, dtype), got = load(dl->data, i, dtype);
+            double want = expected(src_layout, l, q, e, seed, dtype), got = load(data, i, dtype);
             if (got != want && bad++ < 3)
                 fprintf(stderr, "[rank %d] position %lld element %lld: got %g want %g\n",
                         dt_client_id(), (long long)q, (long long)e, got, want);
         }
+        free(data);
     }
     return bad;
 }

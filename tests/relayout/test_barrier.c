@@ -9,9 +9,9 @@
 static dt_mesh *all_devices(void)
 {
     const char *names[1] = {"x"};
-    int64_t sizes[1] = {dt_num_global_devices(DT_DEVICE_CPU)};
+    int64_t sizes[1] = {dt_test_num_devices()};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("everyone", 1, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("everyone", 1, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
@@ -64,5 +64,5 @@ int main(int argc, char **argv)
         DT_TEST(test_barrier_times_out_naming_the_missing_client),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "barrier", cases, 1);
+    return dt_test_main_device(argc, argv, "barrier", cases);
 }

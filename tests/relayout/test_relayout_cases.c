@@ -10,7 +10,7 @@
 
 static int ndev(void)
 {
-    return dt_num_global_devices(DT_DEVICE_CPU);
+    return dt_test_num_devices();
 }
 
 static dt_mesh *mesh_1d(void)
@@ -18,7 +18,7 @@ static dt_mesh *mesh_1d(void)
     const char *names[1] = {"x"};
     int64_t sizes[1] = {ndev()};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("line", 1, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("line", 1, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
@@ -44,7 +44,7 @@ static void expect_traffic(const dt_layout *src_l, const dt_layout *dst_l, int64
     dt_relayout_stats s[64];
     int n = 0;
     DT_ASSERT_OK(dt_relayout_last_stats(64, s, &n, NULL));
-    CU_ASSERT_EQUAL(n, dt_num_local_devices(DT_DEVICE_CPU));
+    CU_ASSERT_EQUAL(n, dt_test_num_local_devices());
     uint64_t total_sent = 0, total_recv = 0;
     for (int i = 0; i < n && i < 64; i++) {
         if (s[i].bytes_received != recv || s[i].bytes_self != self)
@@ -138,11 +138,11 @@ static void test_relayout_volume_partial_to_replicated_is_allreduce(void)
  * must take every piece from the same client: no byte crosses processes. */
 static void test_relayout_takes_pieces_from_nearest_holder(void)
 {
-    int nc = dt_num_clients(), nd = dt_num_local_devices(DT_DEVICE_CPU);
+    int nc = dt_num_clients(), nd = dt_test_num_local_devices();
     const char *names[2] = {"c", "d"};
     int64_t sizes[2] = {nc, nd};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("hosts", 2, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("hosts", 2, names, sizes, dt_test_device_type(), &m));
     dt_layout *sh = layout2(m, "d", DT_UNSHARDED, NULL);
     dt_layout *rep = layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
     expect_traffic(sh, rep, 2 * nd, 4, (uint64_t)(nd - 1) * 32, 32);
@@ -166,10 +166,10 @@ static void test_copy_to_mesh_of_other_shape_and_subset(void)
     dt_mesh *line = mesh_1d(), *grid = NULL, *half = NULL;
     const char *g_names[2] = {"a", "b"};
     int64_t g_sizes[2] = {2, n / 2};
-    DT_ASSERT_OK(dt_mesh_create("grid", 2, g_names, g_sizes, DT_DEVICE_CPU, &grid));
+    DT_ASSERT_OK(dt_mesh_create("grid", 2, g_names, g_sizes, dt_test_device_type(), &grid));
     const char *h_names[1] = {"h"};
     int64_t h_sizes[1] = {n / 2};
-    DT_ASSERT_OK(dt_mesh_create("half", 1, h_names, h_sizes, DT_DEVICE_CPU, &half));
+    DT_ASSERT_OK(dt_mesh_create("half", 1, h_names, h_sizes, dt_test_device_type(), &half));
     int64_t shape[2] = {7, 5};
     dt_layout *src_l = layout2(line, "x", DT_UNSHARDED, NULL);
     dt_layout *grid_l = layout2(grid, "b", "a", NULL);
@@ -201,7 +201,7 @@ static void test_copy_to_mesh_reduces_partial_source(void)
     dt_mesh *line = mesh_1d(), *other = NULL;
     const char *names[1] = {"y"};
     int64_t sizes[1] = {n};
-    DT_ASSERT_OK(dt_mesh_create("other", 1, names, sizes, DT_DEVICE_CPU, &other));
+    DT_ASSERT_OK(dt_mesh_create("other", 1, names, sizes, dt_test_device_type(), &other));
     int64_t shape[2] = {5, 3};
     dt_layout *part = layout2(line, DT_UNSHARDED, DT_UNSHARDED, "x");
     dt_layout *dst_l = layout2(other, DT_UNSHARDED, "y", NULL);
@@ -249,23 +249,22 @@ static void test_relayout_avg_partial_divides_by_group_size(void)
     /* Summand on device p: element e holds 8*(p+1) + e; the average over n devices is
      * 8*(n+1)/2 + e, worked by hand. */
     int nl = dt_mesh_num_local_devices(m);
-    DLTensor parts[64];
     double bufs[64][6];
-    int64_t one[1] = {6};
+    const void *comps[64];
     for (int k = 0; k < nl; k++) {
         int64_t p = dt_mesh_position(m, dt_mesh_local_device_id(m, k));
         for (int e = 0; e < 6; e++)
             bufs[k][e] = 8.0 * (double)(p + 1) + e;
-        parts[k] = (DLTensor){.data = bufs[k], .device = {kDLCPU, 0}, .ndim = 1,
-                              .dtype = dt_dtype_to_dlpack(DT_DTYPE_F64), .shape = one};
+        comps[k] = bufs[k];
     }
     dt_tensor *src = NULL, *dst = NULL;
-    DT_ASSERT_OK(dt_tensor_pack(part, shape, nl, parts, &src));
+    DT_ASSERT_OK(dt_test_pack_host(part, DT_DTYPE_F64, shape, comps, &src));
     DT_ASSERT_OK(dt_relayout(src, rep, &dst));
     for (int k = 0; k < nl; k++) {
-        const double *v = dt_tensor_local(dst, k)->data;
+        double *v = dt_test_local_get(dst, k);
         for (int e = 0; e < 6; e++)
             CU_ASSERT_EQUAL(v[e], 4.0 * (double)(n + 1) + e);
+        free(v);
     }
     dt_tensor_destroy(dst);
     dt_tensor_destroy(src);
@@ -279,7 +278,7 @@ static void test_relayout_rejects_mismatches(void)
     dt_mesh *m = mesh_1d(), *other = NULL;
     const char *names[1] = {"y"};
     int64_t sizes[1] = {ndev()}, shape[2] = {4, 4};
-    DT_ASSERT_OK(dt_mesh_create("other", 1, names, sizes, DT_DEVICE_CPU, &other));
+    DT_ASSERT_OK(dt_mesh_create("other", 1, names, sizes, dt_test_device_type(), &other));
     dt_layout *a = layout2(m, "x", DT_UNSHARDED, NULL), *b = NULL, *c = NULL;
     DT_ASSERT_OK(dt_layout_replicated(m, 1, &b));
     DT_ASSERT_OK(dt_layout_replicated(other, 2, &c));
@@ -314,5 +313,5 @@ int main(int argc, char **argv)
         DT_TEST(test_relayout_rejects_mismatches),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "relayout_cases", cases, 1);
+    return dt_test_main_device(argc, argv, "relayout_cases", cases);
 }

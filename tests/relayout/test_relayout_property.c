@@ -64,7 +64,7 @@ static dt_status random_layout(rl_rng *r, const dt_mesh *m, int rank, int partia
 
 static void run_trials(int trials_per_mesh)
 {
-    int ndev = dt_num_global_devices(DT_DEVICE_CPU);
+    int ndev = dt_test_num_devices();
     int64_t shapes[8][3];
     int ranks[8];
     int nmesh = mesh_shapes(ndev, shapes, ranks);
@@ -77,7 +77,8 @@ static void run_trials(int trials_per_mesh)
     int64_t failures = 0, done = 0;
     for (int mi = 0; mi < nmesh; mi++) {
         dt_mesh *mesh = NULL;
-        DT_ASSERT_OK(dt_mesh_create("prop", ranks[mi], names, shapes[mi], DT_DEVICE_CPU, &mesh));
+        DT_ASSERT_OK(dt_mesh_create("prop", ranks[mi], names, shapes[mi], dt_test_device_type(),
+                                    &mesh));
         for (int t = 0; t < trials_per_mesh; t++) {
             uint64_t seed = rl_next(&rng);
             int rank = (int)rl_below(&rng, 4); /* 0..3 */
@@ -150,5 +151,5 @@ int main(int argc, char **argv)
         DT_TEST(test_relayout_cached_plans_match_reference),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "relayout_property", cases, 1);
+    return dt_test_main_device(argc, argv, "relayout_property", cases);
 }

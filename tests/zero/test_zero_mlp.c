@@ -175,10 +175,12 @@ static void train(int64_t ndp, int megatron, int stage, double clip_norm, int ex
     dt_tensor *labels = NULL;
     DT_ASSERT_OK(dt_tensor_zeros(rows1, DT_DTYPE_I32, lshape, &labels));
     for (int i = 0; i < dt_tensor_num_local(labels); i++) {
-        const DLTensor *dl = dt_tensor_local(labels, i);
         int64_t off = dt_tensor_local_offset(labels, i)[0];
-        for (int64_t r = 0; r < dl->shape[0]; r++)
-            ((int32_t *)dl->data)[r] = (int32_t)lab_f[off + r];
+        int64_t rows = dt_tensor_local(labels, i)->shape[0];
+        int32_t lab[B];
+        for (int64_t r = 0; r < rows; r++)
+            lab[r] = (int32_t)lab_f[off + r];
+        dt_test_local_set(labels, i, lab);
     }
     dt_tensor *p[NP];
     for (int i = 0; i < NP; i++) {
@@ -319,5 +321,5 @@ int main(int argc, char **argv)
         DT_TEST(test_zero_stage2_mlp_with_clipping_close_to_single_device),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "zero_mlp", cases, 1);
+    return dt_test_main_device(argc, argv, "zero_mlp", cases);
 }

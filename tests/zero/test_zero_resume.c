@@ -336,9 +336,11 @@ static void resume(dt_dtype dtype)
         model_create(&m, mesh4, 1, dtype, r.init);
         snprintf(label, sizeof label, "%s uninterrupted", dt_dtype_name(dtype));
         CU_ASSERT_EQUAL(run_steps(&m, &r, 0, STEPS, label), 0);
-        for (int k = 0; k < NP; k++)
-            DT_ASSERT_OK(dt_kernel_cast(pnumel(k), dt_tensor_local(m.p[k], 0)->data, dtype,
-                                        final[k], DT_DTYPE_F32));
+        for (int k = 0; k < NP; k++) {
+            void *p0 = dt_test_local_get(m.p[k], 0);
+            DT_ASSERT_OK(dt_kernel_cast(pnumel(k), p0, dtype, final[k], DT_DTYPE_F32));
+            free(p0);
+        }
         have_final = 1;
         model_destroy(&m);
     }
@@ -468,5 +470,5 @@ int main(int argc, char **argv)
         DT_TEST(test_zero_load_names_missing_or_mismatched_parameters),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "zero_resume", cases, 1);
+    return dt_test_main_device(argc, argv, "zero_resume", cases);
 }

@@ -345,5 +345,5 @@ int main(int argc, char **argv)
         DT_TEST(test_zero_f16_dynamic_loss_scale_with_overflows_matches_reference_bitwise),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "zero_synthetic", cases, 1);
+    return dt_test_main_device(argc, argv, "zero_synthetic", cases);
 }

@@ -12,7 +12,7 @@
 
 int zt_num_devices(void)
 {
-    return dt_num_global_devices(DT_DEVICE_CPU);
+    return dt_test_num_devices();
 }
 
 dt_mesh *zt_mesh_dp(int64_t k)
@@ -22,8 +22,9 @@ dt_mesh *zt_mesh_dp(int64_t k)
     /* Devices spread evenly over the present ones (ids floor(i n / k)), so under MPI a small
      * mesh still spans several processes. */
     char text[4096];
-    int len = snprintf(text, sizeof text, "mesh:\n  name: dp%lld\n  dims: {batch: %lld}\n"
-                       "  device_ids: [", (long long)k, (long long)k);
+    int len = snprintf(text, sizeof text, "mesh:\n  name: dp%lld\n  device_type: %s\n"
+                       "  dims: {batch: %lld}\n  device_ids: [", (long long)k,
+                       dt_device_type_name(dt_test_device_type()), (long long)k);
     for (int64_t i = 0; i < k; i++)
         len += snprintf(text + len, sizeof text - (size_t)len, "%s%lld", i ? ", " : "",
                         (long long)(i * n / k));
@@ -40,7 +41,7 @@ dt_mesh *zt_mesh_batch_model(void)
     CU_ASSERT_FATAL(n % 2 == 0);
     int64_t sizes[2] = {n / 2, 2};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create("bm", 2, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create("bm", 2, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
@@ -92,10 +93,13 @@ dt_tensor *zt_tensor_from(const dt_layout *layout, dt_dtype dtype, const int64_t
         int64_t r0, nr, c0, nc, gc;
         box_of(t, i, &r0, &nr, &c0, &nc, &gc);
         const float *s = src[coord_of(t, i, by_dim)];
-        char *dst = dt_tensor_local(t, i)->data;
+        char *dst = malloc(dt_test_local_bytes(t, i) + 1);
+        CU_ASSERT_FATAL(dst != NULL);
         for (int64_t r = 0; r < nr && nc > 0; r++)
             DT_ASSERT_OK(dt_kernel_cast(nc, s + (r0 + r) * gc + c0, DT_DTYPE_F32,
                                         dst + (size_t)(r * nc) * es, dtype));
+        dt_test_local_set(t, i, dst);
+        free(dst);
     }
     return t;
 }
@@ -118,7 +122,7 @@ static int64_t compare(const char *what, const dt_tensor *t, const float *want, 
         box_of(t, i, &r0, &nr, &c0, &nc, &gc);
         if (nc == 0 || nr == 0)
             continue;
-        const char *data = dt_tensor_local(t, i)->data;
+        char *data = dt_test_local_get(t, i);
         float *got = malloc(sizeof(float) * (size_t)nc);
         float *exp = malloc(sizeof(float) * (size_t)nc);
         char *expb = malloc(es * (size_t)nc);
@@ -147,6 +151,7 @@ static int64_t compare(const char *what, const dt_tensor *t, const float *want, 
         free(got);
         free(exp);
         free(expb);
+        free(data);
     }
     return bad;
 }

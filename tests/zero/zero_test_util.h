@@ -9,7 +9,7 @@
 
 #include "dtensor/dtensor.h"
 
-/* Global CPU devices of the job. */
+/* Global devices of dt_test_device_type() in the job. */
 int zt_num_devices(void);
 
 /* 1-D mesh "batch" of k devices (k <= zt_num_devices()) spread evenly over the devices

@@ -1,0 +1,144 @@
+/* dt_dataset_next: takes the prepared batch, hands its host buffers to tensors without a copy
+ * (dt_tensor_pack_managed), agrees with the other clients on the outcome, and on a GPU mesh
+ * copies the batch from the host mesh to the devices. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/data_impl.h"
+#include "dtensor/relayout.h"
+
+enum { MSG_LEN = 1024 };
+
+/* A host buffer of the pool as a managed tensor; the deleter returns it to the pool. */
+typedef struct host_part {
+    DLManagedTensor m;
+    int64_t shape[DT_MAX_RANK];
+} host_part;
+
+static void host_part_free(DLManagedTensor *m)
+{
+    dt_host_free(m->dl_tensor.data);
+    free(m->manager_ctx);
+}
+
+/* Output k of the slot as a tensor on the host-side layout. The slot's buffers move into the
+ * tensor on success; on failure they stay with the slot. */
+static dt_status pack_output(dt_dataset *ds, dd_slot *slot, int k, dt_tensor **out)
+{
+    const dt_layout *l = ds->gpu ? ds->host_layouts[k] : ds->layouts[k];
+    const dt_data_field *f = &ds->src->fields[k];
+    int nl = ds->nlocal, rank = 1 + f->rank;
+    int64_t shape[DT_MAX_RANK], off[DT_MAX_RANK];
+    shape[0] = slot->rows;
+    for (int i = 0; i < f->rank; i++)
+        shape[1 + i] = f->shape[i];
+    DLManagedTensor **parts = calloc((size_t)nl, sizeof *parts);
+    dt_status st = parts ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "dt_dataset_next: no memory");
+    for (int d = 0; d < nl && st == DT_OK; d++) {
+        host_part *h = calloc(1, sizeof *h);
+        if (!h) {
+            st = dt__error(DT_ERR_NO_MEMORY, "dt_dataset_next: no memory");
+            break;
+        }
+        parts[d] = &h->m;
+        if ((st = dt_layout_shard(l, shape, ds->pos[d], off, h->shape)) != DT_OK)
+            break;
+        h->m.manager_ctx = h;
+        h->m.deleter = host_part_free;
+        h->m.dl_tensor = (DLTensor){.data = slot->bufs[k * nl + d],
+                                    .device = {kDLCPU, 0},
+                                    .ndim = rank,
+                                    .dtype = dt_dtype_to_dlpack(f->dtype),
+                                    .shape = h->shape};
+    }
+    if (st == DT_OK)
+        st = dt_tensor_pack_managed(l, shape, nl, parts, out);
+    if (st == DT_OK)
+        for (int d = 0; d < nl; d++)
+            slot->bufs[k * nl + d] = NULL;
+    else
+        for (int d = 0; parts && d < nl; d++)
+            free(parts[d]); /* the part structs only: the buffers stay with the slot */
+    free(parts);
+    return st;
+}
+
+/* One outcome for every client of the mesh: the lowest failing client's status and message.
+ * Collective over ds->comm. */
+static dt_status agree(const dt_dataset *ds, dt_status *st, char *msg)
+{
+    int me = 0, mine, first = INT_MAX;
+    MPI_Comm_rank(ds->comm, &me);
+    mine = *st != DT_OK ? me : INT_MAX;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ds->comm);
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, "dt_dataset_next: agreeing on the batch");
+    if (first == INT_MAX)
+        return DT_OK;
+    struct {
+        int st;
+        char msg[MSG_LEN];
+    } m = {(int)*st, {0}};
+    if (me == first)
+        snprintf(m.msg, sizeof m.msg, "%s", msg);
+    rc = MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, ds->comm);
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, "dt_dataset_next: sharing a failure");
+    *st = (dt_status)m.st;
+    snprintf(msg, MSG_LEN, "%s", m.msg);
+    return DT_OK;
+}
+
+dt_status dt_dataset_next(dt_dataset *ds, int n, dt_tensor **tensors_out,
+                          dt_data_batch_info *info_out)
+{
+    if (!ds || !tensors_out || n != ds->nout)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_dataset_next: NULL argument or %d outputs "
+                         "(the dataset has %d)", n, ds ? ds->nout : 0);
+    dt_tensor *t[DT_DATA_MAX_FIELDS] = {NULL};
+    char msg[MSG_LEN] = "";
+    dd_slot *slot = NULL;
+    dt_status st = dd_take(ds, &slot);
+    if (st != DT_OK)
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+    else if (slot->st != DT_OK) {
+        st = slot->st;
+        snprintf(msg, sizeof msg, "%s", slot->msg);
+    }
+    for (int k = 0; st == DT_OK && !slot->end && k < n; k++)
+        if ((st = pack_output(ds, slot, k, &t[k])) != DT_OK)
+            snprintf(msg, sizeof msg, "%s", dt_last_error());
+    dt_status cst = agree(ds, &st, msg);
+    if (cst == DT_OK && st == DT_OK && ds->gpu && !slot->end)
+        for (int k = 0; k < n && st == DT_OK; k++) {
+            dt_tensor *dev = NULL;
+            st = dt_copy_to_mesh(t[k], ds->layouts[k], &dev);
+            dt_tensor_destroy(t[k]);
+            t[k] = dev;
+            if (st != DT_OK)
+                snprintf(msg, sizeof msg, "%s", dt_last_error());
+        }
+    if (cst != DT_OK || st != DT_OK) {
+        for (int k = 0; k < n; k++)
+            dt_tensor_destroy(t[k]);
+        /* Nothing delivered, the position kept: drop what was prepared and start over. */
+        dd_stop(ds);
+        return cst != DT_OK ? cst : dt__error(st, "%s", msg);
+    }
+    dt_data_batch_info info = {slot->epoch, slot->batch, slot->rows, slot->end};
+    if (info.end)
+        dd_stop(ds); /* the producer halted at the end; a later call starts it again */
+    else
+        dd_release(ds);
+    if (!info.end && ++ds->batch == ds->bpe) {
+        ds->batch = 0;
+        ds->epoch++;
+    }
+    for (int k = 0; k < n; k++)
+        tensors_out[k] = t[k];
+    if (info_out)
+        *info_out = info;
+    return DT_OK;
+}
