@@ -78,7 +78,7 @@ static void test_create_rejects_bad_options(void)
     z = NULL;
     dt_status want = dt_mesh_check_devices(gpu);
     if (want != DT_OK) {
-        char msg[256];
+        char msg[1024];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
         DT_ASSERT_FAILS(dt_zero_create(gpu, NULL, &z), want);
         CU_ASSERT_STRING_EQUAL(dt_last_error(), msg);
