@@ -40,7 +40,7 @@ void gpt_options_usage(FILE *f)
           "  --mesh FILE         YAML mesh file (default: examples/meshes/2x2.yaml)\n"
           "  --mesh-name NAME    mesh to use from the file (default: its first)\n"
           "  --data FILE         one name per line (default: examples/data/names.txt)\n"
-          "  --steps N           optimizer steps (default 1500)\n"
+          "  --steps N           optimizer steps (default 2000)\n"
           "  --batch N           names per global batch (default 64)\n"
           "  --layers N --width N --heads N   model size (default 2, 64, 4)\n"
           "  --lr X --min-lr X   peak and final learning rate (default 0.004, 0.0002)\n"
@@ -65,7 +65,7 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
                       gpt_opts *o, char *err, size_t errlen)
 {
     *o = (gpt_opts){.mesh_file = default_mesh, .data_file = default_data, .precision = "f32",
-                    .steps = 1500, .batch = 64, .layers = 2, .width = 64, .heads = 4,
+                    .steps = 2000, .batch = 64, .layers = 2, .width = 64, .heads = 4,
                     .warmup = 100, .stage = 1, .seed = 1, .eval_every = 100, .samples = 10,
                     .lr = 0.004, .min_lr = 0.0002, .weight_decay = 0.1, .clip = 1.0,
                     .out_dir = "train_gpt_out"};
