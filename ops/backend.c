@@ -33,6 +33,17 @@ static const dt__ops_backend cpu_backend = {
     .sgd = dt_kernel_sgd,
     .adam = dt_kernel_adam,
     .sq_sum_f64 = dt__kernel_sq_sum_f64,
+    .layer_norm = dt_kernel_layer_norm,
+    .layer_norm_grad = dt_kernel_layer_norm_grad,
+    .softmax = dt_kernel_softmax,
+    .softmax_grad = dt_kernel_softmax_grad,
+    .attention = dt_kernel_attention,
+    .attention_grad = dt_kernel_attention_grad,
+    .embedding = dt_kernel_embedding,
+    .embedding_grad = dt_kernel_embedding_grad,
+    .vocab_xent_stats = dt_kernel_vocab_xent_stats,
+    .vocab_xent_loss = dt_kernel_vocab_xent_loss,
+    .vocab_xent_grad = dt_kernel_vocab_xent_grad,
 };
 
 const dt__ops_backend *dt__ops_cpu_backend(void)

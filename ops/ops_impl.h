@@ -57,6 +57,33 @@ typedef struct dt__ops_backend {
      * elements of x (f32, f16 or bf16) accumulated in f64, inf or NaN when any element is.
      * The ZeRO optimizer's gradient norm and overflow check (optim/step.c). */
     dt_status (*sq_sum_f64)(int64_t n, const void *x, dt_dtype dtype, double *out);
+    dt_status (*layer_norm)(int64_t rows, int64_t cols, const float *x, const float *gamma,
+                            const float *beta, float eps, float *y);
+    dt_status (*layer_norm_grad)(int64_t rows, int64_t cols, const float *x,
+                                 const float *gamma, const float *dy, float eps, float *dx,
+                                 float *dgamma, float *dbeta);
+    dt_status (*softmax)(int64_t outer, int64_t len, int64_t inner, const float *x, float *y);
+    dt_status (*softmax_grad)(int64_t outer, int64_t len, int64_t inner, const float *y,
+                              const float *dy, float *dx);
+    dt_status (*attention)(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           int causal, const float *q, const float *k, const float *v,
+                           float *y);
+    dt_status (*attention_grad)(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                int causal, const float *q, const float *k, const float *v,
+                                const float *dy, float *dq, float *dk, float *dv);
+    dt_status (*embedding)(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                           int64_t dim, const float *table, float *out);
+    dt_status (*embedding_grad)(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                                int64_t dim, const float *dout, float *dtable);
+    dt_status (*vocab_xent_stats)(int64_t rows, int64_t cols, const float *logits,
+                                  const float *rowmax, int64_t lo, int64_t vocab,
+                                  const int32_t *labels, float *sumexp, float *target);
+    dt_status (*vocab_xent_loss)(int64_t rows, const float *rowmax, const float *sumexp,
+                                 const float *target, const int32_t *labels, float scale,
+                                 float *loss_out);
+    dt_status (*vocab_xent_grad)(int64_t rows, int64_t cols, const float *logits,
+                                 const float *rowmax, const float *sumexp, int64_t lo,
+                                 const int32_t *labels, float scale, float *dlogits);
 } dt__ops_backend;
 
 /* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail
@@ -132,5 +159,26 @@ int64_t dt__local_numel(const dt_tensor *t, int i);
 /* A new uninitialised tensor with the given lspec on t's mesh. */
 dt_status dt__tensor_new(const dt_mesh *mesh, const dt__lspec *ls, dt_dtype dtype,
                          const int64_t *shape, dt_tensor **out);
+
+/* ---- N-d helpers (ops/spmd_view.c, ops/spmd_nn_util.c) --------------------------------- */
+
+/* 1 if sharding `lead` rows over mesh dim `mesh_dim` (-1: none) gives the same blocks as
+ * sharding lead * inner rows, scaled by inner (so a flattened view keeps its local blocks). */
+int dt__rows_aligned(const dt_mesh *mesh, int mesh_dim, int64_t lead, int64_t inner);
+/* A zero-copy view of t with another global shape and layout `ls` whose local blocks hold the
+ * same elements in the same order (DT_ERR_SHAPE otherwise); holds a reference on t's memory. */
+dt_status dt__tensor_view(const dt_tensor *t, const dt__lspec *ls, const int64_t *shape,
+                          dt_tensor **out);
+/* 16-bit operands (ops/spmd_half.c): 1 for an f16 or bf16 tensor; widen: an f32 copy (a new
+ * reference to t when it is not 16-bit); narrow: when st is DT_OK and dtype is 16-bit, replaces
+ * *t by its cast to dtype (on failure *t is destroyed and NULL). Returns the final status. */
+int dt__is_half(const dt_tensor *t);
+dt_status dt__widen(const dt_tensor *t, dt_tensor **out);
+dt_status dt__narrow(dt_status st, dt_dtype dtype, dt_tensor **t);
+
+/* set_device for local component i of t (nothing for backends without it). */
+dt_status dt__set_device_of(const dt__ops_backend *be, const dt_tensor *t, int i);
+/* t's layout spec with dim `dim` (-1: none) unsharded and partial dims dropped. */
+void dt__lspec_gathered(const dt_tensor *t, int dim, dt__lspec *out);
 
 #endif

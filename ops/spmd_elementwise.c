@@ -59,6 +59,24 @@ static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
 {
     const char *op = bin_names[kind];
     const char *an = kind >= BIN_RELU_GRAD ? "x" : "a", *bn = kind >= BIN_RELU_GRAD ? "dy" : "b";
+    if ((dt__is_half(a) || dt__is_half(b)) && out) {
+        /* 16-bit operands: computed in f32, rounded to a's dtype when both share it (the
+         * activations' backward: x's), else left f32. */
+        dt_dtype to = kind >= BIN_RELU_GRAD || dt_tensor_dtype(a) == dt_tensor_dtype(b)
+                          ? dt_tensor_dtype(a) : DT_DTYPE_F32;
+        dt_tensor *wa = NULL, *wb = NULL, *r = NULL;
+        dt_status st = dt__widen(a, &wa);
+        if (st == DT_OK)
+            st = dt__widen(b, &wb);
+        if (st == DT_OK)
+            st = binary(kind, wa, wb, layout, &r);
+        st = dt__narrow(st, to, &r);
+        dt_tensor_destroy(wa);
+        dt_tensor_destroy(wb);
+        if (st == DT_OK)
+            *out = r;
+        return st;
+    }
     dt_status st = dt__check_f32(op, an, a);
     if (st == DT_OK)
         st = dt__check_f32(op, bn, b);
@@ -169,6 +187,17 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
 {
     static const char *const names[] = {"dt_scale", "dt_relu", "dt_gelu"};
     const char *op = names[kind];
+    if (dt__is_half(x) && out) {
+        dt_tensor *wx = NULL, *r = NULL;
+        dt_status st = dt__widen(x, &wx);
+        if (st == DT_OK)
+            st = unary(kind, wx, alpha, &r);
+        st = dt__narrow(st, dt_tensor_dtype(x), &r);
+        dt_tensor_destroy(wx);
+        if (st == DT_OK)
+            *out = r;
+        return st;
+    }
     dt_status st = dt__check_f32(op, "x", x);
     if (st == DT_OK && !out)
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);

@@ -32,6 +32,15 @@ dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layo
                     dt_tensor **out)
 {
     static const char name[] = "dt_reduce";
+    if (dt__is_half(x) && out) {
+        /* f16 / bf16: reduced in f32, the result f32. */
+        dt_tensor *wx = NULL;
+        dt_status st = dt__widen(x, &wx);
+        if (st == DT_OK)
+            st = dt_reduce(wx, op, axis, layout, out);
+        dt_tensor_destroy(wx);
+        return st;
+    }
     const dt__ops_backend *be = NULL;
     dt_status st = begin(name, x, out, &be);
     if (st != DT_OK)

@@ -106,6 +106,73 @@ DT_API dt_status dt_kernel_nonfinite(int64_t n, const void *x, dt_dtype dtype,
 DT_API dt_status dt_kernel_cast(int64_t n, const void *src, dt_dtype src_dtype, void *dst,
                                 dt_dtype dst_dtype);
 
+/* Transformer kernels (f32). Layer normalisation over the last dim of row-major
+ * [rows, cols] (cols >= 1, eps >= 0; mean and variance accumulated in f64):
+ *   y = (x - mean) / sqrt(var + eps) * gamma + beta   (biased variance, as PyTorch);
+ * its gradient recomputes the row statistics from x and overwrites dgamma and dbeta [cols]
+ * (sums over the rows). dx may alias dy. */
+DT_API dt_status dt_kernel_layer_norm(int64_t rows, int64_t cols, const float *x,
+                                      const float *gamma, const float *beta, float eps,
+                                      float *y);
+DT_API dt_status dt_kernel_layer_norm_grad(int64_t rows, int64_t cols, const float *x,
+                                           const float *gamma, const float *dy, float eps,
+                                           float *dx, float *dgamma, float *dbeta);
+
+/* Softmax along the middle dim of x viewed as row-major [outer, len, inner], numerically
+ * stable (the max subtracted, f64 sum of exponentials); its gradient from the forward output
+ * y: dx = y (dy - sum(y dy)). Outputs may alias inputs. */
+DT_API dt_status dt_kernel_softmax(int64_t outer, int64_t len, int64_t inner, const float *x,
+                                   float *y);
+DT_API dt_status dt_kernel_softmax_grad(int64_t outer, int64_t len, int64_t inner,
+                                        const float *y, const float *dy, float *dx);
+
+/* Scaled dot-product self-attention of q, k, v, y, all row-major [batch, seq, heads * head_dim]
+ * (head h owns columns h*head_dim .. (h+1)*head_dim-1): for each batch, head and query t,
+ *   p = softmax(q_t . k_j / sqrt(head_dim) over j <= t (causal != 0) or all j),
+ *   y_t = sum_j p_j v_j.
+ * The gradient recomputes p and overwrites dq, dk, dv. Outputs must not alias inputs.
+ * DT_ERR_NO_MEMORY for the row buffer. */
+DT_API dt_status dt_kernel_attention(int64_t batch, int64_t seq, int64_t heads,
+                                     int64_t head_dim, int causal, const float *q,
+                                     const float *k, const float *v, float *y);
+DT_API dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads,
+                                          int64_t head_dim, int causal, const float *q,
+                                          const float *k, const float *v, const float *dy,
+                                          float *dq, float *dk, float *dv);
+
+/* Embedding lookup from the slice of a table holding rows lo .. lo+rows-1 ([rows, dim]):
+ * out[i, :] = table[ids[i] - lo, :] for n ids inside the slice, zeros for the others (so the
+ * slices' outputs add up to the full lookup). The gradient overwrites dtable [rows, dim] with
+ * the sum of dout's rows whose id falls in the slice. */
+DT_API dt_status dt_kernel_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                                     int64_t dim, const float *table, float *out);
+DT_API dt_status dt_kernel_embedding_grad(int64_t n, const int32_t *ids, int64_t lo,
+                                          int64_t rows, int64_t dim, const float *dout,
+                                          float *dtable);
+
+/* Vocab-parallel cross-entropy pieces (Megatron). `logits` [rows, cols] holds classes
+ * lo .. lo+cols-1 of `vocab`; rowmax [rows] the max over all classes. stats writes
+ * sumexp[i] = sum_j exp(logits[i,j] - rowmax[i]) and target[i] = logits[i, labels[i] - lo]
+ * when the label is in the slice, else 0 (both summed over the slices afterwards). A negative
+ * label marks a row to ignore (padding: no loss, zero gradient); labels >= vocab are
+ * DT_ERR_INVALID_ARGUMENT naming the row. loss writes
+ *   *loss_out = scale * sum over rows with labels[i] >= 0 of
+ *               (log(sumexp[i]) + rowmax[i] - target[i]);
+ * grad writes dlogits = scale * (exp(logits - rowmax) / sumexp - onehot(labels - lo)), zeros
+ * on ignored rows. */
+DT_API dt_status dt_kernel_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
+                                            const float *rowmax, int64_t lo, int64_t vocab,
+                                            const int32_t *labels, float *sumexp,
+                                            float *target);
+DT_API dt_status dt_kernel_vocab_xent_loss(int64_t rows, const float *rowmax,
+                                           const float *sumexp, const float *target,
+                                           const int32_t *labels, float scale,
+                                           float *loss_out);
+DT_API dt_status dt_kernel_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
+                                           const float *rowmax, const float *sumexp,
+                                           int64_t lo, const int32_t *labels, float scale,
+                                           float *dlogits);
+
 /* Optimizer updates on flat f32 buffers of n elements. `grad` is read only; the gradient
  * used is g = grad_scale * grad (grad_scale undoes loss scaling or clips). */
 
@@ -187,7 +254,9 @@ DT_API dt_status dt_matmul_backward(const dt_tensor *a, const dt_tensor *b, int 
                                     const dt_layout *db_layout, dt_tensor **da_out,
                                     dt_tensor **db_out);
 
-/* Elementwise binary ops on equal shapes. Natural output layout: a's or b's, whichever needs
+/* Elementwise binary ops on equal shapes (f32, f16 or bf16: 16-bit operands are widened to
+ * f32, computed in f32 and the result rounded to their dtype when both share it, else f32;
+ * the same for dt_scale, dt_relu, dt_gelu and their backward). Natural output layout: a's or b's, whichever needs
  * the cheaper relayout of the other operand (a's on a tie). Sum-partial operands stay partial
  * for add and sub; mul reduces partial operands first. */
 DT_API dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
@@ -226,7 +295,8 @@ DT_API dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *label
 DT_API dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *labels,
                                           float dloss, dt_tensor **dlogits_out);
 
-/* Reduces x over `axis` (negative counts from the end; DT_ALL_AXES: every dim, rank-0
+/* Reduces x (f32, or f16 / bf16 widened to f32: f32 accumulation and an f32 result) over `axis`
+ * (negative counts from the end; DT_ALL_AXES: every dim, rank-0
  * result) with DT_REDUCE_SUM, DT_REDUCE_MAX, DT_REDUCE_MIN or DT_REDUCE_AVG (mean over the
  * global count). The reduced dims drop out. Natural output: the kept dims keep their
  * sharding; a reduced dim sharded on mesh dim d makes the result partial over d (sum for sum
@@ -256,6 +326,80 @@ DT_API dt_status dt_sgd_step(const dt_sgd_opts *opts, dt_tensor *param, const dt
                              dt_tensor *momentum_buf);
 DT_API dt_status dt_adam_step(const dt_adam_opts *opts, int64_t step, dt_tensor *param,
                               const dt_tensor *grad, dt_tensor *m, dt_tensor *v);
+
+/* ---- transformer ops (docs/ops.md, "Transformer ops") -------------------------------------
+ * f32 activations; every op below is collective, with the errors listed above. */
+
+/* N-d matmul. A projection a [..., k] x op(b) (b 2-D; transa must be 0): a's leading dims are
+ * flattened into rows by a zero-copy view (dims 1..r-2 are gathered first, and dim 0 too when
+ * its blocks are not whole rows of the view), then every dt_matmul layout rule applies (data
+ * parallel over the rows, column parallel, row parallel giving a partial output); the result is
+ * viewed back as [..., n]. A batched product a [..., m, k] x b [..., k, n] (equal ranks >= 3,
+ * equal leading dims; transposes swap the last two dims) keeps a's batch sharding (b follows
+ * it), gathers the matrix dims and runs one GEMM per local matrix. a, b: f32, f16 or bf16;
+ * the output is f32. `layout` as for dt_matmul. */
+DT_API dt_status dt_matmul_nd(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+                              const dt_layout *layout, dt_tensor **out);
+/* Gradients of dt_matmul_nd (dA and/or dB; either output pointer may be NULL). For a
+ * projection dB sums over every leading dim: partial over the mesh dims sharding the rows. */
+DT_API dt_status dt_matmul_nd_backward(const dt_tensor *a, const dt_tensor *b, int transa,
+                                       int transb, const dt_tensor *dc,
+                                       const dt_layout *da_layout, const dt_layout *db_layout,
+                                       dt_tensor **da_out, dt_tensor **db_out);
+
+/* Layer normalisation over x's last dim with gain gamma and bias beta (1-D of that size):
+ * the last dim is gathered, the others keep x's sharding (a partial x is reduced); gamma and
+ * beta are replicated. The backward gives dx in that layout and dgamma, dbeta [C] partial
+ * (sum) over the mesh dims sharding x's other dims (a ZeRO optimizer reduce-scatters them). */
+DT_API dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
+                               float eps, dt_tensor **out);
+DT_API dt_status dt_layer_norm_backward(const dt_tensor *x, const dt_tensor *gamma,
+                                        const dt_tensor *dy, float eps, dt_tensor **dx_out,
+                                        dt_tensor **dgamma_out, dt_tensor **dbeta_out);
+
+/* Softmax along `axis` (negative counts from the end), numerically stable: that dim is
+ * gathered, the others keep x's sharding. The backward takes the forward output y and dy. */
+DT_API dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out);
+DT_API dt_status dt_softmax_backward(const dt_tensor *y, const dt_tensor *dy, int axis,
+                                     dt_tensor **dx_out);
+
+/* Self-attention (dt_kernel_attention) of q, k, v [batch, seq, heads * head_dim] with `heads`
+ * heads, causal mask when causal != 0. The sequence is gathered; batch keeps q's sharding;
+ * the width keeps q's sharding when its mesh dim's size divides `heads` (each device then
+ * holds whole heads: Megatron's head-parallel attention, no communication), else it is
+ * gathered; k and v are relaid out to q's working layout. Output and gradients (dq, dk, dv,
+ * all three required) are in that layout. */
+DT_API dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                              int64_t heads, int causal, dt_tensor **out);
+DT_API dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k,
+                                       const dt_tensor *v, int64_t heads, int causal,
+                                       const dt_tensor *dy, dt_tensor **dq_out,
+                                       dt_tensor **dk_out, dt_tensor **dv_out);
+
+/* Embedding lookup: table [vocab, dim] (f32), ids i32 of any shape -> [ids' shape..., dim].
+ * The table keeps its vocabulary sharding (dim gathered); each device looks up the ids in its
+ * slice and writes zeros for the others, so the natural output is partial (sum) over the
+ * vocabulary's mesh dim; ids keep their sharding except on that mesh dim. An id outside
+ * 0..vocab-1 gives a zero row. The backward gives dtable in the table's layout, partial (sum)
+ * over the mesh dims sharding the ids. `layout` asks for another output layout. */
+DT_API dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids,
+                              const dt_layout *layout, dt_tensor **out);
+DT_API dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,
+                                       const dt_tensor *dout, const dt_layout *layout,
+                                       dt_tensor **dtable_out);
+
+/* Mean cross-entropy of logits [..., vocab] against i32 labels [...] (each in 0..vocab-1, or
+ * negative: an ignored position, which adds 0 but still counts in the mean's divisor, so a
+ * caller with padding rescales by rows / counted rows)
+ * without gathering the vocabulary (Megatron's vocab-parallel loss): the vocabulary keeps
+ * its sharding, the local row maxima are all-reduced (max), then the local sums of
+ * exponentials and the target logits (summed). The loss is rank 0, partial (sum) over the
+ * mesh dims sharding the rows (natural). The backward gives dlogits = dloss * d(loss) in the
+ * logits' (reduced) layout, recomputing the row statistics. */
+DT_API dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
+                               const dt_layout *layout, dt_tensor **loss_out);
+DT_API dt_status dt_vocab_xent_backward(const dt_tensor *logits, const dt_tensor *labels,
+                                        float dloss, dt_tensor **dlogits_out);
 
 #ifdef __cplusplus
 }

@@ -535,6 +535,17 @@ static const dt__ops_backend cuda_backend = {
     .sgd = cu_sgd,
     .adam = cu_adam,
     .sq_sum_f64 = cu_sq_sum_f64,
+    .layer_norm = dt__cu_layer_norm,
+    .layer_norm_grad = dt__cu_layer_norm_grad,
+    .softmax = dt__cu_softmax,
+    .softmax_grad = dt__cu_softmax_grad,
+    .attention = dt__cu_attention,
+    .attention_grad = dt__cu_attention_grad,
+    .embedding = dt__cu_embedding,
+    .embedding_grad = dt__cu_embedding_grad,
+    .vocab_xent_stats = dt__cu_vocab_xent_stats,
+    .vocab_xent_loss = dt__cu_vocab_xent_loss,
+    .vocab_xent_grad = dt__cu_vocab_xent_grad,
 };
 
 const dt__ops_backend *dt__ops_cuda_backend(void)

@@ -74,6 +74,44 @@ cudaError_t dt__cuda_nonfinite(int64_t n, const void *x, int format, int32_t *fo
 cudaError_t dt__cuda_cast(int64_t n, const void *src, int sf, void *dst, int df,
                           cudaStream_t s);
 
+/* transformer.cu: the transformer kernels of ops/norm.c, attention.c and vocab.c (no checks).
+ * layer_norm_grad needs `stats`: 2 * rows floats of scratch. */
+cudaError_t dt__cuda_layer_norm(int64_t rows, int64_t cols, const float *x, const float *g,
+                                const float *b, float eps, float *y, cudaStream_t s);
+cudaError_t dt__cuda_layer_norm_grad(int64_t rows, int64_t cols, const float *x, const float *g,
+                                     const float *dy, float eps, float *dx, float *dg,
+                                     float *db, float *stats, cudaStream_t s);
+cudaError_t dt__cuda_softmax(int64_t outer, int64_t len, int64_t inner, const float *x,
+                             float *y, cudaStream_t s);
+cudaError_t dt__cuda_softmax_grad(int64_t outer, int64_t len, int64_t inner, const float *y,
+                                  const float *dy, float *dx, cudaStream_t s);
+cudaError_t dt__cuda_attention(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
+                               int causal, const float *q, const float *k, const float *v,
+                               float *y, cudaStream_t s);
+cudaError_t dt__cuda_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
+                                    int causal, const float *q, const float *k, const float *v,
+                                    const float *dy, float *dq, float *dk, float *dv,
+                                    cudaStream_t s);
+cudaError_t dt__cuda_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                               int64_t dim, const float *table, float *out, cudaStream_t s);
+cudaError_t dt__cuda_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                                    int64_t dim, const float *dout, float *dtable,
+                                    cudaStream_t s);
+cudaError_t dt__cuda_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
+                                      const float *rowmax, int64_t lo, const int32_t *labels,
+                                      float *sumexp, float *target, cudaStream_t s);
+cudaError_t dt__cuda_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
+                                     const float *target, const int32_t *labels, float scale,
+                                     float *loss_out, cudaStream_t s);
+/* *bad_row = smallest row with a label >= vocab (negative labels are allowed: ignored rows);
+ * *bad_row must hold all ones before. */
+cudaError_t dt__cuda_vocab_check_labels(int64_t rows, int64_t vocab, const int32_t *labels,
+                                        unsigned long long *bad_row, cudaStream_t s);
+cudaError_t dt__cuda_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
+                                     const float *rowmax, const float *sumexp, int64_t lo,
+                                     const int32_t *labels, float scale, float *dlogits,
+                                     cudaStream_t s);
+
 /* optimizer.cu: dt_kernel_sgd's and dt_kernel_adam's loops; adam's step_size, inv_sqrt_bc2,
  * l2 and decay are computed by the caller exactly as the CPU kernel does. */
 cudaError_t dt__cuda_sgd(int64_t n, float lr, float momentum, float dampening,
@@ -106,6 +144,34 @@ void dt__cuda_unlock(void);
 /* At least `bytes` of device scratch on the current device (grows, never shrinks), under
  * dt__cuda_lock. DT_ERR_NO_MEMORY / DT_ERR_CUDA. */
 dt_status dt__cuda_scratch(size_t bytes, void **ptr_out);
+
+/* transformer_cuda.c: the transformer entries of the CUDA table (dt_kernel_* arguments). */
+dt_status dt__cu_layer_norm(int64_t rows, int64_t cols, const float *x, const float *gamma,
+                            const float *beta, float eps, float *y);
+dt_status dt__cu_layer_norm_grad(int64_t rows, int64_t cols, const float *x, const float *gamma,
+                                 const float *dy, float eps, float *dx, float *dgamma,
+                                 float *dbeta);
+dt_status dt__cu_softmax(int64_t outer, int64_t len, int64_t inner, const float *x, float *y);
+dt_status dt__cu_softmax_grad(int64_t outer, int64_t len, int64_t inner, const float *y,
+                              const float *dy, float *dx);
+dt_status dt__cu_attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                           int causal, const float *q, const float *k, const float *v, float *y);
+dt_status dt__cu_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                int causal, const float *q, const float *k, const float *v,
+                                const float *dy, float *dq, float *dk, float *dv);
+dt_status dt__cu_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows, int64_t dim,
+                           const float *table, float *out);
+dt_status dt__cu_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                                int64_t dim, const float *dout, float *dtable);
+dt_status dt__cu_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
+                                  const float *rowmax, int64_t lo, int64_t vocab,
+                                  const int32_t *labels, float *sumexp, float *target);
+dt_status dt__cu_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
+                                 const float *target, const int32_t *labels, float scale,
+                                 float *loss_out);
+dt_status dt__cu_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
+                                 const float *rowmax, const float *sumexp, int64_t lo,
+                                 const int32_t *labels, float scale, float *dlogits);
 
 /* gemm_cublas.c: dt_kernel_gemm on device pointers through cuBLAS (f16/bf16 operands widened
  * to f32 scratch first), on the legacy stream of the current device. */

@@ -62,12 +62,53 @@
 
 #define ARGS_sq_sum_f64(A) \
     A(V, int64_t, n) A(D, const void *, x) A(V, dt_dtype, dtype) A(D, double *, out)
+#define ARGS_layer_norm(A)                                                                 \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, x) A(D, const float *, gamma) \
+    A(D, const float *, beta) A(V, float, eps) A(D, float *, y)
+#define ARGS_layer_norm_grad(A)                                                            \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, x) A(D, const float *, gamma) \
+    A(D, const float *, dy) A(V, float, eps) A(D, float *, dx) A(D, float *, dgamma)        \
+    A(D, float *, dbeta)
+#define ARGS_softmax(A) \
+    A(V, int64_t, outer) A(V, int64_t, len) A(V, int64_t, inner) A(D, const float *, x) A(D, float *, y)
+#define ARGS_softmax_grad(A)                                                                \
+    A(V, int64_t, outer) A(V, int64_t, len) A(V, int64_t, inner) A(D, const float *, y)     \
+    A(D, const float *, dy) A(D, float *, dx)
+#define ARGS_attention(A)                                                                   \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, head_dim)    \
+    A(V, int, causal) A(D, const float *, q) A(D, const float *, k) A(D, const float *, v)  \
+    A(D, float *, y)
+#define ARGS_attention_grad(A)                                                              \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, head_dim)    \
+    A(V, int, causal) A(D, const float *, q) A(D, const float *, k) A(D, const float *, v)  \
+    A(D, const float *, dy) A(D, float *, dq) A(D, float *, dk) A(D, float *, dv)
+#define ARGS_embedding(A)                                                                   \
+    A(V, int64_t, n) A(D, const int32_t *, ids) A(V, int64_t, lo) A(V, int64_t, rows)       \
+    A(V, int64_t, dim) A(D, const float *, table) A(D, float *, out)
+#define ARGS_embedding_grad(A)                                                              \
+    A(V, int64_t, n) A(D, const int32_t *, ids) A(V, int64_t, lo) A(V, int64_t, rows)       \
+    A(V, int64_t, dim) A(D, const float *, dout) A(D, float *, dtable)
+#define ARGS_vocab_xent_stats(A)                                                            \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
+    A(D, const float *, rowmax) A(V, int64_t, lo) A(V, int64_t, vocab)                      \
+    A(D, const int32_t *, labels) A(D, float *, sumexp) A(D, float *, target)
+#define ARGS_vocab_xent_loss(A)                                                             \
+    A(V, int64_t, rows) A(D, const float *, rowmax) A(D, const float *, sumexp)             \
+    A(D, const float *, target) A(D, const int32_t *, labels) A(V, float, scale)            \
+    A(D, float *, loss_out)
+#define ARGS_vocab_xent_grad(A)                                                             \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
+    A(D, const float *, rowmax) A(D, const float *, sumexp) A(V, int64_t, lo)               \
+    A(D, const int32_t *, labels) A(V, float, scale) A(D, float *, dlogits)
 
 #define KERNELS(K)                                                                          \
     K(gemm) K(add) K(sub) K(mul) K(scale) K(axpy) K(fill) K(copy) K(bias_add) K(bias_grad)  \
     K(relu) K(relu_grad) K(gelu) K(gelu_grad) K(softmax_xent) K(softmax_xent_grad) K(sum)   \
     K(max) K(mean) K(sq_norm) K(reduce_axis) K(nonfinite) K(cast) K(sgd) K(adam)            \
-    K(sq_sum_f64)
+    K(sq_sum_f64)                                                                          \
+    K(layer_norm) K(layer_norm_grad) K(softmax) K(softmax_grad) K(attention)                \
+    K(attention_grad) K(embedding) K(embedding_grad) K(vocab_xent_stats) K(vocab_xent_loss) \
+    K(vocab_xent_grad)
 
 /* What A(kind, type, name) becomes in each place. */
 #define FIELD(kind, t, n) FIELD_##kind(t, n)

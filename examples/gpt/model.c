@@ -1,0 +1,586 @@
+/* gpt/model: parameters, forward and backward of the character-level GPT (see model.h). */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../train/rng.h"
+
+#define MAX_LAYERS 16
+#define EPS 1e-5f
+
+/* Per-layer parameter slots: weights (decayed) and layer norms (not decayed). */
+enum { W_Q, W_K, W_V, W_O, W_FC, W_FC2, W_PER_LAYER };
+enum { N_LN1G, N_LN1B, N_LN2G, N_LN2B, N_PER_LAYER };
+
+struct gpt {
+    dt_mesh *mesh;
+    gpt_config cfg;
+    dt_dtype dtype;
+    int nparams, ndecay;
+    dt_tensor **param;
+    char **names;
+    dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
+};
+
+static char own_error[160];
+
+const char *gpt_last_error(void)
+{
+    return own_error[0] ? own_error : dt_last_error();
+}
+
+static dt_status no_memory(void)
+{
+    snprintf(own_error, sizeof own_error, "train_gpt: out of memory");
+    return DT_ERR_NO_MEMORY;
+}
+
+/* Slot numbers. */
+static int p_wte(void) { return 0; }
+static int p_wpe(void) { return 1; }
+static int p_w(int l, int w) { return 2 + W_PER_LAYER * l + w; }
+static int p_wlm(const gpt *m) { return 2 + W_PER_LAYER * (int)m->cfg.layers; }
+static int p_n(const gpt *m, int l, int w) { return m->ndecay + N_PER_LAYER * l + w; }
+static int p_lnf(const gpt *m, int beta) { return m->ndecay + N_PER_LAYER * (int)m->cfg.layers + beta; }
+
+int gpt_num_params(const gpt *m) { return m->nparams; }
+int gpt_num_decay(const gpt *m) { return m->ndecay; }
+dt_tensor *const *gpt_params(const gpt *m) { return m->param; }
+const char *const *gpt_param_names(const gpt *m) { return (const char *const *)m->names; }
+
+int64_t gpt_param_count(const gpt *m)
+{
+    int64_t n = 0;
+    for (int i = 0; i < m->nparams; i++)
+        n += dt_tensor_numel(m->param[i]);
+    return n;
+}
+
+/* A tensor of `layout` holding the global host array `global`: every local device views the
+ * whole array (replicated), then the relayout slices out its box (no communication). */
+static dt_status from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                           const void *global, dt_tensor **out)
+{
+    const dt_mesh *mesh = dt_layout_mesh(layout);
+    int rank = dt_layout_rank(layout), n = dt_mesh_num_local_devices(mesh);
+    DLTensor *parts = calloc((size_t)(n ? n : 1), sizeof *parts);
+    int64_t shp[DT_MAX_RANK];
+    dt_layout *rep = NULL;
+    dt_tensor *r = NULL;
+    if (!parts)
+        return no_memory();
+    memcpy(shp, shape, sizeof(int64_t) * (size_t)rank);
+    for (int k = 0; k < n; k++)
+        parts[k] = (DLTensor){.data = (void *)global, .device = {kDLCPU, 0}, .ndim = rank,
+                              .dtype = dt_dtype_to_dlpack(dtype), .shape = shp};
+    dt_status st = dt_layout_replicated(mesh, rank, &rep);
+    if (st == DT_OK)
+        st = dt_tensor_pack(rep, shape, n, parts, &r);
+    if (st == DT_OK)
+        st = dt_relayout(r, layout, out);
+    dt_tensor_destroy(r);
+    dt_layout_destroy(rep);
+    free(parts);
+    return st;
+}
+
+static dt_status make_param(gpt *m, int slot, const char *name, const dt_layout *layout,
+                            int64_t rows, int64_t cols, const float *init)
+{
+    int64_t shape[2] = {rows, cols};
+    int rank = cols > 0 ? 2 : 1;
+    dt_layout *l = NULL;
+    dt_status st = DT_OK;
+    if (rank == 1) {
+        st = dt_layout_replicated(m->mesh, 1, &l);
+        layout = l;
+    }
+    dt_tensor *f = NULL;
+    if (st == DT_OK)
+        st = from_host(layout, DT_DTYPE_F32, shape, init, &f);
+    if (st == DT_OK && m->dtype != DT_DTYPE_F32) {
+        st = dt_cast(f, m->dtype, &m->param[slot]);
+        dt_tensor_destroy(f);
+    } else if (st == DT_OK) {
+        m->param[slot] = f;
+    }
+    dt_layout_destroy(l);
+    m->names[slot] = strdup(name);
+    if (st == DT_OK && !m->names[slot])
+        st = no_memory();
+    return st;
+}
+
+void gpt_destroy(gpt *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->nparams; i++) {
+        if (m->param)
+            dt_tensor_destroy(m->param[i]);
+        if (m->names)
+            free(m->names[i]);
+    }
+    free(m->param);
+    free(m->names);
+    dt_layout *ls[] = {m->l_act, m->l_ids, m->l_col, m->l_row,
+                       m->l_vocab, m->l_rep1, m->l_rep2, m->l_rep3};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        dt_layout_destroy(ls[i]);
+    dt_mesh_destroy(m->mesh);
+    free(m);
+}
+
+static void fill_normal(rng *r, float *x, int64_t n, double std)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(std * rng_normal(r));
+}
+
+dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype, uint64_t seed,
+                     gpt **out)
+{
+    own_error[0] = '\0';
+    if (cfg->layers < 1 || cfg->layers > MAX_LAYERS || cfg->heads < 1 ||
+        cfg->width % cfg->heads != 0) {
+        snprintf(own_error, sizeof own_error,
+                 "train_gpt: %lld layers (1..%d) and %lld heads must divide width %lld",
+                 (long long)cfg->layers, MAX_LAYERS, (long long)cfg->heads,
+                 (long long)cfg->width);
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    gpt *m = calloc(1, sizeof *m);
+    int64_t C = cfg->width, V = cfg->vocab, T = cfg->context, F = 4 * cfg->width;
+    int64_t big = (V > T ? V : T) * C;
+    if (F * C > big)
+        big = F * C;
+    float *buf = malloc((size_t)big * sizeof *buf);
+    if (!m || !buf) {
+        free(m);
+        free(buf);
+        return no_memory();
+    }
+    m->mesh = dt_mesh_retain(mesh);
+    m->cfg = *cfg;
+    m->dtype = dtype;
+    int L = (int)cfg->layers;
+    m->ndecay = 3 + W_PER_LAYER * L;
+    m->nparams = m->ndecay + N_PER_LAYER * L + 2;
+    m->param = calloc((size_t)m->nparams, sizeof *m->param);
+    m->names = calloc((size_t)m->nparams, sizeof *m->names);
+    dt_status st = m->param && m->names ? DT_OK : no_memory();
+    const char *tp = dt_mesh_dim_index(mesh, "model") >= 0 ? "model" : DT_UNSHARDED;
+    const char *s_act[3] = {"batch", DT_UNSHARDED, DT_UNSHARDED};
+    const char *s_col[2] = {DT_UNSHARDED, tp}, *s_row[2] = {tp, DT_UNSHARDED};
+    if (st == DT_OK &&
+        ((st = dt_layout_create(mesh, 3, s_act, &m->l_act)) != DT_OK ||
+         (st = dt_layout_create(mesh, 2, s_act, &m->l_ids)) != DT_OK ||
+         (st = dt_layout_create(mesh, 2, s_col, &m->l_col)) != DT_OK ||
+         (st = dt_layout_create(mesh, 2, s_row, &m->l_row)) != DT_OK ||
+         (st = dt_layout_create(mesh, 2, s_row, &m->l_vocab)) != DT_OK ||
+         (st = dt_layout_replicated(mesh, 1, &m->l_rep1)) != DT_OK ||
+         (st = dt_layout_replicated(mesh, 2, &m->l_rep2)) != DT_OK ||
+         (st = dt_layout_replicated(mesh, 3, &m->l_rep3)) != DT_OK))
+        goto out;
+    /* Every client draws the whole global matrices in the same order: any mesh starts from
+     * the same model. */
+    rng r;
+    rng_seed(&r, seed);
+    double resid = 0.02 / sqrt(2.0 * (double)L);
+    char name[64];
+    if (st == DT_OK) {
+        fill_normal(&r, buf, V * C, 0.02);
+        st = make_param(m, p_wte(), "embed/token", m->l_vocab, V, C, buf);
+    }
+    if (st == DT_OK) {
+        fill_normal(&r, buf, T * C, 0.01);
+        st = make_param(m, p_wpe(), "embed/position", m->l_rep2, T, C, buf);
+    }
+    static const char *const wn[W_PER_LAYER] = {"attn/q", "attn/k", "attn/v", "attn/proj",
+                                                "mlp/fc", "mlp/proj"};
+    static const char *const nn[N_PER_LAYER] = {"ln1/gain", "ln1/bias", "ln2/gain", "ln2/bias"};
+    for (int l = 0; l < L && st == DT_OK; l++) {
+        for (int w = 0; w < W_PER_LAYER && st == DT_OK; w++) {
+            int64_t rows = w == W_FC2 ? F : C, cols = w == W_FC ? F : C;
+            int row_par = w == W_O || w == W_FC2;
+            fill_normal(&r, buf, rows * cols, row_par ? resid : 0.02);
+            snprintf(name, sizeof name, "block%d/%s", l, wn[w]);
+            st = make_param(m, p_w(l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
+        }
+        for (int w = 0; w < N_PER_LAYER && st == DT_OK; w++) {
+            for (int64_t j = 0; j < C; j++)
+                buf[j] = (w == N_LN1G || w == N_LN2G) ? 1.0f : 0.0f;
+            snprintf(name, sizeof name, "block%d/%s", l, nn[w]);
+            st = make_param(m, p_n(m, l, w), name, NULL, C, 0, buf);
+        }
+    }
+    if (st == DT_OK) {
+        fill_normal(&r, buf, C * V, 0.02);
+        st = make_param(m, p_wlm(m), "output/weight", m->l_col, C, V, buf);
+    }
+    for (int b = 0; b < 2 && st == DT_OK; b++) {
+        for (int64_t j = 0; j < C; j++)
+            buf[j] = b ? 0.0f : 1.0f;
+        st = make_param(m, p_lnf(m, b), b ? "final_ln/bias" : "final_ln/gain", NULL, C, 0, buf);
+    }
+out:
+    free(buf);
+    if (st != DT_OK) {
+        gpt_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DT_OK;
+}
+
+dt_status gpt_inputs(const gpt *m, int64_t rows, const int32_t *x, const int32_t *y,
+                     dt_tensor **x_out, dt_tensor **y_out)
+{
+    int64_t shape[2] = {rows, m->cfg.context};
+    dt_status st = from_host(m->l_ids, DT_DTYPE_I32, shape, x, x_out);
+    if (st == DT_OK && y) {
+        st = from_host(m->l_ids, DT_DTYPE_I32, shape, y, y_out);
+        if (st != DT_OK) {
+            dt_tensor_destroy(*x_out);
+            *x_out = NULL;
+        }
+    }
+    return st;
+}
+
+dt_status gpt_count_targets(const gpt *m, const dt_tensor *y, int64_t *count_out)
+{
+    dt_tensor *r = NULL;
+    int64_t n = dt_tensor_numel(y), count = 0;
+    int32_t *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
+    if (!buf)
+        return no_memory();
+    dt_status st = dt_relayout(y, m->l_rep2, &r);
+    if (st == DT_OK)
+        st = dt_tensor_local_read(r, 0, buf, (size_t)n * sizeof *buf);
+    for (int64_t i = 0; st == DT_OK && i < n; i++)
+        count += buf[i] >= 0;
+    if (st == DT_OK)
+        *count_out = count;
+    dt_tensor_destroy(r);
+    free(buf);
+    return st;
+}
+
+/* ---- forward and backward ------------------------------------------------------------------ */
+
+/* Every tensor of one pass, destroyed together at the end. */
+#define TAPE_MAX 1024
+typedef struct tape {
+    dt_tensor *t[TAPE_MAX];
+    int n;
+} tape;
+
+static dt_tensor *keep(tape *tp, dt_tensor *t)
+{
+    if (t && tp->n < TAPE_MAX)
+        tp->t[tp->n++] = t;
+    return t;
+}
+
+static void tape_free(tape *tp)
+{
+    for (int i = 0; i < tp->n; i++)
+        dt_tensor_destroy(tp->t[i]);
+    tp->n = 0;
+}
+
+/* The activations of one block kept for the backward pass. */
+typedef struct acts {
+    dt_tensor *x, *a, *q, *k, *v, *y, *x1, *b, *h, *g;
+} acts;
+
+typedef struct pass {
+    tape tp;
+    dt_tensor *pf[4 * MAX_LAYERS + 8]; /* f32 views of the layer norms and embeddings */
+    dt_tensor *pos;                    /* position ids [rows, T] */
+    acts blk[MAX_LAYERS];
+    dt_tensor *xl, *f, *logits;
+} pass;
+
+/* Parameter slot as f32 (layer norms and embeddings run in f32; matmuls read bf16/f16
+ * weights directly). */
+static dt_status f32_param(const gpt *m, pass *p, int slot, dt_tensor **out)
+{
+    if (m->dtype == DT_DTYPE_F32) {
+        *out = m->param[slot];
+        return DT_OK;
+    }
+    dt_tensor *c = NULL;
+    dt_status st = dt_cast(m->param[slot], DT_DTYPE_F32, &c);
+    if (st == DT_OK)
+        *out = keep(&p->tp, c);
+    return st;
+}
+
+/* Position ids 0..T-1 for every row. */
+static dt_status positions(const gpt *m, pass *p, int64_t rows)
+{
+    int64_t T = m->cfg.context;
+    int32_t *ids = malloc((size_t)(rows * T) * sizeof *ids);
+    if (!ids)
+        return no_memory();
+    for (int64_t i = 0; i < rows * T; i++)
+        ids[i] = (int32_t)(i % T);
+    int64_t shape[2] = {rows, T};
+    dt_tensor *t = NULL;
+    dt_status st = from_host(m->l_ids, DT_DTYPE_I32, shape, ids, &t);
+    free(ids);
+    if (st == DT_OK)
+        p->pos = keep(&p->tp, t);
+    return st;
+}
+
+#define K(tp, call, var) ((st = (call)) == DT_OK ? (keep((tp), (var)), DT_OK) : st)
+
+static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
+{
+    dt_status st = DT_OK;
+    int L = (int)m->cfg.layers;
+    int64_t H = m->cfg.heads;
+    dt_tensor *wte = NULL, *wpe = NULL, *te = NULL, *pe = NULL, *x = NULL;
+    if ((st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
+        (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK)
+        return st;
+    /* The vocabulary-sharded lookup is partial over model: all-reduced to the activations'
+     * layout. */
+    if ((st = dt_embedding(wte, ids, m->l_act, &te)) != DT_OK)
+        return st;
+    keep(&p->tp, te);
+    if ((st = dt_embedding(wpe, p->pos, m->l_act, &pe)) != DT_OK)
+        return st;
+    keep(&p->tp, pe);
+    if ((st = dt_add(te, pe, m->l_act, &x)) != DT_OK)
+        return st;
+    keep(&p->tp, x);
+    for (int l = 0; l < L; l++) {
+        acts *a = &p->blk[l];
+        dt_tensor *g1, *b1, *g2, *b2, *o = NULL, *mo = NULL;
+        a->x = x;
+        if ((st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, N_LN1B), &b1)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
+            return st;
+        if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, m->param[p_w(l, W_Q)], 0, 0, NULL, &a->q), a->q) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, m->param[p_w(l, W_K)], 0, 0, NULL, &a->k), a->k) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, m->param[p_w(l, W_V)], 0, 0, NULL, &a->v), a->v) != DT_OK ||
+            K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->y, m->param[p_w(l, W_O)], 0, 0, m->l_act, &o), o) != DT_OK ||
+            K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
+            K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->b, m->param[p_w(l, W_FC)], 0, 0, NULL, &a->h), a->h) != DT_OK ||
+            K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->g, m->param[p_w(l, W_FC2)], 0, 0, m->l_act, &mo), mo) != DT_OK ||
+            K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK)
+            return st;
+    }
+    p->xl = x;
+    dt_tensor *gf, *bf;
+    if ((st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+        (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
+        K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
+        K(&p->tp, dt_matmul_nd(p->f, m->param[p_wlm(m)], 0, 0, NULL, &p->logits), p->logits) != DT_OK)
+        return st;
+    return DT_OK;
+}
+
+/* The mean loss per counted target of a forward pass. */
+static dt_status pass_loss(const gpt *m, pass *p, const dt_tensor *y, int64_t targets,
+                           double *loss_out)
+{
+    dt_tensor *loss = NULL;
+    double v = 0;
+    dt_status st = dt_vocab_xent(p->logits, y, NULL, &loss);
+    if (st == DT_OK)
+        st = dt_item(loss, &v);
+    dt_tensor_destroy(loss);
+    int64_t rows = dt_tensor_numel(y);
+    if (st == DT_OK)
+        *loss_out = targets > 0 ? v * (double)rows / (double)targets : 0.0;
+    (void)m;
+    return st;
+}
+
+/* g (the gradient of a parameter, f32, owned) into grads[slot]; several contributions add. */
+static dt_status put_grad(dt_tensor **grads, int slot, dt_tensor *g)
+{
+    if (!grads[slot]) {
+        grads[slot] = g;
+        return DT_OK;
+    }
+    dt_tensor *s = NULL;
+    dt_status st = dt_add(grads[slot], g, NULL, &s);
+    dt_tensor_destroy(g);
+    if (st == DT_OK) {
+        dt_tensor_destroy(grads[slot]);
+        grads[slot] = s;
+    }
+    return st;
+}
+
+static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor *y,
+                          float dloss, dt_tensor **grads)
+{
+    dt_status st;
+    int L = (int)m->cfg.layers;
+    int64_t H = m->cfg.heads;
+    tape *tp = &p->tp;
+    dt_tensor *dlogits = NULL, *df = NULL, *dw = NULL, *dx = NULL, *dg = NULL, *db = NULL;
+    dt_tensor *gf = NULL;
+    if (K(tp, dt_vocab_xent_backward(p->logits, y, dloss, &dlogits), dlogits) != DT_OK ||
+        (st = dt_matmul_nd_backward(p->f, m->param[p_wlm(m)], 0, 0, dlogits, NULL, NULL, &df,
+                                    &dw)) != DT_OK)
+        return st;
+    keep(tp, df);
+    if ((st = put_grad(grads, p_wlm(m), dw)) != DT_OK ||
+        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+        (st = dt_layer_norm_backward(p->xl, gf, df, EPS, &dx, &dg, &db)) != DT_OK)
+        return st;
+    keep(tp, dx);
+    if ((st = put_grad(grads, p_lnf(m, 0), dg)) != DT_OK ||
+        (st = put_grad(grads, p_lnf(m, 1), db)) != DT_OK)
+        return st;
+    for (int l = L - 1; l >= 0; l--) {
+        acts *a = &p->blk[l];
+        dt_tensor *g1 = NULL, *g2 = NULL, *dgl = NULL, *dh = NULL, *dbn = NULL, *dx1p = NULL;
+        dt_tensor *dx1 = NULL, *dy = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *da[3];
+        dt_tensor *das = NULL, *das2 = NULL, *dxp = NULL, *dxn = NULL;
+        if ((st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK)
+            return st;
+        /* MLP branch: x2 = x1 + fc2(gelu(fc(ln2(x1)))). */
+        if ((st = dt_matmul_nd_backward(a->g, m->param[p_w(l, W_FC2)], 0, 0, dx, NULL, NULL,
+                                        &dgl, &dw)) != DT_OK)
+            return st;
+        keep(tp, dgl);
+        if ((st = put_grad(grads, p_w(l, W_FC2), dw)) != DT_OK ||
+            K(tp, dt_gelu_backward(a->h, dgl, &dh), dh) != DT_OK ||
+            (st = dt_matmul_nd_backward(a->b, m->param[p_w(l, W_FC)], 0, 0, dh, NULL, NULL, &dbn,
+                                        &dw)) != DT_OK)
+            return st;
+        keep(tp, dbn);
+        if ((st = put_grad(grads, p_w(l, W_FC), dw)) != DT_OK ||
+            (st = dt_layer_norm_backward(a->x1, g2, dbn, EPS, &dx1p, &dg, &db)) != DT_OK)
+            return st;
+        keep(tp, dx1p);
+        if ((st = put_grad(grads, p_n(m, l, N_LN2G), dg)) != DT_OK ||
+            (st = put_grad(grads, p_n(m, l, N_LN2B), db)) != DT_OK ||
+            K(tp, dt_add(dx, dx1p, m->l_act, &dx1), dx1) != DT_OK)
+            return st;
+        /* Attention branch: x1 = x + proj(attn(q, k, v of ln1(x))). */
+        if ((st = dt_matmul_nd_backward(a->y, m->param[p_w(l, W_O)], 0, 0, dx1, NULL, NULL, &dy,
+                                        &dw)) != DT_OK)
+            return st;
+        keep(tp, dy);
+        if ((st = put_grad(grads, p_w(l, W_O), dw)) != DT_OK ||
+            (st = dt_attention_backward(a->q, a->k, a->v, H, 1, dy, &dq, &dk, &dv)) != DT_OK)
+            return st;
+        keep(tp, dq);
+        keep(tp, dk);
+        keep(tp, dv);
+        dt_tensor *dqkv[3] = {dq, dk, dv};
+        for (int j = 0; j < 3; j++) {
+            if ((st = dt_matmul_nd_backward(a->a, m->param[p_w(l, W_Q + j)], 0, 0, dqkv[j], NULL,
+                                            NULL, &da[j], &dw)) != DT_OK)
+                return st;
+            keep(tp, da[j]);
+            if ((st = put_grad(grads, p_w(l, W_Q + j), dw)) != DT_OK)
+                return st;
+        }
+        if (K(tp, dt_add(da[0], da[1], NULL, &das), das) != DT_OK ||
+            K(tp, dt_add(das, da[2], NULL, &das2), das2) != DT_OK ||
+            (st = dt_layer_norm_backward(a->x, g1, das2, EPS, &dxp, &dg, &db)) != DT_OK)
+            return st;
+        keep(tp, dxp);
+        if ((st = put_grad(grads, p_n(m, l, N_LN1G), dg)) != DT_OK ||
+            (st = put_grad(grads, p_n(m, l, N_LN1B), db)) != DT_OK ||
+            K(tp, dt_add(dx1, dxp, m->l_act, &dxn), dxn) != DT_OK)
+            return st;
+        dx = dxn;
+    }
+    /* Embeddings: x0 = wte[ids] + wpe[pos]. */
+    dt_tensor *wte = NULL, *wpe = NULL;
+    if ((st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
+        (st = dt_embedding_backward(wte, ids, dx, NULL, &dw)) != DT_OK ||
+        (st = put_grad(grads, p_wte(), dw)) != DT_OK ||
+        (st = dt_embedding_backward(wpe, p->pos, dx, NULL, &dw)) != DT_OK ||
+        (st = put_grad(grads, p_wpe(), dw)) != DT_OK)
+        return st;
+    return DT_OK;
+}
+
+dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                    float loss_scale, double *loss_out, dt_tensor **grads_out)
+{
+    own_error[0] = '\0';
+    pass *p = calloc(1, sizeof *p);
+    dt_tensor **g = calloc((size_t)m->nparams, sizeof *g);
+    if (!p || !g) {
+        free(p);
+        free(g);
+        return no_memory();
+    }
+    int64_t rows = dt_tensor_numel(y);
+    float dloss = targets > 0 ? loss_scale * (float)((double)rows / (double)targets) : 0.0f;
+    dt_status st = forward(m, p, x);
+    if (st == DT_OK)
+        st = pass_loss(m, p, y, targets, loss_out);
+    if (st == DT_OK)
+        st = backward(m, p, x, y, dloss, g);
+    for (int i = 0; i < m->nparams; i++) {
+        if (st == DT_OK)
+            grads_out[i] = g[i];
+        else
+            dt_tensor_destroy(g[i]);
+    }
+    tape_free(&p->tp);
+    free(p);
+    free(g);
+    return st;
+}
+
+dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                   double *loss_out)
+{
+    own_error[0] = '\0';
+    pass *p = calloc(1, sizeof *p);
+    if (!p)
+        return no_memory();
+    dt_status st = forward(m, p, x);
+    if (st == DT_OK)
+        st = pass_loss(m, p, y, targets, loss_out);
+    tape_free(&p->tp);
+    free(p);
+    return st;
+}
+
+dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits)
+{
+    own_error[0] = '\0';
+    pass *p = calloc(1, sizeof *p);
+    if (!p)
+        return no_memory();
+    dt_tensor *r = NULL;
+    dt_status st = forward(m, p, x);
+    if (st == DT_OK)
+        st = dt_relayout(p->logits, m->l_rep3, &r);
+    if (st == DT_OK)
+        st = dt_tensor_local_read(r, 0, logits,
+                                  (size_t)dt_tensor_numel(r) * sizeof(float));
+    dt_tensor_destroy(r);
+    tape_free(&p->tp);
+    free(p);
+    return st;
+}

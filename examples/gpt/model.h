@@ -1,0 +1,68 @@
+/* gpt/model: a character-level GPT (pre-norm transformer blocks: layer norm, causal
+ * self-attention, residual add, layer norm, GELU MLP, residual add; a final layer norm and an
+ * output projection) laid out Megatron-style on a mesh with a `batch` dim (data parallel) and
+ * an optional `model` dim (tensor parallel):
+ *   token embedding [V, C]      vocabulary sharded on model     position embedding [T, C]
+ *   q, k, v [C, C], fc [C, 4C]  column parallel (heads / hidden units sharded on model)
+ *   proj [C, C], fc2 [4C, C]    row parallel, outputs all-reduced over model
+ *   output [C, V]               column parallel: the logits stay vocabulary-sharded and the
+ *                               loss is Megatron's vocab-parallel cross-entropy
+ *   layer norms                 replicated
+ *   activations [B, T, *]       sharded on batch.
+ * Forward and backward are written out with libdtensor's distributed ops. */
+#ifndef GPT_MODEL_H
+#define GPT_MODEL_H
+
+#include <stdint.h>
+
+#include <dtensor/dtensor.h>
+
+typedef struct gpt_config {
+    int64_t vocab, context, width, heads, layers;
+} gpt_config;
+
+typedef struct gpt gpt;
+
+/* Creates the parameters in `dtype` (f32, bf16 or f16) on `mesh` ("batch" and optionally
+ * "model"), initialised from `seed` (GPT-2's: normal(0, 0.02), the residual projections
+ * scaled by 1/sqrt(2 layers), layer norms 1 and 0), the same values for any mesh. heads must
+ * be divisible by the model dim's size for head-parallel attention (else attention gathers
+ * the heads). Collective (no communication). */
+dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype, uint64_t seed,
+                     gpt **out);
+void gpt_destroy(gpt *m);
+
+/* Parameters in optimizer order (those with weight decay first: gpt_num_decay of them), and
+ * their names (checkpoint keys). Borrowed. */
+int gpt_num_params(const gpt *m);
+int gpt_num_decay(const gpt *m);
+dt_tensor *const *gpt_params(const gpt *m);
+const char *const *gpt_param_names(const gpt *m);
+int64_t gpt_param_count(const gpt *m); /* elements of all parameters */
+
+/* Inputs x and targets y (host [rows, context] int32, the same on every client; y = -1 for
+ * ignored positions) laid out over the batch dim. */
+dt_status gpt_inputs(const gpt *m, int64_t rows, const int32_t *x, const int32_t *y,
+                     dt_tensor **x_out, dt_tensor **y_out);
+
+/* *count_out = the number of targets y (a batch from gpt_inputs or the dataset, [rows,
+ * context] i32) counts (those >= 0), on every client. */
+dt_status gpt_count_targets(const gpt *m, const dt_tensor *y, int64_t *count_out);
+
+/* One forward and backward pass: *loss_out the mean cross-entropy per counted target
+ * (`targets` of them, unscaled), grads_out (gpt_num_params) the gradients multiplied by
+ * `loss_scale`, f32, partial over batch. */
+dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                    float loss_scale, double *loss_out, dt_tensor **grads_out);
+
+/* Mean cross-entropy per counted target of a forward pass (no gradients). */
+dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                   double *loss_out);
+
+/* The logits [rows, context, vocab] of a forward pass gathered to host `logits`. */
+dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits);
+
+/* A message for the last failure: this module's own or dt_last_error(). */
+const char *gpt_last_error(void);
+
+#endif

@@ -1,0 +1,24 @@
+/* gpt/options: train_gpt's command line. */
+#ifndef GPT_OPTIONS_H
+#define GPT_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct gpt_opts {
+    const char *mesh_file, *mesh_name, *data_file, *precision; /* f32, bf16, f16 */
+    int64_t steps, batch, layers, width, heads, warmup, stage, ckpt_every, stop_after, seed;
+    int64_t eval_every, samples;
+    double lr, min_lr, weight_decay, clip;
+    const char *out_dir, *ckpt_dir, *resume;
+    int quiet, help;
+} gpt_opts;
+
+/* Parses argv ("--name value" or "--name=value") into *o, defaults first. Returns 0, or -1
+ * with a one-line message in err (a usage error: exit status 2). */
+int gpt_options_parse(int argc, char **argv, const char *default_mesh, const char *default_data,
+                      gpt_opts *o, char *err, size_t errlen);
+void gpt_options_usage(FILE *f);
+
+#endif

@@ -1,0 +1,122 @@
+/* Local scaled dot-product self-attention with an optional causal mask, and its gradient
+ * (which recomputes the attention weights instead of storing them). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+static dt_status check_attn(const char *op, int64_t batch, int64_t seq, int64_t heads,
+                            int64_t head_dim, int nptrs, const void *const *ptrs)
+{
+    if (batch < 0 || seq < 0 || heads < 0 || head_dim < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: negative size (batch %lld, seq %lld, "
+                         "heads %lld, head_dim %lld)", op, (long long)batch, (long long)seq,
+                         (long long)heads, (long long)head_dim);
+    return dt__kcheck(op, batch * seq * heads * head_dim, nptrs, ptrs);
+}
+
+/* Attention weights p[0..n-1] of query row q against key rows k (stride ld), n = t + 1 under
+ * the causal mask, else seq. Returns n. */
+static int64_t weights(int64_t n, int64_t hd, int64_t ld, float scale, const float *q,
+                       const float *k, float *p)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float s = 0.0f;
+        for (int64_t d = 0; d < hd; d++)
+            s += q[d] * k[j * ld + d];
+        p[j] = s * scale;
+        mx = p[j] > mx ? p[j] : mx;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        p[j] = expf(p[j] - mx);
+        sum += p[j];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < n; j++)
+        p[j] *= inv;
+    return n;
+}
+
+dt_status dt_kernel_attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                              int causal, const float *q, const float *k, const float *v,
+                              float *y)
+{
+    const void *ptrs[] = {q, k, v, y};
+    dt_status st = check_attn("dt_kernel_attention", batch, seq, heads, head_dim, 4, ptrs);
+    if (st != DT_OK || batch * seq * heads * head_dim == 0)
+        return st;
+    float *p = malloc((size_t)seq * sizeof *p);
+    if (!p)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_attention: out of memory");
+    int64_t ld = heads * head_dim;
+    float scale = 1.0f / sqrtf((float)head_dim);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            int64_t base = b * seq * ld + h * head_dim;
+            for (int64_t t = 0; t < seq; t++) {
+                int64_t n = weights(causal ? t + 1 : seq, head_dim, ld, scale,
+                                    q + base + t * ld, k + base, p);
+                float *yr = y + base + t * ld;
+                for (int64_t d = 0; d < head_dim; d++)
+                    yr[d] = 0.0f;
+                for (int64_t j = 0; j < n; j++)
+                    for (int64_t d = 0; d < head_dim; d++)
+                        yr[d] += p[j] * v[base + j * ld + d];
+            }
+        }
+    free(p);
+    return DT_OK;
+}
+
+dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                   int causal, const float *q, const float *k, const float *v,
+                                   const float *dy, float *dq, float *dk, float *dv)
+{
+    const void *ptrs[] = {q, k, v, dy, dq, dk, dv};
+    dt_status st = check_attn("dt_kernel_attention_grad", batch, seq, heads, head_dim, 7, ptrs);
+    int64_t total = batch * seq * heads * head_dim;
+    if (st != DT_OK || total == 0)
+        return st;
+    float *p = malloc(2 * (size_t)seq * sizeof *p);
+    if (!p)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_attention_grad: out of memory");
+    float *dp = p + seq;
+    memset(dq, 0, (size_t)total * sizeof *dq);
+    memset(dk, 0, (size_t)total * sizeof *dk);
+    memset(dv, 0, (size_t)total * sizeof *dv);
+    int64_t ld = heads * head_dim;
+    float scale = 1.0f / sqrtf((float)head_dim);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            int64_t base = b * seq * ld + h * head_dim;
+            for (int64_t t = 0; t < seq; t++) {
+                const float *qt = q + base + t * ld, *dyt = dy + base + t * ld;
+                int64_t n = weights(causal ? t + 1 : seq, head_dim, ld, scale, qt, k + base, p);
+                double dot = 0.0;
+                for (int64_t j = 0; j < n; j++) {
+                    float s = 0.0f;
+                    for (int64_t d = 0; d < head_dim; d++)
+                        s += dyt[d] * v[base + j * ld + d];
+                    dp[j] = s;
+                    dot += (double)p[j] * s;
+                }
+                float *dqt = dq + base + t * ld;
+                for (int64_t j = 0; j < n; j++) {
+                    /* Softmax backward, then the scaled products. */
+                    float ds = p[j] * (dp[j] - (float)dot) * scale;
+                    const float *kj = k + base + j * ld;
+                    float *dkj = dk + base + j * ld, *dvj = dv + base + j * ld;
+                    for (int64_t d = 0; d < head_dim; d++) {
+                        dqt[d] += ds * kj[d];
+                        dkj[d] += ds * qt[d];
+                        dvj[d] += p[j] * dyt[d];
+                    }
+                }
+            }
+        }
+    free(p);
+    return DT_OK;
+}

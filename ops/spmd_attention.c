@@ -1,0 +1,138 @@
+/* Distributed causal self-attention on q, k, v [batch, seq, heads * head_dim]: the sequence is
+ * gathered, batch keeps q's sharding and the heads stay sharded over q's model dim when whole
+ * heads fall on each device (Megatron's head-parallel attention: no communication). */
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+static dt_status check_qkv(const char *op, const dt_tensor *q, const dt_tensor *k,
+                           const dt_tensor *v, int64_t heads)
+{
+    const dt_tensor *t[3] = {q, k, v};
+    static const char *const names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        dt_status st = dt__check_f32(op, names[i], t[i]);
+        if (st == DT_OK)
+            st = dt__check_tensor(op, names[i], t[i], q);
+        if (st == DT_OK && i > 0)
+            st = dt__check_same_shape(op, q, t[i]);
+        if (st != DT_OK)
+            return st;
+    }
+    if (dt_tensor_rank(q) != 3)
+        return dt__error(DT_ERR_SHAPE, "%s: q, k and v must be [batch, seq, heads * head_dim] "
+                         "(rank %d)", op, dt_tensor_rank(q));
+    if (heads < 1 || dt_tensor_shape(q)[2] % heads != 0)
+        return dt__error(DT_ERR_SHAPE, "%s: %lld heads do not divide the width %lld", op,
+                         (long long)heads, (long long)dt_tensor_shape(q)[2]);
+    return DT_OK;
+}
+
+/* The layout attention runs in: q's batch sharding, the sequence gathered, the width sharded
+ * as q's when its mesh dim splits the heads evenly. */
+static void attn_spec(const dt_tensor *q, int64_t heads, dt__lspec *ls)
+{
+    dt__lspec_gathered(q, 1, ls);
+    int m = ls->spec[2];
+    if (m >= 0 && heads % dt_mesh_dim_size(dt_layout_mesh(dt_tensor_layout(q)), m) != 0)
+        ls->spec[2] = -1;
+}
+
+dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                       int64_t heads, int causal, dt_tensor **out)
+{
+    static const char op[] = "dt_attention";
+    dt_status st = check_qkv(op, q, k, v, heads);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    if (st != DT_OK)
+        return st;
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(q)), op, &be);
+    if (st != DT_OK)
+        return st;
+    const int64_t *s = dt_tensor_shape(q);
+    int64_t hd = s[2] / heads;
+    dt__lspec ls;
+    attn_spec(q, heads, &ls);
+    dt_tensor *rq = NULL, *rk = NULL, *rv = NULL, *y = NULL;
+    st = dt__ensure_layout(q, &ls, &rq);
+    if (st == DT_OK)
+        st = dt__ensure_layout(k, &ls, &rk);
+    if (st == DT_OK)
+        st = dt__ensure_layout(v, &ls, &rv);
+    if (st == DT_OK)
+        st = dt__tensor_empty(dt_tensor_layout(rq), DT_DTYPE_F32, s, &y);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
+        const DLTensor *l = dt_tensor_local(y, i);
+        if (dt__numel(3, l->shape) == 0)
+            continue;
+        st = dt__set_device_of(be, y, i);
+        if (st == DT_OK)
+            st = be->attention(l->shape[0], l->shape[1], l->shape[2] / hd, hd, causal,
+                               dt__local_data(rq, i), dt__local_data(rk, i),
+                               dt__local_data(rv, i), dt__local_data(y, i));
+    }
+    st = dt__ops_finish(be, op, NULL, st, &y, out);
+    dt_tensor_destroy(rv);
+    dt_tensor_destroy(rk);
+    dt_tensor_destroy(rq);
+    return st;
+}
+
+dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                                int64_t heads, int causal, const dt_tensor *dy,
+                                dt_tensor **dq_out, dt_tensor **dk_out, dt_tensor **dv_out)
+{
+    static const char op[] = "dt_attention_backward";
+    dt_status st = check_qkv(op, q, k, v, heads);
+    if (st == DT_OK)
+        st = dt__check_f32(op, "dy", dy);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "dy", dy, q);
+    if (st == DT_OK)
+        st = dt__check_same_shape(op, q, dy);
+    if (st == DT_OK && (!dq_out || !dk_out || !dv_out))
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
+    if (st != DT_OK)
+        return st;
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(q)), op, &be);
+    if (st != DT_OK)
+        return st;
+    const int64_t *s = dt_tensor_shape(q);
+    int64_t hd = s[2] / heads;
+    dt__lspec ls;
+    attn_spec(q, heads, &ls);
+    dt_tensor *in[4] = {NULL, NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
+    const dt_tensor *src[4] = {q, k, v, dy};
+    for (int j = 0; j < 4 && st == DT_OK; j++)
+        st = dt__ensure_layout(src[j], &ls, &in[j]);
+    for (int j = 0; j < 3 && st == DT_OK; j++)
+        st = dt__tensor_empty(dt_tensor_layout(in[0]), DT_DTYPE_F32, s, &g[j]);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(in[0]); i++) {
+        const DLTensor *l = dt_tensor_local(in[0], i);
+        if (dt__numel(3, l->shape) == 0)
+            continue;
+        st = dt__set_device_of(be, in[0], i);
+        if (st == DT_OK)
+            st = be->attention_grad(l->shape[0], l->shape[1], l->shape[2] / hd, hd, causal,
+                                    dt__local_data(in[0], i), dt__local_data(in[1], i),
+                                    dt__local_data(in[2], i), dt__local_data(in[3], i),
+                                    dt__local_data(g[0], i), dt__local_data(g[1], i),
+                                    dt__local_data(g[2], i));
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    if (st == DT_OK) {
+        *dq_out = g[0];
+        *dk_out = g[1];
+        *dv_out = g[2];
+        g[0] = g[1] = g[2] = NULL;
+    }
+    for (int j = 0; j < 4; j++)
+        dt_tensor_destroy(in[j]);
+    for (int j = 0; j < 3; j++)
+        dt_tensor_destroy(g[j]);
+    return st;
+}

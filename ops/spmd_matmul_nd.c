@@ -1,0 +1,234 @@
+/* N-d matmul: a [..., k] x b [k, n] projections run as 2-D dt_matmul on zero-copy views that
+ * flatten a's leading dims (so every 2-D layout rule applies to the rows), and batched products
+ * a [..., m, k] x b [..., k, n] whose batch dims follow a's sharding with one GEMM per matrix. */
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+/* The flattened 2-D view of x [d0, ..., n] (rank >= 2): x is first relaid out so that dims
+ * 1..r-2 are unsharded and dim 0's blocks are whole rows of the flattened view. */
+static dt_status flatten(const dt_tensor *x, dt_tensor **out)
+{
+    int r = dt_tensor_rank(x);
+    const int64_t *s = dt_tensor_shape(x);
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    if (r == 2) {
+        *out = dt_tensor_retain(x);
+        return DT_OK;
+    }
+    dt__lspec ls;
+    dt__lspec_of(dt_tensor_layout(x), &ls);
+    int64_t inner = 1;
+    for (int d = 1; d < r - 1; d++) {
+        ls.spec[d] = -1;
+        inner *= s[d];
+    }
+    if (!dt__rows_aligned(mesh, ls.spec[0], s[0], inner))
+        ls.spec[0] = -1;
+    dt_tensor *rx = NULL;
+    dt_status st = dt__ensure_layout(x, &ls, &rx);
+    if (st != DT_OK)
+        return st;
+    dt__lspec l2 = ls;
+    l2.rank = 2;
+    l2.spec[1] = ls.spec[r - 1];
+    int64_t shape2[2] = {s[0] * inner, s[r - 1]};
+    st = dt__tensor_view(rx, &l2, shape2, out);
+    dt_tensor_destroy(rx);
+    return st;
+}
+
+/* The inverse: a 2-D c [rows, n] back to [lead..., n] (lead from `like`, rank r). */
+static dt_status unflatten(dt_tensor *c, const int64_t *lead, int r, dt_tensor **out)
+{
+    if (r == 2) {
+        *out = dt_tensor_retain(c);
+        return DT_OK;
+    }
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(c));
+    dt__lspec l2;
+    dt__lspec_of(dt_tensor_layout(c), &l2);
+    int64_t inner = 1, shape[DT_MAX_RANK];
+    for (int d = 1; d < r - 1; d++)
+        inner *= lead[d];
+    dt_tensor *rc = NULL;
+    if (!dt__rows_aligned(mesh, l2.spec[0], lead[0], inner)) {
+        l2.spec[0] = -1;
+        dt_status st = dt__ensure_layout(c, &l2, &rc);
+        if (st != DT_OK)
+            return st;
+    } else {
+        rc = dt_tensor_retain(c);
+    }
+    dt__lspec ls = l2;
+    ls.rank = r;
+    ls.spec[r - 1] = l2.spec[1];
+    for (int d = 1; d < r - 1; d++)
+        ls.spec[d] = -1;
+    for (int d = 0; d < r - 1; d++)
+        shape[d] = lead[d];
+    shape[r - 1] = dt_tensor_shape(c)[1];
+    dt_status st = dt__tensor_view(rc, &ls, shape, out);
+    dt_tensor_destroy(rc);
+    return st;
+}
+
+static dt_status check_proj(const char *op, const dt_tensor *a, const dt_tensor *b)
+{
+    dt_status st = dt__check_tensor(op, "a", a, NULL);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "b", b, a);
+    if (st != DT_OK)
+        return st;
+    if (dt_tensor_rank(a) < 2 || dt_tensor_rank(b) < 2)
+        return dt__error(DT_ERR_SHAPE, "%s: operands must have rank 2 or more (ranks %d and %d)",
+                         op, dt_tensor_rank(a), dt_tensor_rank(b));
+    return DT_OK;
+}
+
+/* Batched: leading dims of a and b equal; b is relaid out to a's batch sharding, the matrix
+ * dims of both are gathered; one GEMM per local matrix. */
+static dt_status batched(const char *op, const dt_tensor *a, const dt_tensor *b, int transa,
+                         int transb, const dt_layout *layout, dt_tensor **out)
+{
+    int r = dt_tensor_rank(a);
+    const int64_t *as = dt_tensor_shape(a), *bs = dt_tensor_shape(b);
+    for (int d = 0; d < r - 2; d++)
+        if (as[d] != bs[d])
+            return dt__error(DT_ERR_SHAPE, "%s: batch dim %d differs (%lld and %lld)", op, d,
+                             (long long)as[d], (long long)bs[d]);
+    int64_t m = as[r - 2 + transa], k = as[r - 1 - transa], n = bs[r - 1 - transb];
+    if (bs[r - 2 + transb] != k)
+        return dt__error(DT_ERR_SHAPE, "%s: inner dims differ (%lld and %lld)", op, (long long)k,
+                         (long long)bs[r - 2 + transb]);
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(a));
+    const dt__ops_backend *be = NULL;
+    dt_status st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    dt__lspec ls;
+    dt__lspec_of(dt_tensor_layout(a), &ls);
+    memset(ls.partial, 0, sizeof ls.partial);
+    ls.spec[r - 2] = ls.spec[r - 1] = -1;
+    dt_tensor *ra = NULL, *rb = NULL, *c = NULL;
+    int64_t cshape[DT_MAX_RANK];
+    memcpy(cshape, as, sizeof(int64_t) * (size_t)r);
+    cshape[r - 2] = m;
+    cshape[r - 1] = n;
+    st = dt__ensure_layout(a, &ls, &ra);
+    if (st == DT_OK)
+        st = dt__ensure_layout(b, &ls, &rb);
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, &ls, DT_DTYPE_F32, cshape, &c);
+    size_t asz = dt_dtype_size(dt_tensor_dtype(a)), bsz = dt_dtype_size(dt_tensor_dtype(b));
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(c); i++) {
+        int64_t count = dt__local_numel(c, i) / (m * n > 0 ? m * n : 1);
+        if (m * n == 0 || count == 0)
+            continue;
+        st = dt__set_device_of(be, c, i);
+        const char *pa = dt__local_data(ra, i), *pb = dt__local_data(rb, i);
+        float *pc = dt__local_data(c, i);
+        for (int64_t j = 0; st == DT_OK && j < count; j++)
+            st = be->gemm(transa, transb, m, n, k, 1.0f, pa + (size_t)(j * m * k) * asz,
+                          dt_tensor_dtype(ra), transa ? m : k, pb + (size_t)(j * k * n) * bsz,
+                          dt_tensor_dtype(rb), transb ? k : n, 0.0f, pc + j * m * n, n);
+    }
+    st = dt__ops_finish(be, op, layout, st, &c, out);
+    dt_tensor_destroy(rb);
+    dt_tensor_destroy(ra);
+    return st;
+}
+
+dt_status dt_matmul_nd(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+                       const dt_layout *layout, dt_tensor **out)
+{
+    static const char op[] = "dt_matmul_nd";
+    dt_status st = check_proj(op, a, b);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    if (st != DT_OK)
+        return st;
+    int r = dt_tensor_rank(a);
+    if (layout && dt_layout_rank(layout) != (dt_tensor_rank(b) == 2 ? r : dt_tensor_rank(b)))
+        return dt__error(DT_ERR_SHAPE, "%s: the requested output layout has rank %d", op,
+                         dt_layout_rank(layout));
+    if (dt_tensor_rank(b) > 2 || (r == 2 && transa)) {
+        if (dt_tensor_rank(b) != r)
+            return dt__error(DT_ERR_SHAPE, "%s: batched operands must have equal ranks (%d and "
+                             "%d)", op, r, dt_tensor_rank(b));
+        if (r == 2)
+            return dt_matmul(a, b, transa, transb, layout, out);
+        return batched(op, a, b, transa ? 1 : 0, transb ? 1 : 0, layout, out);
+    }
+    if (transa)
+        return dt__error(DT_ERR_SHAPE, "%s: a projection [..., k] x [k, n] takes no transa", op);
+    dt_tensor *a2 = NULL, *c2 = NULL, *c = NULL;
+    st = flatten(a, &a2);
+    if (st == DT_OK)
+        st = dt_matmul(a2, b, 0, transb, NULL, &c2);
+    if (st == DT_OK)
+        st = unflatten(c2, dt_tensor_shape(a), r, &c);
+    if (st == DT_OK)
+        st = dt__finish_layout(op, layout, &c);
+    if (st == DT_OK) {
+        *out = c;
+        c = NULL;
+    }
+    dt_tensor_destroy(c);
+    dt_tensor_destroy(c2);
+    dt_tensor_destroy(a2);
+    return st;
+}
+
+dt_status dt_matmul_nd_backward(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+                                const dt_tensor *dc, const dt_layout *da_layout,
+                                const dt_layout *db_layout, dt_tensor **da_out,
+                                dt_tensor **db_out)
+{
+    static const char op[] = "dt_matmul_nd_backward";
+    dt_status st = check_proj(op, a, b);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "dc", dc, a);
+    if (st != DT_OK)
+        return st;
+    int r = dt_tensor_rank(a);
+    if (dt_tensor_rank(dc) != (dt_tensor_rank(b) == 2 ? r : dt_tensor_rank(b)))
+        return dt__error(DT_ERR_SHAPE, "%s: dc has rank %d", op, dt_tensor_rank(dc));
+    dt_tensor *da = NULL, *db = NULL;
+    if (dt_tensor_rank(b) > 2 || (r == 2 && transa)) {
+        /* C = op(A) op(B): dA = dC op(B)^T (or op(B) dC^T), dB = op(A)^T dC (or dC^T op(A)). */
+        if (da_out)
+            st = transa ? dt_matmul_nd(b, dc, transb, 1, da_layout, &da)
+                        : dt_matmul_nd(dc, b, 0, !transb, da_layout, &da);
+        if (st == DT_OK && db_out)
+            st = transb ? dt_matmul_nd(dc, a, 1, transa, db_layout, &db)
+                        : dt_matmul_nd(a, dc, !transa, 0, db_layout, &db);
+    } else {
+        if (transa)
+            return dt__error(DT_ERR_SHAPE, "%s: a projection takes no transa", op);
+        dt_tensor *a2 = NULL, *dc2 = NULL, *da2 = NULL;
+        st = flatten(a, &a2);
+        if (st == DT_OK)
+            st = flatten(dc, &dc2);
+        if (st == DT_OK)
+            st = dt_matmul_backward(a2, b, 0, transb, dc2, NULL, db_layout, da_out ? &da2 : NULL,
+                                    db_out ? &db : NULL);
+        if (st == DT_OK && da_out)
+            st = unflatten(da2, dt_tensor_shape(a), r, &da);
+        if (st == DT_OK && da_out)
+            st = dt__finish_layout(op, da_layout, &da);
+        dt_tensor_destroy(da2);
+        dt_tensor_destroy(dc2);
+        dt_tensor_destroy(a2);
+    }
+    if (st != DT_OK) {
+        dt_tensor_destroy(da);
+        dt_tensor_destroy(db);
+        return st;
+    }
+    if (da_out)
+        *da_out = da;
+    if (db_out)
+        *db_out = db;
+    return DT_OK;
+}

@@ -1,0 +1,332 @@
+/* Distributed vocabulary-sharded layers (Megatron): the embedding lookup, where each device
+ * holds a slice of the table's rows and the outputs are summed over the vocabulary's mesh
+ * dim, and the vocab-parallel cross-entropy, which never gathers the logits: the row max, the
+ * sum of exponentials and the target logit are reduced over that mesh dim instead. */
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+/* ---- embedding ------------------------------------------------------------------------- */
+
+typedef struct emb_plan {
+    dt__lspec table, ids, out; /* out without its partial dim */
+    int vocab_dim;             /* mesh dim sharding the vocabulary, or -1 */
+} emb_plan;
+
+static dt_status check_emb(const char *op, const dt_tensor *table, const dt_tensor *ids)
+{
+    dt_status st = dt__check_f32(op, "table", table);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "ids", ids, table);
+    if (st != DT_OK)
+        return st;
+    if (dt_tensor_dtype(ids) != DT_DTYPE_I32)
+        return dt__error(DT_ERR_SHAPE, "%s: ids have dtype %s, i32 expected", op,
+                         dt_dtype_name(dt_tensor_dtype(ids)));
+    if (dt_tensor_rank(table) != 2 || dt_tensor_rank(ids) + 1 > DT_MAX_RANK)
+        return dt__error(DT_ERR_SHAPE, "%s: the table must be [vocab, dim] (rank %d) and ids of "
+                         "rank < %d", op, dt_tensor_rank(table), DT_MAX_RANK);
+    return DT_OK;
+}
+
+static void emb_plan_of(const dt_tensor *table, const dt_tensor *ids, emb_plan *p)
+{
+    dt__lspec_gathered(table, 1, &p->table);
+    p->vocab_dim = p->table.spec[0];
+    dt__lspec_gathered(ids, -1, &p->ids);
+    for (int d = 0; d < p->ids.rank; d++)
+        if (p->ids.spec[d] == p->vocab_dim)
+            p->ids.spec[d] = -1;
+    p->out = p->ids;
+    p->out.rank = p->ids.rank + 1;
+    p->out.spec[p->ids.rank] = -1;
+}
+
+dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
+                       dt_tensor **out)
+{
+    static const char op[] = "dt_embedding";
+    dt_status st = check_emb(op, table, ids);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
+    if (st != DT_OK)
+        return st;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(table));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    emb_plan p;
+    emb_plan_of(table, ids, &p);
+    dt__lspec lo = p.out;
+    if (p.vocab_dim >= 0)
+        lo.partial[p.vocab_dim] = 1 + (int)DT_REDUCE_SUM;
+    int r = dt_tensor_rank(ids);
+    int64_t shape[DT_MAX_RANK], dim = dt_tensor_shape(table)[1];
+    memcpy(shape, dt_tensor_shape(ids), sizeof(int64_t) * (size_t)r);
+    shape[r] = dim;
+    dt_tensor *rt = NULL, *ri = NULL, *y = NULL;
+    st = dt__ensure_layout(table, &p.table, &rt);
+    if (st == DT_OK)
+        st = dt__ensure_layout(ids, &p.ids, &ri);
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, &lo, DT_DTYPE_F32, shape, &y);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
+        int64_t n = dt__local_numel(ri, i);
+        if (n == 0 || dim == 0)
+            continue;
+        st = dt__set_device_of(be, y, i);
+        if (st == DT_OK)
+            st = be->embedding(n, dt__local_data(ri, i), dt_tensor_local_offset(rt, i)[0],
+                               dt_tensor_local(rt, i)->shape[0], dim, dt__local_data(rt, i),
+                               dt__local_data(y, i));
+    }
+    st = dt__ops_finish(be, op, layout, st, &y, out);
+    dt_tensor_destroy(ri);
+    dt_tensor_destroy(rt);
+    return st;
+}
+
+dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,
+                                const dt_tensor *dout, const dt_layout *layout,
+                                dt_tensor **dtable_out)
+{
+    static const char op[] = "dt_embedding_backward";
+    dt_status st = check_emb(op, table, ids);
+    if (st == DT_OK)
+        st = dt__check_f32(op, "dout", dout);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "dout", dout, table);
+    if (st == DT_OK && !dtable_out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: dtable_out is NULL", op);
+    if (st != DT_OK)
+        return st;
+    int r = dt_tensor_rank(ids);
+    int same = dt_tensor_rank(dout) == r + 1 &&
+               dt_tensor_shape(dout)[r] == dt_tensor_shape(table)[1];
+    for (int d = 0; same && d < r; d++)
+        same = dt_tensor_shape(dout)[d] == dt_tensor_shape(ids)[d];
+    if (!same)
+        return dt__error(DT_ERR_SHAPE, "%s: dout must be [ids' shape..., %lld]", op,
+                         (long long)dt_tensor_shape(table)[1]);
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(table));
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_backend_for(mesh, op, &be);
+    if (st != DT_OK)
+        return st;
+    emb_plan p;
+    emb_plan_of(table, ids, &p);
+    dt__lspec lg = p.table;
+    for (int d = 0; d < r; d++)
+        if (p.ids.spec[d] >= 0)
+            lg.partial[p.ids.spec[d]] = 1 + (int)DT_REDUCE_SUM;
+    int64_t dim = dt_tensor_shape(table)[1];
+    dt_tensor *rt = NULL, *ri = NULL, *rd = NULL, *g = NULL;
+    st = dt__ensure_layout(table, &p.table, &rt);
+    if (st == DT_OK)
+        st = dt__ensure_layout(ids, &p.ids, &ri);
+    if (st == DT_OK)
+        st = dt__ensure_layout(dout, &p.out, &rd);
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, &lg, DT_DTYPE_F32, dt_tensor_shape(table), &g);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(g); i++) {
+        int64_t rows = dt_tensor_local(g, i)->shape[0];
+        if (rows * dim == 0)
+            continue;
+        st = dt__set_device_of(be, g, i);
+        if (st == DT_OK)
+            st = be->embedding_grad(dt__local_numel(ri, i), dt__local_data(ri, i),
+                                    dt_tensor_local_offset(g, i)[0], rows, dim,
+                                    dt__local_data(rd, i), dt__local_data(g, i));
+    }
+    st = dt__ops_finish(be, op, layout, st, &g, dtable_out);
+    dt_tensor_destroy(rd);
+    dt_tensor_destroy(ri);
+    dt_tensor_destroy(rt);
+    return st;
+}
+
+/* ---- vocab-parallel cross-entropy ------------------------------------------------------ */
+
+/* What forward and backward share: the logits and labels in their working layouts and the
+ * reduced per-row statistics. */
+typedef struct xent_state {
+    const dt__ops_backend *be;
+    dt_tensor *logits, *labels, *rowmax, *sumexp, *target;
+    int64_t vocab, rows;
+} xent_state;
+
+static void xent_free(xent_state *x)
+{
+    dt_tensor_destroy(x->logits);
+    dt_tensor_destroy(x->labels);
+    dt_tensor_destroy(x->rowmax);
+    dt_tensor_destroy(x->sumexp);
+    dt_tensor_destroy(x->target);
+}
+
+/* A per-row tensor [leading dims] in the labels' layout, partial over `pdim` with `op`. */
+static dt_status row_tensor(const dt_tensor *labels, int pdim, dt_reduce_op op, dt_tensor **out)
+{
+    dt__lspec ls;
+    dt__lspec_of(dt_tensor_layout(labels), &ls);
+    if (pdim >= 0)
+        ls.partial[pdim] = 1 + (int)op;
+    return dt__tensor_new(dt_layout_mesh(dt_tensor_layout(labels)), &ls, DT_DTYPE_F32,
+                          dt_tensor_shape(labels), out);
+}
+
+/* Relays a partial per-row tensor out to its reduced layout, in place. */
+static dt_status reduce_rows(dt_tensor **t)
+{
+    dt__lspec ls;
+    dt__lspec_gathered(*t, -1, &ls);
+    dt_tensor *r = NULL;
+    dt_status st = dt__ensure_layout(*t, &ls, &r);
+    if (st == DT_OK) {
+        dt_tensor_destroy(*t);
+        *t = r;
+    }
+    return st;
+}
+
+static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_tensor *labels,
+                              const void *out, xent_state *x)
+{
+    memset(x, 0, sizeof *x);
+    dt_status st = dt__check_f32(op, "logits", logits);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, "labels", labels, logits);
+    if (st == DT_OK && !out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
+    if (st != DT_OK)
+        return st;
+    int r = dt_tensor_rank(logits);
+    int same = r >= 1 && dt_tensor_rank(labels) == r - 1;
+    for (int d = 0; same && d < r - 1; d++)
+        same = dt_tensor_shape(labels)[d] == dt_tensor_shape(logits)[d];
+    if (!same || dt_tensor_dtype(labels) != DT_DTYPE_I32)
+        return dt__error(DT_ERR_SHAPE, "%s: logits must be [..., vocab] and labels i32 [...] "
+                         "of the same leading dims", op);
+    x->vocab = dt_tensor_shape(logits)[r - 1];
+    x->rows = dt__numel(r - 1, dt_tensor_shape(logits));
+    if (x->vocab < 1)
+        return dt__error(DT_ERR_SHAPE, "%s: logits have no classes", op);
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(logits));
+    st = dt__ops_backend_for(mesh, op, &x->be);
+    if (st != DT_OK)
+        return st;
+    const dt__ops_backend *be = x->be;
+    dt__lspec ll, lt;
+    dt__lspec_gathered(logits, -1, &ll);
+    int vdim = ll.spec[r - 1];
+    lt = ll;
+    lt.rank = r - 1;
+    st = dt__ensure_layout(logits, &ll, &x->logits);
+    if (st == DT_OK)
+        st = dt__ensure_layout(labels, &lt, &x->labels);
+    if (st == DT_OK)
+        st = row_tensor(x->labels, vdim, DT_REDUCE_MAX, &x->rowmax);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(x->rowmax); i++) {
+        int64_t rows = dt__local_numel(x->rowmax, i);
+        if (rows == 0)
+            continue;
+        st = dt__set_device_of(be, x->rowmax, i);
+        if (st == DT_OK)
+            st = be->reduce_axis(DT_REDUCE_MAX, rows, dt_tensor_local(x->logits, i)->shape[r - 1],
+                                 1, dt__local_data(x->logits, i), dt__local_data(x->rowmax, i));
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    if (st == DT_OK)
+        st = reduce_rows(&x->rowmax);
+    if (st == DT_OK)
+        st = row_tensor(x->labels, vdim, DT_REDUCE_SUM, &x->sumexp);
+    if (st == DT_OK)
+        st = row_tensor(x->labels, vdim, DT_REDUCE_SUM, &x->target);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(x->sumexp); i++) {
+        int64_t rows = dt__local_numel(x->sumexp, i);
+        if (rows == 0)
+            continue;
+        st = dt__set_device_of(be, x->sumexp, i);
+        if (st == DT_OK)
+            st = be->vocab_xent_stats(rows, dt_tensor_local(x->logits, i)->shape[r - 1],
+                                      dt__local_data(x->logits, i),
+                                      dt__local_data(x->rowmax, i),
+                                      dt_tensor_local_offset(x->logits, i)[r - 1], x->vocab,
+                                      dt__local_data(x->labels, i),
+                                      dt__local_data(x->sumexp, i),
+                                      dt__local_data(x->target, i));
+    }
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    if (st == DT_OK)
+        st = reduce_rows(&x->sumexp);
+    if (st == DT_OK)
+        st = reduce_rows(&x->target);
+    if (st != DT_OK)
+        xent_free(x);
+    return st;
+}
+
+dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
+                        const dt_layout *layout, dt_tensor **loss_out)
+{
+    static const char op[] = "dt_vocab_xent";
+    xent_state x;
+    dt_status st = xent_prepare(op, logits, labels, loss_out, &x);
+    if (st != DT_OK)
+        return st;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(logits));
+    dt__lspec ls, lr;
+    memset(&ls, 0, sizeof ls);
+    dt__lspec_of(dt_tensor_layout(x.labels), &lr);
+    for (int d = 0; d < lr.rank; d++)
+        if (lr.spec[d] >= 0)
+            ls.partial[lr.spec[d]] = 1 + (int)DT_REDUCE_SUM;
+    int64_t none[1] = {0};
+    dt_tensor *loss = NULL;
+    st = dt__tensor_new(mesh, &ls, DT_DTYPE_F32, none, &loss);
+    float scale = x.rows > 0 ? 1.0f / (float)x.rows : 0.0f;
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(loss); i++) {
+        st = dt__set_device_of(x.be, loss, i);
+        if (st == DT_OK)
+            st = x.be->vocab_xent_loss(dt__local_numel(x.rowmax, i),
+                                       dt__local_data(x.rowmax, i), dt__local_data(x.sumexp, i),
+                                       dt__local_data(x.target, i),
+                                       dt__local_data(x.labels, i), scale,
+                                       dt__local_data(loss, i));
+    }
+    st = dt__ops_finish(x.be, op, layout, st, &loss, loss_out);
+    xent_free(&x);
+    return st;
+}
+
+dt_status dt_vocab_xent_backward(const dt_tensor *logits, const dt_tensor *labels, float dloss,
+                                 dt_tensor **dlogits_out)
+{
+    static const char op[] = "dt_vocab_xent_backward";
+    xent_state x;
+    dt_status st = xent_prepare(op, logits, labels, dlogits_out, &x);
+    if (st != DT_OK)
+        return st;
+    int r = dt_tensor_rank(logits);
+    dt_tensor *d = NULL;
+    st = dt__tensor_empty(dt_tensor_layout(x.logits), DT_DTYPE_F32, dt_tensor_shape(logits), &d);
+    float scale = x.rows > 0 ? dloss / (float)x.rows : 0.0f;
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(d); i++) {
+        int64_t rows = dt__local_numel(x.rowmax, i);
+        int64_t cols = dt_tensor_local(d, i)->shape[r - 1];
+        if (rows * cols == 0)
+            continue;
+        st = dt__set_device_of(x.be, d, i);
+        if (st == DT_OK)
+            st = x.be->vocab_xent_grad(rows, cols, dt__local_data(x.logits, i),
+                                       dt__local_data(x.rowmax, i), dt__local_data(x.sumexp, i),
+                                       dt_tensor_local_offset(x.logits, i)[r - 1],
+                                       dt__local_data(x.labels, i), scale, dt__local_data(d, i));
+    }
+    st = dt__ops_finish(x.be, op, NULL, st, &d, dlogits_out);
+    xent_free(&x);
+    return st;
+}

@@ -1,0 +1,127 @@
+/* Local kernels of the vocabulary-sharded layers: embedding lookup of the rows a device holds
+ * (ids outside its slice give zeros) and its gradient, and the pieces of Megatron's
+ * vocab-parallel cross-entropy (per-row sum of exponentials and target logit of the local
+ * slice given the global row max, the loss from the reduced statistics, the gradient). */
+#include <math.h>
+#include <string.h>
+
+#include "ops/ops_impl.h"
+
+static dt_status check_emb(const char *op, int64_t n, int64_t lo, int64_t rows, int64_t dim,
+                           int nptrs, const void *const *ptrs)
+{
+    if (lo < 0 || rows < 0 || dim < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: bad slice (lo %lld, rows %lld, dim %lld)",
+                         op, (long long)lo, (long long)rows, (long long)dim);
+    return dt__kcheck(op, n * (dim > 0 ? 1 : 0), nptrs, ptrs);
+}
+
+dt_status dt_kernel_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                              int64_t dim, const float *table, float *out)
+{
+    const void *p[] = {ids, out};
+    dt_status st = check_emb("dt_kernel_embedding", n, lo, rows, dim, 2, p);
+    if (st != DT_OK)
+        return st;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)ids[i] - lo;
+        if (r >= 0 && r < rows)
+            memcpy(out + i * dim, table + r * dim, (size_t)dim * sizeof *out);
+        else
+            memset(out + i * dim, 0, (size_t)dim * sizeof *out);
+    }
+    return DT_OK;
+}
+
+dt_status dt_kernel_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                                   int64_t dim, const float *dout, float *dtable)
+{
+    const void *p[] = {ids, dout};
+    dt_status st = check_emb("dt_kernel_embedding_grad", n, lo, rows, dim, 2, p);
+    if (st == DT_OK && rows * dim > 0 && !dtable)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_embedding_grad: dtable is NULL");
+    if (st != DT_OK)
+        return st;
+    if (rows * dim > 0)
+        memset(dtable, 0, (size_t)(rows * dim) * sizeof *dtable);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = (int64_t)ids[i] - lo;
+        if (r < 0 || r >= rows)
+            continue;
+        for (int64_t j = 0; j < dim; j++)
+            dtable[r * dim + j] += dout[i * dim + j];
+    }
+    return DT_OK;
+}
+
+dt_status dt_kernel_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
+                                     const float *rowmax, int64_t lo, int64_t vocab,
+                                     const int32_t *labels, float *sumexp, float *target)
+{
+    static const char op[] = "dt_kernel_vocab_xent_stats";
+    const void *p[] = {rowmax, labels, sumexp, target};
+    dt_status st = dt__kcheck(op, rows, 4, p);
+    if (st == DT_OK && (cols < 0 || lo < 0 || lo + cols > vocab || (rows * cols > 0 && !logits)))
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: bad slice (cols %lld at %lld of %lld)", op,
+                       (long long)cols, (long long)lo, (long long)vocab);
+    for (int64_t i = 0; st == DT_OK && i < rows; i++)
+        if (labels[i] >= vocab)
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: label %d of row %lld outside 0..%lld",
+                           op, (int)labels[i], (long long)i, (long long)(vocab - 1));
+    if (st != DT_OK)
+        return st;
+    for (int64_t i = 0; i < rows; i++) {
+        const float *x = logits + i * cols;
+        double s = 0.0;
+        for (int64_t j = 0; j < cols; j++)
+            s += exp((double)(x[j] - rowmax[i]));
+        int64_t t = (int64_t)labels[i] - lo;
+        sumexp[i] = (float)s;
+        target[i] = t >= 0 && t < cols ? x[t] : 0.0f;
+    }
+    return DT_OK;
+}
+
+dt_status dt_kernel_vocab_xent_loss(int64_t rows, const float *rowmax, const float *sumexp,
+                                    const float *target, const int32_t *labels, float scale,
+                                    float *loss_out)
+{
+    const void *p[] = {rowmax, sumexp, target, labels};
+    dt_status st = dt__kcheck("dt_kernel_vocab_xent_loss", rows, 4, p);
+    if (st == DT_OK && !loss_out)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_vocab_xent_loss: loss_out is NULL");
+    if (st != DT_OK)
+        return st;
+    double total = 0.0;
+    for (int64_t i = 0; i < rows; i++)
+        if (labels[i] >= 0)
+            total += log((double)sumexp[i]) + (double)rowmax[i] - (double)target[i];
+    *loss_out = (float)(scale * total);
+    return DT_OK;
+}
+
+dt_status dt_kernel_vocab_xent_grad(int64_t rows, int64_t cols, const float *logits,
+                                    const float *rowmax, const float *sumexp, int64_t lo,
+                                    const int32_t *labels, float scale, float *dlogits)
+{
+    const void *p[] = {rowmax, sumexp, labels};
+    dt_status st = dt__kcheck("dt_kernel_vocab_xent_grad", rows, 3, p);
+    if (st == DT_OK && (cols < 0 || lo < 0 || (rows * cols > 0 && (!logits || !dlogits))))
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_vocab_xent_grad: bad slice (cols "
+                       "%lld at %lld) or NULL logits", (long long)cols, (long long)lo);
+    if (st != DT_OK)
+        return st;
+    for (int64_t i = 0; i < rows; i++) {
+        const float *x = logits + i * cols;
+        float *d = dlogits + i * cols;
+        float inv = 1.0f / sumexp[i];
+        int64_t t = (int64_t)labels[i] - lo;
+        if (labels[i] < 0) {
+            memset(d, 0, (size_t)cols * sizeof *d);
+            continue;
+        }
+        for (int64_t j = 0; j < cols; j++)
+            d[j] = scale * (expf(x[j] - rowmax[i]) * inv - (j == t ? 1.0f : 0.0f));
+    }
+    return DT_OK;
+}

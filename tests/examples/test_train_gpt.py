@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""examples/train_gpt on small sizes: the same few steps on the 1x1, 2x1, 1x2 and 2x2 meshes
+(1, 2, 2 and 4 processes) give the same losses within rounding and the same parameters; a run
+stopped after step 3 and resumed on another process count ends bit-identical to an
+uninterrupted one (parameters, ZeRO master weights and moments); the result line, the CSV and
+the PNG are well formed; bad options fail with one line. Checkpoints are read with numpy and
+tests/ckpt_py/stread.py (never our C code).
+Usage: test_train_gpt.py TRAIN_GPT MPIEXEC MESH_DIR"""
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import numpy as np
+    import test_train_resume
+    from test_train_resume import read_checkpoint
+except ImportError as e:  # numpy missing: meson's skip code
+    print(f"skipping: {e}")
+    sys.exit(77)
+
+TRAIN = MPIEXEC = MESHES = None
+# One block, width 16, 2 heads (so that model=2 holds one head each), 8 names per batch.
+SMALL = ["--layers", "1", "--width", "16", "--heads", "2", "--batch", "8", "--warmup", "2",
+         "--eval-every", "3", "--samples", "3", "--quiet"]
+STATE = ("master", "exp_avg", "exp_avg_sq", "momentum")
+RESULT = re.compile(r"^result heldout_loss=(\d+\.\d{4}) samples=([a-z\-,]*) checkpoint=(\S+) "
+                    r"plot=(\S+)$")
+
+
+def run(procs, devices, args, expect=0):
+    """train_mlp's test runner (mpiexec with `procs` processes, 0: none) on train_gpt."""
+    test_train_resume.TRAIN, test_train_resume.MPIEXEC = TRAIN, MPIEXEC
+    return test_train_resume.run(procs, devices, args, expect)
+
+
+def losses(path):
+    """(step, training loss, held-out loss or None) per CSV row."""
+    with open(path) as f:
+        rows = [line.rstrip("\n").split(",") for line in f][1:]
+    return [(int(r[0]), float(r[1]), float(r[2]) if r[2] else None) for r in rows]
+
+
+class TrainGpt(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="train_gpt_")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def path(self, *p):
+        return os.path.join(self.tmp, *p)
+
+    def mesh(self, name):
+        return ["--mesh", os.path.join(MESHES, name + ".yaml")]
+
+    def result(self, out, outdir):
+        m = RESULT.match(out.strip().splitlines()[-1])
+        self.assertIsNotNone(m, out)
+        self.assertEqual(m.group(3), os.path.join(outdir, "checkpoint"))
+        self.assertEqual(m.group(4), os.path.join(outdir, "curves.png"))
+        self.assertEqual(len(m.group(2).split(",")), 3)
+        return float(m.group(1))
+
+    def test_meshes_agree_within_rounding(self):
+        runs = {"1x1": (0, 1), "2x1": (2, 1), "1x2": (2, 1), "2x2": (4, 1)}
+        got = {}
+        for name, (procs, devices) in runs.items():
+            d = self.path(name)
+            out, _ = run(procs, devices, self.mesh(name) + SMALL + ["--steps", "6", "--out", d])
+            got[name] = (self.result(out, d), losses(os.path.join(d, "curves.csv")),
+                         read_checkpoint(os.path.join(d, "checkpoint"))[0])
+        ref_heldout, ref_curve, ref_params = got["1x1"]
+        self.assertEqual([s for s, _, _ in ref_curve], list(range(1, 7)))
+        for name, (heldout, curve, params) in got.items():
+            self.assertAlmostEqual(heldout, ref_heldout, delta=2e-4, msg=name)
+            for (s, l, e), (_, rl, re_) in zip(curve, ref_curve):
+                self.assertAlmostEqual(l, rl, delta=1e-4 * rl, msg=f"{name} step {s}")
+                if re_ is not None:
+                    self.assertAlmostEqual(e, re_, delta=1e-4 * re_, msg=f"{name} step {s}")
+            self.assertEqual(sorted(params), sorted(ref_params), name)
+            # Adam divides by the gradients' root mean square, so a gradient near zero that
+            # differs in rounding moves its weight by a visible share of one step (lr 0.004):
+            # 1e-4 is 2.5% of one step's largest move.
+            # (The optimizer state's shapes follow the mesh: one row per model shard.)
+            for p in (p for p in ref_params if p.split("/")[-1] not in STATE):
+                np.testing.assert_allclose(params[p], ref_params[p], rtol=1e-3, atol=1e-4,
+                                           err_msg=f"{name}: {p}")
+        # The loss went down in these few steps (the model learns at all).
+        self.assertLess(ref_curve[-1][1], ref_curve[0][1])
+
+    def test_stopped_run_resumes_bit_identical_on_another_process_count(self):
+        a, b = self.path("a"), self.path("b")
+        common = self.mesh("2x2") + SMALL + ["--steps", "6"]
+        out, _ = run(2, 2, common + ["--out", a])
+        heldout = self.result(out, a)
+        run(2, 2, common + ["--out", b, "--stop-after", "3"])
+        out, _ = run(4, 1, common + ["--out", b, "--resume", os.path.join(b, "checkpoint")])
+        self.assertEqual(self.result(out, b), heldout)
+        ta, va = read_checkpoint(os.path.join(a, "checkpoint"))
+        tb, vb = read_checkpoint(os.path.join(b, "checkpoint"))
+        self.assertEqual(sorted(ta), sorted(tb))
+        self.assertIn("block0/attn/q", ta)
+        self.assertIn("block0/attn/q/exp_avg", ta)
+        for name in ta:
+            self.assertTrue(np.array_equal(ta[name].view(np.uint8), tb[name].view(np.uint8)),
+                            name)
+        for name in ("train/step", "train/data/epoch", "train/data/batch", "zero/step"):
+            self.assertEqual(va[name], vb[name], name)
+        self.assertEqual(losses(os.path.join(a, "curves.csv")),
+                         losses(os.path.join(b, "curves.csv")))
+
+    def test_outputs_and_bad_options(self):
+        d = self.path("o")
+        out, _ = run(0, 2, self.mesh("1x2") + SMALL + ["--steps", "3", "--precision", "bf16",
+                                                       "--out", d])
+        self.result(out, d)
+        with open(os.path.join(d, "curves.png"), "rb") as fh:
+            self.assertEqual(fh.read(8), b"\x89PNG\r\n\x1a\n")
+        _, err = run(0, 1, ["--steps", "0"], expect=2)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertIn("--steps", err)
+        _, err = run(0, 1, self.mesh("1x1") + ["--data", self.path("missing.txt")], expect=1)
+        self.assertIn("missing.txt", err)
+
+
+if __name__ == "__main__":
+    TRAIN, MPIEXEC, MESHES = sys.argv[1:4]
+    unittest.main(argv=sys.argv[:1], verbosity=2)
