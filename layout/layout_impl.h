@@ -87,13 +87,36 @@ typedef struct rl_plan {
     int ndst_local;
     dt_relayout_stats *stats;  /* per local device taking part */
     int nstats;
+    uint64_t work;             /* (destination, source group) pairs and holders the planner
+                                * examined: what tests bound (docs/relayout.md) */
 } rl_plan;
+
+/* Test-only (tests/relayout, bench/run scale): a simulated device table. Device id d of either
+ * type belongs to client d / devices_per_client, client c lives on host c / clients_per_host,
+ * and the plan is made as client `me`. Nothing is moved with such a plan. */
+typedef struct dt__rl_sim {
+    int nclients;
+    int devices_per_client;
+    int clients_per_host;
+    int me;
+} dt__rl_sim;
 
 /* Builds the plan of moving a tensor of `shape`/`dtype` from `src` to `dst` (layouts on the
  * same or different meshes). Deterministic: every client computes the same global order. */
 dt_status dt__rl_plan_build(const dt_layout *src, const dt_layout *dst, int rank,
                             const int64_t *shape, dt_dtype dtype, rl_plan **plan_out);
 void dt__rl_plan_free(rl_plan *plan);
+
+/* dt__rl_plan_build as client sim->me of the simulated table `sim` (NULL: the runtime). */
+dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int rank,
+                               const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                               rl_plan **plan_out);
+
+/* The former planner, which walks every source group for every destination position
+ * (O(N^2) per client): the reference the tests compare plans with, piece by piece. */
+dt_status dt__rl_plan_build_ref(const dt_layout *src, const dt_layout *dst, int rank,
+                                const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                                rl_plan **plan_out);
 
 /* The two-level route across hosts (docs/multihost.md): when src -> dst moves data across
  * hosts and both layouts are replicated over a mesh dim whose lines each lie on one host,

@@ -1,374 +1,524 @@
-/* Relayout planning: intersect every destination shard's box with the source blocks' boxes;
- * each needed piece is taken once, from the holder nearest the receiver (same device, then
- * same client, then same host, then another host), with reductions for partial sources.
- * dt__rl_host_mid picks the middle layout of the two-level route across hosts. */
+/* Relayout planning in time proportional to this client's own pieces. A destination shard's
+ * box meets, along each tensor dim, a run of the source's sorted shard intervals (found by
+ * binary search), so the source groups it needs are enumerated directly instead of scanned;
+ * likewise the destination shards a source group of ours feeds. Each needed piece is taken
+ * once, from the holder nearest the receiver (same device, then same client, then same host,
+ * then another host), with reductions for partial sources. The plan is exactly the one the
+ * former all-pairs planner (relayout_plan_ref.c) makes. dt__rl_host_mid picks the middle
+ * layout of the two-level route across hosts. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/layout_impl.h"
+#include "layout/relayout_plan_impl.h"
 
-/* What the planner knows of one source position. */
-typedef struct src_info {
-    int64_t pos;
-    int64_t key;      /* group: (block, summand, kept-partial coordinates) */
-    int64_t summand;
-    int device_id;
-    int client;
+/* The geometry of one plan: both layouts' shard grids over their meshes. */
+typedef struct geo {
+    const rl_world *w;
+    const dt_layout *src, *dst;
+    const dt_mesh *sm, *dm;
+    dt_device_type stype, dtype;
+    int rank;
+    const int64_t *shape;
+    rl_partial_map pm;
+    int64_t nsum, nblocks;
+    int64_t sk[DT_MAX_RANK], dk[DT_MAX_RANK]; /* shards per tensor dim */
+    int smd[DT_MAX_RANK], dmd[DT_MAX_RANK];   /* mesh dim sharding it, or -1 */
+    int smr, dmr;
+    int64_t ssize[DT_MESH_MAX_DIMS], sstride[DT_MESH_MAX_DIMS];
+    int64_t dsize[DT_MESH_MAX_DIMS];
+    int nfree;                                /* source mesh dims free inside a group */
+    int free_dim[DT_MESH_MAX_DIMS];
+    int64_t gsize;                            /* members of a group */
+} geo;
+
+/* A source group: the positions holding one (kept coordinates, summand, block), in position
+ * order: base plus any combination of the free dims. */
+typedef struct group {
+    int64_t key, summand, base;
+    int64_t coord[DT_MESH_MAX_DIMS]; /* fixed dims' coordinates (free dims 0) */
+    int fixed[DT_MESH_MAX_DIMS];
     rl_box box;
-} src_info;
+} group;
 
-static int cmp_src(const void *a, const void *b)
-{
-    const src_info *x = a, *y = b;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
-}
-
-/* Mesh dims of the source that stay partial in the destination (same name, size and op),
- * those that are reduced, and the destination's new partial dims. */
-typedef struct partial_map {
-    int nkeep;
-    int keep_src[DT_MESH_MAX_DIMS], keep_dst[DT_MESH_MAX_DIMS];
-    int nreduce;
-    int reduce_src[DT_MESH_MAX_DIMS];
-    dt_reduce_op reduce_op;
-    int nnew;
-    int new_dst[DT_MESH_MAX_DIMS];
-    dt_reduce_op new_op[DT_MESH_MAX_DIMS];
-} partial_map;
-
-static int find_partial(const dt_layout *l, int mesh_dim, dt_reduce_op *op_out)
-{
-    for (int i = 0; i < dt_layout_num_partial(l); i++) {
-        int d;
-        dt_reduce_op op;
-        dt_layout_partial(l, i, &d, &op);
-        if (d == mesh_dim) {
-            *op_out = op;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static dt_status map_partials(const dt_layout *src, const dt_layout *dst, partial_map *pm)
-{
-    const dt_mesh *sm = dt_layout_mesh(src), *dm = dt_layout_mesh(dst);
-    memset(pm, 0, sizeof *pm);
-    for (int i = 0; i < dt_layout_num_partial(src); i++) {
-        int sd, dd;
-        dt_reduce_op sop, dop;
-        dt_layout_partial(src, i, &sd, &sop);
-        dd = dt_mesh_dim_index(dm, dt_mesh_dim_name(sm, sd));
-        if (dd >= 0 && dt_mesh_dim_size(dm, dd) == dt_mesh_dim_size(sm, sd) &&
-            find_partial(dst, dd, &dop) && dop == sop) {
-            pm->keep_src[pm->nkeep] = sd;
-            pm->keep_dst[pm->nkeep++] = dd;
-            continue;
-        }
-        if (pm->nreduce && sop != pm->reduce_op)
-            return dt__error(DT_ERR_UNSUPPORTED,
-                             "the source is partial with different reductions (%s and %s) "
-                             "over the mesh dims to reduce; relayout them one at a time",
-                             dt_reduce_op_name(pm->reduce_op), dt_reduce_op_name(sop));
-        pm->reduce_op = sop;
-        pm->reduce_src[pm->nreduce++] = sd;
-    }
-    for (int i = 0; i < dt_layout_num_partial(dst); i++) {
-        int dd, kept = 0;
-        dt_reduce_op dop;
-        dt_layout_partial(dst, i, &dd, &dop);
-        for (int k = 0; k < pm->nkeep; k++)
-            kept |= pm->keep_dst[k] == dd;
-        if (!kept) {
-            pm->new_dst[pm->nnew] = dd;
-            pm->new_op[pm->nnew++] = dop;
-        }
-    }
-    return DT_OK;
-}
-
-static int box_intersect(int rank, const rl_box *a, const rl_box *b, rl_box *out)
-{
-    for (int d = 0; d < rank; d++) {
-        int64_t lo = a->off[d] > b->off[d] ? a->off[d] : b->off[d];
-        int64_t hi_a = a->off[d] + a->len[d], hi_b = b->off[d] + b->len[d];
-        int64_t hi = hi_a < hi_b ? hi_a : hi_b;
-        if (hi <= lo)
-            return 0;
-        out->off[d] = lo;
-        out->len[d] = hi - lo;
-    }
-    return 1;
-}
-
-/* Index of the component of `mesh` position `pos` on this client, or -1. */
-static int local_index(const dt_mesh *mesh, int64_t pos)
-{
-    int id = dt_mesh_device_id(mesh, pos);
-    for (int i = 0; i < dt_mesh_num_local_devices(mesh); i++)
-        if (dt_mesh_local_device_id(mesh, i) == id)
-            return i;
-    return -1;
-}
-
-/* The holder of a group nearest to the receiver: the same device, else a device of the same
- * client, else one on the same host, else one of the others, spread over them by destination
- * position. */
-static const src_info *nearest(const src_info *g, size_t n, dt_device_type stype, int dst_id,
-                               dt_device_type dtype, int dst_client, int64_t dst_pos)
-{
-    const src_info *same_client = NULL;
-    int host = dt__client_host(dst_client);
-    size_t nhost = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (stype == dtype && g[i].device_id == dst_id)
-            return &g[i];
-        if (!same_client && g[i].client == dst_client)
-            same_client = &g[i];
-        nhost += dt__client_host(g[i].client) == host;
-    }
-    if (same_client)
-        return same_client;
-    if (nhost) {
-        size_t want = (size_t)dst_pos % nhost;
-        for (size_t i = 0; i < n; i++)
-            if (dt__client_host(g[i].client) == host && want-- == 0)
-                return &g[i];
-    }
-    return &g[(size_t)dst_pos % n];
-}
+/* One piece before ordering: the plan's order is (destination position, group key). */
+typedef struct entry {
+    int64_t q, key;
+    size_t idx;
+} entry;
 
 typedef struct piece_list {
     rl_piece *v;
+    entry *e;
     size_t n, cap;
 } piece_list;
 
-static dt_status push_piece(piece_list *l, const rl_piece *p)
+static void geo_init(geo *g, const rl_world *w, const dt_layout *src, const dt_layout *dst,
+                     int rank, const int64_t *shape)
+{
+    memset(g, 0, sizeof *g);
+    g->w = w;
+    g->src = src;
+    g->dst = dst;
+    g->sm = dt_layout_mesh(src);
+    g->dm = dt_layout_mesh(dst);
+    g->stype = dt_mesh_device_type(g->sm);
+    g->dtype = dt_mesh_device_type(g->dm);
+    g->rank = rank;
+    g->shape = shape;
+    g->smr = dt_mesh_rank(g->sm);
+    g->dmr = dt_mesh_rank(g->dm);
+    int64_t st = 1;
+    for (int m = g->smr - 1; m >= 0; m--) {
+        g->ssize[m] = dt_mesh_dim_size(g->sm, m);
+        g->sstride[m] = st;
+        st *= g->ssize[m];
+    }
+    for (int m = 0; m < g->dmr; m++)
+        g->dsize[m] = dt_mesh_dim_size(g->dm, m);
+    g->nblocks = 1;
+    for (int d = 0; d < rank; d++) {
+        g->sk[d] = dt_layout_num_shards(src, d);
+        g->dk[d] = dt_layout_num_shards(dst, d);
+        g->smd[d] = dt_layout_spec_mesh_dim(src, d) >= 0 ? dt_layout_spec_mesh_dim(src, d) : -1;
+        g->dmd[d] = dt_layout_spec_mesh_dim(dst, d) >= 0 ? dt_layout_spec_mesh_dim(dst, d) : -1;
+        g->nblocks *= g->sk[d];
+    }
+}
+
+/* Called once the partial map is known: the source dims that are free inside a group. */
+static void geo_groups(geo *g)
+{
+    int fixed[DT_MESH_MAX_DIMS] = {0};
+    for (int d = 0; d < g->rank; d++)
+        if (g->smd[d] >= 0)
+            fixed[g->smd[d]] = 1;
+    g->nsum = 1;
+    for (int i = 0; i < g->pm.nreduce; i++) {
+        fixed[g->pm.reduce_src[i]] = 1;
+        g->nsum *= g->ssize[g->pm.reduce_src[i]];
+    }
+    for (int i = 0; i < g->pm.nkeep; i++)
+        fixed[g->pm.keep_src[i]] = 1;
+    g->gsize = 1;
+    for (int m = 0; m < g->smr; m++)
+        if (!fixed[m]) {
+            g->free_dim[g->nfree++] = m;
+            g->gsize *= g->ssize[m];
+        }
+}
+
+/* Shards j of n split k ways whose range meets [lo, hi), lo < hi <= n: *first..*last
+ * (empty when *first > *last). Shard j starts at j*(n/k) + min(j, n%k). */
+static void shard_span(int64_t n, int64_t k, int64_t lo, int64_t hi, int64_t *first,
+                       int64_t *last)
+{
+    int64_t q = n / k, r = n % k, a = 0, b = k;
+#define SHARD_OFF(j) ((j) * q + ((j) < r ? (j) : r))
+    while (a < b) { /* the first shard ending after lo */
+        int64_t m = a + (b - a) / 2;
+        if (SHARD_OFF(m + 1) > lo)
+            b = m;
+        else
+            a = m + 1;
+    }
+    *first = a;
+    a = 0;
+    b = k;
+    while (a < b) { /* the first shard starting at or after hi */
+        int64_t m = a + (b - a) / 2;
+        if (SHARD_OFF(m) >= hi)
+            b = m;
+        else
+            a = m + 1;
+    }
+#undef SHARD_OFF
+    *last = a - 1;
+    if (q == 0 && *last >= r) /* empty shards meet nothing */
+        *last = r - 1;
+}
+
+/* The group of (summand, block coordinates bc, kept coordinates kc). */
+static void make_group(const geo *g, int64_t summand, const int64_t *bc, const int64_t *kc,
+                       group *out)
+{
+    const rl_partial_map *pm = &g->pm;
+    memset(out->fixed, 0, sizeof out->fixed);
+    memset(out->coord, 0, sizeof out->coord);
+    int64_t block = 0, kkey = 0, s = summand;
+    for (int d = 0; d < g->rank; d++) {
+        block = block * g->sk[d] + bc[d];
+        if (g->smd[d] >= 0) {
+            out->coord[g->smd[d]] = bc[d];
+            out->fixed[g->smd[d]] = 1;
+        }
+        dt_shard_range(g->shape[d], g->sk[d], bc[d], &out->box.off[d], &out->box.len[d]);
+    }
+    for (int i = pm->nreduce - 1; i >= 0; i--) {
+        int m = pm->reduce_src[i];
+        out->coord[m] = s % g->ssize[m];
+        out->fixed[m] = 1;
+        s /= g->ssize[m];
+    }
+    for (int i = 0; i < pm->nkeep; i++) {
+        int m = pm->keep_src[i];
+        out->coord[m] = kc[i];
+        out->fixed[m] = 1;
+        kkey = kkey * g->ssize[m] + kc[i];
+    }
+    out->base = 0;
+    for (int m = 0; m < g->smr; m++)
+        out->base += out->coord[m] * g->sstride[m];
+    out->summand = summand;
+    out->key = (kkey * g->nsum + summand) * g->nblocks + block;
+}
+
+/* Position of the k-th member of a group (position order). */
+static int64_t member(const geo *g, const group *gr, int64_t k)
+{
+    int64_t pos = gr->base;
+    for (int i = g->nfree - 1; i >= 0; i--) {
+        int m = g->free_dim[i];
+        pos += (k % g->ssize[m]) * g->sstride[m];
+        k /= g->ssize[m];
+    }
+    return pos;
+}
+
+static int in_group(const geo *g, const group *gr, int64_t pos)
+{
+    for (int m = 0; m < g->smr; m++)
+        if (gr->fixed[m] && (pos / g->sstride[m]) % g->ssize[m] != gr->coord[m])
+            return 0;
+    return 1;
+}
+
+static int src_client(const geo *g, int64_t pos)
+{
+    return dt__rl_client(g->w, g->stype, dt_mesh_device_id(g->sm, pos));
+}
+
+/* The member of group gr nearest to destination position q (device did of client dclient):
+ * the same device, else the first member on the same client, else one on the same host,
+ * else any, spread by q. *work counts the members and devices looked at. */
+static int64_t nearest(const geo *g, const group *gr, int did, int dclient, int64_t q,
+                       uint64_t *work)
+{
+    const rl_world *w = g->w;
+    if (g->stype == g->dtype) {
+        int64_t p = dt_mesh_position(g->sm, did);
+        ++*work;
+        if (p >= 0 && in_group(g, gr, p))
+            return p;
+    }
+    int first, count;
+    int64_t best = -1;
+    dt__rl_client_devices(w, g->stype, dclient, &first, &count);
+    if (g->gsize <= count) {
+        for (int64_t k = 0; k < g->gsize && best < 0; k++) {
+            ++*work;
+            if (src_client(g, member(g, gr, k)) == dclient)
+                best = member(g, gr, k);
+        }
+    } else {
+        for (int id = first; id < first + count; id++) {
+            int64_t p = dt_mesh_position(g->sm, id);
+            ++*work;
+            if (p >= 0 && (best < 0 || p < best) && in_group(g, gr, p))
+                best = p;
+        }
+    }
+    if (best >= 0)
+        return best;
+    if (w->one_host)
+        return member(g, gr, q % g->gsize);
+    int host = dt__rl_host(w, dclient);
+    int64_t nhost = 0;
+    for (int64_t k = 0; k < g->gsize; k++)
+        nhost += dt__rl_host(w, src_client(g, member(g, gr, k))) == host;
+    *work += (uint64_t)g->gsize;
+    if (nhost) {
+        int64_t want = q % nhost;
+        for (int64_t k = 0; k < g->gsize; k++)
+            if (dt__rl_host(w, src_client(g, member(g, gr, k))) == host && want-- == 0)
+                return member(g, gr, k);
+    }
+    return member(g, gr, q % g->gsize);
+}
+
+static dt_status push_piece(piece_list *l, const rl_piece *p, int64_t key)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
         rl_piece *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
+        if (v)
+            l->v = v;
+        entry *e = v ? realloc(l->e, cap * sizeof *e) : NULL;
+        if (!e)
             return dt__error(DT_ERR_NO_MEMORY, "no memory for a relayout plan of %zu pieces",
                              cap);
-        l->v = v;
+        l->e = e;
         l->cap = cap;
     }
-    l->v[l->n++] = *p;
+    l->v[l->n] = *p;
+    l->e[l->n] = (entry){p->dst_pos, key, l->n};
+    l->n++;
     return DT_OK;
 }
 
-static dt_status add_stats(rl_plan *plan, dt_device_type type, int device_id,
-                           dt_relayout_stats **out)
+/* Adds the piece of group gr for destination position q (box: their intersection). */
+static dt_status add_piece(const geo *g, rl_plan *plan, piece_list *l, const group *gr,
+                           int64_t q, int did, int dclient, const rl_box *box)
 {
-    for (int i = 0; i < plan->nstats; i++)
-        if (plan->stats[i].device_type == type && plan->stats[i].device_id == device_id) {
-            *out = &plan->stats[i];
-            return DT_OK;
-        }
-    dt_relayout_stats *s = realloc(plan->stats, (size_t)(plan->nstats + 1) * sizeof *s);
-    if (!s)
-        return dt__error(DT_ERR_NO_MEMORY, "no memory for relayout statistics");
-    plan->stats = s;
-    *out = &s[plan->nstats++];
-    memset(*out, 0, sizeof **out);
-    (*out)->device_type = type;
-    (*out)->device_id = device_id;
-    return DT_OK;
-}
-
-static dt_status count_piece(rl_plan *plan, const rl_piece *p, dt_device_type stype, int sid,
-                             dt_device_type dtype, int did, int me)
-{
-    dt_relayout_stats *s;
-    dt_status st;
-    int remote = p->src_client != p->dst_client;
-    int cross = dt__client_host(p->src_client) != dt__client_host(p->dst_client);
-    if (stype == dtype && sid == did) {
-        if ((st = add_stats(plan, stype, sid, &s)) != DT_OK)
-            return st;
-        s->bytes_self += p->bytes;
+    const rl_world *w = g->w;
+    int64_t h = nearest(g, gr, did, dclient, q, &plan->work);
+    rl_piece p = {
+        .src_pos = h, .dst_pos = q,
+        .src_client = src_client(g, h), .dst_client = dclient,
+        .src_local = -1, .dst_local = -1,
+        .summand = plan->nsummands ? (int)gr->summand : -1,
+    };
+    if (p.src_client != w->me && p.dst_client != w->me)
         return DT_OK;
-    }
-    if (p->src_client == me) {
-        if ((st = add_stats(plan, stype, sid, &s)) != DT_OK)
-            return st;
-        s->bytes_sent += p->bytes;
-        s->bytes_sent_remote += remote ? p->bytes : 0;
-        s->bytes_sent_cross_host += cross ? p->bytes : 0;
-    }
-    if (p->dst_client == me) {
-        if ((st = add_stats(plan, dtype, did, &s)) != DT_OK)
-            return st;
-        s->bytes_received += p->bytes;
-        s->bytes_received_remote += remote ? p->bytes : 0;
-        s->bytes_received_cross_host += cross ? p->bytes : 0;
-    }
-    return DT_OK;
+    p.box = *box;
+    p.bytes = (uint64_t)dt__numel(g->rank, box->len) * dt_dtype_size(plan->dtype);
+    if (p.src_client == w->me)
+        p.src_local = dt__rl_local_index(w, g->sm, h);
+    if (p.dst_client == w->me)
+        p.dst_local = dt__rl_local_index(w, g->dm, q);
+    return push_piece(l, &p, gr->key);
 }
 
-static int cmp_stats(const void *a, const void *b)
+/* This client's positions of `mesh` (of device type `type`), increasing. */
+static int cmp_i64(const void *a, const void *b)
 {
-    const dt_relayout_stats *x = a, *y = b;
-    if (x->device_type != y->device_type)
-        return (int)x->device_type - (int)y->device_type;
-    return x->device_id - y->device_id;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
-/* Fills src_info for every source position, sorted by group key. */
-static dt_status describe_sources(const dt_layout *src, const partial_map *pm,
-                                  const int64_t *shape, src_info **out)
+static dt_status my_positions(const rl_world *w, const dt_mesh *mesh, int64_t **out, int *n_out)
 {
-    const dt_mesh *sm = dt_layout_mesh(src);
-    int64_t n = dt_mesh_size(sm), nblocks = 1, nsum = 1, coords[DT_MESH_MAX_DIMS];
-    int rank = dt_layout_rank(src);
-    dt_device_type type = dt_mesh_device_type(sm);
-    for (int d = 0; d < rank; d++)
-        nblocks *= dt_layout_num_shards(src, d);
-    for (int i = 0; i < pm->nreduce; i++)
-        nsum *= dt_mesh_dim_size(sm, pm->reduce_src[i]);
-    src_info *v = calloc((size_t)n, sizeof *v);
+    int first, count, n = 0;
+    dt__rl_client_devices(w, dt_mesh_device_type(mesh), w->me, &first, &count);
+    int64_t *v = malloc(((size_t)count + 1) * sizeof *v);
     if (!v)
-        return dt__error(DT_ERR_NO_MEMORY, "no memory to plan over %lld devices", (long long)n);
-    for (int64_t p = 0; p < n; p++) {
-        src_info *s = &v[p];
-        dt_mesh_coords(sm, p, coords);
-        s->pos = p;
-        s->device_id = dt_mesh_device_id(sm, p);
-        s->client = dt_device_client(type, s->device_id);
-        dt_layout_shard(src, shape, p, s->box.off, s->box.len);
-        s->summand = 0;
-        for (int i = 0; i < pm->nreduce; i++)
-            s->summand = s->summand * dt_mesh_dim_size(sm, pm->reduce_src[i]) +
-                         coords[pm->reduce_src[i]];
-        int64_t kkey = 0;
-        for (int i = 0; i < pm->nkeep; i++)
-            kkey = kkey * dt_mesh_dim_size(sm, pm->keep_src[i]) + coords[pm->keep_src[i]];
-        s->key = (kkey * nsum + s->summand) * nblocks + dt_layout_block_index(src, p);
+        return dt__error(DT_ERR_NO_MEMORY, "no memory to plan for %d local devices", count);
+    for (int id = first; id < first + count; id++) {
+        int64_t p = dt_mesh_position(mesh, id);
+        if (p >= 0)
+            v[n++] = p;
     }
-    qsort(v, (size_t)n, sizeof *v, cmp_src);
+    qsort(v, (size_t)n, sizeof *v, cmp_i64);
     *out = v;
+    *n_out = n;
     return DT_OK;
 }
 
-/* 1 if destination position q gets the reduction's identity (zeros) rather than data: it is
- * not the first member along a new sum-partial dim. Max/min/avg partials hold the value on
- * every member, which reduces to the same value. */
-static int gets_zeros(const partial_map *pm, const int64_t *qcoords)
+/* The pieces this client receives: for each of its destination positions, the source groups
+ * whose block meets its box, per tensor dim a run of source shards. */
+static dt_status plan_receives(const geo *g, rl_plan *plan, piece_list *l)
 {
-    for (int i = 0; i < pm->nnew; i++)
-        if (pm->new_op[i] == DT_REDUCE_SUM && qcoords[pm->new_dst[i]] != 0)
-            return 1;
-    return 0;
+    int64_t *mine = NULL, qc[DT_MESH_MAX_DIMS], lo[DT_MAX_RANK], hi[DT_MAX_RANK];
+    int64_t bc[DT_MAX_RANK], kc[DT_MESH_MAX_DIMS];
+    int n;
+    dt_status st = my_positions(g->w, g->dm, &mine, &n);
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        int64_t q = mine[i];
+        rl_box qbox;
+        int did = dt_mesh_device_id(g->dm, q), empty = 0;
+        dt_layout_shard(g->dst, g->shape, q, qbox.off, qbox.len);
+        if (dt__numel(g->rank, qbox.len) == 0)
+            continue;
+        dt_mesh_coords(g->dm, q, qc);
+        if (dt__rl_gets_zeros(&g->pm, qc)) {
+            int li = dt__rl_local_index(g->w, g->dm, q);
+            if (li >= 0)
+                plan->zero_dst[li] = 1;
+            continue;
+        }
+        for (int d = 0; d < g->rank; d++) {
+            shard_span(g->shape[d], g->sk[d], qbox.off[d], qbox.off[d] + qbox.len[d], &lo[d],
+                       &hi[d]);
+            empty |= lo[d] > hi[d];
+        }
+        if (empty)
+            continue;
+        for (int k = 0; k < g->pm.nkeep; k++)
+            kc[k] = qc[g->pm.keep_dst[k]];
+        for (int64_t s = 0; st == DT_OK && s < g->nsum; s++) {
+            memcpy(bc, lo, sizeof bc);
+            for (int done = 0; st == DT_OK && !done;) {
+                group gr;
+                rl_box box = {{0}, {0}};
+                make_group(g, s, bc, kc, &gr);
+                plan->work++;
+                if (dt__rl_box_intersect(g->rank, &qbox, &gr.box, &box))
+                    st = add_piece(g, plan, l, &gr, q, did, g->w->me, &box);
+                done = 1; /* next block coordinates, last dim fastest */
+                for (int d = g->rank - 1; d >= 0 && done; d--) {
+                    if (++bc[d] <= hi[d])
+                        done = 0;
+                    else
+                        bc[d] = lo[d];
+                }
+            }
+        }
+    }
+    free(mine);
+    return st;
+}
+
+static int cmp_group_key(const void *a, const void *b)
+{
+    const group *x = a, *y = b;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* The pieces this client sends to others: for each source group it holds, the destination
+ * positions whose box meets the group's block (per tensor dim a run of destination shards,
+ * any coordinate on the destination's other mesh dims), where this client is the nearest
+ * holder. */
+static dt_status plan_sends(const geo *g, rl_plan *plan, piece_list *l)
+{
+    int64_t *mine = NULL, sc[DT_MESH_MAX_DIMS], bc[DT_MAX_RANK], kc[DT_MESH_MAX_DIMS];
+    int n, ngroups = 0;
+    group *groups = NULL;
+    dt_status st = my_positions(g->w, g->sm, &mine, &n);
+    if (st == DT_OK && !(groups = malloc(((size_t)n + 1) * sizeof *groups)))
+        st = dt__error(DT_ERR_NO_MEMORY, "no memory to plan for %d local devices", n);
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        int64_t s = 0;
+        dt_mesh_coords(g->sm, mine[i], sc);
+        for (int d = 0; d < g->rank; d++)
+            bc[d] = g->smd[d] >= 0 ? sc[g->smd[d]] : 0;
+        for (int k = 0; k < g->pm.nreduce; k++)
+            s = s * g->ssize[g->pm.reduce_src[k]] + sc[g->pm.reduce_src[k]];
+        for (int k = 0; k < g->pm.nkeep; k++)
+            kc[k] = sc[g->pm.keep_src[k]];
+        make_group(g, s, bc, kc, &groups[ngroups]);
+        if (dt__numel(g->rank, groups[ngroups].box.len) > 0)
+            ngroups++;
+    }
+    qsort(groups, (size_t)ngroups, sizeof *groups, cmp_group_key);
+    for (int i = 0; st == DT_OK && i < ngroups; i++) {
+        const group *gr = &groups[i];
+        int64_t lo[DT_MESH_MAX_DIMS], hi[DT_MESH_MAX_DIMS], qc[DT_MESH_MAX_DIMS];
+        int empty = 0;
+        if (i > 0 && gr->key == groups[i - 1].key)
+            continue;
+        for (int m = 0; m < g->dmr; m++) {
+            lo[m] = 0;
+            hi[m] = g->dsize[m] - 1;
+        }
+        for (int k = 0; k < g->pm.nkeep; k++)
+            lo[g->pm.keep_dst[k]] = hi[g->pm.keep_dst[k]] = gr->coord[g->pm.keep_src[k]];
+        for (int d = 0; d < g->rank; d++)
+            if (g->dmd[d] >= 0) {
+                int m = g->dmd[d];
+                shard_span(g->shape[d], g->dk[d], gr->box.off[d],
+                           gr->box.off[d] + gr->box.len[d], &lo[m], &hi[m]);
+                empty |= lo[m] > hi[m];
+            }
+        if (empty)
+            continue;
+        memcpy(qc, lo, sizeof qc);
+        for (int done = 0; st == DT_OK && !done;) {
+            int64_t q;
+            rl_box qbox, box = {{0}, {0}};
+            dt_mesh_position_of(g->dm, qc, &q);
+            int did = dt_mesh_device_id(g->dm, q);
+            int dclient = dt__rl_client(g->w, g->dtype, did);
+            plan->work++;
+            if (dclient != g->w->me && !dt__rl_gets_zeros(&g->pm, qc)) {
+                dt_layout_shard(g->dst, g->shape, q, qbox.off, qbox.len);
+                if (dt__numel(g->rank, qbox.len) > 0 &&
+                    dt__rl_box_intersect(g->rank, &qbox, &gr->box, &box))
+                    st = add_piece(g, plan, l, gr, q, did, dclient, &box);
+            }
+            done = 1; /* next destination coordinates, last dim fastest */
+            for (int m = g->dmr - 1; m >= 0 && done; m--) {
+                if (++qc[m] <= hi[m])
+                    done = 0;
+                else
+                    qc[m] = lo[m];
+            }
+        }
+    }
+    free(groups);
+    free(mine);
+    return st;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const entry *x = a, *y = b;
+    if (x->q != y->q)
+        return x->q < y->q ? -1 : 1;
+    return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Puts the pieces in the global plan order (destination position, then group key) and
+ * counts them into the statistics. */
+static dt_status finish(const geo *g, rl_plan *plan, piece_list *l)
+{
+    int sorted = 1;
+    for (size_t i = 1; i < l->n && sorted; i++)
+        sorted = cmp_entry(&l->e[i - 1], &l->e[i]) < 0;
+    if (!sorted)
+        qsort(l->e, l->n, sizeof *l->e, cmp_entry);
+    plan->pieces = malloc((l->n + 1) * sizeof *plan->pieces);
+    if (!plan->pieces)
+        return dt__error(DT_ERR_NO_MEMORY, "no memory for a relayout plan of %zu pieces", l->n);
+    for (size_t i = 0; i < l->n; i++) {
+        const rl_piece *p = &l->v[l->e[i].idx];
+        plan->pieces[plan->npieces++] = *p;
+        dt_status st = dt__rl_count_piece(plan, g->w, p, g->stype,
+                                          dt_mesh_device_id(g->sm, p->src_pos), g->dtype,
+                                          dt_mesh_device_id(g->dm, p->dst_pos));
+        if (st != DT_OK)
+            return st;
+    }
+    dt__rl_plan_sort_stats(plan);
+    return DT_OK;
+}
+
+dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int rank,
+                               const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                               rl_plan **plan_out)
+{
+    rl_world w;
+    geo g;
+    rl_plan *plan = NULL;
+    piece_list l = {0};
+    dt_status st = dt__rl_world_init(&w, sim);
+    if (st != DT_OK)
+        return st;
+    geo_init(&g, &w, src, dst, rank, shape);
+    st = dt__rl_map_partials(src, dst, &g.pm);
+    if (st == DT_OK) {
+        geo_groups(&g);
+        st = dt__rl_plan_new(&w, src, dst, rank, shape, dtype, &g.pm, &plan);
+    }
+    if (st == DT_OK)
+        st = plan_receives(&g, plan, &l);
+    if (st == DT_OK)
+        st = plan_sends(&g, plan, &l);
+    if (st == DT_OK)
+        st = finish(&g, plan, &l);
+    free(l.v);
+    free(l.e);
+    dt__rl_world_free(&w);
+    if (st != DT_OK) {
+        dt__rl_plan_free(plan);
+        return st;
+    }
+    *plan_out = plan;
+    return DT_OK;
 }
 
 dt_status dt__rl_plan_build(const dt_layout *src, const dt_layout *dst, int rank,
                             const int64_t *shape, dt_dtype dtype, rl_plan **plan_out)
 {
-    const dt_mesh *sm = dt_layout_mesh(src), *dm = dt_layout_mesh(dst);
-    dt_device_type stype = dt_mesh_device_type(sm), dtype_dev = dt_mesh_device_type(dm);
-    int me = dt_client_id();
-    size_t elem = dt_dtype_size(dtype);
-    partial_map pm;
-    src_info *srcs = NULL;
-    piece_list pieces = {0};
-    dt_status st = map_partials(src, dst, &pm);
-    if (st != DT_OK)
-        return st;
-    rl_plan *plan = calloc(1, sizeof *plan);
-    if (!plan)
-        return dt__error(DT_ERR_NO_MEMORY, "no memory for a relayout plan");
-    plan->src = dt_layout_retain(src);
-    plan->dst = dt_layout_retain(dst);
-    plan->dtype = dtype;
-    plan->rank = rank;
-    memcpy(plan->shape, shape, (size_t)rank * sizeof *shape);
-    plan->op = pm.reduce_op;
-    plan->nsummands = 0;
-    if (pm.nreduce) {
-        plan->nsummands = 1;
-        for (int i = 0; i < pm.nreduce; i++)
-            plan->nsummands *= (int)dt_mesh_dim_size(sm, pm.reduce_src[i]);
-    }
-    plan->ndst_local = dt_mesh_num_local_devices(dm);
-    plan->zero_dst = calloc((size_t)plan->ndst_local + 1, 1);
-    if (!plan->zero_dst) {
-        st = dt__error(DT_ERR_NO_MEMORY, "no memory for a relayout plan");
-        goto err_free_plan;
-    }
-    if ((st = describe_sources(src, &pm, shape, &srcs)) != DT_OK)
-        goto err_free_plan;
-
-    int64_t nsrc = dt_mesh_size(sm), ndst = dt_mesh_size(dm);
-    int64_t qcoords[DT_MESH_MAX_DIMS], scoords[DT_MESH_MAX_DIMS];
-    for (int64_t q = 0; q < ndst; q++) {
-        rl_box qbox;
-        int did = dt_mesh_device_id(dm, q);
-        int dclient = dt_device_client(dtype_dev, did);
-        dt_layout_shard(dst, shape, q, qbox.off, qbox.len);
-        if (dt__numel(rank, qbox.len) == 0)
-            continue;
-        dt_mesh_coords(dm, q, qcoords);
-        if (gets_zeros(&pm, qcoords)) {
-            if (dclient == me)
-                plan->zero_dst[local_index(dm, q)] = 1;
-            continue;
-        }
-        /* Walk the source groups; a group is a run of equal keys. */
-        for (int64_t g0 = 0; g0 < nsrc;) {
-            int64_t g1 = g0 + 1;
-            while (g1 < nsrc && srcs[g1].key == srcs[g0].key)
-                g1++;
-            const src_info *first = &srcs[g0];
-            rl_box box = {{0}, {0}};
-            int match = box_intersect(rank, &qbox, &first->box, &box); /* rank 0: always */
-            if (match && pm.nkeep) {
-                dt_mesh_coords(sm, first->pos, scoords);
-                for (int i = 0; i < pm.nkeep; i++)
-                    match &= scoords[pm.keep_src[i]] == qcoords[pm.keep_dst[i]];
-            }
-            if (match) {
-                const src_info *h = nearest(first, (size_t)(g1 - g0), stype, did, dtype_dev,
-                                            dclient, q);
-                rl_piece p = {
-                    .src_pos = h->pos, .dst_pos = q,
-                    .src_client = h->client, .dst_client = dclient,
-                    .src_local = -1, .dst_local = -1,
-                    .summand = plan->nsummands ? (int)h->summand : -1,
-                };
-                p.box = box;
-                p.bytes = (uint64_t)dt__numel(rank, box.len) * elem;
-                if (p.src_client == me || p.dst_client == me) {
-                    if (p.src_client == me)
-                        p.src_local = local_index(sm, p.src_pos);
-                    if (p.dst_client == me)
-                        p.dst_local = local_index(dm, q);
-                    st = count_piece(plan, &p, stype, h->device_id, dtype_dev, did, me);
-                    if (st == DT_OK)
-                        st = push_piece(&pieces, &p);
-                    if (st != DT_OK)
-                        goto err_free_pieces;
-                }
-            }
-            g0 = g1;
-        }
-    }
-    free(srcs);
-    plan->pieces = pieces.v;
-    plan->npieces = pieces.n;
-    if (plan->nstats)
-        qsort(plan->stats, (size_t)plan->nstats, sizeof *plan->stats, cmp_stats);
-    *plan_out = plan;
-    return DT_OK;
-
-err_free_pieces:
-    free(pieces.v);
-    free(srcs);
-err_free_plan:
-    dt__rl_plan_free(plan);
-    return st;
+    return dt__rl_plan_build_as(src, dst, rank, shape, dtype, NULL, plan_out);
 }
 
 void dt__rl_plan_free(rl_plan *plan)
@@ -412,8 +562,14 @@ static int dim_use(const dt_layout *l, int m)
     for (int d = 0; d < dt_layout_rank(l); d++)
         if (dt_layout_spec_mesh_dim(l, d) == m)
             return d;
-    dt_reduce_op op;
-    return find_partial(l, m, &op) ? -2 : -1;
+    for (int i = 0; i < dt_layout_num_partial(l); i++) {
+        int d;
+        dt_reduce_op op;
+        dt_layout_partial(l, i, &d, &op);
+        if (d == m)
+            return -2;
+    }
+    return -1;
 }
 
 dt_status dt__rl_host_mid(const dt_layout *src, const dt_layout *dst, const int64_t *shape,

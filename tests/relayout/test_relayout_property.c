@@ -1,12 +1,14 @@
 /* Property tests of dt_relayout: seeded random shapes (sizes not divisible by the mesh
  * included), random source and destination layouts (partial included) on 1-D, 2-D and 3-D
  * meshes of all the devices present, every dtype; each result compared element for element
- * with the reference computed in rl_test_util.c. Seed: DT_TEST_SEED (default 1). */
+ * with the reference computed in rl_test_util.c, and each plan compared piece by piece with
+ * the former all-pairs planner's (layout/relayout_plan_ref.c). Seed: DT_TEST_SEED (default 1). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "rl_plan_cmp.h"
 #include "rl_test_util.h"
 
 static uint64_t base_seed(void)
@@ -112,6 +114,10 @@ static void run_trials(int trials_per_mesh)
                     failures++;
                 }
             }
+            /* The plan itself, piece by piece, against the former all-pairs planner's. */
+            if (rl_plan_compare(src_l, dst_l, rank, shape, dtype, NULL, "random pair", NULL,
+                                NULL, NULL))
+                failures++;
             done++;
             dt_tensor_destroy(dst);
             dt_tensor_destroy(src);

@@ -1,0 +1,67 @@
+/* What the relayout planner (relayout_plan.c) shares with its reference (relayout_plan_ref.c,
+ * the former all-pairs planner kept for tests and bench/run scale): the world the plan is
+ * made for (the runtime's clients, or a simulated device table), the partial-dim map, and the
+ * helpers that fill a plan. Not installed. */
+#ifndef DTENSOR_RELAYOUT_PLAN_IMPL_H
+#define DTENSOR_RELAYOUT_PLAN_IMPL_H
+
+#include "layout/layout_impl.h"
+
+/* Who owns which device, as the planner sees it: the runtime's table (sim NULL) or the
+ * simulated one of dt__rl_sim. */
+typedef struct rl_world {
+    const dt__rl_sim *sim;
+    int me;
+    int one_host;          /* every client on one host (or no topology) */
+    int nclients;
+    int *first[2];         /* runtime: per device type (CPU, GPU), nclients + 1 first ids */
+} rl_world;
+
+dt_status dt__rl_world_init(rl_world *w, const dt__rl_sim *sim);
+void dt__rl_world_free(rl_world *w);
+int dt__rl_client(const rl_world *w, dt_device_type type, int device_id);
+int dt__rl_host(const rl_world *w, int client);
+/* The device ids of `client` of `type`: [*first, *first + *count). */
+void dt__rl_client_devices(const rl_world *w, dt_device_type type, int client, int *first,
+                           int *count);
+/* Component index of mesh position pos on this client (-1 if not ours), and the count. */
+int dt__rl_local_index(const rl_world *w, const dt_mesh *mesh, int64_t pos);
+int dt__rl_num_local(const rl_world *w, const dt_mesh *mesh);
+
+/* Mesh dims of the source that stay partial in the destination (same name, size and op),
+ * those that are reduced, and the destination's new partial dims. */
+typedef struct rl_partial_map {
+    int nkeep;
+    int keep_src[DT_MESH_MAX_DIMS], keep_dst[DT_MESH_MAX_DIMS];
+    int nreduce;
+    int reduce_src[DT_MESH_MAX_DIMS];
+    dt_reduce_op reduce_op;
+    int nnew;
+    int new_dst[DT_MESH_MAX_DIMS];
+    dt_reduce_op new_op[DT_MESH_MAX_DIMS];
+} rl_partial_map;
+
+dt_status dt__rl_map_partials(const dt_layout *src, const dt_layout *dst, rl_partial_map *pm);
+
+/* 1 if destination position q (coords qcoords) gets the reduction's identity rather than
+ * data: it is not the first member along a new sum-partial dim. */
+int dt__rl_gets_zeros(const rl_partial_map *pm, const int64_t *qcoords);
+
+/* The intersection of two boxes; 0 if it is empty (rank 0: always 1). */
+int dt__rl_box_intersect(int rank, const rl_box *a, const rl_box *b, rl_box *out);
+
+/* A new plan with everything but its pieces and statistics (world w decides the local
+ * destination count). */
+dt_status dt__rl_plan_new(const rl_world *w, const dt_layout *src, const dt_layout *dst,
+                          int rank, const int64_t *shape, dt_dtype dtype,
+                          const rl_partial_map *pm, rl_plan **plan_out);
+
+/* Adds piece p (client w->me sends, receives or copies it) to the plan's statistics;
+ * sid/did are the source and destination device ids. */
+dt_status dt__rl_count_piece(rl_plan *plan, const rl_world *w, const rl_piece *p,
+                             dt_device_type stype, int sid, dt_device_type dtype, int did);
+
+/* Sorts the statistics by device; call once the pieces are in. */
+void dt__rl_plan_sort_stats(rl_plan *plan);
+
+#endif
