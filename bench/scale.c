@@ -1,6 +1,7 @@
 /* bench_scale: planning as one client among N simulated clients (one device each), without
  * moving data, through the planners' test-only entry points (dt__rl_plan_build_as,
- * layout/layout_impl.h; not installed). Per case and N: planning time per plan per client,
+ * layout/layout_impl.h; the checkpoint module's plan, index and slice lookup,
+ * ckpt/ckpt_impl.h; neither installed). Per case and N: planning time per plan per client,
  * plan bytes per client, the planner's work count, and beside them the former all-pairs
  * planner's time where it is still feasible; then the growth from N = 1024 to the largest N
  * against N and N log N. One key=value line each (docs/bench.md). */
@@ -12,12 +13,13 @@
 #include <time.h>
 
 #include "bench_util.h"
+#include "ckpt/ckpt_impl.h"
 #include "dtensor/dtensor.h"
 #include "layout/layout_impl.h"
 
 enum { MAX_NS = 16, NCLIENTS_TIMED = 3 };
 
-#define ALL_CASES "alltoall,allgather,reduce_scatter"
+#define ALL_CASES "alltoall,allgather,reduce_scatter,restore,index"
 
 static double now(void)
 {
@@ -131,6 +133,158 @@ static int time_plans(const rl_case *c, int64_t n, int reps, int ref, result *r)
     return 0;
 }
 
+
+/* ---- checkpoint metadata ---------------------------------------------------------------- */
+
+/* A checkpoint of N devices' slices, built as client 0 builds its index, then parsed as every
+ * client parses it: w [4N, 64] sharded on dim 0 over x (N slices), b [64] replicated (one),
+ * v [4N] sharded (N). Times of the save plan, the index text and the parse into *ms3. */
+static dt_status build_index(int64_t n, dt_ckpt **ck_out, double *ms3)
+{
+    int64_t sizes[1] = {n}, sw[2] = {4 * n, 64}, sb[1] = {64}, sv[1] = {4 * n};
+    dt_mesh *m = mesh_of(1, sizes);
+    dt_layout *lw = m ? layout_of(m, "x", DT_UNSHARDED, NULL) : NULL, *lb = NULL, *lv = NULL;
+    const char *ub[1] = {DT_UNSHARDED}, *xv[1] = {"x"};
+    dt_status st = lw ? DT_OK : DT_ERR_INVALID_ARGUMENT;
+    if (st == DT_OK && (st = dt_layout_create(m, 1, ub, &lb)) == DT_OK)
+        st = dt_layout_create(m, 1, xv, &lv);
+    const char *names[3] = {"w", "b", "v"};
+    const dt_layout *layouts[3] = {lw, lb, lv};
+    const int ranks[3] = {2, 1, 1};
+    const int64_t *shapes[3] = {sw, sb, sv};
+    const dt_dtype dtypes[3] = {DT_DTYPE_F32, DT_DTYPE_F32, DT_DTYPE_F32};
+    ck_plan_input in = {3, names, layouts, ranks, shapes, dtypes, 0, NULL};
+    ck_plan plan = {0};
+    uint32_t *crcs = NULL, **chunk = NULL;
+    char *text = NULL, *mesh_str = m ? malloc(dt_mesh_format(m, NULL, 0) + 1) : NULL;
+    if (st == DT_OK && !mesh_str)
+        st = DT_ERR_NO_MEMORY;
+    double t0 = now();
+    if (st == DT_OK)
+        st = dt__ckpt_plan(m, &in, DT_CKPT_CHUNK_BYTES, &plan);
+    double t1 = now();
+    if (st == DT_OK) {
+        /* Every slice here fits one chunk: its CRC is the chunk's (zeros: nothing is read). */
+        crcs = calloc((size_t)plan.nslices + 1, sizeof *crcs);
+        chunk = calloc((size_t)plan.nslices + 1, sizeof *chunk);
+        st = crcs && chunk ? DT_OK : DT_ERR_NO_MEMORY;
+        for (int64_t i = 0; st == DT_OK && i < plan.nslices; i++)
+            st = (chunk[i] = calloc(1, sizeof **chunk)) ? DT_OK : DT_ERR_NO_MEMORY;
+    }
+    if (mesh_str)
+        dt_mesh_format(m, mesh_str, dt_mesh_format(m, NULL, 0) + 1);
+    double t2 = now();
+    if (st == DT_OK)
+        st = dt__ckpt_index_text(&plan, mesh_str, n, crcs, (const uint32_t *const *)chunk, 0,
+                                 NULL, &text);
+    double t3 = now();
+    if (st == DT_OK)
+        st = dt__ckpt_parse_index("sim", "sim/dtensor-index.json", text, strlen(text), ck_out);
+    double t4 = now();
+    ms3[0] = 1e3 * (t1 - t0);
+    ms3[1] = 1e3 * (t3 - t2);
+    ms3[2] = 1e3 * (t4 - t3);
+    for (int64_t i = 0; chunk && i < plan.nslices; i++)
+        free(chunk[i]);
+    free(chunk);
+    free(crcs);
+    free(text);
+    free(mesh_str);
+    dt__ckpt_plan_free(&plan);
+    dt_layout_destroy(lw);
+    dt_layout_destroy(lb);
+    dt_layout_destroy(lv);
+    dt_mesh_destroy(m);
+    if (st != DT_OK)
+        fprintf(stderr, "bench_scale: index of %lld devices: %s: %s\n", (long long)n,
+                dt_status_name(st), dt_last_error());
+    return st;
+}
+
+static int meets(int rank, const int64_t *a_off, const int64_t *a_len, const int64_t *b_off,
+                 const int64_t *b_len)
+{
+    for (int d = 0; d < rank; d++)
+        if (a_off[d] >= b_off[d] + b_len[d] || b_off[d] >= a_off[d] + a_len[d])
+            return 0;
+    return 1;
+}
+
+/* Restoring w onto the 2-D mesh x = N/8, y = 8 as [x, y]: per client, the saved slices its box
+ * meets, through the slice index (new) and by scanning every slice (old). */
+static int restore_case(int64_t n, const dt_ckpt *ck, int reps, bu_line *line)
+{
+    int64_t sizes[2] = {n / 8, 8}, who[NCLIENTS_TIMED] = {0, n / 2 + 1, n - 1};
+    dt_mesh *m = mesh_of(2, sizes);
+    dt_layout *l = m ? layout_of(m, "x", "y", NULL) : NULL;
+    const ck_tensor *t = &ck->tensors[0];
+    double t_new = 0, t_old = 0, found = 0, looked = 0;
+    int bad = !l;
+    for (int k = 0; !bad && k < NCLIENTS_TIMED; k++) {
+        int64_t off[2], len[2], first, end;
+        dt_layout_shard(l, t->shape, who[k], off, len);
+        for (int i = 0; i < reps; i++) {
+            int64_t a = 0, b = 0;
+            double t0 = now();
+            dt__ckpt_slices_near(t, off, len, &first, &end);
+            for (int64_t j = first; j < end; j++)
+                a += meets(2, off, len, t->slices[t->order[j]].off, t->slices[t->order[j]].size);
+            double t1 = now();
+            for (int64_t s = 0; s < t->nslices; s++)
+                b += meets(2, off, len, t->slices[s].off, t->slices[s].size);
+            double t2 = now();
+            t_new += t1 - t0;
+            t_old += t2 - t1;
+            bad |= a != b || a == 0;
+            found += (double)a;
+            looked += (double)(end - first);
+        }
+    }
+    int plans = NCLIENTS_TIMED * reps;
+    bu_line_add(line, "plan_ms", "%.4f", 1e3 * t_new / plans);
+    bu_line_add(line, "slices_met", "%.0f", found / plans);
+    bu_line_add(line, "slices_looked_at", "%.0f", looked / plans);
+    bu_line_add(line, "old_plan_ms", "%.4f", 1e3 * t_old / plans);
+    bu_line_add(line, "old_slices_looked_at", "%lld", (long long)t->nslices);
+    bu_line_add(line, "same", "%d", !bad);
+    dt_layout_destroy(l);
+    dt_mesh_destroy(m);
+    return bad ? -1 : 0;
+}
+
+/* The checkpoint cases at N: "index" (client 0's save plan and index text, every client's
+ * parse) and "restore". */
+static int ckpt_case(const char *name, int64_t n, int reps, double *ms_out)
+{
+    dt_ckpt *ck = NULL;
+    double ms3[3];
+    bu_line line;
+    if (build_index(n, &ck, ms3) != DT_OK)
+        return -1;
+    bu_line_init(&line);
+    bu_line_add(&line, "case", "%s", name);
+    bu_line_add(&line, "clients", "%lld", (long long)n);
+    int rc = 0;
+    if (!strcmp(name, "index")) {
+        bu_line_add(&line, "plan_ms", "%.1f", ms3[0]);
+        bu_line_add(&line, "index_text_ms", "%.1f", ms3[1]);
+        bu_line_add(&line, "build_ms", "%.1f", ms3[0] + ms3[1]);
+        bu_line_add(&line, "parse_ms", "%.1f", ms3[2]);
+        bu_line_add(&line, "slices", "%lld", (long long)(ck->tensors[0].nslices +
+                                                         ck->tensors[1].nslices +
+                                                         ck->tensors[2].nslices));
+        bu_line_add(&line, "target_ms", "1000");
+        bu_line_add(&line, "ok", "%d", ms3[0] + ms3[1] <= 1000 || n > 16384);
+        *ms_out = ms3[0] + ms3[1];
+    } else {
+        rc = restore_case(n, ck, reps, &line);
+        *ms_out = -1;
+    }
+    bu_line_print(&line);
+    dt_ckpt_close(ck);
+    return rc;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_scale [--n LIST] [--cases LIST] [--ref-max N] [--reps N]\n"
@@ -163,6 +317,30 @@ int main(int argc, char **argv)
     }
     static const char *all[] = {"alltoall", "allgather", "reduce_scatter"};
     int rc = 0;
+    static const char *ck_cases[] = {"restore", "index"};
+    for (size_t k = 0; k < 2; k++) {
+        double ms_1024 = -1, ms = -1;
+        for (int i = 0; bu_list_has(cases, ck_cases[k]) && i < nn; i++) {
+            if (ns[i] % 8) {
+                fprintf(stderr, "bench_scale: N = %d must be a multiple of 8\n", ns[i]);
+                return 2;
+            }
+            rc |= ckpt_case(ck_cases[k], ns[i], reps, &ms) != 0;
+            if (ns[i] == 1024)
+                ms_1024 = ms;
+        }
+        if (ms_1024 > 0 && ns[nn - 1] > 1024) {
+            bu_line line;
+            double ratio = (double)ns[nn - 1] / 1024;
+            bu_line_init(&line);
+            bu_line_add(&line, "case", "%s", ck_cases[k]);
+            bu_line_add(&line, "growth", "1024->%d", ns[nn - 1]);
+            bu_line_add(&line, "time_ratio", "%.2f", ms / ms_1024);
+            bu_line_add(&line, "n_ratio", "%.2f", ratio);
+            bu_line_add(&line, "nlogn_ratio", "%.2f", ratio * log2((double)ns[nn - 1]) / 10.0);
+            bu_line_print(&line);
+        }
+    }
     for (size_t k = 0; k < sizeof all / sizeof *all; k++) {
         if (!bu_list_has(cases, all[k]))
             continue;

@@ -42,6 +42,12 @@ typedef struct ck_tensor {
     char *mesh;
     int64_t nslices;
     ck_slice *slices;
+    /* The slices sorted by their start along dim `sweep` (the dim with the most distinct
+     * starts), and reach[i]: the furthest end along it of order[0..i]. A box meets only
+     * slices in one run of `order` (dt__ckpt_slices_near). */
+    int sweep;
+    int64_t *order;
+    int64_t *reach;
 } ck_tensor;
 
 typedef struct ck_file {
@@ -108,6 +114,14 @@ typedef struct ck_box {
  * compares each box only with those starting inside it along that dim: O(n log n) when the
  * boxes are cut along one dim, quadratic only when many share the same span there. The
  * result depends only on the boxes and ids (the same on every client). */
+/* The dimension with the most distinct box starts (0 for rank 0 or without memory). */
+int dt__ckpt_sweep_dim(int rank, const ck_box *boxes, int64_t n);
+/* Builds t's order and reach (parse time). */
+dt_status dt__ckpt_slice_index(ck_tensor *t);
+/* [*first, *end) of t->order: the only slices that may meet the box (off, shape) (callers
+ * still intersect; for slices tiling a grid along the sweep dim, one row of it). */
+void dt__ckpt_slices_near(const ck_tensor *t, const int64_t *off, const int64_t *shape,
+                          int64_t *first, int64_t *end);
 int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, int64_t *b_out);
 /* A slice key made of a tensor name: name itself, or name + "#" + decimal digits. */
 int dt__ckpt_key_of(const char *key, const char *name);

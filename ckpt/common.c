@@ -125,7 +125,7 @@ static int cmp_i64(const void *pa, const void *pb)
 
 /* The dimension with the most distinct box starts: the one the boxes are cut along, where a
  * sweep compares each box with few others (ZeRO's [coords..., flat] boxes: the last). */
-static int sweep_dim(int rank, const ck_box *boxes, int64_t n)
+int dt__ckpt_sweep_dim(int rank, const ck_box *boxes, int64_t n)
 {
     int64_t *v = malloc((size_t)n * sizeof *v), best = -1;
     int dim = 0;
@@ -154,7 +154,7 @@ int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, in
         *b_out = boxes[0].id < boxes[1].id ? boxes[1].id : boxes[0].id;
         return 1;
     }
-    int s = sweep_dim(rank, boxes, n);
+    int s = dt__ckpt_sweep_dim(rank, boxes, n);
     qsort_r(boxes, (size_t)n, sizeof *boxes, cmp_box_start, &s);
     for (int64_t i = 0; i < n; i++) {
         const ck_box *a = &boxes[i];

@@ -156,6 +156,8 @@ void dt_ckpt_close(dt_ckpt *ck)
     }
     for (int64_t t = 0; ck->tensors && t < ck->ntensors; t++) {
         ck_tensor *ct = &ck->tensors[t];
+        free(ct->order);
+        free(ct->reach);
         for (int64_t s = 0; ct->slices && s < ct->nslices; s++) {
             free(ct->slices[s].chunk_crc);
             free(ct->slices[s].key);
@@ -300,10 +302,12 @@ static dt_status parse_slice(pctx *c, dt_ckpt *ck, const ck_tensor *t, const jso
     int64_t v;
     if ((st = get_str(c, o, "file", &file)) != DT_OK)
         return st;
+    /* parse_file admitted only our own names, data-K-of-N, so K says which file. */
+    long long fk = -1;
     s->file = -1;
-    for (int64_t f = 0; f < ck->nfiles; f++)
-        if (strcmp(ck->files[f].name, file) == 0)
-            s->file = f;
+    if (sscanf(file, "data-%lld-of-", &fk) == 1 && fk >= 0 && fk < ck->nfiles &&
+        strcmp(ck->files[fk].name, file) == 0)
+        s->file = fk;
     if (s->file < 0)
         st = CORRUPT(c, "file '%s' is not listed in 'files'", file);
     free(file);
@@ -437,7 +441,7 @@ static dt_status parse_tensor(pctx *c, dt_ckpt *ck, const json_t *o, ck_tensor *
     free(boxes);
     if (overlap)
         return CORRUPT(c, "slice %" PRId64 " overlaps slice %" PRId64, b, a);
-    return DT_OK;
+    return dt__ckpt_slice_index(t);
 }
 
 static dt_status parse_file(pctx *c, int64_t k, int64_t n, const json_t *o, ck_file *f)

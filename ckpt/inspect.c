@@ -133,10 +133,11 @@ dt_status dt_ckpt_read_box(const dt_ckpt *ck, int64_t tensor, const int64_t *off
     if (st != DT_OK)
         return st;
     rd.reuse_checks = 1;
-    int64_t zero[1] = {0};
-    for (int64_t s = 0; st == DT_OK && s < t->nslices; s++)
-        st = dt__ckpt_read_box(&rd, tensor, s, t->rank ? offsets : zero, t->rank ? sizes : zero,
-                               buf);
+    int64_t zero[1] = {0}, first, end;
+    dt__ckpt_slices_near(t, offsets, sizes, &first, &end);
+    for (int64_t k = first; st == DT_OK && k < end; k++)
+        st = dt__ckpt_read_box(&rd, tensor, t->order[k], t->rank ? offsets : zero,
+                               t->rank ? sizes : zero, buf);
     dt__ckpt_reader_free(&rd);
     return st;
 }

@@ -35,8 +35,10 @@ static dt_status read_tensor_local(ck_reader *rd, int64_t ti, dt_tensor *t, ck_f
                                            .shape = x->shape};
             continue;
         }
-        for (int64_t s = 0; s < ct->nslices; s++) {
-            dt_status st = dt__ckpt_read_box(rd, ti, s, off, x->shape, x->data);
+        int64_t first, end;
+        dt__ckpt_slices_near(ct, off, x->shape, &first, &end);
+        for (int64_t k = first; k < end; k++) {
+            dt_status st = dt__ckpt_read_box(rd, ti, ct->order[k], off, x->shape, x->data);
             if (st != DT_OK)
                 return st;
         }

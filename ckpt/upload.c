@@ -111,7 +111,10 @@ static void *reader(void *arg)
         const ck_fill *f = &u->fills[u->fill];
         const ck_tensor *t = &u->ck->tensors[f->ti];
         size_t elem = dt_dtype_size(t->dtype);
-        for (u->slice = 0; st == DT_OK && u->slice < t->nslices; u->slice++) {
+        int64_t first, end;
+        dt__ckpt_slices_near(t, f->off, f->shape, &first, &end);
+        for (int64_t k = first; st == DT_OK && k < end; k++) {
+            u->slice = t->order[k];
             const ck_slice *s = &t->slices[u->slice];
             int64_t lo[DT_MAX_RANK], n[DT_MAX_RANK];
             int empty = 0;
