@@ -1,0 +1,187 @@
+/* Checkpoint metadata at scale: the slice index (ckpt/slice_index.c) must offer a restore
+ * target exactly the slices its box meets, checked against scanning every slice over random
+ * tilings; and the index of a 1024-device save, built as client 0 builds it, must parse back
+ * with every slice found in its own file (the parser looks files up by their number). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_impl.h"
+#include "harness.h"
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static int64_t below(uint64_t *s, int64_t n)
+{
+    return (int64_t)(rng_next(s) % (uint64_t)n);
+}
+
+/* Splits the box (off, size) at random cuts (guillotine: a dim, then each half again, at
+ * most `depth` levels) into slices appended to t. */
+static void split(uint64_t *r, ck_tensor *t, const int64_t *off, const int64_t *size, int depth)
+{
+    int d = (int)below(r, t->rank);
+    if (depth == 0 || size[d] < 2 || below(r, 5) == 0) {
+        ck_slice *s = &t->slices[t->nslices++];
+        memcpy(s->off, off, sizeof s->off);
+        memcpy(s->size, size, sizeof s->size);
+        return;
+    }
+    int64_t cut = 1 + below(r, size[d] - 1), o2[DT_MAX_RANK], s1[DT_MAX_RANK], s2[DT_MAX_RANK];
+    memcpy(o2, off, sizeof o2);
+    memcpy(s1, size, sizeof s1);
+    memcpy(s2, size, sizeof s2);
+    s1[d] = cut;
+    o2[d] += cut;
+    s2[d] -= cut;
+    split(r, t, off, s1, depth - 1);
+    split(r, t, o2, s2, depth - 1);
+}
+
+static int meets(int rank, const int64_t *ao, const int64_t *as, const int64_t *bo,
+                 const int64_t *bs)
+{
+    for (int d = 0; d < rank; d++)
+        if (ao[d] >= bo[d] + bs[d] || bo[d] >= ao[d] + as[d])
+            return 0;
+    return 1;
+}
+
+static void test_the_slices_near_a_box_are_all_the_slices_that_meet_it(void)
+{
+    uint64_t r = 12345;
+    int64_t bad = 0, queries = 0, looked = 0, scanned = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        ck_tensor t;
+        memset(&t, 0, sizeof t);
+        t.name = "t";
+        t.rank = 1 + (int)below(&r, 3);
+        int64_t zero[DT_MAX_RANK] = {0};
+        for (int d = 0; d < t.rank; d++)
+            t.shape[d] = 1 + below(&r, 40);
+        t.slices = calloc(1 << 10, sizeof *t.slices);
+        CU_ASSERT_FATAL(t.slices != NULL);
+        if (trial % 2) { /* a grid of uneven cuts, as layouts save */
+            int64_t k[DT_MAX_RANK], c[DT_MAX_RANK] = {0};
+            for (int d = 0; d < t.rank; d++)
+                k[d] = 1 + below(&r, t.shape[d] < 8 ? t.shape[d] : 8);
+            for (int done = 0; !done;) {
+                ck_slice *s = &t.slices[t.nslices++];
+                for (int d = 0; d < t.rank; d++) {
+                    int64_t q = t.shape[d] / k[d], rem = t.shape[d] % k[d];
+                    s->off[d] = c[d] * q + (c[d] < rem ? c[d] : rem);
+                    s->size[d] = q + (c[d] < rem);
+                }
+                done = 1;
+                for (int d = t.rank - 1; d >= 0 && done; d--)
+                    if (++c[d] < k[d])
+                        done = 0;
+                    else
+                        c[d] = 0;
+            }
+        } else { /* free-form pieces */
+            split(&r, &t, zero, t.shape, 9);
+        }
+        DT_ASSERT_OK(dt__ckpt_slice_index(&t));
+        for (int q = 0; q < 50; q++) {
+            int64_t off[DT_MAX_RANK], size[DT_MAX_RANK], first, end, near = 0, all = 0;
+            for (int d = 0; d < t.rank; d++) {
+                off[d] = below(&r, t.shape[d]);
+                size[d] = 1 + below(&r, t.shape[d] - off[d]);
+            }
+            dt__ckpt_slices_near(&t, off, size, &first, &end);
+            for (int64_t i = first; i < end; i++)
+                near += meets(t.rank, off, size, t.slices[t.order[i]].off,
+                              t.slices[t.order[i]].size);
+            for (int64_t s = 0; s < t.nslices; s++)
+                all += meets(t.rank, off, size, t.slices[s].off, t.slices[s].size);
+            bad += near != all;
+            looked += end - first;
+            scanned += t.nslices;
+            queries++;
+        }
+        free(t.order);
+        free(t.reach);
+        free(t.slices);
+    }
+    printf("\n  %lld queries: %lld slices looked at, %lld by scanning\n", (long long)queries,
+           (long long)looked, (long long)scanned);
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT(looked < scanned);
+}
+
+static void test_a_1024_device_index_parses_back_with_every_slice_in_its_file(void)
+{
+    enum { N = 1024 };
+    static const char *dims[1] = {"x"};
+    int64_t sizes[1] = {N}, sw[2] = {4 * N, 8}, sb[1] = {5};
+    dt_mesh *m = NULL;
+    dt_layout *lw = NULL, *lb = NULL;
+    const char *spec_w[2] = {"x", DT_UNSHARDED}, *spec_b[1] = {DT_UNSHARDED};
+    DT_ASSERT_OK(dt_mesh_create("big", 1, dims, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_layout_create(m, 2, spec_w, &lw));
+    DT_ASSERT_OK(dt_layout_create(m, 1, spec_b, &lb));
+    const char *names[2] = {"w", "b"};
+    const dt_layout *layouts[2] = {lw, lb};
+    const int ranks[2] = {2, 1};
+    const int64_t *shapes[2] = {sw, sb};
+    const dt_dtype dtypes[2] = {DT_DTYPE_F32, DT_DTYPE_F64};
+    ck_plan_input in = {2, names, layouts, ranks, shapes, dtypes, 0, NULL};
+    ck_plan plan;
+    DT_ASSERT_OK(dt__ckpt_plan(m, &in, DT_CKPT_CHUNK_BYTES, &plan));
+    CU_ASSERT_EQUAL(plan.nslices, N + 1);
+    uint32_t *crcs = calloc((size_t)plan.nslices, sizeof *crcs);
+    uint32_t **chunk = calloc((size_t)plan.nslices, sizeof *chunk);
+    for (int64_t i = 0; i < plan.nslices; i++) {
+        chunk[i] = calloc(1, sizeof **chunk);
+        chunk[i][0] = crcs[i] = (uint32_t)(i * 2654435761u); /* one chunk: the slice's CRC */
+    }
+    size_t mlen = dt_mesh_format(m, NULL, 0) + 1;
+    char *mesh_str = malloc(mlen), *text = NULL;
+    dt_mesh_format(m, mesh_str, mlen);
+    DT_ASSERT_OK(dt__ckpt_index_text(&plan, mesh_str, N, crcs, (const uint32_t *const *)chunk,
+                                     0, NULL, &text));
+    dt_ckpt *ck = NULL;
+    DT_ASSERT_OK(dt__ckpt_parse_index("big", "big/dtensor-index.json", text, strlen(text), &ck));
+    CU_ASSERT_EQUAL(ck->nfiles, plan.nfiles);
+    int64_t wrong = 0, si = 0;
+    for (int64_t t = 0; t < ck->ntensors; t++) {
+        const ck_tensor *ct = &ck->tensors[t];
+        for (int64_t s = 0; s < ct->nslices; s++, si++) {
+            const ck_plan_slice *ps = &plan.slices[si];
+            wrong += ct->slices[s].file != plan.file_of_position[ps->position];
+            wrong += ct->slices[s].crc != crcs[si];
+            wrong += ck->files[ct->slices[s].file].device_id !=
+                     dt_mesh_device_id(m, ps->position);
+        }
+    }
+    CU_ASSERT_EQUAL(si, plan.nslices);
+    CU_ASSERT_EQUAL(wrong, 0);
+    dt_ckpt_close(ck);
+    free(text);
+    free(mesh_str);
+    for (int64_t i = 0; i < plan.nslices; i++)
+        free(chunk[i]);
+    free(chunk);
+    free(crcs);
+    dt__ckpt_plan_free(&plan);
+    dt_layout_destroy(lw);
+    dt_layout_destroy(lb);
+    dt_mesh_destroy(m);
+}
+
+int main(int argc, char **argv)
+{
+    static const dt_test_case cases[] = {
+        DT_TEST(test_the_slices_near_a_box_are_all_the_slices_that_meet_it),
+        DT_TEST(test_a_1024_device_index_parses_back_with_every_slice_in_its_file),
+        DT_TEST_END,
+    };
+    return dt_test_main(argc, argv, "ckpt_scale", cases, 0);
+}
