@@ -296,9 +296,102 @@ static int ckpt_case(const char *name, int64_t n, int reps, double *ms_out)
     return rc;
 }
 
+/* Writes element (r, c) = (r * cols + c) mod 1000003 into every local component of t (fill),
+ * or counts the components' elements that differ from it into *wrong. */
+static dt_status fill_or_check(dt_tensor *t, int64_t cols, int fill, int64_t *wrong)
+{
+    dt_status st = DT_OK;
+    if (wrong)
+        *wrong = 0;
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(t); i++) {
+        const DLTensor *x = dt_tensor_local(t, i);
+        const int64_t *off = dt_tensor_local_offset(t, i);
+        size_t n = (size_t)(x->shape[0] * x->shape[1]);
+        float *v = malloc(n * sizeof *v + 1);
+        if (!v)
+            return DT_ERR_NO_MEMORY;
+        if (!fill)
+            st = dt_tensor_local_read(t, i, v, n * sizeof *v);
+        for (int64_t r = 0; st == DT_OK && r < x->shape[0]; r++)
+            for (int64_t k = 0; k < x->shape[1]; k++) {
+                float want = (float)(((off[0] + r) * cols + off[1] + k) % 1000003);
+                if (fill)
+                    v[r * x->shape[1] + k] = want;
+                else
+                    *wrong += v[r * x->shape[1] + k] != want;
+            }
+        if (fill && st == DT_OK)
+            st = dt_tensor_local_write(t, i, v, n * sizeof *v);
+        free(v);
+    }
+    return st;
+}
+
+/* The issue's measurement: one process holding all N CPU devices (DT_CPU_DEVICES=N, the
+ * runtime initialised), the first dt_relayout of [4N, 4N] f32 from dim 0 to dim 1 sharded
+ * (planning included) and the second (plan cached), and both planners' time for that plan;
+ * the result is checked element for element. */
+static int inprocess_case(int *argc, char ***argv)
+{
+    dt_status st = dt_init(argc, argv, NULL);
+    if (st != DT_OK) {
+        fprintf(stderr, "bench_scale: dt_init: %s\n", dt_last_error());
+        return 1;
+    }
+    int64_t n = dt_num_local_devices(DT_DEVICE_CPU);
+    rl_case c;
+    if (make_case("alltoall", n, &c) != 0)
+        return 1;
+    dt_tensor *t = NULL, *a = NULL, *b = NULL;
+    st = dt_tensor_zeros(c.src, DT_DTYPE_F32, c.shape, &t);
+    if (st == DT_OK)
+        st = fill_or_check(t, c.shape[1], 1, NULL);
+    double t0 = now();
+    if (st == DT_OK)
+        st = dt_relayout(t, c.dst, &a);
+    double t1 = now();
+    if (st == DT_OK)
+        st = dt_relayout(t, c.dst, &b);
+    double t2 = now();
+    rl_plan *pn = NULL, *pr = NULL;
+    double t3 = now();
+    if (st == DT_OK)
+        st = dt__rl_plan_build(c.src, c.dst, 2, c.shape, DT_DTYPE_F32, &pn);
+    double t4 = now();
+    if (st == DT_OK)
+        st = dt__rl_plan_build_ref(c.src, c.dst, 2, c.shape, DT_DTYPE_F32, NULL, &pr);
+    double t5 = now();
+    int64_t wrong = 1;
+    if (st == DT_OK)
+        st = fill_or_check(b, c.shape[1], 0, &wrong);
+    int same = wrong == 0;
+    if (st != DT_OK)
+        fprintf(stderr, "bench_scale: inprocess: %s\n", dt_last_error());
+    bu_line line;
+    bu_line_init(&line);
+    bu_line_add(&line, "case", "inprocess");
+    bu_line_add(&line, "devices", "%lld", (long long)n);
+    bu_line_add(&line, "first_s", "%.3f", t1 - t0);
+    bu_line_add(&line, "second_s", "%.3f", t2 - t1);
+    bu_line_add(&line, "plan_s", "%.3f", t4 - t3);
+    bu_line_add(&line, "old_plan_s", "%.3f", t5 - t4);
+    bu_line_add(&line, "pieces", "%zu", pn ? pn->npieces : 0);
+    bu_line_add(&line, "check", "%s", same ? "ok" : "FAILED");
+    bu_line_print(&line);
+    dt__rl_plan_free(pn);
+    dt__rl_plan_free(pr);
+    dt_tensor_destroy(a);
+    dt_tensor_destroy(b);
+    dt_tensor_destroy(t);
+    free_case(&c);
+    dt_finalize();
+    return st == DT_OK && same ? 0 : 1;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_scale [--n LIST] [--cases LIST] [--ref-max N] [--reps N]\n"
+                    "       DT_CPU_DEVICES=N bench_scale --inprocess\n"
                     "  --n LIST      simulated clients (default 256,1024,4096,16384)\n"
                     "  --cases LIST  " ALL_CASES " (default all)\n"
                     "  --ref-max N   time the former planner up to N clients (default 1024)\n");
@@ -309,6 +402,8 @@ int main(int argc, char **argv)
 {
     int ns[MAX_NS] = {256, 1024, 4096, 16384}, nn = 4, ref_max = 1024, reps = 3;
     const char *cases = ALL_CASES;
+    if (argc > 1 && !strcmp(argv[1], "--inprocess"))
+        return inprocess_case(&argc, &argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc) {
             if ((nn = bu_parse_int_list(argv[++i], ns, MAX_NS)) < 1)

@@ -29,6 +29,10 @@ typedef struct geo {
     int nfree;                                /* source mesh dims free inside a group */
     int free_dim[DT_MESH_MAX_DIMS];
     int64_t gsize;                            /* members of a group */
+    /* Component index on this client of each of its device ids, per mesh: ids
+     * first .. first + count - 1 (-1: not a component of the mesh). */
+    int sfirst, scount, dfirst, dcount;
+    int *sloc, *dloc;
 } geo;
 
 /* A source group: the positions holding one (kept coordinates, summand, block), in position
@@ -83,6 +87,32 @@ static void geo_init(geo *g, const rl_world *w, const dt_layout *src, const dt_l
         g->dmd[d] = dt_layout_spec_mesh_dim(dst, d) >= 0 ? dt_layout_spec_mesh_dim(dst, d) : -1;
         g->nblocks *= g->sk[d];
     }
+}
+
+/* Fills the component table of mesh m (see geo), so that a piece's local index costs O(1). */
+static dt_status local_table(const rl_world *w, const dt_mesh *m, int *first, int *count,
+                             int **out)
+{
+    dt__rl_client_devices(w, dt_mesh_device_type(m), w->me, first, count);
+    int *t = malloc(((size_t)*count + 1) * sizeof *t);
+    if (!t)
+        return dt__error(DT_ERR_NO_MEMORY, "no memory to plan for %d local devices", *count);
+    for (int i = 0; i < *count; i++)
+        t[i] = w->sim ? i : -1;
+    /* As dt__rl_local_index: the first component listed with the id. */
+    for (int i = w->sim ? -1 : dt_mesh_num_local_devices(m) - 1; i >= 0; i--) {
+        int id = dt_mesh_local_device_id(m, i);
+        if (id >= *first && id - *first < *count)
+            t[id - *first] = i;
+    }
+    *out = t;
+    return DT_OK;
+}
+
+static int local_of(const geo *g, int src, int64_t pos)
+{
+    int id = dt_mesh_device_id(src ? g->sm : g->dm, pos) - (src ? g->sfirst : g->dfirst);
+    return id >= 0 && id < (src ? g->scount : g->dcount) ? (src ? g->sloc : g->dloc)[id] : -1;
 }
 
 /* Called once the partial map is known: the source dims that are free inside a group. */
@@ -282,9 +312,9 @@ static dt_status add_piece(const geo *g, rl_plan *plan, piece_list *l, const gro
     p.box = *box;
     p.bytes = (uint64_t)dt__numel(g->rank, box->len) * dt_dtype_size(plan->dtype);
     if (p.src_client == w->me)
-        p.src_local = dt__rl_local_index(w, g->sm, h);
+        p.src_local = local_of(g, 1, h);
     if (p.dst_client == w->me)
-        p.dst_local = dt__rl_local_index(w, g->dm, q);
+        p.dst_local = local_of(g, 0, q);
     return push_piece(l, &p, gr->key);
 }
 
@@ -330,7 +360,7 @@ static dt_status plan_receives(const geo *g, rl_plan *plan, piece_list *l)
             continue;
         dt_mesh_coords(g->dm, q, qc);
         if (dt__rl_gets_zeros(&g->pm, qc)) {
-            int li = dt__rl_local_index(g->w, g->dm, q);
+            int li = local_of(g, 0, q);
             if (li >= 0)
                 plan->zero_dst[li] = 1;
             continue;
@@ -499,13 +529,20 @@ dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int r
         st = dt__rl_plan_new(&w, src, dst, rank, shape, dtype, &g.pm, &plan);
     }
     if (st == DT_OK)
-        st = plan_receives(&g, plan, &l);
+        st = local_table(&w, g.sm, &g.sfirst, &g.scount, &g.sloc);
     if (st == DT_OK)
+        st = local_table(&w, g.dm, &g.dfirst, &g.dcount, &g.dloc);
+    if (st == DT_OK)
+        st = plan_receives(&g, plan, &l);
+    /* With one client every piece is a receive of its own. */
+    if (st == DT_OK && w.nclients > 1)
         st = plan_sends(&g, plan, &l);
     if (st == DT_OK)
         st = finish(&g, plan, &l);
     free(l.v);
     free(l.e);
+    free(g.sloc);
+    free(g.dloc);
     dt__rl_world_free(&w);
     if (st != DT_OK) {
         dt__rl_plan_free(plan);

@@ -15,6 +15,10 @@ typedef struct rl_world {
     int one_host;          /* every client on one host (or no topology) */
     int nclients;
     int *first[2];         /* runtime: per device type (CPU, GPU), nclients + 1 first ids */
+    /* Per device type, this client's device ids mine_first .. + mine_count - 1 and the index
+     * of each one's entry in the plan's statistics (-1: none yet). */
+    int mine_first[2], mine_count[2];
+    int *stat_of[2];
 } rl_world;
 
 dt_status dt__rl_world_init(rl_world *w, const dt__rl_sim *sim);

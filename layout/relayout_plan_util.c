@@ -6,6 +6,23 @@
 
 #include "layout/relayout_plan_impl.h"
 
+static dt_status stat_tables(rl_world *w)
+{
+    for (int t = 0; t < 2; t++) {
+        dt__rl_client_devices(w, t == 0 ? DT_DEVICE_CPU : DT_DEVICE_GPU, w->me,
+                              &w->mine_first[t], &w->mine_count[t]);
+        w->stat_of[t] = malloc(((size_t)w->mine_count[t] + 1) * sizeof *w->stat_of[t]);
+        if (!w->stat_of[t]) {
+            dt__rl_world_free(w);
+            return dt__error(DT_ERR_NO_MEMORY, "no memory to plan for %d local devices",
+                             w->mine_count[t]);
+        }
+        for (int i = 0; i < w->mine_count[t]; i++)
+            w->stat_of[t][i] = -1;
+    }
+    return DT_OK;
+}
+
 dt_status dt__rl_world_init(rl_world *w, const dt__rl_sim *sim)
 {
     memset(w, 0, sizeof *w);
@@ -20,7 +37,7 @@ dt_status dt__rl_world_init(rl_world *w, const dt__rl_sim *sim)
         w->me = sim->me;
         w->nclients = sim->nclients;
         w->one_host = sim->nclients <= sim->clients_per_host;
-        return DT_OK;
+        return stat_tables(w);
     }
     w->me = dt_client_id();
     w->nclients = dt_num_clients();
@@ -36,14 +53,17 @@ dt_status dt__rl_world_init(rl_world *w, const dt__rl_sim *sim)
         for (int c = 0; counts && c < w->nclients; c++)
             w->first[t][c + 1] = w->first[t][c] + counts[c];
     }
-    return DT_OK;
+    return stat_tables(w);
 }
 
 void dt__rl_world_free(rl_world *w)
 {
-    free(w->first[0]);
-    free(w->first[1]);
-    w->first[0] = w->first[1] = NULL;
+    for (int t = 0; t < 2; t++) {
+        free(w->first[t]);
+        free(w->stat_of[t]);
+        w->first[t] = NULL;
+        w->stat_of[t] = NULL;
+    }
 }
 
 int dt__rl_client(const rl_world *w, dt_device_type type, int device_id)
@@ -200,14 +220,24 @@ dt_status dt__rl_plan_new(const rl_world *w, const dt_layout *src, const dt_layo
     return DT_OK;
 }
 
-static dt_status add_stats(rl_plan *plan, dt_device_type type, int device_id,
-                           dt_relayout_stats **out)
+/* The statistics entry of a device of this client, found through w's table. */
+static dt_status add_stats(rl_plan *plan, const rl_world *w, dt_device_type type,
+                           int device_id, dt_relayout_stats **out)
 {
-    for (int i = plan->nstats - 1; i >= 0; i--)
+    int t = type == DT_DEVICE_GPU, k = device_id - w->mine_first[t];
+    int *slot = (type == DT_DEVICE_CPU || type == DT_DEVICE_GPU) && k >= 0 &&
+                k < w->mine_count[t] ? &w->stat_of[t][k] : NULL;
+    if (slot && *slot >= 0) {
+        *out = &plan->stats[*slot];
+        return DT_OK;
+    }
+    for (int i = slot ? plan->nstats : 0; i < plan->nstats; i++)
         if (plan->stats[i].device_type == type && plan->stats[i].device_id == device_id) {
             *out = &plan->stats[i];
             return DT_OK;
         }
+    if (slot)
+        *slot = plan->nstats;
     dt_relayout_stats *s = realloc(plan->stats, (size_t)(plan->nstats + 1) * sizeof *s);
     if (!s)
         return dt__error(DT_ERR_NO_MEMORY, "no memory for relayout statistics");
@@ -228,20 +258,20 @@ dt_status dt__rl_count_piece(rl_plan *plan, const rl_world *w, const rl_piece *p
     int remote = p->src_client != p->dst_client;
     int cross = dt__rl_host(w, p->src_client) != dt__rl_host(w, p->dst_client);
     if (stype == dtype && sid == did) {
-        if ((st = add_stats(plan, stype, sid, &s)) != DT_OK)
+        if ((st = add_stats(plan, w, stype, sid, &s)) != DT_OK)
             return st;
         s->bytes_self += p->bytes;
         return DT_OK;
     }
     if (p->src_client == me) {
-        if ((st = add_stats(plan, stype, sid, &s)) != DT_OK)
+        if ((st = add_stats(plan, w, stype, sid, &s)) != DT_OK)
             return st;
         s->bytes_sent += p->bytes;
         s->bytes_sent_remote += remote ? p->bytes : 0;
         s->bytes_sent_cross_host += cross ? p->bytes : 0;
     }
     if (p->dst_client == me) {
-        if ((st = add_stats(plan, dtype, did, &s)) != DT_OK)
+        if ((st = add_stats(plan, w, dtype, did, &s)) != DT_OK)
             return st;
         s->bytes_received += p->bytes;
         s->bytes_received_remote += remote ? p->bytes : 0;
