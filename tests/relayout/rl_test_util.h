@@ -37,4 +37,9 @@ dt_layout *rl_layout2(const dt_mesh *m, const char *a, const char *b, const char
 /* Shard box by the uneven rule, written independently of the library. */
 void rl_box_of(int64_t n, int64_t k, int64_t j, int64_t *off, int64_t *len);
 
+/* A random layout: each tensor dim sharded on an unused mesh dim with probability 1/2; with
+ * `partial`, each remaining mesh dim partial with probability 1/3, all with reduction op. */
+dt_status rl_random_layout(rl_rng *r, const dt_mesh *m, int rank, int partial, dt_reduce_op op,
+                           dt_layout **out);
+
 #endif

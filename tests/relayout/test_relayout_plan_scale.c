@@ -11,29 +11,11 @@
 #include "rl_plan_cmp.h"
 #include "rl_test_util.h"
 
-/* A random layout: each tensor dim sharded on an unused mesh dim with probability 1/2; with
- * `partial`, each remaining mesh dim partial with probability 1/3, all with reduction op. */
 static dt_layout *random_layout(rl_rng *r, const dt_mesh *m, int rank, int partial,
                                 dt_reduce_op op)
 {
-    const char *specs[DT_MAX_RANK], *pdims[DT_MESH_MAX_DIMS];
-    dt_reduce_op ops[DT_MESH_MAX_DIMS];
-    int used[DT_MESH_MAX_DIMS] = {0}, mr = dt_mesh_rank(m), np = 0;
-    for (int d = 0; d < rank; d++) {
-        int md = (int)rl_below(r, mr);
-        specs[d] = DT_UNSHARDED;
-        if (rl_below(r, 2) && !used[md]) {
-            used[md] = 1;
-            specs[d] = dt_mesh_dim_name(m, md);
-        }
-    }
-    for (int md = 0; partial && md < mr; md++)
-        if (!used[md] && rl_below(r, 3) == 0) {
-            pdims[np] = dt_mesh_dim_name(m, md);
-            ops[np++] = op;
-        }
     dt_layout *l = NULL;
-    DT_ASSERT_OK(dt_layout_create_partial(m, rank, specs, np, pdims, ops, &l));
+    DT_ASSERT_OK(rl_random_layout(r, m, rank, partial, op, &l));
     return l;
 }
 

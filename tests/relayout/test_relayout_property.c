@@ -40,30 +40,6 @@ static int mesh_shapes(int n, int64_t shapes[][3], int *ranks)
     return k;
 }
 
-/* A random layout: each tensor dim sharded on an unused mesh dim with probability 1/2; with
- * `partial`, each remaining mesh dim partial with probability 1/3, all with one reduction. */
-static dt_status random_layout(rl_rng *r, const dt_mesh *m, int rank, int partial,
-                               dt_reduce_op op, dt_layout **out)
-{
-    const char *specs[DT_MAX_RANK], *pdims[DT_MESH_MAX_DIMS];
-    dt_reduce_op ops[DT_MESH_MAX_DIMS];
-    int used[DT_MESH_MAX_DIMS] = {0}, mr = dt_mesh_rank(m), np = 0;
-    for (int d = 0; d < rank; d++) {
-        specs[d] = DT_UNSHARDED;
-        int md = (int)rl_below(r, mr);
-        if (rl_below(r, 2) && !used[md]) {
-            used[md] = 1;
-            specs[d] = dt_mesh_dim_name(m, md);
-        }
-    }
-    for (int md = 0; partial && md < mr; md++)
-        if (!used[md] && rl_below(r, 3) == 0) {
-            pdims[np] = dt_mesh_dim_name(m, md);
-            ops[np++] = op;
-        }
-    return dt_layout_create_partial(m, rank, specs, np, pdims, ops, out);
-}
-
 static void run_trials(int trials_per_mesh)
 {
     int ndev = dt_test_num_devices();
@@ -91,8 +67,8 @@ static void run_trials(int trials_per_mesh)
             dt_reduce_op op = ops[rl_below(&rng, 4)];
             dt_layout *src_l = NULL, *dst_l = NULL;
             dt_tensor *src = NULL, *dst = NULL;
-            DT_ASSERT_OK(random_layout(&rng, mesh, rank, 1, op, &src_l));
-            DT_ASSERT_OK(random_layout(&rng, mesh, rank, (int)rl_below(&rng, 2), op, &dst_l));
+            DT_ASSERT_OK(rl_random_layout(&rng, mesh, rank, 1, op, &src_l));
+            DT_ASSERT_OK(rl_random_layout(&rng, mesh, rank, (int)rl_below(&rng, 2), op, &dst_l));
             DT_ASSERT_OK(rl_make_tensor(src_l, shape, dtype, seed, &src));
             dt_status st = dt_relayout(src, dst_l, &dst);
             if (st != DT_OK) {
