@@ -8,6 +8,7 @@
 
 #include "dtensor/version.h"
 #include "runtime/device.h"
+#include "runtime/group.h"
 #include "runtime/internal.h"
 
 #define MAX_CPU_DEVICES 4096
@@ -296,6 +297,7 @@ void dt_finalize(void)
     dt__device_sync_all(-1);
     for (int i = nfinalizers - 1; i >= 0; i--)
         finalizers[i]();
+    dt__groups_free();
     free_tables();
     dt__devices_close();
     dt__topology_unload();
