@@ -3,6 +3,7 @@
  * message reach every client. docs/runtime.md, "Communication groups". */
 #include <limits.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,7 +12,23 @@
 #include "runtime/group.h"
 #include "runtime/util.h"
 
-enum { GROUP_TAG = 7301, AGREE_TAG = 7303, MSG_LEN = 1024 };
+/* MPI_Comm_create_group tags: one per set of clients (a hash of the list, the same on every
+ * member), so that creations over overlapping sets that run at once (clients 0 and 2 making
+ * {0,2} while client 1 already waits in {0,1,2}) never share a tag on the runtime's
+ * communicator, whose point-to-point tags (7101 relayout, 7201 barrier, 7301/7302 watchdog)
+ * stay below this range. */
+enum { GROUP_TAG_BASE = 8192, GROUP_TAG_SPAN = 8192, MSG_LEN = 1024 };
+
+static int group_tag(int n, const int *clients)
+{
+    uint32_t h = 2166136261u; /* FNV-1a over the client ids */
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) {
+            h ^= (uint32_t)clients[i] >> (8 * b) & 0xffu;
+            h *= 16777619u;
+        }
+    return GROUP_TAG_BASE + (int)(h % GROUP_TAG_SPAN);
+}
 
 typedef struct cached {
     struct cached *next;
@@ -54,7 +71,7 @@ static dt_status create(int n, int *clients, cached **out)
     if (rc == MPI_SUCCESS) {
         rc = MPI_Group_incl(world, n, clients, &sub);
         if (rc == MPI_SUCCESS) {
-            rc = MPI_Comm_create_group(dt__comm(), sub, GROUP_TAG, &e->g.comm);
+            rc = MPI_Comm_create_group(dt__comm(), sub, group_tag(n, clients), &e->g.comm);
             MPI_Group_free(&sub);
         }
         MPI_Group_free(&world);
@@ -135,69 +152,35 @@ void dt__group_free(dt__group *g)
     g->comm = MPI_COMM_NULL;
 }
 
-/* What a member reports, and what group rank 0 answers: the lowest failing member (INT_MAX:
- * none), its status and message. */
-typedef struct outcome {
-    int first, status;
-    char msg[MSG_LEN];
-} outcome;
-
-/* Point to point through group rank 0, each wait under the watchdog (dt__wait_watched), so a
- * lost client is DT_ERR_TIMEOUT naming it, not a hang. */
+/* Two collectives: the lowest failing rank (MPI_MIN), then its status and message from it.
+ * Blocking, not under the watchdog: a client still busy with its part (writing a large
+ * checkpoint) answers no ping, and must not be reported lost (docs/runtime.md). */
 dt_status dt__group_agree(const dt__group *g, dt_status st, const char *what)
 {
     if (g->comm == MPI_COMM_NULL || g->size <= 1)
         return st;
-    outcome mine = {st != DT_OK ? g->rank : INT_MAX, (int)st, ""}, out = mine;
-    if (st != DT_OK)
-        dt__strlcpy(mine.msg, dt_last_error(), sizeof mine.msg);
-    int n = g->size - 1, rc = MPI_SUCCESS;
-    outcome *got = NULL;
-    MPI_Request *reqs = malloc((size_t)n * sizeof *reqs);
-    int *peers = malloc((size_t)n * sizeof *peers);
-    dt_status wst = DT_OK;
-    if (!reqs || !peers || (g->rank == 0 && !(got = malloc((size_t)n * sizeof *got)))) {
-        wst = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
-        goto out;
-    }
-    if (g->rank == 0) {
-        for (int r = 1; r <= n && rc == MPI_SUCCESS; r++) {
-            peers[r - 1] = g->clients[r];
-            rc = MPI_Irecv(&got[r - 1], (int)sizeof *got, MPI_BYTE, r, AGREE_TAG, g->comm,
-                           &reqs[r - 1]);
-        }
-        if (rc != MPI_SUCCESS || (wst = dt__wait_watched(reqs, peers, n, 0, what)) != DT_OK)
-            goto out;
-        out = mine; /* rank 0 failing is the lowest; else the first failing report */
-        for (int r = 1; r <= n && out.first == INT_MAX; r++)
-            if (got[r - 1].first != INT_MAX)
-                out = got[r - 1];
-        for (int r = 1; r <= n && rc == MPI_SUCCESS; r++)
-            rc = MPI_Isend(&out, (int)sizeof out, MPI_BYTE, r, AGREE_TAG, g->comm, &reqs[r - 1]);
-        if (rc == MPI_SUCCESS)
-            wst = dt__wait_watched(reqs, peers, n, 0, what);
-    } else {
-        peers[0] = g->clients[0];
-        rc = MPI_Isend(&mine, (int)sizeof mine, MPI_BYTE, 0, AGREE_TAG, g->comm, &reqs[0]);
-        if (rc == MPI_SUCCESS && (wst = dt__wait_watched(reqs, peers, 1, 0, what)) == DT_OK &&
-            (rc = MPI_Irecv(&out, (int)sizeof out, MPI_BYTE, 0, AGREE_TAG, g->comm, &reqs[0])) ==
-                MPI_SUCCESS)
-            wst = dt__wait_watched(reqs, peers, 1, 0, what);
-    }
-out:
-    free(reqs);
-    free(peers);
-    free(got);
+    int mine = st != DT_OK ? g->rank : INT_MAX, first = INT_MAX;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->comm);
     if (rc != MPI_SUCCESS)
         return dt__mpi_error(rc, what);
-    if (wst != DT_OK)
-        return wst;
-    if (out.first == INT_MAX)
+    if (first == INT_MAX)
         return DT_OK;
-    if (out.first == g->rank)
+    struct {
+        int status;
+        char msg[MSG_LEN];
+    } out;
+    memset(&out, 0, sizeof out);
+    if (g->rank == first) {
+        out.status = (int)st;
+        dt__strlcpy(out.msg, dt_last_error(), sizeof out.msg);
+    }
+    rc = MPI_Bcast(&out, (int)sizeof out, MPI_BYTE, first, g->comm);
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, what);
+    if (g->rank == first)
         return st;
     out.msg[sizeof out.msg - 1] = '\0';
-    return dt__error((dt_status)out.status, "client %d: %s", g->clients[out.first], out.msg);
+    return dt__error((dt_status)out.status, "client %d: %s", g->clients[first], out.msg);
 }
 
 void dt__groups_free(void)

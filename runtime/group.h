@@ -33,10 +33,8 @@ void dt__group_free(dt__group *g);
 
 /* One outcome for every member: DT_OK when every member's st is DT_OK, else the status and
  * message of the lowest failing group rank: that client keeps its own dt_last_error, the
- * others get "client C: <its message>". Point to point through group rank 0, waited for under
- * the watchdog: a lost client is DT_ERR_TIMEOUT naming it (dt__wait_watched, whose messages
- * start with `what`). Collective over g (st unchanged on a client outside it or in a group of
- * one). */
+ * others get "client C: <its message>". `what` starts the message of an MPI failure.
+ * Collective over g, blocking (st unchanged on a client outside it or in a group of one). */
 dt_status dt__group_agree(const dt__group *g, dt_status st, const char *what);
 
 /* Frees every cached group (dt_finalize, before MPI goes). */
