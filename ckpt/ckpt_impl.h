@@ -11,7 +11,6 @@
 #include "dtensor/ckpt.h"
 #include "runtime/device.h"
 #include "runtime/group.h"
-#include "runtime/internal.h"
 
 #define CK_SUFFIX_TMP ".dtensor-tmp"
 #define CK_SUFFIX_OLD ".dtensor-old"

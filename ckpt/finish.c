@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 /* The CRCs of this client's slices, in plan order (what Gatherv sends). */
 static int64_t crc_words(const ck_plan *plan, int64_t si)

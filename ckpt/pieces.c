@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 #define DIM_MAX ((int64_t)1 << 50)
 

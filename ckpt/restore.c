@@ -8,6 +8,10 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 /* Fills every local component of `t` (on any mesh) with saved tensor `ti`: those host code
  * may touch directly, the others into *fills (staged later); a replica of a block held by an

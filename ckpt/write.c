@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
 
 typedef struct file_job {
     const ck_plan *plan;

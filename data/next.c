@@ -7,6 +7,9 @@
 
 #include "data/data_impl.h"
 #include "dtensor/relayout.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 enum { MSG_LEN = 1024 };
 

@@ -7,9 +7,10 @@
 #include <strings.h>
 
 #include "dtensor/version.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
 #include "runtime/group.h"
-#include "runtime/internal.h"
 
 #define MAX_CPU_DEVICES 4096
 #define MAX_GPU_DEVICES 4096
