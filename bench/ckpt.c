@@ -20,6 +20,7 @@
 
 #include "bench_util.h"
 #include "ckpt/ckpt_impl.h" /* dt__ckpt_reap_wait */
+#include "runtime/error.h"
 #include "dtensor/dtensor.h"
 
 enum { MAX_TENSORS = 64, MAX_REPS = 100, ROW = 1024 };

@@ -10,7 +10,7 @@
 
 #include "dtensor/ckpt.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/group.h"
 
 #define CK_SUFFIX_TMP ".dtensor-tmp"
 #define CK_SUFFIX_OLD ".dtensor-old"
@@ -298,22 +298,6 @@ dt_status dt__ckpt_upload(const dt_ckpt *ck, const ck_fill *fills, int64_t n, ui
 /* Reads the whole slice in chunks, checking chunk CRCs and the whole CRC. */
 dt_status dt__ckpt_check_slice(ck_reader *rd, int64_t t, int64_t s);
 
-/* ---- the clients of a mesh (group.c) ------------------------------------------------------- */
-
-typedef struct ck_group {
-    MPI_Comm comm;                /* clients holding devices of the mesh; MPI_COMM_NULL if none */
-    int rank, size;
-    int *clients;                 /* group rank -> client id */
-} ck_group;
-
-/* Collective over the clients of the mesh. A client holding none of its devices gets a group
- * with comm == MPI_COMM_NULL. */
-dt_status dt__ckpt_group_create(const dt_mesh *mesh, ck_group *g);
-void dt__ckpt_group_free(ck_group *g);
-/* Every member learns the outcome: DT_OK when every st is DT_OK, else the status and message
- * of the lowest failing group rank (prefixed with its client id on the others). */
-dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
-
 /* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */
 
 /* Every client's pieces, gathered and checked: tensors in order of first appearance (client
@@ -336,7 +320,7 @@ dt_status dt__ckpt_pieces_check_local(const dt_mesh *mesh, int npieces,
 /* Collective over g: gathers every client's descriptors and checks them together (dtypes and
  * shapes agree, boxes inside, exact tiling, no name among `names`). Every client computes the
  * same result; on an error the message names the tensor. */
-dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const ck_group *g, int n,
+dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const dt__group *g, int n,
                                  const char *const *names, int npieces,
                                  const dt_ckpt_piece *pieces, ck_pieces *out);
 void dt__ckpt_pieces_free(ck_pieces *p);
@@ -376,7 +360,7 @@ uint64_t dt__ckpt_piece_len(uint64_t chunk_bytes, uint64_t bytes, uint64_t at);
  * DT_ERR_IO names the file and errno text. With a sequential source, stops at the first
  * failure. */
 dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const char *dir,
-                                     const ck_group *g, const char *tmp, int do_fsync,
+                                     const dt__group *g, const char *tmp, int do_fsync,
                                      uint32_t *crcs, uint32_t **chunk_crcs);
 
 /* ---- staging memory of a save (stage.c) ---------------------------------------------------- */
@@ -465,7 +449,7 @@ typedef struct ck_publish {
 
 typedef struct ck_finish {
     const ck_plan *plan;
-    const ck_group *g;
+    const dt__group *g;
     const char *dir, *tmp;
     const char *mesh_str;
     int64_t num_devices;

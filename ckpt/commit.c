@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 dt_status dt__ckpt_resolve(const char *dir, char *buf, size_t len)
 {

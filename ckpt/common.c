@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 static const char *const dtype_strs[DT_DTYPE_COUNT_] = {
     [DT_DTYPE_F32] = "F32", [DT_DTYPE_F64] = "F64", [DT_DTYPE_F16] = "F16",

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 /* Linux moves at most about 2 GiB per call. */
 enum { MAX_IO = 1 << 30 };

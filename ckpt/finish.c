@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 /* The CRCs of this client's slices, in plan order (what Gatherv sends). */
 static int64_t crc_words(const ck_plan *plan, int64_t si)
@@ -17,7 +20,7 @@ static int64_t crc_words(const ck_plan *plan, int64_t si)
     return 1 + plan->slices[si].nchunks;
 }
 
-static dt_status gather_crcs(const ck_plan *plan, const ck_group *g, uint32_t *crcs,
+static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *crcs,
                              uint32_t **chunk_crcs)
 {
     if (g->size <= 1)
@@ -126,7 +129,7 @@ dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st
         if (bs != DT_OK)
             return bs;
     }
-    return dt__ckpt_agree(f->g, st);
+    return dt__group_agree(f->g, st, "checkpoint: agreeing on the outcome");
 }
 
 dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st)

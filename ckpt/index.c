@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 /* ---- writing ------------------------------------------------------------------------------ */
 

@@ -8,6 +8,7 @@
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
 #include "runtime/device.h"
+#include "runtime/error.h"
 
 void dt__ckpt_inputs_free(ck_inputs *in)
 {

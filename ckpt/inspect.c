@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 dt_status dt_ckpt_verify(const dt_ckpt *ck, dt_ckpt_problem_fn fn, void *arg, int64_t *bad_out)
 {

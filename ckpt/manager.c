@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 #define STEP_PREFIX "step-"
 #define LATEST_NAME "latest"

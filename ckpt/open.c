@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 dt_status dt_ckpt_open(const char *dir, dt_ckpt **ckpt_out)
 {

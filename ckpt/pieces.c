@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 #define DIM_MAX ((int64_t)1 << 50)
 
@@ -104,7 +107,7 @@ static void encode(const dt_mesh *mesh, const dt_ckpt_piece *p, int local, int64
 
 /* Every client's descriptors into *buf_out (owned) and *descs_out (owned, pointing into it),
  * in group order then each client's order. */
-static dt_status gather(const dt_mesh *mesh, const ck_group *g, int np, const dt_ckpt_piece *pc,
+static dt_status gather(const dt_mesh *mesh, const dt__group *g, int np, const dt_ckpt_piece *pc,
                         char **buf_out, desc **descs_out, int64_t *count_out)
 {
     int64_t mine = 0;
@@ -186,7 +189,7 @@ out:
 /* ---- the checks on the whole list ------------------------------------------------------------ */
 
 /* "box [0,4]+[2,3] from client 1's device 0" */
-static void describe(char *buf, size_t len, const ck_group *g, const desc *d)
+static void describe(char *buf, size_t len, const dt__group *g, const desc *d)
 {
     char o[160], s[160];
     dt__shape_str(d->rank, d->off, o, sizeof o);
@@ -217,7 +220,7 @@ static int cmp_str(const void *pa, const void *pb)
 }
 
 /* The pieces of one tensor (descriptors idx[0..k)): agreeing, inside, tiling. */
-static dt_status check_tensor(const ck_group *g, const desc *ds, const int64_t *idx, int64_t k,
+static dt_status check_tensor(const dt__group *g, const desc *ds, const int64_t *idx, int64_t k,
                               ck_box *boxes)
 {
     const desc *f = &ds[idx[0]];
@@ -295,7 +298,7 @@ void dt__ckpt_pieces_free(ck_pieces *p)
     memset(p, 0, sizeof *p);
 }
 
-dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const ck_group *g, int n,
+dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const dt__group *g, int n,
                                  const char *const *names, int np, const dt_ckpt_piece *pc,
                                  ck_pieces *out)
 {

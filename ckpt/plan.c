@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 static int cmp_box(const ck_plan_slice *a, const ck_plan_slice *b)
 {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 dt_status dt__ckpt_reader_init(ck_reader *rd, const dt_ckpt *ck)
 {

@@ -8,6 +8,10 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 /* Fills every local component of `t` (on any mesh) with saved tensor `ti`: those host code
  * may touch directly, the others into *fills (staged later); a replica of a block held by an
@@ -75,8 +79,8 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                              "%s: tensor '%s': cannot restore into a partial layout", fn,
                              names[t]);
     }
-    ck_group g;
-    if ((st = dt__ckpt_group_create(mesh, &g)) != DT_OK)
+    const dt__group *g = NULL;
+    if ((st = dt__mesh_group(mesh, &g)) != DT_OK)
         return st;
     dt_ckpt *ck = NULL;
     ck_reader rd;
@@ -146,7 +150,7 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
             st = dt__device_sync_all(dt_mesh_device_type(mesh));
         dt_tensor_destroy(c);
     }
-    st = dt__ckpt_agree(&g, st);
+    st = dt__group_agree(g, st, "checkpoint: agreeing on the outcome");
     if (st == DT_OK && out)
         for (int t = 0; t < n; t++) {
             out[t] = filled[t];
@@ -161,7 +165,6 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
     if (have_rd)
         dt__ckpt_reader_free(&rd);
     dt_ckpt_close(ck);
-    dt__ckpt_group_free(&g);
     return st;
 }
 

@@ -10,12 +10,17 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/comm.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 /* One save, from its start to its end. */
 typedef struct ck_save {
     char dir[CK_PATH_MAX], tmp[CK_PATH_MAX];
     ck_inputs in;
-    ck_group g;
+    dt__group g;                  /* the mesh's cached group; an own duplicate when asynchronous */
     ck_plan plan;
     int have_plan;
     uint32_t *crcs, **chunk_crcs, *chunk_store;
@@ -47,7 +52,7 @@ static void job_free(ck_save *j)
     free(j->chunk_store);
     if (j->have_plan)
         dt__ckpt_plan_free(&j->plan);
-    dt__ckpt_group_free(&j->g);
+    dt__group_free(&j->g);
     dt__ckpt_inputs_free(&j->in);
     free(j->mesh_str);
     for (int v = 0; j->own_values && v < j->nvalues; v++) {
@@ -119,8 +124,15 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK &&
         (st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in)) == DT_OK)
         st = dt__ckpt_check_save_dtypes(fn, opts, &j->in);
+    const dt__group *g = NULL;
     if (st == DT_OK)
-        st = dt__ckpt_group_create(mesh, &j->g);
+        st = dt__mesh_group(mesh, &g);
+    /* A save finished on a background thread has a communicator of its own, so that its
+     * collectives never interleave with the caller's on the mesh's group. */
+    if (st == DT_OK && owned)
+        st = dt__group_dup(g, &j->g);
+    else if (st == DT_OK)
+        j->g = *g;
     if (st != DT_OK) {
         job_free(j);
         return st;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 /* The index ends with exactly KEY, 8 lowercase hex digits, then END. */
 static const char KEY[] = "\"index_crc32c\": \"";

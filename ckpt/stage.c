@@ -11,6 +11,10 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/comm.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 typedef struct piece {
     int64_t si;

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 enum { NSLOT = 2 };
 

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
 
 typedef struct file_job {
     const ck_plan *plan;
@@ -160,7 +162,7 @@ static void *drop_old(void *arg)
  * are useless (the files are deleted after the commit), and freeing them early gives the new
  * files' pages back the memory they used. */
 dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const char *dir,
-                                     const ck_group *g, const char *tmp, int do_fsync,
+                                     const dt__group *g, const char *tmp, int do_fsync,
                                      uint32_t *crcs, uint32_t **chunk_crcs)
 {
     int me = dt_client_id(), nj = 0;

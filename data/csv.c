@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
 #include "runtime/half.h"
+#include "runtime/util.h"
 
 typedef struct csv_impl {
     dd_text text;

@@ -12,6 +12,7 @@
 #include "dtensor/data.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/group.h"
 #include "runtime/util.h"
 
 /* ---- sources (source.c) -------------------------------------------------------------------- */
@@ -92,7 +93,7 @@ struct dt_dataset {
     int gpu;
     dt_dataset_opts o;
     int64_t bpe; /* batches per epoch */
-    MPI_Comm comm;
+    const dt__group *group; /* the mesh's clients (cached by the runtime, not owned) */
 
     /* The next batch to deliver. */
     int64_t epoch, batch;

@@ -1,12 +1,12 @@
-/* Datasets: checking the layouts and options, the mesh's client group, the host layouts of a
- * GPU mesh, and teardown. */
+/* Datasets: checking the layouts and options, the host layouts of a GPU mesh, agreeing on the
+ * creation over the mesh's client group, and teardown. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/data_impl.h"
-
-enum { GROUP_TAG = 7401 };
+#include "runtime/error.h"
+#include "runtime/group.h"
 
 static const char fn[] = "dt_dataset_create";
 
@@ -56,43 +56,6 @@ static dt_status check_args(const dt_data_source *src, int n, const dt_layout *c
     return DT_OK;
 }
 
-/* The clients holding devices of the mesh as a communicator. Collective over them. */
-static dt_status make_group(const dt_mesh *mesh, MPI_Comm *comm_out)
-{
-    int nclients = dt_num_clients(), n = 0;
-    int *clients = calloc((size_t)nclients, sizeof *clients);
-    unsigned char *seen = calloc((size_t)nclients, 1);
-    dt_status st = DT_OK;
-    if (!clients || !seen) {
-        st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
-        goto out;
-    }
-    for (int64_t p = 0; p < dt_mesh_size(mesh); p++) {
-        int c = dt_device_client(dt_mesh_device_type(mesh), dt_mesh_device_id(mesh, p));
-        if (c >= 0 && c < nclients)
-            seen[c] = 1;
-    }
-    for (int c = 0; c < nclients; c++)
-        if (seen[c])
-            clients[n++] = c;
-    MPI_Group world, sub;
-    int rc = MPI_Comm_group(dt__comm(), &world);
-    if (rc == MPI_SUCCESS) {
-        rc = MPI_Group_incl(world, n, clients, &sub);
-        if (rc == MPI_SUCCESS) {
-            rc = MPI_Comm_create_group(dt__comm(), sub, GROUP_TAG, comm_out);
-            MPI_Group_free(&sub);
-        }
-        MPI_Group_free(&world);
-    }
-    if (rc != MPI_SUCCESS)
-        st = dt__mpi_error(rc, "dt_dataset_create: the mesh's client group");
-out:
-    free(clients);
-    free(seen);
-    return st;
-}
-
 /* Everything local: positions, slots, the order buffer, host layouts for a GPU mesh. */
 static dt_status setup(dt_dataset *ds)
 {
@@ -139,8 +102,7 @@ dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *cons
     dt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds)
         return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
-    ds->comm = MPI_COMM_NULL;
-    if ((st = make_group(mesh, &ds->comm)) != DT_OK) {
+    if ((st = dt__mesh_group(mesh, &ds->group)) != DT_OK) {
         free(ds);
         return st;
     }
@@ -158,14 +120,8 @@ dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *cons
     for (int k = 0; k < n; k++)
         ds->layouts[k] = dt_layout_retain(layouts[k]);
     st = setup(ds);
-    /* Agree: a client that failed locally fails the creation everywhere. */
-    int bad = st != DT_OK, any = 0;
-    int rc = MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, ds->comm);
-    if (rc != MPI_SUCCESS && st == DT_OK)
-        st = dt__mpi_error(rc, "dt_dataset_create: agreeing");
-    else if (any && st == DT_OK)
-        st = dt__error(DT_ERR_NO_MEMORY, "%s: another client of the mesh failed to set up", fn);
-    if (st != DT_OK) {
+    /* A client that failed locally fails the creation everywhere, with its message. */
+    if ((st = dt__group_agree(ds->group, st, "dt_dataset_create: agreeing")) != DT_OK) {
         dt_dataset_destroy(ds);
         return st;
     }
@@ -183,10 +139,6 @@ void dt_dataset_destroy(dt_dataset *ds)
             free(ds->slots[i].bufs);
         free(ds->slots);
     }
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (ds->comm != MPI_COMM_NULL && !finalized)
-        MPI_Comm_free(&ds->comm);
     pthread_cond_destroy(&ds->cv);
     pthread_mutex_destroy(&ds->mu);
     for (int k = 0; k < ds->nout; k++) {

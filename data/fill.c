@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
 
 void dd_slot_clear(const dt_dataset *ds, dd_slot *slot)
 {

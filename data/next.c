@@ -1,13 +1,15 @@
 /* dt_dataset_next: takes the prepared batch, hands its host buffers to tensors without a copy
  * (dt_tensor_pack_managed), agrees with the other clients on the outcome, and on a GPU mesh
  * copies the batch from the host mesh to the devices. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/data_impl.h"
 #include "dtensor/relayout.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
 
 enum { MSG_LEN = 1024 };
 
@@ -65,32 +67,6 @@ static dt_status pack_output(dt_dataset *ds, dd_slot *slot, int k, dt_tensor **o
     return st;
 }
 
-/* One outcome for every client of the mesh: the lowest failing client's status and message.
- * Collective over ds->comm. */
-static dt_status agree(const dt_dataset *ds, dt_status *st, char *msg)
-{
-    int me = 0, mine, first = INT_MAX;
-    MPI_Comm_rank(ds->comm, &me);
-    mine = *st != DT_OK ? me : INT_MAX;
-    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, ds->comm);
-    if (rc != MPI_SUCCESS)
-        return dt__mpi_error(rc, "dt_dataset_next: agreeing on the batch");
-    if (first == INT_MAX)
-        return DT_OK;
-    struct {
-        int st;
-        char msg[MSG_LEN];
-    } m = {(int)*st, {0}};
-    if (me == first)
-        snprintf(m.msg, sizeof m.msg, "%s", msg);
-    rc = MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, ds->comm);
-    if (rc != MPI_SUCCESS)
-        return dt__mpi_error(rc, "dt_dataset_next: sharing a failure");
-    *st = (dt_status)m.st;
-    snprintf(msg, MSG_LEN, "%s", m.msg);
-    return DT_OK;
-}
-
 dt_status dt_dataset_next(dt_dataset *ds, int n, dt_tensor **tensors_out,
                           dt_data_batch_info *info_out)
 {
@@ -110,8 +86,13 @@ dt_status dt_dataset_next(dt_dataset *ds, int n, dt_tensor **tensors_out,
     for (int k = 0; st == DT_OK && !slot->end && k < n; k++)
         if ((st = pack_output(ds, slot, k, &t[k])) != DT_OK)
             snprintf(msg, sizeof msg, "%s", dt_last_error());
-    dt_status cst = agree(ds, &st, msg);
-    if (cst == DT_OK && st == DT_OK && ds->gpu && !slot->end)
+    /* One outcome on every client: the lowest failing client's status and message. */
+    if (st != DT_OK)
+        dt__error(st, "%s", msg);
+    st = dt__group_agree(ds->group, st, "dt_dataset_next: agreeing on the batch");
+    if (st != DT_OK)
+        dt__strlcpy(msg, dt_last_error(), sizeof msg);
+    if (st == DT_OK && ds->gpu && !slot->end)
         for (int k = 0; k < n && st == DT_OK; k++) {
             dt_tensor *dev = NULL;
             st = dt_copy_to_mesh(t[k], ds->layouts[k], &dev);
@@ -120,12 +101,12 @@ dt_status dt_dataset_next(dt_dataset *ds, int n, dt_tensor **tensors_out,
             if (st != DT_OK)
                 snprintf(msg, sizeof msg, "%s", dt_last_error());
         }
-    if (cst != DT_OK || st != DT_OK) {
+    if (st != DT_OK) {
         for (int k = 0; k < n; k++)
             dt_tensor_destroy(t[k]);
         /* Nothing delivered, the position kept: drop what was prepared and start over. */
         dd_stop(ds);
-        return cst != DT_OK ? cst : dt__error(st, "%s", msg);
+        return dt__error(st, "%s", msg);
     }
     dt_data_batch_info info = {slot->epoch, slot->batch, slot->rows, slot->end};
     if (info.end)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
 
 static void advance(const dt_dataset *ds, int64_t *epoch, int64_t *batch)
 {

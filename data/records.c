@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
 
 /* Most bytes one pread brings into the scratch buffer. */
 enum { SCRATCH_BYTES = 1 << 20 };

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 dt_status dd_source_new(const char *what, int64_t n, int nfields, const dt_data_field *fields,
                         const dd_source_ops *ops, void *impl, dt_data_source **out)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
 
 static const char *const keys[DT_DATASET_STATE_VALUES] = {"epoch",    "batch",        "seed",
                                                           "examples", "global_batch", "order"};

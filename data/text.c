@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include "data/data_impl.h"
+#include "runtime/error.h"
 
 enum { CHUNK = 1 << 20 };
 

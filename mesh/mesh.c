@@ -8,7 +8,10 @@
 #include <strings.h>
 
 #include "mesh/mesh_impl.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 /* ---- small helpers -------------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/internal.h"
+#include "dtensor/dtensor.h"
 
 /* Global device id -> mesh position, sorted by id for bsearch. */
 typedef struct dt__mesh_slot {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mesh/mesh_impl.h"
+#include "runtime/error.h"
 
 #define XLA_SPMD "use_xla_spmd"
 #define EMPTY_MESH "empty_mesh"

@@ -8,6 +8,8 @@
 #include <yaml.h>
 
 #include "mesh/mesh_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 #define STRING_FILE "<string>"
 

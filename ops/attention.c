@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 static dt_status check_attn(const char *op, int64_t batch, int64_t seq, int64_t heads,
                             int64_t head_dim, int nptrs, const void *const *ptrs)

@@ -2,6 +2,7 @@
  * through the device registry. */
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
 
 static const dt__ops_backend cpu_backend = {
     .name = "cpu",

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
+#include "runtime/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>

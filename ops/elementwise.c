@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 #define CHECK(op, n, ...)                                                                   \
     const void *ptrs_[] = {__VA_ARGS__};                                                    \

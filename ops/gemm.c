@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 /* Floats of the conversion buffer per block (4 MiB), so a block stays in cache. */
 #define GEMM_BLOCK_FLOATS ((int64_t)1 << 20)

@@ -1,5 +1,6 @@
 /* The argument check the kernels of every backend share. */
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 dt_status dt__kcheck(const char *op, int64_t n, int nptrs, const void *const *ptrs)
 {

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 static dt_status check_xent(const char *op, int64_t rows, int64_t classes, const float *logits,
                             const int32_t *labels, const void *out)

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 /* Mean and 1/sqrt(var + eps) of one row, accumulated in f64. */
 static void row_moments(int64_t cols, const float *x, float eps, float *mean_out,

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
-#include "runtime/internal.h"
+#include "runtime/device.h"
 
 /* ---- kernel backends --------------------------------------------------------------------
  * One table per device type. Every entry has exactly the arguments of the public

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 dt_status dt_kernel_sgd(int64_t n, const dt_sgd_opts *opts, float *param, const float *grad,
                         float *momentum_buf)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 #define LANES 8
 

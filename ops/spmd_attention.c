@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 static dt_status check_qkv(const char *op, const dt_tensor *q, const dt_tensor *k,
                            const dt_tensor *v, int64_t heads)

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 typedef enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_RELU_GRAD, BIN_GELU_GRAD } bin_kind;
 

@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 static dt_status prepare(const char *op, const dt_tensor *logits, const dt_tensor *labels,
                          const void *out, const dt__ops_backend **be, dt_tensor **rl,

@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
 
 /* A candidate: mesh dims of op(A) = [m, k], op(B) = [k, n], and which partial dims each
  * operand keeps. */

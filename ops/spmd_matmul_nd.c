@@ -4,6 +4,8 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
 
 /* The flattened 2-D view of x [d0, ..., n] (rank >= 2): x is first relaid out so that dims
  * 1..r-2 are unsharded and dim 0's blocks are whole rows of the flattened view. */

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
 
 dt_status dt__set_device_of(const dt__ops_backend *be, const dt_tensor *t, int i)
 {

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 static dt_status check_x(const char *op, const dt_tensor *x, const void *out)
 {

@@ -2,6 +2,8 @@
  * reduce-scatter for a partial gradient and a sharded parameter), then the flat update runs on
  * every local component in place. */
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
 
 static dt_status check_state(const char *op, const char *what, const dt_tensor *t,
                              const dt_tensor *param)

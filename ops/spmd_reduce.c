@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/half.h"
 
 static dt_status set_dev(const dt__ops_backend *be, const dt_tensor *t, int i)
 {

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 void dt__lspec_of(const dt_layout *layout, dt__lspec *out)
 {

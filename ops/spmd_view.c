@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 typedef struct view {
     DLManagedTensor self;

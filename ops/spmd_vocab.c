@@ -5,6 +5,9 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 /* ---- embedding ------------------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 static dt_status check_emb(const char *op, int64_t n, int64_t lo, int64_t rows, int64_t dim,
                            int nptrs, const void *const *ptrs)

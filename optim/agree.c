@@ -1,9 +1,9 @@
 /* Scalars agreed over the optimizer's mesh: one small tensor, partial over every mesh dim,
  * relaid out to replicated (the way dt_nonfinite and dt_item agree), so only the mesh's
- * clients take part. The values go in and out through the devices' copies. */
-#include <stdlib.h>
-
+ * clients take part; the values go in and out through the devices' copies. And one outcome
+ * over the mesh's client group (runtime/group.h). */
 #include "optim/optim_impl.h"
+#include "runtime/group.h"
 
 dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,
                              double *out)
@@ -40,25 +40,9 @@ dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const dou
 
 dt_status dt__zero_agree(const dt_zero *z, const char *fn, dt_status st)
 {
-    char own[512];
-    dt__strlcpy(own, st != DT_OK ? dt_last_error() : "", sizeof own);
-    double *vals = malloc((size_t)z->nlocal * sizeof *vals);
-    if (!vals)
-        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
-    for (int i = 0; i < z->nlocal; i++)
-        vals[i] = -(double)st;
-    double worst = 0.0;
-    dt_status rc = dt__zero_allreduce(z, DT_REDUCE_MAX, 1, vals, &worst);
-    free(vals);
-    if (rc != DT_OK)
-        return rc;
-    dt_status agreed = (dt_status)(int)-worst;
-    if (agreed != st) {
-        if (st == DT_OK)
-            return dt__error(agreed, "%s: another client failed with %s (its message is in its "
-                             "own dt_last_error)", fn, dt_status_name(agreed));
-        return dt__error(agreed, "%s: another client failed with %s; here: %s", fn,
-                         dt_status_name(agreed), own);
-    }
-    return agreed;
+    const dt__group *g = NULL;
+    dt_status gst = dt__mesh_group(z->mesh, &g);
+    if (gst != DT_OK)
+        return gst;
+    return dt__group_agree(g, st, fn);
 }

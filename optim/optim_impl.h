@@ -208,8 +208,8 @@ void dt__zero_ready_reset(dt_zero *z);
  * client. Collective. */
 dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,
                              double *out);
-/* Agrees on a status over the mesh: every client returns the most negative status any client
- * had (a client that succeeded records a message naming the other's failure). Collective. */
+/* Agrees on a status over the mesh's clients (dt__group_agree): every client returns the
+ * lowest failing client's status and message, DT_OK when none failed. Collective. */
 dt_status dt__zero_agree(const dt_zero *z, const char *fn, dt_status st);
 
 #endif

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/util.h"
 
 void dt__box_apply(int rank, size_t elem, const int64_t *box_off, const int64_t *box_len,
                    void *dst, const int64_t *doff, const int64_t *dshape, const void *src,

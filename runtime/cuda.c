@@ -8,7 +8,7 @@
 #include <nccl.h>
 
 #include "runtime/cuda.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 static _Thread_local char absence[160];
 

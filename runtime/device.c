@@ -7,7 +7,7 @@
 
 #include "dtensor/version.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 #if DT_HAVE_CUDA
 #include "runtime/cuda.h"

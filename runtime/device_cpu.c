@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 static dt_status cpu_alloc(const dt__device *dev, size_t bytes, void **ptr_out)
 {

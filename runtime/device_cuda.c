@@ -6,7 +6,7 @@
 #include "runtime/cuda.h"
 #include "runtime/cuda/device_kernels.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 static dt_status select_device(const dt__device *dev, const char *what)
 {

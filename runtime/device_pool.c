@@ -10,7 +10,7 @@
 #include <stdlib.h>
 
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 enum { MAX_CACHED = 256 };
 

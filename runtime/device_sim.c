@@ -7,8 +7,9 @@
 #include <string.h>
 
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 #include "runtime/sim.h"
+#include "runtime/util.h"
 
 #define DEFAULT_MB 4096
 #define MAX_MB (1u << 24) /* 16 TiB of address space, twice */

@@ -1,8 +1,8 @@
 /* IEEE binary16 conversions to and from binary32, round to nearest even, with NaN (made
- * quiet) and infinity preserved. The bfloat16 ones are inline in runtime/internal.h. */
+ * quiet) and infinity preserved. The bfloat16 ones are inline in runtime/half.h. */
 #include <string.h>
 
-#include "runtime/internal.h"
+#include "runtime/half.h"
 
 static uint32_t f32_bits(float f)
 {

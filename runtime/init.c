@@ -7,8 +7,10 @@
 #include <strings.h>
 
 #include "dtensor/version.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
 
 #define MAX_CPU_DEVICES 4096
 #define MAX_GPU_DEVICES 4096
@@ -296,6 +298,7 @@ void dt_finalize(void)
     dt__device_sync_all(-1);
     for (int i = nfinalizers - 1; i >= 0; i--)
         finalizers[i]();
+    dt__groups_free();
     free_tables();
     dt__devices_close();
     dt__topology_unload();

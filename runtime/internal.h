@@ -1,6 +1,7 @@
-/* The runtime's internal headers by concern, for files that use several of them; a file that
- * needs one concern includes that header alone (runtime/error.h, comm.h, util.h, half.h,
- * transport.h, device.h). Not installed. */
+/* Several of the runtime's internal headers at once, for the files not yet switched to the
+ * headers they use (layout/, optim/, runtime/transport_mpi.c); every other file includes the
+ * headers of its concerns alone (runtime/error.h, comm.h, util.h, half.h, transport.h,
+ * device.h, group.h; docs/runtime.md says which holds what). Not installed. */
 #ifndef DTENSOR_RUNTIME_INTERNAL_H
 #define DTENSOR_RUNTIME_INTERNAL_H
 

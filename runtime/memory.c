@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/internal.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
 
 #define HDR_BYTES 64u
 #define MIN_SHIFT 8                  /* smallest class: 256 B */

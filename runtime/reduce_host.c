@@ -2,7 +2,7 @@
  * simulated devices): a table indexed by reduction and dtype. Half types accumulate through
  * f32 and round once per step. */
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/half.h"
 
 typedef void (*run_fn)(void *dst, const void *src, int64_t n, void *arg);
 

@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "runtime/internal.h"
+#include "runtime/error.h"
 #include "runtime/sim.h"
 
 #define ALIGN ((size_t)256)        /* as cudaMalloc */

@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/internal.h"
+#include "runtime/error.h"
 #include "runtime/sim.h"
+#include "runtime/util.h"
 
 #define RING 256 /* queued closures per stream before submit waits */
 #define MAX_ORDINALS 64

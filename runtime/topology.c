@@ -7,8 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/comm.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 static hwloc_topology_t topo;
 static hwloc_bitmap_t saved_binding; /* the binding before ours, restored at finalize */

@@ -4,7 +4,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 int dt__mul_size(size_t a, size_t b, size_t *out)
 {

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/internal.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
 
 enum {
     PING_TAG = 7301,

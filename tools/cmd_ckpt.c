@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
+#include "cli.h"
 
 /* "[4,0]" for a box corner or shape. */
 static void format_dims(char *buf, size_t len, int rank, const int64_t *v)

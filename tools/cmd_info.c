@@ -1,7 +1,7 @@
 /* `dtensor info`: clients, local devices and the hwloc topology this process sees. */
 #include <stdio.h>
 
-#include "tools/cli.h"
+#include "cli.h"
 
 int cli_info(int argc, char **argv)
 {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
+#include "cli.h"
 
 static void print_shards(const dt_layout *layout, const int64_t *shape)
 {

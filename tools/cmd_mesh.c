@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
+#include "cli.h"
 
 static void print_table(const dt_mesh *mesh)
 {

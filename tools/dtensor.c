@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/cli.h"
+#include "cli.h"
 
 int cli_usage(void)
 {

@@ -8,7 +8,9 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_impl.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
 
 static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *scratch_ptr[DT__CU_MAX_DEVICES];

@@ -8,6 +8,7 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 static pthread_mutex_t handle_lock = PTHREAD_MUTEX_INITIALIZER;
 static cublasHandle_t handles[DT__CU_MAX_DEVICES];

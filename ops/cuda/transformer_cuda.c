@@ -4,6 +4,7 @@
 
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_impl.h"
+#include "runtime/error.h"
 
 static dt_status sizes_ok(const char *op, int n, const int64_t *sizes)
 {

@@ -6,6 +6,7 @@
 
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
 #include "runtime/sim.h"
 
 /* Each kernel's arguments in order, as A(kind, type, name), kind being V (a value), D (a

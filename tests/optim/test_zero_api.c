@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "zt_util.h"
+#include "optim_grad_util.h"
 
 static dt_tensor *filled(const dt_mesh *m, int rank, const int64_t *shape, const char *s0,
                          const char *partial, dt_dtype dtype)
@@ -19,7 +19,7 @@ static dt_tensor *filled(const dt_mesh *m, int rank, const int64_t *shape, const
 
 static void test_create_rejects_bad_options(void)
 {
-    dt_mesh *m = zt_mesh_2d();
+    dt_mesh *m = og_mesh_2d();
     dt_zero *z = NULL;
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
     o.stage = 3;
@@ -93,7 +93,7 @@ static void test_create_rejects_bad_options(void)
 
 static void test_add_group_rejects_bad_parameters(void)
 {
-    dt_mesh *m = zt_mesh_2d(), *other = zt_mesh_1d();
+    dt_mesh *m = og_mesh_2d(), *other = og_mesh_1d();
     dt_zero *z = NULL;
     DT_ASSERT_OK(dt_zero_create(m, NULL, &z));
     int64_t shape[1] = {8};
@@ -194,7 +194,7 @@ static void test_add_group_rejects_bad_parameters(void)
  * L = 1024 per device, N in {4, 8} divides it. */
 static void check_memory(int stage, dt_optim_kind kind)
 {
-    dt_mesh *m = zt_mesh_1d();
+    dt_mesh *m = og_mesh_1d();
     int64_t ndp = dt_mesh_dim_size(m, 0);
     uint64_t nl = (uint64_t)dt_mesh_num_local_devices(m);
     int64_t sa[1] = {1000}, sb[2] = {4, 6};
@@ -273,7 +273,7 @@ static void test_memory_usage_matches_the_hand_computed_bytes(void)
  * devices holds its equal share of the state (4 of 4N elements), in memory and in the save. */
 static void test_an_allgather_size_below_the_dp_size_leaves_no_rank_without_state(void)
 {
-    dt_mesh *m = zt_mesh_1d();
+    dt_mesh *m = og_mesh_1d();
     int64_t n = dt_mesh_size(m);
     int64_t shape[1] = {4 * n};
     dt_tensor *w = filled(m, 1, shape, NULL, NULL, DT_DTYPE_F32);

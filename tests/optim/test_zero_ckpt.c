@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "zt_util.h"
+#include "optim_grad_util.h"
 
 typedef struct pdesc {
     const char *name;
@@ -53,7 +53,7 @@ static void run_open(run *r, int model, int stage, int64_t allgather, int n, flo
                      dt_optim_kind kind1)
 {
     memset(r, 0, sizeof *r);
-    r->mesh = model ? zt_mesh_2d() : zt_mesh_1d();
+    r->mesh = model ? og_mesh_2d() : og_mesh_1d();
     r->n = n;
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
     o.stage = stage;
@@ -71,7 +71,7 @@ static void run_open(run *r, int model, int stage, int64_t allgather, int n, flo
             x[i] = (float)((i * 13 + j * 3) % 17 - 8) * 0.125f + init_shift;
         dt_layout *l = dt_test_layout(r->mesh, d->rank, model ? d->s0 : NULL, model ? d->s1 : NULL,
                                  NULL);
-        r->params[j] = zt_tensor(l, d->group == 0 ? DT_DTYPE_BF16 : DT_DTYPE_F32, d->shape, x);
+        r->params[j] = og_tensor(l, d->group == 0 ? DT_DTYPE_BF16 : DT_DTYPE_F32, d->shape, x);
         dt_layout_destroy(l);
         free(x);
         names[j] = d->name;
@@ -100,7 +100,7 @@ static void run_step(run *r, int step, dt_zero_step_info *info)
     dt_tensor *grads[4];
     float scale = (float)dt_zero_loss_scale(r->z);
     for (int j = 0; j < r->n; j++)
-        grads[j] = zt_grad(r->params[j], DT_DTYPE_F32, grad_value, step, scale,
+        grads[j] = og_grad(r->params[j], DT_DTYPE_F32, grad_value, step, scale,
                            (void *)&salts[j]);
     DT_ASSERT_OK(dt_zero_step(r->z, grads, info));
     for (int j = 0; j < r->n; j++)
@@ -112,11 +112,11 @@ static void same_params(const run *a, const run *b, const char *what)
     for (int j = 0; j < a->n; j++) {
         int64_t n = pnumel(&descs[j]);
         float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-        zt_fetch(a->params[j], x);
-        zt_fetch(b->params[j], y);
+        og_fetch(a->params[j], x);
+        og_fetch(b->params[j], y);
         char label[96];
         snprintf(label, sizeof label, "%s: %s", what, descs[j].name);
-        CU_ASSERT_EQUAL(zt_diff(label, y, x, n), 0);
+        CU_ASSERT_EQUAL(og_diff(label, y, x, n), 0);
         free(x);
         free(y);
     }
@@ -138,7 +138,7 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     int64_t es[1] = {3};
     float ev[3] = {1, 2, 3};
     dt_layout *el = dt_test_layout(a.mesh, 1, NULL, NULL, NULL);
-    dt_tensor *extra = zt_tensor(el, DT_DTYPE_F32, es, ev);
+    dt_tensor *extra = og_tensor(el, DT_DTYPE_F32, es, ev);
     const char *en = "data/cursor";
     dt_ckpt_value uv = {"epoch", DT_CKPT_VALUE_I64, 7, 0.0, NULL, 0};
     dt_save_opts so = DT_SAVE_OPTS_INIT;
@@ -199,9 +199,9 @@ static void test_restore_into_another_stage_continues_bit_for_bit(void)
     float master[15], w1[15];
     DT_ASSERT_OK(dt_ckpt_find(c, "w1/master", &idx));
     DT_ASSERT_OK(dt_ckpt_read_tensor(c, idx, master, sizeof master));
-    zt_fetch(a.params[0], w1);
+    og_fetch(a.params[0], w1);
     dt_test_round(master, 15, DT_DTYPE_BF16);
-    CU_ASSERT_EQUAL(zt_diff("w1 master", master, w1, 15), 0);
+    CU_ASSERT_EQUAL(og_diff("w1 master", master, w1, 15), 0);
     dt_ckpt_close(c);
 
     /* Stage 1 with 7-element chunks, other initial values and learning rates: the load
@@ -308,13 +308,13 @@ static void save_legacy(const run *a, const char *dir, float state[3][15], int64
                             "w2/master", "w2/exp_avg", "w2/exp_avg_sq"};
     t[0] = a->params[0];
     for (int k = 0; k < 3; k++)
-        t[1 + k] = zt_tensor(l1, DT_DTYPE_F32, s15, state[k]);
+        t[1 + k] = og_tensor(l1, DT_DTYPE_F32, s15, state[k]);
     int n = 4;
     float zeros[64] = {0};
     if (w2_len > 0) {
         t[4] = a->params[1];
         for (int k = 0; k < 3; k++)
-            t[5 + k] = zt_tensor(l2, DT_DTYPE_F32, s2, zeros);
+            t[5 + k] = og_tensor(l2, DT_DTYPE_F32, s2, zeros);
         n = 8;
     }
     dt_ckpt_value v[6] = {

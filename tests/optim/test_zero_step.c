@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "zt_util.h"
+#include "optim_grad_util.h"
 
 #define MAXP 8
 
@@ -73,7 +73,7 @@ static void ref_free(ref_param *r)
 static void ref_step(ref_param *r, const dt_optim_hparams *hp, int64_t t, int64_t ndp, gen *g,
                      int step, float scale, dt_dtype pdtype, float grad_scale)
 {
-    zt_grad_ref(r->n, ndp, grad_value, step, scale, g, r->grad);
+    og_grad_ref(r->n, ndp, grad_value, step, scale, g, r->grad);
     dt_test_round(r->grad, r->n, pdtype);
     if (hp->kind == DT_OPTIM_SGD) {
         dt_sgd_opts so = {hp->lr, hp->momentum, hp->dampening, hp->weight_decay, hp->nesterov,
@@ -90,10 +90,10 @@ static void ref_step(ref_param *r, const dt_optim_hparams *hp, int64_t t, int64_
 static void check_param(const char *what, const dt_tensor *t, const ref_param *r)
 {
     float *got = malloc((size_t)r->n * sizeof *got), *want = malloc((size_t)r->n * sizeof *want);
-    zt_fetch(t, got);
+    og_fetch(t, got);
     memcpy(want, r->master, (size_t)r->n * sizeof *want);
     dt_test_round(want, r->n, dt_tensor_dtype(t));
-    CU_ASSERT_EQUAL(zt_diff(what, got, want, r->n), 0);
+    CU_ASSERT_EQUAL(og_diff(what, got, want, r->n), 0);
     free(got);
     free(want);
 }
@@ -106,7 +106,7 @@ static dt_tensor *make_param(const dt_mesh *m, const pdesc *d, int model, dt_dty
     for (int64_t i = 0; i < n; i++)
         x[i] = init_value(i, salt);
     dt_layout *l = dt_test_layout(m, d->rank, model ? d->s0 : NULL, model ? d->s1 : NULL, NULL);
-    dt_tensor *t = zt_tensor(l, dtype, d->shape, x);
+    dt_tensor *t = og_tensor(l, dtype, d->shape, x);
     dt_layout_destroy(l);
     free(x);
     return t;
@@ -128,7 +128,7 @@ static const pdesc group_b[2] = {
  * pass makes them), then dt_zero_step(z, NULL). */
 static void run_reference_case(int model, int stage, int64_t allgather, int early)
 {
-    dt_mesh *m = model ? zt_mesh_2d() : zt_mesh_1d();
+    dt_mesh *m = model ? og_mesh_2d() : og_mesh_1d();
     int64_t ndp = dt_mesh_dim_size(m, dt_mesh_dim_index(m, "batch"));
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
     o.stage = stage;
@@ -163,7 +163,7 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
     for (int step = 0; step < 3; step++) {
         dt_tensor *grads[5];
         for (int j = 0; j < 5; j++)
-            grads[j] = zt_grad(params[j], j < 3 ? DT_DTYPE_F32 : DT_DTYPE_BF16, grad_value,
+            grads[j] = og_grad(params[j], j < 3 ? DT_DTYPE_F32 : DT_DTYPE_BF16, grad_value,
                                step, 8.0f, &gens[j]);
         dt_zero_step_info info;
         if (early) {
@@ -226,7 +226,7 @@ static void test_gradients_handed_over_early_give_the_reference_result_in_every_
  * parameters missing (named) or with grads after early ones; then a plain step works. */
 static void test_early_gradients_refuse_misuse_clearly(void)
 {
-    dt_mesh *m = zt_mesh_1d();
+    dt_mesh *m = og_mesh_1d();
     dt_zero *z = NULL;
     DT_ASSERT_OK(dt_zero_create(m, NULL, &z));
     dt_tensor *params[2];
@@ -238,7 +238,7 @@ static void test_early_gradients_refuse_misuse_clearly(void)
     gen gens[2] = {{0, -1, 0, 0.0f}, {1, -1, 0, 0.0f}};
     dt_tensor *grads[2];
     for (int j = 0; j < 2; j++)
-        grads[j] = zt_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
+        grads[j] = og_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
     DT_ASSERT_FAILS(dt_zero_grad_ready(z, 2, grads[0]), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("parameter 2");
     DT_ASSERT_FAILS(dt_zero_grad_ready(z, 0, grads[1]), DT_ERR_SHAPE);
@@ -302,7 +302,7 @@ static void snapshot(const dt_tensor *t, unsigned char **buf, size_t *bytes)
 
 static void test_overflow_on_one_rank_skips_the_step_everywhere(void)
 {
-    dt_mesh *m = zt_mesh_2d();
+    dt_mesh *m = og_mesh_2d();
     int64_t ndp = dt_mesh_dim_size(m, 0);
     overflow_log log = {0};
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
@@ -343,7 +343,7 @@ static void test_overflow_on_one_rank_skips_the_step_everywhere(void)
         gens[1].inj_val = NAN;
         dt_tensor *grads[2];
         for (int j = 0; j < 2; j++)
-            grads[j] = zt_grad(params[j], DT_DTYPE_BF16, grad_value, step, (float)scales[step],
+            grads[j] = og_grad(params[j], DT_DTYPE_BF16, grad_value, step, (float)scales[step],
                                &gens[j]);
         unsigned char *before[2];
         size_t bytes[2];
@@ -408,7 +408,7 @@ static void test_clipping_uses_the_hand_worked_global_norm(void)
     const float *gv[2] = {g1, g2};
     for (int stage = 0; stage < 3; stage++)
         for (int clip = 0; clip < 2; clip++) {
-            dt_mesh *m = zt_mesh_2d();
+            dt_mesh *m = og_mesh_2d();
             dt_zero_opts o = DT_ZERO_OPTS_INIT;
             o.stage = stage;
             o.scaler.mode = DT_LOSS_SCALE_STATIC;
@@ -420,15 +420,15 @@ static void test_clipping_uses_the_hand_worked_global_norm(void)
             float zeros[4] = {0};
             dt_layout *l1 = dt_test_layout(m, 1, NULL, NULL, NULL);
             dt_layout *l2 = dt_test_layout(m, 2, "model", NULL, NULL);
-            dt_tensor *params[2] = {zt_tensor(l1, DT_DTYPE_F32, d1.shape, zeros),
-                                    zt_tensor(l2, DT_DTYPE_F32, d2.shape, zeros)};
+            dt_tensor *params[2] = {og_tensor(l1, DT_DTYPE_F32, d1.shape, zeros),
+                                    og_tensor(l2, DT_DTYPE_F32, d2.shape, zeros)};
             const char *names[2] = {"w1", "w2"};
             dt_optim_hparams hp = DT_OPTIM_SGD_INIT;
             hp.lr = 1.0f;
             DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &hp, NULL));
             dt_tensor *grads[2];
             for (int j = 0; j < 2; j++)
-                grads[j] = zt_grad(params[j], DT_DTYPE_F32, clip_grad, 0, 4.0f, (void *)gv[j]);
+                grads[j] = og_grad(params[j], DT_DTYPE_F32, clip_grad, 0, 4.0f, (void *)gv[j]);
             dt_zero_step_info info;
             DT_ASSERT_OK(dt_zero_step(z, grads, &info));
             CU_ASSERT_EQUAL(info.grad_norm, 5.0);
@@ -440,8 +440,8 @@ static void test_clipping_uses_the_hand_worked_global_norm(void)
                 int64_t n = j == 0 ? 2 : 4;
                 for (int64_t i = 0; i < n; i++)
                     want[i] = 0.0f - 1.0f * (gs * (4.0f * gv[j][i]) + 0.0f * 0.0f);
-                zt_fetch(params[j], got);
-                CU_ASSERT_EQUAL(zt_diff(names[j], got, want, n), 0);
+                og_fetch(params[j], got);
+                CU_ASSERT_EQUAL(og_diff(names[j], got, want, n), 0);
                 dt_tensor_destroy(grads[j]);
                 dt_tensor_destroy(params[j]);
             }
@@ -460,7 +460,7 @@ static const double next_consecutive[16] = {16, 16, 32, 32, 16, 8, 8, 8,
 
 static void run_scaler(dt_loss_scale_mode mode, int consecutive, const double *want_next)
 {
-    dt_mesh *m = zt_mesh_1d();
+    dt_mesh *m = og_mesh_1d();
     int64_t ndp = dt_mesh_dim_size(m, 0);
     overflow_log log = {0};
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
@@ -491,7 +491,7 @@ static void run_scaler(dt_loss_scale_mode mode, int consecutive, const double *w
         g.inj_idx = pattern[it] ? it % 9 : -1;
         g.inj_dp = it % ndp;
         g.inj_val = it % 2 ? -INFINITY : NAN;
-        dt_tensor *grad = zt_grad(p, DT_DTYPE_F16, grad_value, it, (float)scale, &g);
+        dt_tensor *grad = og_grad(p, DT_DTYPE_F16, grad_value, it, (float)scale, &g);
         dt_zero_step_info info;
         DT_ASSERT_OK(dt_zero_step(z, &grad, &info));
         dt_tensor_destroy(grad);
@@ -536,7 +536,7 @@ static void test_static_and_no_scaling_keep_the_scale_and_still_skip(void)
 
 static void test_learning_rate_changes_between_steps(void)
 {
-    dt_mesh *m = zt_mesh_2d();
+    dt_mesh *m = og_mesh_2d();
     int64_t ndp = dt_mesh_dim_size(m, 0);
     dt_zero *z = NULL;
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
@@ -556,7 +556,7 @@ static void test_learning_rate_changes_between_steps(void)
         if (step > 0)
             DT_ASSERT_OK(dt_zero_set_lr(z, grp, lrs[step]));
         hp.lr = lrs[step];
-        dt_tensor *grad = zt_grad(p, DT_DTYPE_F32, grad_value, step, 1.0f, &g);
+        dt_tensor *grad = og_grad(p, DT_DTYPE_F32, grad_value, step, 1.0f, &g);
         DT_ASSERT_OK(dt_zero_step(z, &grad, NULL));
         dt_tensor_destroy(grad);
         ref_step(&ref, &hp, step + 1, ndp, &g, step, 1.0f, DT_DTYPE_F32, 1.0f);

@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
 #include "runtime/sim.h"
 
 static const dt__device *gpu(int i)

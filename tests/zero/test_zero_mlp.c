@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "zero_test_util.h"
+#include "zero_ref_util.h"
 
 enum { B = 20, F = 8, H = 16, C = 4, STEPS = 20, NP = 4 };
 

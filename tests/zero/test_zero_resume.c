@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "zero_test_util.h"
+#include "zero_ref_util.h"
 
 enum { NP = 3, ROWS = 12, STEPS = 20, SAVE_AT = 10, MAXN = 40 };
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "zero_test_util.h"
+#include "zero_ref_util.h"
 
 enum { STEPS = 20, MAXP = 4, MAXN = 96, MAXDP = 8 };
 

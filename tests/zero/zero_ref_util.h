@@ -2,8 +2,8 @@
  * filled from and compared with whole host arrays device by device (no communication), the
  * single-device reference of the inner optimizers in plain C (the arithmetic of
  * ops/optimizer.c, operation for operation), and seeded test data. */
-#ifndef DT_ZERO_TEST_UTIL_H
-#define DT_ZERO_TEST_UTIL_H
+#ifndef DT_ZERO_REF_UTIL_H
+#define DT_ZERO_REF_UTIL_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
-/* Helpers of the ZeRO system tests (see zero_test_util.h). */
-#include "zero_test_util.h"
+/* Helpers of the ZeRO system tests (see zero_ref_util.h). */
+#include "zero_ref_util.h"
 
 #include <math.h>
 #include <mpi.h>

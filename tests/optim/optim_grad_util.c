@@ -1,4 +1,4 @@
-/* Helpers of the optim tests (see zt_util.h). */
+/* Helpers of the optim tests (see optim_grad_util.h). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,9 +6,9 @@
 
 #include "harness.h"
 #include "ops/ops_test_util.h"
-#include "zt_util.h"
+#include "optim_grad_util.h"
 
-dt_mesh *zt_mesh_1d(void)
+dt_mesh *og_mesh_1d(void)
 {
     const char *names[1] = {"batch"};
     int64_t sizes[1] = {dt_test_num_devices()};
@@ -17,7 +17,7 @@ dt_mesh *zt_mesh_1d(void)
     return m;
 }
 
-dt_mesh *zt_mesh_2d(void)
+dt_mesh *og_mesh_2d(void)
 {
     const char *names[2] = {"batch", "model"};
     int64_t n = dt_test_num_devices();
@@ -35,7 +35,7 @@ static int64_t numel(int rank, const int64_t *shape)
     return n;
 }
 
-dt_tensor *zt_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+dt_tensor *og_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                      const float *data)
 {
     int64_t n = numel(dt_layout_rank(layout), shape);
@@ -47,7 +47,7 @@ dt_tensor *zt_tensor(const dt_layout *layout, dt_dtype dtype, const int64_t *sha
     return t;
 }
 
-void zt_fetch(const dt_tensor *t, float *out)
+void og_fetch(const dt_tensor *t, float *out)
 {
     int64_t n = dt_tensor_numel(t);
     void *buf = malloc((size_t)(n ? n : 1) * dt_dtype_size(dt_tensor_dtype(t)));
@@ -57,7 +57,7 @@ void zt_fetch(const dt_tensor *t, float *out)
     free(buf);
 }
 
-dt_tensor *zt_grad(const dt_tensor *param, dt_dtype dtype, zt_grad_fn fn, int step, float scale,
+dt_tensor *og_grad(const dt_tensor *param, dt_dtype dtype, og_grad_fn fn, int step, float scale,
                    void *arg)
 {
     const dt_layout *pl = dt_tensor_layout(param);
@@ -106,7 +106,7 @@ dt_tensor *zt_grad(const dt_tensor *param, dt_dtype dtype, zt_grad_fn fn, int st
     return g;
 }
 
-void zt_grad_ref(int64_t n, int64_t ndp, zt_grad_fn fn, int step, float scale, void *arg,
+void og_grad_ref(int64_t n, int64_t ndp, og_grad_fn fn, int step, float scale, void *arg,
                  float *out)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -117,7 +117,7 @@ void zt_grad_ref(int64_t n, int64_t ndp, zt_grad_fn fn, int step, float scale, v
     }
 }
 
-int64_t zt_diff(const char *what, const float *a, const float *b, int64_t n)
+int64_t og_diff(const char *what, const float *a, const float *b, int64_t n)
 {
     int64_t bad = 0;
     for (int64_t i = 0; i < n; i++)

@@ -1,0 +1,200 @@
+/* One cached MPI communicator per set of clients holding a mesh's devices (created on a mesh's
+ * first collective that needs it), and dt__group_agree: the lowest failing client's status and
+ * message reach every client. docs/runtime.md, "Communication groups". */
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/util.h"
+
+/* MPI_Comm_create_group tags: one per set of clients (a hash of the list, the same on every
+ * member), so that creations over overlapping sets that run at once (clients 0 and 2 making
+ * {0,2} while client 1 already waits in {0,1,2}) never share a tag on the runtime's
+ * communicator, whose point-to-point tags (7101 relayout, 7201 barrier, 7301/7302 watchdog)
+ * stay below this range. */
+enum { GROUP_TAG_BASE = 8192, GROUP_TAG_SPAN = 8192, MSG_LEN = 1024 };
+
+static int group_tag(int n, const int *clients)
+{
+    uint32_t h = 2166136261u; /* FNV-1a over the client ids */
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) {
+            h ^= (uint32_t)clients[i] >> (8 * b) & 0xffu;
+            h *= 16777619u;
+        }
+    return GROUP_TAG_BASE + (int)(h % GROUP_TAG_SPAN);
+}
+
+typedef struct cached {
+    struct cached *next;
+    dt__group g;
+    int *clients;
+} cached;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static cached *groups;
+static dt__group outside = {.comm = MPI_COMM_NULL};
+
+/* The mesh's clients in order into clients (dt_num_clients() entries); their number. */
+static int mesh_clients(const dt_mesh *mesh, int *clients, int *mine)
+{
+    int nclients = dt_num_clients(), me = dt_client_id(), n = 0;
+    dt_device_type type = dt_mesh_device_type(mesh);
+    for (int c = 0; c < nclients; c++)
+        clients[c] = 0;
+    for (int64_t p = 0; p < dt_mesh_size(mesh); p++) {
+        int c = dt_device_client(type, dt_mesh_device_id(mesh, p));
+        if (c >= 0 && c < nclients)
+            clients[c] = 1;
+    }
+    *mine = 0;
+    for (int c = 0; c < nclients; c++)
+        if (clients[c]) {
+            *mine |= c == me;
+            clients[n++] = c;
+        }
+    return n;
+}
+
+static dt_status create(int n, int *clients, cached **out)
+{
+    cached *e = calloc(1, sizeof *e);
+    if (!e)
+        return dt__error(DT_ERR_NO_MEMORY, "the mesh's client group: no memory");
+    MPI_Group world, sub;
+    int rc = MPI_Comm_group(dt__comm(), &world);
+    if (rc == MPI_SUCCESS) {
+        rc = MPI_Group_incl(world, n, clients, &sub);
+        if (rc == MPI_SUCCESS) {
+            rc = MPI_Comm_create_group(dt__comm(), sub, group_tag(n, clients), &e->g.comm);
+            MPI_Group_free(&sub);
+        }
+        MPI_Group_free(&world);
+    }
+    if (rc != MPI_SUCCESS) {
+        free(e);
+        return dt__mpi_error(rc, "creating the mesh's client group");
+    }
+    MPI_Comm_rank(e->g.comm, &e->g.rank);
+    e->g.size = n;
+    e->clients = clients;
+    e->g.clients = clients;
+    *out = e;
+    return DT_OK;
+}
+
+dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out)
+{
+    int nclients = dt_num_clients(), mine = 0;
+    int *clients = malloc((size_t)(nclients > 0 ? nclients : 1) * sizeof *clients);
+    if (!clients)
+        return dt__error(DT_ERR_NO_MEMORY, "the mesh's client group: no memory");
+    int n = mesh_clients(mesh, clients, &mine);
+    if (!mine) {
+        free(clients);
+        *group_out = &outside;
+        return DT_OK;
+    }
+    pthread_mutex_lock(&lock);
+    cached *e = groups;
+    while (e && (e->g.size != n || memcmp(e->clients, clients, (size_t)n * sizeof *clients)))
+        e = e->next;
+    dt_status st = DT_OK;
+    if (e) {
+        free(clients);
+    } else if ((st = create(n, clients, &e)) == DT_OK) {
+        e->next = groups;
+        groups = e;
+    } else {
+        free(clients);
+    }
+    pthread_mutex_unlock(&lock);
+    if (st == DT_OK)
+        *group_out = &e->g;
+    return st;
+}
+
+dt_status dt__group_dup(const dt__group *g, dt__group *out)
+{
+    dt__group d = {.comm = MPI_COMM_NULL, .rank = g->rank, .size = g->size, .owned = 1};
+    int *clients = malloc((size_t)(g->size > 0 ? g->size : 1) * sizeof *clients);
+    if (!clients)
+        return dt__error(DT_ERR_NO_MEMORY, "the mesh's client group: no memory");
+    if (g->size > 0)
+        memcpy(clients, g->clients, (size_t)g->size * sizeof *clients);
+    if (g->comm != MPI_COMM_NULL) {
+        int rc = MPI_Comm_dup(g->comm, &d.comm);
+        if (rc != MPI_SUCCESS) {
+            free(clients);
+            return dt__mpi_error(rc, "duplicating the mesh's client group");
+        }
+    }
+    d.clients = clients;
+    *out = d;
+    return DT_OK;
+}
+
+void dt__group_free(dt__group *g)
+{
+    if (!g || !g->owned)
+        return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (g->comm != MPI_COMM_NULL && !finalized)
+        MPI_Comm_free(&g->comm);
+    free((int *)g->clients);
+    memset(g, 0, sizeof *g);
+    g->comm = MPI_COMM_NULL;
+}
+
+/* Two collectives: the lowest failing rank (MPI_MIN), then its status and message from it.
+ * Blocking, not under the watchdog: a client still busy with its part (writing a large
+ * checkpoint) answers no ping, and must not be reported lost (docs/runtime.md). */
+dt_status dt__group_agree(const dt__group *g, dt_status st, const char *what)
+{
+    if (g->comm == MPI_COMM_NULL || g->size <= 1)
+        return st;
+    int mine = st != DT_OK ? g->rank : INT_MAX, first = INT_MAX;
+    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->comm);
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, what);
+    if (first == INT_MAX)
+        return DT_OK;
+    struct {
+        int status;
+        char msg[MSG_LEN];
+    } out;
+    memset(&out, 0, sizeof out);
+    if (g->rank == first) {
+        out.status = (int)st;
+        dt__strlcpy(out.msg, dt_last_error(), sizeof out.msg);
+    }
+    rc = MPI_Bcast(&out, (int)sizeof out, MPI_BYTE, first, g->comm);
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, what);
+    if (g->rank == first)
+        return st;
+    out.msg[sizeof out.msg - 1] = '\0';
+    return dt__error((dt_status)out.status, "client %d: %s", g->clients[first], out.msg);
+}
+
+void dt__groups_free(void)
+{
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    pthread_mutex_lock(&lock);
+    while (groups) {
+        cached *e = groups;
+        groups = e->next;
+        if (e->g.comm != MPI_COMM_NULL && !finalized)
+            MPI_Comm_free(&e->g.comm);
+        free(e->clients);
+        free(e);
+    }
+    pthread_mutex_unlock(&lock);
+}
