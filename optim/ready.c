@@ -33,6 +33,7 @@ void dt__zero_ready_reset(dt_zero *z)
             ch->waiting = 0;
             ch->reduced = 0;
         }
+    dt__zero_buckets_free(z);
     free(z->ready);
     z->ready = NULL;
     z->nready = 0;
@@ -54,7 +55,7 @@ static dt_status ready_begin(dt_zero *z)
             }
         }
     }
-    return DT_OK;
+    return z->overlap ? dt__zero_buckets_begin(z) : DT_OK;
 }
 
 /* Copies gradient `gl` (in p's gradient layout) into its runs of every chunk it meets, and
@@ -80,7 +81,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
                                     (char *)dt_tensor_local(ch->filling, i)->data +
                                         (size_t)(lo - ch->start) * dt_dtype_size(g->dtype),
                                     g->dtype);
-        if (st == DT_OK && --ch->waiting == 0) {
+        if (st == DT_OK && !z->overlap && --ch->waiting == 0) {
             dt_status done = dt__zero_sync(z);
             st = done;
             if (st == DT_OK) {
@@ -91,10 +92,15 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
             }
         }
     }
-    /* The copies read gl: they are complete before it can go. */
+    /* The copies read gl: they are complete before it can go (and before a bucket's values
+     * are sent). */
     dt_status done = dt__zero_sync(z);
     free(src);
-    return st != DT_OK ? st : done;
+    if (st == DT_OK)
+        st = done;
+    if (st == DT_OK && z->overlap)
+        st = dt__zero_buckets_take(z, g, p);
+    return st;
 }
 
 dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad)

@@ -368,6 +368,8 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     for (int g = 0; st == DT_OK && grads && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = reduce_chunk(z, &z->groups[g], &z->groups[g].chunks[c], gl);
+    if (st == DT_OK && !grads && z->overlap)
+        st = dt__zero_buckets_wait(z);
     dt__zero_ready_reset(z);
     for (int j = 0; j < z->nparams; j++) {
         dt_tensor_destroy(gl[j]);

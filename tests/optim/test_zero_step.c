@@ -125,14 +125,18 @@ static const pdesc group_b[2] = {
 };
 
 /* early: the gradients go in through dt_zero_grad_ready, last parameter first (as a backward
- * pass makes them), then dt_zero_step(z, NULL). */
-static void run_reference_case(int model, int stage, int64_t allgather, int early)
+ * pass makes them), then dt_zero_step(z, NULL); bucket: reduce_bucket_size in bytes (0: the
+ * default). */
+static void run_reference_case(int model, int stage, int64_t allgather, int early,
+                               int64_t bucket)
 {
     dt_mesh *m = model ? zt_mesh_2d() : zt_mesh_1d();
     int64_t ndp = dt_mesh_dim_size(m, dt_mesh_dim_index(m, "batch"));
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
     o.stage = stage;
     o.allgather_size = allgather;
+    if (bucket > 0)
+        o.reduce_bucket_size = bucket;
     o.scaler.mode = DT_LOSS_SCALE_STATIC;
     o.scaler.init_scale = 8.0;
     dt_zero *z = NULL;
@@ -193,8 +197,8 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
         CU_ASSERT(fabs(info.grad_norm - sqrt(sq) / 8.0) <= 1e-12 * info.grad_norm);
         char what[96];
         for (int j = 0; j < 5; j++) {
-            snprintf(what, sizeof what, "%s stage %d model %d allgather %lld step %d", names[j],
-                     stage, model, (long long)allgather, step);
+            snprintf(what, sizeof what, "%s stage %d model %d allgather %lld bucket %lld step %d",
+                     names[j], stage, model, (long long)allgather, (long long)bucket, step);
             check_param(what, params[j], &refs[j]);
         }
     }
@@ -210,15 +214,28 @@ static void test_step_matches_host_reference_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++)
-            run_reference_case(model, stage, 0, 0);
+            run_reference_case(model, stage, 0, 0, 0);
 }
 
 static void test_gradients_handed_over_early_give_the_reference_result_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++) {
-            run_reference_case(model, stage, 7, 1);
-            run_reference_case(model, stage, 0, 1);
+            run_reference_case(model, stage, 7, 1, 0);
+            run_reference_case(model, stage, 0, 1, 0);
+        }
+}
+
+/* Buckets smaller than a parameter and than a dp rank's part (6 bytes: 3 bf16 or 1 f32
+ * elements, and 20 bytes), cutting the chunks of allgather_size 7 and the whole buffer: the
+ * background reduction still sums in dp order, so the result is the reference's to the bit. */
+static void test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result(
+    void)
+{
+    for (int model = 0; model < 2; model++)
+        for (int stage = 0; stage < 3; stage++) {
+            run_reference_case(model, stage, 7, 1, 6);
+            run_reference_case(model, stage, 0, 1, 20);
         }
 }
 
@@ -267,8 +284,8 @@ static void test_tiny_allgather_chunks_give_the_same_result(void)
     /* 7 elements per chunk: chunks cut through parameters and partitions. */
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++)
-            run_reference_case(model, stage, 7, 0);
-    run_reference_case(1, 2, 1, 0);
+            run_reference_case(model, stage, 7, 0, 0);
+    run_reference_case(1, 2, 1, 0, 0);
 }
 
 typedef struct overflow_log {
@@ -576,6 +593,7 @@ int main(int argc, char **argv)
         DT_TEST(test_step_matches_host_reference_in_every_stage),
         DT_TEST(test_tiny_allgather_chunks_give_the_same_result),
         DT_TEST(test_gradients_handed_over_early_give_the_reference_result_in_every_stage),
+        DT_TEST(test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result),
         DT_TEST(test_early_gradients_refuse_misuse_clearly),
         DT_TEST(test_overflow_on_one_rank_skips_the_step_everywhere),
         DT_TEST(test_clipping_uses_the_hand_worked_global_norm),
