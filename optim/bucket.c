@@ -8,6 +8,7 @@
  * then all-gathers the reduced parts. docs/optim.md, "Overlapped reduction". */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
@@ -344,9 +345,59 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     return st;
 }
 
+/* The progress thread: tests the requests of the buckets in flight every few tens of
+ * microseconds, so that MPI moves their data while the caller computes. Completing a phase
+ * (the sums, the copies to the device, the next messages) stays with the caller's thread. */
+static void *progress_main(void *arg)
+{
+    dt_zero *z = arg;
+    const struct timespec nap = {0, 50000};
+    while (!atomic_load(&z->prog_stop)) {
+        pthread_mutex_lock(&z->lock);
+        for (int k = 0; k < z->nstarted; k++) {
+            dt__zbucket *b = &z->buckets[z->order[k]];
+            int flag = 0;
+            if ((b->phase == 1 || b->phase == 2) && b->nreq > 0)
+                MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+        }
+        pthread_mutex_unlock(&z->lock);
+        nanosleep(&nap, NULL);
+    }
+    return NULL;
+}
+
+static void progress_stop(dt_zero *z)
+{
+    if (!z->prog_on)
+        return;
+    atomic_store(&z->prog_stop, 1);
+    pthread_join(z->prog, NULL);
+    pthread_mutex_destroy(&z->lock);
+    z->prog_on = 0;
+}
+
+/* Starts the progress thread for this step when MPI allows calls from several threads (else
+ * the buckets move on in the caller's calls only). */
+static void progress_start(dt_zero *z)
+{
+    if (z->prog_on || dt__mpi_thread_level() != MPI_THREAD_MULTIPLE)
+        return;
+    if (pthread_mutex_init(&z->lock, NULL) != 0)
+        return;
+    atomic_store(&z->prog_stop, 0);
+    if (pthread_create(&z->prog, NULL, progress_main, z) != 0) {
+        pthread_mutex_destroy(&z->lock);
+        return;
+    }
+    z->prog_on = 1;
+}
+
 dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zparam *p)
 {
     dt_status st = DT_OK;
+    progress_start(z);
+    if (z->prog_on)
+        pthread_mutex_lock(&z->lock);
     for (int k = 0; st == DT_OK && k < z->nbuckets; k++) {
         dt__zbucket *b = &z->buckets[k];
         if (b->group == g && p->offset < b->hi && p->offset + p->n > b->lo &&
@@ -360,11 +411,14 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
     int busy = 0;
     for (int k = 0; st == DT_OK && !busy && k < z->nstarted; k++)
         st = progress(z, &z->buckets[z->order[k]], 0, &busy);
+    if (z->prog_on)
+        pthread_mutex_unlock(&z->lock);
     return st;
 }
 
 dt_status dt__zero_buckets_wait(dt_zero *z)
 {
+    progress_stop(z);
     dt_status st = DT_OK;
     int busy = 0;
     for (int k = 0; st == DT_OK && k < z->nstarted; k++)
@@ -374,6 +428,7 @@ dt_status dt__zero_buckets_wait(dt_zero *z)
 
 void dt__zero_buckets_free(dt_zero *z)
 {
+    progress_stop(z);
     for (int k = 0; k < z->nbuckets; k++) {
         dt__zbucket *b = &z->buckets[k];
         if (b->nreq > 0 && (b->phase == 1 || b->phase == 2))

@@ -4,6 +4,8 @@
 #define DTENSOR_OPTIM_IMPL_H
 
 #include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
@@ -142,6 +144,13 @@ struct dt_zero {
     dt__zbucket *buckets;
     int nstarted;             /* buckets started in this step, their indices in order[] */
     int *order;
+    /* With MPI_THREAD_MULTIPLE, a progress thread tests the requests of the buckets in flight
+     * while the caller computes (MPI moves a large message only inside MPI calls); `lock`
+     * guards the buckets' requests, order and nstarted while it runs. */
+    int prog_on;
+    atomic_int prog_stop;
+    pthread_t prog;
+    pthread_mutex_t lock;
 };
 
 /* ---- the local devices (device.c) ----------------------------------------------------------
