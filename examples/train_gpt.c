@@ -23,6 +23,7 @@
 #include "gpt/model.h"
 #include "gpt/names.h"
 #include "gpt/options.h"
+#include "train/hand.h"
 #include "train/history.h"
 #include "train/rng.h"
 
@@ -370,26 +371,6 @@ static int resume(ctx *c)
         return fail_dt(c, "dt_zero_load", st, dt_last_error());
     SAY(c, "resumed from %s at step %lld\n", c->o.resume, (long long)c->step);
     return 0;
-}
-
-/* Hands one gradient to the optimizer the moment the backward pass makes it, in the
- * parameters' dtype (dt_zero_grad_ready starts its buckets' reduction in the background). */
-typedef struct grad_hand {
-    dt_zero *zero;
-    dt_dtype dtype;
-} grad_hand;
-
-static dt_status hand_grad(void *arg, int index, const dt_tensor *grad)
-{
-    grad_hand *h = arg;
-    if (h->dtype == DT_DTYPE_F32)
-        return dt_zero_grad_ready(h->zero, index, grad);
-    dt_tensor *gc = NULL;
-    dt_status st = dt_cast(grad, h->dtype, &gc);
-    if (st == DT_OK)
-        st = dt_zero_grad_ready(h->zero, index, gc);
-    dt_tensor_destroy(gc);
-    return st;
 }
 
 /* ---- training ------------------------------------------------------------------------------ */

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "train/digits.h"
+#include "train/hand.h"
 #include "train/history.h"
 #include "train/model.h"
 #include "train/options.h"
@@ -423,29 +424,6 @@ static int resume(ctx *c)
 
 /* ---- training ------------------------------------------------------------------------------ */
 
-/* Hands one gradient to the optimizer the moment the backward pass makes it (mixed
- * precision: in the parameters' dtype, where an f16 overflow shows up as inf and the optimizer
- * skips the step and lowers the loss scale). The optimizer copies it into its flat buffer and
- * starts the reduction of every bucket it completes in the background, while the backward
- * pass goes on with the earlier layers. */
-typedef struct grad_hand {
-    dt_zero *zero;
-    dt_dtype dtype;
-} grad_hand;
-
-static dt_status hand_grad(void *arg, int index, const dt_tensor *grad)
-{
-    grad_hand *h = arg;
-    if (h->dtype == DT_DTYPE_F32)
-        return dt_zero_grad_ready(h->zero, index, grad);
-    dt_tensor *gc = NULL;
-    dt_status st = dt_cast(grad, h->dtype, &gc);
-    if (st == DT_OK)
-        st = dt_zero_grad_ready(h->zero, index, gc);
-    dt_tensor_destroy(gc);
-    return st;
-}
-
 /* One optimizer step on the next global batch. */
 static int train_step(ctx *c, hist_rec *rec)
 {
@@ -458,6 +436,8 @@ static int train_step(ctx *c, hist_rec *rec)
         fail_dt(c, "batch", st, dt_last_error());
         goto out;
     }
+    /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
+     * reduction then runs in the background while the earlier layers' gradients are made. */
     grad_hand hand = {c->zero, param_dtype(c->o.precision)};
     if ((st = mlp_grads_each(c->model, xy[0], xy[1], (float)scale, &loss, hand_grad, &hand,
                              g)) != DT_OK) {

@@ -6,6 +6,7 @@
  * dt_zero_step waits for the rest. Each rank sums its part in dp-coordinate order, as the
  * relayout from the partial layout does, so the bits equal the synchronous path's. Stage 0
  * then all-gathers the reduced parts. docs/optim.md, "Overlapped reduction". */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -120,14 +121,21 @@ static void piece_of(const dt_zero *z, const dt__zbucket *b, int64_t q, int64_t 
     *len = t > s ? t - s : 0;
 }
 
+/* Elements of group g per bucket: reduce_bucket_size bytes, at least one element, and at most
+ * what one message's int count of bytes can say. */
+static int64_t bucket_elems(const dt_zero *z, const dt__zgroup *g)
+{
+    int64_t bytes = z->reduce_bucket_size < INT_MAX ? z->reduce_bucket_size : INT_MAX;
+    int64_t per = bytes / (int64_t)dt_dtype_size(g->dtype);
+    return per < 1 ? 1 : per;
+}
+
 dt_status dt__zero_buckets_begin(dt_zero *z)
 {
     dt__zero_buckets_free(z);
     int64_t count = 0;
     for (int g = 0; g < z->ngroups; g++) {
-        int64_t per = z->reduce_bucket_size / (int64_t)dt_dtype_size(z->groups[g].dtype);
-        if (per < 1)
-            per = 1;
+        int64_t per = bucket_elems(z, &z->groups[g]);
         for (int c = 0; c < z->groups[g].nchunks; c++)
             count += (z->groups[g].chunks[c].len + per - 1) / per;
     }
@@ -139,9 +147,7 @@ dt_status dt__zero_buckets_begin(dt_zero *z)
     int nb = 0;
     for (int g = 0; g < z->ngroups; g++) {
         dt__zgroup *gr = &z->groups[g];
-        int64_t per = z->reduce_bucket_size / (int64_t)dt_dtype_size(gr->dtype);
-        if (per < 1)
-            per = 1;
+        int64_t per = bucket_elems(z, gr);
         for (int c = 0; c < gr->nchunks; c++) {
             dt__zchunk *ch = &gr->chunks[c];
             for (int64_t lo = ch->start; lo < ch->start + ch->len; lo += per) {

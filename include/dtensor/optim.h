@@ -84,6 +84,10 @@ typedef struct dt_zero_step_info {
     double grad_norm;         /* global L2 norm of the unscaled gradients (before clipping;
                                * +inf when skipped) */
     double clip_coef;         /* factor applied to the unscaled gradients (1: none) */
+    /* Seconds this call spent on the gradients' reduction: with grads, the whole reduction;
+     * after dt_zero_grad_ready, the wait for the buckets still in flight (the reduction's
+     * exposed part; what the backward pass hid is not in it). This client's own time. */
+    double reduce_wait_s;
 } dt_zero_step_info;
 
 /* Called on every client, after the decision, when a step is skipped. */
