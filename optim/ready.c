@@ -1,8 +1,9 @@
 /* Early reduction: dt_zero_grad_ready copies one parameter's gradient into its runs of the flat
- * gradient chunks as soon as the backward pass has it, and reduces each chunk over dp once all
- * of its parameters are in, so the reduction is issued during the backward pass and the
- * caller's gradient can be freed at once; dt_zero_step then starts from the reduced chunks
- * (docs/optim.md, "Early reduction"). */
+ * gradient chunks as soon as the backward pass has it (the caller's gradient can be freed at
+ * once) and starts the background reduction of every bucket it completes (bucket.c); without
+ * the background path (a dp dim of size 1, too few MPI tags) it reduces each chunk in the call
+ * once all of its parameters are in. dt_zero_step then starts from the reduced chunks
+ * (docs/optim.md, "Overlapped reduction"). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ dt__zparam *dt__zero_param(const dt_zero *z, int index, dt__zgroup **group_out)
 
 void dt__zero_ready_reset(dt_zero *z)
 {
+    dt__zero_buckets_free(z);  /* waits for the messages in flight first */
     for (int g = 0; g < z->ngroups; g++)
         for (int c = 0; c < z->groups[g].nchunks; c++) {
             dt__zchunk *ch = &z->groups[g].chunks[c];
@@ -33,7 +35,6 @@ void dt__zero_ready_reset(dt_zero *z)
             ch->waiting = 0;
             ch->reduced = 0;
         }
-    dt__zero_buckets_free(z);
     free(z->ready);
     z->ready = NULL;
     z->nready = 0;

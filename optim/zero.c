@@ -40,7 +40,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (opts->reduce_bucket_size <= 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: reduce_bucket_size %lld must be > 0 "
                          "(bytes; DT_ZERO_OPTS_INIT has %lld)", fn,
-                         (long long)opts->reduce_bucket_size, (long long)defaults.reduce_bucket_size);
+                         (long long)opts->reduce_bucket_size,
+                         (long long)defaults.reduce_bucket_size);
     if (isnan(opts->clip_norm))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: clip_norm is NaN", fn);
     dt_status st = dt__scaler_check(fn, &opts->scaler);
