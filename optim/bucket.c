@@ -133,6 +133,7 @@ static int64_t bucket_elems(const dt_zero *z, const dt__zgroup *g)
 dt_status dt__zero_buckets_begin(dt_zero *z)
 {
     dt__zero_buckets_free(z);
+    z->comm_failed = 0;
     int64_t count = 0;
     for (int g = 0; g < z->ngroups; g++) {
         int64_t per = bucket_elems(z, &z->groups[g]);
@@ -197,6 +198,7 @@ static dt_status post(dt_zero *z, dt__zbucket *b, int send, void *buf, int64_t e
                               tag_of(z, phase, z->dp_pos[e + (size_t)q], me), z->comm, r);
     if (rc != MPI_SUCCESS)
         return mpi_fail(rc, send ? "MPI_Isend" : "MPI_Irecv");
+    b->isrecv[b->nreq] = (unsigned char)!send;
     b->peers[b->nreq++] = z->dp_client[e + (size_t)q];
     return DT_OK;
 }
@@ -208,11 +210,12 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
     int64_t n = b->hi - b->lo, a = b->lo - b->chunk->start;
     b->reqs = malloc(nl * (size_t)(2 * z->dp_size) * sizeof *b->reqs);
     b->peers = malloc(nl * (size_t)(2 * z->dp_size) * sizeof *b->peers);
+    b->isrecv = malloc(nl * (size_t)(2 * z->dp_size));
     b->vals = calloc(nl, sizeof *b->vals);
     b->recv = calloc(nl, sizeof *b->recv);
     b->acc = calloc(nl, sizeof *b->acc);
     b->phase = 1;
-    if (!b->reqs || !b->peers || !b->vals || !b->recv || !b->acc)
+    if (!b->reqs || !b->peers || !b->isrecv || !b->vals || !b->recv || !b->acc)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
@@ -318,9 +321,11 @@ static void release(const dt_zero *z, dt__zbucket *b)
     free(b->acc);
     free(b->reqs);
     free(b->peers);
+    free(b->isrecv);
     b->vals = b->recv = b->acc = NULL;
     b->reqs = NULL;
     b->peers = NULL;
+    b->isrecv = NULL;
     b->nreq = 0;
 }
 
@@ -333,11 +338,14 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     while (st == DT_OK && (b->phase == 1 || b->phase == 2)) {
         if (wait) {
             st = dt__wait_watched(b->reqs, b->peers, b->nreq, 0, "dt_zero gradient reduction");
+            z->comm_failed = st != DT_OK;
         } else {
             int flag = 0;
             int rc = MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
-            if (rc != MPI_SUCCESS)
+            if (rc != MPI_SUCCESS) {
+                z->comm_failed = 1;
                 return mpi_fail(rc, "MPI_Testall");
+            }
             if (!flag) {
                 *busy_out = 1;
                 return DT_OK;
@@ -437,7 +445,28 @@ void dt__zero_buckets_free(dt_zero *z)
     progress_stop(z);
     for (int k = 0; k < z->nbuckets; k++) {
         dt__zbucket *b = &z->buckets[k];
-        if (b->nreq > 0 && (b->phase == 1 || b->phase == 2))
+        int flying = b->nreq > 0 && (b->phase == 1 || b->phase == 2);
+        if (flying && z->comm_failed) {
+            /* A peer is lost or MPI failed: waiting would only take the timeout again per
+             * bucket, delaying the error. The receives are cancelled and every request
+             * dropped; MPI may still touch the buffers, so they are left allocated (after
+             * such an error the job can only end). */
+            for (int j = 0; j < b->nreq; j++)
+                if (b->reqs[j] != MPI_REQUEST_NULL) {
+                    if (b->isrecv[j])
+                        MPI_Cancel(&b->reqs[j]);
+                    MPI_Request_free(&b->reqs[j]);
+                }
+            free(b->reqs);
+            free(b->isrecv);
+            free(b->peers);
+            free(b->vals);
+            free(b->recv);
+            free(b->acc);
+            memset(b, 0, sizeof *b);
+            continue;
+        }
+        if (flying)
             (void)dt__wait_watched(b->reqs, b->peers, b->nreq, 0,
                                    "dt_zero gradient reduction (dropped step)");
         release(z, b);

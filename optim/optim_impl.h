@@ -101,6 +101,7 @@ typedef struct dt__zbucket {
     int nreq;
     MPI_Request *reqs;        /* nlocal * 2 * dp_size */
     int *peers;               /* client of each request, for the watchdog */
+    unsigned char *isrecv;    /* 1 for a receive request */
 } dt__zbucket;
 
 struct dt_zero {
@@ -142,6 +143,7 @@ struct dt_zero {
     int64_t *dp_pos;
     int nbuckets;
     dt__zbucket *buckets;
+    int comm_failed;          /* a wait or test of the buckets failed (a peer lost) */
     int nstarted;             /* buckets started in this step, their indices in order[] */
     int *order;
     /* With MPI_THREAD_MULTIPLE, a progress thread tests the requests of the buckets in flight
