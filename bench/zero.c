@@ -1,6 +1,8 @@
 /* bench_zero: the ZeRO optimizer's memory per rank against the paper's formulas for
- * mixed-precision Adam, and the step time of stages 1 and 2 against stage 0 on the same model
- * and ranks, interleaved in one run (docs/bench.md). One CPU device per process. */
+ * mixed-precision Adam, the step time of stages 1 and 2 against stage 0 on the same model
+ * and ranks, interleaved in one run, and (case overlap) how much of the gradient reduction
+ * dt_zero_grad_ready hides behind a backward pass (docs/bench.md). One CPU device per
+ * process. */
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,6 +19,7 @@ enum { NT = 4, ROW = 1024, MAX_REPS = 1000, NSTAGES = 3 };
 typedef struct opts {
     int64_t params;
     int64_t allgather; /* elements; 0: params / 16 */
+    int64_t bucket;    /* reduce_bucket_size bytes; 0: the default */
     int reps;
     const char *cases;
 } opts;
@@ -112,6 +115,8 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = stage;
     zo.allgather_size = o->allgather;
+    if (o->bucket > 0)
+        zo.reduce_bucket_size = o->bucket;
     dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
     char names_buf[NT][16];
     const char *names[NT];
@@ -303,11 +308,135 @@ static const char *check_params(model *ms, const opts *o)
     return same ? "ok" : "FAIL_params_differ";
 }
 
+/* ---- overlap: the reduction behind a backward pass ------------------------------------- */
+
+/* The stand-in for one layer's backward pass: `iters` sweeps of arithmetic over a host
+ * buffer (the same work on every rank). */
+static float g_sink;
+static void layer_compute(float *buf, int64_t n, int64_t iters)
+{
+    for (int64_t it = 0; it < iters; it++)
+        for (int64_t i = 0; i < n; i++)
+            buf[i] = buf[i] * 0.999f + 0.001f;
+    g_sink += buf[n / 2];
+}
+
+enum { OV_BUF = 1 << 16 };
+
+/* One step of the overlap case; mode 0: the optimizer alone (every gradient handed over,
+ * then the step), 1: the compute alone, 2: compute, then the gradients and the step (no
+ * overlap), 3: each layer's compute followed by its gradient (overlap). *t_out: the slowest
+ * rank's seconds; *comm_out: the slowest rank's seconds of exposed reduction (in
+ * dt_zero_grad_ready calls plus the step's wait for the buckets, dt_zero_step_info's
+ * reduce_wait_s). */
+static int ov_step(model *m, int mode, float *buf, int64_t iters, double *t_out,
+                   double *comm_out)
+{
+    int ok = 1;
+    double comm = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    if (mode == 1 || mode == 2)
+        for (int k = NT - 1; k >= 0; k--)
+            layer_compute(buf, OV_BUF, iters);
+    if (mode != 1) {
+        for (int k = NT - 1; k >= 0 && ok; k--) {
+            if (mode == 3)
+                layer_compute(buf, OV_BUF, iters);
+            double t1 = MPI_Wtime();
+            ok = report("dt_zero_grad_ready", dt_zero_grad_ready(m->z, k, m->g[k]));
+            comm += MPI_Wtime() - t1;
+        }
+        dt_zero_step_info info;
+        ok = ok && report("overlap step", dt_zero_step(m->z, NULL, &info));
+        comm += ok ? info.reduce_wait_s : 0;
+    }
+    *t_out = bu_max_all(MPI_Wtime() - t0);
+    *comm_out = bu_max_all(comm);
+    return bu_ok_all(ok);
+}
+
+/* A stage 1 model with buckets of half a layer: the reduction alone (C: every gradient handed
+ * over with no compute between, the time in dt_zero_grad_ready plus the step's wait), a
+ * backward stand-in calibrated to take about C (K), the step without overlap (compute, then
+ * every gradient) and with it (each layer's gradient right after its compute), and the
+ * reduction's exposed part E in the overlapped step. hidden = 1 - E / C. */
+static int overlap_case(const dt_mesh *mesh, const opts *o)
+{
+    opts ob = *o;
+    ob.bucket = o->params / NT * 2 / 2;
+    model m;
+    int good = model_setup(&m, 1, mesh, &ob);
+    float *buf = calloc(OV_BUF, sizeof *buf);
+    double *t[4], *c[4];
+    for (int i = 0; i < 4; i++) {
+        t[i] = calloc((size_t)o->reps, sizeof(double));
+        c[i] = calloc((size_t)o->reps, sizeof(double));
+        good = good && t[i] && c[i];
+    }
+    good = good && buf;
+    double med[4] = {0}, cmed[4] = {0};
+    for (int r = 0; r < o->reps && good; r++)
+        good = ov_step(&m, 0, buf, 0, &t[0][r], &c[0][r]);
+    if (good) {
+        med[0] = bu_median(t[0], o->reps);
+        cmed[0] = bu_median(c[0], o->reps);
+    }
+    double sweep = 0;
+    for (int r = 0; r < 3 && good; r++) {
+        double t0 = MPI_Wtime();
+        layer_compute(buf, OV_BUF, 4);
+        double d = bu_max_all((MPI_Wtime() - t0) / 4);
+        sweep = r == 0 || d < sweep ? d : sweep;
+    }
+    int64_t iters = sweep > 0 ? (int64_t)(cmed[0] / NT / sweep + 0.5) : 1;
+    if (iters < 1)
+        iters = 1;
+    /* Compute alone, no overlap and overlap, interleaved. */
+    for (int r = 0; r < o->reps && good; r++)
+        for (int i = 0; i < 3 && good; i++) {
+            int mode = 1 + (r + i) % 3;
+            good = ov_step(&m, mode, buf, iters, &t[mode][r], &c[mode][r]);
+        }
+    for (int i = 1; good && i < 4; i++) {
+        med[i] = bu_median(t[i], o->reps);
+        cmed[i] = bu_median(c[i], o->reps);
+    }
+    if (good && g_rank == 0) {
+        bu_line line;
+        bu_line_init(&line);
+        bu_line_add(&line, "case", "overlap");
+        bu_line_add(&line, "stage", "1");
+        bu_line_add(&line, "np", "%d", g_nclients);
+        bu_line_add(&line, "params", "%lld", (long long)o->params);
+        bu_line_add(&line, "bucket_bytes", "%lld", (long long)ob.bucket);
+        bu_line_add(&line, "hidden", "%.3f", cmed[0] > 0 ? 1.0 - cmed[3] / cmed[0] : 0.0);
+        bu_line_add(&line, "comm_ms", "%.2f", cmed[0] * 1e3);
+        bu_line_add(&line, "exposed_ms", "%.2f", cmed[3] * 1e3);
+        bu_line_add(&line, "compute_ms", "%.2f", med[1] * 1e3);
+        bu_line_add(&line, "no_overlap_ms", "%.2f", med[2] * 1e3);
+        bu_line_add(&line, "overlap_ms", "%.2f", med[3] * 1e3);
+        bu_line_add(&line, "optimizer_ms", "%.2f", med[0] * 1e3);
+        bu_line_add(&line, "reps", "%d", o->reps);
+        bu_line_print(&line);
+    } else if (!good && g_rank == 0) {
+        printf("case=overlap np=%d params=%lld error=step_failed\n", g_nclients,
+               (long long)o->params);
+    }
+    for (int i = 0; i < 4; i++) {
+        free(t[i]);
+        free(c[i]);
+    }
+    free(buf);
+    model_destroy(&m);
+    return good;
+}
+
 static int usage(void)
 {
     fprintf(stderr,
             "usage: bench_zero [--params P] [--allgather N] [--reps N] [--quick]\n"
-            "                  [--cases memory,speed]\n"
+            "                  [--cases memory,speed,overlap]\n"
             "  P: parameters (a multiple of %d), default 8388608; N: all-gather chunk\n"
             "  elements, default P/16; one CPU device per process (DT_CPU_DEVICES=1)\n",
             NT * ROW);
@@ -316,7 +445,7 @@ static int usage(void)
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){8388608, 0, 10, "memory,speed"};
+    *o = (opts){8388608, 0, 0, 10, "memory,speed,overlap"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -402,6 +531,8 @@ int main(int argc, char **argv)
                set_up ? "step_failed" : "setup_failed");
     }
     good = good && strcmp(check, "ok") == 0;
+    if (good && bu_list_has(o.cases, "overlap"))
+        good = overlap_case(mesh, &o);
     for (int s = 0; s < NSTAGES; s++)
         model_destroy(&ms[s]);
     dt_mesh_destroy(mesh);

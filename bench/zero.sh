@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs bench_zero (docs/bench.md): builds it if missing, then for each process count runs
 # BUILD_DIR/mpiexec -n NP with one CPU device per process: memory per rank of ZeRO stages 0, 1 and 2
-# against the paper's formulas for mixed-precision Adam, and the step time of stages 1 and 2
-# against stage 0 on the same model and ranks, interleaved in one run.
+# against the paper's formulas for mixed-precision Adam, the step time of stages 1 and 2
+# against stage 0 on the same model and ranks, interleaved in one run, and the fraction of the
+# gradient reduction dt_zero_grad_ready hides behind a backward pass (case overlap).
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
 #   bench/zero.sh [--params P] [--np 2,4] [--reps N] [--quick] [--allgather N]
-#                 [--cases memory,speed]
+#                 [--cases memory,speed,overlap]
 set -euo pipefail
 
 usage() {
@@ -15,7 +16,7 @@ usage: bench/zero.sh [options]
   --np LIST      process counts (default 2,4); one CPU device per process
   --reps N       timed steps per stage (default 10); --quick: 3
   --allgather N  elements per all-gather chunk (default P/16)
-  --cases LIST   memory,speed (default both)
+  --cases LIST   memory,speed,overlap (default all)
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }

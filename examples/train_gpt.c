@@ -23,6 +23,7 @@
 #include "gpt/model.h"
 #include "gpt/names.h"
 #include "gpt/options.h"
+#include "train/hand.h"
 #include "train/history.h"
 #include "train/rng.h"
 
@@ -242,6 +243,9 @@ static int setup_model(ctx *c)
 
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = (int)c->o.stage;
+    /* 256 KiB buckets: several per transformer block, so the later blocks' buckets reduce
+     * while the backward pass computes the earlier blocks. */
+    zo.reduce_bucket_size = 262144;
     zo.dp_dim = "batch";
     zo.clip_norm = c->o.clip;
     if (c->dtype == DT_DTYPE_F16) {
@@ -376,12 +380,11 @@ static int train_step(ctx *c, hist_rec *rec)
     int np = gpt_num_params(c->model);
     int64_t targets = 0;
     dt_tensor *xy[2] = {NULL, NULL}, **g = calloc((size_t)np, sizeof *g);
-    dt_tensor **gc = calloc((size_t)np, sizeof *gc);
     double scale = dt_zero_loss_scale(c->zero), loss = 0;
     dt_zero_step_info info;
     int rc = 1;
     dt_status st;
-    if (any_failed(c, !g || !gc, "out of memory"))
+    if (any_failed(c, !g, "out of memory"))
         goto out;
     double lr = lr_at(&c->o, c->step);
     if ((st = dt_zero_set_lr(c->zero, c->group_decay, (float)lr)) != DT_OK ||
@@ -393,20 +396,16 @@ static int train_step(ctx *c, hist_rec *rec)
         fail_dt(c, "batch", st, dt_last_error());
         goto out;
     }
+    /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
+     * reduction then runs in the background while the earlier layers' gradients are made. */
+    grad_hand hand = {c->zero, c->dtype};
     if ((st = gpt_count_targets(c->model, xy[1], &targets)) != DT_OK ||
-        (st = gpt_grads(c->model, xy[0], xy[1], targets, (float)scale, &loss, g)) != DT_OK) {
+        (st = gpt_grads_each(c->model, xy[0], xy[1], targets, (float)scale, &loss, hand_grad,
+                             &hand, g)) != DT_OK) {
         fail_dt(c, "forward/backward", st, gpt_last_error());
         goto out;
     }
-    for (int i = 0; i < np; i++) {
-        if (c->dtype == DT_DTYPE_F32)
-            gc[i] = dt_tensor_retain(g[i]);
-        else if ((st = dt_cast(g[i], c->dtype, &gc[i])) != DT_OK) {
-            fail_dt(c, "gradient cast", st, dt_last_error());
-            goto out;
-        }
-    }
-    if ((st = dt_zero_step(c->zero, gc, &info)) != DT_OK) {
+    if ((st = dt_zero_step(c->zero, NULL, &info)) != DT_OK) {
         fail_dt(c, "dt_zero_step", st, dt_last_error());
         goto out;
     }
@@ -416,10 +415,7 @@ static int train_step(ctx *c, hist_rec *rec)
 out:
     for (int i = 0; i < np && g; i++)
         dt_tensor_destroy(g[i]);
-    for (int i = 0; i < np && gc; i++)
-        dt_tensor_destroy(gc[i]);
     free(g);
-    free(gc);
     dt_tensor_destroy(xy[0]);
     dt_tensor_destroy(xy[1]);
     return rc;

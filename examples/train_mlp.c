@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "train/digits.h"
+#include "train/hand.h"
 #include "train/history.h"
 #include "train/model.h"
 #include "train/options.h"
@@ -290,6 +291,9 @@ static int setup_model(ctx *c)
 
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = c->o.stage;
+    /* 16 KiB buckets: a few per layer of this small model, so the first ones reduce while the
+     * backward pass still computes the earlier layers. */
+    zo.reduce_bucket_size = 16384;
     zo.dp_dim = "batch";
     zo.clip_norm = c->o.clip;
     if (c->o.precision == PRECISION_F16) {
@@ -424,7 +428,6 @@ static int resume(ctx *c)
 static int train_step(ctx *c, hist_rec *rec)
 {
     dt_tensor *xy[2] = {NULL, NULL}, *g[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
-    dt_tensor *gc[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
     double scale = dt_zero_loss_scale(c->zero), loss = 0;
     dt_zero_step_info info;
     int rc = 1;
@@ -433,31 +436,13 @@ static int train_step(ctx *c, hist_rec *rec)
         fail_dt(c, "batch", st, dt_last_error());
         goto out;
     }
-    if ((st = mlp_grads(c->model, xy[0], xy[1], (float)scale, &loss, g)) != DT_OK) {
+    /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
+     * reduction then runs in the background while the earlier layers' gradients are made. */
+    grad_hand hand = {c->zero, param_dtype(c->o.precision)};
+    if ((st = mlp_grads_each(c->model, xy[0], xy[1], (float)scale, &loss, hand_grad, &hand,
+                             g)) != DT_OK) {
         fail_dt(c, "forward/backward", st, mlp_last_error());
         goto out;
-    }
-    /* Mixed precision: gradients travel in the parameters' dtype (an f16 overflow shows up
-     * as inf and the optimizer skips the step and lowers the loss scale). */
-    dt_dtype pt = param_dtype(c->o.precision);
-    for (int i = 0; i < MLP_NPARAMS; i++) {
-        if (pt == DT_DTYPE_F32)
-            gc[i] = dt_tensor_retain(g[i]);
-        else if ((st = dt_cast(g[i], pt, &gc[i])) != DT_OK) {
-            fail_dt(c, "gradient cast", st, dt_last_error());
-            goto out;
-        }
-    }
-    /* Each gradient handed over last layer first, as a backward pass finishes them: the
-     * optimizer copies it into its flat buffer and reduces every completed chunk (the
-     * gradient can go at once); the step then starts from the reduced chunks. */
-    for (int i = MLP_NPARAMS - 1; i >= 0; i--) {
-        if ((st = dt_zero_grad_ready(c->zero, i, gc[i])) != DT_OK) {
-            fail_dt(c, "dt_zero_grad_ready", st, dt_last_error());
-            goto out;
-        }
-        dt_tensor_destroy(gc[i]);
-        gc[i] = NULL;
     }
     if ((st = dt_zero_step(c->zero, NULL, &info)) != DT_OK) {
         fail_dt(c, "dt_zero_step", st, dt_last_error());
@@ -467,10 +452,8 @@ static int train_step(ctx *c, hist_rec *rec)
     *rec = (hist_rec){c->step, loss, NAN, NAN, 0, scale, info.skipped};
     rc = 0;
 out:
-    for (int i = 0; i < MLP_NPARAMS; i++) {
+    for (int i = 0; i < MLP_NPARAMS; i++)
         dt_tensor_destroy(g[i]);
-        dt_tensor_destroy(gc[i]);
-    }
     dt_tensor_destroy(xy[0]);
     dt_tensor_destroy(xy[1]);
     return rc;

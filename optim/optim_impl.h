@@ -3,6 +3,9 @@
 #ifndef DTENSOR_OPTIM_IMPL_H
 #define DTENSOR_OPTIM_IMPL_H
 
+#include <mpi.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
@@ -81,6 +84,26 @@ typedef struct dt__zgroup {
     dt__zchunk *chunks;
 } dt__zgroup;
 
+/* A bucket of the background reduction (bucket.c): flat range [lo, hi) of one chunk, reduced
+ * over dp once its `waiting` parameters are in. Phase 0: filling; 1: reduce-scatter in flight
+ * (each local device's part of every dp peer's summand); 2 (stage 0 only): all-gather of the
+ * reduced parts in flight; 3: done. Buffers (one per local device) in host staging memory of
+ * the devices' kind. */
+typedef struct dt__zbucket {
+    dt__zgroup *group;
+    dt__zchunk *chunk;
+    int64_t lo, hi;
+    int waiting;
+    int phase;
+    void **vals;              /* hi - lo elements: the device's summand, then (stage 0) the sum */
+    void **recv;              /* dp_size slots of the device's part: every peer's summand */
+    void **acc;               /* the device's part of the sum */
+    int nreq;
+    MPI_Request *reqs;        /* nlocal * 2 * dp_size */
+    int *peers;               /* client of each request, for the watchdog */
+    unsigned char *isrecv;    /* 1 for a receive request */
+} dt__zbucket;
+
 struct dt_zero {
     dt_mesh *mesh;
     int stage;
@@ -109,6 +132,27 @@ struct dt_zero {
     /* dt_zero_grad_ready: parameters made ready in this step (ready[index] set). */
     int nready;
     unsigned char *ready;
+    /* Background reduction (bucket.c): on when dp_size > 1; comm holds the mesh's clients;
+     * for local device i and dp coordinate q, entry i * dp_size + q of dp_rank, dp_client and
+     * dp_pos is the comm rank, client and mesh position of the device at q beside it. */
+    int64_t reduce_bucket_size;   /* bytes */
+    int overlap;
+    MPI_Comm comm;
+    int *dp_rank;
+    int *dp_client;
+    int64_t *dp_pos;
+    int nbuckets;
+    dt__zbucket *buckets;
+    int comm_failed;          /* a wait or test of the buckets failed (a peer lost) */
+    int nstarted;             /* buckets started in this step, their indices in order[] */
+    int *order;
+    /* With MPI_THREAD_MULTIPLE, a progress thread tests the requests of the buckets in flight
+     * while the caller computes (MPI moves a large message only inside MPI calls); `lock`
+     * guards the buckets' requests, order and nstarted while it runs. */
+    int prog_on;
+    atomic_int prog_stop;
+    pthread_t prog;
+    pthread_mutex_t lock;
 };
 
 /* ---- the local devices (device.c) ----------------------------------------------------------
@@ -200,6 +244,23 @@ dt_status dt__zero_check_grad(const dt_zero *z, const char *fn, const dt__zparam
 dt__zparam *dt__zero_param(const dt_zero *z, int index, dt__zgroup **group_out);
 /* Drops this step's readiness (transient chunks freed). */
 void dt__zero_ready_reset(dt_zero *z);
+
+/* ---- background reduction (bucket.c) -------------------------------------------------------- */
+
+/* Sets up z->overlap, z->comm and the dp peers (collective over the mesh's clients). Off when
+ * dp_size is 1 or MPI's tags cannot tell the device pairs apart. */
+dt_status dt__zero_overlap_init(dt_zero *z);
+void dt__zero_overlap_fini(dt_zero *z);
+/* Cuts every chunk into buckets of at most reduce_bucket_size bytes, counting the parameters
+ * each waits for (first dt_zero_grad_ready of a step). */
+dt_status dt__zero_buckets_begin(dt_zero *z);
+/* Parameter p's gradient is in its chunks' filling tensors (device work synced): starts the
+ * reduction of every bucket it completes, then progresses the buckets in flight (MPI_Test). */
+dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zparam *p);
+/* Waits for every bucket in flight and completes it (the reduced gradients in place). */
+dt_status dt__zero_buckets_wait(dt_zero *z);
+/* Waits for what is in flight (buffers are read by MPI) and frees the buckets. */
+void dt__zero_buckets_free(dt_zero *z);
 
 /* ---- mesh-wide agreement (agree.c) ---------------------------------------------------------- */
 

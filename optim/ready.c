@@ -1,8 +1,9 @@
 /* Early reduction: dt_zero_grad_ready copies one parameter's gradient into its runs of the flat
- * gradient chunks as soon as the backward pass has it, and reduces each chunk over dp once all
- * of its parameters are in, so the reduction is issued during the backward pass and the
- * caller's gradient can be freed at once; dt_zero_step then starts from the reduced chunks
- * (docs/optim.md, "Early reduction"). */
+ * gradient chunks as soon as the backward pass has it (the caller's gradient can be freed at
+ * once) and starts the background reduction of every bucket it completes (bucket.c); without
+ * the background path (a dp dim of size 1, too few MPI tags) it reduces each chunk in the call
+ * once all of its parameters are in. dt_zero_step then starts from the reduced chunks
+ * (docs/optim.md, "Overlapped reduction"). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ dt__zparam *dt__zero_param(const dt_zero *z, int index, dt__zgroup **group_out)
 
 void dt__zero_ready_reset(dt_zero *z)
 {
+    dt__zero_buckets_free(z);  /* waits for the messages in flight first */
     for (int g = 0; g < z->ngroups; g++)
         for (int c = 0; c < z->groups[g].nchunks; c++) {
             dt__zchunk *ch = &z->groups[g].chunks[c];
@@ -54,7 +56,7 @@ static dt_status ready_begin(dt_zero *z)
             }
         }
     }
-    return DT_OK;
+    return z->overlap ? dt__zero_buckets_begin(z) : DT_OK;
 }
 
 /* Copies gradient `gl` (in p's gradient layout) into its runs of every chunk it meets, and
@@ -80,7 +82,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
                                     (char *)dt_tensor_local(ch->filling, i)->data +
                                         (size_t)(lo - ch->start) * dt_dtype_size(g->dtype),
                                     g->dtype);
-        if (st == DT_OK && --ch->waiting == 0) {
+        if (st == DT_OK && !z->overlap && --ch->waiting == 0) {
             dt_status done = dt__zero_sync(z);
             st = done;
             if (st == DT_OK) {
@@ -91,10 +93,15 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
             }
         }
     }
-    /* The copies read gl: they are complete before it can go. */
+    /* The copies read gl: they are complete before it can go (and before a bucket's values
+     * are sent). */
     dt_status done = dt__zero_sync(z);
     free(src);
-    return st != DT_OK ? st : done;
+    if (st == DT_OK)
+        st = done;
+    if (st == DT_OK && z->overlap)
+        st = dt__zero_buckets_take(z, g, p);
+    return st;
 }
 
 dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad)

@@ -362,12 +362,17 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
         goto out;
     }
 
-    /* Reduction over the dp dim, chunk by chunk (done already after dt_zero_grad_ready). */
+    /* Reduction over the dp dim, chunk by chunk (done already after dt_zero_grad_ready, or in
+     * flight). */
+    double t_reduce = MPI_Wtime();
     if (grads)
         st = grads_in_layout(z, grads, gl);
     for (int g = 0; st == DT_OK && grads && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = reduce_chunk(z, &z->groups[g], &z->groups[g].chunks[c], gl);
+    if (st == DT_OK && !grads && z->overlap)
+        st = dt__zero_buckets_wait(z);
+    t_reduce = MPI_Wtime() - t_reduce;
     dt__zero_ready_reset(z);
     for (int j = 0; j < z->nparams; j++) {
         dt_tensor_destroy(gl[j]);
@@ -388,6 +393,7 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     info.iteration = z->scaler.iteration;
     info.loss_scale = dt__scaler_scale(&z->scaler);
     info.clip_coef = 1.0;
+    info.reduce_wait_s = t_reduce;
     int overflow = agreed[1] > 0.0;
     double norm = sqrt(agreed[0]) / info.loss_scale;
     if (overflow) {

@@ -37,6 +37,11 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (opts->allgather_size < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: allgather_size %lld is negative", fn,
                          (long long)opts->allgather_size);
+    if (opts->reduce_bucket_size <= 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: reduce_bucket_size %lld must be > 0 "
+                         "(bytes; DT_ZERO_OPTS_INIT has %lld)", fn,
+                         (long long)opts->reduce_bucket_size,
+                         (long long)defaults.reduce_bucket_size);
     if (isnan(opts->clip_norm))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: clip_norm is NaN", fn);
     dt_status st = dt__scaler_check(fn, &opts->scaler);
@@ -74,6 +79,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     z->allgather_size -= z->allgather_size % z->dp_size;
     if (z->allgather_size < z->dp_size)
         z->allgather_size = z->dp_size;
+    z->reduce_bucket_size = opts->reduce_bucket_size;
+    z->comm = MPI_COMM_NULL;
     z->clip_norm = opts->clip_norm;
     z->on_overflow = opts->on_overflow;
     z->on_overflow_arg = opts->on_overflow_arg;
@@ -97,6 +104,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
         st = make_layout(z, dp_spec, 0, &z->state_layout);
     if (st == DT_OK)
         st = make_layout(z, DT_UNSHARDED, 0, &z->gather_layout);
+    if (st == DT_OK)
+        st = dt__zero_overlap_init(z);
     if (st != DT_OK) {
         dt_zero_destroy(z);
         return st;
@@ -110,6 +119,7 @@ void dt_zero_destroy(dt_zero *zero)
     if (!zero)
         return;
     dt__zero_ready_reset(zero);
+    dt__zero_overlap_fini(zero);
     for (int g = 0; g < zero->ngroups; g++)
         dt__zero_free_group(&zero->groups[g]);
     free(zero->groups);

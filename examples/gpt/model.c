@@ -412,25 +412,23 @@ static dt_status pass_loss(const gpt *m, pass *p, const dt_tensor *y, int64_t ta
     return st;
 }
 
-/* g (the gradient of a parameter, f32, owned) into grads[slot]; several contributions add. */
-static dt_status put_grad(dt_tensor **grads, int slot, dt_tensor *g)
+/* Where the backward pass puts the gradients: the array, and who hears of each at once. */
+typedef struct grad_sink {
+    dt_tensor **g;
+    gpt_grad_fn fn;
+    void *arg;
+} grad_sink;
+
+/* g (the gradient of a parameter, f32, owned) into slot `slot`, and to the sink's function:
+ * every parameter has exactly one contribution, so it is final here. */
+static dt_status put_grad(grad_sink *grads, int slot, dt_tensor *g)
 {
-    if (!grads[slot]) {
-        grads[slot] = g;
-        return DT_OK;
-    }
-    dt_tensor *s = NULL;
-    dt_status st = dt_add(grads[slot], g, NULL, &s);
-    dt_tensor_destroy(g);
-    if (st == DT_OK) {
-        dt_tensor_destroy(grads[slot]);
-        grads[slot] = s;
-    }
-    return st;
+    grads->g[slot] = g;
+    return grads->fn ? grads->fn(grads->arg, slot, g) : DT_OK;
 }
 
 static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor *y,
-                          float dloss, dt_tensor **grads)
+                          float dloss, grad_sink *grads)
 {
     dt_status st;
     int L = (int)m->cfg.layers;
@@ -524,6 +522,13 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
 dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                     float loss_scale, double *loss_out, dt_tensor **grads_out)
 {
+    return gpt_grads_each(m, x, y, targets, loss_scale, loss_out, NULL, NULL, grads_out);
+}
+
+dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                         float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
+                         dt_tensor **grads_out)
+{
     own_error[0] = '\0';
     pass *p = calloc(1, sizeof *p);
     dt_tensor **g = calloc((size_t)m->nparams, sizeof *g);
@@ -537,8 +542,9 @@ dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targ
     dt_status st = forward(m, p, x);
     if (st == DT_OK)
         st = pass_loss(m, p, y, targets, loss_out);
+    grad_sink sink = {g, fn, arg};
     if (st == DT_OK)
-        st = backward(m, p, x, y, dloss, g);
+        st = backward(m, p, x, y, dloss, &sink);
     for (int i = 0; i < m->nparams; i++) {
         if (st == DT_OK)
             grads_out[i] = g[i];

@@ -55,6 +55,15 @@ dt_status gpt_count_targets(const gpt *m, const dt_tensor *y, int64_t *count_out
 dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                     float loss_scale, double *loss_out, dt_tensor **grads_out);
 
+/* Called by gpt_grads_each as soon as the backward pass has made parameter `index`'s gradient
+ * final (last layer first); `grad` stays owned by the pass. A failure stops the pass. */
+typedef dt_status (*gpt_grad_fn)(void *arg, int index, const dt_tensor *grad);
+/* gpt_grads telling fn (may be NULL) of each gradient as it is made: a training loop hands it
+ * to dt_zero_grad_ready, so the reduction overlaps the rest of the backward pass. */
+dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                         float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
+                         dt_tensor **grads_out);
+
 /* Mean cross-entropy per counted target of a forward pass (no gradients). */
 dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                    double *loss_out);

@@ -245,6 +245,19 @@ out:
 dt_status mlp_grads(const mlp *m, const dt_tensor *x, const dt_tensor *y, float loss_scale,
                     double *loss_out, dt_tensor *grads_out[MLP_NPARAMS])
 {
+    return mlp_grads_each(m, x, y, loss_scale, loss_out, NULL, NULL, grads_out);
+}
+
+/* fn(arg, i, g[i]) when fn is set. */
+static dt_status tell(mlp_grad_fn fn, void *arg, int i, const dt_tensor *g)
+{
+    return fn ? fn(arg, i, g) : DT_OK;
+}
+
+dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, float loss_scale,
+                         double *loss_out, mlp_grad_fn fn, void *arg,
+                         dt_tensor *grads_out[MLP_NPARAMS])
+{
     own_error[0] = '\0';
     fwd f;
     dt_status st = forward(m, x, &f);
@@ -259,11 +272,15 @@ dt_status mlp_grads(const mlp *m, const dt_tensor *x, const dt_tensor *y, float 
         (st = dt_item(loss, &lv)) != DT_OK ||
         (st = dt_softmax_xent_backward(f.logits, y, loss_scale, &dlogits)) != DT_OK ||
         (st = dt_bias_grad(dlogits, NULL, &g[3])) != DT_OK ||
+        (st = tell(fn, arg, 3, g[3])) != DT_OK ||
         (st = dt_matmul_backward(f.a, m->param[2], 0, 0, dlogits, NULL, NULL, &da, &g[2])) !=
             DT_OK ||
+        (st = tell(fn, arg, 2, g[2])) != DT_OK ||
         (st = dt_relu_backward(f.h, da, &dh)) != DT_OK ||
         (st = dt_bias_grad(dh, NULL, &g[1])) != DT_OK ||
-        (st = dt_matmul_backward(x, m->param[0], 0, 0, dh, NULL, NULL, NULL, &g[0])) != DT_OK)
+        (st = tell(fn, arg, 1, g[1])) != DT_OK ||
+        (st = dt_matmul_backward(x, m->param[0], 0, 0, dh, NULL, NULL, NULL, &g[0])) != DT_OK ||
+        (st = tell(fn, arg, 0, g[0])) != DT_OK)
         goto out;
     for (int i = 0; i < MLP_NPARAMS; i++) {
         grads_out[i] = g[i];

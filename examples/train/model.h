@@ -36,6 +36,15 @@ dt_status mlp_inputs(const mlp *m, int64_t rows, const float *x, const int32_t *
 dt_status mlp_grads(const mlp *m, const dt_tensor *x, const dt_tensor *y, float loss_scale,
                     double *loss_out, dt_tensor *grads_out[MLP_NPARAMS]);
 
+/* Called by mlp_grads_each as soon as the backward pass has made parameter `index`'s gradient
+ * final (last layer first); `grad` stays owned by the pass. A failure stops the pass. */
+typedef dt_status (*mlp_grad_fn)(void *arg, int index, const dt_tensor *grad);
+/* mlp_grads telling fn (may be NULL) of each gradient as it is made: a training loop hands it
+ * to dt_zero_grad_ready, so the reduction overlaps the rest of the backward pass. */
+dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, float loss_scale,
+                         double *loss_out, mlp_grad_fn fn, void *arg,
+                         dt_tensor *grads_out[MLP_NPARAMS]);
+
 /* Mean cross-entropy and accuracy over rows (labels: the same rows' labels on the host). */
 dt_status mlp_evaluate(const mlp *m, const dt_tensor *x, const dt_tensor *y, const int32_t *labels,
                        double *loss_out, double *acc_out);

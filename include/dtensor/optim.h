@@ -84,6 +84,10 @@ typedef struct dt_zero_step_info {
     double grad_norm;         /* global L2 norm of the unscaled gradients (before clipping;
                                * +inf when skipped) */
     double clip_coef;         /* factor applied to the unscaled gradients (1: none) */
+    /* Seconds this call spent on the gradients' reduction: with grads, the whole reduction;
+     * after dt_zero_grad_ready, the wait for the buckets still in flight (the reduction's
+     * exposed part; what the backward pass hid is not in it). This client's own time. */
+    double reduce_wait_s;
 } dt_zero_step_info;
 
 /* Called on every client, after the decision, when a step is skipped. */
@@ -109,9 +113,16 @@ typedef struct dt_zero_opts {
     double clip_norm;
     dt_zero_overflow_fn on_overflow;  /* may be NULL */
     void *on_overflow_arg;
+    /* Bytes of gradient one background reduction of dt_zero_grad_ready moves at a time
+     * (DeepSpeed's reduce_bucket_size): each allgather_size chunk of the flat gradient buffer
+     * is cut into buckets of at most this many bytes, and a bucket's reduction starts as soon
+     * as the last parameter in it is given. Must be > 0; DT_ZERO_OPTS_INIT has 500000000
+     * (DeepSpeed's default). Smaller buckets start earlier and overlap more of the backward
+     * pass; each costs a message per dp peer. */
+    int64_t reduce_bucket_size;
 } dt_zero_opts;
 
-#define DT_ZERO_OPTS_INIT {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL}
+#define DT_ZERO_OPTS_INIT {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000}
 
 typedef struct dt_zero dt_zero;
 
@@ -176,22 +187,26 @@ DT_API dt_status dt_zero_step(dt_zero *zero, dt_tensor *const *grads,
 /* (grads NULL: every parameter was given by dt_zero_grad_ready, below; DT_ERR_STATE names one
  * that was not, or grads given after some were.) */
 
-/* Early reduction (DeepSpeed's contiguous gradients with reduce in the backward pass): hands
- * the optimizer parameter `index`'s gradient (as dt_zero_step's grads[index]) as soon as the
+/* Early, overlapped reduction (DeepSpeed's contiguous gradients with overlap_comm): hands the
+ * optimizer parameter `index`'s gradient (as dt_zero_step's grads[index]) as soon as the
  * backward pass has made it final. It is copied at once into the parameter's runs of the flat
- * gradient chunks (the caller may then free or reuse it), and every chunk whose parameters
- * are all in is reduced over the dp dim at once, in the call (stage 0 all-reduce, 1 and 2
- * reduce-scatter), so the reduction happens while later layers' gradients are still to be
- * computed. After every parameter's call, dt_zero_step(zero, NULL, info) does the rest of the
- * step; its results equal dt_zero_step with the same grads, bit for bit (the same sums in the
- * same order). Call in any order, once per parameter per step. The reduction runs in the call
- * (blocking), not in the background: it is interleaved with the backward pass, not yet
- * overlapped with it (docs/optim.md). Collective (every client calls it for the same
- * parameters in the same order). DT_ERR_INVALID_ARGUMENT for a bad index or NULL grad,
- * DT_ERR_SHAPE as dt_zero_step's, DT_ERR_STATE for a parameter already given in this step
- * (these refusals change nothing); on a failure of the copy or reduction, or when
- * dt_zero_step refuses the step, the step's early gradients are dropped (give every gradient
- * again, or call dt_zero_step with grads). */
+ * gradient chunks (the caller may then free or reuse it). Each chunk is cut into buckets of
+ * at most reduce_bucket_size bytes; the call starts the reduction over the dp dim of every
+ * bucket whose parameters are now all in (stage 0 all-reduce, 1 and 2 reduce-scatter) with
+ * non-blocking messages on the optimizer's own communicator, and returns without waiting for
+ * it: later calls progress the buckets in flight (MPI_Test), and dt_zero_step(zero, NULL,
+ * info) waits for the rest, then does the rest of the step. The reduction sums in the same
+ * order as dt_zero_step with grads (dp coordinate order), so the results are equal bit for
+ * bit. With a dp dim of size 1 there is nothing to reduce in the background (and on an MPI
+ * whose tags are too few for the mesh, each chunk is reduced in the call, blocking, when its
+ * last parameter is in). Call in any order, once per parameter per step. Collective (every
+ * client calls it for the same parameters in the same order). DT_ERR_INVALID_ARGUMENT for a
+ * bad index or NULL grad, DT_ERR_SHAPE as dt_zero_step's, DT_ERR_STATE for a parameter
+ * already given in this step (these refusals change nothing); on a failure of the copy or
+ * reduction, or when dt_zero_step refuses the step, the step's early gradients are dropped
+ * (the messages in flight are waited for first; give every gradient again, or call
+ * dt_zero_step with grads). Host staging: each bucket in flight holds about 3x its bytes of
+ * host memory per local device until it is reduced. */
 DT_API dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad);
 
 /* Bytes this client holds for the optimizer's purposes, over its local devices. */

@@ -3,6 +3,7 @@
  * loss scaler's sequences; learning-rate changes between steps. Gradients are small integers
  * times a power of two, so every reduction is exact and results compare bit for bit. */
 #include <math.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,14 +126,18 @@ static const pdesc group_b[2] = {
 };
 
 /* early: the gradients go in through dt_zero_grad_ready, last parameter first (as a backward
- * pass makes them), then dt_zero_step(z, NULL). */
-static void run_reference_case(int model, int stage, int64_t allgather, int early)
+ * pass makes them), then dt_zero_step(z, NULL); bucket: reduce_bucket_size in bytes (0: the
+ * default). */
+static void run_reference_case(int model, int stage, int64_t allgather, int early,
+                               int64_t bucket)
 {
     dt_mesh *m = model ? og_mesh_2d() : og_mesh_1d();
     int64_t ndp = dt_mesh_dim_size(m, dt_mesh_dim_index(m, "batch"));
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
     o.stage = stage;
     o.allgather_size = allgather;
+    if (bucket > 0)
+        o.reduce_bucket_size = bucket;
     o.scaler.mode = DT_LOSS_SCALE_STATIC;
     o.scaler.init_scale = 8.0;
     dt_zero *z = NULL;
@@ -193,8 +198,8 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
         CU_ASSERT(fabs(info.grad_norm - sqrt(sq) / 8.0) <= 1e-12 * info.grad_norm);
         char what[96];
         for (int j = 0; j < 5; j++) {
-            snprintf(what, sizeof what, "%s stage %d model %d allgather %lld step %d", names[j],
-                     stage, model, (long long)allgather, step);
+            snprintf(what, sizeof what, "%s stage %d model %d allgather %lld bucket %lld step %d",
+                     names[j], stage, model, (long long)allgather, (long long)bucket, step);
             check_param(what, params[j], &refs[j]);
         }
     }
@@ -210,15 +215,28 @@ static void test_step_matches_host_reference_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++)
-            run_reference_case(model, stage, 0, 0);
+            run_reference_case(model, stage, 0, 0, 0);
 }
 
 static void test_gradients_handed_over_early_give_the_reference_result_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++) {
-            run_reference_case(model, stage, 7, 1);
-            run_reference_case(model, stage, 0, 1);
+            run_reference_case(model, stage, 7, 1, 0);
+            run_reference_case(model, stage, 0, 1, 0);
+        }
+}
+
+/* Buckets smaller than a parameter and than a dp rank's part (6 bytes: 3 bf16 or 1 f32
+ * elements, and 20 bytes), cutting the chunks of allgather_size 7 and the whole buffer: the
+ * background reduction still sums in dp order, so the result is the reference's to the bit. */
+static void test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result(
+    void)
+{
+    for (int model = 0; model < 2; model++)
+        for (int stage = 0; stage < 3; stage++) {
+            run_reference_case(model, stage, 7, 1, 6);
+            run_reference_case(model, stage, 0, 1, 20);
         }
 }
 
@@ -262,13 +280,86 @@ static void test_early_gradients_refuse_misuse_clearly(void)
     dt_mesh_destroy(m);
 }
 
+/* The reduction runs in the background: client 0 hands over every gradient while the other
+ * clients have not given any yet (they wait for client 0's word that its calls returned). A
+ * reduction inside the call would keep client 0 in it until the others come; they give up
+ * waiting after 60 s, make their calls (so nothing hangs) and the test fails. */
+static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
+{
+    int nclients = dt_num_clients(), me = dt_client_id();
+    if (nclients < 2)
+        return;
+    dt_mesh *m = zt_mesh_1d();
+    for (int stage = 0; stage < 3; stage++) {
+        dt_zero_opts o = DT_ZERO_OPTS_INIT;
+        o.stage = stage;
+        o.reduce_bucket_size = 8;
+        dt_zero *z = NULL;
+        DT_ASSERT_OK(dt_zero_create(m, &o, &z));
+        dt_tensor *params[2];
+        const char *names[2] = {"a", "b"};
+        for (int j = 0; j < 2; j++)
+            params[j] = make_param(m, &group_b[j], 0, DT_DTYPE_F32, j);
+        dt_optim_hparams hp = DT_OPTIM_SGD_INIT;
+        DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &hp, NULL));
+        gen gens[2] = {{0, -1, 0, 0.0f}, {1, -1, 0, 0.0f}};
+        dt_tensor *grads[2];
+        for (int j = 0; j < 2; j++)
+            grads[j] = zt_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
+        int word = 1, came = 1;
+        if (me == 0) {
+            for (int j = 1; j >= 0; j--)
+                DT_ASSERT_OK(dt_zero_grad_ready(z, j, grads[j]));
+            for (int c = 1; c < nclients; c++)
+                MPI_Send(&word, 1, MPI_INT, c, 77, MPI_COMM_WORLD);
+        } else {
+            MPI_Request r;
+            MPI_Irecv(&word, 1, MPI_INT, 0, 77, MPI_COMM_WORLD, &r);
+            double until = MPI_Wtime() + 60.0;
+            came = 0;
+            while (!came && MPI_Wtime() < until)
+                MPI_Test(&r, &came, MPI_STATUS_IGNORE);
+            for (int j = 1; j >= 0; j--)
+                DT_ASSERT_OK(dt_zero_grad_ready(z, j, grads[j]));
+            if (!came)
+                MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
+        CU_ASSERT(came);
+        dt_zero_step_info info;
+        DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
+        /* And the result is the reduction's: the same as the synchronous path's. */
+        dt_zero *zs = NULL;
+        dt_tensor *ps[2];
+        for (int j = 0; j < 2; j++)
+            ps[j] = make_param(m, &group_b[j], 0, DT_DTYPE_F32, j);
+        DT_ASSERT_OK(dt_zero_create(m, &o, &zs));
+        DT_ASSERT_OK(dt_zero_add_group(zs, 2, names, ps, &hp, NULL));
+        DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
+        for (int j = 0; j < 2; j++) {
+            int64_t n = pnumel(&group_b[j]);
+            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+            zt_fetch(params[j], a);
+            zt_fetch(ps[j], b);
+            CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
+            free(a);
+            free(b);
+            dt_tensor_destroy(grads[j]);
+            dt_tensor_destroy(params[j]);
+            dt_tensor_destroy(ps[j]);
+        }
+        dt_zero_destroy(z);
+        dt_zero_destroy(zs);
+    }
+    dt_mesh_destroy(m);
+}
+
 static void test_tiny_allgather_chunks_give_the_same_result(void)
 {
     /* 7 elements per chunk: chunks cut through parameters and partitions. */
     for (int model = 0; model < 2; model++)
         for (int stage = 0; stage < 3; stage++)
-            run_reference_case(model, stage, 7, 0);
-    run_reference_case(1, 2, 1, 0);
+            run_reference_case(model, stage, 7, 0, 0);
+    run_reference_case(1, 2, 1, 0, 0);
 }
 
 typedef struct overflow_log {
@@ -576,6 +667,8 @@ int main(int argc, char **argv)
         DT_TEST(test_step_matches_host_reference_in_every_stage),
         DT_TEST(test_tiny_allgather_chunks_give_the_same_result),
         DT_TEST(test_gradients_handed_over_early_give_the_reference_result_in_every_stage),
+        DT_TEST(test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result),
+        DT_TEST(test_grad_ready_returns_before_the_other_clients_give_theirs),
         DT_TEST(test_early_gradients_refuse_misuse_clearly),
         DT_TEST(test_overflow_on_one_rank_skips_the_step_everywhere),
         DT_TEST(test_clipping_uses_the_hand_worked_global_norm),
