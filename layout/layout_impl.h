@@ -70,7 +70,7 @@ typedef struct rl_piece {
     int summand;
     rl_box box;
     uint64_t bytes;
-    dt__xfer_cache cache;      /* the transport's per-piece state (datatypes) */
+    dt__xfer_cache cache;      /* the plan's transport's per-piece state */
 } rl_piece;
 
 typedef struct rl_plan {
@@ -87,6 +87,9 @@ typedef struct rl_plan {
     int ndst_local;
     dt_relayout_stats *stats;  /* per local device taking part */
     int nstats;
+    /* What moves its pieces between clients (chosen by dt__rl_execute's first run through
+     * dt__transport_select, DT_TRANSPORT); releases the pieces' caches. NULL until then. */
+    const dt__transport *transport;
 } rl_plan;
 
 /* Builds the plan of moving a tensor of `shape`/`dtype` from `src` to `dst` (layouts on the
