@@ -66,6 +66,9 @@ const dt__transport *dt__transport_mpi(void);
 /* Device memory through pinned host staging and MPI, pipelined in chunks
  * (runtime/transport_staged.c); also moves host memory, so it pairs with itself only. */
 const dt__transport *dt__transport_staged(void);
+/* Chunks this client's staged exchanges have sent plus received since dt_init (tests check
+ * that the pipeline cut a transfer). Local. */
+uint64_t dt__transport_staged_chunks(void);
 /* NCCL between clients that each own their GPU (runtime/transport_nccl.c); NULL when the
  * build has no NCCL or dt_init found it does not apply (transport.c says why). */
 const dt__transport *dt__transport_nccl(void);

@@ -18,6 +18,13 @@ enum {
 };
 #define STAGED_CHUNK_DEFAULT ((size_t)4 << 20)
 
+static _Atomic uint64_t chunks_moved;
+
+uint64_t dt__transport_staged_chunks(void)
+{
+    return chunks_moved;
+}
+
 /* Chunk bytes: DT_STAGED_CHUNK_KB (tests cut small pieces into several chunks), else 4 MiB.
  * Every client must use the same value. */
 static dt_status chunk_bytes(size_t *out)
@@ -194,6 +201,7 @@ static dt_status post(live *l, int slot, MPI_Request *req)
 {
     int64_t k = l->next++;
     size_t bytes = 0;
+    chunks_moved++;
     dt_status st;
     l->chunk_in[slot] = k;
     if (l->sending) {
