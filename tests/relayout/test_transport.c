@@ -44,8 +44,9 @@ static void test_auto_picks_mpi_for_host_memory_and_staged_for_device_memory(voi
     DT_ASSERT_OK(force(NULL));
     DT_ASSERT_OK(dt__transport_select(host, 1, clients, n, 1, &t));
     CU_ASSERT_STRING_EQUAL(t->name, "mpi");
+    /* Device memory: NCCL where it applies (a CUDA GPU per client), else staged. */
     DT_ASSERT_OK(dt__transport_select(dev, 1, clients, n, 1, &t));
-    CU_ASSERT_STRING_EQUAL(t->name, "staged");
+    CU_ASSERT_STRING_EQUAL(t->name, dt__transport_nccl() ? "nccl" : "staged");
     DT_ASSERT_OK(dt__transport_select(mixed, 2, clients, n, 1, &t));
     CU_ASSERT_STRING_EQUAL(t->name, "staged");
     /* Forced staged also moves host memory. */
@@ -70,8 +71,12 @@ static void test_forced_transport_that_cannot_move_the_memory_is_refused_naming_
     DT_ASSERT_FAILS(dt__transport_select(host, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
     DT_ASSERT_ERROR_MENTIONS("DT_TRANSPORT=shm");
     DT_ASSERT_OK(force("nccl"));
-    DT_ASSERT_FAILS(dt__transport_select(dev, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
+    DT_ASSERT_FAILS(dt__transport_select(host, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
     DT_ASSERT_ERROR_MENTIONS("DT_TRANSPORT=nccl");
+    if (!dt__transport_nccl()) {
+        DT_ASSERT_FAILS(dt__transport_select(dev, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
+        DT_ASSERT_ERROR_MENTIONS(dt__nccl_absence());
+    }
     DT_ASSERT_OK(force(NULL));
 }
 
@@ -124,14 +129,13 @@ static float value_of(int c, int64_t i, int64_t j)
     return (float)(c * 100000 + i * 1000 + j);
 }
 
-/* Each client sends a 50 x 90 box of a 64 x 100 f32 array in sim device memory to the next
- * client (itself when alone), which receives it into a box of a 70 x 95 device array and a
- * host array, in 1 KiB chunks (2 rows each: 25 chunks a transfer), twice through the same
- * cache; the values received are the sender's, the chunks counted are all of them. */
-static void test_staged_transport_pipelines_chunks_between_processes(void)
+/* Each client sends a 50 x 90 box of a 64 x 100 f32 array in device memory to the next
+ * client (itself when alone), which receives it into a box of a 70 x 95 device array (and,
+ * with host_too, of a host array), twice through the same caches; the values received are the
+ * sender's. Returns the chunks the staged transport counted. */
+static uint64_t exchange_boxes(const dt__transport *t, int host_too)
 {
     const dt__device *d = gpu0();
-    const dt__transport *t = dt__transport_staged();
     int me = dt_client_id(), n = dt_num_clients();
     int next = (me + 1) % n, prev = (me + n - 1) % n;
     enum { SR = 64, SC = 100, DR = 70, DC = 95, BR = 50, BC = 90 };
@@ -148,7 +152,6 @@ static void test_staged_transport_pipelines_chunks_between_processes(void)
     DT_ASSERT_OK(dt__device_alloc(d, DR * DC * sizeof(float), &ddst));
     DT_ASSERT_OK(d->kind->copy(d, DT__COPY_H2D, dsrc, host_src, SR * SC * sizeof(float)));
     DT_ASSERT_OK(d->kind->memset0(d, ddst, DR * DC * sizeof(float)));
-    setenv("DT_STAGED_CHUNK_KB", "1", 1);
     dt__xfer_cache caches[3] = {{NULL}, {NULL}, {NULL}};
     dt__xfer send = {.peer = next, .cache = &caches[0],
                      .region = {.base = dsrc, .dev = d, .rank = 2, .elem = sizeof(float),
@@ -163,19 +166,17 @@ static void test_staged_transport_pipelines_chunks_between_processes(void)
          .region = {.base = host_dst, .dev = NULL, .rank = 2, .elem = sizeof(float),
                     .shape = {DR, DC}, .start = {0, 4}, .count = {BR, BC}}},
     };
-    for (int round = 0; round < 2; round++) {
-        uint64_t before = dt__transport_staged_chunks();
-        DT_ASSERT_OK(t->exchange(sends, 2, recvs, 2, NULL, NULL));
-        CU_ASSERT_EQUAL(dt__transport_staged_chunks() - before, 4 * 25);
-    }
-    unsetenv("DT_STAGED_CHUNK_KB");
+    uint64_t before = dt__transport_staged_chunks();
+    for (int round = 0; round < 2; round++)
+        DT_ASSERT_OK(t->exchange(sends, host_too ? 2 : 1, recvs, host_too ? 2 : 1, NULL, NULL));
+    uint64_t chunks = dt__transport_staged_chunks() - before;
     DT_ASSERT_OK(d->kind->copy(d, DT__COPY_D2H, got, ddst, DR * DC * sizeof(float)));
     int64_t bad = 0;
     for (int64_t i = 0; i < DR; i++)
         for (int64_t j = 0; j < DC; j++) {
             int in_dev = i >= 11 && i < 11 + BR && j >= 2 && j < 2 + BC;
             float want_dev = in_dev ? value_of(prev, i - 11 + 3, j - 2 + 5) : 0.0f;
-            int in_host = i < BR && j >= 4 && j < 4 + BC;
+            int in_host = host_too && i < BR && j >= 4 && j < 4 + BC;
             float want_host = in_host ? value_of(prev, i + 3, j - 4 + 5) : 0.0f;
             bad += got[i * DC + j] != want_dev;
             bad += host_dst[i * DC + j] != want_host;
@@ -189,6 +190,32 @@ static void test_staged_transport_pipelines_chunks_between_processes(void)
     free(host_src);
     free(host_dst);
     free(got);
+    return chunks;
+}
+
+/* In 1 KiB chunks (2 rows of 90 floats each: 25 chunks a transfer) the staged transport
+ * moves each of the 4 transfers (device and host receivers) in 25 chunks, twice. */
+static void test_staged_transport_pipelines_chunks_between_processes(void)
+{
+    setenv("DT_STAGED_CHUNK_KB", "1", 1);
+    CU_ASSERT_EQUAL(exchange_boxes(dt__transport_staged(), 1), 2 * 4 * 25);
+    unsetenv("DT_STAGED_CHUNK_KB");
+    /* The default chunk holds a whole box. */
+    CU_ASSERT_EQUAL(exchange_boxes(dt__transport_staged(), 1), 2 * 4);
+}
+
+/* Where NCCL applies (CUDA builds, a GPU per client: scripts/gpu_check.sh runs it as a
+ * one-rank communicator on the device machine), it moves the same boxes device to device.
+ * Elsewhere it says why it does not apply and refuses an exchange. */
+static void test_nccl_transport_moves_boxes_where_it_applies(void)
+{
+    const dt__transport *t = dt__transport_nccl();
+    if (!t) {
+        CU_ASSERT(dt__nccl_absence()[0] != '\0');
+        printf("\n  (nccl does not apply here: %s)\n", dt__nccl_absence());
+        return;
+    }
+    CU_ASSERT_EQUAL(exchange_boxes(t, 0), 0);
 }
 
 /* A chunk size that is not a number is refused before anything is posted. */
@@ -215,6 +242,7 @@ int main(int argc, char **argv)
         DT_TEST(test_unknown_transport_name_is_an_error_naming_the_accepted_values),
         DT_TEST(test_forced_mpi_refuses_device_pieces_crossing_processes_before_sending),
         DT_TEST(test_staged_transport_pipelines_chunks_between_processes),
+        DT_TEST(test_nccl_transport_moves_boxes_where_it_applies),
         DT_TEST(test_bad_chunk_size_is_refused),
         DT_TEST_END,
     };
