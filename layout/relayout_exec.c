@@ -294,8 +294,10 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
 out:
     if (x.tmp)
         for (size_t i = 0; i < plan->npieces; i++)
-            if (x.tmp[i])
-                dt__device_free(x.tmp_dev[i], x.tmp[i], plan->pieces[i].bytes ? plan->pieces[i].bytes : 1);
+            if (x.tmp[i]) {
+                uint64_t bytes = plan->pieces[i].bytes;
+                dt__device_free(x.tmp_dev[i], x.tmp[i], bytes ? bytes : 1);
+            }
     free(x.tmp);
     free(x.tmp_dev);
     free(sends);

@@ -22,6 +22,15 @@ typedef struct dt__region {
     int64_t count[DT_MAX_RANK];
 } dt__region;
 
+/* Bytes of the region's box. */
+static inline size_t dt__region_bytes(const dt__region *r)
+{
+    size_t b = r->elem;
+    for (int d = 0; d < r->rank; d++)
+        b *= (size_t)r->count[d];
+    return b;
+}
+
 /* Transport-private state of one transfer (e.g. an MPI datatype, staging buffers), built on
  * first use and kept by the caller (a cached relayout plan) across calls. Zero-initialise;
  * release it through the transport that built it. */

@@ -43,13 +43,6 @@ static void pack_box(const dt__region *r, void *buf, int pack)
                       r->start, r->count, copy_run, (void *)&r->elem);
 }
 
-static size_t box_bytes(const dt__region *r)
-{
-    size_t b = r->elem;
-    for (int d = 0; d < r->rank; d++)
-        b *= (size_t)r->count[d];
-    return b;
-}
 
 static dt_status mpi_fail(int rc, const char *what)
 {
@@ -180,19 +173,19 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
         MPI_Datatype type = MPI_DATATYPE_NULL;
         void *buf = x->region.base;
         int count = 1, owned = 0, rc;
-        if (needs_packing(&x->region) && box_bytes(&x->region) > 0 &&
-            box_bytes(&x->region) <= (size_t)INT32_MAX) {
-            packed[i] = malloc(box_bytes(&x->region));
+        if (needs_packing(&x->region) && dt__region_bytes(&x->region) > 0 &&
+            dt__region_bytes(&x->region) <= (size_t)INT32_MAX) {
+            packed[i] = malloc(dt__region_bytes(&x->region));
             if (!packed[i]) {
                 st = dt__error(DT_ERR_NO_MEMORY, "no memory to pack %zu bytes",
-                               box_bytes(&x->region));
+                               dt__region_bytes(&x->region));
                 break;
             }
             if (i >= nrecvs)
                 pack_box(&x->region, packed[i], 1);
             buf = packed[i];
             type = MPI_BYTE;
-            count = (int)box_bytes(&x->region);
+            count = (int)dt__region_bytes(&x->region);
         } else {
             st = xfer_type(x, &type, &owned);
             if (st != DT_OK)

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <nccl.h>
 
@@ -120,20 +119,6 @@ void dt__transport_nccl_stop(void)
     nc.applies = 0;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static size_t box_bytes(const dt__region *r)
-{
-    size_t b = r->elem;
-    for (int d = 0; d < r->rank; d++)
-        b *= (size_t)r->count[d];
-    return b;
-}
 
 /* Packs the region's box into buf (compact) or unpacks it, on the region's device. */
 static dt_status pack(const dt__region *r, void *buf, int into_buf)
@@ -150,7 +135,7 @@ static dt_status pack(const dt__region *r, void *buf, int into_buf)
  * DT_COMM_TIMEOUT seconds without completion; aborts the communicator on failure. */
 static dt_status wait_group(double timeout, const char *peers)
 {
-    double start = now_seconds();
+    double start = dt__now_seconds();
     for (unsigned spins = 1;; spins++) {
         cudaError_t e = cudaStreamQuery(0);
         if (e == cudaSuccess)
@@ -164,7 +149,7 @@ static dt_status wait_group(double timeout, const char *peers)
         dt_status st = DT_OK;
         if (r != ncclSuccess)
             st = nccl_status(r, "exchange (asynchronous error)", peers);
-        else if (now_seconds() - start > timeout)
+        else if (dt__now_seconds() - start > timeout)
             st = dt__error(DT_ERR_TIMEOUT,
                            "NCCL exchange on communicator 'all clients' (%d ranks): nothing "
                            "completed for %.3g s (DT_COMM_TIMEOUT), peer(s) %s", nc.nranks,
@@ -211,7 +196,7 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
             st = dt__error(DT_ERR_UNSUPPORTED, "the nccl transport moves CUDA device memory "
                            "only (transfer with client %d)", x->peer);
         if (st == DT_OK)
-            st = dt__device_alloc(x->region.dev, box_bytes(&x->region), &bufs[i]);
+            st = dt__device_alloc(x->region.dev, dt__region_bytes(&x->region), &bufs[i]);
         if (st == DT_OK && i >= nrecvs)
             st = pack(&x->region, bufs[i], 1);
     }
@@ -219,7 +204,7 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
         ncclResult_t r = ncclGroupStart();
         for (size_t i = 0; i < n && r == ncclSuccess; i++) {
             const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
-            size_t bytes = box_bytes(&x->region);
+            size_t bytes = dt__region_bytes(&x->region);
             r = i < nrecvs ? ncclRecv(bufs[i], bytes, ncclChar, x->peer, nc.comm, 0)
                            : ncclSend(bufs[i], bytes, ncclChar, x->peer, nc.comm, 0);
         }
@@ -238,7 +223,7 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
     for (size_t i = 0; bufs && i < n; i++)
         if (bufs[i]) {
             const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
-            dt__device_free(x->region.dev, bufs[i], box_bytes(&x->region));
+            dt__device_free(x->region.dev, bufs[i], dt__region_bytes(&x->region));
         }
     free(bufs);
     return st;

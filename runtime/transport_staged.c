@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "runtime/device.h"
 #include "runtime/internal.h"
@@ -77,7 +76,9 @@ static cut cut_of(const dt__region *r, size_t chunk)
     return c;
 }
 
-/* The staging slots of one transfer, kept in its cache across calls. */
+/* The staging slots of one transfer, for one call: kept across calls they would hold
+ * 4 chunks of pinned memory per transfer of every cached plan, and the host pool's
+ * accounting (a step leaves nothing behind) would see them. */
 typedef struct staging {
     const dt__device_kind *kind; /* whose host_free frees the slots */
     size_t slot_bytes;
@@ -95,6 +96,7 @@ static void staging_free(staging *s)
     free(s);
 }
 
+/* Nothing is kept across calls (staging above); frees what a cache might hold. */
 static void staged_release(dt__xfer_cache *cache)
 {
     if (!cache)
@@ -111,19 +113,9 @@ static const dt__device *copier(const dt__region *r)
     return dt__device_local(DT_DEVICE_CPU, 0);
 }
 
-static dt_status staging_get(const dt__xfer *x, const dt__device *dev, size_t bytes, int n,
-                             staging **out)
+static dt_status staging_get(const dt__device *dev, size_t bytes, int n, staging **out)
 {
-    staging *s = x->cache ? x->cache->state : NULL;
-    if (s && s->kind == dev->kind && s->slot_bytes == bytes && s->nslots == n) {
-        *out = s;
-        return DT_OK;
-    }
-    if (x->cache) {
-        staging_free(s);
-        x->cache->state = NULL;
-    }
-    s = calloc(1, sizeof *s);
+    staging *s = calloc(1, sizeof *s);
     if (!s)
         return dt__error(DT_ERR_NO_MEMORY, "staged transport: no memory");
     s->kind = dev->kind;
@@ -135,8 +127,6 @@ static dt_status staging_get(const dt__xfer *x, const dt__device *dev, size_t by
             return st;
         }
     }
-    if (x->cache)
-        x->cache->state = s;
     *out = s;
     return DT_OK;
 }
@@ -174,10 +164,9 @@ static dt_status chunk_copy(const live *l, int64_t k, int slot, size_t *bytes_ou
     const dt__region *r = &l->x->region;
     int64_t off[DT_MAX_RANK], len[DT_MAX_RANK], zero[DT_MAX_RANK] = {0};
     chunk_box(l, k, off, len);
-    size_t bytes = r->elem;
-    for (int d = 0; d < r->rank; d++)
-        bytes *= (size_t)len[d];
-    *bytes_out = bytes;
+    dt__region box = *r;
+    memcpy(box.count, len, sizeof box.count);
+    *bytes_out = dt__region_bytes(&box);
     int device = !l->dev->kind->host_visible;
     void *buf = l->s->slot[slot];
     if (l->sending)
@@ -209,11 +198,9 @@ static dt_status post(live *l, int slot, MPI_Request *req)
         if (st != DT_OK)
             return st;
     } else {
-        int64_t off[DT_MAX_RANK], len[DT_MAX_RANK];
-        chunk_box(l, k, off, len);
-        bytes = l->x->region.elem;
-        for (int d = 0; d < l->x->region.rank; d++)
-            bytes *= (size_t)len[d];
+        dt__region box = l->x->region;
+        chunk_box(l, k, box.start, box.count);
+        bytes = dt__region_bytes(&box);
     }
     if (bytes > (size_t)INT32_MAX)
         return dt__error(DT_ERR_UNSUPPORTED,
@@ -242,13 +229,6 @@ static dt_status complete(live *l, int slot, MPI_Request *req)
     return DT_OK;
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Tags: STAGED_TAG + the transfer's ordinal among this list's transfers with its peer, so
  * sender and receiver (listing them in the same order) pair transfers whatever order their
  * chunks are posted in; chunks of one transfer are posted in order on both sides. */
@@ -270,8 +250,7 @@ static dt_status assign(live *ls, const dt__xfer *xs, size_t n, int sending, int
         if (l->c.nchunks == 0)
             continue;
         int nslots = l->c.nchunks < STAGED_IN_FLIGHT ? (int)l->c.nchunks : STAGED_IN_FLIGHT;
-        dt_status st = staging_get(&xs[i], l->dev, (size_t)l->c.rows * l->c.row_bytes, nslots,
-                                   &l->s);
+        dt_status st = staging_get(l->dev, (size_t)l->c.rows * l->c.row_bytes, nslots, &l->s);
         if (st != DT_OK)
             return st;
     }
@@ -327,7 +306,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
         }
     if (st == DT_OK && local_work)
         local_work(arg);
-    double last = now_seconds();
+    double last = dt__now_seconds();
     for (unsigned spins = 1; st == DT_OK; spins++) {
         int outcount = 0;
         int rc = MPI_Testsome((int)nreq, reqs, &outcount, done, MPI_STATUSES_IGNORE);
@@ -340,7 +319,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
         if (outcount == 0) {
             if (spins % 256 == 0)
                 dt__watchdog_answer();
-            if (now_seconds() - last <= timeout)
+            if (dt__now_seconds() - last <= timeout)
                 continue;
             /* Stalled: every request in flight completes without more posts of ours (a
              * chunk is posted only after the one its slot held completed), so the
@@ -373,7 +352,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
                 reqs[done[j]] = MPI_REQUEST_NULL;
             outcount = k;
         }
-        last = now_seconds();
+        last = dt__now_seconds();
         for (int j = 0; j < outcount && st == DT_OK; j++) {
             size_t r = (size_t)done[j];
             st = complete(&ls[r / STAGED_IN_FLIGHT], (int)(r % STAGED_IN_FLIGHT), &reqs[r]);
@@ -387,8 +366,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
             }
 out:
     for (size_t i = 0; ls && i < n; i++)
-        if (!ls[i].x || !ls[i].x->cache)
-            staging_free(ls[i].s); /* no cache: the staging lives for this call */
+        staging_free(ls[i].s);
     free(ls);
     free(reqs);
     free(peers);
