@@ -7,7 +7,10 @@
 
 #include "ckpt/ckpt_impl.h"
 
-enum { GROUP_TAG = 7301, MSG_LEN = 1024 };
+/* GROUP_TAG: MPI_Comm_create_group talks on dt__comm() with it, so it must differ from the
+ * watchdog's ping tag (7301), or a client answering pings in a relayout takes another
+ * client's group message (a hang seen under the staged transport's long waits). */
+enum { GROUP_TAG = 7311, MSG_LEN = 1024 };
 
 dt_status dt__ckpt_group_create(const dt_mesh *mesh, ck_group *g)
 {
