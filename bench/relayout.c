@@ -1,6 +1,9 @@
 /* bench_relayout: times dt_relayout_into for the collective patterns of a 1-D mesh against the
  * MPI collective (in one process: the memcpys) that moves the same bytes, interleaved in the
- * same process over the same preallocated buffers; one key=value line per case (docs/bench.md). */
+ * same process over the same preallocated buffers; one key=value line per case (docs/bench.md).
+ * --device gpu: the mesh's devices are GPUs (one per process, DT_GPU=sim or cuda) and the
+ * reference is the raw chain on the same bytes: device to host copy into page-locked memory,
+ * the MPI collective, host to device copy. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,6 +12,7 @@
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
+#include "runtime/device.h"
 
 enum { MAX_MIBS = 8, MAX_REPS = 1000, MAX_STATS = 256 };
 
@@ -23,6 +27,7 @@ typedef struct opts {
     int nmibs;
     int quick;
     int reps; /* 0: by size */
+    int gpu;  /* --device gpu */
 } opts;
 
 typedef enum ref_kind {
@@ -54,6 +59,11 @@ typedef struct bench_case {
     int ncopies;
     double moved_mib;    /* in-process: bytes received over all devices, in MiB */
     double self_mib;     /* in-process: bytes each device copied to itself, in MiB */
+    /* --device gpu: host mirrors (page-locked) of the one local component of src and dst,
+     * where values are written and checked and the reference's MPI collective runs. */
+    const dt__device *dev;
+    void *hsrc, *hdst;
+    size_t src_bytes, dst_bytes;
 } bench_case;
 
 static int g_rank, g_nclients;
@@ -77,7 +87,31 @@ typedef struct comp_view {
     int64_t position;
 } comp_view;
 
-static void view_of(const dt_tensor *t, int i, comp_view *v)
+static size_t comp_bytes(const dt_tensor *t, int i)
+{
+    const DLTensor *dl = dt_tensor_local(t, i);
+    size_t n = sizeof(float);
+    for (int d = 0; d < dl->ndim; d++)
+        n *= (size_t)dl->shape[d];
+    return n;
+}
+
+/* Copies between a GPU case's host mirror and its component (to_device: the mirror's values
+ * to the device). */
+static void mirror_sync(const bench_case *c, const dt_tensor *t, int to_device)
+{
+    if (!c->dev)
+        return;
+    void *h = t == c->src ? c->hsrc : c->hdst;
+    size_t bytes = t == c->src ? c->src_bytes : c->dst_bytes;
+    void *d = dt_tensor_local(t, 0)->data;
+    dt_status st = to_device ? c->dev->kind->copy(c->dev, DT__COPY_H2D, d, h, bytes)
+                             : c->dev->kind->copy(c->dev, DT__COPY_D2H, h, d, bytes);
+    if (st != DT_OK)
+        fprintf(stderr, "# client %d: device copy failed: %s\n", g_rank, dt_last_error());
+}
+
+static void view_of(const bench_case *c, const dt_tensor *t, int i, comp_view *v)
 {
     const DLTensor *dl = dt_tensor_local(t, i);
     const int64_t *off = dt_tensor_local_offset(t, i), *shape = dt_tensor_shape(t);
@@ -87,7 +121,7 @@ static void view_of(const dt_tensor *t, int i, comp_view *v)
         v->len[d] = d < pad ? 1 : dl->shape[d - pad];
         v->gshape[d] = d < pad ? 1 : shape[d - pad];
     }
-    v->data = dl->data;
+    v->data = c->dev ? (t == c->src ? c->hsrc : c->hdst) : dl->data;
     v->position = dt_tensor_local_position(t, i);
 }
 
@@ -147,9 +181,10 @@ static void fill_source(bench_case *c)
 {
     for (int i = 0; i < dt_tensor_num_local(c->src); i++) {
         comp_view v;
-        view_of(c->src, i, &v);
+        view_of(c, c->src, i, &v);
         for_rows(&v, fill_row, &c->partial);
     }
+    mirror_sync(c, c->src, 1);
 }
 
 /* Checks every element of every local destination component; returns the mismatches of all
@@ -157,9 +192,10 @@ static void fill_source(bench_case *c)
 static int64_t check_destination(const bench_case *c, int64_t nsummands)
 {
     int64_t bad = 0;
+    mirror_sync(c, c->dst, 0);
     for (int i = 0; i < dt_tensor_num_local(c->dst); i++) {
         comp_view v;
-        view_of(c->dst, i, &v);
+        view_of(c, c->dst, i, &v);
         check_arg a = {.partial = c->partial, .nsummands = nsummands, .first_bad = -1};
         int64_t n = for_rows(&v, check_row, &a);
         if (n && !bad)
@@ -179,6 +215,11 @@ static int64_t check_destination(const bench_case *c, int64_t nsummands)
 
 static void poison_destination(const bench_case *c)
 {
+    if (c->dev) {
+        memset(c->hdst, 0xff, c->dst_bytes); /* NaN */
+        mirror_sync(c, c->dst, 1);
+        return;
+    }
     for (int i = 0; i < dt_tensor_num_local(c->dst); i++) {
         const DLTensor *dl = dt_tensor_local(c->dst, i);
         int64_t n = 1;
@@ -192,6 +233,7 @@ static void poison_destination(const bench_case *c)
 
 static void run_reference(const bench_case *c)
 {
+    mirror_sync(c, c->src, 0); /* GPU: the chain's device-to-host copy */
     switch (c->ref) {
     case REF_ALLGATHER:
         MPI_Allgather(c->rsend, c->rcount, MPI_FLOAT, c->rrecv, c->rcount, MPI_FLOAT,
@@ -213,6 +255,7 @@ static void run_reference(const bench_case *c)
             memcpy(c->copies[i].dst, c->copies[i].src, c->copies[i].bytes);
         break;
     }
+    mirror_sync(c, c->dst, 1); /* and its host-to-device copy */
 }
 
 /* 1 if st is DT_OK on every client. */
@@ -231,6 +274,8 @@ static void line_head(bu_line *line, const bench_case *c)
     if (c->ref == REF_MEMCPY)
         bu_line_add(line, "devices", "%d", dt_tensor_num_local(c->src));
     bu_line_add(line, "mib", "%d", c->mib);
+    if (c->dev)
+        bu_line_add(line, "device", "%s", c->dev->kind->name);
 }
 
 static void report_failure(const bench_case *c, const char *when, dt_status st)
@@ -332,7 +377,8 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         bu_line line;
         line_head(&line, c);
         bu_line_add(&line, "ours_gbs", "%.3f", ours_gbs);
-        bu_line_add(&line, "ref", "%s", c->ref_name);
+        bu_line_add(&line, "ref", "%s%s%s", c->dev ? "D2H+" : "", c->ref_name,
+                    c->dev ? "+H2D" : "");
         bu_line_add(&line, "ref_gbs", "%.3f", ref_gbs);
         bu_line_add(&line, "ratio", "%.3f", ours_gbs / ref_gbs);
         bu_line_add(&line, "ours_ms", "%.3f", ours * 1e3);
@@ -458,9 +504,17 @@ static dt_status setup_case(const char *name, int mib, const dt_mesh *mesh, benc
     } else {
         return DT_ERR_INVALID_ARGUMENT;
     }
+    if (st == DT_OK && c->ref != REF_MEMCPY && dt_mesh_device_type(mesh) == DT_DEVICE_GPU) {
+        c->dev = dt__tensor_device(c->src, 0);
+        c->src_bytes = comp_bytes(c->src, 0);
+        c->dst_bytes = comp_bytes(c->dst, 0);
+        st = c->dev->kind->host_alloc(c->src_bytes, &c->hsrc);
+        if (st == DT_OK)
+            st = c->dev->kind->host_alloc(c->dst_bytes, &c->hdst);
+    }
     if (st == DT_OK && c->ref != REF_MEMCPY) {
-        c->rsend = comp_data(c->src, 0);
-        c->rrecv = comp_data(c->dst, 0);
+        c->rsend = c->dev ? c->hsrc : comp_data(c->src, 0);
+        c->rrecv = c->dev ? c->hdst : comp_data(c->dst, 0);
     }
     return st;
 }
@@ -469,6 +523,10 @@ static void teardown_case(bench_case *c)
 {
     dt_tensor_destroy(c->src);
     dt_tensor_destroy(c->dst);
+    if (c->hsrc)
+        c->dev->kind->host_free(c->hsrc);
+    if (c->hdst)
+        c->dev->kind->host_free(c->hdst);
     free(c->copies);
     memset(c, 0, sizeof *c);
     /* Give freed tensors back to the system so the next (larger) case fits in memory. */
@@ -479,12 +537,15 @@ static void teardown_case(bench_case *c)
 
 static int usage(void)
 {
-    fputs("usage: bench_relayout [--cases LIST] [--mib LIST] [--quick] [--reps N]\n"
+    fputs("usage: bench_relayout [--cases LIST] [--mib LIST] [--quick] [--reps N] "
+          "[--device cpu|gpu]\n"
           "  --cases  comma-separated, from " ALL_MPI_CASES ",inprocess\n"
           "           (default: the MPI cases under mpirun with one CPU device per process,\n"
           "           inprocess when one process holds several devices)\n"
           "  --mib    payload MiB per rank, default 1,16,128\n"
           "  --quick  fewer repetitions;  --reps N  exactly N timed repetitions\n"
+          "  --device gpu  the MPI cases on one GPU device per process (DT_GPU_DEVICES=1),\n"
+          "           against device-to-host, the MPI collective, host-to-device\n"
           "Environment: DT_CPU_DEVICES (devices per process), DT_BIND. See docs/bench.md.\n",
           stderr);
     return 2;
@@ -501,6 +562,13 @@ static int parse_opts(int argc, char **argv, opts *o)
         const char *a = argv[i];
         if (strcmp(a, "--quick") == 0) {
             o->quick = 1;
+        } else if (strcmp(a, "--device") == 0 && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (strcmp(d, "cpu") != 0 && strcmp(d, "gpu") != 0) {
+                fprintf(stderr, "bench_relayout: --device '%s' is not cpu or gpu\n", d);
+                return -1;
+            }
+            o->gpu = d[0] == 'g';
         } else if (strcmp(a, "--cases") == 0 && i + 1 < argc) {
             o->cases = argv[++i];
         } else if (strcmp(a, "--mib") == 0 && i + 1 < argc) {
@@ -556,8 +624,10 @@ int main(int argc, char **argv)
     }
     g_rank = dt_client_id();
     g_nclients = dt_num_clients();
-    int nlocal = dt_num_local_devices(DT_DEVICE_CPU);
-    int nglobal = dt_num_global_devices(DT_DEVICE_CPU);
+    dt_device_type type = o.gpu ? DT_DEVICE_GPU : DT_DEVICE_CPU;
+    const char *tname = o.gpu ? "GPU" : "CPU";
+    int nlocal = dt_num_local_devices(type);
+    int nglobal = dt_num_global_devices(type);
     const char *cases = o.cases ? o.cases : (nlocal > 1 ? "inprocess" : ALL_MPI_CASES);
     int rc = 0;
 
@@ -568,13 +638,13 @@ int main(int argc, char **argv)
                                       "allreduce"};
     for (size_t k = 0; k < sizeof mpi_cases / sizeof *mpi_cases; k++)
         want_mpi |= bu_list_has(cases, mpi_cases[k]);
-    if ((want_mpi && nlocal != 1) || (want_inproc && g_nclients != 1)) {
+    if ((want_mpi && nlocal != 1) || (want_inproc && (g_nclients != 1 || o.gpu))) {
         if (g_rank == 0)
             fprintf(stderr,
-                    "bench_relayout: the MPI cases need one CPU device per process "
-                    "(DT_CPU_DEVICES=1) and 'inprocess' a single process; got %d processes "
-                    "of %d devices\n",
-                    g_nclients, nlocal);
+                    "bench_relayout: the MPI cases need one %s device per process "
+                    "(DT_%s_DEVICES=1) and 'inprocess' a single process of CPU devices; got "
+                    "%d processes of %d devices\n",
+                    tname, tname, g_nclients, nlocal);
         dt_finalize();
         return 2;
     }
@@ -582,16 +652,17 @@ int main(int argc, char **argv)
     const char *dim = "x";
     int64_t size = nglobal;
     dt_mesh *mesh = NULL;
-    st = dt_mesh_create("bench", 1, &dim, &size, DT_DEVICE_CPU, &mesh);
+    st = dt_mesh_create("bench", 1, &dim, &size, type, &mesh);
     if (st != DT_OK) {
         fprintf(stderr, "bench_relayout: dt_mesh_create: %s\n", dt_last_error());
         dt_finalize();
         return 1;
     }
     if (g_rank == 0) {
-        printf("# bench_relayout: %d process(es), %d CPU device(s) each, mesh x=%d, f32; "
+        printf("# bench_relayout: %d process(es), %d %s device(s) each%s%s, mesh x=%d, f32; "
                "GB/s = 1e9 payload bytes/s, median of the max over processes\n",
-               g_nclients, nlocal, nglobal);
+               g_nclients, nlocal, tname, o.gpu ? " of kind " : "",
+               o.gpu && dt__gpu_kind() ? dt__gpu_kind()->name : "", nglobal);
         fflush(stdout);
     }
 

@@ -70,7 +70,7 @@ typedef struct rl_piece {
     int summand;
     rl_box box;
     uint64_t bytes;
-    dt__xfer_cache cache;      /* the transport's per-piece state (datatypes) */
+    dt__xfer_cache cache;      /* the plan's transport's per-piece state */
 } rl_piece;
 
 typedef struct rl_plan {
@@ -89,6 +89,9 @@ typedef struct rl_plan {
     int nstats;
     uint64_t work;             /* (destination, source group) pairs and holders the planner
                                 * examined: what tests bound (docs/relayout.md) */
+    /* What moves its pieces between clients (chosen by dt__rl_execute's first run through
+     * dt__transport_select, DT_TRANSPORT); releases the pieces' caches. NULL until then. */
+    const dt__transport *transport;
 } rl_plan;
 
 /* Test-only (tests/relayout, bench/run scale): a simulated device table. Device id d of either

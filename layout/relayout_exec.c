@@ -1,7 +1,8 @@
-/* Relayout execution: zero fills, local copies overlapped with the transport's exchange,
- * then reductions applied in summand order so every replica computes the same bits. Memory
- * is moved and reduced only through the device layer (runtime/device.h): pieces in device
- * memory that cross processes are staged through the device kind's host buffers. */
+/* Relayout execution: zero fills, local copies overlapped with the exchange of the plan's
+ * transport (chosen on the first run: runtime/transport.c), then reductions applied in
+ * summand order so every replica computes the same bits. Memory is moved and reduced only
+ * through the device layer (runtime/device.h) and the transport, which moves device memory
+ * between processes itself (the staged transport through host staging, NCCL directly). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,8 +14,8 @@ typedef struct exec_ctx {
     const dt_tensor *src;
     dt_tensor *dst;
     size_t elem;
-    void **tmp;                      /* per piece: its box in a host buffer, or NULL */
-    const dt__device_kind **tmp_kind; /* whose host_free frees tmp[i] */
+    void **tmp;                      /* per piece: a received summand's box, or NULL */
+    const dt__device **tmp_dev;      /* whose memory tmp[i] is (the destination's device) */
     dt_status st;                    /* first failure of the local copies */
 } exec_ctx;
 
@@ -61,12 +62,12 @@ static dt_status copy_box(const exec_ctx *x, const rl_piece *p, const side *to,
                                from->shape);
 }
 
-/* The source side of piece i as it is here: its received host buffer or its component. */
+/* The source side of piece i as it is here: its received buffer or its component. */
 static side source_side(const exec_ctx *x, size_t i)
 {
     const rl_piece *p = &x->plan->pieces[i];
     if (x->tmp[i])
-        return (side){x->tmp[i], p->box.off, p->box.len, NULL};
+        return (side){x->tmp[i], p->box.off, p->box.len, x->tmp_dev[i]};
     return component_side(x->src, p->src_local);
 }
 
@@ -128,38 +129,6 @@ static void local_copies(void *arg)
     }
 }
 
-enum { STAGE_RUN_BYTES = 64 << 10 };
-
-/* 1 if the region is strided with contiguous runs shorter than STAGE_RUN_BYTES. */
-static int needs_staging(const dt__region *r)
-{
-    int d = r->rank - 1;
-    int64_t run = (int64_t)r->elem;
-    while (d >= 0 && r->count[d] == r->shape[d])
-        run *= r->count[d--];
-    if (d < 0)
-        return 0;                         /* the whole array */
-    run *= r->count[d];
-    for (int e = d - 1; e >= 0; e--)
-        if (r->count[e] != 1)
-            return run < STAGE_RUN_BYTES; /* several runs */
-    return 0;                             /* one run */
-}
-
-/* Copies staged receives of a plan without reduction into their destination components. */
-static dt_status unstage_received(exec_ctx *x)
-{
-    dt_status st = DT_OK;
-    for (size_t i = 0; i < x->plan->npieces && st == DT_OK; i++) {
-        const rl_piece *p = &x->plan->pieces[i];
-        if (p->dst_local >= 0 && p->src_local < 0 && x->tmp[i]) {
-            side to = component_side(x->dst, p->dst_local), from = source_side(x, i);
-            st = copy_box(x, p, &to, &from);
-        }
-    }
-    return st;
-}
-
 static dt_status zero_fill(const rl_plan *plan, dt_tensor *dst, size_t elem)
 {
     dt_status st = DT_OK;
@@ -201,9 +170,9 @@ static dt_status reduce_all(exec_ctx *x)
     return st;
 }
 
-/* Fills one transfer of piece i; pieces in device memory, reductions' receives and pieces of
- * short strided runs go through a host buffer holding exactly the box (MPI's datatype
- * engine moves short runs at a fraction of its contiguous speed). */
+/* Fills one transfer of piece i: the box in its component, or for a reduction's receive a
+ * buffer on the destination's device holding exactly the box (summands are applied in
+ * order after the exchange). */
 static dt_status prepare_xfer(exec_ctx *x, size_t i, int sending, dt__xfer *xf)
 {
     rl_piece *p = &x->plan->pieces[i];
@@ -216,29 +185,58 @@ static dt_status prepare_xfer(exec_ctx *x, size_t i, int sending, dt__xfer *xf)
     xf->region.rank = plan->rank;
     xf->region.elem = x->elem;
     xf->region.base = comp.data;
+    xf->region.dev = comp.dev;
     for (int d = 0; d < plan->rank; d++) {
         xf->region.shape[d] = comp.shape[d];
         xf->region.start[d] = p->box.off[d] - comp.off[d];
         xf->region.count[d] = p->box.len[d];
     }
-    int staged = !host_side(&comp) || (!sending && plan->nsummands) ||
-                 needs_staging(&xf->region);
-    if (!staged)
+    if (sending || !plan->nsummands)
         return DT_OK;
-    const dt__device_kind *kind = comp.dev->kind;
-    dt_status st = kind->host_alloc(p->bytes ? p->bytes : 1, &x->tmp[i]);
+    dt_status st = dt__device_alloc(comp.dev, p->bytes ? p->bytes : 1, &x->tmp[i]);
     if (st != DT_OK)
         return st;
-    x->tmp_kind[i] = kind;
-    if (sending) {
-        side buf = {x->tmp[i], p->box.off, p->box.len, NULL};
-        st = copy_box(x, p, &buf, &comp);
-    }
+    x->tmp_dev[i] = comp.dev;
     xf->region.base = x->tmp[i];
     for (int d = 0; d < plan->rank; d++) {
         xf->region.shape[d] = p->box.len[d];
         xf->region.start[d] = 0;
     }
+    return DT_OK;
+}
+
+/* Chooses the plan's transport on its first run: by the memory of both meshes and the
+ * clients holding their devices, which every client of the plan knows alike. */
+static dt_status plan_transport(rl_plan *plan)
+{
+    if (plan->transport)
+        return DT_OK;
+    const dt_mesh *meshes[2] = {dt_layout_mesh(plan->src), dt_layout_mesh(plan->dst)};
+    const dt__device_kind *kinds[2];
+    int nkinds = 0, nclients = 0, n = dt_num_clients();
+    int *mark = calloc((size_t)n, sizeof *mark), *clients = calloc((size_t)n, sizeof *clients);
+    if (!mark || !clients) {
+        free(mark);
+        free(clients);
+        return dt__error(DT_ERR_NO_MEMORY, "relayout: no memory");
+    }
+    for (int m = 0; m < 2; m++) {
+        dt_device_type type = dt_mesh_device_type(meshes[m]);
+        const dt__device_kind *kind = type == DT_DEVICE_GPU ? dt__gpu_kind() : NULL;
+        if (nkinds == 0 || kinds[0] != kind)
+            kinds[nkinds++] = kind;
+        for (int64_t p = 0; p < dt_mesh_size(meshes[m]); p++) {
+            int c = dt_device_client(type, dt_mesh_device_id(meshes[m], p));
+            if (c >= 0 && c < n && !mark[c]) {
+                mark[c] = 1;
+                clients[nclients++] = c;
+            }
+        }
+    }
+    dt_status st = dt__transport_select(kinds, nkinds, clients, nclients, nclients > 1,
+                                        &plan->transport);
+    free(mark);
+    free(clients);
     return st;
 }
 
@@ -260,6 +258,8 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
     exec_ctx x = {.plan = plan, .src = src, .dst = dst, .elem = dt_dtype_size(plan->dtype)};
     size_t nsend = 0, nrecv = 0;
     dt_status st;
+    if ((st = plan_transport(plan)) != DT_OK)
+        return st;
     if ((st = zero_fill(plan, dst, x.elem)) != DT_OK)
         return st;
     for (size_t i = 0; i < plan->npieces; i++) {
@@ -269,8 +269,8 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
     }
     dt__xfer *sends = calloc(nsend + 1, sizeof *sends), *recvs = calloc(nrecv + 1, sizeof *recvs);
     x.tmp = calloc(plan->npieces + 1, sizeof *x.tmp);
-    x.tmp_kind = calloc(plan->npieces + 1, sizeof *x.tmp_kind);
-    if (!sends || !recvs || !x.tmp || !x.tmp_kind) {
+    x.tmp_dev = calloc(plan->npieces + 1, sizeof *x.tmp_dev);
+    if (!sends || !recvs || !x.tmp || !x.tmp_dev) {
         st = dt__error(DT_ERR_NO_MEMORY, "no memory to run a relayout of %zu pieces",
                        plan->npieces);
         goto out;
@@ -284,20 +284,22 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
             st = prepare_xfer(&x, i, sending, sending ? &sends[nsend++] : &recvs[nrecv++]);
     }
     if (st == DT_OK)
-        st = dt__transport_mpi()->exchange(sends, nsend, recvs, nrecv, local_copies, &x);
+        st = plan->transport->exchange(sends, nsend, recvs, nrecv, local_copies, &x);
     if (st == DT_OK)
         st = x.st;
-    if (st == DT_OK)
-        st = plan->nsummands ? reduce_all(&x) : unstage_received(&x);
+    if (st == DT_OK && plan->nsummands)
+        st = reduce_all(&x);
     if (st == DT_OK)
         st = sync_dst(dst);
 out:
     if (x.tmp)
         for (size_t i = 0; i < plan->npieces; i++)
-            if (x.tmp[i])
-                x.tmp_kind[i]->host_free(x.tmp[i]);
+            if (x.tmp[i]) {
+                uint64_t bytes = plan->pieces[i].bytes;
+                dt__device_free(x.tmp_dev[i], x.tmp[i], bytes ? bytes : 1);
+            }
     free(x.tmp);
-    free(x.tmp_kind);
+    free(x.tmp_dev);
     free(sends);
     free(recvs);
     return st;

@@ -562,7 +562,7 @@ void dt__rl_plan_free(rl_plan *plan)
 {
     if (!plan)
         return;
-    const dt__transport *t = dt__transport_mpi();
+    const dt__transport *t = plan->transport ? plan->transport : dt__transport_mpi();
     for (size_t i = 0; i < plan->npieces; i++)
         t->release(&plan->pieces[i].cache);
     free(plan->pieces);

@@ -47,6 +47,12 @@ double dt__comm_timeout(const char **bad_out);
 dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
                            const char *what);
 
+/* Answers the pings that have arrived (for waits of their own, such as a pipelined
+ * transport's, which call it while they spin and dt__wait_watched once stalled). Local. */
+void dt__watchdog_answer(void);
+/* Seconds of a monotonic clock (the watchdog's), for waits of their own. Local. */
+double dt__now_seconds(void);
+
 /* topology.c, called by dt_init/dt_finalize: read hwloc (local), then split the host
  * communicator and bind (collective over comm); unload restores the binding and frees all. */
 dt_status dt__topology_load(void);

@@ -217,6 +217,8 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
     if (st == DT_OK)
         st = dt__device_pool_configure();
     if (st == DT_OK)
+        st = dt__transport_configure();
+    if (st == DT_OK)
         st = start_mpi(argc, argv);
     if (st != DT_OK)
         return st;
@@ -250,10 +252,14 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
                                 rt.offsets[DT_DEVICE_GPU][rt.client]));
     if (st != DT_OK)
         goto err_tables;
+    st = agree(dt__transport_start());
+    if (st != DT_OK)
+        goto err_tables;
     rt.initialized = 1;
     return DT_OK;
 
 err_tables:
+    dt__transport_stop();
     free_tables();
 err_gpus:
     dt__devices_close();
@@ -298,6 +304,7 @@ void dt_finalize(void)
     dt__device_sync_all(-1);
     for (int i = nfinalizers - 1; i >= 0; i--)
         finalizers[i]();
+    dt__transport_stop();
     dt__groups_free();
     free_tables();
     dt__devices_close();

@@ -1,4 +1,5 @@
-/* Transports: move boxes of compact row-major arrays between clients. Not installed. */
+/* Transports: move boxes of compact row-major arrays between clients, and the choice of one
+ * per relayout plan (runtime/transport.c, docs/transports.md). Not installed. */
 #ifndef DTENSOR_RUNTIME_TRANSPORT_H
 #define DTENSOR_RUNTIME_TRANSPORT_H
 
@@ -7,9 +8,13 @@
 
 #include "dtensor/dtensor.h"
 
+typedef struct dt__device dt__device;           /* runtime/device.h */
+typedef struct dt__device_kind dt__device_kind; /* runtime/device.h */
+
 /* A box inside a compact row-major array of `rank` dims. */
 typedef struct dt__region {
     void *base;                  /* start of the array (host or device memory) */
+    const dt__device *dev;       /* whose memory base is; NULL: host memory of no device */
     int rank;
     size_t elem;                 /* bytes per element */
     int64_t shape[DT_MAX_RANK];  /* the array's shape */
@@ -17,8 +22,18 @@ typedef struct dt__region {
     int64_t count[DT_MAX_RANK];
 } dt__region;
 
-/* Transport-private state of one transfer (e.g. an MPI datatype), built on first use and
- * kept by the caller (a cached relayout plan) across calls. Zero-initialise. */
+/* Bytes of the region's box. */
+static inline size_t dt__region_bytes(const dt__region *r)
+{
+    size_t b = r->elem;
+    for (int d = 0; d < r->rank; d++)
+        b *= (size_t)r->count[d];
+    return b;
+}
+
+/* Transport-private state of one transfer (e.g. an MPI datatype, staging buffers), built on
+ * first use and kept by the caller (a cached relayout plan) across calls. Zero-initialise;
+ * release it through the transport that built it. */
 typedef struct dt__xfer_cache {
     void *state;
 } dt__xfer_cache;
@@ -29,20 +44,66 @@ typedef struct dt__xfer {
     dt__xfer_cache *cache;       /* NULL: state built and dropped within the call */
 } dt__xfer;
 
-/* A mover. The planner decides what goes where; a transport only moves it, so a NCCL mover
- * for device memory takes the same plan. */
+/* A mover. The planner decides what goes where; a transport only moves it, so every
+ * transport takes the same plan. Both clients of a transfer use the same transport (the
+ * choice below depends only on what every client of the plan knows alike).
+ *
+ * exchange() keeps the signature it had before transports were chosen per plan (issue 12),
+ * so a transport written against it (runtime/transport_shm.c, issue 20) only adds `moves`
+ * and `can_connect`; regions now also say their device (dt__region.dev, NULL for host
+ * memory), which a host-memory transport may ignore. */
 typedef struct dt__transport {
-    const char *name;
+    const char *name;            /* what DT_TRANSPORT calls it */
     /* Posts every receive and send, runs local_work(arg) (may be NULL) while they progress,
      * then waits for all. Between two clients, sender and receiver list their transfers in
-     * the same order. DT_ERR_COMM on failure. */
+     * the same order. DT_ERR_COMM on failure, DT_ERR_TIMEOUT naming the peer when one is
+     * lost (the watchdog, DT_COMM_TIMEOUT). */
     dt_status (*exchange)(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
                           size_t nrecvs, void (*local_work)(void *), void *arg);
     /* Frees what exchange cached. */
     void (*release)(dt__xfer_cache *cache);
+    /* 1 if it moves memory of `kind` (NULL: host memory of no device); NULL entry: host
+     * memory only. */
+    int (*moves)(const dt__device_kind *kind);
+    /* 1 if it reaches client `peer` from this one; symmetric and the same on every client
+     * (decided at dt_init). NULL entry: every client. */
+    int (*can_connect)(int peer);
 } dt__transport;
 
 /* The MPI transport for host memory (runtime/transport_mpi.c). */
 const dt__transport *dt__transport_mpi(void);
+/* Device memory through pinned host staging and MPI, pipelined in chunks
+ * (runtime/transport_staged.c); also moves host memory, so it pairs with itself only. */
+const dt__transport *dt__transport_staged(void);
+/* Chunks this client's staged exchanges have sent plus received since dt_init (tests check
+ * that the pipeline cut a transfer). Local. */
+uint64_t dt__transport_staged_chunks(void);
+/* NCCL between clients that each own their GPU (runtime/transport_nccl.c); NULL when the
+ * build has no NCCL or dt_init found it does not apply (transport.c says why). */
+const dt__transport *dt__transport_nccl(void);
+/* dt_init/dt_finalize through start/stop below: decides whether NCCL applies (every client
+ * owns its own GPU of the cuda kind; mode: DT_TRANSPORT's value, "nccl" makes a failure to
+ * set it up an error) and builds its communicator (collective). absence: why it does not
+ * apply, for messages. Without NCCL in the build: transport.c's stand-ins. */
+dt_status dt__transport_nccl_start(const char *mode);
+void dt__transport_nccl_stop(void);
+const char *dt__nccl_absence(void);
+
+/* ---- the choice (runtime/transport.c) ----
+ * DT_TRANSPORT = auto (default) | mpi | staged | nccl | shm, read by dt_init through
+ * configure (DT_ERR_INVALID_ARGUMENT naming the accepted values otherwise). start runs at
+ * dt_init after the devices (collective: NCCL's communicator), stop at dt_finalize. */
+dt_status dt__transport_configure(void);
+dt_status dt__transport_start(void);
+void dt__transport_stop(void);
+
+/* The transport for moving memory of the `nkinds` kinds (NULL: host memory) between the
+ * `nclients` clients listed (crossing: 1 if some piece moves between two of them). Auto:
+ * the first in priority order (nccl, shm, mpi, staged) that moves every kind and connects
+ * every pair. Forced (DT_TRANSPORT): that one, or DT_ERR_UNSUPPORTED naming it and why when
+ * crossing and it cannot. Local; the same answer on every client of the plan. */
+dt_status dt__transport_select(const dt__device_kind *const *kinds, int nkinds,
+                               const int *clients, int nclients, int crossing,
+                               const dt__transport **out);
 
 #endif

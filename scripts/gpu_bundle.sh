@@ -14,9 +14,9 @@ fi
 # The programs the suite registers with 'gpu': true (tests/*/meson.build), and the rest.
 gpu_tests=(tensor ops_spmd_matmul ops_spmd_ops optim_step optim_api optim_ckpt
            relayout_property relayout_cases barrier zero_mlp zero_synthetic zero_resume
-           optim_gpu_sim)
+           optim_gpu_sim transport)
 targets=(tests/test_ops_cuda tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
-         examples/train_mlp bench/bench_ops_cuda bench/bench_device)
+         examples/train_mlp bench/bench_ops_cuda bench/bench_device bench/bench_relayout)
 for t in "${gpu_tests[@]}"; do targets+=("tests/test_$t"); done
 ninja -C build-cuda "${targets[@]}" >/dev/null
 bins=()

@@ -70,6 +70,8 @@ DT_GPU_DEVICES=4 run test_ops_gpu_runtime "$dev/bin/test_ops_cuda_runtime"
 while read -r t; do
   case "$t" in
     optim_gpu_sim) DT_GPU_DEVICES=4 run "gpu_$t" "$dev/bin/test_$t" ;;
+    # One GPU device: on CUDA a one-rank NCCL communicator moves boxes (issue 12).
+    transport) DT_GPU_DEVICES=1 DT_CPU_DEVICES=1 run "gpu_$t" "$dev/bin/test_$t" ;;
     *) DT_TEST_DEVICE=gpu DT_GPU_DEVICES=4 DT_CPU_DEVICES=4 run "gpu_$t" "$dev/bin/test_$t" ;;
   esac
 done < "$dev/gpu_tests.txt"
@@ -78,6 +80,15 @@ DT_GPU_DEVICES=4 DT_CPU_DEVICES=2 run gpu_mesh "$dev/bin/test_gpu_mesh"
 for t in relayout_cases zero_mlp; do
   DT_TEST_DEVICE=gpu DT_GPU_DEVICES=2 DT_CPU_DEVICES=2 run "gpu_${t}_np2" "${mpirun[@]}" "$dev/bin/test_$t"
 done
+# Four processes sharing it (the staged transport; forced, in 64 KiB chunks, for the
+# relayouts), the transport test at 2, the GPU and CPU meshes across processes.
+mpirun4=("$dev/ompi/bin/mpiexec" --oversubscribe -n 4)
+for t in relayout_cases zero_mlp; do
+  DT_TEST_DEVICE=gpu DT_GPU_DEVICES=1 DT_CPU_DEVICES=1 DT_TRANSPORT=staged DT_STAGED_CHUNK_KB=64 \
+    run "gpu_${t}_np4_staged" "${mpirun4[@]}" "$dev/bin/test_$t"
+done
+DT_GPU_DEVICES=1 DT_CPU_DEVICES=1 run gpu_transport_np2 "${mpirun[@]}" "$dev/bin/test_transport"
+DT_GPU_DEVICES=2 DT_CPU_DEVICES=1 run gpu_mesh_np2 "${mpirun[@]}" "$dev/bin/test_gpu_mesh"
 DT_GPU_DEVICES=4 run train_mlp_gpu "$dev/bin/train_mlp" --device gpu --quiet \
   --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
   --out "$out/train_mlp_gpu"
@@ -86,9 +97,17 @@ DT_GPU_DEVICES=2 run train_mlp_gpu_np2 "${mpirun[@]}" "$dev/bin/train_mlp" --dev
   --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
   --out "$out/train_mlp_gpu_np2"
 grep -h '^result' "$out/train_mlp_gpu_np2.txt" | sed 's/^/train_mlp_gpu_np2 /'
+DT_GPU_DEVICES=1 run train_mlp_gpu_np4 "${mpirun4[@]}" "$dev/bin/train_mlp" --device gpu --quiet \
+  --mesh "$root/examples/meshes/2x2.yaml" --data "$root/examples/data/digits.csv.gz" \
+  --out "$out/train_mlp_gpu_np4"
+grep -h '^result' "$out/train_mlp_gpu_np4.txt" | sed 's/^/train_mlp_gpu_np4 /'
 if [ "$kind" = cuda ]; then
   bench bench_ops_cuda "$dev/bin/bench_ops_cuda" --reps 20
 fi
 DT_GPU_DEVICES=4 bench bench_device "$dev/bin/bench_device" --mib 16,64 --reps 10
+# Cross-process GPU relayouts (staged: the processes share the GPU) against D2H + the MPI
+# collective + H2D on the same bytes (bench/run relayout --device gpu).
+DT_GPU_DEVICES=1 DT_CPU_DEVICES=1 bench bench_relayout_gpu_np2 "${mpirun[@]}" \
+  "$dev/bin/bench_relayout" --device gpu --mib 16,64 --reps 5
 echo "gpu_check kind=$kind status=$([ $rc -eq 0 ] && echo pass || echo fail)"
 exit $rc

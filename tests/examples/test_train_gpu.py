@@ -3,8 +3,10 @@
 host cannot touch, asynchronous streams, the CPU's kernels) against the same run on CPU
 devices: a short run (hidden 32, 24 steps) on the 2x2 mesh must print the same accuracy and
 write the same checkpoint bit for bit (parameters, ZeRO master weights and moments, counters)
-and the same curves, as one process with 4 GPU devices and under `mpiexec -n 2` with 2 each.
-A run stopped on GPU devices resumes on CPU devices (and the other way) exactly. Checkpoints
+and the same curves, as one process with 4 GPU devices, under `mpiexec -n 2` with 2 each and
+`-n 4` with 1 each (the staged transport forced, in 1 KiB chunks). A run stopped on GPU
+devices resumes on CPU devices (and the other way) exactly, and on GPU devices of another
+process count. Checkpoints
 are read with numpy and tests/ckpt_py/stread.py (never our C code), through the helpers of
 test_train_resume.py.
 Usage: test_train_gpu.py TRAIN_MLP MPIEXEC MESH_DIR"""
@@ -19,14 +21,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_train_resume as tr  # noqa: E402  (exits 77 without numpy)
 
 COMMON = tr.COMMON
+# The staged transport forced, with chunks small enough that its pipeline cuts the pieces.
+STAGED_SMALL = {"DT_TRANSPORT": "staged", "DT_STAGED_CHUNK_KB": "1"}
 
 
-def run(procs, devices, args, gpu, expect=0):
+def run(procs, devices, args, gpu, expect=0, env_more=None):
     """train_mlp under mpiexec with `procs` processes (0: no launcher) of `devices` devices
     each, GPU devices simulated when `gpu`; returns stdout and stderr. The ranks inherit the
-    launcher's environment (one host)."""
+    launcher's environment (one host), plus env_more."""
     env = dict(os.environ, DT_CPU_DEVICES=str(devices), DT_GPU="sim",
-               DT_GPU_DEVICES=str(devices))
+               DT_GPU_DEVICES=str(devices), **(env_more or {}))
     cmd = [tr.TRAIN] + args + ["--device", "gpu" if gpu else "cpu"]
     if procs:
         cmd = [tr.MPIEXEC, "-n", str(procs)] + cmd
@@ -76,6 +80,19 @@ class TrainGpu(unittest.TestCase):
     def test_gpu_devices_in_two_processes_train_as_the_cpu_ones(self):
         d = self.path("gpu2")
         out, _ = run(2, 2, self.mesh() + COMMON + ["--out", d], gpu=True)
+        self.assert_same_as_cpu(out, d)
+
+    def test_gpu_devices_in_four_processes_train_as_the_cpu_ones(self):
+        d = self.path("gpu4")
+        out, _ = run(4, 1, self.mesh() + COMMON + ["--out", d], gpu=True,
+                     env_more=STAGED_SMALL)
+        self.assert_same_as_cpu(out, d)
+
+    def test_a_run_stopped_on_two_gpu_processes_resumes_on_four(self):
+        d = self.path("g2g4")
+        run(2, 2, self.mesh() + COMMON + ["--out", d, "--stop-after", "12"], gpu=True)
+        out, _ = run(4, 1, self.mesh() + COMMON +
+                     ["--out", d, "--resume", os.path.join(d, "checkpoint")], gpu=True)
         self.assert_same_as_cpu(out, d)
 
     def test_a_run_stopped_on_gpus_resumes_on_cpus_and_back(self):

@@ -1,0 +1,259 @@
+/* The NCCL transport (CUDA builds): device memory moves GPU to GPU with ncclSend/ncclRecv in
+ * one group on the device's stream, when every client owns its own GPU (NCCL refuses two
+ * ranks on one GPU). One communicator over all clients, bootstrapped over MPI at dt_init (the
+ * unique id broadcast from client 0). Boxes are packed into a compact device buffer and out
+ * of one (device copies); the wait polls the stream and ncclCommGetAsyncError, under the
+ * watchdog's DT_COMM_TIMEOUT. docs/transports.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "runtime/cuda.h"
+#include "runtime/device.h"
+#include "runtime/internal.h"
+
+static struct {
+    int applies;          /* every client owns its own GPU and the communicator is up */
+    ncclComm_t comm;
+    int nranks;
+    char absence[256];    /* why it does not apply */
+} nc;
+
+const char *dt__nccl_absence(void)
+{
+    return nc.absence[0] ? nc.absence : "NCCL was not set up (dt_init)";
+}
+
+static dt_status nccl_status(ncclResult_t r, const char *what, const char *peers)
+{
+    return dt__error(DT_ERR_COMM, "NCCL %s on communicator 'all clients' (%d ranks)%s%s: %s",
+                     what, nc.nranks, peers && *peers ? ", peer(s) " : "", peers ? peers : "",
+                     ncclGetErrorString(r));
+}
+
+/* Whether every client has exactly one GPU device of the cuda kind, none sharing a GPU. */
+static dt_status decide(int *ok_out)
+{
+    int n = dt_num_clients(), me = dt_client_id();
+    const int *counts = dt__client_device_counts(DT_DEVICE_GPU);
+    const dt__device *dev = dt__device_local(DT_DEVICE_GPU, 0);
+    int mine[2] = {dt__client_host(me), dev ? dev->ordinal : -1};
+    *ok_out = 0;
+    if (dt__gpu_kind() != dt__device_kind_cuda()) {
+        snprintf(nc.absence, sizeof nc.absence, "GPU meshes do not run on CUDA here (DT_GPU)");
+        return DT_OK;
+    }
+    int *all = malloc((size_t)n * 2 * sizeof *all);
+    if (!all)
+        return dt__error(DT_ERR_NO_MEMORY, "NCCL setup: no memory");
+    int rc = MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, dt__comm());
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return dt__mpi_error(rc, "NCCL setup: MPI_Allgather");
+    }
+    int ok = 1;
+    for (int a = 0; a < n && ok; a++) {
+        if (!counts || counts[a] != 1) {
+            snprintf(nc.absence, sizeof nc.absence,
+                     "client %d has %d GPU devices (NCCL needs exactly one per client)", a,
+                     counts ? counts[a] : 0);
+            ok = 0;
+        }
+        for (int b = 0; b < a && ok; b++)
+            if (all[2 * a] == all[2 * b] && all[2 * a + 1] == all[2 * b + 1]) {
+                snprintf(nc.absence, sizeof nc.absence,
+                         "clients %d and %d share CUDA device %d on host %s (NCCL needs a GPU "
+                         "per client)", b, a, all[2 * a + 1], dt__client_hostname(a));
+                ok = 0;
+            }
+    }
+    free(all);
+    *ok_out = ok;
+    return DT_OK;
+}
+
+dt_status dt__transport_nccl_start(const char *mode)
+{
+    int ok = 0;
+    memset(&nc, 0, sizeof nc);
+    if (strcmp(mode, "auto") != 0 && strcmp(mode, "nccl") != 0) {
+        snprintf(nc.absence, sizeof nc.absence, "DT_TRANSPORT=%s", mode);
+        return DT_OK;
+    }
+    dt_status st = decide(&ok);
+    if (st != DT_OK || !ok)
+        return st;
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (dt_client_id() == 0)
+        r = ncclGetUniqueId(&id);
+    int good = r == ncclSuccess, all_good = 0;
+    int rc = MPI_Allreduce(&good, &all_good, 1, MPI_INT, MPI_MIN, dt__comm());
+    if (rc == MPI_SUCCESS && all_good)
+        rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, dt__comm());
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, "NCCL setup: the unique id's broadcast");
+    if (!all_good)
+        return nccl_status(r, "ncclGetUniqueId on client 0", NULL);
+    const dt__device *dev = dt__device_local(DT_DEVICE_GPU, 0);
+    st = dt__cuda_status(cudaSetDevice(dev->ordinal), "NCCL setup: cudaSetDevice");
+    if (st != DT_OK)
+        return st;
+    nc.nranks = dt_num_clients();
+    r = ncclCommInitRank(&nc.comm, nc.nranks, id, dt_client_id());
+    if (r != ncclSuccess) {
+        nc.comm = NULL;
+        return nccl_status(r, "ncclCommInitRank", NULL);
+    }
+    nc.applies = 1;
+    return DT_OK;
+}
+
+void dt__transport_nccl_stop(void)
+{
+    if (nc.comm)
+        ncclCommDestroy(nc.comm);
+    nc.comm = NULL;
+    nc.applies = 0;
+}
+
+
+/* Packs the region's box into buf (compact) or unpacks it, on the region's device. */
+static dt_status pack(const dt__region *r, void *buf, int into_buf)
+{
+    int64_t zero[DT_MAX_RANK] = {0};
+    if (into_buf)
+        return dt__device_copy_box(r->dev, DT__COPY_D2D, r->rank, r->elem, r->start, r->count,
+                                   buf, r->start, r->count, r->base, zero, r->shape);
+    return dt__device_copy_box(r->dev, DT__COPY_D2D, r->rank, r->elem, r->start, r->count,
+                               r->base, zero, r->shape, buf, r->start, r->count);
+}
+
+/* Waits for the group's work on the stream, polling NCCL's asynchronous error, for at most
+ * DT_COMM_TIMEOUT seconds without completion; aborts the communicator on failure. */
+static dt_status wait_group(double timeout, const char *peers)
+{
+    double start = dt__now_seconds();
+    for (unsigned spins = 1;; spins++) {
+        cudaError_t e = cudaStreamQuery(0);
+        if (e == cudaSuccess)
+            return DT_OK;
+        if (e != cudaErrorNotReady)
+            return dt__cuda_status(e, "NCCL exchange: the device's stream");
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(nc.comm, &async);
+        if (r == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+            r = async;
+        dt_status st = DT_OK;
+        if (r != ncclSuccess)
+            st = nccl_status(r, "exchange (asynchronous error)", peers);
+        else if (dt__now_seconds() - start > timeout)
+            st = dt__error(DT_ERR_TIMEOUT,
+                           "NCCL exchange on communicator 'all clients' (%d ranks): nothing "
+                           "completed for %.3g s (DT_COMM_TIMEOUT), peer(s) %s", nc.nranks,
+                           timeout, peers);
+        if (st != DT_OK) {
+            ncclCommAbort(nc.comm);
+            nc.comm = NULL;
+            nc.applies = 0;
+            snprintf(nc.absence, sizeof nc.absence, "its communicator was aborted after an "
+                     "error");
+            return st;
+        }
+        if (spins % 256 == 0)
+            dt__watchdog_answer();
+    }
+}
+
+static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                               size_t nrecvs, void (*local_work)(void *), void *arg)
+{
+    size_t n = nsends + nrecvs;
+    if (n == 0) {
+        if (local_work)
+            local_work(arg);
+        return DT_OK;
+    }
+    if (!nc.applies)
+        return dt__error(DT_ERR_UNSUPPORTED, "the nccl transport does not apply: %s",
+                         dt__nccl_absence());
+    const char *bad = NULL;
+    double timeout = dt__comm_timeout(&bad);
+    if (bad)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
+    void **bufs = calloc(n, sizeof *bufs);
+    char peers[256] = "";
+    dt_status st = bufs ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "NCCL exchange: no memory");
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
+        size_t len = strlen(peers);
+        if (len + 16 < sizeof peers)
+            snprintf(peers + len, sizeof peers - len, "%s%d", len ? "," : "", x->peer);
+        if (!x->region.dev || x->region.dev->kind != dt__device_kind_cuda())
+            st = dt__error(DT_ERR_UNSUPPORTED, "the nccl transport moves CUDA device memory "
+                           "only (transfer with client %d)", x->peer);
+        if (st == DT_OK)
+            st = dt__device_alloc(x->region.dev, dt__region_bytes(&x->region), &bufs[i]);
+        if (st == DT_OK && i >= nrecvs)
+            st = pack(&x->region, bufs[i], 1);
+    }
+    if (st == DT_OK) {
+        ncclResult_t r = ncclGroupStart();
+        for (size_t i = 0; i < n && r == ncclSuccess; i++) {
+            const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
+            size_t bytes = dt__region_bytes(&x->region);
+            r = i < nrecvs ? ncclRecv(bufs[i], bytes, ncclChar, x->peer, nc.comm, 0)
+                           : ncclSend(bufs[i], bytes, ncclChar, x->peer, nc.comm, 0);
+        }
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess)
+            r = r2;
+        if (r != ncclSuccess && r != ncclInProgress)
+            st = nccl_status(r, "ncclSend/ncclRecv group", peers);
+    }
+    if (st == DT_OK && local_work)
+        local_work(arg);
+    if (st == DT_OK)
+        st = wait_group(timeout, peers);
+    for (size_t i = 0; i < nrecvs && st == DT_OK; i++)
+        st = pack(&recvs[i].region, bufs[i], 0);
+    for (size_t i = 0; bufs && i < n; i++)
+        if (bufs[i]) {
+            const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
+            dt__device_free(x->region.dev, bufs[i], dt__region_bytes(&x->region));
+        }
+    free(bufs);
+    return st;
+}
+
+static void nccl_release(dt__xfer_cache *cache)
+{
+    (void)cache; /* nothing cached: buffers come from the device pool per call */
+}
+
+static int nccl_moves(const dt__device_kind *kind)
+{
+    return kind && kind == dt__device_kind_cuda();
+}
+
+static int nccl_can_connect(int peer)
+{
+    (void)peer;
+    return nc.applies; /* one communicator over all clients */
+}
+
+static const dt__transport nccl_transport = {
+    .name = "nccl",
+    .exchange = nccl_exchange,
+    .release = nccl_release,
+    .moves = nccl_moves,
+    .can_connect = nccl_can_connect,
+};
+
+const dt__transport *dt__transport_nccl(void)
+{
+    return nc.applies ? &nccl_transport : NULL;
+}
