@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/error.h"
 
 static int cmp_start(const void *pa, const void *pb, void *arg)
 {

@@ -11,6 +11,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/group.h"
+#include "runtime/transport.h"
 
 #define MAX_CPU_DEVICES 4096
 #define MAX_GPU_DEVICES 4096

@@ -289,7 +289,7 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
     int nclients = dt_num_clients(), me = dt_client_id();
     if (nclients < 2)
         return;
-    dt_mesh *m = zt_mesh_1d();
+    dt_mesh *m = og_mesh_1d();
     for (int stage = 0; stage < 3; stage++) {
         dt_zero_opts o = DT_ZERO_OPTS_INIT;
         o.stage = stage;
@@ -305,7 +305,7 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         gen gens[2] = {{0, -1, 0, 0.0f}, {1, -1, 0, 0.0f}};
         dt_tensor *grads[2];
         for (int j = 0; j < 2; j++)
-            grads[j] = zt_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
+            grads[j] = og_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
         int word = 1, came = 1;
         if (me == 0) {
             for (int j = 1; j >= 0; j--)
@@ -338,8 +338,8 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         for (int j = 0; j < 2; j++) {
             int64_t n = pnumel(&group_b[j]);
             float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-            zt_fetch(params[j], a);
-            zt_fetch(ps[j], b);
+            og_fetch(params[j], a);
+            og_fetch(ps[j], b);
             CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
             free(a);
             free(b);
