@@ -299,6 +299,10 @@ void dt__ckpt_group_free(ck_group *g);
 /* Every member learns the outcome: DT_OK when every st is DT_OK, else the status and message
  * of the lowest failing group rank (prefixed with its client id on the others). */
 dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
+/* Waits for the group's nonblocking collective `req` that returned `rc` under the watchdog
+ * (dt__wait_watched_group): a member lost meanwhile gives DT_ERR_TIMEOUT naming it within
+ * DT_COMM_TIMEOUT, not a hang (docs/ckpt.md, "Lost clients"). `what` names the step. */
+dt_status dt__ckpt_wait(const ck_group *g, MPI_Request *req, int rc, const char *what);
 
 /* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */
 

@@ -64,29 +64,56 @@ void dt__ckpt_group_free(ck_group *g)
     g->comm = MPI_COMM_NULL;
 }
 
-dt_status dt__ckpt_agree(const ck_group *g, dt_status st)
-{
-    if (g->comm == MPI_COMM_NULL || g->size <= 1)
-        return st;
-    int mine = st != DT_OK ? g->rank : INT_MAX, first = INT_MAX;
-    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->comm);
-    if (rc != MPI_SUCCESS)
-        return dt__mpi_error(rc, "checkpoint: agreeing on the outcome");
-    if (first == INT_MAX)
-        return DT_OK;
+/* The buffers of an agreement: on the heap, and left there when a wait times out (the
+ * collective stays pending and MPI may still write into them). */
+typedef struct agreement {
+    int mine, first;
     struct {
         int status;
         char msg[MSG_LEN];
     } out;
-    memset(&out, 0, sizeof out);
-    if (g->rank == first) {
-        out.status = (int)st;
-        dt__strlcpy(out.msg, dt_last_error(), sizeof out.msg);
-    }
-    rc = MPI_Bcast(&out, (int)sizeof out, MPI_BYTE, first, g->comm);
-    if (rc != MPI_SUCCESS)
-        return dt__mpi_error(rc, "checkpoint: sharing the failure");
-    if (g->rank == first)
+} agreement;
+
+dt_status dt__ckpt_agree(const ck_group *g, dt_status st)
+{
+    if (g->comm == MPI_COMM_NULL || g->size <= 1)
         return st;
-    return dt__error((dt_status)out.status, "client %d: %s", g->clients[first], out.msg);
+    char keep[MSG_LEN];
+    dt__strlcpy(keep, dt_last_error(), sizeof keep);
+    agreement *a = calloc(1, sizeof *a);
+    if (!a)
+        return dt__error(DT_ERR_NO_MEMORY, "checkpoint: no memory to agree on the outcome");
+    a->mine = st != DT_OK ? g->rank : INT_MAX;
+    a->first = INT_MAX;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(&a->mine, &a->first, 1, MPI_INT, MPI_MIN, g->comm, &req);
+    dt_status ws = dt__ckpt_wait(g, &req, rc, "checkpoint: agreeing on the outcome");
+    int first = a->first;
+    if (ws == DT_OK && first != INT_MAX) {
+        if (g->rank == first) {
+            a->out.status = (int)st;
+            dt__strlcpy(a->out.msg, keep, sizeof a->out.msg);
+        }
+        rc = MPI_Ibcast(&a->out, (int)sizeof a->out, MPI_BYTE, first, g->comm, &req);
+        ws = dt__ckpt_wait(g, &req, rc, "checkpoint: sharing the failure");
+    }
+    if (ws != DT_OK) {
+        if (ws != DT_ERR_TIMEOUT)
+            free(a);
+        return ws;
+    }
+    dt_status out = DT_OK;
+    if (first != INT_MAX)
+        out = g->rank == first ? dt__error(st, "%s", keep)
+                               : dt__error((dt_status)a->out.status, "client %d: %s",
+                                           g->clients[first], a->out.msg);
+    free(a);
+    return out;
+}
+
+dt_status dt__ckpt_wait(const ck_group *g, MPI_Request *req, int rc, const char *what)
+{
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, what);
+    return dt__wait_watched_group(req, g->clients, g->size, 0, what);
 }
