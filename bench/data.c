@@ -293,7 +293,8 @@ static int usage(void)
 
 int main(int argc, char **argv)
 {
-    opts o = {"wait,read", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", 64, 7, 100, 2.0, 3.0, 0, 1};
+    opts o = {"wait,read", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", 64, 7, 100, 2.0, 3.0,
+              0, 1};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)

@@ -301,7 +301,7 @@ void dt__ckpt_group_free(ck_group *g);
 dt_status dt__ckpt_agree(const ck_group *g, dt_status st);
 /* Waits for the group's nonblocking collective `req` that returned `rc` under the watchdog
  * (dt__wait_watched_group): a member lost meanwhile gives DT_ERR_TIMEOUT naming it within
- * DT_COMM_TIMEOUT, not a hang (docs/ckpt.md, "Lost clients"). `what` names the step. */
+ * DT_COMM_TIMEOUT, not a hang (docs/multihost.md, the watchdog). `what` names the step. */
 dt_status dt__ckpt_wait(const ck_group *g, MPI_Request *req, int rc, const char *what);
 
 /* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */

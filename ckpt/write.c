@@ -201,14 +201,14 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const 
     int drop_started = do_fsync && dj.mine && pthread_create(&drop_th, NULL, drop_old, &dj) == 0;
     for (int j = 1; src->parallel && j < nj; j++)
         started[j] = pthread_create(&th[j], NULL, write_file, &jobs[j]) == 0;
-    /* Here: the first, any a thread could not take, and all of a sequential source's (in
-     * order, stopping at a failure: its later pieces would be another file's). */
     /* The other clients may already wait for this one (under their watchdog): answer their
      * pings between pieces and while the writing threads finish, where this thread may call
      * MPI. */
     int is_main = 0;
     MPI_Is_thread_main(&is_main);
     int answer = is_main || dt__mpi_thread_level() >= MPI_THREAD_MULTIPLE;
+    /* Here: the first, any a thread could not take, and all of a sequential source's (in
+     * order, stopping at a failure: its later pieces would be another file's). */
     for (int j = 0; j < nj && (src->parallel || j == 0 || jobs[j - 1].st == DT_OK); j++)
         if (j == 0 || !started[j]) {
             jobs[j].answer = answer;
