@@ -7,7 +7,10 @@
 
 #include "ckpt/ckpt_impl.h"
 
-enum { GROUP_TAG = 7301, MSG_LEN = 1024 };
+/* The tag of MPI_Comm_create_group's messages on the runtime's communicator: unlike every
+ * other tag there, the watchdog's pings (7301, 7302) included, which a client answering pings
+ * would otherwise take from a peer creating the group. */
+enum { GROUP_TAG = 7311, MSG_LEN = 1024 };
 
 dt_status dt__ckpt_group_create(const dt_mesh *mesh, ck_group *g)
 {
