@@ -23,6 +23,8 @@ typedef struct opts {
     int steps;     /* wait: training steps per run */
     double src_ms; /* wait: source time per batch */
     double step_ms; /* wait: compute time per step */
+    int gpu;       /* wait: on a GPU mesh (--device gpu; DT_GPU=sim works) */
+    int floats;    /* wait: f32 values per example */
 } opts;
 
 static double now(void)
@@ -48,26 +50,34 @@ static int fail(const char *what, dt_status st)
 
 typedef struct slow {
     double ms_per_example;
+    int floats;
 } slow;
 
 static dt_status slow_fill(void *arg, int64_t i, void *const *f)
 {
     const slow *s = arg;
     sleep_ms(s->ms_per_example);
-    ((float *)f[0])[0] = (float)i;
+    for (int j = 0; j < s->floats; j++)
+        ((float *)f[0])[j] = (float)i;
     return DT_OK;
 }
 
 /* Seconds spent in dt_dataset_next over o->steps steps of o->step_ms each; *ok whether every
- * batch held the examples expected. */
-static int wait_run(const opts *o, const dt_layout *l, int prefetch, double *wait_s, int *ok)
+ * batch held the examples expected. With `to` set (a GPU layout), the dataset is on the host
+ * mesh and each batch is copied to `to` in the timed part: the pipeline as it was before the
+ * prefetch thread uploaded batches itself. */
+static int wait_run(const opts *o, const dt_layout *l, int prefetch, const dt_layout *to,
+                    double *wait_s, int *ok)
 {
     enum { B = 8 };
-    slow s = {o->src_ms / B};
-    dt_data_field f = {DT_DTYPE_F32, 1, {1}};
+    slow s = {o->src_ms / B, o->floats};
+    dt_data_field f = {DT_DTYPE_F32, 1, {o->floats}};
+    size_t bytes = (size_t)B * (size_t)o->floats * sizeof(float);
+    float *first = malloc(bytes);
     dt_data_source *src = NULL;
     dt_dataset *ds = NULL;
-    dt_status st = dt_data_source_callback(1 << 20, 1, &f, slow_fill, &s, &src);
+    dt_status st = first ? dt_data_source_callback(1 << 20, 1, &f, slow_fill, &s, &src)
+                         : DT_ERR_NO_MEMORY;
     dt_dataset_opts d = DT_DATASET_OPTS_INIT;
     d.global_batch = B;
     d.shuffle = 0;
@@ -79,15 +89,25 @@ static int wait_run(const opts *o, const dt_layout *l, int prefetch, double *wai
         dt_tensor *t = NULL;
         double t0 = now();
         st = dt_dataset_next(ds, 1, &t, NULL);
+        if (st == DT_OK && to) {
+            dt_tensor *h = t;
+            st = dt_copy_to_mesh(h, to, &t);
+            dt_tensor_destroy(h);
+        }
         waited += now() - t0;
         if (st != DT_OK)
             break;
-        *ok &= ((const float *)dt_tensor_local(t, 0)->data)[0] == (float)(step * B);
+        /* Read back through the device layer (device memory on a GPU mesh), outside the
+         * timed call. */
+        st = dt_tensor_local_read(t, 0, first, bytes);
+        *ok &= st == DT_OK && first[0] == (float)(step * B) &&
+               first[(size_t)B * (size_t)o->floats - 1] == (float)(step * B + B - 1);
         dt_tensor_destroy(t);
         sleep_ms(o->step_ms); /* the training step */
     }
     dt_dataset_destroy(ds);
     dt_data_source_destroy(src);
+    free(first);
     if (st != DT_OK)
         return fail("wait", st);
     *wait_s = waited;
@@ -100,14 +120,28 @@ static int case_wait(const opts *o, const dt_mesh *m)
     dt_status st = dt_layout_batch_sharded(m, "batch", 2, 0, &l);
     if (st != DT_OK)
         return fail("layout", st);
-    double without = 0, with = 0;
-    int ok = 1, rc = wait_run(o, l, 0, &without, &ok) || wait_run(o, l, 2, &with, &ok);
+    double without = 0, with = 0, copied = 0;
+    int ok = 1, rc = wait_run(o, l, 0, NULL, &without, &ok) ||
+                     wait_run(o, l, 2, NULL, &with, &ok);
+    if (!rc && o->gpu) {
+        /* The reference of a GPU mesh: prefetched on the host mesh, copied in the loop. */
+        dt_mesh *host = NULL;
+        dt_layout *hl = NULL;
+        st = dt_mesh_host_mesh(m, &host);
+        if (st == DT_OK)
+            st = dt_layout_batch_sharded(host, "batch", 2, 0, &hl);
+        rc = st != DT_OK ? fail("host layout", st) : wait_run(o, hl, 2, l, &copied, &ok);
+        dt_layout_destroy(hl);
+        dt_mesh_destroy(host);
+    }
     dt_layout_destroy(l);
     if (rc)
         return 1;
     bu_line line;
     bu_line_init(&line);
     bu_line_add(&line, "case", "wait");
+    bu_line_add(&line, "device", "%s", o->gpu ? "gpu" : "cpu");
+    bu_line_add(&line, "batch_bytes", "%zu", (size_t)8 * (size_t)o->floats * sizeof(float));
     bu_line_add(&line, "steps", "%d", o->steps);
     bu_line_add(&line, "source_ms", "%.2f", o->src_ms);
     bu_line_add(&line, "step_ms", "%.2f", o->step_ms);
@@ -115,6 +149,8 @@ static int case_wait(const opts *o, const dt_mesh *m)
     bu_line_add(&line, "ref", "no_prefetch");
     bu_line_add(&line, "ref_wait_ms", "%.3f", 1e3 * without / o->steps);
     bu_line_add(&line, "hidden", "%.3f", without > 0 ? 1 - with / without : 0.0);
+    if (o->gpu)
+        bu_line_add(&line, "host_prefetch_copy_wait_ms", "%.3f", 1e3 * copied / o->steps);
     bu_line_add(&line, "check", "%s", ok ? "ok" : "BAD");
     bu_line_print(&line);
     return !ok;
@@ -248,13 +284,17 @@ static int case_read(const opts *o, const dt_mesh *m)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_data [--cases wait,read] [--mib N] [--reps N] [--steps N] "
-                    "[--source-ms MS] [--step-ms MS] [--dir DIR]\n");
+                    "[--source-ms MS] [--step-ms MS] [--dir DIR]\n"
+                    "                  [--device cpu|gpu] [--floats N]\n"
+                    "  --device gpu: the wait case on a one-GPU mesh (DT_GPU=sim works),\n"
+                    "  --floats N: f32 values per example of the wait case (default 1)\n");
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    opts o = {"wait,read", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", 64, 7, 100, 2.0, 3.0};
+    opts o = {"wait,read", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", 64, 7, 100, 2.0, 3.0,
+              0, 1};
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
@@ -273,15 +313,21 @@ int main(int argc, char **argv)
             o.src_ms = atof(v);
         else if (!strcmp(argv[i], "--step-ms"))
             o.step_ms = atof(v);
+        else if (!strcmp(argv[i], "--device") && (!strcmp(v, "cpu") || !strcmp(v, "gpu")))
+            o.gpu = !strcmp(v, "gpu");
+        else if (!strcmp(argv[i], "--floats"))
+            o.floats = atoi(v);
         else
             return usage();
         i++;
     }
     if (o.mib < 1 || o.reps < 1 || o.reps > MAX_REPS || o.steps < 1 || o.src_ms < 0 ||
-        o.step_ms < 0)
+        o.step_ms < 0 || o.floats < 1 || o.floats > (1 << 24))
         return usage();
     dt_init_opts io = DT_INIT_OPTS_INIT;
     io.cpu_devices = 1;
+    io.use_gpus = o.gpu;
+    io.gpu_devices = o.gpu;
     dt_status st = dt_init(&argc, &argv, &io);
     if (st != DT_OK)
         return fail("dt_init", st);
@@ -289,12 +335,17 @@ int main(int argc, char **argv)
     int64_t size = 1;
     dt_mesh *m = NULL;
     int rc = 0;
-    if ((st = dt_mesh_create("bench", 1, &dim, &size, DT_DEVICE_CPU, &m)) != DT_OK)
+    if ((st = dt_mesh_create("bench", 1, &dim, &size, o.gpu ? DT_DEVICE_GPU : DT_DEVICE_CPU,
+                             &m)) != DT_OK)
         rc = fail("mesh", st);
-    printf("# bench_data: one process, one CPU device\n");
+    printf("# bench_data: one process, one %s device%s\n", o.gpu ? "GPU" : "CPU",
+           o.gpu && getenv("DT_GPU") ? (strcmp(getenv("DT_GPU"), "sim") ? "" : " (DT_GPU=sim)")
+                                     : "");
     if (!rc && bu_list_has(o.cases, "wait"))
         rc |= case_wait(&o, m);
-    if (!rc && bu_list_has(o.cases, "read"))
+    if (!rc && bu_list_has(o.cases, "read") && o.gpu)
+        printf("# read: CPU meshes only (its reference is a plain read into host memory)\n");
+    else if (!rc && bu_list_has(o.cases, "read"))
         rc |= case_read(&o, m);
     dt_mesh_destroy(m);
     dt_finalize();

@@ -298,6 +298,17 @@ dt_status dt__ckpt_upload(const dt_ckpt *ck, const ck_fill *fills, int64_t n, ui
 /* Reads the whole slice in chunks, checking chunk CRCs and the whole CRC. */
 dt_status dt__ckpt_check_slice(ck_reader *rd, int64_t t, int64_t s);
 
+/* ---- agreeing over the mesh's group (agree.c) ---------------------------------------------- */
+
+/* Every member learns the outcome: DT_OK when every st is DT_OK, else the status and message
+ * of the lowest failing group rank (prefixed with its client id on the others); under the
+ * watchdog, as dt__ckpt_wait. */
+dt_status dt__ckpt_agree(const dt__group *g, dt_status st);
+/* Waits for the group's nonblocking collective `req` that returned `rc` under the watchdog
+ * (dt__wait_watched_group): a member lost meanwhile gives DT_ERR_TIMEOUT naming it within
+ * DT_COMM_TIMEOUT, not a hang (docs/multihost.md, the watchdog). `what` names the step. */
+dt_status dt__ckpt_wait(const dt__group *g, MPI_Request *req, int rc, const char *what);
+
 /* ---- explicitly placed pieces (pieces.c) --------------------------------------------------- */
 
 /* Every client's pieces, gathered and checked: tensors in order of first appearance (client

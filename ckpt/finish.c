@@ -55,12 +55,15 @@ static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *
             for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
                 send[k++] = chunk_crcs[si][c];
         }
-    int rc = MPI_Gatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
-                         MPI_UINT32_T, 0, g->comm);
-    if (rc != MPI_SUCCESS) {
-        st = dt__mpi_error(rc, "dt_save: gathering CRCs");
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Igatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
+                          MPI_UINT32_T, 0, g->comm, &req);
+    if ((st = dt__ckpt_wait(g, &req, rc, "dt_save: gathering CRCs")) != DT_OK) {
+        if (st == DT_ERR_TIMEOUT)
+            send = recv = NULL;   /* still pending: MPI may write into them; left allocated */
         goto out;
     }
+    st = DT_ERR_NO_MEMORY;
     if (g->rank == 0) {
         int64_t *pos = calloc((size_t)g->size, sizeof *pos);
         if (!pos)
@@ -129,7 +132,7 @@ dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st
         if (bs != DT_OK)
             return bs;
     }
-    return dt__group_agree(f->g, st, "checkpoint: agreeing on the outcome");
+    return dt__ckpt_agree(f->g, st);
 }
 
 dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st)
@@ -139,8 +142,10 @@ dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st)
     if (f->made_tmp)
         dt__ckpt_remove_dir(f->tmp);
     /* Every client knows of the failure (agreed): return together, after the cleanup. */
-    if (st != DT_ERR_TIMEOUT && st != DT_ERR_COMM)
-        MPI_Barrier(f->g->comm);
+    if (st != DT_ERR_TIMEOUT && st != DT_ERR_COMM) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        (void)dt__ckpt_wait(f->g, &req, MPI_Ibarrier(f->g->comm, &req), "dt_save: cleanup");
+    }
     return dt__error(st, "%s", keep);
 }
 

@@ -124,11 +124,11 @@ static dt_status gather(const dt_mesh *mesh, const dt__group *g, int np, const d
         goto out;
     for (int i = 0, k = 0; i < np; k += (int)desc_words(&pc[i]), i++)
         encode(mesh, &pc[i], i, send + k);
-    int rc = MPI_Allgather(&mine, 1, MPI_INT64_T, words, 1, MPI_INT64_T, g->comm);
-    if (rc != MPI_SUCCESS) {
-        st = dt__mpi_error(rc, "dt_save: gathering the pieces");
-        goto out;
-    }
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallgather(&mine, 1, MPI_INT64_T, words, 1, MPI_INT64_T, g->comm, &req);
+    if ((st = dt__ckpt_wait(g, &req, rc, "dt_save: gathering the pieces")) != DT_OK)
+        goto lost;
+    st = DT_ERR_NO_MEMORY;
     int64_t total = 0;
     for (int r = 0; r < g->size; r++) {
         displs[r] = (int)total;
@@ -143,11 +143,11 @@ static dt_status gather(const dt_mesh *mesh, const dt__group *g, int np, const d
     recv = malloc(((size_t)total + 1) * sizeof *recv);
     if (!recv)
         goto out;
-    rc = MPI_Allgatherv(send, (int)mine, MPI_INT64_T, recv, counts, displs, MPI_INT64_T, g->comm);
-    if (rc != MPI_SUCCESS) {
-        st = dt__mpi_error(rc, "dt_save: gathering the pieces");
-        goto out;
-    }
+    rc = MPI_Iallgatherv(send, (int)mine, MPI_INT64_T, recv, counts, displs, MPI_INT64_T,
+                         g->comm, &req);
+    if ((st = dt__ckpt_wait(g, &req, rc, "dt_save: gathering the pieces")) != DT_OK)
+        goto lost;
+    st = DT_ERR_NO_MEMORY;
     /* Fewer descriptors than words / HEAD_WORDS. */
     ds = malloc(((size_t)(total / HEAD_WORDS) + 1) * sizeof *ds);
     if (!ds)
@@ -182,6 +182,13 @@ out:
     free(displs);
     free(send);
     free(recv);
+    free(ds);
+    return st;
+lost:
+    /* Not DT_ERR_TIMEOUT: the collective ended, its buffers may go. Else it is still pending
+     * and MPI may write into them: they are left allocated. */
+    if (st != DT_ERR_TIMEOUT)
+        goto out;
     free(ds);
     return st;
 }

@@ -150,7 +150,7 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
             st = dt__device_sync_all(dt_mesh_device_type(mesh));
         dt_tensor_destroy(c);
     }
-    st = dt__group_agree(g, st, "checkpoint: agreeing on the outcome");
+    st = dt__ckpt_agree(g, st);
     if (st == DT_OK && out)
         for (int t = 0; t < n; t++) {
             out[t] = filled[t];

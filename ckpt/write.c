@@ -5,9 +5,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
@@ -22,6 +24,8 @@ typedef struct file_job {
     int do_fsync;
     uint32_t *crcs;               /* per plan slice */
     uint32_t **chunk_crcs;
+    int answer;                   /* run by the calling thread: answers the watchdog's pings */
+    atomic_int done;
     dt_status st;
     char msg[CK_PATH_MAX + 256];
 } file_job;
@@ -73,9 +77,9 @@ static void start_writeback(int fd, uint64_t off, uint64_t len)
 #endif
 }
 
-static void *write_file(void *arg)
+/* Writes one file of this client (job->st and msg say how it went). */
+static void write_one(file_job *job)
 {
-    file_job *job = arg;
     const ck_plan *plan = job->plan;
     const ck_plan_file *pf = &plan->files[job->file];
     char name[64], path[CK_PATH_MAX];
@@ -102,7 +106,7 @@ static void *write_file(void *arg)
                 job->st = job->src->status != DT_OK ? job->src->status : DT_ERR_STATE;
                 snprintf(job->msg, sizeof job->msg, "%s", dt_last_error());
                 close(fd);
-                return NULL;
+                return;
             }
             crc = dt_crc32c(crc, data, (size_t)len);
             if (at + len == cend) {
@@ -114,6 +118,8 @@ static void *write_file(void *arg)
             uint64_t off = pf->header_bytes + s->begin + at;
             int rc = dt__ckpt_pwrite(fd, data, (size_t)len, off);
             job->src->put(job->src, data, len);
+            if (job->answer)
+                dt__watchdog_answer();
             if (rc != 0)
                 goto io_err_close;
             at += len;
@@ -129,7 +135,7 @@ static void *write_file(void *arg)
         goto io_err_close;
     if (close(fd) != 0)
         goto io_err;
-    return NULL;
+    return;
 io_err_close: {
     int e = errno;
     close(fd);
@@ -138,6 +144,14 @@ io_err_close: {
 io_err:
     job->st = DT_ERR_IO;
     snprintf(job->msg, sizeof job->msg, "dt_save: %s: %s", path, strerror(errno));
+}
+
+/* A writing thread's body. */
+static void *write_file(void *arg)
+{
+    file_job *job = arg;
+    write_one(job);
+    atomic_store(&job->done, 1);
     return NULL;
 }
 
@@ -189,11 +203,24 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const 
     int drop_started = do_fsync && dj.mine && pthread_create(&drop_th, NULL, drop_old, &dj) == 0;
     for (int j = 1; src->parallel && j < nj; j++)
         started[j] = pthread_create(&th[j], NULL, write_file, &jobs[j]) == 0;
+    /* The other clients may already wait for this one (under their watchdog): answer their
+     * pings between pieces and while the writing threads finish, where this thread may call
+     * MPI. */
+    int is_main = 0;
+    MPI_Is_thread_main(&is_main);
+    int answer = is_main || dt__mpi_thread_level() >= MPI_THREAD_MULTIPLE;
     /* Here: the first, any a thread could not take, and all of a sequential source's (in
      * order, stopping at a failure: its later pieces would be another file's). */
     for (int j = 0; j < nj && (src->parallel || j == 0 || jobs[j - 1].st == DT_OK); j++)
-        if (j == 0 || !started[j])
-            write_file(&jobs[j]);
+        if (j == 0 || !started[j]) {
+            jobs[j].answer = answer;
+            write_one(&jobs[j]);
+        }
+    for (int j = 1; answer && j < nj; j++)
+        while (started[j] && !atomic_load(&jobs[j].done)) {
+            dt__watchdog_answer();
+            nanosleep(&(struct timespec){0, 2000000}, NULL);
+        }
     for (int j = 1; j < nj; j++)
         if (started[j])
             pthread_join(th[j], NULL);

@@ -11,6 +11,7 @@
 
 #include "dtensor/data.h"
 #include "runtime/comm.h"
+#include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/util.h"
@@ -73,7 +74,7 @@ void dd_epoch_order(uint64_t seed, int64_t epoch, int shuffle, int64_t n, int64_
 
 /* ---- the dataset (dataset.c, fill.c, next.c, state.c) --------------------------------------- */
 
-/* One prepared batch: host buffers for every (output, local device), or an error. */
+/* One prepared batch: buffers for every (output, local device), or an error. */
 typedef struct dd_slot {
     int ready;
     dt_status st;
@@ -81,16 +82,20 @@ typedef struct dd_slot {
     int64_t epoch, batch, rows;
     int end;
     void **bufs; /* nout * nlocal, index k * nlocal + d; NULL once handed to a tensor */
+    /* On a GPU mesh, once uploaded: bufs are device memory of ds->devs[d], of dbytes[i]
+     * bytes (what dt__device_free needs back). */
+    int on_device;
+    size_t *dbytes;
 } dd_slot;
 
 struct dt_dataset {
     dt_data_source *src;
     int nout, nlocal;
     dt_layout *layouts[DT_DATA_MAX_FIELDS];
-    dt_layout *host_layouts[DT_DATA_MAX_FIELDS]; /* the same specs on the host mesh (GPU) */
     dt_mesh *mesh;
     int64_t *pos; /* mesh position of each local device */
     int gpu;
+    const dt__device **devs; /* a GPU mesh's local devices (NULL on a CPU mesh) */
     dt_dataset_opts o;
     int64_t bpe; /* batches per epoch */
     const dt__group *group; /* the mesh's clients (cached by the runtime, not owned) */
@@ -116,6 +121,11 @@ struct dt_dataset {
 void dd_fill(dt_dataset *ds, int64_t epoch, int64_t batch, dd_slot *slot);
 /* Frees a slot's buffers and marks it empty. */
 void dd_slot_clear(const dt_dataset *ds, dd_slot *slot);
+/* On a GPU mesh, copies a prepared slot's host buffers onto its devices (upload.c): device
+ * buffers from the device pool, one H2D copy each on the device's stream, the host buffers
+ * then freed; a failure goes into the slot's st/msg. Nothing on a CPU mesh, after an error or
+ * at the end. Producer only. */
+void dd_upload(dt_dataset *ds, dd_slot *slot);
 /* Stops the producer thread and drops prepared batches; the producer restarts at the
  * dataset's position. */
 void dd_stop(dt_dataset *ds);

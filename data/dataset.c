@@ -56,7 +56,7 @@ static dt_status check_args(const dt_data_source *src, int n, const dt_layout *c
     return DT_OK;
 }
 
-/* Everything local: positions, slots, the order buffer, host layouts for a GPU mesh. */
+/* Everything local: positions, slots, the order buffer, a GPU mesh's local devices. */
 static dt_status setup(dt_dataset *ds)
 {
     ds->pos = malloc((size_t)ds->nlocal * sizeof *ds->pos);
@@ -72,17 +72,18 @@ static dt_status setup(dt_dataset *ds)
         ds->pos[d] = dt_mesh_position(ds->mesh, dt_mesh_local_device_id(ds->mesh, d));
     if (!ds->gpu)
         return DT_OK;
-    dt_mesh *host = NULL;
-    dt_status st = dt_mesh_host_mesh(ds->mesh, &host);
-    for (int k = 0; k < ds->nout && st == DT_OK; k++) {
-        const char *specs[DT_MAX_RANK];
-        int rank = dt_layout_rank(ds->layouts[k]);
-        for (int d = 0; d < rank; d++)
-            specs[d] = dt_layout_spec(ds->layouts[k], d);
-        st = dt_layout_create(host, rank, specs, &ds->host_layouts[k]);
-    }
-    dt_mesh_destroy(host);
-    return st;
+    ds->devs = calloc((size_t)ds->nlocal + 1, sizeof *ds->devs);
+    if (!ds->devs)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    for (int d = 0; d < ds->nlocal; d++)
+        if (!(ds->devs[d] = dt__device_by_id(DT_DEVICE_GPU,
+                                             dt_mesh_local_device_id(ds->mesh, d))))
+            return dt__error(DT_ERR_STATE, "%s: local device %d of mesh '%s' not found", fn, d,
+                             dt_mesh_name(ds->mesh));
+    for (int i = 0; i < ds->nslots; i++)
+        if (!(ds->slots[i].dbytes = calloc((size_t)(ds->nout * ds->nlocal), sizeof(size_t))))
+            return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    return DT_OK;
 }
 
 dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *const *layouts,
@@ -135,16 +136,17 @@ void dt_dataset_destroy(dt_dataset *ds)
         return;
     if (ds->slots) {
         dd_stop(ds);
-        for (int i = 0; i < ds->nslots; i++)
+        for (int i = 0; i < ds->nslots; i++) {
             free(ds->slots[i].bufs);
+            free(ds->slots[i].dbytes);
+        }
         free(ds->slots);
     }
     pthread_cond_destroy(&ds->cv);
     pthread_mutex_destroy(&ds->mu);
-    for (int k = 0; k < ds->nout; k++) {
+    for (int k = 0; k < ds->nout; k++)
         dt_layout_destroy(ds->layouts[k]);
-        dt_layout_destroy(ds->host_layouts[k]);
-    }
+    free(ds->devs);
     dt_mesh_destroy(ds->mesh);
     dt_data_source_destroy(ds->src);
     free(ds->pos);

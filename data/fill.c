@@ -10,9 +10,13 @@
 void dd_slot_clear(const dt_dataset *ds, dd_slot *slot)
 {
     for (int i = 0; slot->bufs && i < ds->nout * ds->nlocal; i++) {
-        dt_host_free(slot->bufs[i]);
+        if (slot->on_device)
+            dt__device_free(ds->devs[i % ds->nlocal], slot->bufs[i], slot->dbytes[i]);
+        else
+            dt_host_free(slot->bufs[i]);
         slot->bufs[i] = NULL;
     }
+    slot->on_device = 0;
     slot->ready = 0;
     slot->end = 0;
     slot->st = DT_OK;

@@ -1,35 +1,42 @@
-/* dt_dataset_next: takes the prepared batch, hands its host buffers to tensors without a copy
- * (dt_tensor_pack_managed), agrees with the other clients on the outcome, and on a GPU mesh
- * copies the batch from the host mesh to the devices. */
+/* dt_dataset_next: takes the prepared batch, hands its buffers (host memory on a CPU mesh,
+ * device memory on a GPU mesh, where the producer already copied them: upload.c) to tensors
+ * without a copy (dt_tensor_pack_managed), and agrees with the other clients on the
+ * outcome. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data/data_impl.h"
-#include "dtensor/relayout.h"
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/util.h"
 
 enum { MSG_LEN = 1024 };
 
-/* A host buffer of the pool as a managed tensor; the deleter returns it to the pool. */
-typedef struct host_part {
+/* A buffer of the slot as a managed component; the deleter returns it to its pool (the host
+ * pool, or the device's when dev is set). */
+typedef struct part {
     DLManagedTensor m;
     int64_t shape[DT_MAX_RANK];
-} host_part;
+    const dt__device *dev;
+    size_t bytes;
+} part;
 
-static void host_part_free(DLManagedTensor *m)
+static void part_free(DLManagedTensor *m)
 {
-    dt_host_free(m->dl_tensor.data);
-    free(m->manager_ctx);
+    part *p = m->manager_ctx;
+    if (p->dev)
+        dt__device_free(p->dev, m->dl_tensor.data, p->bytes);
+    else
+        dt_host_free(m->dl_tensor.data);
+    free(p);
 }
 
-/* Output k of the slot as a tensor on the host-side layout. The slot's buffers move into the
- * tensor on success; on failure they stay with the slot. */
+/* Output k of the slot as a tensor on its layout. The slot's buffers move into the tensor on
+ * success; on failure they stay with the slot. */
 static dt_status pack_output(dt_dataset *ds, dd_slot *slot, int k, dt_tensor **out)
 {
-    const dt_layout *l = ds->gpu ? ds->host_layouts[k] : ds->layouts[k];
+    const dt_layout *l = ds->layouts[k];
     const dt_data_field *f = &ds->src->fields[k];
     int nl = ds->nlocal, rank = 1 + f->rank;
     int64_t shape[DT_MAX_RANK], off[DT_MAX_RANK];
@@ -39,7 +46,7 @@ static dt_status pack_output(dt_dataset *ds, dd_slot *slot, int k, dt_tensor **o
     DLManagedTensor **parts = calloc((size_t)nl, sizeof *parts);
     dt_status st = parts ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "dt_dataset_next: no memory");
     for (int d = 0; d < nl && st == DT_OK; d++) {
-        host_part *h = calloc(1, sizeof *h);
+        part *h = calloc(1, sizeof *h);
         if (!h) {
             st = dt__error(DT_ERR_NO_MEMORY, "dt_dataset_next: no memory");
             break;
@@ -47,10 +54,16 @@ static dt_status pack_output(dt_dataset *ds, dd_slot *slot, int k, dt_tensor **o
         parts[d] = &h->m;
         if ((st = dt_layout_shard(l, shape, ds->pos[d], off, h->shape)) != DT_OK)
             break;
+        DLDevice where = {kDLCPU, 0};
+        if (slot->on_device) {
+            h->dev = ds->devs[d];
+            h->bytes = slot->dbytes[k * nl + d];
+            where = (DLDevice){h->dev->kind->dl_type, h->dev->ordinal};
+        }
         h->m.manager_ctx = h;
-        h->m.deleter = host_part_free;
+        h->m.deleter = part_free;
         h->m.dl_tensor = (DLTensor){.data = slot->bufs[k * nl + d],
-                                    .device = {kDLCPU, 0},
+                                    .device = where,
                                     .ndim = rank,
                                     .dtype = dt_dtype_to_dlpack(f->dtype),
                                     .shape = h->shape};
@@ -92,15 +105,6 @@ dt_status dt_dataset_next(dt_dataset *ds, int n, dt_tensor **tensors_out,
     st = dt__group_agree(ds->group, st, "dt_dataset_next: agreeing on the batch");
     if (st != DT_OK)
         dt__strlcpy(msg, dt_last_error(), sizeof msg);
-    if (st == DT_OK && ds->gpu && !slot->end)
-        for (int k = 0; k < n && st == DT_OK; k++) {
-            dt_tensor *dev = NULL;
-            st = dt_copy_to_mesh(t[k], ds->layouts[k], &dev);
-            dt_tensor_destroy(t[k]);
-            t[k] = dev;
-            if (st != DT_OK)
-                snprintf(msg, sizeof msg, "%s", dt_last_error());
-        }
     if (st != DT_OK) {
         for (int k = 0; k < n; k++)
             dt_tensor_destroy(t[k]);

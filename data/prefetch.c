@@ -1,5 +1,6 @@
 /* The producer: a background thread preparing the next batches into a ring of `prefetch`
- * slots (or, with prefetch 0, the caller preparing each batch when asked). It stops after an
+ * slots, on a GPU mesh up to the devices (or, with prefetch 0, the caller preparing each
+ * batch when asked). It stops after an
  * end or a failure; dd_stop rewinds it to the dataset's position. */
 #include <string.h>
 
@@ -27,6 +28,7 @@ static void *producer(void *arg)
         int64_t e = ds->fill_epoch, b = ds->fill_batch;
         pthread_mutex_unlock(&ds->mu);
         dd_fill(ds, e, b, slot);
+        dd_upload(ds, slot);
         pthread_mutex_lock(&ds->mu);
         slot->ready = 1;
         ds->count++;
@@ -62,6 +64,7 @@ dt_status dd_take(dt_dataset *ds, dd_slot **slot_out)
 {
     if (ds->o.prefetch == 0) {
         dd_fill(ds, ds->epoch, ds->batch, &ds->slots[0]);
+        dd_upload(ds, &ds->slots[0]);
         *slot_out = &ds->slots[0];
         return DT_OK;
     }

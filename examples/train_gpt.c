@@ -25,6 +25,7 @@
 #include "gpt/options.h"
 #include "train/hand.h"
 #include "train/history.h"
+#include "train/resume.h"
 #include "train/rng.h"
 
 #ifndef TRAIN_EXAMPLES_DIR
@@ -307,7 +308,8 @@ static int save_checkpoint(ctx *c)
     dt_save_opts so = DT_SAVE_OPTS_INIT;
     so.values = v;
     so.nvalues = (int)(sizeof v / sizeof v[0]);
-    st = dt_zero_save(c->zero, c->ckpt_dir, 0, NULL, NULL, &so);
+    st = save_train_state(c->zero, c->o.ckpt_root, c->o.keep_last, c->step, c->ckpt_dir,
+                          sizeof c->ckpt_dir, &so);
     free(hbuf);
     return st != DT_OK ? fail_dt(c, "dt_zero_save", st, dt_last_error()) : 0;
 }
@@ -363,13 +365,15 @@ out:
 
 static int resume(ctx *c)
 {
-    char err[1024] = "";
-    if (any_failed(c, read_train_state(c, c->o.resume, err, sizeof err) != 0, err))
+    char err[4400] = "", dir[4096];
+    int bad = resume_dir(c->o.resume, c->o.ckpt_root, dir, sizeof dir, err, sizeof err) != 0 ||
+              read_train_state(c, dir, err, sizeof err) != 0;
+    if (any_failed(c, bad, err))
         return 1;
-    dt_status st = dt_zero_load(c->zero, c->o.resume);
+    dt_status st = dt_zero_load(c->zero, dir);
     if (st != DT_OK)
         return fail_dt(c, "dt_zero_load", st, dt_last_error());
-    SAY(c, "resumed from %s at step %lld\n", c->o.resume, (long long)c->step);
+    SAY(c, "resumed from %s at step %lld\n", dir, (long long)c->step);
     return 0;
 }
 
@@ -501,7 +505,9 @@ static int run(ctx *c)
     int rc;
     if ((rc = setup_mesh(c)) != 0 || (rc = setup_data(c)) != 0 || (rc = setup_model(c)) != 0)
         return rc;
-    if (c->o.ckpt_dir)
+    if (c->o.ckpt_root)
+        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/", c->o.ckpt_root); /* make_dirs(root) */
+    else if (c->o.ckpt_dir)
         snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", c->o.ckpt_dir);
     else
         snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/checkpoint", c->o.out_dir);

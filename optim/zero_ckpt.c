@@ -289,12 +289,19 @@ static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *e
     return stage_pieces(z, nuser, s);
 }
 
-/* dt_zero_save and dt_zero_save_async: req_out NULL saves synchronously. */
-static dt_status zero_save(const char *fn, dt_zero *zero, const char *dir, int n_extra,
+/* Where a save goes: a directory, or a manager's step under a root (root not NULL). */
+typedef struct save_target {
+    const char *dir, *root;
+    int64_t step;
+    const dt_ckpt_keep *keep;
+} save_target;
+
+/* dt_zero_save(_async) and dt_zero_save_step: req_out NULL saves synchronously. */
+static dt_status zero_save(const char *fn, dt_zero *zero, const save_target *t, int n_extra,
                            const char *const *extra_names, const dt_tensor *const *extra_tensors,
                            const dt_save_opts *opts, dt_save_request **req_out)
 {
-    if (!zero || !dir)
+    if (!zero || !(t->root || t->dir))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and dir are required", fn);
     if (n_extra < 0 || (n_extra > 0 && (!extra_names || !extra_tensors)))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %d extra tensors need their names and "
@@ -327,8 +334,13 @@ static dt_status zero_save(const char *fn, dt_zero *zero, const char *dir, int n
         o.npieces = s.npieces;
         o.pieces = s.pieces;
         o.save_dtypes = dtypes;
-        st = req_out ? dt_save_async(zero->mesh, dir, s.nnames, s.names, s.tensors, &o, req_out)
-                     : dt_save(zero->mesh, dir, s.nnames, s.names, s.tensors, &o);
+        if (t->root)
+            st = dt_save_step(zero->mesh, t->root, t->step, t->keep, s.nnames, s.names,
+                              s.tensors, &o);
+        else if (req_out)
+            st = dt_save_async(zero->mesh, t->dir, s.nnames, s.names, s.tensors, &o, req_out);
+        else
+            st = dt_save(zero->mesh, t->dir, s.nnames, s.names, s.tensors, &o);
     }
     free(dtypes);
     free_lists(&s);
@@ -339,7 +351,19 @@ dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
                        const char *const *extra_names, const dt_tensor *const *extra_tensors,
                        const dt_save_opts *opts)
 {
-    return zero_save("dt_zero_save", zero, dir, n_extra, extra_names, extra_tensors, opts, NULL);
+    const save_target t = {.dir = dir};
+    return zero_save("dt_zero_save", zero, &t, n_extra, extra_names, extra_tensors, opts, NULL);
+}
+
+dt_status dt_zero_save_step(dt_zero *zero, const char *root, int64_t step,
+                            const dt_ckpt_keep *keep, int n_extra, const char *const *extra_names,
+                            const dt_tensor *const *extra_tensors, const dt_save_opts *opts)
+{
+    if (!root)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_save_step: root is required");
+    const save_target t = {.root = root, .step = step, .keep = keep};
+    return zero_save("dt_zero_save_step", zero, &t, n_extra, extra_names, extra_tensors, opts,
+                     NULL);
 }
 
 dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,
@@ -350,7 +374,8 @@ dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,
     if (!req_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_save_async: req_out is required");
     *req_out = NULL;
-    return zero_save("dt_zero_save_async", zero, dir, n_extra, extra_names, extra_tensors, opts,
+    const save_target t = {.dir = dir};
+    return zero_save("dt_zero_save_async", zero, &t, n_extra, extra_names, extra_tensors, opts,
                      req_out);
 }
 

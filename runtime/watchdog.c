@@ -143,15 +143,28 @@ static int ping_peers(MPI_Comm comm, const int *who, int k, int *alive, double s
     return progressed;
 }
 
-dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
-                           const char *what)
+/* The clients of `group` (ngroup of them) other than this one, into out. */
+static int group_peers(const int *group, int ngroup, int *out)
+{
+    int k = 0, me = dt_client_id();
+    for (int i = 0; i < ngroup; i++)
+        if (group[i] != me)
+            out[k++] = group[i];
+    return k;
+}
+
+/* dt__wait_watched (group NULL) and dt__wait_watched_group (the stalled peers are then the
+ * group's other clients, and the requests, collective, are left pending on a timeout). */
+static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *group,
+                       int ngroup, double timeout, const char *what)
 {
     MPI_Comm comm = dt__comm();
     if (!(timeout > 0))
         timeout = dt__comm_timeout(NULL);  /* callers check the variable before posting */
+    int room = (group ? ngroup : n) + 1;
     int *done = malloc(((size_t)n + 1) * sizeof *done);
-    int *who = malloc(((size_t)n + 1) * sizeof *who);
-    int *alive = malloc(((size_t)n + 1) * sizeof *alive);
+    int *who = malloc((size_t)room * sizeof *who);
+    int *alive = malloc((size_t)room * sizeof *alive);
     if (!done || !who || !alive) {
         free(done);
         free(who);
@@ -182,7 +195,7 @@ dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double ti
         if (now_seconds() - last <= timeout)
             continue;
         /* Stalled: who of those we wait for is still there? */
-        int k = pending_peers(reqs, peers, n, who);
+        int k = group ? group_peers(group, ngroup, who) : pending_peers(reqs, peers, n, who);
         double ping_wait = timeout / 2;
         if (ping_peers(comm, who, k, alive, ping_wait, reqs, n, done)) {
             last = now_seconds();
@@ -210,7 +223,7 @@ dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double ti
                            waiting);
         break;
     }
-    if (st != DT_OK) {
+    if (st != DT_OK && !group) {
         /* Cancelled receives complete at once; sends to a lost client may never. */
         for (int i = 0; i < n; i++) {
             if (reqs[i] == MPI_REQUEST_NULL)
@@ -223,4 +236,23 @@ dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double ti
     free(who);
     free(alive);
     return st;
+}
+
+dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
+                           const char *what)
+{
+    return watch(reqs, peers, n, NULL, 0, timeout, what);
+}
+
+dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
+                                 double timeout, const char *what)
+{
+    return watch(req, NULL, 1, group, ngroup, timeout, what);
+}
+
+void dt__watchdog_answer(void)
+{
+    MPI_Comm comm = dt__comm();
+    if (comm != MPI_COMM_NULL)
+        answer_pings(comm);
 }

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../train/resume.h"
+
 typedef enum { STR, I64, F64 } kind;
 
 typedef struct spec {
@@ -22,7 +24,8 @@ typedef struct spec {
 static const spec specs[] = {
     S("--mesh", mesh_file), S("--mesh-name", mesh_name), S("--data", data_file),
     S("--precision", precision), S("--out", out_dir), S("--ckpt-dir", ckpt_dir),
-    S("--resume", resume), I("--steps", steps, 1, 1e6), I("--batch", batch, 1, 1e6),
+    S("--resume", resume), S("--ckpt-root", ckpt_root), I("--keep-last", keep_last, 1, 1e6),
+    I("--steps", steps, 1, 1e6), I("--batch", batch, 1, 1e6),
     I("--layers", layers, 1, 16), I("--width", width, 1, 4096), I("--heads", heads, 1, 256),
     I("--warmup", warmup, 0, 1e6), I("--stage", stage, 0, 2), I("--ckpt-every", ckpt_every, 0, 1e6),
     I("--stop-after", stop_after, 0, 1e6), I("--seed", seed, 0, 1e15),
@@ -52,7 +55,11 @@ void gpt_options_usage(FILE *f)
           "  --out DIR           curves.csv and curves.png (default train_gpt_out)\n"
           "  --ckpt-dir DIR      checkpoint directory (default OUT/checkpoint)\n"
           "  --ckpt-every K      also save every K steps (default 0: only at the end)\n"
-          "  --resume DIR        continue from the checkpoint in DIR\n"
+          "  --ckpt-root ROOT    save steps as ROOT/step-N through the checkpoint manager\n"
+          "                      (ROOT/latest names the newest; instead of --ckpt-dir)\n"
+          "  --keep-last N       with --ckpt-root: keep the newest N steps (default 3)\n"
+          "  --resume DIR|latest continue from the checkpoint in DIR (a manager root: its\n"
+          "                      newest complete step), or from --ckpt-root's newest\n"
           "  --stop-after K      save a checkpoint at step K and stop\n"
           "  --seed N            initialisation, split and data order (default 1)\n"
           "  --eval-every N      held-out loss and a progress line every N steps (default 100)\n"
@@ -68,7 +75,7 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
                     .steps = 2000, .batch = 64, .layers = 2, .width = 64, .heads = 4,
                     .warmup = 100, .stage = 1, .seed = 1, .eval_every = 100, .samples = 10,
                     .lr = 0.004, .min_lr = 0.0002, .weight_decay = 0.1, .clip = 1.0,
-                    .out_dir = "train_gpt_out"};
+                    .keep_last = 3, .out_dir = "train_gpt_out"};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = NULL;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -117,6 +124,8 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
         snprintf(err, errlen, "--precision: '%s' is not f32, bf16 or f16", o->precision);
         return -1;
     }
+    if (ckpt_place_check(o->ckpt_dir, o->ckpt_root, o->resume, err, errlen) != 0)
+        return -1;
     if (o->width % o->heads != 0) {
         snprintf(err, errlen, "--heads %lld must divide --width %lld", (long long)o->heads,
                  (long long)o->width);

@@ -9,9 +9,10 @@
 typedef struct gpt_opts {
     const char *mesh_file, *mesh_name, *data_file, *precision; /* f32, bf16, f16 */
     int64_t steps, batch, layers, width, heads, warmup, stage, ckpt_every, stop_after, seed;
-    int64_t eval_every, samples;
+    int64_t eval_every, samples, keep_last; /* keep_last: with ckpt_root, the steps kept */
     double lr, min_lr, weight_decay, clip;
-    const char *out_dir, *ckpt_dir, *resume;
+    const char *out_dir, *ckpt_dir, *resume; /* resume: a directory, a root or "latest" */
+    const char *ckpt_root;                    /* not NULL: manager steps (not ckpt_dir) */
     int quiet, help;
 } gpt_opts;
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "options.h"
+#include "resume.h"
 
 void options_usage(FILE *f, const char *prog)
 {
@@ -33,7 +34,11 @@ void options_usage(FILE *f, const char *prog)
         "  --out DIR           where curves.csv and curves.png go (default train_mlp_out)\n"
         "  --ckpt-dir DIR      checkpoint directory (default OUT/checkpoint)\n"
         "  --ckpt-every K      also save every K steps (default 100; 0: only at the end)\n"
-        "  --resume DIR        continue from the checkpoint in DIR\n"
+        "  --ckpt-root ROOT    save steps as ROOT/step-N through the checkpoint manager\n"
+        "                      (ROOT/latest names the newest; instead of --ckpt-dir)\n"
+        "  --keep-last N       with --ckpt-root: keep the newest N steps (default 3)\n"
+        "  --resume DIR|latest continue from the checkpoint in DIR (a manager root: its\n"
+        "                      newest complete step), or from --ckpt-root's newest\n"
         "  --stop-after K      save a checkpoint at step K and stop (to test resuming)\n"
         "  --seed N            initialisation and data order (default 1)\n"
         "  --eval-every N      held-out evaluation and a progress line every N steps (default 25)\n"
@@ -89,6 +94,7 @@ static const char *const valued[] = {
     "--hidden",    "--lr",         "--weight-decay", "--clip",       "--stage",
     "--optimizer", "--precision",  "--out",          "--ckpt-dir",   "--ckpt-every",
     "--resume",    "--stop-after", "--seed",         "--eval-every", "--device",
+    "--ckpt-root", "--keep-last",
 };
 
 int options_parse(int argc, char **argv, const char *default_mesh, const char *default_data,
@@ -108,6 +114,7 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
         .precision = PRECISION_F32,
         .out_dir = "train_mlp_out",
         .ckpt_every = 100,
+        .keep_last = 3,
         .seed = 1,
         .eval_every = 25,
     };
@@ -214,6 +221,10 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
             o->ckpt_dir = val;
         else if (strcmp(key, "--ckpt-every") == 0)
             rc = parse_i64(key, val, 0, 1000000, &o->ckpt_every, err, errlen);
+        else if (strcmp(key, "--ckpt-root") == 0)
+            o->ckpt_root = val;
+        else if (strcmp(key, "--keep-last") == 0)
+            rc = parse_i64(key, val, 1, 1000000, &o->keep_last, err, errlen);
         else if (strcmp(key, "--resume") == 0)
             o->resume = val;
         else if (strcmp(key, "--stop-after") == 0)
@@ -231,6 +242,8 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
                  (long long)o->steps);
         return -1;
     }
+    if (ckpt_place_check(o->ckpt_dir, o->ckpt_root, o->resume, err, errlen) != 0)
+        return -1;
     if (o->lr < 0)
         o->lr = o->optimizer == DT_OPTIM_SGD ? 0.05 : 0.003;
     if (o->weight_decay < 0)

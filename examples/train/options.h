@@ -30,7 +30,9 @@ typedef struct train_opts {
     const char *out_dir;
     const char *ckpt_dir; /* NULL: <out>/checkpoint */
     int64_t ckpt_every;   /* 0: only at the end */
-    const char *resume;
+    const char *ckpt_root; /* not NULL: manager steps under it (instead of ckpt_dir) */
+    int64_t keep_last;     /* with ckpt_root: the newest steps kept */
+    const char *resume;    /* a directory, a manager root, or "latest" (of ckpt_root) */
     int64_t stop_after; /* 0: run to the end */
     uint64_t seed;
     int64_t eval_every;

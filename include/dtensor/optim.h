@@ -236,6 +236,16 @@ DT_API dt_status dt_zero_save(dt_zero *zero, const char *dir, int n_extra,
                               const char *const *extra_names,
                               const dt_tensor *const *extra_tensors, const dt_save_opts *opts);
 
+/* dt_zero_save as a checkpoint manager's step: dt_save_step into
+ * dt_ckpt_step_dir(root, step) (the pointer "<root>/latest" moved to it, the steps `keep`
+ * (NULL: DT_CKPT_KEEP_INIT) does not keep removed); dt_ckpt_latest(root) finds it again for
+ * dt_zero_load. Statuses as dt_save_step's. Collective. */
+DT_API dt_status dt_zero_save_step(dt_zero *zero, const char *root, int64_t step,
+                                   const dt_ckpt_keep *keep, int n_extra,
+                                   const char *const *extra_names,
+                                   const dt_tensor *const *extra_tensors,
+                                   const dt_save_opts *opts);
+
 /* dt_zero_save through dt_save_async: returns once the state, parameters and extra tensors
  * are copied to staging memory (the next dt_zero_step may run at once); *req_out is the
  * request whose outcome dt_save_wait gives. Errors of the start are returned here and no

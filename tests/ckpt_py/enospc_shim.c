@@ -1,14 +1,17 @@
 /* LD_PRELOAD shim for the full-disk tests: once a process has written DT_ENOSPC_AFTER bytes to
  * files under DT_ENOSPC_DIR, its further writes there fail with ENOSPC (a short write first, as
  * a real full disk does). With DT_ENOSPC_RANK set, only the MPI process of that rank
- * (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK) is limited. Lets a test fail a save at a chosen
- * point, on a chosen client. Not part of the library. */
+ * (OMPI_COMM_WORLD_RANK, PMIX_RANK or PMI_RANK) is limited. With DT_ENOSPC_KILL=write the
+ * process kills itself (SIGKILL) instead of writing beyond the budget; with DT_ENOSPC_KILL=read
+ * it does so once it has read DT_ENOSPC_AFTER bytes of files there (pread). Lets a test fail a
+ * save or a restore at a chosen point, on a chosen client. Not part of the library. */
 /* Both pwrite and pwrite64 are defined here, so no redirection of one to the other. */
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,12 +58,21 @@ static long long budget(int fd)
     return left < 0 ? 0 : left;
 }
 
+/* 1 when DT_ENOSPC_KILL is `mode`. */
+static int kill_on(const char *mode)
+{
+    const char *k = getenv("DT_ENOSPC_KILL");
+    return k && strcmp(k, mode) == 0;
+}
+
 /* How many of `want` bytes may go through; -1 with errno ENOSPC when none. */
 static ssize_t admit(int fd, size_t want)
 {
     long long left = budget(fd);
     if (left == LLONG_MAX)
         return (ssize_t)want;
+    if ((long long)want > left && kill_on("write"))
+        raise(SIGKILL);
     if (left == 0 && want > 0) {
         errno = ENOSPC;
         return -1;
@@ -150,6 +162,29 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off_t off)
 {
     return do_pwritev("pwritev64", fd, iov, cnt, off, 1);
+}
+
+/* Reads count against the budget only with DT_ENOSPC_KILL=read: the process dies instead of
+ * reading beyond it. */
+static ssize_t do_pread(const char *name, int fd, void *buf, size_t count, off_t off)
+{
+    int counted = kill_on("read") && budget(fd) != LLONG_MAX;
+    if (counted && (long long)count > budget(fd))
+        raise(SIGKILL);
+    ssize_t r = REAL(name, ssize_t(*)(int, void *, size_t, off_t))(fd, buf, count, off);
+    if (r > 0 && counted)
+        atomic_fetch_add(&used, r);
+    return r;
+}
+
+ssize_t pread(int fd, void *buf, size_t count, off_t off)
+{
+    return do_pread("pread", fd, buf, count, off);
+}
+
+ssize_t pread64(int fd, void *buf, size_t count, off_t off)
+{
+    return do_pread("pread64", fd, buf, count, off);
 }
 
 /* Preallocation reserves space: refuse it once the budget cannot hold it. */

@@ -50,6 +50,9 @@ static int g_rank;
 /* save --async: dt_save_async, then dt_save_wait ("staged secs=" when the call returned);
  * save --step: DIR is a manager root, VERSION the step (keep the last 2). */
 static int g_async, g_step;
+/* A save or restore ended with DT_ERR_TIMEOUT (a lost client): MPI_Finalize could wait for
+ * the lost process, so the program aborts instead (docs/multihost.md). */
+static int g_lost;
 
 static uint16_t half_bits(int64_t k) /* |k| < 2048: exact */
 {
@@ -212,6 +215,7 @@ static void free_set(tensor_set *s)
 
 static int fail(const char *what, dt_status st)
 {
+    g_lost |= st == DT_ERR_TIMEOUT;
     printf("status=%s\n", dt_status_name(st));
     fprintf(stderr, "make_ckpt[%d]: %s: %s: %s\n", g_rank, what, dt_status_name(st),
             dt_last_error());
@@ -429,6 +433,7 @@ static int check_one(const dt_mesh *mesh, const char *dir, int big_mib, int piec
     if (st == DT_OK)
         st = dt_restore(mesh, dir, s.n, s.names, (const dt_layout *const *)s.layouts, t);
     if (st != DT_OK) {
+        g_lost |= st == DT_ERR_TIMEOUT;
         if (g_rank == 0)
             printf("result %s error=%s\n", dir, dt_status_name(st));
         fprintf(stderr, "make_ckpt[%d]: %s: %s: %s\n", g_rank, dir, dt_status_name(st),
@@ -520,6 +525,11 @@ int main(int argc, char **argv)
         rc = do_check(ndirs, dirs, big_mib, pieces);
     else
         rc = 2;
+    if (g_lost) {
+        fflush(stdout);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    }
     dt_finalize();
     return rc;
 }

@@ -6,7 +6,9 @@ passes and a restore onto 3 devices holds exactly version k or k+1, every elemen
 it, never a mix and never an error. A full disk (a small tmpfs when this process may mount one;
 always also ENOSPC injected by an LD_PRELOAD shim at several points of the save, on one client
 only, and in an asynchronous save) fails the save on every client with DT_ERR_IO and keeps the
-previous checkpoint. Standard library only.
+previous checkpoint. A client killed mid-save, mid-commit of an asynchronous save or
+mid-restore (the job kept running) gives the other DT_ERR_TIMEOUT naming it within
+DT_COMM_TIMEOUT, not a hang. Standard library only.
 Usage: test_ckpt_crash.py DTENSOR MAKE_CKPT MPIEXEC SHIM"""
 import json
 import os
@@ -307,6 +309,72 @@ class FullDisk(unittest.TestCase):
         self.assertEqual(rc, 0, out + err)
         self.assert_kept(d, 3, "after a save with room")
         self.restore_all(1)
+
+
+class LostClient(unittest.TestCase):
+    """One of 2 processes killed mid-save (sync, and in an asynchronous save's background
+    commit) or mid-restore, the job kept running (Open MPI's --enable-recovery, so the
+    launcher does not end the survivor for us): the survivor's call returns DT_ERR_TIMEOUT
+    naming the lost client within DT_COMM_TIMEOUT (2 s here) plus the ping's half, where a
+    plain MPI collective would wait forever; the previous checkpoint is untouched."""
+    TIMEOUT = 2
+
+    def setUp(self):
+        if not SHIM or not os.path.exists(SHIM):
+            self.skipTest("no shim built")
+        rc, out, err = run([MPIEXEC, "--version"])
+        if "Open MPI" not in out + err and "OpenRTE" not in out + err:
+            self.skipTest("needs Open MPI's mpiexec --enable-recovery")
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = os.path.join(self.tmp.name, "work", "ckpt")
+        os.mkdir(os.path.dirname(self.d))
+        rc, out, err = save(self.d, 1, 4)
+        self.assertEqual(rc, 0, out + err)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def lost_run(self, args, kill_on, after):
+        """args under mpiexec -n 2 with client 1 killed once it has written (or read) `after`
+        bytes under the checkpoint's parent; returns the output and the seconds it took."""
+        env = {"DT_CPU_DEVICES": "2", "DT_COMM_TIMEOUT": str(self.TIMEOUT), "LD_PRELOAD": SHIM,
+               "DT_ENOSPC_DIR": os.path.dirname(self.d), "DT_ENOSPC_AFTER": str(after),
+               "DT_ENOSPC_RANK": "1", "DT_ENOSPC_KILL": kill_on,
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+        t0 = time.monotonic()
+        rc, out, err = run([MPIEXEC, "--enable-recovery", "-n", "2", HELPER] + args, env=env,
+                           timeout=120)
+        return out + err, time.monotonic() - t0
+
+    def assert_lost_named(self, out, secs, what):
+        self.assertIn("DT_ERR_TIMEOUT", out, f"{what}:\n{out}")
+        self.assertRegex(out, r"make_ckpt\[0\]: .*lost client\(s\) 1 \(host ", what)
+        self.assertNotIn("make_ckpt[1]", out, what)  # client 1 died without a word
+        # Two watched waits at most (the failing step and the agreement after it), each
+        # DT_COMM_TIMEOUT plus half of it for the ping, and the launch: well under 30 s.
+        self.assertLess(secs, 30, what)
+
+    def assert_previous_kept(self, what):
+        rc, out, err = run([TOOL, "ckpt", "verify", self.d])
+        self.assertEqual(rc, 0, f"{what}: {out}{err}")
+        self.assertEqual(check([self.d], 4).get(self.d), 1, what)
+
+    def test_a_client_killed_mid_save_gives_a_timeout_naming_it(self):
+        # 1 MB into its ~8 MiB share of the data files: client 0 writes on, then waits.
+        for asynchronous in (False, True):
+            what = "asynchronous save" if asynchronous else "save"
+            args = ["save", self.d, "2", "--big-mib", "4"] + (["--async"] if asynchronous else [])
+            out, secs = self.lost_run(args, "write", 1 << 20)
+            self.assert_lost_named(out, secs, what)
+            if asynchronous:
+                self.assertIn("staged secs=", out)  # the call returned; the commit failed
+            self.assert_previous_kept(what)
+
+    def test_a_client_killed_mid_restore_gives_a_timeout_naming_it(self):
+        out, secs = self.lost_run(["check", "--big-mib", "4", self.d], "read", 1 << 20)
+        self.assertIn(f"result {self.d} error=DT_ERR_TIMEOUT", out)
+        self.assert_lost_named(out, secs, "restore")
+        self.assert_previous_kept("after the restore")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/train_gpt on small sizes: the same few steps on the 1x1, 2x1, 1x2 and 2x2 meshes
 (1, 2, 2 and 4 processes) give the same losses within rounding and the same parameters; a run
-stopped after step 3 and resumed on another process count ends bit-identical to an
+saving through the checkpoint manager (--ckpt-root), stopped after step 3, its newest step
+damaged, and resumed with --resume latest on another process count ends bit-identical to an
 uninterrupted one (parameters, ZeRO master weights and moments); the result line, the CSV and
 the PNG are well formed; bad options fail with one line. Checkpoints are read with numpy and
 tests/ckpt_py/stread.py (never our C code).
@@ -57,10 +58,10 @@ class TrainGpt(unittest.TestCase):
     def mesh(self, name):
         return ["--mesh", os.path.join(MESHES, name + ".yaml")]
 
-    def result(self, out, outdir):
+    def result(self, out, outdir, checkpoint=None):
         m = RESULT.match(out.strip().splitlines()[-1])
         self.assertIsNotNone(m, out)
-        self.assertEqual(m.group(3), os.path.join(outdir, "checkpoint"))
+        self.assertEqual(m.group(3), checkpoint or os.path.join(outdir, "checkpoint"))
         self.assertEqual(m.group(4), os.path.join(outdir, "curves.png"))
         self.assertEqual(len(m.group(2).split(",")), 3)
         return float(m.group(1))
@@ -92,16 +93,27 @@ class TrainGpt(unittest.TestCase):
         # The loss went down in these few steps (the model learns at all).
         self.assertLess(ref_curve[-1][1], ref_curve[0][1])
 
-    def test_stopped_run_resumes_bit_identical_on_another_process_count(self):
+    def test_stopped_run_resumes_latest_bit_identical_on_another_process_count(self):
+        """Stopped after step 3 with a step saved every step under --ckpt-root; the newest
+        step (3) loses a byte of a data file, so --resume latest on 4 processes continues from
+        step 2 and ends as the unbroken run."""
         a, b = self.path("a"), self.path("b")
         common = self.mesh("2x2") + SMALL + ["--steps", "6"]
         out, _ = run(2, 2, common + ["--out", a])
         heldout = self.result(out, a)
-        run(2, 2, common + ["--out", b, "--stop-after", "3"])
-        out, _ = run(4, 1, common + ["--out", b, "--resume", os.path.join(b, "checkpoint")])
-        self.assertEqual(self.result(out, b), heldout)
+        root = os.path.join(b, "ckpts")
+        managed = ["--ckpt-root", root, "--ckpt-every", "1", "--keep-last", "2"]
+        run(2, 2, common + managed + ["--out", b, "--stop-after", "3"])
+        step3 = os.path.join(root, "step-0000000003")
+        data = sorted(n for n in os.listdir(step3) if n.endswith(".safetensors"))
+        victim = os.path.join(step3, data[-1])
+        os.truncate(victim, os.path.getsize(victim) - 1)
+        out, _ = run(4, 1, common + managed + ["--out", b, "--resume", "latest"])
+        last = os.path.join(root, "step-0000000006")
+        self.assertEqual(self.result(out, b, last), heldout)
+        self.assertEqual(sorted(os.listdir(root)), ["latest", "step-0000000005", "step-0000000006"])
         ta, va = read_checkpoint(os.path.join(a, "checkpoint"))
-        tb, vb = read_checkpoint(os.path.join(b, "checkpoint"))
+        tb, vb = read_checkpoint(last)
         self.assertEqual(sorted(ta), sorted(tb))
         self.assertIn("block0/attn/q", ta)
         self.assertIn("block0/attn/q/exp_avg", ta)

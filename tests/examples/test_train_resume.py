@@ -5,7 +5,10 @@ number of processes on the same mesh (4 processes x 1 device, and 1 process x 4 
 final checkpoints must equal the uninterrupted run's bit for bit: parameters, ZeRO master
 weights and moments, counters, and the recorded curves. On another mesh shape (stopped on
 2x1, resumed on 4x1 with ZeRO stage 2) the data-parallel reduction order changes, so there the
-parameters are compared with a small tolerance. Checkpoints are read with numpy and
+parameters are compared with a small tolerance. Through the checkpoint manager (--ckpt-root,
+--keep-last), --resume latest skips a newest step whose index was altered and one with a
+truncated data file, and ends bit for bit as the unbroken run; --resume ROOT takes the
+root's newest complete step. Checkpoints are read with numpy and
 tests/ckpt_py/stread.py (never our C code). Also checks the result line, the CSV, the PNG and
 the exit status of bad options and files.
 Usage: test_train_resume.py TRAIN_MLP MPIEXEC MESH_DIR"""
@@ -162,6 +165,60 @@ class TrainResume(unittest.TestCase):
         for name in ("layer1/weight", "layer1/bias", "layer2/weight", "layer2/bias"):
             np.testing.assert_allclose(tf[name], te[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
+    def steps_under(self, root):
+        return sorted(n for n in os.listdir(root) if n.startswith("step-"))
+
+    def test_resume_latest_skips_damaged_steps_and_is_exact(self):
+        """--ckpt-root keeps the newest 2 steps; a run stopped at step 12 whose newer step
+        directories were then damaged (the one `latest` names with a changed index byte, one
+        with a truncated data file) resumes with --resume latest from step 12 and ends with the
+        unbroken run's step 24, bit for bit."""
+        every = ["--ckpt-every", "4", "--keep-last", "2"]
+        a, b = self.path("a"), self.path("b")
+        ra, rb = os.path.join(a, "ckpts"), os.path.join(b, "ckpts")
+        run(0, 4, self.mesh("2x2") + COMMON + every + ["--out", a, "--ckpt-root", ra])
+        self.assertEqual(self.steps_under(ra), ["step-0000000020", "step-0000000024"])
+        with open(os.path.join(ra, "latest")) as fh:
+            self.assertEqual(fh.read(), "step-0000000024\n")
+        run(0, 4, self.mesh("2x2") + COMMON + every + ["--out", b, "--ckpt-root", rb,
+                                                        "--stop-after", "12"])
+        self.assertEqual(self.steps_under(rb), ["step-0000000008", "step-0000000012"])
+        intact = self.path("intact")
+        shutil.copytree(rb, intact)
+
+        s12, s16, s20 = (os.path.join(rb, f"step-00000000{k}") for k in (12, 16, 20))
+        shutil.copytree(s12, s16)
+        with open(os.path.join(s16, "dtensor-index.json"), "r+b") as fh:
+            raw = bytearray(fh.read())
+            raw[raw.index(b"train/step") + 2] ^= 0x01  # "trbin/step": the checksum fails
+            fh.seek(0)
+            fh.write(raw)
+        shutil.copytree(s12, s20)
+        data = sorted(n for n in os.listdir(s20) if n.endswith(".safetensors"))
+        self.assertTrue(data, os.listdir(s20))
+        with open(os.path.join(s20, data[0]), "r+b") as fh:
+            fh.truncate(os.path.getsize(os.path.join(s20, data[0])) - 1)
+        with open(os.path.join(rb, "latest"), "w") as fh:
+            fh.write("step-0000000016\n")
+
+        out, _ = run(0, 4, self.mesh("2x2") + COMMON[:-1] + every + [
+            "--out", b, "--ckpt-root", rb, "--resume", "latest"])
+        self.assertIn(f"resumed from {s12} at step 12", out)
+        self.assertEqual(self.steps_under(rb), ["step-0000000020", "step-0000000024"])
+        with open(os.path.join(rb, "latest")) as fh:
+            self.assertEqual(fh.read(), "step-0000000024\n")
+        self.assert_same_checkpoints(os.path.join(ra, "step-0000000024"),
+                                     os.path.join(rb, "step-0000000024"))
+        self.assertEqual(curves(os.path.join(a, "curves.csv")),
+                         curves(os.path.join(b, "curves.csv")))
+
+        # --resume ROOT: the root's newest complete step, saved on into a plain directory.
+        c = self.path("c")
+        out, _ = run(0, 4, self.mesh("2x2") + COMMON + ["--out", c, "--resume", intact])
+        self.check_result(out, c)
+        self.assert_same_checkpoints(os.path.join(ra, "step-0000000024"),
+                                     os.path.join(c, "checkpoint"))
+
     def test_outputs(self):
         g = self.path("g")
         out, _ = run(0, 2, self.mesh("2x1") + ["--hidden", "16", "--steps", "10",
@@ -217,6 +274,11 @@ class TrainResume(unittest.TestCase):
             "--data", bad, "--out", self.path("h")], 1))
         self.assertIn("--resume", one_line_error(self.mesh("1x1") + [
             "--resume", self.path("none"), "--out", self.path("h")], 1))
+        self.assertIn("--ckpt-root", one_line_error(["--resume", "latest"], 2))
+        self.assertIn("exclude", one_line_error(["--ckpt-dir", "x", "--ckpt-root", "y"], 2))
+        os.makedirs(self.path("empty"))
+        self.assertIn("--resume latest", one_line_error(self.mesh("1x1") + [
+            "--ckpt-root", self.path("empty"), "--resume", "latest", "--out", self.path("h")], 1))
 
 
 def main():

@@ -557,12 +557,53 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
     dt_test_scratch_remove(dir);
 }
 
+/* dt_zero_save_step after steps 1, 2 and 3 keeping the last 2: steps 2 and 3 stay, latest is
+ * 3, and loading it on 2 devices continues exactly as the reference; a NULL root is refused. */
+static void test_zero_save_step_keeps_the_newest_and_latest_resumes(void)
+{
+    static ref_traj r;
+    ref_compute(&r, DT_DTYPE_F32);
+    char root[256], latest[400];
+    dt_test_scratch_dir(root, sizeof root);
+    dt_mesh *mesh = zt_mesh_dp(2);
+    if (zt_in_mesh(mesh)) {
+        model m;
+        model_create(&m, mesh, 1, DT_DTYPE_F32, r.init);
+        const dt_ckpt_keep keep = {2, 0};
+        for (int64_t t = 1; t <= 3; t++) {
+            CU_ASSERT_EQUAL(run_steps(&m, &r, t - 1, t, "before a managed save"), 0);
+            DT_ASSERT_OK(dt_zero_save_step(m.z, root, t, &keep, 0, NULL, NULL, NULL));
+        }
+        DT_ASSERT_FAILS(dt_zero_save_step(m.z, NULL, 4, &keep, 0, NULL, NULL, NULL),
+                        DT_ERR_INVALID_ARGUMENT);
+        DT_ASSERT_ERROR_MENTIONS("root");
+        model_destroy(&m);
+        dt_ckpt_step *steps = NULL;
+        int64_t n = 0, step = -1;
+        DT_ASSERT_OK(dt_ckpt_list_steps(root, &steps, &n));
+        CU_ASSERT_EQUAL_FATAL(n, 2);
+        CU_ASSERT(steps[0].step == 2 && steps[1].step == 3 && steps[0].complete &&
+                  steps[1].complete);
+        dt_ckpt_steps_free(steps);
+        DT_ASSERT_OK(dt_ckpt_latest(root, &step, latest, sizeof latest));
+        CU_ASSERT_EQUAL(step, 3);
+        model_create(&m, mesh, 2, DT_DTYPE_F32, NULL);
+        DT_ASSERT_OK(dt_zero_load(m.z, latest));
+        CU_ASSERT_EQUAL(check_params(&m, &r.after[2], "loaded from the latest step", 2), 0);
+        CU_ASSERT_EQUAL(run_steps(&m, &r, 3, STEPS, "after the managed resume"), 0);
+        model_destroy(&m);
+    }
+    dt_mesh_destroy(mesh);
+    dt_test_scratch_remove(root);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_zero_f32_saved_on_4_restored_on_2_and_3_continues_exactly),
         DT_TEST(test_zero_bf16_saved_on_4_restored_on_2_and_3_continues_exactly),
         DT_TEST(test_zero_load_names_missing_or_mismatched_parameters),
+        DT_TEST(test_zero_save_step_keeps_the_newest_and_latest_resumes),
         DT_TEST(test_zero_saved_on_one_mesh_shape_restores_on_another_and_continues_exactly),
         DT_TEST_END,
     };

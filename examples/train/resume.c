@@ -1,0 +1,48 @@
+/* train/resume: the examples' checkpoint place, --resume's directory, and the save. */
+#include "resume.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ckpt_place_check(const char *ckpt_dir, const char *ckpt_root, const char *resume, char *err,
+                     size_t errlen)
+{
+    if (ckpt_dir && ckpt_root) {
+        snprintf(err, errlen, "--ckpt-dir and --ckpt-root exclude each other");
+        return -1;
+    }
+    if (resume && strcmp(resume, "latest") == 0 && !ckpt_root) {
+        snprintf(err, errlen, "--resume latest needs --ckpt-root");
+        return -1;
+    }
+    return 0;
+}
+
+int resume_dir(const char *arg, const char *root, char *dir, size_t len, char *err,
+               size_t errlen)
+{
+    int latest = strcmp(arg, "latest") == 0;
+    dt_status st = dt_ckpt_latest(latest ? root : arg, NULL, dir, len);
+    if (st == DT_OK)
+        return 0;
+    if (latest || st != DT_ERR_NOT_FOUND) {
+        snprintf(err, errlen, "--resume %s: %s", arg, dt_last_error());
+        return -1;
+    }
+    /* No manager steps in it: a checkpoint directory (dt_ckpt_open then judges it). */
+    if ((size_t)snprintf(dir, len, "%s", arg) >= len) {
+        snprintf(err, errlen, "--resume: path too long");
+        return -1;
+    }
+    return 0;
+}
+
+dt_status save_train_state(dt_zero *zero, const char *root, int64_t keep_last, int64_t step,
+                           char *dir, size_t len, const dt_save_opts *opts)
+{
+    if (!root)
+        return dt_zero_save(zero, dir, 0, NULL, NULL, opts);
+    dt_ckpt_keep keep = {(int)keep_last, 0};
+    dt_status st = dt_ckpt_step_dir(root, step, dir, len);
+    return st != DT_OK ? st : dt_zero_save_step(zero, root, step, &keep, 0, NULL, NULL, opts);
+}
