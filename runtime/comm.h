@@ -50,15 +50,14 @@ dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double ti
  * (this one included, as client ids of dt__comm): a stall pings all the others. On a
  * DT_ERR_TIMEOUT the request stays pending (a collective cannot be cancelled): the job can
  * then only end. Local. */
-/* Answers the pings that have arrived: a client busy for long outside any watched wait (a
- * checkpoint's writes) calls it now and then so that the others' watchdogs see it alive.
- * Local; from a thread other than the main one only under MPI_THREAD_MULTIPLE. */
-void dt__watchdog_answer(void);
 dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
                                  double timeout, const char *what);
 
-/* Answers the pings that have arrived (for waits of their own, such as a pipelined
- * transport's, which call it while they spin and dt__wait_watched once stalled). Local. */
+/* Answers the pings that have arrived: a client busy for long outside any watched wait (a
+ * checkpoint's writes) calls it now and then so that the others' watchdogs see it alive, and
+ * waits of their own (a pipelined transport's) call it while they spin, then
+ * dt__wait_watched once stalled. Local; from a thread other than the main one only under
+ * MPI_THREAD_MULTIPLE. */
 void dt__watchdog_answer(void);
 /* Seconds of a monotonic clock (the watchdog's), for waits of their own. Local. */
 double dt__now_seconds(void);

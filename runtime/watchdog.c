@@ -249,10 +249,3 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
 {
     return watch(req, NULL, 1, group, ngroup, timeout, what);
 }
-
-void dt__watchdog_answer(void)
-{
-    MPI_Comm comm = dt__comm();
-    if (comm != MPI_COMM_NULL)
-        answer_pings(comm);
-}
