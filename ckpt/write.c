@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/group.h"
 
