@@ -178,12 +178,14 @@ void dt__zero_free_group(dt__zgroup *g)
         dt_tensor_destroy(ch->s2);
         dt_tensor_destroy(ch->flat);
         dt_tensor_destroy(ch->gpart);
+        dt_tensor_destroy(ch->psh);
     }
     free(g->chunks);
     for (int j = 0; g->params && j < g->nparams; j++) {
         free(g->params[j].name);
         dt_tensor_destroy(g->params[j].tensor);
         dt_layout_destroy(g->params[j].grad_layout);
+        dt_layout_destroy(g->params[j].layout);
     }
     free(g->params);
     memset(g, 0, sizeof *g);

@@ -55,6 +55,11 @@ typedef struct dt__zparam {
     uint32_t rep_mask;
     /* Gradient layout the flat copy reads: the parameter's specs, partial (sum) over dp. */
     dt_layout *grad_layout;
+    /* The parameter's own layout, global rank and shape (stage 3 remakes the tensor from
+     * them at each gather; `tensor` is NULL while the parameter is released). */
+    dt_layout *layout;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
 } dt__zparam;
 
 /* One chunk [start, start + len) of a group's flat buffer. Each tensor has global shape
@@ -72,6 +77,9 @@ typedef struct dt__zchunk {
     int waiting;
     dt_tensor *filling;
     int reduced;
+    /* Stage 3, 16-bit parameters: the rank's shard of the parameters in their dtype (state
+     * layout), the source of the all-gather (f32 parameters gather from master). */
+    dt_tensor *psh;
 } dt__zchunk;
 
 typedef struct dt__zgroup {
@@ -82,6 +90,7 @@ typedef struct dt__zgroup {
     int64_t length;           /* L: the flat buffer's length per model coordinate */
     int nchunks;
     dt__zchunk *chunks;
+    struct dt__zs3 *s3;       /* stage 3: the group's gather (stage3.c); NULL otherwise */
 } dt__zgroup;
 
 /* A bucket of the background reduction (bucket.c): flat range [lo, hi) of one chunk, reduced
@@ -106,7 +115,10 @@ typedef struct dt__zbucket {
 
 struct dt_zero {
     dt_mesh *mesh;
+    /* Stage 3 runs as stage 2 (gradient partitions, reduce-scatter) with sharded_params set:
+     * the parameters live as shards and are gathered per group (stage3.c). */
     int stage;
+    int sharded_params;
     int dp;                   /* dp mesh dim index */
     int64_t dp_size;
     int k;                    /* non-dp mesh dims, in mesh order */
@@ -261,6 +273,21 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
 dt_status dt__zero_buckets_wait(dt_zero *z);
 /* Waits for what is in flight (buffers are read by MPI) and frees the buckets. */
 void dt__zero_buckets_free(dt_zero *z);
+
+/* ---- stage 3: sharded parameters (stage3.c) ------------------------------------------------ */
+
+/* Group g's parameters become shards: the 16-bit shard tensors are made from master, the
+ * caller's tensors are let go (p->tensor NULL: released). */
+dt_status dt__zero_s3_adopt(dt_zero *z, dt__zgroup *g);
+void dt__zero_s3_free_group(const dt_zero *z, dt__zgroup *g);
+/* After an update of chunk ch's master: its 16-bit shard made from it (no sync). */
+dt_status dt__zero_s3_refresh(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch);
+/* DT_ERR_STATE (message starts with fn) when a group is gathered or being gathered. */
+dt_status dt__zero_s3_idle(const dt_zero *z, const char *fn);
+/* Gathers every released group (for a checkpoint); *held_out gets which (ngroups bytes, to
+ * free with dt__zero_s3_drop, which releases them again). */
+dt_status dt__zero_s3_hold_all(dt_zero *z, unsigned char **held_out);
+void dt__zero_s3_drop(dt_zero *z, unsigned char *held);
 
 /* ---- mesh-wide agreement (agree.c) ---------------------------------------------------------- */
 

@@ -24,16 +24,16 @@ dt_status dt__zero_check_grad(const dt_zero *z, const char *fn, const dt__zparam
     if (dt != DT_DTYPE_F32 && dt != DT_DTYPE_F16 && dt != DT_DTYPE_BF16)
         return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has dtype %s (f32, f16 "
                          "or bf16 expected)", fn, p->index, p->name, dt_dtype_name(dt));
-    int rank = dt_tensor_rank(p->tensor);
+    int rank = p->rank;
     int same = dt_tensor_rank(t) == rank;
     for (int d = 0; same && d < rank; d++)
-        same = dt_tensor_shape(t)[d] == dt_tensor_shape(p->tensor)[d];
+        same = dt_tensor_shape(t)[d] == p->shape[d];
     if (!same) {
         char a[96], b[96];
         return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has shape %s, the "
                          "parameter %s", fn, p->index, p->name,
                          dt__shape_str(dt_tensor_rank(t), dt_tensor_shape(t), a, sizeof a),
-                         dt__shape_str(rank, dt_tensor_shape(p->tensor), b, sizeof b));
+                         dt__shape_str(rank, p->shape, b, sizeof b));
     }
     return DT_OK;
 }
@@ -350,6 +350,8 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
                            "dt_zero_grad_ready", fn, j, dt__zero_param(z, j, NULL)->name);
     if (st == DT_OK && grads)
         st = check_grads(z, grads);
+    if (st == DT_OK && z->sharded_params)
+        st = dt__zero_s3_idle(z, fn);
     if (st != DT_OK) {
         dt__zero_ready_reset(z);
         return st;
@@ -427,7 +429,12 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
         st = done;
     for (int g = 0; st == DT_OK && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
-            st = gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
+            st = z->sharded_params
+                     ? dt__zero_s3_refresh(z, &z->groups[g], &z->groups[g].chunks[c])
+                     : gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
+    done = dt__zero_sync(z);
+    if (st == DT_OK)
+        st = done;
     if (st != DT_OK)
         goto out;
     z->step++;

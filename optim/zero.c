@@ -26,8 +26,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: mesh and zero_out are required", fn);
     if (!opts)
         opts = &defaults;
-    if (opts->stage < 0 || opts->stage > 2)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: stage %d (0, 1 or 2 expected)", fn,
+    if (opts->stage < 0 || opts->stage > 3)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: stage %d (0, 1, 2 or 3 expected)", fn,
                          opts->stage);
     const char *dp_name = opts->dp_dim ? opts->dp_dim : "batch";
     int dp = dt_mesh_dim_index(mesh, dp_name);
@@ -66,7 +66,9 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
         return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     }
     z->mesh = dt_mesh_retain(mesh);
-    z->stage = opts->stage;
+    /* Stage 3 is stage 2's gradients and state plus sharded parameters (stage3.c). */
+    z->stage = opts->stage == 3 ? 2 : opts->stage;
+    z->sharded_params = opts->stage == 3;
     z->dp = dp;
     z->dp_size = dt_mesh_dim_size(mesh, dp);
     for (int d = 0; d < dt_mesh_rank(mesh); d++)
@@ -120,8 +122,10 @@ void dt_zero_destroy(dt_zero *zero)
         return;
     dt__zero_ready_reset(zero);
     dt__zero_overlap_fini(zero);
-    for (int g = 0; g < zero->ngroups; g++)
+    for (int g = 0; g < zero->ngroups; g++) {
+        dt__zero_s3_free_group(zero, &zero->groups[g]);
         dt__zero_free_group(&zero->groups[g]);
+    }
     free(zero->groups);
     dt_layout_destroy(zero->flat_layout);
     dt_layout_destroy(zero->state_layout);
@@ -209,6 +213,8 @@ static dt_status describe_param(const dt_zero *z, const char *fn, const char *na
         specs[i] = dt_layout_spec(l, i);
     }
     memset(p, 0, sizeof *p);
+    p->rank = rank;
+    memcpy(p->shape, dt_tensor_shape(t), (size_t)rank * sizeof *p->shape);
     for (int j = 0; j < z->k; j++) {
         int d = z->nondp[j];
         if (sharded >> d & 1u)
@@ -234,6 +240,7 @@ static dt_status describe_param(const dt_zero *z, const char *fn, const char *na
     }
     const char *pdim = dt_mesh_dim_name(z->mesh, z->dp);
     dt_reduce_op op = DT_REDUCE_SUM;
+    p->layout = dt_layout_retain(l);
     return dt_layout_create_partial(z->mesh, rank, specs, 1, &pdim, &op, &p->grad_layout);
 }
 
@@ -252,6 +259,8 @@ dt_status dt_zero_add_group(dt_zero *zero, int n, const char *const *names,
         return dt__error(DT_ERR_STATE, "%s: a step is in progress (dt_zero_grad_ready was "
                          "called); add groups between steps", fn);
     dt_status st = check_hparams(fn, hp);
+    if (st == DT_OK && zero->sharded_params)
+        st = dt__zero_s3_idle(zero, fn);
     if (st != DT_OK)
         return st;
     for (int j = 0; j < n; j++) {
@@ -297,7 +306,10 @@ dt_status dt_zero_add_group(dt_zero *zero, int n, const char *const *names,
     }
     if (st == DT_OK)
         st = dt__zero_alloc_state(zero, g);
+    if (st == DT_OK && zero->sharded_params)
+        st = dt__zero_s3_adopt(zero, g);
     if (st != DT_OK) {
+        dt__zero_s3_free_group(zero, g);
         dt__zero_free_group(g);
         return st;
     }
@@ -358,6 +370,7 @@ dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out)
             m.grad_bytes += local_bytes(ch->flat) + local_bytes(ch->gpart);
             m.state_bytes += local_bytes(ch->master) + local_bytes(ch->s1) +
                              local_bytes(ch->s2);
+            m.param_bytes += local_bytes(ch->psh);
             /* The largest per-chunk temporary: the reduced chunk (stages 0, 1: the partition
              * before it is copied back; stage 2: the transient partial flat chunk), or the
              * all-gather's destination plus, for 16-bit parameters in stage 1, its cast
@@ -366,7 +379,9 @@ dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out)
             uint64_t full = (uint64_t)zero->nlocal * (uint64_t)ch->len * dsz;
             uint64_t reduce = zero->stage == 2 ? full : part;
             uint64_t gather = 0;
-            if (zero->stage > 0)
+            if (zero->sharded_params)
+                gather = 0;  /* the gathered parameters themselves are in param_bytes */
+            else if (zero->stage > 0)
                 gather = full + (zero->stage == 1 && gr->dtype != DT_DTYPE_F32 ? part : 0);
             uint64_t tmp = reduce > gather ? reduce : gather;
             if (tmp > m.gather_bytes)

@@ -316,7 +316,15 @@ static dt_status zero_save(const char *fn, dt_zero *zero, const save_target *t, 
     save_lists s;
     memset(&s, 0, sizeof s);
     dt_dtype *dtypes = NULL;
-    dt_status st = build_lists(zero, n_extra, extra_names, extra_tensors, opts, &s);
+    /* Stage 3: the parameters are whole for the time of the save (an asynchronous save
+     * would need them after the release). */
+    unsigned char *held = NULL;
+    dt_status st = zero->sharded_params && req_out
+                       ? dt__error(DT_ERR_UNSUPPORTED, "%s: stage 3 saves synchronously "
+                                   "(dt_zero_save or dt_zero_save_step)", fn)
+                       : dt__zero_s3_hold_all(zero, &held);
+    if (st == DT_OK)
+        st = build_lists(zero, n_extra, extra_names, extra_tensors, opts, &s);
     /* The caller's save_dtypes cover its extra tensors; the parameters keep their dtype (a
      * restore must give them back exactly). */
     if (st == DT_OK && opts->save_dtypes) {
@@ -344,6 +352,7 @@ static dt_status zero_save(const char *fn, dt_zero *zero, const save_target *t, 
     }
     free(dtypes);
     free_lists(&s);
+    dt__zero_s3_drop(zero, held);
     return st;
 }
 
@@ -641,11 +650,31 @@ static dt_status stage_alloc(const dt_zero *z, float **stage_out, const dt__devi
     return DT_OK;
 }
 
+static dt_status zero_load(dt_zero *zero, const char *dir);
+
+/* Stage 3: the parameters are whole for the time of the restore, then their shards are made
+ * from the restored master. */
 dt_status dt_zero_load(dt_zero *zero, const char *dir)
 {
-    static const char fn[] = "dt_zero_load";
     if (!zero || !dir)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and dir are required", fn);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_load: zero and dir are required");
+    unsigned char *held = NULL;
+    dt_status st = dt__zero_s3_hold_all(zero, &held);
+    if (st == DT_OK)
+        st = zero_load(zero, dir);
+    for (int g = 0; st == DT_OK && zero->sharded_params && g < zero->ngroups; g++)
+        for (int c = 0; st == DT_OK && c < zero->groups[g].nchunks; c++)
+            st = dt__zero_s3_refresh(zero, &zero->groups[g], &zero->groups[g].chunks[c]);
+    dt_status done = dt__zero_sync(zero);
+    if (st == DT_OK)
+        st = done;
+    dt__zero_s3_drop(zero, held);
+    return st;
+}
+
+static dt_status zero_load(dt_zero *zero, const char *dir)
+{
+    static const char fn[] = "dt_zero_load";
     loaded_values lv;
     memset(&lv, 0, sizeof lv);
     lv.lr = calloc((size_t)zero->ngroups + 1, sizeof *lv.lr);

@@ -96,7 +96,10 @@ typedef void (*dt_zero_overflow_fn)(void *arg, const dt_zero_step_info *info);
 typedef struct dt_zero_opts {
     /* 0: plain data parallel (all-reduce of gradients, full optimizer state everywhere);
      * 1: optimizer state (fp32 master weights and moments) partitioned along the dp dim;
-     * 2: gradients partitioned too (reduce-scatter; each rank keeps only its partition). */
+     * 2: gradients partitioned too (reduce-scatter; each rank keeps only its partition);
+     * 3: parameters partitioned too: between dt_zero_gather and dt_zero_release of its group
+     *    a parameter is whole (dt_zero_param), otherwise only each rank's shard exists
+     *    (below, "Stage 3"). */
     int stage;
     /* The data-parallel mesh dimension; NULL means "batch". Must be a dim of the mesh. */
     const char *dp_dim;
@@ -268,6 +271,41 @@ DT_API dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,
  * returns the same status. Collective. DT_ERR_NOT_FOUND names a missing tensor or value;
  * DT_ERR_SHAPE a mismatch; DT_ERR_CORRUPT as dt_restore. */
 DT_API dt_status dt_zero_load(dt_zero *zero, const char *dir);
+
+/* ---- stage 3: sharded parameters (docs/optim.md, "Stage 3") --------------------------------
+ * In stage 3 dt_zero_add_group reads the caller's parameter tensors once (their values become
+ * the shards) and does not keep them: the caller may destroy them. A group is the unit of
+ * gathering (add one group per layer): its parameters are released (only the shards exist)
+ * until dt_zero_gather makes them whole again as new tensors, which dt_zero_param hands out,
+ * until dt_zero_release frees them. A training loop gathers a layer's group before its
+ * forward, releases it after, gathers it again before its backward and releases it after; it
+ * calls dt_zero_prefetch for the next layer's group before computing the current one, so that
+ * gather's messages move while it computes. dt_zero_step (and dt_zero_add_group) refuse to run
+ * while a group is gathered or prefetched (DT_ERR_STATE names it): the update writes the
+ * shards. dt_zero_save and dt_zero_load gather every released group for their duration.
+ * In stages 0-2 the parameters are always whole: dt_zero_prefetch, dt_zero_gather and
+ * dt_zero_release only check their arguments, and dt_zero_param gives the caller's tensor, so
+ * one loop serves every stage.
+ * All four: DT_ERR_INVALID_ARGUMENT for a NULL zero or an out-of-range group or index. */
+
+/* Starts the all-gather of group `group`'s parameters in the background (non-blocking messages
+ * on the optimizer's communicator, each rank's shard to every dp peer through host staging
+ * memory) and returns. Collective (every client, same groups, same order).
+ * DT_ERR_STATE if the group is already gathered or prefetched. */
+DT_API dt_status dt_zero_prefetch(dt_zero *zero, int group);
+/* Makes group `group`'s parameters whole: completes its prefetch (or does the whole gather when
+ * none was started) into new tensors in the parameters' layouts and dtype. Collective.
+ * DT_ERR_STATE if the group is already gathered ("gathered twice"). */
+DT_API dt_status dt_zero_gather(dt_zero *zero, int group);
+/* Frees group `group`'s gathered parameters (tensors from dt_zero_param become invalid).
+ * Local. DT_ERR_STATE if the group is not gathered (released already, or only prefetched:
+ * dt_zero_gather it first). */
+DT_API dt_status dt_zero_release(dt_zero *zero, int group);
+/* The whole parameter `index` (dt_zero_step's order), borrowed: valid until its group's
+ * release. Local. DT_ERR_STATE naming it when its group is released (or only prefetched). */
+DT_API dt_status dt_zero_param(const dt_zero *zero, int index, dt_tensor **param_out);
+/* The group of parameter `index`, or -1 when out of range. Local. */
+DT_API int dt_zero_param_group(const dt_zero *zero, int index);
 
 #ifdef __cplusplus
 }

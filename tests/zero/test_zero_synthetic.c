@@ -1,4 +1,4 @@
-/* ZeRO stages 0, 1 and 2 on synthetic gradients, against a single-device reference in plain C
+/* ZeRO stages 0, 1, 2 and 3 on synthetic gradients, against a single-device reference in plain C
  * (summands added in dp order, then the inner optimizer), bit for bit after every step:
  *  - a 2-D batch x model mesh with parameters sharded along `model` (column-parallel weight
  *    and its bias) next to a replicated one, gradients partial over `batch`, one given in
@@ -117,6 +117,44 @@ static void on_overflow(void *arg, const dt_zero_step_info *info)
     CU_ASSERT_EQUAL(info->skipped, 1);
 }
 
+/* The parameters' current values: the caller's tensors (stages 0-2), or in stage 3 the
+ * gathered ones (even groups prefetched first), checked to be refused while released. */
+static void stage3_gather(dt_zero *z, int np, dt_tensor *const *pt, dt_tensor **cur)
+{
+    for (int k = 0; k < np; k++) {
+        cur[k] = pt[k];
+        dt_tensor *t = NULL;
+        dt_status st = dt_zero_param(z, k, &t);
+        if (st == DT_OK)
+            continue; /* stages 0-2: the caller's tensor */
+        CU_ASSERT_EQUAL(st, DT_ERR_STATE);
+        CU_ASSERT(strstr(dt_last_error(), "is released") != NULL);
+    }
+    int last = -1;
+    for (int k = 0; k < np; k++) {
+        int g = dt_zero_param_group(z, k);
+        if (g != last) {
+            if (g % 2 == 0)
+                DT_ASSERT_OK(dt_zero_prefetch(z, g));
+            DT_ASSERT_OK(dt_zero_gather(z, g));
+            last = g;
+        }
+        DT_ASSERT_OK(dt_zero_param(z, k, &cur[k]));
+    }
+}
+
+static void stage3_release(dt_zero *z, int stage)
+{
+    int last = -1;
+    for (int k = 0; k < dt_zero_num_params(z); k++) {
+        int g = dt_zero_param_group(z, k);
+        if (g != last)
+            DT_ASSERT_OK(dt_zero_release(z, g));
+        last = g;
+    }
+    (void)stage;
+}
+
 static void run(const run_cfg *c)
 {
     if (!zt_in_mesh(c->mesh))
@@ -226,11 +264,14 @@ static void run(const run_cfg *c)
             CU_ASSERT(fabs(info.grad_norm - norm) <= 1e-5 * norm);
             CU_ASSERT_EQUAL(info.clip_coef, 1.0);
         }
+        dt_tensor *cur[MAXP];
+        stage3_gather(z, c->np, pt, cur);
         for (int k = 0; k < c->np && bad == 0; k++) {
             snprintf(what, sizeof what, "%s stage %d iteration %lld %s", c->label, c->stage,
                      (long long)t, c->ps[k].name);
-            bad += zt_bit_mismatches(what, pt[k], p[k]);
+            bad += zt_bit_mismatches(what, cur[k], p[k]);
         }
+        stage3_release(z, c->stage);
     }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(overflow_calls, expected_calls);
@@ -280,7 +321,7 @@ static void test_zero_2d_mesh_model_sharded_params_match_reference_bitwise(void)
         {"b", 1, {11, 0}, "model", NULL, 1, "model", NULL, 1, 0},
     };
     dt_mesh *mesh = zt_mesh_batch_model();
-    for (int stage = 0; stage <= 2; stage++) {
+    for (int stage = 0; stage <= 3; stage++) {
         run_cfg c = {
             "2-D", mesh, stage, DT_DTYPE_F32, DT_LOSS_SCALER_OPTS_INIT, ps, 3, {adam_l2(), sgd(0)},
             0,     NULL, 0};
@@ -307,7 +348,7 @@ static void mixed(dt_dtype dtype)
         if (sizes[s] > n || (s == 1 && n == 3))
             continue;
         dt_mesh *mesh = zt_mesh_dp(sizes[s]);
-        for (int stage = 0; stage <= 2; stage++) {
+        for (int stage = 0; stage <= 3; stage++) {
             char label[64];
             snprintf(label, sizeof label, "%s dp %lld", dt_dtype_name(dtype), (long long)sizes[s]);
             run_cfg c = {label,
