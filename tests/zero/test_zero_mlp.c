@@ -1,4 +1,4 @@
-/* ZeRO stages 0, 1 and 2 training a 2-layer MLP (data parallel matmul, bias, ReLU, softmax
+/* ZeRO stages 0, 1, 2 and 3 training a 2-layer MLP (data parallel matmul, bias, ReLU, softmax
  * cross-entropy; an AdamW group and an SGD-momentum group) for 20 steps on 1, 2, 3, 4 and
  * every data-parallel device, and as a Megatron MLP (W1 column-parallel, W2 row-parallel on
  * `model`) on the batch x model mesh, against a single-device reference: the gradient of each
@@ -6,7 +6,9 @@
  * the distributed ops run there, the shards' gradients added in shard order (the order of the
  * library's reduction over the dp dim), and the updates in plain C. f32 throughout, so the
  * parameters must be identical bit for bit after every step. With clipping, a tolerance (see
- * the clipping case). */
+ * the clipping case). Stage 3 runs the per-layer loop a training loop uses (each layer's group
+ * gathered before its forward and again before its backward, the next one prefetched,
+ * released after use, gradients given by dt_zero_grad_ready as the backward makes them). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +150,50 @@ static const char *const pspec_megatron[NP][2] = {
 
 /* One training run on a dp mesh of `ndp` devices (megatron: the batch x model mesh of every
  * device, ndp ignored); exact (bitwise) or within a tolerance. */
+/* Stage 3's forward and backward, layer by layer (group 0: W1, b1; group 1: W2, b2); the
+ * gradients go to dt_zero_grad_ready and are destroyed into g (left NULL). */
+static void layered_step(dt_zero *z, const dt_tensor *x, const dt_tensor *labels,
+                         dt_tensor **g)
+{
+    dt_tensor *w[NP], *h = NULL, *z1 = NULL, *a = NULL, *lg = NULL, *z2 = NULL, *dz2 = NULL;
+    dt_tensor *da = NULL, *dz1 = NULL;
+    DT_ASSERT_OK(dt_zero_gather(z, 0));
+    DT_ASSERT_OK(dt_zero_prefetch(z, 1)); /* moves while layer 1 computes */
+    DT_ASSERT_OK(dt_zero_param(z, 0, &w[0]));
+    DT_ASSERT_OK(dt_zero_param(z, 1, &w[1]));
+    DT_ASSERT_OK(dt_matmul(x, w[0], 0, 0, NULL, &h));
+    DT_ASSERT_OK(dt_bias_add(h, w[1], &z1));
+    DT_ASSERT_OK(dt_relu(z1, &a));
+    DT_ASSERT_OK(dt_zero_release(z, 0));
+    DT_ASSERT_OK(dt_zero_gather(z, 1));
+    DT_ASSERT_OK(dt_zero_param(z, 2, &w[2]));
+    DT_ASSERT_OK(dt_zero_param(z, 3, &w[3]));
+    DT_ASSERT_OK(dt_matmul(a, w[2], 0, 0, NULL, &lg));
+    DT_ASSERT_OK(dt_bias_add(lg, w[3], &z2));
+    DT_ASSERT_OK(dt_softmax_xent_backward(z2, labels, 1.0f, &dz2));
+    DT_ASSERT_OK(dt_zero_prefetch(z, 0)); /* layer 1's backward needs it again */
+    DT_ASSERT_OK(dt_matmul_backward(a, w[2], 0, 0, dz2, NULL, NULL, &da, &g[2]));
+    DT_ASSERT_OK(dt_bias_grad(dz2, NULL, &g[3]));
+    DT_ASSERT_OK(dt_zero_release(z, 1));
+    DT_ASSERT_OK(dt_zero_grad_ready(z, 2, g[2]));
+    DT_ASSERT_OK(dt_zero_grad_ready(z, 3, g[3]));
+    DT_ASSERT_OK(dt_zero_gather(z, 0));
+    DT_ASSERT_OK(dt_zero_param(z, 0, &w[0]));
+    DT_ASSERT_OK(dt_relu_backward(z1, da, &dz1));
+    DT_ASSERT_OK(dt_matmul_backward(x, w[0], 0, 0, dz1, NULL, NULL, NULL, &g[0]));
+    DT_ASSERT_OK(dt_bias_grad(dz1, NULL, &g[1]));
+    DT_ASSERT_OK(dt_zero_release(z, 0));
+    DT_ASSERT_OK(dt_zero_grad_ready(z, 0, g[0]));
+    DT_ASSERT_OK(dt_zero_grad_ready(z, 1, g[1]));
+    dt_tensor *tmp[] = {h, z1, a, lg, z2, dz2, da, dz1};
+    for (int i = 0; i < 8; i++)
+        dt_tensor_destroy(tmp[i]);
+    for (int i = 0; i < NP; i++) {
+        dt_tensor_destroy(g[i]);
+        g[i] = NULL;
+    }
+}
+
 static void train(int64_t ndp, int megatron, int stage, double clip_norm, int exact)
 {
     dt_mesh *mesh = megatron ? zt_mesh_batch_model() : zt_mesh_dp(ndp);
@@ -209,6 +255,10 @@ static void train(int64_t ndp, int megatron, int stage, double clip_norm, int ex
     for (int t = 0; t < STEPS; t++) {
         dt_tensor *h = NULL, *z1 = NULL, *a = NULL, *lg = NULL, *z2 = NULL, *dz2 = NULL;
         dt_tensor *da = NULL, *dz1 = NULL, *g[NP] = {NULL, NULL, NULL, NULL};
+        if (stage == 3) {
+            layered_step(z, x, labels, g);
+            goto stepped;
+        }
         DT_ASSERT_OK(dt_matmul(x, p[0], 0, 0, NULL, &h));
         DT_ASSERT_OK(dt_bias_add(h, p[1], &z1));
         DT_ASSERT_OK(dt_relu(z1, &a));
@@ -224,8 +274,18 @@ static void train(int64_t ndp, int megatron, int stage, double clip_norm, int ex
             CU_ASSERT(dt_layout_num_partial(dt_tensor_layout(g[0])) == 1);
 
         dt_zero_step_info info;
+    stepped:
         memset(&info, 0, sizeof info);
-        DT_ASSERT_OK(dt_zero_step(z, g, &info));
+        DT_ASSERT_OK(dt_zero_step(z, stage == 3 ? NULL : g, &info));
+        dt_tensor *cur[NP];
+        for (int i = 0; i < NP; i++)
+            cur[i] = p[i];
+        if (stage == 3) {
+            DT_ASSERT_OK(dt_zero_gather(z, 0));
+            DT_ASSERT_OK(dt_zero_gather(z, 1));
+            for (int i = 0; i < NP; i++)
+                DT_ASSERT_OK(dt_zero_param(z, i, &cur[i]));
+        }
         double coef = 1.0;
         double norm = ref_step(d, ndp, nmodel, t + 1, clip_norm, &coef);
         CU_ASSERT_EQUAL(info.iteration, t);
@@ -243,8 +303,12 @@ static void train(int64_t ndp, int megatron, int stage, double clip_norm, int ex
                      (long long)ndp, (long long)nmodel, t + 1, pname[i]);
             /* Clipping multiplies by a factor computed from a norm whose summation order is
              * the implementation's: 1-ulp differences in the factor, so a tolerance. */
-            bad += exact ? zt_bit_mismatches(what, p[i], d->p[i])
-                         : zt_mismatches(what, p[i], d->p[i], 1e-6f, 1e-4f);
+            bad += exact ? zt_bit_mismatches(what, cur[i], d->p[i])
+                         : zt_mismatches(what, cur[i], d->p[i], 1e-6f, 1e-4f);
+        }
+        if (stage == 3) {
+            DT_ASSERT_OK(dt_zero_release(z, 0));
+            DT_ASSERT_OK(dt_zero_release(z, 1));
         }
         dt_tensor_destroy(h);
         dt_tensor_destroy(z1);
@@ -299,9 +363,14 @@ static void test_zero_stage2_mlp_matches_single_device_bitwise(void)
 
 /* The Megatron MLP on the batch x model mesh: W1, b1 and W2 sharded on `model`, ZeRO over
  * `batch`. */
+static void test_zero_stage3_layered_mlp_matches_single_device_bitwise(void)
+{
+    train_all_sizes(3, 0.0, 1);
+}
+
 static void test_zero_2d_mesh_megatron_mlp_matches_single_device_bitwise(void)
 {
-    for (int stage = 0; stage <= 2; stage++)
+    for (int stage = 0; stage <= 3; stage++)
         train(0, 1, stage, 0.0, 1);
 }
 
@@ -317,6 +386,7 @@ int main(int argc, char **argv)
         DT_TEST(test_zero_stage0_mlp_matches_single_device_bitwise),
         DT_TEST(test_zero_stage1_mlp_matches_single_device_bitwise),
         DT_TEST(test_zero_stage2_mlp_matches_single_device_bitwise),
+        DT_TEST(test_zero_stage3_layered_mlp_matches_single_device_bitwise),
         DT_TEST(test_zero_2d_mesh_megatron_mlp_matches_single_device_bitwise),
         DT_TEST(test_zero_stage2_mlp_with_clipping_close_to_single_device),
         DT_TEST_END,
