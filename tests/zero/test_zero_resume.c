@@ -6,7 +6,9 @@
  * (power of two) scale, so the gradient of the batch is exact whatever the number of dp
  * shards, and the reference is one single-device trajectory in plain C. The checkpoint's
  * per-parameter state tensors are read back with the ckpt inspection API and compared with the
- * reference state. */
+ * reference state. Stage 3 (parameters as shards) is saved on 2 devices and restored on 4
+ * (stage 3) and on 3 (stage 0), and saved on batch x model meshes and restored on other
+ * shapes. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -137,6 +139,7 @@ typedef struct model {
     dt_tensor *p[NP];
     dt_zero *z;
     dt_dtype dtype;
+    int stage;
 } model;
 
 /* Parameters on `mesh` from `init` (NULL: every element 7, to be overwritten by a load). */
@@ -145,6 +148,7 @@ static void model_create(model *m, dt_mesh *mesh, int stage, dt_dtype dtype, flo
     memset(m, 0, sizeof *m);
     m->mesh = mesh;
     m->dtype = dtype;
+    m->stage = stage;
     float sevens[MAXN];
     for (int e = 0; e < MAXN; e++)
         sevens[e] = 7.0f;
@@ -172,14 +176,39 @@ static void model_destroy(model *m)
     }
 }
 
+/* The parameters' values now: the model's tensors, or in stage 3 the gathered ones (both
+ * groups gathered; params_done releases them). */
+static void params_now(const model *m, dt_tensor **cur)
+{
+    for (int k = 0; k < NP; k++)
+        cur[k] = m->p[k];
+    if (m->stage != 3)
+        return;
+    DT_ASSERT_OK(dt_zero_gather(m->z, 0));
+    DT_ASSERT_OK(dt_zero_gather(m->z, 1));
+    for (int k = 0; k < NP; k++)
+        DT_ASSERT_OK(dt_zero_param(m->z, k, &cur[k]));
+}
+
+static void params_done(const model *m)
+{
+    if (m->stage != 3)
+        return;
+    DT_ASSERT_OK(dt_zero_release(m->z, 0));
+    DT_ASSERT_OK(dt_zero_release(m->z, 1));
+}
+
 static int64_t check_params(const model *m, const ref_state *want, const char *label, int64_t t)
 {
     int64_t bad = 0;
     char what[128];
+    dt_tensor *cur[NP];
+    params_now(m, cur);
     for (int k = 0; k < NP && bad == 0; k++) {
         snprintf(what, sizeof what, "%s: %s after iteration %lld", label, pname[k], (long long)t);
-        bad += zt_bit_mismatches(what, m->p[k], want->p[k]);
+        bad += zt_bit_mismatches(what, cur[k], want->p[k]);
     }
+    params_done(m);
     return bad;
 }
 
@@ -368,23 +397,26 @@ static void resume(dt_dtype dtype)
         have_final = 1;
         model_destroy(&m);
     }
-    for (int save_stage = 1; save_stage <= 2; save_stage++) {
-        if (zt_in_mesh(mesh4)) {
-            model_create(&m, mesh4, save_stage, dtype, r.init);
+    for (int save_stage = 1; save_stage <= 3; save_stage++) {
+        /* Stage 3 is saved on 2 devices and restored on 4 (stage 3) and 3 (stage 0). */
+        dt_mesh *from = save_stage == 3 ? mesh2 : mesh4;
+        if (zt_in_mesh(from)) {
+            model_create(&m, from, save_stage, dtype, r.init);
             snprintf(label, sizeof label, "%s stage %d before the save", dt_dtype_name(dtype),
                      save_stage);
             CU_ASSERT_EQUAL(run_steps(&m, &r, 0, SAVE_AT, label), 0);
             save_model(&m, ck);
             model_destroy(&m);
         }
+        MPI_Barrier(MPI_COMM_WORLD);
         check_checkpoint(ck, &r.after[SAVE_AT - 1], dtype);
         /* Restore on 2 and on 3 devices, with another stage or the same. */
         struct {
             dt_mesh *mesh;
             int stage;
         } to[2] = {
-            {mesh2, save_stage == 1 ? 2 : 0},
-            {mesh3, save_stage == 1 ? 1 : 2},
+            {save_stage == 3 ? mesh4 : mesh2, save_stage == 1 ? 2 : save_stage == 2 ? 0 : 3},
+            {mesh3, save_stage == 1 ? 1 : save_stage == 2 ? 2 : 0},
         };
         for (int i = 0; i < 2; i++) {
             if (!zt_in_mesh(to[i].mesh))
@@ -392,19 +424,22 @@ static void resume(dt_dtype dtype)
             model_create(&m, to[i].mesh, to[i].stage, dtype, NULL);
             DT_ASSERT_OK(dt_zero_load(m.z, ck));
             snprintf(label, sizeof label,
-                     "%s saved at stage %d on 4, loaded at stage %d on "
+                     "%s saved at stage %d on %lld, loaded at stage %d on "
                      "%lld",
-                     dt_dtype_name(dtype), save_stage, to[i].stage,
+                     dt_dtype_name(dtype), save_stage, (long long)dt_mesh_size(from), to[i].stage,
                      (long long)dt_mesh_size(to[i].mesh));
             CU_ASSERT_EQUAL(check_params(&m, &r.after[SAVE_AT - 1], label, SAVE_AT - 1), 0);
             CU_ASSERT_EQUAL(run_steps(&m, &r, SAVE_AT, STEPS, label), 0);
             if (have_final) {
                 int64_t bad = 0;
+                dt_tensor *cur[NP];
+                params_now(&m, cur);
                 for (int k = 0; k < NP; k++) {
                     char what[160];
                     snprintf(what, sizeof what, "%s: %s vs the uninterrupted run", label, pname[k]);
-                    bad += zt_bit_mismatches(what, m.p[k], final[k]);
+                    bad += zt_bit_mismatches(what, cur[k], final[k]);
                 }
+                params_done(&m);
                 CU_ASSERT_EQUAL(bad, 0);
             }
             check_extra(to[i].mesh, ck);
@@ -433,12 +468,14 @@ static void reshape(dt_dtype dtype)
         int stage;
         int64_t tb, tm;
         int tstage;
-    } cases[3] = {
+    } cases[5] = {
         {2, 2, 2, 4, 1, 1},
         {4, 1, 1, 1, 2, 0},
         {2, 2, 1, 1, 1, 2},
+        {2, 2, 3, 4, 1, 3},
+        {2, 1, 3, 2, 2, 3},
     };
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < 5; c++) {
         dt_mesh *from = zt_mesh_bm(cases[c].b, cases[c].m);
         dt_mesh *to = zt_mesh_bm(cases[c].tb, cases[c].tm);
         char label[128];
