@@ -378,12 +378,133 @@ static void test_zero_f16_dynamic_loss_scale_with_overflows_matches_reference_bi
     mixed(DT_DTYPE_F16);
 }
 
+#define EXPECT_STATUS(call, want, text)                                                         \
+    do {                                                                                       \
+        dt_status st_ = (call);                                                                \
+        CU_ASSERT_EQUAL(st_, want);                                                            \
+        if (st_ != DT_OK && !strstr(dt_last_error(), text)) {                                  \
+            fprintf(stderr, "message '%s' lacks '%s'\n", dt_last_error(), text);                \
+            CU_FAIL("status message");                                                         \
+        }                                                                                      \
+    } while (0)
+
+/* Stage 3's refusals: every misuse of gather / prefetch / release / param gives DT_ERR_STATE
+ * (or DT_ERR_INVALID_ARGUMENT) with a message naming it and changes nothing: the parameters
+ * gathered afterwards still hold their values, the memory report follows the gathers, and in
+ * stage 1 the same calls are no-ops that hand out the caller's tensors. */
+static void test_zero_stage3_misuse_gives_clear_statuses(void)
+{
+    int64_t n = zt_num_devices() < 4 ? zt_num_devices() : 4;
+    dt_mesh *mesh = zt_mesh_dp(n);
+    if (!zt_in_mesh(mesh)) {
+        dt_mesh_destroy(mesh);
+        return;
+    }
+    float v[2][MAXN];
+    int64_t shape[2][2] = {{6, 5}, {7, 0}};
+    dt_layout *l2 = dt_test_layout(mesh, 2, NULL, NULL, NULL);
+    dt_layout *l1 = dt_test_layout(mesh, 1, NULL, NULL, NULL);
+    zt_fill_real(v[0], 30, -1.0f, 1.0f, 71);
+    zt_fill_real(v[1], 7, -1.0f, 1.0f, 72);
+    dt_test_round(v[0], 30, DT_DTYPE_BF16);
+    dt_test_round(v[1], 7, DT_DTYPE_BF16);
+    for (int stage = 1; stage <= 3; stage += 2) {
+        dt_tensor *pt[2] = {zt_tensor(l2, DT_DTYPE_BF16, shape[0], v[0]),
+                            zt_tensor(l1, DT_DTYPE_BF16, shape[1], v[1])};
+        const char *names[2] = {"layer0/w", "layer1/b"};
+        dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+        zo.stage = stage;
+        zo.allgather_size = 8;
+        dt_zero *z = NULL;
+        DT_ASSERT_OK(dt_zero_create(mesh, &zo, &z));
+        DT_ASSERT_OK(dt_zero_add_group(z, 1, names, pt, adamw(), NULL));
+        DT_ASSERT_OK(dt_zero_add_group(z, 1, names + 1, pt + 1, adamw(), NULL));
+        CU_ASSERT_EQUAL(dt_zero_param_group(z, 1), 1);
+        CU_ASSERT_EQUAL(dt_zero_param_group(z, 2), -1);
+        dt_tensor *t = NULL;
+        EXPECT_STATUS(dt_zero_gather(z, 2), DT_ERR_INVALID_ARGUMENT, "group 2");
+        EXPECT_STATUS(dt_zero_param(z, 5, &t), DT_ERR_INVALID_ARGUMENT, "parameter 5");
+        if (stage == 1) {
+            /* Always whole: the calls only check their arguments. */
+            DT_ASSERT_OK(dt_zero_gather(z, 0));
+            DT_ASSERT_OK(dt_zero_gather(z, 0));
+            DT_ASSERT_OK(dt_zero_release(z, 0));
+            DT_ASSERT_OK(dt_zero_param(z, 0, &t));
+            CU_ASSERT_PTR_EQUAL(t, pt[0]);
+        } else {
+            dt_zero_memory m0, m1;
+            DT_ASSERT_OK(dt_zero_memory_usage(z, &m0));
+            EXPECT_STATUS(dt_zero_param(z, 0, &t), DT_ERR_STATE, "'layer0/w') is released");
+            EXPECT_STATUS(dt_zero_release(z, 0), DT_ERR_STATE, "not gathered");
+            DT_ASSERT_OK(dt_zero_prefetch(z, 0));
+            EXPECT_STATUS(dt_zero_prefetch(z, 0), DT_ERR_STATE, "already prefetched");
+            EXPECT_STATUS(dt_zero_release(z, 0), DT_ERR_STATE, "only prefetched");
+            EXPECT_STATUS(dt_zero_param(z, 0, &t), DT_ERR_STATE, "released");
+            EXPECT_STATUS(dt_zero_step(z, NULL, NULL), DT_ERR_INVALID_ARGUMENT, "grads");
+            DT_ASSERT_OK(dt_zero_gather(z, 0));
+            EXPECT_STATUS(dt_zero_gather(z, 0), DT_ERR_STATE, "gathered twice");
+            EXPECT_STATUS(dt_zero_prefetch(z, 0), DT_ERR_STATE, "already gathered");
+            DT_ASSERT_OK(dt_zero_param(z, 0, &t));
+            CU_ASSERT_EQUAL(zt_bit_mismatches("layer0/w gathered", t, v[0]), 0);
+            DT_ASSERT_OK(dt_zero_memory_usage(z, &m1));
+            /* The whole parameter on every local device, now. */
+            CU_ASSERT_EQUAL(m1.param_bytes - m0.param_bytes,
+                            (uint64_t)dt_tensor_num_local(t) * 30 * 2);
+            /* The update writes the shards: refused while a group is whole. */
+            dt_tensor *g[2] = {NULL, NULL};
+            dt_layout *gl2 = dt_test_layout(mesh, 2, NULL, NULL, "batch");
+            dt_layout *gl1 = dt_test_layout(mesh, 1, NULL, NULL, "batch");
+            float zeros[MAXN] = {0};
+            g[0] = zt_tensor(gl2, DT_DTYPE_BF16, shape[0], zeros);
+            g[1] = zt_tensor(gl1, DT_DTYPE_BF16, shape[1], zeros);
+            EXPECT_STATUS(dt_zero_step(z, g, NULL), DT_ERR_STATE, "group 0 is still gathered");
+            char dir[256];
+            dt_test_scratch_dir(dir, sizeof dir);
+            EXPECT_STATUS(dt_zero_save(z, dir, 0, NULL, NULL, NULL), DT_ERR_STATE,
+                          "still gathered");
+            dt_save_request *req = NULL;
+            EXPECT_STATUS(dt_zero_save_async(z, dir, 0, NULL, NULL, NULL, &req),
+                          DT_ERR_UNSUPPORTED, "synchronously");
+            dt_test_scratch_remove(dir);
+            DT_ASSERT_OK(dt_zero_release(z, 0));
+            EXPECT_STATUS(dt_zero_release(z, 0), DT_ERR_STATE, "released already");
+            EXPECT_STATUS(dt_zero_param(z, 0, &t), DT_ERR_STATE, "dt_zero_gather its group 0");
+            DT_ASSERT_OK(dt_zero_memory_usage(z, &m1));
+            CU_ASSERT_EQUAL(m1.param_bytes, m0.param_bytes);
+            /* The refusals changed nothing: a zero-gradient step (Adam's update of a zero
+             * gradient with decoupled decay only) matches the reference on both. */
+            DT_ASSERT_OK(dt_zero_step(z, g, NULL));
+            for (int k = 0; k < 2; k++) {
+                float s1[MAXN] = {0}, s2[MAXN] = {0};
+                int64_t ne = k == 0 ? 30 : 7;
+                zt_ref_update(ne, adamw(), 1, v[k], zeros, s1, s2);
+                DT_ASSERT_OK(dt_zero_gather(z, k));
+                DT_ASSERT_OK(dt_zero_param(z, k, &t));
+                CU_ASSERT_EQUAL(zt_bit_mismatches(names[k], t, v[k]), 0);
+                DT_ASSERT_OK(dt_zero_release(z, k));
+            }
+            dt_tensor_destroy(g[0]);
+            dt_tensor_destroy(g[1]);
+            dt_layout_destroy(gl2);
+            dt_layout_destroy(gl1);
+        }
+        /* Stage 3 let the caller's tensors go: destroying them is the caller's. */
+        dt_tensor_destroy(pt[0]);
+        dt_tensor_destroy(pt[1]);
+        dt_zero_destroy(z);
+    }
+    dt_layout_destroy(l2);
+    dt_layout_destroy(l1);
+    dt_mesh_destroy(mesh);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_zero_2d_mesh_model_sharded_params_match_reference_bitwise),
         DT_TEST(test_zero_bf16_dynamic_loss_scale_with_overflows_matches_reference_bitwise),
         DT_TEST(test_zero_f16_dynamic_loss_scale_with_overflows_matches_reference_bitwise),
+        DT_TEST(test_zero_stage3_misuse_gives_clear_statuses),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "zero_synthetic", cases);
