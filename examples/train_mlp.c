@@ -314,8 +314,7 @@ static int setup_model(ctx *c)
     }
     hp.lr = (float)c->o.lr;
     hp.weight_decay = (float)c->o.weight_decay;
-    if ((st = dt_zero_add_group(c->zero, MLP_NPARAMS, mlp_param_names(), mlp_params(c->model), &hp,
-                                NULL)) != DT_OK)
+    if ((st = mlp_attach(c->model, c->zero, &hp, c->o.stage == 3)) != DT_OK)
         return fail_dt(c, "dt_zero_add_group", st, dt_last_error());
     return 0;
 }

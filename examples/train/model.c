@@ -16,6 +16,7 @@ struct mlp {
     dt_layout *l_rows1; /* [batch]: labels */
     dt_layout *l_rep2;  /* replicated 2-D: logits gathered for the accuracy */
     dt_tensor *param[MLP_NPARAMS];
+    dt_zero *zero;      /* stage 3: the parameters' owner, group l = layer l + 1 */
 };
 
 static const char *const names[MLP_NPARAMS] = {"layer1/weight", "layer1/bias", "layer2/weight",
@@ -41,6 +42,51 @@ dt_tensor *const *mlp_params(const mlp *m)
 const char *const *mlp_param_names(void)
 {
     return names;
+}
+
+dt_status mlp_attach(mlp *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3)
+{
+    if (!stage3)
+        return dt_zero_add_group(zero, MLP_NPARAMS, names, m->param, hp, NULL);
+    dt_status st = DT_OK;
+    for (int l = 0; st == DT_OK && l < 2; l++)
+        st = dt_zero_add_group(zero, 2, names + 2 * l, m->param + 2 * l, hp, NULL);
+    for (int i = 0; st == DT_OK && i < MLP_NPARAMS; i++) {
+        dt_tensor_destroy(m->param[i]); /* the shards in the optimizer hold the values */
+        m->param[i] = NULL;
+    }
+    if (st == DT_OK)
+        m->zero = zero;
+    return st;
+}
+
+/* Layer l's weight and bias: the model's own, or (stage 3) gathered by the optimizer, with
+ * layer `next`'s gather (>= 0) started to move while this one computes. */
+static dt_status layer_in(const mlp *m, int l, int next, const dt_tensor **w,
+                          const dt_tensor **b)
+{
+    if (!m->zero) {
+        *w = m->param[2 * l];
+        *b = m->param[2 * l + 1];
+        return DT_OK;
+    }
+    dt_tensor *tw = NULL, *tb = NULL;
+    dt_status st = dt_zero_gather(m->zero, l);
+    if (st == DT_OK && next >= 0)
+        st = dt_zero_prefetch(m->zero, next);
+    if (st == DT_OK)
+        st = dt_zero_param(m->zero, 2 * l, &tw);
+    if (st == DT_OK)
+        st = dt_zero_param(m->zero, 2 * l + 1, &tb);
+    *w = tw;
+    *b = tb;
+    return st;
+}
+
+/* Done with layer l's parameters for now (stage 3: released). */
+static dt_status layer_out(const mlp *m, int l)
+{
+    return m->zero ? dt_zero_release(m->zero, l) : DT_OK;
 }
 
 /* A tensor of `layout` whose global value is the row-major host array `global` (rank 1 or
@@ -218,22 +264,28 @@ static dt_status bias_f32(const dt_tensor *b, dt_tensor **out)
     return dt_cast(b, DT_DTYPE_F32, out);
 }
 
-static dt_status forward(const mlp *m, const dt_tensor *x, fwd *f)
+/* The forward pass; layer 2's parameters stay in (*w2_out) for the backward pass. */
+static dt_status forward(const mlp *m, const dt_tensor *x, fwd *f, const dt_tensor **w2_out)
 {
     dt_tensor *xw = NULL, *aw = NULL;
+    const dt_tensor *w1 = NULL, *b1 = NULL, *w2 = NULL, *b2 = NULL;
     dt_status st;
     *f = (fwd){0};
     /* Column parallel: x [batch, -] . W1 [-, model] -> [batch, model], no communication. */
-    if ((st = bias_f32(m->param[1], &f->b1)) != DT_OK ||
-        (st = bias_f32(m->param[3], &f->b2)) != DT_OK ||
-        (st = dt_matmul(x, m->param[0], 0, 0, NULL, &xw)) != DT_OK ||
-        (st = dt_bias_add(xw, f->b1, &f->h)) != DT_OK || (st = dt_relu(f->h, &f->a)) != DT_OK)
+    if ((st = layer_in(m, 0, 1, &w1, &b1)) != DT_OK ||
+        (st = bias_f32(b1, &f->b1)) != DT_OK ||
+        (st = dt_matmul(x, w1, 0, 0, NULL, &xw)) != DT_OK ||
+        (st = dt_bias_add(xw, f->b1, &f->h)) != DT_OK || (st = dt_relu(f->h, &f->a)) != DT_OK ||
+        (st = layer_out(m, 0)) != DT_OK)
         goto out;
     /* Row parallel: a [batch, model] . W2 [model, -] is partial over model; asking for
      * [batch, -] sums it (an all-reduce along model). */
-    if ((st = dt_matmul(f->a, m->param[2], 0, 0, m->l_rows2, &aw)) != DT_OK ||
+    if ((st = layer_in(m, 1, -1, &w2, &b2)) != DT_OK ||
+        (st = bias_f32(b2, &f->b2)) != DT_OK ||
+        (st = dt_matmul(f->a, w2, 0, 0, m->l_rows2, &aw)) != DT_OK ||
         (st = dt_bias_add(aw, f->b2, &f->logits)) != DT_OK)
         goto out;
+    *w2_out = w2;
 out:
     dt_tensor_destroy(xw);
     dt_tensor_destroy(aw);
@@ -260,7 +312,8 @@ dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, f
 {
     own_error[0] = '\0';
     fwd f;
-    dt_status st = forward(m, x, &f);
+    const dt_tensor *w1 = NULL, *b1 = NULL, *w2 = NULL;
+    dt_status st = forward(m, x, &f, &w2);
     if (st != DT_OK)
         return st;
     dt_tensor *loss = NULL, *dlogits = NULL, *da = NULL, *dh = NULL;
@@ -273,13 +326,16 @@ dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, f
         (st = dt_softmax_xent_backward(f.logits, y, loss_scale, &dlogits)) != DT_OK ||
         (st = dt_bias_grad(dlogits, NULL, &g[3])) != DT_OK ||
         (st = tell(fn, arg, 3, g[3])) != DT_OK ||
-        (st = dt_matmul_backward(f.a, m->param[2], 0, 0, dlogits, NULL, NULL, &da, &g[2])) !=
-            DT_OK ||
+        (st = m->zero ? dt_zero_prefetch(m->zero, 0) : DT_OK) != DT_OK ||
+        (st = dt_matmul_backward(f.a, w2, 0, 0, dlogits, NULL, NULL, &da, &g[2])) != DT_OK ||
+        (st = layer_out(m, 1)) != DT_OK ||
         (st = tell(fn, arg, 2, g[2])) != DT_OK ||
         (st = dt_relu_backward(f.h, da, &dh)) != DT_OK ||
         (st = dt_bias_grad(dh, NULL, &g[1])) != DT_OK ||
         (st = tell(fn, arg, 1, g[1])) != DT_OK ||
-        (st = dt_matmul_backward(x, m->param[0], 0, 0, dh, NULL, NULL, NULL, &g[0])) != DT_OK ||
+        (st = layer_in(m, 0, -1, &w1, &b1)) != DT_OK ||
+        (st = dt_matmul_backward(x, w1, 0, 0, dh, NULL, NULL, NULL, &g[0])) != DT_OK ||
+        (st = layer_out(m, 0)) != DT_OK ||
         (st = tell(fn, arg, 0, g[0])) != DT_OK)
         goto out;
     for (int i = 0; i < MLP_NPARAMS; i++) {
@@ -303,7 +359,10 @@ dt_status mlp_evaluate(const mlp *m, const dt_tensor *x, const dt_tensor *y, con
 {
     own_error[0] = '\0';
     fwd f;
-    dt_status st = forward(m, x, &f);
+    const dt_tensor *w2 = NULL;
+    dt_status st = forward(m, x, &f, &w2);
+    if (st == DT_OK)
+        st = layer_out(m, 1);
     if (st != DT_OK)
         return st;
     dt_tensor *loss = NULL, *all = NULL;

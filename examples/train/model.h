@@ -26,6 +26,13 @@ void mlp_destroy(mlp *m);
 dt_tensor *const *mlp_params(const mlp *m);
 const char *const *mlp_param_names(void);
 
+/* Hands the parameters to `zero` with hyper-parameters hp: one group (stages 0-2; the
+ * checkpoints' layout), or in stage 3 one group per layer, after which the model lets its own
+ * tensors go and its passes take each layer's parameters from the optimizer (dt_zero_gather
+ * before the layer's forward and again before its backward, the next layer prefetched,
+ * dt_zero_release after use). Collective. */
+dt_status mlp_attach(mlp *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3);
+
 /* Lays `rows` samples (x: rows x inputs f32, y: rows labels; the same on every client) out
  * over the batch dim: each batch shard gets its contiguous block of rows. */
 dt_status mlp_inputs(const mlp *m, int64_t rows, const float *x, const int32_t *y,

@@ -27,7 +27,7 @@ void options_usage(FILE *f, const char *prog)
         "  --lr X              learning rate (default 0.003 adam/adamw, 0.05 sgd)\n"
         "  --weight-decay X    (default 0.01 for adamw, else 0)\n"
         "  --clip X            clip the global gradient norm to X (default 0: off)\n"
-        "  --stage 0|1|2       ZeRO stage (default 1)\n"
+        "  --stage 0|1|2|3     ZeRO stage (default 1; 3: parameters sharded too)\n"
         "  --optimizer adam|adamw|sgd   (default adam; sgd uses momentum 0.9)\n"
         "  --precision f32|bf16|f16     parameters' dtype; bf16/f16 keep f32 master weights,\n"
         "                      f16 uses dynamic loss scaling (default f32)\n"
@@ -191,7 +191,7 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
         else if (strcmp(key, "--clip") == 0)
             rc = parse_f64(key, val, 0, 1e30, &o->clip, err, errlen);
         else if (strcmp(key, "--stage") == 0) {
-            rc = parse_i64(key, val, 0, 2, &iv, err, errlen);
+            rc = parse_i64(key, val, 0, 3, &iv, err, errlen);
             o->stage = (int)iv;
         } else if (strcmp(key, "--optimizer") == 0) {
             if (strcmp(val, "adam") == 0)
