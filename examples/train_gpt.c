@@ -260,13 +260,7 @@ static int setup_model(ctx *c)
     hp.lr = (float)c->o.lr;
     hp.beta2 = 0.99f;
     hp.weight_decay = (float)c->o.weight_decay;
-    int nd = gpt_num_decay(c->model), np = gpt_num_params(c->model);
-    if ((st = dt_zero_add_group(c->zero, nd, gpt_param_names(c->model), gpt_params(c->model),
-                                &hp, &c->group_decay)) != DT_OK)
-        return fail_dt(c, "dt_zero_add_group", st, dt_last_error());
-    hp.weight_decay = 0.0f;
-    if ((st = dt_zero_add_group(c->zero, np - nd, gpt_param_names(c->model) + nd,
-                                gpt_params(c->model) + nd, &hp, &c->group_plain)) != DT_OK)
+    if ((st = gpt_attach(c->model, c->zero, &hp, c->o.stage == 3)) != DT_OK)
         return fail_dt(c, "dt_zero_add_group", st, dt_last_error());
     return 0;
 }
@@ -391,8 +385,7 @@ static int train_step(ctx *c, hist_rec *rec)
     if (any_failed(c, !g, "out of memory"))
         goto out;
     double lr = lr_at(&c->o, c->step);
-    if ((st = dt_zero_set_lr(c->zero, c->group_decay, (float)lr)) != DT_OK ||
-        (st = dt_zero_set_lr(c->zero, c->group_plain, (float)lr)) != DT_OK) {
+    if ((st = gpt_set_lr(c->model, c->zero, (float)lr)) != DT_OK) {
         fail_dt(c, "dt_zero_set_lr", st, dt_last_error());
         goto out;
     }

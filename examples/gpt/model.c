@@ -22,6 +22,11 @@ struct gpt {
     int nparams, ndecay;
     dt_tensor **param;
     char **names;
+    /* Stage 3 (gpt_attach): the parameters' owner; the groups are slot ranges, per unit
+     * (0 embeddings, 1 + l block l, L + 1 the head) a weight group and a norm group. */
+    dt_zero *zero;
+    int ngroups;
+    int64_t count;
     dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
 };
 
@@ -53,6 +58,8 @@ const char *const *gpt_param_names(const gpt *m) { return (const char *const *)m
 
 int64_t gpt_param_count(const gpt *m)
 {
+    if (m->zero)
+        return m->count;
     int64_t n = 0;
     for (int i = 0; i < m->nparams; i++)
         n += dt_tensor_numel(m->param[i]);
@@ -306,16 +313,111 @@ typedef struct pass {
     dt_tensor *xl, *f, *logits;
 } pass;
 
+/* Parameter `slot`: the model's own, or (stage 3) the optimizer's gathered one (NULL, with
+ * the optimizer's message, when its unit is not gathered). */
+static dt_tensor *param_of(const gpt *m, int slot)
+{
+    if (!m->zero)
+        return m->param[slot];
+    dt_tensor *t = NULL;
+    return dt_zero_param(m->zero, slot, &t) == DT_OK ? t : NULL;
+}
+
+/* The optimizer groups of unit u (-1: none): its weights' and its norms'. */
+static void unit_groups(const gpt *m, int u, int g[2])
+{
+    int L = (int)m->cfg.layers;
+    g[0] = u;                                          /* embed, block u - 1, head weight */
+    g[1] = u == 0 ? -1 : L + 1 + u;                    /* block norms, final norm */
+}
+
+/* Stage 3: unit u's parameters gathered (u >= 0), unit `next`'s (>= 0) prefetched. */
+static dt_status unit_in(const gpt *m, int u, int next)
+{
+    int g[2], n[2];
+    dt_status st = DT_OK;
+    if (!m->zero)
+        return DT_OK;
+    if (u >= 0)
+        unit_groups(m, u, g);
+    for (int i = 0; st == DT_OK && u >= 0 && i < 2; i++)
+        if (g[i] >= 0)
+            st = dt_zero_gather(m->zero, g[i]);
+    if (next >= 0)
+        unit_groups(m, next, n);
+    for (int i = 0; st == DT_OK && next >= 0 && i < 2; i++)
+        if (n[i] >= 0)
+            st = dt_zero_prefetch(m->zero, n[i]);
+    return st;
+}
+
+static dt_status unit_out(const gpt *m, int u)
+{
+    int g[2];
+    dt_status st = DT_OK;
+    if (!m->zero)
+        return DT_OK;
+    unit_groups(m, u, g);
+    for (int i = 0; st == DT_OK && i < 2; i++)
+        if (g[i] >= 0)
+            st = dt_zero_release(m->zero, g[i]);
+    return st;
+}
+
+dt_status gpt_attach(gpt *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3)
+{
+    dt_optim_hparams plain = *hp;
+    plain.weight_decay = 0.0f;
+    int L = (int)m->cfg.layers;
+    /* Slot ranges: stages 0-2 the decayed and the plain; stage 3 the embeddings, each
+     * block's weights, the head weight, each block's norms, the final norm. */
+    int cuts[2 * MAX_LAYERS + 8], n = 0;
+    cuts[n++] = 0;
+    if (stage3) {
+        for (int l = 0; l < L; l++)
+            cuts[n++] = p_w(l, 0);
+        cuts[n++] = p_wlm(m);
+        for (int l = 0; l < L; l++)
+            cuts[n++] = p_n(m, l, 0);
+        cuts[n++] = p_lnf(m, 0);
+    } else {
+        cuts[n++] = m->ndecay;
+    }
+    cuts[n] = m->nparams;
+    m->count = gpt_param_count(m);
+    dt_status st = DT_OK;
+    for (int k = 0; st == DT_OK && k < n; k++)
+        st = dt_zero_add_group(zero, cuts[k + 1] - cuts[k],
+                               (const char *const *)m->names + cuts[k], m->param + cuts[k],
+                               cuts[k] < m->ndecay ? hp : &plain, NULL);
+    m->ngroups = n;
+    for (int i = 0; st == DT_OK && stage3 && i < m->nparams; i++) {
+        dt_tensor_destroy(m->param[i]); /* the optimizer's shards hold the values */
+        m->param[i] = NULL;
+    }
+    if (st == DT_OK && stage3)
+        m->zero = zero;
+    return st;
+}
+
+dt_status gpt_set_lr(const gpt *m, dt_zero *zero, float lr)
+{
+    dt_status st = DT_OK;
+    for (int g = 0; st == DT_OK && g < m->ngroups; g++)
+        st = dt_zero_set_lr(zero, g, lr);
+    return st;
+}
+
 /* Parameter slot as f32 (layer norms and embeddings run in f32; matmuls read bf16/f16
  * weights directly). */
 static dt_status f32_param(const gpt *m, pass *p, int slot, dt_tensor **out)
 {
     if (m->dtype == DT_DTYPE_F32) {
-        *out = m->param[slot];
-        return DT_OK;
+        *out = param_of(m, slot);
+        return *out ? DT_OK : DT_ERR_STATE;
     }
     dt_tensor *c = NULL;
-    dt_status st = dt_cast(m->param[slot], DT_DTYPE_F32, &c);
+    dt_status st = dt_cast(param_of(m, slot), DT_DTYPE_F32, &c);
     if (st == DT_OK)
         *out = keep(&p->tp, c);
     return st;
@@ -347,7 +449,8 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     int L = (int)m->cfg.layers;
     int64_t H = m->cfg.heads;
     dt_tensor *wte = NULL, *wpe = NULL, *te = NULL, *pe = NULL, *x = NULL;
-    if ((st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+    if ((st = unit_in(m, 0, 1)) != DT_OK ||
+        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
         (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
         (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK)
         return st;
@@ -362,35 +465,40 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     if ((st = dt_add(te, pe, m->l_act, &x)) != DT_OK)
         return st;
     keep(&p->tp, x);
+    if ((st = unit_out(m, 0)) != DT_OK)
+        return st;
     for (int l = 0; l < L; l++) {
         acts *a = &p->blk[l];
         dt_tensor *g1, *b1, *g2, *b2, *o = NULL, *mo = NULL;
         a->x = x;
-        if ((st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
+        if ((st = unit_in(m, 1 + l, 2 + l)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN1B), &b1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, m->param[p_w(l, W_Q)], 0, 0, NULL, &a->q), a->q) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, m->param[p_w(l, W_K)], 0, 0, NULL, &a->k), a->k) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, m->param[p_w(l, W_V)], 0, 0, NULL, &a->v), a->v) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_Q)), 0, 0, NULL, &a->q), a->q) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_K)), 0, 0, NULL, &a->k), a->k) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_V)), 0, 0, NULL, &a->v), a->v) != DT_OK ||
             K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->y, m->param[p_w(l, W_O)], 0, 0, m->l_act, &o), o) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(l, W_O)), 0, 0, m->l_act, &o), o) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->b, m->param[p_w(l, W_FC)], 0, 0, NULL, &a->h), a->h) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(l, W_FC)), 0, 0, NULL, &a->h), a->h) != DT_OK ||
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->g, m->param[p_w(l, W_FC2)], 0, 0, m->l_act, &mo), mo) != DT_OK ||
-            K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK)
+            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, m->l_act, &mo), mo) != DT_OK ||
+            K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
+            (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
     }
     p->xl = x;
     dt_tensor *gf, *bf;
-    if ((st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+    if ((st = unit_in(m, L + 1, -1)) != DT_OK || /* stays in for the backward pass */
+        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
         K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
-        K(&p->tp, dt_matmul_nd(p->f, m->param[p_wlm(m)], 0, 0, NULL, &p->logits), p->logits) != DT_OK)
+        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) != DT_OK)
         return st;
     return DT_OK;
 }
@@ -436,14 +544,16 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
     tape *tp = &p->tp;
     dt_tensor *dlogits = NULL, *df = NULL, *dw = NULL, *dx = NULL, *dg = NULL, *db = NULL;
     dt_tensor *gf = NULL;
-    if (K(tp, dt_vocab_xent_backward(p->logits, y, dloss, &dlogits), dlogits) != DT_OK ||
-        (st = dt_matmul_nd_backward(p->f, m->param[p_wlm(m)], 0, 0, dlogits, NULL, NULL, &df,
+    if ((st = unit_in(m, -1, L)) != DT_OK || /* the last block's (or the embeddings') */
+        K(tp, dt_vocab_xent_backward(p->logits, y, dloss, &dlogits), dlogits) != DT_OK ||
+        (st = dt_matmul_nd_backward(p->f, param_of(m, p_wlm(m)), 0, 0, dlogits, NULL, NULL, &df,
                                     &dw)) != DT_OK)
         return st;
     keep(tp, df);
     if ((st = put_grad(grads, p_wlm(m), dw)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
-        (st = dt_layer_norm_backward(p->xl, gf, df, EPS, &dx, &dg, &db)) != DT_OK)
+        (st = dt_layer_norm_backward(p->xl, gf, df, EPS, &dx, &dg, &db)) != DT_OK ||
+        (st = unit_out(m, L + 1)) != DT_OK)
         return st;
     keep(tp, dx);
     if ((st = put_grad(grads, p_lnf(m, 0), dg)) != DT_OK ||
@@ -454,17 +564,18 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
         dt_tensor *g1 = NULL, *g2 = NULL, *dgl = NULL, *dh = NULL, *dbn = NULL, *dx1p = NULL;
         dt_tensor *dx1 = NULL, *dy = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *da[3];
         dt_tensor *das = NULL, *das2 = NULL, *dxp = NULL, *dxn = NULL;
-        if ((st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
+        if ((st = unit_in(m, 1 + l, l)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK)
             return st;
         /* MLP branch: x2 = x1 + fc2(gelu(fc(ln2(x1)))). */
-        if ((st = dt_matmul_nd_backward(a->g, m->param[p_w(l, W_FC2)], 0, 0, dx, NULL, NULL,
+        if ((st = dt_matmul_nd_backward(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, dx, NULL, NULL,
                                         &dgl, &dw)) != DT_OK)
             return st;
         keep(tp, dgl);
         if ((st = put_grad(grads, p_w(l, W_FC2), dw)) != DT_OK ||
             K(tp, dt_gelu_backward(a->h, dgl, &dh), dh) != DT_OK ||
-            (st = dt_matmul_nd_backward(a->b, m->param[p_w(l, W_FC)], 0, 0, dh, NULL, NULL, &dbn,
+            (st = dt_matmul_nd_backward(a->b, param_of(m, p_w(l, W_FC)), 0, 0, dh, NULL, NULL, &dbn,
                                         &dw)) != DT_OK)
             return st;
         keep(tp, dbn);
@@ -477,7 +588,7 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
             K(tp, dt_add(dx, dx1p, m->l_act, &dx1), dx1) != DT_OK)
             return st;
         /* Attention branch: x1 = x + proj(attn(q, k, v of ln1(x))). */
-        if ((st = dt_matmul_nd_backward(a->y, m->param[p_w(l, W_O)], 0, 0, dx1, NULL, NULL, &dy,
+        if ((st = dt_matmul_nd_backward(a->y, param_of(m, p_w(l, W_O)), 0, 0, dx1, NULL, NULL, &dy,
                                         &dw)) != DT_OK)
             return st;
         keep(tp, dy);
@@ -489,7 +600,7 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
         keep(tp, dv);
         dt_tensor *dqkv[3] = {dq, dk, dv};
         for (int j = 0; j < 3; j++) {
-            if ((st = dt_matmul_nd_backward(a->a, m->param[p_w(l, W_Q + j)], 0, 0, dqkv[j], NULL,
+            if ((st = dt_matmul_nd_backward(a->a, param_of(m, p_w(l, W_Q + j)), 0, 0, dqkv[j], NULL,
                                             NULL, &da[j], &dw)) != DT_OK)
                 return st;
             keep(tp, da[j]);
@@ -503,18 +614,21 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
         keep(tp, dxp);
         if ((st = put_grad(grads, p_n(m, l, N_LN1G), dg)) != DT_OK ||
             (st = put_grad(grads, p_n(m, l, N_LN1B), db)) != DT_OK ||
-            K(tp, dt_add(dx1, dxp, m->l_act, &dxn), dxn) != DT_OK)
+            K(tp, dt_add(dx1, dxp, m->l_act, &dxn), dxn) != DT_OK ||
+            (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
         dx = dxn;
     }
     /* Embeddings: x0 = wte[ids] + wpe[pos]. */
     dt_tensor *wte = NULL, *wpe = NULL;
-    if ((st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+    if ((st = unit_in(m, 0, -1)) != DT_OK ||
+        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
         (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
         (st = dt_embedding_backward(wte, ids, dx, NULL, &dw)) != DT_OK ||
+        (st = dt_embedding_backward(wpe, p->pos, dx, NULL, &db)) != DT_OK ||
+        (st = unit_out(m, 0)) != DT_OK ||
         (st = put_grad(grads, p_wte(), dw)) != DT_OK ||
-        (st = dt_embedding_backward(wpe, p->pos, dx, NULL, &dw)) != DT_OK ||
-        (st = put_grad(grads, p_wpe(), dw)) != DT_OK)
+        (st = put_grad(grads, p_wpe(), db)) != DT_OK)
         return st;
     return DT_OK;
 }
@@ -566,6 +680,8 @@ dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targe
         return no_memory();
     dt_status st = forward(m, p, x);
     if (st == DT_OK)
+        st = unit_out(m, (int)m->cfg.layers + 1);
+    if (st == DT_OK)
         st = pass_loss(m, p, y, targets, loss_out);
     tape_free(&p->tp);
     free(p);
@@ -580,6 +696,8 @@ dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits)
         return no_memory();
     dt_tensor *r = NULL;
     dt_status st = forward(m, p, x);
+    if (st == DT_OK)
+        st = unit_out(m, (int)m->cfg.layers + 1);
     if (st == DT_OK)
         st = dt_relayout(p->logits, m->l_rep3, &r);
     if (st == DT_OK)

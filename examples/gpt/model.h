@@ -40,6 +40,16 @@ dt_tensor *const *gpt_params(const gpt *m);
 const char *const *gpt_param_names(const gpt *m);
 int64_t gpt_param_count(const gpt *m); /* elements of all parameters */
 
+/* Hands the parameters to `zero` (hp: the decayed ones'; the layer norms get no decay): two
+ * groups (stages 0-2), or in stage 3 a group per slot range of a unit (embeddings, each
+ * block's weights, the head weight, each block's norms, the final norm), after which the
+ * model lets its tensors go and its passes gather each unit's parameters before its forward
+ * and again before its backward (the next unit prefetched) and release them after.
+ * Collective. */
+dt_status gpt_attach(gpt *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3);
+/* Sets the learning rate of every group gpt_attach made. */
+dt_status gpt_set_lr(const gpt *m, dt_zero *zero, float lr);
+
 /* Inputs x and targets y (host [rows, context] int32, the same on every client; y = -1 for
  * ignored positions) laid out over the batch dim. */
 dt_status gpt_inputs(const gpt *m, int64_t rows, const int32_t *x, const int32_t *y,

@@ -27,7 +27,7 @@ static const spec specs[] = {
     S("--resume", resume), S("--ckpt-root", ckpt_root), I("--keep-last", keep_last, 1, 1e6),
     I("--steps", steps, 1, 1e6), I("--batch", batch, 1, 1e6),
     I("--layers", layers, 1, 16), I("--width", width, 1, 4096), I("--heads", heads, 1, 256),
-    I("--warmup", warmup, 0, 1e6), I("--stage", stage, 0, 2), I("--ckpt-every", ckpt_every, 0, 1e6),
+    I("--warmup", warmup, 0, 1e6), I("--stage", stage, 0, 3), I("--ckpt-every", ckpt_every, 0, 1e6),
     I("--stop-after", stop_after, 0, 1e6), I("--seed", seed, 0, 1e15),
     I("--eval-every", eval_every, 1, 1e6), I("--samples", samples, 0, 1000),
     F("--lr", lr, 0, 10), F("--min-lr", min_lr, 0, 10), F("--weight-decay", weight_decay, 0, 10),
@@ -50,7 +50,7 @@ void gpt_options_usage(FILE *f)
           "  --warmup N          linear warm-up steps (default 100), then cosine decay\n"
           "  --weight-decay X    AdamW decay of the weight matrices (default 0.1)\n"
           "  --clip X            clip the global gradient norm (default 1; 0: off)\n"
-          "  --stage 0|1|2       ZeRO stage (default 1)\n"
+          "  --stage 0|1|2|3     ZeRO stage (default 1; 3: parameters sharded too)\n"
           "  --precision f32|bf16|f16   parameters' dtype (f16: dynamic loss scaling)\n"
           "  --out DIR           curves.csv and curves.png (default train_gpt_out)\n"
           "  --ckpt-dir DIR      checkpoint directory (default OUT/checkpoint)\n"
