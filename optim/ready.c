@@ -101,6 +101,17 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
         st = done;
     if (st == DT_OK && z->overlap)
         st = dt__zero_buckets_take(z, g, p);
+    /* A transient chunk (stages 2, 3) whose parameters are all in has had its buckets started,
+     * their values copied to host staging: it can go now rather than at the step, so that the
+     * backward pass holds one chunk at a time. */
+    for (int c = 0; st == DT_OK && z->overlap && c < g->nchunks; c++) {
+        dt__zchunk *ch = &g->chunks[c];
+        if (p->offset < ch->start + ch->len && p->offset + p->n > ch->start &&
+            --ch->waiting == 0 && ch->filling && ch->filling != ch->flat) {
+            dt_tensor_destroy(ch->filling);
+            ch->filling = NULL;
+        }
+    }
     return st;
 }
 
