@@ -432,20 +432,252 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
     return good;
 }
 
+/* ---- stage 3: sharded parameters gathered layer by layer ------------------------------- */
+
+enum { S3_LAYERS = 8 };
+
+/* One training loop's model for the stage 3 case: S3_LAYERS bf16 layers [rows, ROW], one
+ * group each, and their gradients (partial over batch, kept: the caller's inputs). */
+typedef struct s3model {
+    int stage;
+    dt_tensor *p[S3_LAYERS], *g[S3_LAYERS];
+    dt_zero *z;
+    uint64_t held_bytes, peak_bytes, fwd_peak_bytes;
+    double times[MAX_REPS];
+} s3model;
+
+/* One iteration: the forward pass (layer k gathered, k + 1 prefetched, the stand-in compute,
+ * k released), the backward pass in reverse (gathered again, k - 1 prefetched, compute,
+ * released, its gradient to dt_zero_grad_ready), the step. In stage 0 the gather calls are
+ * no-ops: the same loop. */
+static int s3_forward(s3model *m, float *buf, int64_t iters)
+{
+    int ok = 1;
+    for (int k = 0; k < S3_LAYERS && ok; k++) {
+        ok = report("gather", dt_zero_gather(m->z, k));
+        if (ok && k + 1 < S3_LAYERS)
+            ok = report("prefetch", dt_zero_prefetch(m->z, k + 1));
+        layer_compute(buf, OV_BUF, iters);
+        ok = ok && report("release", dt_zero_release(m->z, k));
+    }
+    return ok;
+}
+
+static int s3_backward_step(s3model *m, float *buf, int64_t iters)
+{
+    int ok = 1;
+    for (int k = S3_LAYERS - 1; k >= 0 && ok; k--) {
+        ok = report("gather", dt_zero_gather(m->z, k));
+        if (ok && k > 0)
+            ok = report("prefetch", dt_zero_prefetch(m->z, k - 1));
+        layer_compute(buf, OV_BUF, iters);
+        ok = ok && report("release", dt_zero_release(m->z, k));
+        ok = ok && report("grad_ready", dt_zero_grad_ready(m->z, k, m->g[k]));
+    }
+    return ok && report("step", dt_zero_step(m->z, NULL, NULL));
+}
+
+static int s3_iteration(s3model *m, float *buf, int64_t iters)
+{
+    return s3_forward(m, buf, iters) && s3_backward_step(m, buf, iters);
+}
+
+static int s3_setup(s3model *m, int stage, const dt_mesh *mesh, const opts *o, float *buf,
+                    int64_t iters)
+{
+    memset(m, 0, sizeof *m);
+    m->stage = stage;
+    int64_t shape[2] = {o->params / S3_LAYERS / ROW, ROW};
+    dt_layout *rep = NULL, *part = NULL;
+    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
+    const char *pd[1] = {"batch"};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    int ok = report("layout", dt_layout_create(mesh, 2, specs, &rep)) &&
+             report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, &part));
+    int64_t j = -1;
+    uint64_t b0 = requested();
+    for (int k = 0; ok && k < S3_LAYERS; k++) {
+        ok = report("gradient", dt_tensor_zeros(part, DT_DTYPE_BF16, shape, &m->g[k]));
+        if (ok && j < 0)
+            j = dt_tensor_local_position(m->g[k], 0);
+        if (ok)
+            ok = report("gradient", fill(dt_tensor_local(m->g[k], 0)->data,
+                                         o->params / S3_LAYERS, k, (int)j, 1));
+    }
+    uint64_t b1 = requested();
+    dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+    zo.stage = stage;
+    zo.allgather_size = o->allgather;
+    zo.reduce_bucket_size = o->params / S3_LAYERS / 2; /* a quarter of a layer's bf16 bytes */
+    dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
+    if (ok)
+        ok = report("dt_zero_create", dt_zero_create(mesh, &zo, &m->z));
+    for (int k = 0; ok && k < S3_LAYERS; k++) {
+        char name[16];
+        const char *names[1] = {name};
+        snprintf(name, sizeof name, "layer%d.w", k);
+        ok = report("parameter", dt_tensor_zeros(rep, DT_DTYPE_BF16, shape, &m->p[k]));
+        if (ok)
+            ok = report("parameter",
+                        fill(dt_tensor_local(m->p[k], 0)->data, o->params / S3_LAYERS, k, 0, 0));
+        if (ok)
+            ok = report("dt_zero_add_group", dt_zero_add_group(m->z, 1, names, &m->p[k], &hp, NULL));
+        if (ok && stage == 3) {
+            dt_tensor_destroy(m->p[k]); /* the optimizer's shards hold it now */
+            m->p[k] = NULL;
+        }
+    }
+    ok = bu_ok_all(ok);
+    if (ok)
+        ok = bu_ok_all(s3_iteration(m, buf, iters));
+    if (ok) {
+        uint64_t before = requested();
+        m->held_bytes = before - b0 - (b1 - b0);
+        atomic_store(&g_peak, before);
+        atomic_store(&g_sampling, 1);
+        pthread_t th;
+        int have = pthread_create(&th, NULL, sampler, NULL) == 0;
+        ok = s3_forward(m, buf, iters);
+        m->fwd_peak_bytes = atomic_load(&g_peak) - before;
+        ok = ok && s3_backward_step(m, buf, iters);
+        atomic_store(&g_sampling, 0);
+        if (have)
+            pthread_join(th, NULL);
+        m->peak_bytes = atomic_load(&g_peak) - before;
+        ok = bu_ok_all(ok);
+    }
+    dt_layout_destroy(rep);
+    dt_layout_destroy(part);
+    return ok;
+}
+
+static void s3_destroy(s3model *m)
+{
+    dt_zero_destroy(m->z);
+    for (int k = 0; k < S3_LAYERS; k++) {
+        dt_tensor_destroy(m->p[k]);
+        dt_tensor_destroy(m->g[k]);
+    }
+}
+
+/* Stage 3 against stage 0 on the same layered loop: the bytes held between iterations against
+ * 16P/N, the peak of an iteration above them in layers (what is gathered at once: the layer in
+ * use and the one prefetched, plus the gradient chunk in reduction), and the iteration time
+ * (interleaved with stage 0's) with a per-layer compute stand-in calibrated to one layer's
+ * gather. */
+static int stage3_case(const dt_mesh *mesh, const opts *o)
+{
+    float *buf = calloc(OV_BUF, sizeof *buf);
+    s3model ms[2];
+    memset(ms, 0, sizeof ms);
+    int good = buf != NULL;
+    /* The compute stand-in: about one layer's all-gather, timed once. */
+    double sweep = 0;
+    for (int r = 0; r < 3 && good; r++) {
+        double t0 = MPI_Wtime();
+        layer_compute(buf, OV_BUF, 4);
+        double d = bu_max_all((MPI_Wtime() - t0) / 4);
+        sweep = r == 0 || d < sweep ? d : sweep;
+    }
+    good = good && s3_setup(&ms[1], 3, mesh, o, buf, 0);
+    double gt = 0;
+    for (int r = 0; r < 3 && good; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        good = report("gather", dt_zero_gather(ms[1].z, 0)) &&
+               report("release", dt_zero_release(ms[1].z, 0));
+        double d = bu_max_all(MPI_Wtime() - t0);
+        gt = r == 0 || d < gt ? d : gt;
+        good = bu_ok_all(good);
+    }
+    int64_t iters = sweep > 0 ? (int64_t)(gt / sweep + 0.5) : 1;
+    if (iters < 1)
+        iters = 1;
+    good = good && s3_setup(&ms[0], 0, mesh, o, buf, iters);
+    for (int r = 0; r < o->reps && good; r++)
+        for (int i = 0; i < 2 && good; i++) {
+            s3model *m = &ms[(r + i) % 2];
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            int ok = s3_iteration(m, buf, iters);
+            m->times[r] = bu_max_all(MPI_Wtime() - t0);
+            good = bu_ok_all(ok);
+        }
+    /* Both took the same steps on the same gradients: the parameters must agree. */
+    const char *check = "FAIL";
+    for (int k = 0; good && k < S3_LAYERS; k++) {
+        dt_tensor *t = NULL;
+        good = bu_ok_all(report("gather", dt_zero_gather(ms[1].z, k)) &&
+                         report("param", dt_zero_param(ms[1].z, k, &t)));
+        int same = good && memcmp(dt_tensor_local(t, 0)->data, dt_tensor_local(ms[0].p[k], 0)->data,
+                                  (size_t)(o->params / S3_LAYERS) * 2) == 0;
+        good = good && report("release", dt_zero_release(ms[1].z, k));
+        if (k == 0)
+            check = "ok";
+        if (!bu_ok_all(same))
+            check = "FAIL_params_differ";
+    }
+    if (good) {
+        uint64_t mine[4] = {ms[1].held_bytes, ms[1].peak_bytes, ms[0].held_bytes,
+                            ms[1].fwd_peak_bytes};
+        uint64_t *all = malloc(sizeof(uint64_t) * 4 * (size_t)g_nclients);
+        MPI_Gather(mine, 4, MPI_UINT64_T, all, 4, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+        double med3 = bu_median(ms[1].times, o->reps), med0 = bu_median(ms[0].times, o->reps);
+        double p = (double)o->params, n = g_nclients, layer = 2.0 * p / S3_LAYERS;
+        double f = 16.0 * p / n;
+        for (int r = 0; g_rank == 0 && r < g_nclients; r++) {
+            const uint64_t *v = all + 4 * r;
+            bu_line line;
+            bu_line_init(&line);
+            bu_line_add(&line, "case", "stage3");
+            bu_line_add(&line, "np", "%d", g_nclients);
+            bu_line_add(&line, "rank", "%d", r);
+            bu_line_add(&line, "params", "%lld", (long long)o->params);
+            bu_line_add(&line, "layers", "%d", S3_LAYERS);
+            bu_line_add(&line, "steady_ratio", "%.4f", (double)v[0] / f);
+            bu_line_add(&line, "peak_ratio", "%.4f", ((double)v[0] + (double)v[1]) / (f + 2 * layer));
+            bu_line_add(&line, "fwd_peak_ratio", "%.4f",
+                        ((double)v[0] + (double)v[3]) / (f + 2 * layer));
+            bu_line_add(&line, "fwd_live_layers", "%.2f", (double)v[3] / layer);
+            bu_line_add(&line, "live_layers", "%.2f", (double)v[1] / layer);
+            bu_line_add(&line, "held_bytes", "%llu", (unsigned long long)v[0]);
+            bu_line_add(&line, "peak_extra_bytes", "%llu", (unsigned long long)v[1]);
+            bu_line_add(&line, "formula_bytes", "%.0f", f);
+            bu_line_add(&line, "layer_bytes", "%.0f", layer);
+            bu_line_add(&line, "stage0_held_bytes", "%llu", (unsigned long long)v[2]);
+            bu_line_add(&line, "step_ratio", "%.3f", med3 / med0);
+            bu_line_add(&line, "iter_ms", "%.2f", med3 * 1e3);
+            bu_line_add(&line, "stage0_iter_ms", "%.2f", med0 * 1e3);
+            bu_line_add(&line, "gather_ms", "%.2f", gt * 1e3);
+            bu_line_add(&line, "reps", "%d", o->reps);
+            bu_line_add(&line, "check", "%s", check);
+            bu_line_print(&line);
+        }
+        free(all);
+    } else if (g_rank == 0) {
+        printf("case=stage3 np=%d params=%lld error=step_failed\n", g_nclients,
+               (long long)o->params);
+    }
+    s3_destroy(&ms[0]);
+    s3_destroy(&ms[1]);
+    free(buf);
+    return good && strcmp(check, "ok") == 0;
+}
+
 static int usage(void)
 {
     fprintf(stderr,
             "usage: bench_zero [--params P] [--allgather N] [--reps N] [--quick]\n"
-            "                  [--cases memory,speed,overlap]\n"
+            "                  [--cases memory,speed,overlap,stage3]\n"
             "  P: parameters (a multiple of %d), default 8388608; N: all-gather chunk\n"
             "  elements, default P/16; one CPU device per process (DT_CPU_DEVICES=1)\n",
-            NT * ROW);
+            S3_LAYERS * ROW);
     return 2;
 }
 
 static int parse_args(int argc, char **argv, opts *o)
 {
-    *o = (opts){8388608, 0, 0, 10, "memory,speed,overlap"};
+    *o = (opts){8388608, 0, 0, 10, "memory,speed,overlap,stage3"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -466,7 +698,7 @@ static int parse_args(int argc, char **argv, opts *o)
         else
             return usage();
     }
-    if (o->params < NT * ROW || o->params % (NT * ROW) != 0 || o->allgather < 0 || o->reps < 1 ||
+    if (o->params < S3_LAYERS * ROW || o->params % (S3_LAYERS * ROW) != 0 || o->allgather < 0 || o->reps < 1 ||
         o->reps > MAX_REPS)
         return usage();
     if (o->allgather == 0)
@@ -533,6 +765,8 @@ int main(int argc, char **argv)
     good = good && strcmp(check, "ok") == 0;
     if (good && bu_list_has(o.cases, "overlap"))
         good = overlap_case(mesh, &o);
+    if (good && bu_list_has(o.cases, "stage3"))
+        good = stage3_case(mesh, &o);
     for (int s = 0; s < NSTAGES; s++)
         model_destroy(&ms[s]);
     dt_mesh_destroy(mesh);

@@ -3,20 +3,21 @@
 # BUILD_DIR/mpiexec -n NP with one CPU device per process: memory per rank of ZeRO stages 0, 1 and 2
 # against the paper's formulas for mixed-precision Adam, the step time of stages 1 and 2
 # against stage 0 on the same model and ranks, interleaved in one run, and the fraction of the
-# gradient reduction dt_zero_grad_ready hides behind a backward pass (case overlap).
+# gradient reduction dt_zero_grad_ready hides behind a backward pass (case overlap), and stage
+# 3's memory and iteration time on a layered loop against stage 0 (case stage3).
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
 #   bench/zero.sh [--params P] [--np 2,4] [--reps N] [--quick] [--allgather N]
-#                 [--cases memory,speed,overlap]
+#                 [--cases memory,speed,overlap,stage3]
 set -euo pipefail
 
 usage() {
   cat >&2 <<'USAGE'
 usage: bench/zero.sh [options]
-  --params P     model parameters, a multiple of 4096 (default 8388608)
+  --params P     model parameters, a multiple of 8192 (default 8388608)
   --np LIST      process counts (default 2,4); one CPU device per process
   --reps N       timed steps per stage (default 10); --quick: 3
   --allgather N  elements per all-gather chunk (default P/16)
-  --cases LIST   memory,speed,overlap (default all)
+  --cases LIST   memory,speed,overlap,stage3 (default all)
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }
