@@ -412,6 +412,10 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
     progress_start(z);
     if (z->prog_on)
         pthread_mutex_lock(&z->lock);
+    /* The buckets done by now first, so that their staging goes before new staging comes. */
+    int busy = 0;
+    for (int k = 0; st == DT_OK && !busy && k < z->nstarted; k++)
+        st = progress(z, &z->buckets[z->order[k]], 0, &busy);
     for (int k = 0; st == DT_OK && k < z->nbuckets; k++) {
         dt__zbucket *b = &z->buckets[k];
         if (b->group == g && p->offset < b->hi && p->offset + p->n > b->lo &&
@@ -422,7 +426,7 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
     }
     /* In the order they were started (the same on every client), stopping at the first still
      * in flight: every client posts the messages of the second phase in the same order. */
-    int busy = 0;
+    busy = 0;
     for (int k = 0; st == DT_OK && !busy && k < z->nstarted; k++)
         st = progress(z, &z->buckets[z->order[k]], 0, &busy);
     if (z->prog_on)
