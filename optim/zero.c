@@ -121,11 +121,12 @@ void dt_zero_destroy(dt_zero *zero)
     if (!zero)
         return;
     dt__zero_ready_reset(zero);
-    dt__zero_overlap_fini(zero);
-    for (int g = 0; g < zero->ngroups; g++) {
+    /* Stage 3 gathers in flight are waited for while their communicator exists. */
+    for (int g = 0; g < zero->ngroups; g++)
         dt__zero_s3_free_group(zero, &zero->groups[g]);
+    dt__zero_overlap_fini(zero);
+    for (int g = 0; g < zero->ngroups; g++)
         dt__zero_free_group(&zero->groups[g]);
-    }
     free(zero->groups);
     dt_layout_destroy(zero->flat_layout);
     dt_layout_destroy(zero->state_layout);

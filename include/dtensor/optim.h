@@ -214,8 +214,10 @@ DT_API dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *g
 
 /* Bytes this client holds for the optimizer's purposes, over its local devices. */
 typedef struct dt_zero_memory {
-    uint64_t param_bytes;     /* the parameters (model dtype, replicated along dp) */
-    uint64_t grad_bytes;      /* gradient buffers held between steps (stage 2: the partition) */
+    uint64_t param_bytes;     /* the parameters (model dtype, replicated along dp; stage 3:
+                               * the 16-bit shards plus the groups gathered now) */
+    uint64_t grad_bytes;      /* gradient buffers held between steps (stages 2, 3: the
+                               * partition) */
     uint64_t state_bytes;     /* fp32 master partition and moments */
     uint64_t gather_bytes;    /* the largest per-chunk temporary of a step: the all-gather's
                                * destination chunk (stage 1 with 16-bit parameters: plus its
