@@ -12,9 +12,11 @@
 
 /* The transfer blocks, allocated at the first offloaded step: two gradient blocks and two
  * parameter blocks (the parameters' dtype, so the widest: 4 bytes an element) and one f32
- * block for widening 16-bit gradients, each offload_block elements of pinned host memory. */
+ * block for widening 16-bit gradients, each `block` elements of pinned host memory. */
 struct dt__zoff {
     const dt__device_kind *kind;
+    int64_t block;            /* elements of a block: offload_block, or less for a small
+                               * optimizer */
     size_t bytes;             /* of each block */
     void *grad[2], *param[2];
     float *wide;
@@ -129,7 +131,17 @@ static dt_status staging(dt_zero *z)
     if (!o)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step (offload): no memory");
     o->kind = z->devs[0]->kind;
-    o->bytes = (size_t)z->offload_block * sizeof(float);
+    /* No block longer than the longest partition. */
+    int64_t most = 1;
+    for (int g = 0; g < z->ngroups; g++)
+        for (int c = 0; c < z->groups[g].nchunks; c++)
+            for (int i = 0; i < z->nlocal; i++) {
+                int64_t off, len;
+                dt__zero_part(z, &z->groups[g].chunks[c], i, &off, &len);
+                most = len > most ? len : most;
+            }
+    o->block = z->offload_block < most ? z->offload_block : most;
+    o->bytes = (size_t)o->block * sizeof(float);
     dt_status st = DT_OK;
     for (int b = 0; st == DT_OK && b < 2; b++) {
         st = o->kind->host_alloc(o->bytes, &o->grad[b]);
@@ -297,7 +309,7 @@ static dt_status run_pipe(const dt_zero *z, const dt__zgroup *g, const dt__zchun
     p.dtype = g->dtype;
     p.dsz = dt_dtype_size(g->dtype);
     p.len = len;
-    p.block = z->offload_block;
+    p.block = z->off->block;
     p.nblocks = (len + p.block - 1) / p.block;
     p.gsrc = gsrc;
     p.pdst = pdst;

@@ -3,8 +3,9 @@
  * same gradients for 20 steps, both match a single-device plain-C reference bit for bit after
  * every step (stages 0, 1, 2; f32 on a 1-D mesh, bf16 on batch x model with model-sharded
  * parameters), and the devices hold 12 bytes (Adam) or 8 (SGD momentum) less per partition
- * element. Summands are small multiples of 2^-6, so every order of reduction gives the exact
- * sum. A checkpoint saved with offload restores without it and back (stages changing too)
+ * element. Chunks of 56 (28 on the 2-D mesh) elements and transfer blocks of 3 put several
+ * blocks through each device's pipeline. Summands are small multiples of 2^-6, so every
+ * order of reduction gives the exact sum. A checkpoint saved with offload restores without it and back (stages changing too)
  * onto the uninterrupted trajectory. On CPU meshes offload is refused. */
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 #include "harness.h"
 #include "zero_ref_util.h"
 
-enum { NP = 3, STEPS = 20, MAXN = 128, MAXDP = 8, BLOCK = 5 };
+enum { NP = 3, STEPS = 20, MAXN = 128, MAXDP = 8, BLOCK = 3 };
 
 static const char *const pname[NP] = {"enc/w", "enc/b", "head/w"};
 static const int prank[NP] = {2, 1, 2};
@@ -238,7 +239,7 @@ static void test_zero_offload_f32_stages_0_1_2_match_reference_bitwise(void)
         return;
     dt_mesh *mesh = zt_mesh_dp(zt_num_devices());
     for (int stage = 0; stage <= 2; stage++)
-        run_pair(mesh, stage, 8, DT_DTYPE_F32);
+        run_pair(mesh, stage, 56, DT_DTYPE_F32);
     dt_mesh_destroy(mesh);
 }
 
@@ -248,7 +249,7 @@ static void test_zero_offload_bf16_model_sharded_matches_reference_bitwise(void)
         return;
     dt_mesh *mesh = zt_mesh_batch_model();
     for (int stage = 1; stage <= 2; stage++)
-        run_pair(mesh, stage, 4, DT_DTYPE_BF16);
+        run_pair(mesh, stage, 28, DT_DTYPE_BF16);
     dt_mesh_destroy(mesh);
 }
 
@@ -284,7 +285,7 @@ static void test_zero_offload_checkpoint_restores_without_offload_and_back(void)
     DT_ASSERT_OK(dt_zero_save(a.z, d1, 0, NULL, NULL, NULL));
     model_free(&a);
 
-    model_make(mesh, 2, 8, DT_DTYPE_F32, 0, fresh.p, &b);
+    model_make(mesh, 2, 56, DT_DTYPE_F32, 0, fresh.p, &b);
     DT_ASSERT_OK(dt_zero_load(b.z, d1));
     CU_ASSERT_EQUAL(check("restored without offload", &b, &r), 0);
     steps(&b, &r, mesh, 6);
