@@ -61,7 +61,8 @@ dt_status dt__zero_offload_adopt(const dt_zero *z, dt__zchunk *ch, int s1, int s
     for (int kd = 0; st == DT_OK && kd < 3; kd++) {
         if (!want[kd])
             continue;
-        ch->host[kd] = calloc((size_t)z->nlocal, sizeof *ch->host[kd]);
+        /* One entry more than the devices: the list ends with NULL (for the free). */
+        ch->host[kd] = calloc((size_t)z->nlocal + 1, sizeof *ch->host[kd]);
         if (!ch->host[kd]) {
             st = dt__error(DT_ERR_NO_MEMORY, "dt_zero (offload): no memory");
             break;
@@ -91,7 +92,7 @@ dt_status dt__zero_offload_adopt(const dt_zero *z, dt__zchunk *ch, int s1, int s
 void dt__zero_offload_free_chunk(dt__zchunk *ch)
 {
     for (int kd = 0; kd < 3; kd++) {
-        /* The arrays are calloc'ed: the entries past a failed allocation are NULL. */
+        /* The lists end with NULL, as do those cut short by a failed allocation. */
         for (int i = 0; ch->host[kd] && ch->hkind; i++) {
             if (!ch->host[kd][i])
                 break;
