@@ -45,6 +45,9 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (opts->offload_block < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: offload_block %lld is negative", fn,
                          (long long)opts->offload_block);
+    if (opts->offload && opts->stage > 2)
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: offload works with stages 0, 1 and 2, not "
+                         "stage %d", fn, opts->stage);
     if (opts->offload && dt_mesh_device_type(mesh) != DT_DEVICE_GPU)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: offload needs a mesh of GPU devices "
                          "(this mesh's are %s: their optimizer state is in host memory "
