@@ -10,7 +10,7 @@
 
 #include "dtensor/layout.h"
 #include "dtensor/mesh.h"
-#include "runtime/internal.h"
+#include "runtime/transport.h"
 
 struct dt_layout {
     atomic_int refs;

@@ -8,6 +8,9 @@
 
 #include "layout/layout_impl.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
 
 typedef struct exec_ctx {
     rl_plan *plan;

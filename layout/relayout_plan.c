@@ -10,6 +10,10 @@
 #include <string.h>
 
 #include "layout/relayout_plan_impl.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
 
 /* The geometry of one plan: both layouts' shard grids over their meshes. */
 typedef struct geo {

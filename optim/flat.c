@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 int dt__zero_segments(const dt__zgroup *g, int64_t lo, int64_t hi, dt__zseg *segs)
 {

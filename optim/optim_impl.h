@@ -11,7 +11,6 @@
 #include "dtensor/dtensor.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
 
 #define DT__ZERO_DEFAULT_ALLGATHER 500000000
 /* Elements converted to f32 at a time (into a scratch block in each device's memory) when the

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 dt_status dt__zero_check_grad(const dt_zero *z, const char *fn, const dt__zparam *p,
                              const dt_tensor *t)

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 static dt_status make_layout(const dt_zero *z, const char *last, int partial,
                              dt_layout **out)

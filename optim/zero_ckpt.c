@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 #define NKINDS 3
 /* The named value marking state saved in the parameters' global shapes; checkpoints without

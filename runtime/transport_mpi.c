@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/comm.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
 
 enum { PACK_RUN_BYTES = 64 << 10 };
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/internal.h" /* half conversions, for building f16/bf16 data */
+#include "runtime/half.h" /* half conversions, for building f16/bf16 data */
 
 uint64_t rl_next(rl_rng *r)
 {
