@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
 
 /* The transfer blocks, allocated at the first offloaded step: two gradient blocks and two
  * parameter blocks (the parameters' dtype, so the widest: 4 bytes an element) and one f32
