@@ -63,26 +63,28 @@ static int classify(const dt_layout *src, const dt_layout *dst, const int64_t *s
 /* 1 if every client's devices of the mesh share one coordinate along m (so each holds at most
  * one device of every line along m) and every line lies on one host. O(mesh size +
  * clients): the same answer on every client, so all take the same path. */
-static int lines_apply(const rl_world *w, const dt_mesh *mesh, int m, int64_t stride, int64_t k)
+static int lines_apply(const rl_world *w, const dt_mesh *mesh, int64_t stride, int64_t k)
 {
     dt_device_type type = dt_mesh_device_type(mesh);
     int64_t *coord_of = malloc(((size_t)w->nclients + 1) * sizeof *coord_of);
+    int64_t outer = dt_mesh_size(mesh) / (k * stride);
     int ok = coord_of != NULL;
     for (int c = 0; ok && c < w->nclients; c++)
         coord_of[c] = -1;
-    for (int64_t p = 0; ok && p < dt_mesh_size(mesh); p++) {
-        int64_t i = p / stride % k;
-        int c = dt__rl_client(w, type, dt_mesh_device_id(mesh, p));
-        if (c < 0 || c >= w->nclients || (coord_of[c] >= 0 && coord_of[c] != i)) {
-            ok = 0;
-            break;
-        }
-        coord_of[c] = i;
-        if (!w->one_host && i > 0) {
-            int base = dt__rl_client(w, type, dt_mesh_device_id(mesh, p - i * stride));
-            ok = dt__rl_host(w, base) == dt__rl_host(w, c);
-        }
-    }
+    /* Positions (o * k + i) * stride + r: line (o, r), coordinate i; no divisions. */
+    for (int64_t o = 0; ok && o < outer; o++)
+        for (int64_t i = 0; ok && i < k; i++)
+            for (int64_t r = 0, p = (o * k + i) * stride; ok && r < stride; r++, p++) {
+                int c = dt__rl_client(w, type, dt_mesh_device_id(mesh, p));
+                ok = c >= 0 && c < w->nclients && (coord_of[c] < 0 || coord_of[c] == i);
+                if (!ok)
+                    break;
+                coord_of[c] = i;
+                if (!w->one_host && i > 0) {
+                    int c0 = dt__rl_client(w, type, dt_mesh_device_id(mesh, p - i * stride));
+                    ok = dt__rl_host(w, c0) == dt__rl_host(w, c);
+                }
+            }
     free(coord_of);
     return ok;
 }
@@ -212,7 +214,7 @@ dt_status dt__rl_pattern_plan(const rl_world *w, const dt_layout *src, const dt_
     int64_t k = src->mesh_dim_size[m], stride = 1;
     for (int j = src->mesh_rank - 1; j > m; j--)
         stride *= src->mesh_dim_size[j];
-    if (!lines_apply(w, mesh, m, stride, k))
+    if (!lines_apply(w, mesh, stride, k))
         return DT_OK;
     rl_partial_map pm;
     rl_plan *plan = NULL;
