@@ -123,8 +123,8 @@ static dt_status recv_buffer(const coll_run *r, const rl_line *ln, const dt__dev
 {
     const rl_coll *c = r->c;
     const DLTensor *d = dt_tensor_local(r->dst, ln->local);
-    int direct = r->native ||
-                 (c->kind == RL_COLL_ALLGATHER && blocks_contiguous(d->shape, c->a));
+    int direct = r->native || ((c->kind == RL_COLL_ALLGATHER || c->kind == RL_COLL_ALLTOALL) &&
+                               blocks_contiguous(d->shape, c->a));
     if (direct) {
         out->recv = d->data;
         return DT_OK;
