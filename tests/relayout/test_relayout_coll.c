@@ -201,11 +201,17 @@ typedef struct pcase {
     const char *s0, *s1, *partial; /* source */
     const char *d0, *d1;           /* destination */
     int dim;                       /* the mesh dim that changes */
+    int small;                     /* shape [1, k-1]: too small to split an all-reduce into
+                                    * reduce-scatter + all-gather, so it runs as one */
 } pcase;
 
 static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
 {
     int64_t n = dt_mesh_size(m), shape[2] = {4 * n, 2 * n};
+    if (pc->small) {
+        shape[0] = 1;
+        shape[1] = dt_mesh_dim_size(m, pc->dim) > 2 ? dt_mesh_dim_size(m, pc->dim) - 1 : 1;
+    }
     dt_layout *sl = dt_test_layout(m, 2, pc->s0, pc->s1, pc->partial);
     dt_layout *dl = dt_test_layout(m, 2, pc->d0, pc->d1, NULL);
     int partial = pc->partial ? pc->dim : -1;
@@ -222,6 +228,8 @@ static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
                 pc->what, dt_dtype_name(t), cc, cg, want ? "some" : "none");
     CU_ASSERT_EQUAL(cc > 0, want);
     CU_ASSERT_EQUAL(cg, 0);
+    if (pc->small && want) /* one all-reduce, not reduce-scatter + all-gather */
+        CU_ASSERT_EQUAL(cc, 1);
     CU_ASSERT_EQUAL(check_reference(a, shape, k), 0);
     CU_ASSERT_EQUAL(check_reference(b, shape, k), 0);
     CU_ASSERT_EQUAL(check_same_bits(a, b), 0);
@@ -251,24 +259,26 @@ static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
 }
 
 static const pcase cases_1d[] = {
-    {"all-gather dim 0", "x", NULL, NULL, NULL, NULL, 0},
-    {"all-gather dim 1", NULL, "x", NULL, NULL, NULL, 0},
-    {"all-to-all 0->1", "x", NULL, NULL, NULL, "x", 0},
-    {"all-to-all 1->0", NULL, "x", NULL, "x", NULL, 0},
-    {"reduce-scatter dim 0", NULL, NULL, "x", "x", NULL, 0},
-    {"reduce-scatter dim 1", NULL, NULL, "x", NULL, "x", 0},
-    {"all-reduce", NULL, NULL, "x", NULL, NULL, 0},
+    {"all-gather dim 0", "x", NULL, NULL, NULL, NULL, 0, 0},
+    {"all-gather dim 1", NULL, "x", NULL, NULL, NULL, 0, 0},
+    {"all-to-all 0->1", "x", NULL, NULL, NULL, "x", 0, 0},
+    {"all-to-all 1->0", NULL, "x", NULL, "x", NULL, 0, 0},
+    {"reduce-scatter dim 0", NULL, NULL, "x", "x", NULL, 0, 0},
+    {"reduce-scatter dim 1", NULL, NULL, "x", NULL, "x", 0, 0},
+    {"all-reduce", NULL, NULL, "x", NULL, NULL, 0, 0},
+    {"all-reduce in one step", NULL, NULL, "x", NULL, NULL, 0, 1},
 };
 
 static const pcase cases_2d[] = {
-    {"all-gather a", "a", "b", NULL, NULL, "b", 0},
-    {"all-gather b", "a", "b", NULL, "a", NULL, 1},
-    {"all-to-all a", "a", NULL, NULL, NULL, "a", 0},
-    {"all-to-all b", "b", NULL, NULL, NULL, "b", 1},
-    {"reduce-scatter a", NULL, "b", "a", "a", "b", 0},
-    {"reduce-scatter b", "a", NULL, "b", "a", "b", 1},
-    {"all-reduce a", "b", NULL, "a", "b", NULL, 0},
-    {"all-reduce b", NULL, "a", "b", NULL, "a", 1},
+    {"all-gather a", "a", "b", NULL, NULL, "b", 0, 0},
+    {"all-gather b", "a", "b", NULL, "a", NULL, 1, 0},
+    {"all-to-all a", "a", NULL, NULL, NULL, "a", 0, 0},
+    {"all-to-all b", "b", NULL, NULL, NULL, "b", 1, 0},
+    {"reduce-scatter a", NULL, "b", "a", "a", "b", 0, 0},
+    {"reduce-scatter b", "a", NULL, "b", "a", "b", 1, 0},
+    {"all-reduce a", "b", NULL, "a", "b", NULL, 0, 0},
+    {"all-reduce b", NULL, "a", "b", NULL, "a", 1, 0},
+    {"all-reduce a in one step", NULL, NULL, "a", NULL, NULL, 0, 1},
 };
 
 static void test_patterns_on_a_1d_mesh(void)
@@ -303,6 +313,65 @@ static void test_patterns_on_a_2d_mesh(void)
     dt_mesh_destroy(m);
 }
 
+/* Reduce-scatter and all-reduce with max and avg: bits equal the piece path's; max also equals
+ * the largest summand (any order gives it). */
+static void test_max_and_avg_reductions_match_the_piece_path(void)
+{
+    const char *names[1] = {"x"};
+    int64_t n = dt_test_num_devices(), shape[2] = {4 * n, 2 * n};
+    dt_mesh *m = NULL;
+    DT_ASSERT_OK(dt_mesh_create("line", 1, names, &n, dt_test_device_type(), &m));
+    const dt_reduce_op ops[2] = {DT_REDUCE_MAX, DT_REDUCE_AVG};
+    const char *dsts[2][2] = {{"x", NULL}, {NULL, NULL}};
+    const dt_dtype types[2] = {DT_DTYPE_F32, DT_DTYPE_BF16};
+    for (int o = 0; o < 2; o++)
+        for (int d = 0; d < 2; d++)
+            for (int t = 0; t < 2; t++) {
+                const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED}, *pn[1] = {"x"};
+                const char *dspecs[2] = {dsts[d][0] ? dsts[d][0] : DT_UNSHARDED,
+                                         DT_UNSHARDED};
+                dt_layout *sl = NULL, *dl = NULL;
+                DT_ASSERT_OK(dt_layout_create_partial(m, 2, specs, 1, pn, &ops[o], &sl));
+                DT_ASSERT_OK(dt_layout_create(m, 2, dspecs, &dl));
+                dt_tensor *src = make_src(sl, shape, types[t], 0);
+                dt_relayout_stats s[16];
+                int ns = 0;
+                unsigned long cc = 0, cg = 0;
+                dt_tensor *a = run(src, dl, "1", s, &ns, &cc);
+                dt_tensor *b = run(src, dl, "0", s, &ns, &cg);
+                CU_ASSERT_EQUAL(cc > 0, expect_collective(m, 0) &&
+                                            dt_test_device_type() == DT_DEVICE_CPU);
+                CU_ASSERT_EQUAL(check_same_bits(a, b), 0);
+                for (int i = 0; o == 0 && i < dt_tensor_num_local(a); i++) {
+                    int64_t p = dt_tensor_local_position(a, i), off[2], len[2], bad = 0;
+                    DT_ASSERT_OK(dt_layout_shard(dl, shape, p, off, len));
+                    unsigned char *got = dt_test_local_get(a, i);
+                    size_t es = dt_dtype_size(types[t]);
+                    for (int64_t j = 0; j < len[0] * len[1]; j++) {
+                        int64_t e = global_index(2, shape, off, len, j);
+                        elem best = stored(types[t], 0, e);
+                        for (int64_t c = 1; c < n; c++) {
+                            elem x = stored(types[t], c, e);
+                            int more = types[t] == DT_DTYPE_F32 ? x.f32 > best.f32
+                                                                : from_bf16(x.bf16) >
+                                                                      from_bf16(best.bf16);
+                            if (more)
+                                best = x;
+                        }
+                        bad += memcmp(got + (size_t)j * es, &best, es) != 0;
+                    }
+                    CU_ASSERT_EQUAL(bad, 0);
+                    free(got);
+                }
+                dt_tensor_destroy(a);
+                dt_tensor_destroy(b);
+                dt_tensor_destroy(src);
+                dt_layout_destroy(dl);
+                dt_layout_destroy(sl);
+            }
+    dt_mesh_destroy(m);
+}
+
 static void test_patterns_switch_rejects_bad_values(void)
 {
     const char *names[1] = {"x"};
@@ -328,6 +397,7 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_patterns_on_a_1d_mesh),
         DT_TEST(test_patterns_on_a_2d_mesh),
+        DT_TEST(test_max_and_avg_reductions_match_the_piece_path),
         DT_TEST(test_patterns_switch_rejects_bad_values),
         DT_TEST_END,
     };
