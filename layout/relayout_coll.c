@@ -22,7 +22,7 @@ typedef struct coll_run {
     const dt_tensor *src;
     dt_tensor *dst;
     size_t elem;
-    int native;                      /* the transport reduces (RS, AR) itself */
+    int native; /* the transport reduces (RS, AR) itself */
 } coll_run;
 
 /* The collective kind run for the pattern on transport t; -1 when t has none that fits. */
@@ -62,16 +62,15 @@ static void box_of(const rl_plan *plan, const dt_layout *l, int64_t pos, int d, 
 
 /* Copies `box` between a component (data at global offset coff, shape cshape) and a compact
  * buffer holding exactly the box; to_buf picks the direction. On the device's own memory. */
-static dt_status move_box(const coll_run *r, const dt__device *dev, const rl_box *box,
-                          void *buf, void *cdata, const int64_t *coff, const int64_t *cshape,
-                          int to_buf)
+static dt_status move_box(const coll_run *r, const dt__device *dev, const rl_box *box, void *buf,
+                          void *cdata, const int64_t *coff, const int64_t *cshape, int to_buf)
 {
     dt__copy_dir dir = dev->kind->host_visible ? DT__COPY_H2D : DT__COPY_D2D;
     if (to_buf)
         return dt__device_copy_box(dev, dir, r->plan->rank, r->elem, box->off, box->len, buf,
                                    box->off, box->len, cdata, coff, cshape);
-    return dt__device_copy_box(dev, dir, r->plan->rank, r->elem, box->off, box->len, cdata,
-                               coff, cshape, buf, box->off, box->len);
+    return dt__device_copy_box(dev, dir, r->plan->rank, r->elem, box->off, box->len, cdata, coff,
+                               cshape, buf, box->off, box->len);
 }
 
 /* 1 if the blocks along tensor dim d of a compact array of shape `len` are contiguous runs
@@ -85,8 +84,8 @@ static int blocks_contiguous(const int64_t *len, int d)
 }
 
 /* The blocks this line sends, packed in member order (or the component itself). */
-static dt_status pack_sends(const coll_run *r, const rl_line *ln, const dt__device *dev,
-                            int kind, dt__coll *out, line_bufs *lb)
+static dt_status pack_sends(const coll_run *r, const rl_line *ln, const dt__device *dev, int kind,
+                            dt__coll *out, line_bufs *lb)
 {
     const rl_coll *c = r->c;
     const DLTensor *s = dt_tensor_local(r->src, ln->local);
@@ -155,8 +154,8 @@ static dt_status finish_line(const coll_run *r, const rl_line *ln, const dt__dev
         for (int64_t j = 0; st == DT_OK && j < c->k; j++) {
             rl_box box; /* my destination shard cut to member j's source shard along a */
             box_of(plan, plan->dst, ln->pos, c->a, c->k, j, &box);
-            st = move_box(r, dev, &box, (char *)lb->recv + (size_t)j * blk, d->data, doff,
-                          d->shape, 0);
+            st = move_box(r, dev, &box, (char *)lb->recv + (size_t)j * blk, d->data, doff, d->shape,
+                          0);
         }
         return st;
     }
@@ -205,11 +204,10 @@ static dt_status fall_back(rl_plan *plan)
     return DT_OK;
 }
 
-dt_status dt__rl_coll_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst,
-                              int *done_out)
+dt_status dt__rl_coll_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst, int *done_out)
 {
-    coll_run r = {.plan = plan, .c = plan->coll, .src = src, .dst = dst,
-                  .elem = dt_dtype_size(plan->dtype)};
+    coll_run r = {
+        .plan = plan, .c = plan->coll, .src = src, .dst = dst, .elem = dt_dtype_size(plan->dtype)};
     int kind = coll_kind_for(r.c, plan->transport, &r.native);
     *done_out = 0;
     if (kind < 0)
@@ -218,14 +216,17 @@ dt_status dt__rl_coll_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *ds
     int n = r.c->nlines;
     dt__coll *colls = calloc((size_t)n + 1, sizeof *colls);
     line_bufs *lbs = calloc((size_t)n + 1, sizeof *lbs);
-    dt_status st = colls && lbs ? DT_OK
-                                : dt__error(DT_ERR_NO_MEMORY, "no memory for %d collectives", n);
+    dt_status st =
+        colls && lbs ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "no memory for %d collectives", n);
     for (int i = 0; st == DT_OK && i < n; i++) {
         const rl_line *ln = &r.c->lines[i];
         const dt__device *dev = dt__tensor_device(dst, ln->local);
-        colls[i] = (dt__coll){.kind = (dt__coll_kind)kind, .nmembers = (int)r.c->k,
-                              .clients = ln->clients, .rank = (int)ln->coord,
-                              .dtype = plan->dtype, .op = plan->op,
+        colls[i] = (dt__coll){.kind = (dt__coll_kind)kind,
+                              .nmembers = (int)r.c->k,
+                              .clients = ln->clients,
+                              .rank = (int)ln->coord,
+                              .dtype = plan->dtype,
+                              .op = plan->op,
                               .dev = dev->kind->host_visible ? NULL : dev};
         st = pack_sends(&r, ln, dev, kind, &colls[i], &lbs[i]);
         if (st == DT_OK)
@@ -236,8 +237,7 @@ dt_status dt__rl_coll_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *ds
     if (st == DT_OK)
         atomic_fetch_add(&coll_runs, 1);
     for (int i = 0; st == DT_OK && i < n; i++)
-        st = finish_line(&r, &r.c->lines[i], dt__tensor_device(dst, r.c->lines[i].local),
-                         &lbs[i]);
+        st = finish_line(&r, &r.c->lines[i], dt__tensor_device(dst, r.c->lines[i].local), &lbs[i]);
     for (int i = 0; lbs && i < n; i++) {
         const dt__device *dev = dt__tensor_device(dst, r.c->lines[i].local);
         if (lbs[i].send)

@@ -26,8 +26,8 @@ static int dim_use(const dt_layout *l, int m, dt_reduce_op *op_out)
 
 /* The pattern of src -> dst, or -1: exactly one mesh dim m changes, in one of the four ways,
  * and every tensor dim it splits divides evenly (equal blocks for the collectives). */
-static int classify(const dt_layout *src, const dt_layout *dst, const int64_t *shape,
-                    int *m_out, int *a_out, int *b_out)
+static int classify(const dt_layout *src, const dt_layout *dst, const int64_t *shape, int *m_out,
+                    int *a_out, int *b_out)
 {
     int m = -1, a = -1, b = -1;
     for (int j = 0; j < src->mesh_rank; j++) {
@@ -127,12 +127,19 @@ static dt_status count_line(rl_plan *plan, const rl_world *w, const rl_line *ln,
     int me_id = dt_mesh_device_id(mesh, ln->pos);
     int peer_id = dt_mesh_device_id(mesh, ln->base + i_peer * c->stride);
     uint64_t b = block_bytes(c, plan, ln->pos);
-    rl_piece self = {.src_pos = ln->pos, .dst_pos = ln->pos, .src_client = w->me,
-                     .dst_client = w->me, .bytes = b};
-    rl_piece send = {.src_pos = ln->pos, .src_client = w->me,
-                     .dst_client = ln->clients[i_peer], .bytes = b * (uint64_t)(c->k - 1)};
-    rl_piece recv = {.dst_pos = ln->pos, .src_client = ln->clients[i_peer],
-                     .dst_client = w->me, .bytes = b * (uint64_t)(c->k - 1)};
+    rl_piece self = {.src_pos = ln->pos,
+                     .dst_pos = ln->pos,
+                     .src_client = w->me,
+                     .dst_client = w->me,
+                     .bytes = b};
+    rl_piece send = {.src_pos = ln->pos,
+                     .src_client = w->me,
+                     .dst_client = ln->clients[i_peer],
+                     .bytes = b * (uint64_t)(c->k - 1)};
+    rl_piece recv = {.dst_pos = ln->pos,
+                     .src_client = ln->clients[i_peer],
+                     .dst_client = w->me,
+                     .bytes = b * (uint64_t)(c->k - 1)};
     dt_status st = dt__rl_count_piece(plan, w, &self, type, me_id, type, me_id);
     if (st == DT_OK)
         st = dt__rl_count_piece(plan, w, &send, type, me_id, type, peer_id);
@@ -170,8 +177,8 @@ static dt_status make_lines(rl_coll *c, const rl_world *w, const dt_mesh *mesh)
             return dt__error(DT_ERR_NO_MEMORY, "no memory for a line of %lld clients",
                              (long long)c->k);
         for (int64_t j = 0; j < c->k; j++)
-            ln->clients[j] = dt__rl_client(w, type, dt_mesh_device_id(mesh, ln->base +
-                                                                             j * c->stride));
+            ln->clients[j] =
+                dt__rl_client(w, type, dt_mesh_device_id(mesh, ln->base + j * c->stride));
     }
     qsort(c->lines, (size_t)c->nlines, sizeof *c->lines, cmp_line);
     return DT_OK;
@@ -202,8 +209,7 @@ dt_status dt__rl_patterns_enabled(int *on_out)
 }
 
 dt_status dt__rl_pattern_plan(const rl_world *w, const dt_layout *src, const dt_layout *dst,
-                              int rank, const int64_t *shape, dt_dtype dtype,
-                              rl_plan **plan_out)
+                              int rank, const int64_t *shape, dt_dtype dtype, rl_plan **plan_out)
 {
     *plan_out = NULL;
     const dt_mesh *mesh = dt_layout_mesh(src);

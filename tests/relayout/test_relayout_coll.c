@@ -55,10 +55,18 @@ static elem stored(dt_dtype t, int64_t c, int64_t e)
     memset(&v, 0, sizeof v);
     double x = raw_value(c, e);
     switch (t) {
-    case DT_DTYPE_F32: v.f32 = (float)x; break;
-    case DT_DTYPE_F64: v.f64 = x; break;
-    case DT_DTYPE_I32: v.i32 = (int32_t)(x * 1000.0); break;
-    default: v.bf16 = to_bf16((float)x); break;
+    case DT_DTYPE_F32:
+        v.f32 = (float)x;
+        break;
+    case DT_DTYPE_F64:
+        v.f64 = x;
+        break;
+    case DT_DTYPE_I32:
+        v.i32 = (int32_t)(x * 1000.0);
+        break;
+    default:
+        v.bf16 = to_bf16((float)x);
+        break;
     }
     return v;
 }
@@ -68,10 +76,18 @@ static elem stored(dt_dtype t, int64_t c, int64_t e)
 static elem add(dt_dtype t, elem acc, elem x)
 {
     switch (t) {
-    case DT_DTYPE_F32: acc.f32 = acc.f32 + x.f32; break;
-    case DT_DTYPE_F64: acc.f64 = acc.f64 + x.f64; break;
-    case DT_DTYPE_I32: acc.i32 = acc.i32 + x.i32; break;
-    default: acc.bf16 = to_bf16(from_bf16(acc.bf16) + from_bf16(x.bf16)); break;
+    case DT_DTYPE_F32:
+        acc.f32 = acc.f32 + x.f32;
+        break;
+    case DT_DTYPE_F64:
+        acc.f64 = acc.f64 + x.f64;
+        break;
+    case DT_DTYPE_I32:
+        acc.i32 = acc.i32 + x.i32;
+        break;
+    default:
+        acc.bf16 = to_bf16(from_bf16(acc.bf16) + from_bf16(x.bf16));
+        break;
     }
     return acc;
 }
@@ -86,8 +102,8 @@ static elem reference(dt_dtype t, int64_t k, int64_t e)
 }
 
 /* Global row-major index of element i of a box. */
-static int64_t global_index(int rank, const int64_t *shape, const int64_t *off,
-                            const int64_t *len, int64_t i)
+static int64_t global_index(int rank, const int64_t *shape, const int64_t *off, const int64_t *len,
+                            int64_t i)
 {
     int64_t e = 0, rem = i, idx[DT_MAX_RANK];
     for (int d = rank - 1; d >= 0; d--) {
@@ -224,8 +240,8 @@ static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
     dt_tensor *b = run(src, dl, "0", sg, &ng, &cg);
     int want = expect_collective(m, pc->dim) && dt_test_device_type() == DT_DEVICE_CPU;
     if ((cc > 0) != want || cg != 0)
-        fprintf(stderr, "%s %s: %lu collective runs, %lu without patterns (want %s)\n",
-                pc->what, dt_dtype_name(t), cc, cg, want ? "some" : "none");
+        fprintf(stderr, "%s %s: %lu collective runs, %lu without patterns (want %s)\n", pc->what,
+                dt_dtype_name(t), cc, cg, want ? "some" : "none");
     CU_ASSERT_EQUAL(cc > 0, want);
     CU_ASSERT_EQUAL(cg, 0);
     if (pc->small && want) /* one all-reduce, not reduce-scatter + all-gather */
@@ -328,8 +344,7 @@ static void test_max_and_avg_reductions_match_the_piece_path(void)
         for (int d = 0; d < 2; d++)
             for (int t = 0; t < 2; t++) {
                 const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED}, *pn[1] = {"x"};
-                const char *dspecs[2] = {dsts[d][0] ? dsts[d][0] : DT_UNSHARDED,
-                                         DT_UNSHARDED};
+                const char *dspecs[2] = {dsts[d][0] ? dsts[d][0] : DT_UNSHARDED, DT_UNSHARDED};
                 dt_layout *sl = NULL, *dl = NULL;
                 DT_ASSERT_OK(dt_layout_create_partial(m, 2, specs, 1, pn, &ops[o], &sl));
                 DT_ASSERT_OK(dt_layout_create(m, 2, dspecs, &dl));
@@ -339,8 +354,8 @@ static void test_max_and_avg_reductions_match_the_piece_path(void)
                 unsigned long cc = 0, cg = 0;
                 dt_tensor *a = run(src, dl, "1", s, &ns, &cc);
                 dt_tensor *b = run(src, dl, "0", s, &ns, &cg);
-                CU_ASSERT_EQUAL(cc > 0, expect_collective(m, 0) &&
-                                            dt_test_device_type() == DT_DEVICE_CPU);
+                CU_ASSERT_EQUAL(cc > 0,
+                                expect_collective(m, 0) && dt_test_device_type() == DT_DEVICE_CPU);
                 CU_ASSERT_EQUAL(check_same_bits(a, b), 0);
                 for (int i = 0; o == 0 && i < dt_tensor_num_local(a); i++) {
                     int64_t p = dt_tensor_local_position(a, i), off[2], len[2], bad = 0;
@@ -352,9 +367,9 @@ static void test_max_and_avg_reductions_match_the_piece_path(void)
                         elem best = stored(types[t], 0, e);
                         for (int64_t c = 1; c < n; c++) {
                             elem x = stored(types[t], c, e);
-                            int more = types[t] == DT_DTYPE_F32 ? x.f32 > best.f32
-                                                                : from_bf16(x.bf16) >
-                                                                      from_bf16(best.bf16);
+                            int more = types[t] == DT_DTYPE_F32
+                                           ? x.f32 > best.f32
+                                           : from_bf16(x.bf16) > from_bf16(best.bf16);
                             if (more)
                                 best = x;
                         }
@@ -378,8 +393,8 @@ static void test_patterns_switch_rejects_bad_values(void)
     int64_t sizes[1] = {dt_test_num_devices()}, shape[2] = {8, 8};
     dt_mesh *m = NULL;
     DT_ASSERT_OK(dt_mesh_create("line", 1, names, sizes, dt_test_device_type(), &m));
-    dt_layout *sl = dt_test_layout(m, 2, "x", NULL, NULL), *dl = dt_test_layout(m, 2, NULL,
-                                                                                NULL, NULL);
+    dt_layout *sl = dt_test_layout(m, 2, "x", NULL, NULL),
+              *dl = dt_test_layout(m, 2, NULL, NULL, NULL);
     dt_tensor *src = make_src(sl, shape, DT_DTYPE_F32, -1), *dst = NULL;
     setenv("DT_RELAYOUT_PATTERNS", "yes", 1);
     dt_relayout_cache_clear();
