@@ -82,18 +82,10 @@ static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
     }
     dt_status st = dt__check_f32(op, an, a);
     if (st == DT_OK)
-        st = dt__check_f32(op, bn, b);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, bn, b, a);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, a, b);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(a));
+        st = dt__check_like(op, bn, b, a);
+    const dt_mesh *mesh = NULL;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
+    st = dt__ops_begin(op, st, out != NULL, "output pointer", a, &mesh, &be);
     if (st != DT_OK)
         return st;
     const int64_t *shape = dt_tensor_shape(a);
@@ -201,14 +193,10 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
             *out = r;
         return st;
     }
-    dt_status st = dt__check_f32(op, "x", x);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    const dt_mesh *mesh = NULL;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
+    dt_status st = dt__ops_begin(op, dt__check_f32(op, "x", x), out != NULL, "output pointer", x,
+                                 &mesh, &be);
     if (st != DT_OK)
         return st;
     dt__lspec ls;
@@ -258,11 +246,7 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
     static const char op[] = "dt_axpy";
     dt_status st = dt__check_f32(op, "x", x);
     if (st == DT_OK)
-        st = dt__check_f32(op, "y", y);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "y", y, x);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, x, y);
+        st = dt__check_like(op, "y", y, x);
     if (st != DT_OK)
         return st;
     dt__lspec ly;
