@@ -7,26 +7,20 @@
 
 #include "../train/plot.h"
 
+/* One record: the held-out loss where evaluated; samples_per_s holds tokens per second. */
+static void gpt_row(FILE *f, const hist_rec *r)
+{
+    fprintf(f, "%lld,%.6f,", (long long)r->step, r->loss);
+    if (!isnan(r->eval_loss))
+        fprintf(f, "%.6f", r->eval_loss);
+    fprintf(f, ",%.1f,%g,%d\n", r->samples_per_s, r->loss_scale, r->skipped);
+}
+
 int curves_write_csv(const history *h, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errlen, "%s: cannot write", path);
-        return -1;
-    }
-    fprintf(f, "step,train_loss,heldout_loss,tokens_per_s,loss_scale,skipped\n");
-    for (int64_t i = 0; i < h->n; i++) {
-        const hist_rec *r = &h->r[i];
-        fprintf(f, "%lld,%.6f,", (long long)r->step, r->loss);
-        if (!isnan(r->eval_loss))
-            fprintf(f, "%.6f", r->eval_loss);
-        fprintf(f, ",%.1f,%g,%d\n", r->samples_per_s, r->loss_scale, r->skipped);
-    }
-    if (fclose(f) != 0) {
-        snprintf(err, errlen, "%s: write failed", path);
-        return -1;
-    }
-    return 0;
+    return history_write_rows(h, path,
+                              "step,train_loss,heldout_loss,tokens_per_s,loss_scale,skipped",
+                              gpt_row, err, errlen);
 }
 
 int curves_write_plot(const history *h, int64_t total_steps, double target,

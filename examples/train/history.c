@@ -90,28 +90,40 @@ int history_deserialize(history *h, const void *data, size_t nbytes)
     return 0;
 }
 
-int history_write_csv(const history *h, const char *path, char *err, size_t errlen)
+int history_write_rows(const history *h, const char *path, const char *header,
+                       history_row_fn row, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
-    fprintf(f, "step,train_loss,heldout_loss,heldout_accuracy,samples_per_s,loss_scale,skipped\n");
-    for (int64_t i = 0; i < h->n; i++) {
-        const hist_rec *r = &h->r[i];
-        fprintf(f, "%lld,%.6g,", (long long)r->step, r->loss);
-        if (isnan(r->eval_acc))
-            fprintf(f, ",,");
-        else
-            fprintf(f, "%.6g,%.6g,", r->eval_loss, r->eval_acc);
-        fprintf(f, "%.1f,%g,%d\n", r->samples_per_s, r->loss_scale, r->skipped);
-    }
+    fprintf(f, "%s\n", header);
+    for (int64_t i = 0; i < h->n; i++)
+        row(f, &h->r[i]);
     if (ferror(f) | (fclose(f) != 0)) {
         snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
         return -1;
     }
     return 0;
+}
+
+/* train_mlp's row: the held-out loss and accuracy where evaluated. */
+static void mlp_row(FILE *f, const hist_rec *r)
+{
+    fprintf(f, "%lld,%.6g,", (long long)r->step, r->loss);
+    if (isnan(r->eval_acc))
+        fprintf(f, ",,");
+    else
+        fprintf(f, "%.6g,%.6g,", r->eval_loss, r->eval_acc);
+    fprintf(f, "%.1f,%g,%d\n", r->samples_per_s, r->loss_scale, r->skipped);
+}
+
+int history_write_csv(const history *h, const char *path, char *err, size_t errlen)
+{
+    return history_write_rows(
+        h, path, "step,train_loss,heldout_loss,heldout_accuracy,samples_per_s,loss_scale,skipped",
+        mlp_row, err, errlen);
 }
 
 int history_write_plot(const history *h, int64_t total_steps, double target_acc,

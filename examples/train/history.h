@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct hist_rec {
     int64_t step;
@@ -33,6 +34,12 @@ size_t history_bytes(const history *h);
 void history_serialize(const history *h, uint8_t *out);
 /* Replaces h's records. Returns 0, or -1 (bad size, out of memory). */
 int history_deserialize(history *h, const void *data, size_t nbytes);
+
+/* Writes `header` and a line per record, row(f, record) writing each (with its newline).
+ * Returns 0, or -1 with a message in err. */
+typedef void (*history_row_fn)(FILE *f, const hist_rec *r);
+int history_write_rows(const history *h, const char *path, const char *header,
+                       history_row_fn row, char *err, size_t errlen);
 
 /* Writes "step,train_loss,heldout_loss,heldout_accuracy,samples_per_s,loss_scale,skipped"
  * rows (empty fields when not evaluated). Returns 0, or -1 with a message in err. */
