@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../bench/peak_rss.h"
 #include "ck_test_util.h"
 #include "harness.h"
 
@@ -254,20 +255,6 @@ static void test_async_save_of_gpu_tensors_holds_the_values_of_the_call(void)
 
 /* ---- peak host memory ---- */
 
-/* The process's peak resident set (VmHWM) in bytes, or -1. */
-static int64_t peak_rss(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 /* Resets the peak to the current resident set (Linux >= 4.0); returns it, or -1. Free heap
  * pages go back to the system first, so that what the call allocates shows as growth. */
 static int64_t reset_peak(void)
@@ -276,10 +263,7 @@ static int64_t reset_peak(void)
 #if defined(__GLIBC__)
     malloc_trim(0);
 #endif
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f || fputs("5", f) < 0 || fclose(f) != 0)
-        return -1;
-    return peak_rss();
+    return peak_rss_reset();
 }
 
 enum { BOUND = 1 << 20, SLACK = 3 << 20 };
@@ -309,7 +293,7 @@ static void test_gpu_save_and_restore_hold_host_memory_to_the_staging_bound(void
     int64_t base = reset_peak();
     CU_ASSERT_FATAL(base > 0);    /* /proc/self/clear_refs must reset VmHWM */
     DT_ASSERT_OK(dt_save(g, ck, 1, &name, (const dt_tensor *const *)&w, &o));
-    int64_t grew = peak_rss() - base;
+    int64_t grew = peak_rss_bytes() - base;
     CU_ASSERT(grew < BOUND + SLACK);
     if (grew >= BOUND + SLACK)
         fprintf(stderr, "save: peak resident memory grew by %lld bytes (%lld local bytes)\n",
@@ -317,7 +301,7 @@ static void test_gpu_save_and_restore_hold_host_memory_to_the_staging_bound(void
 
     base = reset_peak();
     DT_ASSERT_OK(dt_restore_into(ck, 1, &name, &into));
-    grew = peak_rss() - base;
+    grew = peak_rss_bytes() - base;
     CU_ASSERT(grew < BOUND + SLACK);
     if (grew >= BOUND + SLACK)
         fprintf(stderr, "restore: peak resident memory grew by %lld bytes (%lld local bytes)\n",
