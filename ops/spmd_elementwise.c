@@ -25,11 +25,6 @@ static void strip_nonsum(dt__lspec *ls)
             ls->partial[d] = 0;
 }
 
-static dt_status set_dev(const dt__ops_backend *be, const dt_tensor *t, int i)
-{
-    return be->set_device ? be->set_device(dt_tensor_local(t, i)->device.device_id) : DT_OK;
-}
-
 static dt_status run_binary(const dt__ops_backend *be, bin_kind kind, const dt_tensor *a,
                             const dt_tensor *b, dt_tensor *c)
 {
@@ -40,7 +35,7 @@ static dt_status run_binary(const dt__ops_backend *be, bin_kind kind, const dt_t
         float *z = dt__local_data(c, i);
         if (n == 0)
             continue;
-        st = set_dev(be, c, i);
+        st = dt__set_device_of(be, c, i);
         if (st != DT_OK)
             break;
         switch (kind) {
@@ -213,7 +208,7 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
         int64_t n = dt__local_numel(y, i);
         if (n == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st != DT_OK)
             break;
         const float *src = dt__local_data(rx, i);
@@ -265,7 +260,7 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
         int64_t n = dt__local_numel(y, i);
         if (n == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->axpy(n, alpha, dt__local_data(rx, i), dt__local_data(y, i));
     }
@@ -316,7 +311,7 @@ dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out
             continue;
         const DLTensor *ly = dt_tensor_local(y, i);
         int64_t cols = ly->shape[r - 1];
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->copy(n, dt__local_data(rx, i), dt__local_data(y, i));
         if (st == DT_OK)
@@ -355,7 +350,7 @@ dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
         int64_t n = dt__local_numel(y, i);
         if (n == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->cast(n, dt__local_data(x, i), from, dt__local_data(y, i), dtype);
     }
