@@ -183,3 +183,23 @@ void ck_edit_index(const char *ck, const char *from, const char *to, int reseal)
     }
     MPI_Barrier(MPI_COMM_WORLD);
 }
+
+void ck_scratch(char *dir, size_t dlen, char *ck, size_t clen)
+{
+    dt_test_scratch_dir(dir, dlen);
+    snprintf(ck, clen, "%s/ckpt", dir);
+}
+
+int64_t ck_restored_mismatches(const dt_mesh *m, const char *ck, const char *name,
+                               const char *specs, uint64_t seed)
+{
+    dt_layout *l = ck_layout(m, specs);
+    dt_tensor *out = NULL;
+    int64_t bad = -1;
+    DT_ASSERT_OK(dt_restore(m, ck, 1, &name, (const dt_layout *const *)&l, &out));
+    if (out)
+        bad = ck_mismatches(out, seed);
+    dt_tensor_destroy(out);
+    dt_layout_destroy(l);
+    return bad;
+}
