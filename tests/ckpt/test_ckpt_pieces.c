@@ -150,12 +150,7 @@ static void ref_box(uint64_t seed, dt_dtype dtype, int rank, const int64_t *shap
     size_t elem = dt_dtype_size(dtype);
     int64_t n = box_numel(rank, size);
     for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, stride = 1;
-        for (int d = rank - 1; d >= 0; d--) {
-            g += (off[d] + rem % size[d]) * stride;
-            rem /= size[d];
-            stride *= shape[d];
-        }
+        int64_t g = dt_test_global_index(rank, shape, off, size, k);
         for (size_t b = 0; b < elem; b++)
             dst[(size_t)k * elem + b] = ck_ref_byte(seed, (uint64_t)g * elem + b);
     }
