@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "peak_rss.h"
 #include "ckpt/ckpt_impl.h" /* dt__ckpt_reap_wait */
 #include "runtime/error.h"
 #include "dtensor/dtensor.h"
@@ -82,6 +83,24 @@ static int64_t walk(const dt_tensor *t, int k, int check)
 
 /* ---- the reference: one plain file per process, the same bytes as its slices ------------- */
 
+/* Writes (or reads) all of tensor t's first local block to (from) fd. 0, or -1. */
+static int move_block(int fd, const dt_tensor *t, int writing)
+{
+    const DLTensor *dl = dt_tensor_local(t, 0);
+    char *p = dl->data;
+    size_t left = (size_t)(dl->shape[0] * dl->shape[1]) * sizeof(float);
+    while (left > 0) {
+        ssize_t n = writing ? write(fd, p, left) : read(fd, p, left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        left -= (size_t)n;
+    }
+    return 0;
+}
+
 /* Writes the reference bytes to `path` and fsyncs them. */
 static int write_file(const bench *b, const char *path)
 {
@@ -89,19 +108,9 @@ static int write_file(const bench *b, const char *path)
     if (fd < 0)
         return -1;
     for (int k = 0; k < b->nt; k++) {
-        const DLTensor *dl = dt_tensor_local(b->src[k], 0);
-        const char *p = dl->data;
-        size_t left = (size_t)(dl->shape[0] * dl->shape[1]) * sizeof(float);
-        while (left > 0) {
-            ssize_t n = write(fd, p, left);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                close(fd);
-                return -1;
-            }
-            p += n;
-            left -= (size_t)n;
+        if (move_block(fd, b->src[k], 1) != 0) {
+            close(fd);
+            return -1;
         }
     }
     int rc = fsync(fd);
@@ -142,19 +151,9 @@ static int ref_read(const bench *b)
     if (fd < 0)
         return -1;
     for (int k = 0; k < b->nt; k++) {
-        const DLTensor *dl = dt_tensor_local(b->dst[k], 0);
-        char *p = dl->data;
-        size_t left = (size_t)(dl->shape[0] * dl->shape[1]) * sizeof(float);
-        while (left > 0) {
-            ssize_t n = read(fd, p, left);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                close(fd);
-                return -1;
-            }
-            p += n;
-            left -= (size_t)n;
+        if (move_block(fd, b->dst[k], 0) != 0) {
+            close(fd);
+            return -1;
         }
     }
     return close(fd);
@@ -445,25 +444,6 @@ static int run_stall(bench *b)
 
 /* ---- GPU tensors: peak host memory ----------------------------------------------------------- */
 
-/* Peak resident bytes (VmHWM), after resetting it to the current resident set when reset. */
-static int64_t peak_rss(int reset)
-{
-    if (reset) {
-        FILE *c = fopen("/proc/self/clear_refs", "w");
-        if (!c || fputs("5", c) < 0 || fclose(c) != 0)
-            return -1;
-    }
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 /* The tensors copied to a GPU mesh of every GPU device, saved and restored into: the peak
  * resident growth of each (maximum over processes) against this process's tensor bytes. */
 static int run_gpu(bench *b)
@@ -489,10 +469,10 @@ static int run_gpu(bench *b)
     int64_t grew[2] = {-1, -1};
     for (int c = 0; st == DT_OK && c < 2; c++) {
         dt_host_pool_trim();
-        int64_t base = peak_rss(1);
+        int64_t base = peak_rss_reset();
         st = c == 0 ? dt_save(gm, path, b->nt, b->names, (const dt_tensor *const *)gt, NULL)
                     : dt_restore_into(path, b->nt, b->names, gt);
-        grew[c] = base < 0 ? -1 : peak_rss(0) - base;
+        grew[c] = base < 0 ? -1 : peak_rss_bytes() - base;
     }
     int ok = bu_ok_all(st == DT_OK);
     if (st != DT_OK)

@@ -12,6 +12,7 @@
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
+#include "layout/layout_impl.h"
 #include "runtime/device.h"
 
 enum { MAX_MIBS = 8, MAX_REPS = 1000, MAX_STATS = 256 };
@@ -59,6 +60,7 @@ typedef struct bench_case {
     int ncopies;
     double moved_mib;    /* in-process: bytes received over all devices, in MiB */
     double self_mib;     /* in-process: bytes each device copied to itself, in MiB */
+    unsigned long colls; /* plans of one dt_relayout_into run as collectives (0: pieces) */
     /* --device gpu: host mirrors (page-locked) of the one local component of src and dst,
      * where values are written and checked and the reference's MPI collective runs. */
     const dt__device *dev;
@@ -313,7 +315,9 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         goto out;
     }
     fill_source(c);
+    unsigned long colls0 = dt__rl_coll_runs();
     dt_status st = dt_relayout_into(c->src, c->dst);
+    c->colls = dt__rl_coll_runs() - colls0;
     if (!ok_everywhere(st)) {
         report_failure(c, "warmup", st);
         goto out;
@@ -376,6 +380,11 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     if (g_rank == 0) {
         bu_line line;
         line_head(&line, c);
+        /* Which path ran: the regular pattern's collectives (layout/relayout_coll.c; how many
+         * plans, 2 for an all-reduce split into reduce-scatter + all-gather) or pieces. */
+        bu_line_add(&line, "path", "%s", c->colls ? "collective" : "pieces");
+        if (c->colls)
+            bu_line_add(&line, "coll_plans", "%lu", c->colls);
         bu_line_add(&line, "ours_gbs", "%.3f", ours_gbs);
         bu_line_add(&line, "ref", "%s%s%s", c->dev ? "D2H+" : "", c->ref_name,
                     c->dev ? "+H2D" : "");

@@ -3,7 +3,8 @@
  * layout/layout_impl.h; the checkpoint module's plan, index and slice lookup,
  * ckpt/ckpt_impl.h; neither installed). Per case and N: planning time per plan per client,
  * plan bytes per client, the planner's work count, and beside them the former all-pairs
- * planner's time where it is still feasible; then the growth from N = 1024 to the largest N
+ * planner's time where it is still feasible; which path the plan takes (a regular pattern's
+ * collectives along one mesh dim, planned per mesh dim, or pieces); then the growth from N = 1024 to the largest N
  * against N and N log N. One key=value line each (docs/bench.md). */
 #include <math.h>
 #include <stdint.h>
@@ -42,6 +43,7 @@ typedef struct result {
     double bytes;      /* plan bytes per client */
     double pieces;
     double work;
+    int collective;    /* the plan is a regular pattern's (collectives along one mesh dim) */
 } result;
 
 /* The meshes and layouts of one relayout case at N devices. */
@@ -106,8 +108,8 @@ static size_t plan_bytes(const rl_plan *p)
            (size_t)p->ndst_local + 1;
 }
 
-/* Plans as NCLIENTS_TIMED clients spread over the table, `reps` times each; ref: the former
- * planner. */
+/* Plans as NCLIENTS_TIMED clients spread over the table, `reps` times each; ref 1: the former
+ * planner, 2: the piece planner without patterns, 0: the planner as dt_relayout uses it. */
 static int time_plans(const rl_case *c, int64_t n, int reps, int ref, result *r)
 {
     int64_t who[NCLIENTS_TIMED] = {0, n / 2 + 1, n - 1};
@@ -118,10 +120,13 @@ static int time_plans(const rl_case *c, int64_t n, int reps, int ref, result *r)
         for (int i = 0; i < reps; i++) {
             rl_plan *p = NULL;
             double t0 = now();
-            dt_status st = ref ? dt__rl_plan_build_ref(c->src, c->dst, 2, c->shape,
+            dt_status st =
+                ref == 1 ? dt__rl_plan_build_ref(c->src, c->dst, 2, c->shape, DT_DTYPE_F32,
+                                                 &sim, &p)
+                : ref == 2 ? dt__rl_plan_build_general(c->src, c->dst, 2, c->shape,
                                                        DT_DTYPE_F32, &sim, &p)
-                               : dt__rl_plan_build_as(c->src, c->dst, 2, c->shape,
-                                                      DT_DTYPE_F32, &sim, &p);
+                           : dt__rl_plan_build_as(c->src, c->dst, 2, c->shape, DT_DTYPE_F32,
+                                                  &sim, &p);
             t += now() - t0;
             if (st != DT_OK) {
                 fprintf(stderr, "bench_scale: plan: %s: %s\n", dt_status_name(st),
@@ -131,6 +136,7 @@ static int time_plans(const rl_case *c, int64_t n, int reps, int ref, result *r)
             r->bytes += (double)plan_bytes(p);
             r->pieces += (double)p->npieces;
             r->work += (double)p->work;
+            r->collective = p->coll != NULL;
             dt__rl_plan_free(p);
         }
     }
@@ -455,7 +461,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < nn; i++) {
             int64_t n = ns[i];
             rl_case c;
-            result r, rr;
+            result r, rr, rg;
             bu_line line;
             if (n % 8 || make_case(all[k], n, &c) != 0) {
                 fprintf(stderr, "bench_scale: N = %lld must be a multiple of 8\n",
@@ -465,6 +471,7 @@ int main(int argc, char **argv)
             int bad = time_plans(&c, n, reps, 0, &r) != 0;
             int with_ref = n <= ref_max;
             bad |= with_ref && time_plans(&c, n, 1, 1, &rr) != 0;
+            bad |= !bad && r.collective && time_plans(&c, n, 1, 2, &rg) != 0;
             free_case(&c);
             if (bad) {
                 rc = 1;
@@ -473,10 +480,13 @@ int main(int argc, char **argv)
             bu_line_init(&line);
             bu_line_add(&line, "case", "%s", all[k]);
             bu_line_add(&line, "clients", "%lld", (long long)n);
+            bu_line_add(&line, "path", "%s", r.collective ? "collective" : "pieces");
             bu_line_add(&line, "plan_ms", "%.3f", r.ms);
             bu_line_add(&line, "plan_kib", "%.1f", r.bytes / 1024);
             bu_line_add(&line, "pieces", "%.0f", r.pieces);
             bu_line_add(&line, "work", "%.0f", r.work);
+            if (r.collective) /* the same plan as pieces (DT_RELAYOUT_PATTERNS=0) */
+                bu_line_add(&line, "pieces_plan_ms", "%.3f", rg.ms);
             if (with_ref) {
                 bu_line_add(&line, "old_plan_ms", "%.3f", rr.ms);
                 bu_line_add(&line, "old_work", "%.0f", rr.work);

@@ -9,15 +9,10 @@
  * Training batches come through the input pipeline (include/dtensor/data.h): a callback
  * source over the training names, a prefetching dataset sharded over `batch`. */
 #include <dtensor/dtensor.h>
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include "gpt/curves.h"
 #include "gpt/model.h"
@@ -25,7 +20,7 @@
 #include "gpt/options.h"
 #include "train/hand.h"
 #include "train/history.h"
-#include "train/resume.h"
+#include "train/job.h"
 #include "train/rng.h"
 
 #ifndef TRAIN_EXAMPLES_DIR
@@ -38,9 +33,9 @@
 #define HELDOUT_SHARE 10 /* one name in ten */
 
 typedef struct ctx {
+    job j; /* this process of the job */
     gpt_opts o;
-    int me, nprocs;
-    char ckpt_dir[4096], csv_path[4096], png_path[4096];
+    char ckpt_dir[JOB_PATH_MAX], csv_path[JOB_PATH_MAX], png_path[JOB_PATH_MAX];
     dt_mesh *mesh;
     dt_dtype dtype;
     names all, train, test;
@@ -57,114 +52,20 @@ typedef struct ctx {
     int64_t trained_tokens;
 } ctx;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define SAY(c, ...)                                                                        \
-    do {                                                                                   \
-        if ((c)->me == 0 && !(c)->o.quiet) {                                               \
-            printf(__VA_ARGS__);                                                           \
-            fflush(stdout);                                                                \
-        }                                                                                  \
-    } while (0)
-
-static int fail_dt(const ctx *c, const char *what, dt_status st, const char *msg)
-{
-    if (c->me == 0)
-        fprintf(stderr, "train_gpt: %s: %s: %s\n", what, dt_status_name(st),
-                msg && *msg ? msg : dt_status_str(st));
-    return 1;
-}
-
-/* A failure seen by some clients only: all learn of it, the lowest failing one prints. */
-static int any_failed(const ctx *c, int failed, const char *msg)
-{
-    int mine = failed ? c->me : INT_MAX, first = INT_MAX;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (first != INT_MAX && first == c->me)
-        fprintf(stderr, "train_gpt: %s\n", msg);
-    return first != INT_MAX;
-}
-
-static int make_dirs(const char *path)
-{
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
-
 /* ---- setup --------------------------------------------------------------------------------- */
 
-static int start_runtime(ctx *c)
-{
-    dt_mesh *probe = NULL;
-    dt_status st = dt_mesh_from_yaml_file(c->o.mesh_file, c->o.mesh_name, &probe);
-    if (st != DT_OK)
-        return fail_dt(c, "mesh", st, dt_last_error());
-    int64_t size = dt_mesh_size(probe);
-    dt_mesh_destroy(probe);
-    dt_init_opts io = DT_INIT_OPTS_INIT;
-    const char *env = getenv("DT_CPU_DEVICES");
-    if (!env || !*env) {
-        if (size % c->nprocs != 0) {
-            if (c->me == 0)
-                fprintf(stderr, "train_gpt: mesh: %lld devices do not split evenly over %d "
-                        "processes; set DT_CPU_DEVICES\n", (long long)size, c->nprocs);
-            return 1;
-        }
-        io.cpu_devices = (int)(size / c->nprocs);
-    }
-    if ((st = dt_init(NULL, NULL, &io)) != DT_OK)
-        return fail_dt(c, "dt_init", st, dt_last_error());
-    return 0;
-}
-
+/* The mesh (job_mesh's checks), whose `model` dim must split the heads and the vocabulary. */
 static int setup_mesh(ctx *c)
 {
-    dt_status st = dt_mesh_from_yaml_file(c->o.mesh_file, c->o.mesh_name, &c->mesh);
-    if (st != DT_OK)
-        return fail_dt(c, "mesh", st, dt_last_error());
-    char msg[512];
-    int ok = dt_mesh_dim_index(c->mesh, "batch") >= 0;
-    for (int d = 0; ok && d < dt_mesh_rank(c->mesh); d++)
-        ok = strcmp(dt_mesh_dim_name(c->mesh, d), "batch") == 0 ||
-             strcmp(dt_mesh_dim_name(c->mesh, d), "model") == 0;
-    if (!ok) {
-        snprintf(msg, sizeof msg, "%s: mesh '%s' must have a dim 'batch' and may have 'model' "
-                 "(no others)", c->o.mesh_file, dt_mesh_name(c->mesh));
-        return fail_dt(c, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
-    }
-    int have = dt_num_global_devices(dt_mesh_device_type(c->mesh));
-    if (have != dt_mesh_size(c->mesh)) {
-        snprintf(msg, sizeof msg, "mesh '%s' has %lld devices but this job has %d",
-                 dt_mesh_name(c->mesh), (long long)dt_mesh_size(c->mesh), have);
-        return fail_dt(c, "mesh", DT_ERR_DEVICE_MISMATCH, msg);
-    }
-    if ((st = dt_mesh_check_devices(c->mesh)) != DT_OK)
-        return fail_dt(c, "mesh", st, dt_last_error());
+    if (job_mesh(&c->j, c->o.mesh_file, c->o.mesh_name, -1, &c->mesh) != 0)
+        return 1;
     int md = dt_mesh_dim_index(c->mesh, "model");
     int64_t msize = md >= 0 ? dt_mesh_dim_size(c->mesh, md) : 1;
     if (c->o.heads % msize != 0 || NAMES_VOCAB % msize != 0) {
+        char msg[512];
         snprintf(msg, sizeof msg, "--heads %lld and the vocabulary (%d) must split evenly over "
                  "model=%lld", (long long)c->o.heads, NAMES_VOCAB, (long long)msize);
-        return fail_dt(c, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
+        return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
     }
     return 0;
 }
@@ -191,11 +92,11 @@ static int setup_data(ctx *c)
         snprintf(err, sizeof err, "out of memory");
         bad = 1;
     }
-    if (any_failed(c, bad, err))
+    if (job_any_failed(&c->j, bad, err))
         return 1;
     int64_t shards = dt_mesh_dim_size(c->mesh, dt_mesh_dim_index(c->mesh, "batch"));
     if (c->o.batch < shards || c->o.batch > c->train.n) {
-        if (c->me == 0)
+        if (c->j.me == 0)
             fprintf(stderr, "train_gpt: --batch %lld: must be in %lld..%lld\n",
                     (long long)c->o.batch, (long long)shards, (long long)c->train.n);
         return 2;
@@ -216,7 +117,7 @@ static int setup_data(ctx *c)
     if (st == DT_OK)
         st = dt_dataset_create(c->source, 2, ls, &dopts, &c->data);
     dt_layout_destroy(l);
-    return st != DT_OK ? fail_dt(c, "dataset", st, dt_last_error()) : 0;
+    return st != DT_OK ? job_fail(&c->j, "dataset", st, dt_last_error()) : 0;
 }
 
 static int setup_model(ctx *c)
@@ -227,10 +128,10 @@ static int setup_model(ctx *c)
     gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers};
     dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
     if (st != DT_OK)
-        return fail_dt(c, "model", st, gpt_last_error());
+        return job_fail(&c->j, "model", st, gpt_last_error());
     int64_t n = c->test.n, T = NAMES_CONTEXT;
     int32_t *x = malloc((size_t)(n * T) * sizeof *x), *y = malloc((size_t)(n * T) * sizeof *y);
-    if (any_failed(c, !x || !y, "out of memory")) {
+    if (job_any_failed(&c->j, !x || !y, "out of memory")) {
         free(x);
         free(y);
         return 1;
@@ -240,7 +141,7 @@ static int setup_model(ctx *c)
     free(x);
     free(y);
     if (st != DT_OK)
-        return fail_dt(c, "held-out data", st, gpt_last_error());
+        return job_fail(&c->j, "held-out data", st, gpt_last_error());
 
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = (int)c->o.stage;
@@ -254,14 +155,14 @@ static int setup_model(ctx *c)
         zo.scaler.window = 200;
     }
     if ((st = dt_zero_create(c->mesh, &zo, &c->zero)) != DT_OK)
-        return fail_dt(c, "dt_zero_create", st, dt_last_error());
+        return job_fail(&c->j, "dt_zero_create", st, dt_last_error());
     /* Weight matrices and embeddings decay; layer norms do not (GPT-2's grouping). */
     dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
     hp.lr = (float)c->o.lr;
     hp.beta2 = 0.99f;
     hp.weight_decay = (float)c->o.weight_decay;
     if ((st = gpt_attach(c->model, c->zero, &hp, c->o.stage == 3)) != DT_OK)
-        return fail_dt(c, "dt_zero_add_group", st, dt_last_error());
+        return job_fail(&c->j, "dt_zero_add_group", st, dt_last_error());
     return 0;
 }
 
@@ -276,99 +177,61 @@ static double lr_at(const gpt_opts *o, int64_t step)
 
 /* ---- checkpoints --------------------------------------------------------------------------- */
 
+/* The optimizer, the data position, the history and the step (job_save, job_resume). */
+static job_train train_state(ctx *c)
+{
+    return (job_train){c->zero, c->data, &c->hist, &c->step};
+}
+
+/* The model and batch a checkpoint was saved with, as one value train/config. */
+static void config_text(const gpt_opts *o, char *buf, size_t len)
+{
+    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
+             (long long)o->layers, (long long)o->width, (long long)o->heads,
+             (long long)o->batch, o->precision);
+}
+
 static int save_checkpoint(ctx *c)
 {
-    size_t hb = history_bytes(&c->hist);
-    uint8_t *hbuf = malloc(hb ? hb : 1);
-    if (any_failed(c, !hbuf, "out of memory"))
-        return 1;
-    history_serialize(&c->hist, hbuf);
     char config[160];
-    snprintf(config, sizeof config, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
-             (long long)c->o.layers, (long long)c->o.width, (long long)c->o.heads,
-             (long long)c->o.batch, c->o.precision);
-    dt_ckpt_value v[4 + DT_DATASET_STATE_VALUES] = {
-        {"train/step", DT_CKPT_VALUE_I64, c->step, 0, NULL, 0},
-        {"train/history", DT_CKPT_VALUE_BYTES, 0, 0, hbuf, hb},
+    config_text(&c->o, config, sizeof config);
+    dt_ckpt_value v[2] = {
         {"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)},
         {"train/seed", DT_CKPT_VALUE_I64, c->o.seed, 0, NULL, 0},
     };
-    /* The data position: the next batch a resumed run reads. */
-    dt_status st = dt_dataset_state_values(c->data, "train/data/", v + 4);
-    if (st != DT_OK) {
-        free(hbuf);
-        return fail_dt(c, "dataset state", st, dt_last_error());
-    }
-    dt_save_opts so = DT_SAVE_OPTS_INIT;
-    so.values = v;
-    so.nvalues = (int)(sizeof v / sizeof v[0]);
-    st = save_train_state(c->zero, c->o.ckpt_root, c->o.keep_last, c->step, c->ckpt_dir,
-                          sizeof c->ckpt_dir, &so);
-    free(hbuf);
-    return st != DT_OK ? fail_dt(c, "dt_zero_save", st, dt_last_error()) : 0;
+    job_train t = train_state(c);
+    return job_save(&c->j, &t, v, 2, c->o.ckpt_root, c->o.keep_last, c->ckpt_dir);
 }
 
-static int read_train_state(ctx *c, const char *dir, char *err, size_t errlen)
+/* A checkpoint resumes only with the config and seed it was saved with (job_check_fn). */
+static int check_config(void *arg, const dt_ckpt *ck, const char *dir, char *err, size_t errlen)
 {
-    dt_ckpt *ck = NULL;
-    if (dt_ckpt_open(dir, &ck) != DT_OK) {
-        snprintf(err, errlen, "--resume: %s", dt_last_error());
-        return -1;
-    }
-    int64_t step = 0, seed = 0;
-    const void *hd = NULL, *cd = NULL;
-    size_t hn = 0, cn = 0;
-    int rc = -1;
+    const ctx *c = arg;
+    int64_t seed = 0;
+    const void *cd = NULL;
+    size_t cn = 0;
     char config[160];
-    snprintf(config, sizeof config, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
-             (long long)c->o.layers, (long long)c->o.width, (long long)c->o.heads,
-             (long long)c->o.batch, c->o.precision);
-    if (dt_ckpt_value_i64(ck, "train/step", &step) != DT_OK ||
-        dt_ckpt_value_i64(ck, "train/seed", &seed) != DT_OK ||
-        dt_ckpt_value_bytes(ck, "train/config", &cd, &cn) != DT_OK ||
-        dt_ckpt_value_bytes(ck, "train/history", &hd, &hn) != DT_OK) {
+    config_text(&c->o, config, sizeof config);
+    if (dt_ckpt_value_i64(ck, "train/seed", &seed) != DT_OK ||
+        dt_ckpt_value_bytes(ck, "train/config", &cd, &cn) != DT_OK) {
         snprintf(err, errlen, "--resume %s: not a train_gpt checkpoint: %s", dir, dt_last_error());
-        goto out;
+        return -1;
     }
     if (cn != strlen(config) || memcmp(cd, config, cn) != 0 || seed != c->o.seed) {
         snprintf(err, errlen, "--resume %s: saved with %.*s --seed %lld; this run has %s "
                  "--seed %lld", dir, (int)(cn < 150 ? cn : 150), (const char *)cd,
                  (long long)seed, config, (long long)c->o.seed);
-        goto out;
+        return -1;
     }
-    if (step < 0 || step >= c->o.steps || (c->o.stop_after && c->o.stop_after <= step)) {
-        snprintf(err, errlen, "--resume %s: the checkpoint is at step %lld; --steps %lld must be "
-                 "beyond it", dir, (long long)step, (long long)c->o.steps);
-        goto out;
-    }
-    if (dt_dataset_load_state(c->data, ck, "train/data/") != DT_OK) {
-        snprintf(err, errlen, "--resume %s: %s", dir, dt_last_error());
-        goto out;
-    }
-    if (history_deserialize(&c->hist, hd, hn) != 0) {
-        snprintf(err, errlen, "--resume %s: bad train/history value", dir);
-        goto out;
-    }
-    history_truncate(&c->hist, step);
-    c->step = step;
-    rc = 0;
-out:
-    dt_ckpt_close(ck);
-    return rc;
+    return 0;
 }
 
+/* A checkpoint of a finished run (at --steps) is not resumed. */
 static int resume(ctx *c)
 {
-    char err[4400] = "", dir[4096];
-    int bad = resume_dir(c->o.resume, c->o.ckpt_root, dir, sizeof dir, err, sizeof err) != 0 ||
-              read_train_state(c, dir, err, sizeof err) != 0;
-    if (any_failed(c, bad, err))
-        return 1;
-    dt_status st = dt_zero_load(c->zero, dir);
-    if (st != DT_OK)
-        return fail_dt(c, "dt_zero_load", st, dt_last_error());
-    SAY(c, "resumed from %s at step %lld\n", dir, (long long)c->step);
-    return 0;
+    job_train t = train_state(c);
+    return job_resume(&c->j, &t, c->o.resume, c->o.ckpt_root, c->o.steps, 0, c->o.stop_after,
+                      check_config, c);
 }
 
 /* ---- training ------------------------------------------------------------------------------ */
@@ -382,15 +245,15 @@ static int train_step(ctx *c, hist_rec *rec)
     dt_zero_step_info info;
     int rc = 1;
     dt_status st;
-    if (any_failed(c, !g, "out of memory"))
+    if (job_any_failed(&c->j, !g, "out of memory"))
         goto out;
     double lr = lr_at(&c->o, c->step);
     if ((st = gpt_set_lr(c->model, c->zero, (float)lr)) != DT_OK) {
-        fail_dt(c, "dt_zero_set_lr", st, dt_last_error());
+        job_fail(&c->j, "dt_zero_set_lr", st, dt_last_error());
         goto out;
     }
     if ((st = dt_dataset_next(c->data, 2, xy, NULL)) != DT_OK) {
-        fail_dt(c, "batch", st, dt_last_error());
+        job_fail(&c->j, "batch", st, dt_last_error());
         goto out;
     }
     /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
@@ -399,11 +262,11 @@ static int train_step(ctx *c, hist_rec *rec)
     if ((st = gpt_count_targets(c->model, xy[1], &targets)) != DT_OK ||
         (st = gpt_grads_each(c->model, xy[0], xy[1], targets, (float)scale, &loss, hand_grad,
                              &hand, g)) != DT_OK) {
-        fail_dt(c, "forward/backward", st, gpt_last_error());
+        job_fail(&c->j, "forward/backward", st, gpt_last_error());
         goto out;
     }
     if ((st = dt_zero_step(c->zero, NULL, &info)) != DT_OK) {
-        fail_dt(c, "dt_zero_step", st, dt_last_error());
+        job_fail(&c->j, "dt_zero_step", st, dt_last_error());
         goto out;
     }
     c->step++;
@@ -421,7 +284,7 @@ out:
 static int evaluate(ctx *c, double *loss)
 {
     dt_status st = gpt_loss(c->model, c->test_x, c->test_y, c->test_targets, loss);
-    return st != DT_OK ? fail_dt(c, "evaluation", st, gpt_last_error()) : 0;
+    return st != DT_OK ? job_fail(&c->j, "evaluation", st, gpt_last_error()) : 0;
 }
 
 /* `count` names drawn one character at a time from the model's softmax (temperature 1),
@@ -434,7 +297,7 @@ static int sample_names(ctx *c, int64_t count, char *out, size_t outlen)
     char(*s)[NAMES_CONTEXT + 1] = calloc((size_t)count, sizeof *s);
     int *done = calloc((size_t)count, sizeof *done);
     out[0] = '\0';
-    if (any_failed(c, !x || !logits || !s || !done, "out of memory")) {
+    if (job_any_failed(&c->j, !x || !logits || !s || !done, "out of memory")) {
         free(x), free(logits), free(s), free(done);
         return 1;
     }
@@ -448,7 +311,7 @@ static int sample_names(ctx *c, int64_t count, char *out, size_t outlen)
             st = gpt_logits(c->model, tx, logits);
         dt_tensor_destroy(tx);
         if (st != DT_OK) {
-            rc = fail_dt(c, "sampling", st, gpt_last_error());
+            rc = job_fail(&c->j, "sampling", st, gpt_last_error());
             break;
         }
         for (int64_t i = 0; i < count; i++) {
@@ -481,7 +344,7 @@ static int write_outputs(ctx *c)
 {
     char err[1024] = "", sub[200];
     int bad = 0;
-    if (c->me == 0) {
+    if (c->j.me == 0) {
         snprintf(sub, sizeof sub, "(%s, %s, zero %lld, %lld layers x %lld wide, %lld heads, "
                  "batch %lld names)", dt_mesh_name(c->mesh), c->o.precision,
                  (long long)c->o.stage, (long long)c->o.layers, (long long)c->o.width,
@@ -490,7 +353,7 @@ static int write_outputs(ctx *c)
               curves_write_plot(&c->hist, c->o.steps, TARGET, sub, c->png_path, err,
                                 sizeof err) != 0;
     }
-    return any_failed(c, bad, err);
+    return job_any_failed(&c->j, bad, err);
 }
 
 static int run(ctx *c)
@@ -498,35 +361,17 @@ static int run(ctx *c)
     int rc;
     if ((rc = setup_mesh(c)) != 0 || (rc = setup_data(c)) != 0 || (rc = setup_model(c)) != 0)
         return rc;
-    if (c->o.ckpt_root)
-        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/", c->o.ckpt_root); /* make_dirs(root) */
-    else if (c->o.ckpt_dir)
-        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s", c->o.ckpt_dir);
-    else
-        snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "%s/checkpoint", c->o.out_dir);
-    snprintf(c->csv_path, sizeof c->csv_path, "%s/curves.csv", c->o.out_dir);
-    snprintf(c->png_path, sizeof c->png_path, "%s/curves.png", c->o.out_dir);
-    char err[4200] = "", parent[4096];
-    int bad = make_dirs(c->o.out_dir) != 0;
-    if (bad)
-        snprintf(err, sizeof err, "--out %s: %s", c->o.out_dir, strerror(errno));
-    snprintf(parent, sizeof parent, "%s", c->ckpt_dir);
-    char *slash = strrchr(parent, '/');
-    if (!bad && slash && slash != parent) {
-        *slash = '\0';
-        if ((bad = make_dirs(parent) != 0))
-            snprintf(err, sizeof err, "--ckpt-dir %s: %s", c->ckpt_dir, strerror(errno));
-    }
-    if (any_failed(c, bad, err))
+    if (job_places(&c->j, c->o.out_dir, c->o.ckpt_dir, c->o.ckpt_root, c->ckpt_dir, c->csv_path,
+                   c->png_path) != 0)
         return 1;
 
     dt_device_type dev = dt_mesh_device_type(c->mesh);
-    SAY(c, "train_gpt: mesh '%s' (%lld %s devices, %d process%s)\n", dt_mesh_name(c->mesh),
-        (long long)dt_mesh_size(c->mesh), dt_device_type_name(dev), c->nprocs,
-        c->nprocs == 1 ? "" : "es");
-    SAY(c, "  data: %lld training / %lld held-out names (%s), %lld names per batch\n",
+    job_say(&c->j, "train_gpt: mesh '%s' (%lld %s devices, %d process%s)\n", dt_mesh_name(c->mesh),
+        (long long)dt_mesh_size(c->mesh), dt_device_type_name(dev), c->j.nprocs,
+        c->j.nprocs == 1 ? "" : "es");
+    job_say(&c->j, "  data: %lld training / %lld held-out names (%s), %lld names per batch\n",
         (long long)c->train.n, (long long)c->test.n, c->o.data_file, (long long)c->o.batch);
-    SAY(c, "  model: %lld layers, width %lld, %lld heads, context %d, %lld %s parameters; "
+    job_say(&c->j, "  model: %lld layers, width %lld, %lld heads, context %d, %lld %s parameters; "
         "ZeRO stage %lld, AdamW lr %g\n", (long long)c->o.layers, (long long)c->o.width,
         (long long)c->o.heads, NAMES_CONTEXT, (long long)gpt_param_count(c->model),
         c->o.precision, (long long)c->o.stage, c->o.lr);
@@ -535,14 +380,14 @@ static int run(ctx *c)
 
     int64_t b = c->o.batch, T = NAMES_CONTEXT;
     int64_t last = c->o.stop_after ? c->o.stop_after : c->o.steps;
-    double t_start = now(), win_time = 0, eloss = NAN;
+    double t_start = job_now(), win_time = 0, eloss = NAN;
     int64_t win_steps = 0, win_skipped = 0;
     while (c->step < last) {
         hist_rec rec;
-        double t0 = now();
+        double t0 = job_now();
         if ((rc = train_step(c, &rec)) != 0)
             goto out;
-        double dt = now() - t0;
+        double dt = job_now() - t0;
         rec.samples_per_s = dt > 0 ? (double)(b * T) / dt : 0;
         c->train_seconds += dt;
         c->trained_tokens += b * T;
@@ -554,19 +399,19 @@ static int run(ctx *c)
                 goto out;
             if (c->step % c->o.eval_every == 0 || c->step == c->o.steps)
                 rec.eval_loss = eloss;
-            SAY(c, "step %5lld/%lld  loss %.4f  held-out %.4f nats/char  %7.0f tokens/s",
+            job_say(&c->j, "step %5lld/%lld  loss %.4f  held-out %.4f nats/char  %7.0f tokens/s",
                 (long long)c->step, (long long)c->o.steps, rec.loss, eloss,
                 win_time > 0 ? (double)(win_steps * b * T) / win_time : 0.0);
             if (c->dtype == DT_DTYPE_F16)
-                SAY(c, "  loss scale %g", dt_zero_loss_scale(c->zero));
+                job_say(&c->j, "  loss scale %g", dt_zero_loss_scale(c->zero));
             if (win_skipped)
-                SAY(c, "  (%lld skipped: overflow)", (long long)win_skipped);
-            SAY(c, "\n");
+                job_say(&c->j, "  (%lld skipped: overflow)", (long long)win_skipped);
+            job_say(&c->j, "\n");
             win_time = 0;
             win_steps = win_skipped = 0;
         }
         if (history_add(&c->hist, &rec) != 0) {
-            any_failed(c, 1, "out of memory");
+            job_any_failed(&c->j, 1, "out of memory");
             rc = 1;
             goto out;
         }
@@ -574,7 +419,7 @@ static int run(ctx *c)
             if ((rc = save_checkpoint(c)) != 0)
                 goto out;
     }
-    double wall = now() - t_start;
+    double wall = job_now() - t_start;
     if (isnan(eloss) && (rc = evaluate(c, &eloss)) != 0)
         goto out;
     if ((rc = write_outputs(c)) != 0)
@@ -583,15 +428,15 @@ static int run(ctx *c)
     if (c->o.samples > 0 && (rc = sample_names(c, c->o.samples, samples, sizeof samples)) != 0)
         goto out;
     if (c->o.stop_after)
-        SAY(c, "stopped after step %lld as asked (--stop-after); continue with --resume %s\n",
+        job_say(&c->j, "stopped after step %lld as asked (--stop-after); continue with --resume %s\n",
             (long long)c->step, c->ckpt_dir);
-    SAY(c, "done: step %lld (%.1f s in this run), %.0f tokens/s in training steps\n",
+    job_say(&c->j, "done: step %lld (%.1f s in this run), %.0f tokens/s in training steps\n",
         (long long)c->step, wall,
         c->train_seconds > 0 ? (double)c->trained_tokens / c->train_seconds : 0.0);
-    SAY(c, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
-    SAY(c, "  samples: %s\n", samples);
-    SAY(c, "  checkpoint %s, curves %s, plot %s\n", c->ckpt_dir, c->csv_path, c->png_path);
-    if (c->me == 0) {
+    job_say(&c->j, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
+    job_say(&c->j, "  samples: %s\n", samples);
+    job_say(&c->j, "  checkpoint %s, curves %s, plot %s\n", c->ckpt_dir, c->csv_path, c->png_path);
+    if (c->j.me == 0) {
         printf("result heldout_loss=%.4f samples=%s checkpoint=%s plot=%s\n", eloss, samples,
                c->ckpt_dir, c->png_path);
         fflush(stdout);
@@ -618,26 +463,24 @@ static void ctx_free(ctx *c)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
     ctx c;
     memset(&c, 0, sizeof c);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.me);
-    MPI_Comm_size(MPI_COMM_WORLD, &c.nprocs);
+    job_begin(&c.j, "train_gpt", &argc, &argv);
     char err[512];
     int rc = 0;
     if (gpt_options_parse(argc, argv, TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml",
                           TRAIN_EXAMPLES_DIR "/data/names.txt", &c.o, err, sizeof err) != 0) {
-        if (c.me == 0)
+        if (c.j.me == 0)
             fprintf(stderr, "train_gpt: %s\n", err);
         rc = 2;
     } else if (c.o.help) {
-        if (c.me == 0)
+        if (c.j.me == 0)
             gpt_options_usage(stdout);
-    } else if ((rc = start_runtime(&c)) == 0) {
+    } else if ((rc = job_start(&c.j, c.o.mesh_file, c.o.mesh_name, -1)) == 0) {
+        c.j.quiet = c.o.quiet;
         rc = run(&c);
+        job_abort_if_lost(&c.j);
         ctx_free(&c);
-        dt_finalize();
     }
-    MPI_Finalize();
-    return rc;
+    return job_end(&c.j, rc);
 }

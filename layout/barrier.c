@@ -7,6 +7,9 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 enum { BARRIER_TAG = 7201 };
 

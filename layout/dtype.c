@@ -2,7 +2,8 @@
  * table indexed by dt_dtype. */
 #include <string.h>
 
-#include "runtime/internal.h"
+#include "dtensor/tensor.h"
+#include "runtime/error.h"
 
 typedef struct dtype_info {
     const char *name;

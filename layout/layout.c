@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 static const char *const reduce_names[] = {"sum", "max", "min", "avg"};
 #define NUM_REDUCE_OPS ((int)(sizeof reduce_names / sizeof reduce_names[0]))

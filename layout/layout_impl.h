@@ -10,7 +10,7 @@
 
 #include "dtensor/layout.h"
 #include "dtensor/mesh.h"
-#include "runtime/internal.h"
+#include "runtime/transport.h"
 
 struct dt_layout {
     atomic_int refs;
@@ -73,6 +73,9 @@ typedef struct rl_piece {
     dt__xfer_cache cache;      /* the plan's transport's per-piece state */
 } rl_piece;
 
+/* A plan run as collectives along one mesh dim (relayout_plan_impl.h); NULL: pieces. */
+typedef struct rl_coll rl_coll;
+
 typedef struct rl_plan {
     dt_layout *src, *dst;      /* retained; meshes may differ (copy_to_mesh) */
     dt_dtype dtype;
@@ -92,6 +95,9 @@ typedef struct rl_plan {
     /* What moves its pieces between clients (chosen by dt__rl_execute's first run through
      * dt__transport_select, DT_TRANSPORT); releases the pieces' caches. NULL until then. */
     const dt__transport *transport;
+    /* A regular pattern's collectives (then no pieces until a transport without collectives
+     * makes dt__rl_coll_execute fetch them from the piece planner). */
+    rl_coll *coll;
 } rl_plan;
 
 /* Test-only (tests/relayout, bench/run scale): a simulated device table. Device id d of either
@@ -115,6 +121,12 @@ dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int r
                                const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
                                rl_plan **plan_out);
 
+/* The piece planner alone (no regular patterns): tests compare its plans with the former
+ * planner's, and a pattern plan falls back on it. */
+dt_status dt__rl_plan_build_general(const dt_layout *src, const dt_layout *dst, int rank,
+                                    const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                                    rl_plan **plan_out);
+
 /* The former planner, which walks every source group for every destination position
  * (O(N^2) per client): the reference the tests compare plans with, piece by piece. */
 dt_status dt__rl_plan_build_ref(const dt_layout *src, const dt_layout *dst, int rank,
@@ -128,6 +140,15 @@ dt_status dt__rl_plan_build_ref(const dt_layout *src, const dt_layout *dst, int 
  * an all-gather inside each host. NULL when no such route helps. */
 dt_status dt__rl_host_mid(const dt_layout *src, const dt_layout *dst, const int64_t *shape,
                           dt_layout **mid_out);
+
+/* Runs a pattern plan (plan->coll) as collectives when the plan's transport has them
+ * (*done_out 1); otherwise replaces plan->coll by the piece planner's pieces and statistics
+ * (*done_out 0, the caller runs the pieces). relayout_coll.c. */
+dt_status dt__rl_coll_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst,
+                              int *done_out);
+void dt__rl_coll_free(rl_coll *coll);
+/* Pattern plans this client has run as collectives since it started (tests, bench). Local. */
+unsigned long dt__rl_coll_runs(void);
 
 /* Executes a plan from `src` into `dst` (already allocated with the plan's dst layout). */
 dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst);

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 #define SPECS_PREFIX "sharding_specs:"
 #define PARTIAL_PREFIX "partial:"

@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 /* A growable string; `failed` sticks once an allocation fails. */
 typedef struct sbuf {

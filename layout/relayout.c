@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 enum { CACHE_SLOTS = 32 };
 

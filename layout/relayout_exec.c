@@ -8,6 +8,9 @@
 
 #include "layout/layout_impl.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
 
 typedef struct exec_ctx {
     rl_plan *plan;
@@ -260,6 +263,11 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
     dt_status st;
     if ((st = plan_transport(plan)) != DT_OK)
         return st;
+    if (plan->coll) { /* a regular pattern: collectives, or its pieces (relayout_coll.c) */
+        int done = 0;
+        if ((st = dt__rl_coll_execute(plan, src, dst, &done)) != DT_OK || done)
+            return st;
+    }
     if ((st = zero_fill(plan, dst, x.elem)) != DT_OK)
         return st;
     for (size_t i = 0; i < plan->npieces; i++) {

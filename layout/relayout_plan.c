@@ -5,11 +5,16 @@
  * once, from the holder nearest the receiver (same device, then same client, then same host,
  * then another host), with reductions for partial sources. The plan is exactly the one the
  * former all-pairs planner (relayout_plan_ref.c) makes. dt__rl_host_mid picks the middle
- * layout of the two-level route across hosts. */
+ * layout of the two-level route across hosts. Regular patterns (one mesh dim gathered,
+ * reduced or moved) are planned per mesh dim instead (relayout_pattern.c). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "layout/relayout_plan_impl.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
 
 /* The geometry of one plan: both layouts' shard grids over their meshes. */
 typedef struct geo {
@@ -511,9 +516,10 @@ static dt_status finish(const geo *g, rl_plan *plan, piece_list *l)
     return DT_OK;
 }
 
-dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int rank,
-                               const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
-                               rl_plan **plan_out)
+/* The piece plan, or with patterns on, the pattern plan when src -> dst is one. */
+static dt_status build(const dt_layout *src, const dt_layout *dst, int rank,
+                       const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                       int patterns, rl_plan **plan_out)
 {
     rl_world w;
     geo g;
@@ -522,6 +528,15 @@ dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int r
     dt_status st = dt__rl_world_init(&w, sim);
     if (st != DT_OK)
         return st;
+    if (patterns) { /* regular patterns: relayout_pattern.c */
+        st = dt__rl_pattern_plan(&w, src, dst, rank, shape, dtype, &plan);
+        if (st != DT_OK || plan) {
+            dt__rl_world_free(&w);
+            if (st == DT_OK)
+                *plan_out = plan;
+            return st;
+        }
+    }
     geo_init(&g, &w, src, dst, rank, shape);
     st = dt__rl_map_partials(src, dst, &g.pm);
     if (st == DT_OK) {
@@ -552,6 +567,24 @@ dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int r
     return DT_OK;
 }
 
+dt_status dt__rl_plan_build_as(const dt_layout *src, const dt_layout *dst, int rank,
+                               const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                               rl_plan **plan_out)
+{
+    int patterns;
+    dt_status st = dt__rl_patterns_enabled(&patterns);
+    if (st != DT_OK)
+        return st;
+    return build(src, dst, rank, shape, dtype, sim, patterns, plan_out);
+}
+
+dt_status dt__rl_plan_build_general(const dt_layout *src, const dt_layout *dst, int rank,
+                                    const int64_t *shape, dt_dtype dtype, const dt__rl_sim *sim,
+                                    rl_plan **plan_out)
+{
+    return build(src, dst, rank, shape, dtype, sim, 0, plan_out);
+}
+
 dt_status dt__rl_plan_build(const dt_layout *src, const dt_layout *dst, int rank,
                             const int64_t *shape, dt_dtype dtype, rl_plan **plan_out)
 {
@@ -566,6 +599,7 @@ void dt__rl_plan_free(rl_plan *plan)
     for (size_t i = 0; i < plan->npieces; i++)
         t->release(&plan->pieces[i].cache);
     free(plan->pieces);
+    dt__rl_coll_free(plan->coll);
     free(plan->zero_dst);
     free(plan->stats);
     dt_layout_destroy(plan->src);

@@ -68,4 +68,39 @@ dt_status dt__rl_count_piece(rl_plan *plan, const rl_world *w, const rl_piece *p
 /* Sorts the statistics by device; call once the pieces are in. */
 void dt__rl_plan_sort_stats(rl_plan *plan);
 
+/* ---- regular patterns (relayout_pattern.c plans, relayout_coll.c runs) ----------------- */
+
+typedef enum rl_coll_kind {
+    RL_COLL_ALLGATHER,       /* sharded (tensor dim a) over m -> not using m */
+    RL_COLL_ALLTOALL,        /* sharded on a over m -> sharded on b over m */
+    RL_COLL_REDUCE_SCATTER,  /* partial over m -> sharded on b over m */
+    RL_COLL_ALLREDUCE,       /* partial over m -> not using m */
+} rl_coll_kind;
+
+/* The line along mesh dim m through one local device: positions base + j*stride, j < k. */
+typedef struct rl_line {
+    int64_t pos, base, coord;  /* the device's position, the line's first, its coordinate */
+    int local;                 /* component index of the device in either tensor */
+    int *clients;              /* member j's client */
+} rl_line;
+
+struct rl_coll {
+    rl_coll_kind kind;
+    int m;                     /* the mesh dim */
+    int64_t k, stride;         /* its size and position stride */
+    int a, b;                  /* tensor dims: source's and destination's use of m (or < 0) */
+    int nlines;
+    rl_line *lines;            /* in line order (base), the order of the collectives */
+};
+
+/* DT_RELAYOUT_PATTERNS: 1 (default) or 0 (the piece planner only, for comparisons). */
+dt_status dt__rl_patterns_enabled(int *on_out);
+
+/* The plan of src -> dst as a pattern along one mesh dim, or *plan_out NULL when it is not
+ * one (or its mesh does not suit: relayout_pattern.c). O(mesh size) checks, O(local devices
+ * times the dim's size) work. */
+dt_status dt__rl_pattern_plan(const rl_world *w, const dt_layout *src, const dt_layout *dst,
+                              int rank, const int64_t *shape, dt_dtype dtype,
+                              rl_plan **plan_out);
+
 #endif

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "layout/relayout_plan_impl.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 /* What the planner knows of one source position. */
 typedef struct src_info {

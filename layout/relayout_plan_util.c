@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "layout/relayout_plan_impl.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
 
 static dt_status stat_tables(rl_world *w)
 {

@@ -1,7 +1,7 @@
 /* Shard math: which block of a global tensor each mesh position holds (uneven splits give the
  * first n % k shards one extra element), block indices and the positions that share a block. */
 #include "layout/layout_impl.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
 
 void dt_shard_range(int64_t n, int64_t k, int64_t j, int64_t *offset_out, int64_t *size_out)
 {

@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 /* One local component. `dl` is the borrowed view handed out by dt_tensor_local; its shape
  * points at `shape`. The memory is either ours (`alloc`, from the host pool or the device) or

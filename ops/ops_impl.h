@@ -152,6 +152,18 @@ dt_status dt__check_tensor(const char *op, const char *what, const dt_tensor *t,
 dt_status dt__check_f32(const char *op, const char *what, const dt_tensor *t);
 dt_status dt__check_same_shape(const char *op, const dt_tensor *a, const dt_tensor *b);
 
+/* An operand `what` like `ref`: f32, on ref's mesh, of ref's shape. */
+dt_status dt__check_like(const char *op, const char *what, const dt_tensor *t,
+                         const dt_tensor *ref);
+
+/* The common start of a distributed op once its operand checks gave `st`: unless st is an
+ * error already, DT_ERR_INVALID_ARGUMENT "<op>: <out_name> is NULL" when not outs_given,
+ * then the backend of t's mesh (dt__ops_backend_for) into *be_out and that mesh into
+ * *mesh_out (when not NULL). Returns the first failure. */
+dt_status dt__ops_begin(const char *op, dt_status st, int outs_given, const char *out_name,
+                        const dt_tensor *t, const dt_mesh **mesh_out,
+                        const dt__ops_backend **be_out);
+
 /* Local component i's data pointer (NULL if empty), its element count. */
 void *dt__local_data(const dt_tensor *t, int i);
 int64_t dt__local_numel(const dt_tensor *t, int i);

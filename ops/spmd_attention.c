@@ -14,11 +14,7 @@ static dt_status check_qkv(const char *op, const dt_tensor *q, const dt_tensor *
     const dt_tensor *t[3] = {q, k, v};
     static const char *const names[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++) {
-        dt_status st = dt__check_f32(op, names[i], t[i]);
-        if (st == DT_OK)
-            st = dt__check_tensor(op, names[i], t[i], q);
-        if (st == DT_OK && i > 0)
-            st = dt__check_same_shape(op, q, t[i]);
+        dt_status st = dt__check_like(op, names[i], t[i], q);
         if (st != DT_OK)
             return st;
     }
@@ -45,13 +41,9 @@ dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *
                        int64_t heads, int causal, dt_tensor **out)
 {
     static const char op[] = "dt_attention";
-    dt_status st = check_qkv(op, q, k, v, heads);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    if (st != DT_OK)
-        return st;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(q)), op, &be);
+    dt_status st = dt__ops_begin(op, check_qkv(op, q, k, v, heads), out != NULL, "out", q, NULL,
+                                 &be);
     if (st != DT_OK)
         return st;
     const int64_t *s = dt_tensor_shape(q);
@@ -90,17 +82,9 @@ dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k, const dt
     static const char op[] = "dt_attention_backward";
     dt_status st = check_qkv(op, q, k, v, heads);
     if (st == DT_OK)
-        st = dt__check_f32(op, "dy", dy);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "dy", dy, q);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, q, dy);
-    if (st == DT_OK && (!dq_out || !dk_out || !dv_out))
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st != DT_OK)
-        return st;
+        st = dt__check_like(op, "dy", dy, q);
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(q)), op, &be);
+    st = dt__ops_begin(op, st, dq_out && dk_out && dv_out, "output pointer", q, NULL, &be);
     if (st != DT_OK)
         return st;
     const int64_t *s = dt_tensor_shape(q);

@@ -25,11 +25,6 @@ static void strip_nonsum(dt__lspec *ls)
             ls->partial[d] = 0;
 }
 
-static dt_status set_dev(const dt__ops_backend *be, const dt_tensor *t, int i)
-{
-    return be->set_device ? be->set_device(dt_tensor_local(t, i)->device.device_id) : DT_OK;
-}
-
 static dt_status run_binary(const dt__ops_backend *be, bin_kind kind, const dt_tensor *a,
                             const dt_tensor *b, dt_tensor *c)
 {
@@ -40,7 +35,7 @@ static dt_status run_binary(const dt__ops_backend *be, bin_kind kind, const dt_t
         float *z = dt__local_data(c, i);
         if (n == 0)
             continue;
-        st = set_dev(be, c, i);
+        st = dt__set_device_of(be, c, i);
         if (st != DT_OK)
             break;
         switch (kind) {
@@ -82,18 +77,10 @@ static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
     }
     dt_status st = dt__check_f32(op, an, a);
     if (st == DT_OK)
-        st = dt__check_f32(op, bn, b);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, bn, b, a);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, a, b);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(a));
+        st = dt__check_like(op, bn, b, a);
+    const dt_mesh *mesh = NULL;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
+    st = dt__ops_begin(op, st, out != NULL, "output pointer", a, &mesh, &be);
     if (st != DT_OK)
         return st;
     const int64_t *shape = dt_tensor_shape(a);
@@ -201,14 +188,10 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
             *out = r;
         return st;
     }
-    dt_status st = dt__check_f32(op, "x", x);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    const dt_mesh *mesh = NULL;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
+    dt_status st = dt__ops_begin(op, dt__check_f32(op, "x", x), out != NULL, "output pointer", x,
+                                 &mesh, &be);
     if (st != DT_OK)
         return st;
     dt__lspec ls;
@@ -225,7 +208,7 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
         int64_t n = dt__local_numel(y, i);
         if (n == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st != DT_OK)
             break;
         const float *src = dt__local_data(rx, i);
@@ -258,11 +241,7 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
     static const char op[] = "dt_axpy";
     dt_status st = dt__check_f32(op, "x", x);
     if (st == DT_OK)
-        st = dt__check_f32(op, "y", y);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "y", y, x);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, x, y);
+        st = dt__check_like(op, "y", y, x);
     if (st != DT_OK)
         return st;
     dt__lspec ly;
@@ -281,7 +260,7 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
         int64_t n = dt__local_numel(y, i);
         if (n == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->axpy(n, alpha, dt__local_data(rx, i), dt__local_data(y, i));
     }
@@ -332,7 +311,7 @@ dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out
             continue;
         const DLTensor *ly = dt_tensor_local(y, i);
         int64_t cols = ly->shape[r - 1];
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->copy(n, dt__local_data(rx, i), dt__local_data(y, i));
         if (st == DT_OK)
@@ -371,7 +350,7 @@ dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
         int64_t n = dt__local_numel(y, i);
         if (n == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->cast(n, dt__local_data(x, i), from, dt__local_data(y, i), dtype);
     }

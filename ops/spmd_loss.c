@@ -49,11 +49,6 @@ static dt_status prepare(const char *op, const dt_tensor *logits, const dt_tenso
     return st;
 }
 
-static dt_status set_dev(const dt__ops_backend *be, const dt_tensor *t, int i)
-{
-    return be->set_device ? be->set_device(dt_tensor_local(t, i)->device.device_id) : DT_OK;
-}
-
 dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
                           const dt_layout *layout, dt_tensor **loss_out)
 {
@@ -74,7 +69,7 @@ dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
     st = dt__tensor_new(mesh, &ly, DT_DTYPE_F32, none, &loss);
     float scale = rows > 0 ? 1.0f / (float)rows : 0.0f;
     for (int i = 0; st == DT_OK && i < dt_tensor_num_local(loss); i++) {
-        st = set_dev(be, loss, i);
+        st = dt__set_device_of(be, loss, i);
         if (st == DT_OK)
             st = be->softmax_xent(dt_tensor_local(rl, i)->shape[0], classes,
                                   dt__local_data(rl, i), dt__local_data(rt, i), scale,
@@ -102,7 +97,7 @@ dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *lab
         int64_t lrows = dt_tensor_local(rl, i)->shape[0];
         if (lrows == 0)
             continue;
-        st = set_dev(be, d, i);
+        st = dt__set_device_of(be, d, i);
         if (st == DT_OK)
             st = be->softmax_xent_grad(lrows, classes, dt__local_data(rl, i),
                                        dt__local_data(rt, i), scale, dt__local_data(d, i));

@@ -48,10 +48,8 @@ dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_ten
         st = check_param(op, "gamma", gamma, x);
     if (st == DT_OK)
         st = check_param(op, "beta", beta, x);
-    if (st != DT_OK)
-        return st;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(x)), op, &be);
+    st = dt__ops_begin(op, st, 1, NULL, x, NULL, &be); /* check_x checked out */
     if (st != DT_OK)
         return st;
     int r = dt_tensor_rank(x);
@@ -91,18 +89,10 @@ dt_status dt_layer_norm_backward(const dt_tensor *x, const dt_tensor *gamma, con
     if (st == DT_OK)
         st = check_param(op, "gamma", gamma, x);
     if (st == DT_OK)
-        st = dt__check_f32(op, "dy", dy);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "dy", dy, x);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, x, dy);
-    if (st == DT_OK && (!dgamma_out || !dbeta_out))
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+        st = dt__check_like(op, "dy", dy, x);
+    const dt_mesh *mesh = NULL;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
+    st = dt__ops_begin(op, st, dgamma_out && dbeta_out, "output pointer", x, &mesh, &be);
     if (st != DT_OK)
         return st;
     int r = dt_tensor_rank(x);
@@ -183,19 +173,12 @@ static dt_status softmax_common(const char *op, const dt_tensor *x, const dt_ten
                                 int axis, dt_tensor **out)
 {
     dt_status st = check_x(op, x, out);
-    if (st == DT_OK && dy) {
-        st = dt__check_f32(op, "dy", dy);
-        if (st == DT_OK)
-            st = dt__check_tensor(op, "dy", dy, x);
-        if (st == DT_OK)
-            st = dt__check_same_shape(op, x, dy);
-    }
+    if (st == DT_OK && dy)
+        st = dt__check_like(op, "dy", dy, x);
     if (st == DT_OK)
         st = check_axis(op, x, &axis);
-    if (st != DT_OK)
-        return st;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(x)), op, &be);
+    st = dt__ops_begin(op, st, 1, NULL, x, NULL, &be); /* check_x checked out */
     if (st != DT_OK)
         return st;
     dt__lspec ls;

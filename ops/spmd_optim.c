@@ -27,11 +27,7 @@ static dt_status step(const char *op, const step_args *args, dt_tensor *param,
 {
     dt_status st = dt__check_f32(op, "param", param);
     if (st == DT_OK)
-        st = dt__check_f32(op, "grad", grad);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "grad", grad, param);
-    if (st == DT_OK)
-        st = dt__check_same_shape(op, param, grad);
+        st = dt__check_like(op, "grad", grad, param);
     if (st == DT_OK && s1)
         st = check_state(op, args->adam ? "m" : "momentum_buf", s1, param);
     if (st == DT_OK && s2)

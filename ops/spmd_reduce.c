@@ -8,11 +8,6 @@
 #include "runtime/error.h"
 #include "runtime/half.h"
 
-static dt_status set_dev(const dt__ops_backend *be, const dt_tensor *t, int i)
-{
-    return be->set_device ? be->set_device(dt_tensor_local(t, i)->device.device_id) : DT_OK;
-}
-
 static void strip(dt__lspec *ls, int keep_sum)
 {
     for (int d = 0; d < DT_MESH_MAX_DIMS; d++)
@@ -23,12 +18,8 @@ static void strip(dt__lspec *ls, int keep_sum)
 static dt_status begin(const char *op, const dt_tensor *x, void *out,
                        const dt__ops_backend **be)
 {
-    dt_status st = dt__check_f32(op, "x", x);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", op);
-    if (st == DT_OK)
-        st = dt__ops_backend_for(dt_layout_mesh(dt_tensor_layout(x)), op, be);
-    return st;
+    return dt__ops_begin(op, dt__check_f32(op, "x", x), out != NULL, "output pointer", x, NULL,
+                         be);
 }
 
 dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layout *layout,
@@ -95,7 +86,7 @@ dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layo
         if (outer * inner == 0)
             continue;
         float *dst = dt__local_data(y, i);
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->reduce_axis(linear ? DT_REDUCE_SUM : op, outer, len, inner,
                                  dt__local_data(rx, i), dst);
@@ -139,7 +130,7 @@ dt_status dt_bias_grad(const dt_tensor *dy, const dt_layout *layout, dt_tensor *
         int64_t cols = dt__local_numel(y, i);
         if (cols == 0)
             continue;
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->bias_grad(dt__local_numel(rx, i) / cols, cols, dt__local_data(rx, i),
                                dt__local_data(y, i));
@@ -170,7 +161,7 @@ dt_status dt_sq_norm(const dt_tensor *x, const dt_layout *layout, dt_tensor **ou
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &ly, DT_DTYPE_F32, none, &y);
     for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        st = set_dev(be, y, i);
+        st = dt__set_device_of(be, y, i);
         if (st == DT_OK)
             st = be->sq_norm(dt__local_numel(rx, i), dt__local_data(rx, i),
                              dt__local_data(y, i));
@@ -206,7 +197,7 @@ dt_status dt_nonfinite(const dt_tensor *x, int *found_out)
     int64_t none[1] = {0};
     st = dt__tensor_new(mesh, &ly, DT_DTYPE_I32, none, &flag);
     for (int i = 0; st == DT_OK && i < dt_tensor_num_local(flag); i++) {
-        st = set_dev(be, flag, i);
+        st = dt__set_device_of(be, flag, i);
         if (st == DT_OK)
             st = be->nonfinite(dt__local_numel(x, i), dt__local_data(x, i), dt,
                                dt__local_data(flag, i));

@@ -194,6 +194,31 @@ dt_status dt__check_same_shape(const char *op, const dt_tensor *a, const dt_tens
                      dt__shape_str(rb, dt_tensor_shape(b), sb, sizeof sb));
 }
 
+dt_status dt__check_like(const char *op, const char *what, const dt_tensor *t,
+                         const dt_tensor *ref)
+{
+    dt_status st = dt__check_f32(op, what, t);
+    if (st == DT_OK)
+        st = dt__check_tensor(op, what, t, ref);
+    if (st == DT_OK)
+        st = dt__check_same_shape(op, ref, t);
+    return st;
+}
+
+dt_status dt__ops_begin(const char *op, dt_status st, int outs_given, const char *out_name,
+                        const dt_tensor *t, const dt_mesh **mesh_out,
+                        const dt__ops_backend **be_out)
+{
+    if (st == DT_OK && !outs_given)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", op, out_name);
+    if (st != DT_OK)
+        return st;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(t));
+    if (mesh_out)
+        *mesh_out = mesh;
+    return dt__ops_backend_for(mesh, op, be_out);
+}
+
 void *dt__local_data(const dt_tensor *t, int i)
 {
     const DLTensor *d = dt_tensor_local(t, i);

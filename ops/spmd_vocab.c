@@ -49,14 +49,10 @@ dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_la
                        dt_tensor **out)
 {
     static const char op[] = "dt_embedding";
-    dt_status st = check_emb(op, table, ids);
-    if (st == DT_OK && !out)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: out is NULL", op);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(table));
+    const dt_mesh *mesh = NULL;
     const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
+    dt_status st = dt__ops_begin(op, check_emb(op, table, ids), out != NULL, "out", table, &mesh,
+                                 &be);
     if (st != DT_OK)
         return st;
     emb_plan p;
@@ -90,6 +86,21 @@ dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_la
     return st;
 }
 
+/* dout [ids' shape..., dim]. */
+static dt_status check_dout_shape(const char *op, const dt_tensor *table, const dt_tensor *ids,
+                                  const dt_tensor *dout)
+{
+    int r = dt_tensor_rank(ids);
+    int same = dt_tensor_rank(dout) == r + 1 &&
+               dt_tensor_shape(dout)[r] == dt_tensor_shape(table)[1];
+    for (int d = 0; same && d < r; d++)
+        same = dt_tensor_shape(dout)[d] == dt_tensor_shape(ids)[d];
+    if (!same)
+        return dt__error(DT_ERR_SHAPE, "%s: dout must be [ids' shape..., %lld]", op,
+                         (long long)dt_tensor_shape(table)[1]);
+    return DT_OK;
+}
+
 dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,
                                 const dt_tensor *dout, const dt_layout *layout,
                                 dt_tensor **dtable_out)
@@ -102,21 +113,14 @@ dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,
         st = dt__check_tensor(op, "dout", dout, table);
     if (st == DT_OK && !dtable_out)
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: dtable_out is NULL", op);
+    if (st == DT_OK)
+        st = check_dout_shape(op, table, ids, dout);
+    const dt_mesh *mesh = NULL;
+    const dt__ops_backend *be = NULL;
+    st = dt__ops_begin(op, st, 1, NULL, table, &mesh, &be); /* dtable_out checked */
     if (st != DT_OK)
         return st;
     int r = dt_tensor_rank(ids);
-    int same = dt_tensor_rank(dout) == r + 1 &&
-               dt_tensor_shape(dout)[r] == dt_tensor_shape(table)[1];
-    for (int d = 0; same && d < r; d++)
-        same = dt_tensor_shape(dout)[d] == dt_tensor_shape(ids)[d];
-    if (!same)
-        return dt__error(DT_ERR_SHAPE, "%s: dout must be [ids' shape..., %lld]", op,
-                         (long long)dt_tensor_shape(table)[1]);
-    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(table));
-    const dt__ops_backend *be = NULL;
-    st = dt__ops_backend_for(mesh, op, &be);
-    if (st != DT_OK)
-        return st;
     emb_plan p;
     emb_plan_of(table, ids, &p);
     dt__lspec lg = p.table;

@@ -4,6 +4,7 @@
  * over the mesh's client group (runtime/group.h). */
 #include "optim/optim_impl.h"
 #include "runtime/group.h"
+#include "runtime/util.h"
 
 dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,
                              double *out)

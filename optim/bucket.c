@@ -13,6 +13,7 @@
 
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
+#include "runtime/error.h"
 
 dt_status dt__zero_overlap_init(dt_zero *z)
 {

@@ -1,6 +1,7 @@
 /* The optimizer's local devices: selecting one for its kernels and waiting for all of them.
  * Nothing here asks which kind a device is: the CPU's table is the dt_kernel_* functions. */
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
 
 dt_status dt__zero_select(const dt_zero *z, int i, const dt__ops_backend **be_out)
 {

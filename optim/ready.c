@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
 
 dt__zparam *dt__zero_param(const dt_zero *z, int index, dt__zgroup **group_out)
 {

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "optim/optim_impl.h"
+#include "runtime/error.h"
 
 dt_status dt__scaler_check(const char *fn, const dt_loss_scaler_opts *o)
 {

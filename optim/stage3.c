@@ -10,6 +10,8 @@
 
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
 
 enum { S3_RELEASED = 0, S3_FLYING = 1, S3_LIVE = 2 };
 

@@ -88,6 +88,8 @@ static dt_status create(int n, int *clients, cached **out)
     return DT_OK;
 }
 
+static dt_status find_or_create(int n, int *clients, const dt__group **group_out);
+
 dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out)
 {
     int nclients = dt_num_clients(), mine = 0;
@@ -100,6 +102,12 @@ dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out)
         *group_out = &outside;
         return DT_OK;
     }
+    return find_or_create(n, clients, group_out);
+}
+
+/* The cached group of exactly this ordered list, created when missing (takes clients). */
+static dt_status find_or_create(int n, int *clients, const dt__group **group_out)
+{
     pthread_mutex_lock(&lock);
     cached *e = groups;
     while (e && (e->g.size != n || memcmp(e->clients, clients, (size_t)n * sizeof *clients)))
@@ -117,6 +125,22 @@ dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out)
     if (st == DT_OK)
         *group_out = &e->g;
     return st;
+}
+
+dt_status dt__clients_group(int n, const int *clients, const dt__group **group_out)
+{
+    int me = dt_client_id(), mine = 0;
+    for (int i = 0; i < n; i++)
+        mine += clients[i] == me;
+    if (n < 1 || mine != 1)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "a group of %d clients must list client %d once (it does %d times)", n,
+                         me, mine);
+    int *copy = malloc((size_t)n * sizeof *copy);
+    if (!copy)
+        return dt__error(DT_ERR_NO_MEMORY, "a client group of %d: no memory", n);
+    memcpy(copy, clients, (size_t)n * sizeof *copy);
+    return find_or_create(n, copy, group_out);
 }
 
 dt_status dt__group_dup(const dt__group *g, dt__group *out)

@@ -23,6 +23,13 @@ typedef struct dt__group {
  * DT_ERR_NO_MEMORY, DT_ERR_COMM. */
 dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out);
 
+/* The group of the clients listed, in that order (group rank i is clients[i]; a mesh dim's
+ * line of devices, ordered by coordinate, for the relayout's collectives: docs/transports.md).
+ * Cached like dt__mesh_group and shared with it when the lists are equal. Collective over
+ * the listed clients the first time (the caller must be one of them and list it once),
+ * local after. DT_ERR_INVALID_ARGUMENT, DT_ERR_NO_MEMORY, DT_ERR_COMM. */
+dt_status dt__clients_group(int n, const int *clients, const dt__group **group_out);
+
 /* A duplicate of g with a communicator of its own (MPI_Comm_dup), for collectives on a
  * background thread while the caller's thread goes on using g. Collective over g's members
  * (a copy without communicator elsewhere). Freed with dt__group_free. DT_ERR_NO_MEMORY,

@@ -1,7 +1,8 @@
-/* Several of the runtime's internal headers at once, for the files not yet switched to the
- * headers they use (layout/, optim/, runtime/transport_mpi.c); every other file includes the
- * headers of its concerns alone (runtime/error.h, comm.h, util.h, half.h, transport.h,
- * device.h, group.h; docs/runtime.md says which holds what). Not installed. */
+/* Several of the runtime's internal headers at once, for the two files not yet switched to
+ * the headers they use (runtime/transport.c, runtime/transport_nccl.c); every other file
+ * includes the headers of its concerns alone (runtime/error.h, comm.h, util.h, half.h,
+ * transport.h, device.h, group.h; docs/runtime.md says which holds what). Delete it once
+ * those two include what they use. Not installed. */
 #ifndef DTENSOR_RUNTIME_INTERNAL_H
 #define DTENSOR_RUNTIME_INTERNAL_H
 

@@ -44,6 +44,39 @@ typedef struct dt__xfer {
     dt__xfer_cache *cache;       /* NULL: state built and dropped within the call */
 } dt__xfer;
 
+/* One collective over the clients of a mesh dim's line of devices (issue 22; the relayout's
+ * regular patterns, layout/relayout_pattern.c). Members are listed in the line's coordinate
+ * order; this client is member `rank`. Blocks are `bytes` long and stored in member order:
+ *   ALLGATHER       send: one block; recv: nmembers blocks.
+ *   ALLTOALL        send and recv: nmembers blocks (block j goes to / came from member j).
+ *   REDUCE_SCATTER  send: nmembers blocks; recv: one, the reduction of every member's block
+ *                   `rank` (count elements of dtype, op).
+ *   ALLREDUCE       send and recv: one block, the reduction of every member's.
+ * Native reductions (NCCL's) need not sum in member order; the relayout asks the MPI
+ * transport only for ALLGATHER and ALLTOALL and sums in member order itself (bit-identical
+ * to the piece path). */
+typedef enum dt__coll_kind {
+    DT__COLL_ALLGATHER = 0,
+    DT__COLL_ALLTOALL = 1,
+    DT__COLL_REDUCE_SCATTER = 2,
+    DT__COLL_ALLREDUCE = 3,
+} dt__coll_kind;
+
+typedef struct dt__coll {
+    dt__coll_kind kind;
+    int nmembers;
+    const int *clients;          /* member -> client id */
+    int rank;
+    const void *send;
+    void *recv;
+    size_t bytes;                /* one block */
+    dt_dtype dtype;              /* the elements (reductions) */
+    dt_reduce_op op;
+    const dt__device *dev;       /* whose memory send and recv are; NULL: host memory */
+} dt__coll;
+
+#define DT__COLL_BIT(kind) (1u << (kind))
+
 /* A mover. The planner decides what goes where; a transport only moves it, so every
  * transport takes the same plan. Both clients of a transfer use the same transport (the
  * choice below depends only on what every client of the plan knows alike).
@@ -68,6 +101,12 @@ typedef struct dt__transport {
     /* 1 if it reaches client `peer` from this one; symmetric and the same on every client
      * (decided at dt_init). NULL entry: every client. */
     int (*can_connect)(int peer);
+    /* Optional (0 / NULL: the relayout moves pieces with exchange instead). coll_kinds:
+     * DT__COLL_BIT of each dt__coll_kind it runs. collective() starts colls[0..n) in order
+     * (every member of a line lists that line's collectives in the same relative order) and
+     * waits for all; DT_ERR_COMM / DT_ERR_TIMEOUT naming the group and the peer. */
+    unsigned coll_kinds;
+    dt_status (*collective)(const dt__coll *colls, size_t n);
 } dt__transport;
 
 /* The MPI transport for host memory (runtime/transport_mpi.c). */

@@ -1,12 +1,17 @@
 /* The MPI transport for host memory: each transfer is one message described by an MPI
  * subarray datatype, so strided boxes go straight from the source array to the destination
  * array, except boxes of short strided runs, packed into a buffer holding exactly the box
- * (MPI's datatype engine moves short runs at a fraction of its contiguous speed). */
+ * (MPI's datatype engine moves short runs at a fraction of its contiguous speed). Also the
+ * relayout's all-gather and all-to-all over a mesh dim's line (nonblocking collectives). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/comm.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/group.h"
+#include "runtime/transport.h"
 
 enum { PACK_RUN_BYTES = 64 << 10 };
 
@@ -223,12 +228,73 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     return st;
 }
 
+/* The relayout's collectives over a mesh dim's line (docs/transports.md, "Collectives"):
+ * all started as nonblocking collectives on the line's cached communicator (the caller orders
+ * them alike on every member, so lines sharing a communicator match), then each waited under
+ * the watchdog. Data only: reductions are summed by the caller in member order. */
+static dt_status mpi_collective(const dt__coll *colls, size_t n)
+{
+    dt_status st = DT_OK;
+    MPI_Request *reqs = calloc(n + 1, sizeof *reqs);
+    const dt__group **groups = calloc(n + 1, sizeof *groups);
+    size_t started = 0;
+    if (!reqs || !groups) {
+        free(reqs);
+        free(groups);
+        return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu collectives", n);
+    }
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        const dt__coll *c = &colls[i];
+        int rc;
+        if (c->dev && !c->dev->kind->host_visible)
+            st = dt__error(DT_ERR_UNSUPPORTED, "the mpi transport moves host memory only, "
+                           "not %s device memory", c->dev->kind->name);
+        else if (c->kind != DT__COLL_ALLGATHER && c->kind != DT__COLL_ALLTOALL)
+            st = dt__error(DT_ERR_UNSUPPORTED, "the mpi transport runs all-gather and "
+                           "all-to-all only (collective kind %d)", (int)c->kind);
+        else if (c->bytes > (size_t)INT32_MAX)
+            st = dt__error(DT_ERR_UNSUPPORTED, "a collective block of %zu bytes exceeds MPI's "
+                           "int counts", c->bytes);
+        if (st == DT_OK)
+            st = dt__clients_group(c->nmembers, c->clients, &groups[i]);
+        if (st != DT_OK)
+            break;
+        MPI_Comm comm = groups[i]->comm;
+        if (c->kind == DT__COLL_ALLGATHER)
+            rc = MPI_Iallgather(c->send, (int)c->bytes, MPI_BYTE, c->recv, (int)c->bytes,
+                                MPI_BYTE, comm, &reqs[i]);
+        else
+            rc = MPI_Ialltoall(c->send, (int)c->bytes, MPI_BYTE, c->recv, (int)c->bytes,
+                               MPI_BYTE, comm, &reqs[i]);
+        if (rc != MPI_SUCCESS)
+            st = mpi_fail(rc, c->kind == DT__COLL_ALLGATHER ? "Iallgather" : "Ialltoall");
+        else
+            started++;
+    }
+    /* Started collectives are waited for even after a failure: their buffers are in use. */
+    for (size_t i = 0; i < started; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "relayout %s over %d clients (group of client %d)",
+                 colls[i].kind == DT__COLL_ALLGATHER ? "all-gather" : "all-to-all",
+                 colls[i].nmembers, colls[i].clients[0]);
+        dt_status wst = dt__wait_watched_group(&reqs[i], colls[i].clients, colls[i].nmembers,
+                                               0, what);
+        if (st == DT_OK)
+            st = wst;
+    }
+    free(reqs);
+    free(groups);
+    return st;
+}
+
 static const dt__transport mpi_transport = {
     .name = "mpi",
     .exchange = mpi_exchange,
     .release = mpi_release,
     .moves = NULL,       /* host memory only */
     .can_connect = NULL, /* every client */
+    .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL),
+    .collective = mpi_collective,
 };
 
 const dt__transport *dt__transport_mpi(void)

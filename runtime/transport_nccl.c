@@ -3,7 +3,9 @@
  * ranks on one GPU). One communicator over all clients, bootstrapped over MPI at dt_init (the
  * unique id broadcast from client 0). Boxes are packed into a compact device buffer and out
  * of one (device copies); the wait polls the stream and ncclCommGetAsyncError, under the
- * watchdog's DT_COMM_TIMEOUT. docs/transports.md. */
+ * watchdog's DT_COMM_TIMEOUT. The relayout's regular patterns run as NCCL collectives on a
+ * communicator per mesh-dim line (its clients in coordinate order), bootstrapped over that
+ * line's MPI group and cached until dt_finalize. docs/transports.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 
 #include "runtime/cuda.h"
 #include "runtime/device.h"
+#include "runtime/group.h"
 #include "runtime/internal.h"
 
 static struct {
@@ -111,8 +114,32 @@ dt_status dt__transport_nccl_start(const char *mode)
     return DT_OK;
 }
 
+/* ---- communicators per line (the relayout's collectives) ---- */
+
+typedef struct line_comm {
+    struct line_comm *next;
+    int n;
+    int *clients;          /* in rank order */
+    ncclComm_t comm;
+} line_comm;
+
+static line_comm *line_comms;
+
+static void line_comms_free(int abort_them)
+{
+    while (line_comms) {
+        line_comm *l = line_comms;
+        line_comms = l->next;
+        if (l->comm)
+            (void)(abort_them ? ncclCommAbort(l->comm) : ncclCommDestroy(l->comm));
+        free(l->clients);
+        free(l);
+    }
+}
+
 void dt__transport_nccl_stop(void)
 {
+    line_comms_free(0);
     if (nc.comm)
         ncclCommDestroy(nc.comm);
     nc.comm = NULL;
@@ -229,6 +256,190 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
     return st;
 }
 
+static dt_status line_status(ncclResult_t r, const char *what, const dt__coll *c)
+{
+    return dt__error(DT_ERR_COMM, "NCCL %s on the line communicator of clients %d..%d (%d "
+                     "ranks, this client rank %d): %s", what, c->clients[0],
+                     c->clients[c->nmembers - 1], c->nmembers, c->rank, ncclGetErrorString(r));
+}
+
+/* The NCCL communicator of c's line: cached, or made now (member 0's unique id broadcast over
+ * the line's MPI group; collective over the line's clients). */
+static dt_status line_comm_get(const dt__coll *c, ncclComm_t *out)
+{
+    line_comm *l = line_comms;
+    while (l && (l->n != c->nmembers ||
+                 memcmp(l->clients, c->clients, (size_t)c->nmembers * sizeof *c->clients)))
+        l = l->next;
+    if (l) {
+        *out = l->comm;
+        return DT_OK;
+    }
+    const dt__group *g = NULL;
+    dt_status st = dt__clients_group(c->nmembers, c->clients, &g);
+    if (st != DT_OK)
+        return st;
+    ncclUniqueId id;
+    ncclResult_t r = ncclSuccess;
+    if (g->rank == 0)
+        r = ncclGetUniqueId(&id);
+    int good = r == ncclSuccess, all_good = 0;
+    int rc = MPI_Allreduce(&good, &all_good, 1, MPI_INT, MPI_MIN, g->comm);
+    if (rc == MPI_SUCCESS && all_good)
+        rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, g->comm);
+    if (rc != MPI_SUCCESS)
+        return dt__mpi_error(rc, "NCCL line communicator: the unique id's broadcast");
+    if (!all_good)
+        return line_status(r, "ncclGetUniqueId on the line's first client", c);
+    l = calloc(1, sizeof *l);
+    int *clients = malloc((size_t)c->nmembers * sizeof *clients);
+    if (!l || !clients) {
+        free(l);
+        free(clients);
+        return dt__error(DT_ERR_NO_MEMORY, "NCCL line communicator: no memory");
+    }
+    memcpy(clients, c->clients, (size_t)c->nmembers * sizeof *clients);
+    r = ncclCommInitRank(&l->comm, c->nmembers, id, c->rank);
+    if (r != ncclSuccess) {
+        free(l);
+        free(clients);
+        return line_status(r, "ncclCommInitRank", c);
+    }
+    l->n = c->nmembers;
+    l->clients = clients;
+    l->next = line_comms;
+    line_comms = l;
+    *out = l->comm;
+    return DT_OK;
+}
+
+static int nccl_type(dt_dtype t, ncclDataType_t *out)
+{
+    switch (t) {
+    case DT_DTYPE_F32: *out = ncclFloat32; return 1;
+    case DT_DTYPE_F64: *out = ncclFloat64; return 1;
+    case DT_DTYPE_F16: *out = ncclFloat16; return 1;
+    case DT_DTYPE_BF16: *out = ncclBfloat16; return 1;
+    case DT_DTYPE_I32: *out = ncclInt32; return 1;
+    case DT_DTYPE_I64: *out = ncclInt64; return 1;
+    case DT_DTYPE_U8: *out = ncclUint8; return 1;
+    default: return 0;
+    }
+}
+
+static ncclRedOp_t nccl_op(dt_reduce_op op)
+{
+    switch (op) {
+    case DT_REDUCE_MAX: return ncclMax;
+    case DT_REDUCE_MIN: return ncclMin;
+    case DT_REDUCE_AVG: return ncclAvg;
+    default: return ncclSum;
+    }
+}
+
+/* Issues one collective on comm (inside the caller's ncclGroupStart). */
+static ncclResult_t issue(const dt__coll *c, ncclComm_t comm, ncclDataType_t type)
+{
+    size_t elem = dt_dtype_size(c->dtype), count = c->bytes / (elem ? elem : 1);
+    switch (c->kind) {
+    case DT__COLL_ALLGATHER:
+        return ncclAllGather(c->send, c->recv, c->bytes, ncclChar, comm, 0);
+    case DT__COLL_REDUCE_SCATTER:
+        return ncclReduceScatter(c->send, c->recv, count, type, nccl_op(c->op), comm, 0);
+    case DT__COLL_ALLREDUCE:
+        return ncclAllReduce(c->send, c->recv, count, type, nccl_op(c->op), comm, 0);
+    case DT__COLL_ALLTOALL: {
+        ncclResult_t r = ncclSuccess;
+        for (int j = 0; j < c->nmembers && r == ncclSuccess; j++) {
+            r = ncclSend((const char *)c->send + (size_t)j * c->bytes, c->bytes, ncclChar, j,
+                         comm, 0);
+            if (r == ncclSuccess)
+                r = ncclRecv((char *)c->recv + (size_t)j * c->bytes, c->bytes, ncclChar, j,
+                             comm, 0);
+        }
+        return r;
+    }
+    }
+    return ncclInvalidArgument;
+}
+
+/* The collectives of one relayout in one NCCL group on the default stream; the wait polls
+ * every communicator's asynchronous error under DT_COMM_TIMEOUT and aborts them on failure. */
+static dt_status nccl_collective(const dt__coll *colls, size_t n)
+{
+    if (!nc.applies)
+        return dt__error(DT_ERR_UNSUPPORTED, "the nccl transport does not apply: %s",
+                         dt__nccl_absence());
+    const char *bad = NULL;
+    double timeout = dt__comm_timeout(&bad);
+    if (bad)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
+    ncclComm_t *comms = calloc(n + 1, sizeof *comms);
+    ncclDataType_t *types = calloc(n + 1, sizeof *types);
+    dt_status st = comms && types ? DT_OK
+                                  : dt__error(DT_ERR_NO_MEMORY, "NCCL collectives: no memory");
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        const dt__coll *c = &colls[i];
+        if (!c->dev || c->dev->kind != dt__device_kind_cuda())
+            st = dt__error(DT_ERR_UNSUPPORTED, "the nccl transport moves CUDA device memory "
+                           "only (collective of clients %d..%d)", c->clients[0],
+                           c->clients[c->nmembers - 1]);
+        else if (c->kind != DT__COLL_ALLGATHER && c->kind != DT__COLL_ALLTOALL &&
+                 !nccl_type(c->dtype, &types[i]))
+            st = dt__error(DT_ERR_UNSUPPORTED, "NCCL reduces no %s", dt_dtype_name(c->dtype));
+        if (st == DT_OK)
+            st = line_comm_get(c, &comms[i]);
+    }
+    if (st == DT_OK) {
+        ncclResult_t r = ncclGroupStart();
+        size_t failed = 0;
+        for (size_t i = 0; i < n && r == ncclSuccess; i++)
+            if ((r = issue(&colls[i], comms[i], types[i])) != ncclSuccess)
+                failed = i;
+        ncclResult_t r2 = ncclGroupEnd();
+        if (r == ncclSuccess)
+            r = r2;
+        if (r != ncclSuccess && r != ncclInProgress)
+            st = line_status(r, "collective", &colls[failed]);
+    }
+    /* The wait: the stream, and each line communicator's asynchronous error. */
+    double start = dt__now_seconds();
+    for (unsigned spins = 1; st == DT_OK; spins++) {
+        cudaError_t e = cudaStreamQuery(0);
+        if (e == cudaSuccess)
+            break;
+        if (e != cudaErrorNotReady) {
+            st = dt__cuda_status(e, "NCCL collective: the device's stream");
+            break;
+        }
+        for (size_t i = 0; i < n && st == DT_OK; i++) {
+            ncclResult_t async = ncclSuccess;
+            ncclResult_t r = ncclCommGetAsyncError(comms[i], &async);
+            if (r == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+                r = async;
+            if (r != ncclSuccess)
+                st = line_status(r, "collective (asynchronous error)", &colls[i]);
+        }
+        if (st == DT_OK && dt__now_seconds() - start > timeout)
+            st = dt__error(DT_ERR_TIMEOUT, "NCCL collective over clients %d..%d (%d ranks): "
+                           "nothing completed for %.3g s (DT_COMM_TIMEOUT)",
+                           colls[0].clients[0], colls[0].clients[colls[0].nmembers - 1],
+                           colls[0].nmembers, timeout);
+        if (st != DT_OK) {
+            line_comms_free(1);
+            nc.applies = 0;
+            snprintf(nc.absence, sizeof nc.absence, "a collective's communicator was "
+                     "aborted after an error");
+        }
+        if (spins % 256 == 0)
+            dt__watchdog_answer();
+    }
+    free(comms);
+    free(types);
+    return st;
+}
+
 static void nccl_release(dt__xfer_cache *cache)
 {
     (void)cache; /* nothing cached: buffers come from the device pool per call */
@@ -251,6 +462,9 @@ static const dt__transport nccl_transport = {
     .release = nccl_release,
     .moves = nccl_moves,
     .can_connect = nccl_can_connect,
+    .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL) |
+                  DT__COLL_BIT(DT__COLL_REDUCE_SCATTER) | DT__COLL_BIT(DT__COLL_ALLREDUCE),
+    .collective = nccl_collective,
 };
 
 const dt__transport *dt__transport_nccl(void)

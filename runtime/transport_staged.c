@@ -8,8 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/comm.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
 
 enum {
     STAGED_IN_FLIGHT = 4,

@@ -157,6 +157,18 @@ void dt_test_round(float *x, int64_t n, dt_dtype dtype)
     free(tmp);
 }
 
+int64_t dt_test_global_index(int rank, const int64_t *shape, const int64_t *off,
+                             const int64_t *len, int64_t k)
+{
+    int64_t g = 0, stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        g += (off[d] + k % len[d]) * stride;
+        k /= len[d];
+        stride *= shape[d];
+    }
+    return g;
+}
+
 dt_device_type dt_test_device_type(void)
 {
     const char *d = getenv("DT_TEST_DEVICE");

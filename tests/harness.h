@@ -55,6 +55,10 @@ dt_layout *dt_test_layout(const dt_mesh *mesh, int rank, const char *s0, const c
                           const char *partial);
 /* Rounds n floats in place to dtype and back, as dt_kernel_cast does (f32: unchanged). */
 void dt_test_round(float *x, int64_t n, dt_dtype dtype);
+/* The row-major index in a tensor of `shape` of element k (row-major) of the box at offset
+ * `off` of extent `len`, both of `rank` dims. */
+int64_t dt_test_global_index(int rank, const int64_t *shape, const int64_t *off,
+                             const int64_t *len, int64_t k);
 
 /* A scratch directory every client shares: client 0 creates $TMPDIR (or /tmp)/dtest-XXXXXX,
  * every client gets its path in buf (fatal assertion if it cannot be made). Collective over

@@ -90,23 +90,17 @@ int history_deserialize(history *h, const void *data, size_t nbytes)
     return 0;
 }
 
-int history_write_csv(const history *h, const char *path, char *err, size_t errlen)
+int history_write_rows(const history *h, const char *path, const char *header,
+                       history_row_fn row, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "w");
     if (!f) {
         snprintf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
-    fprintf(f, "step,train_loss,heldout_loss,heldout_accuracy,samples_per_s,loss_scale,skipped\n");
-    for (int64_t i = 0; i < h->n; i++) {
-        const hist_rec *r = &h->r[i];
-        fprintf(f, "%lld,%.6g,", (long long)r->step, r->loss);
-        if (isnan(r->eval_acc))
-            fprintf(f, ",,");
-        else
-            fprintf(f, "%.6g,%.6g,", r->eval_loss, r->eval_acc);
-        fprintf(f, "%.1f,%g,%d\n", r->samples_per_s, r->loss_scale, r->skipped);
-    }
+    fprintf(f, "%s\n", header);
+    for (int64_t i = 0; i < h->n; i++)
+        row(f, &h->r[i]);
     if (ferror(f) | (fclose(f) != 0)) {
         snprintf(err, errlen, "%s: write failed: %s", path, strerror(errno));
         return -1;
@@ -114,34 +108,81 @@ int history_write_csv(const history *h, const char *path, char *err, size_t errl
     return 0;
 }
 
-int history_write_plot(const history *h, int64_t total_steps, double target_acc,
-                       const char *subtitle, const char *path, char *err, size_t errlen)
+/* train_mlp's row: the held-out loss and accuracy where evaluated. */
+static void mlp_row(FILE *f, const hist_rec *r)
 {
-    int64_t n = h->n, ne = 0;
+    fprintf(f, "%lld,%.6g,", (long long)r->step, r->loss);
+    if (isnan(r->eval_acc))
+        fprintf(f, ",,");
+    else
+        fprintf(f, "%.6g,%.6g,", r->eval_loss, r->eval_acc);
+    fprintf(f, "%.1f,%g,%d\n", r->samples_per_s, r->loss_scale, r->skipped);
+}
+
+int history_write_csv(const history *h, const char *path, char *err, size_t errlen)
+{
+    return history_write_rows(
+        h, path, "step,train_loss,heldout_loss,heldout_accuracy,samples_per_s,loss_scale,skipped",
+        mlp_row, err, errlen);
+}
+
+/* A record with a held-out loss (train_gpt) or accuracy (train_mlp, which has both). */
+static int evaluated(const hist_rec *r)
+{
+    return !isnan(r->eval_loss) || !isnan(r->eval_acc);
+}
+
+int history_series(const history *h, hist_series *s, const char *path, char *err,
+                   size_t errlen)
+{
+    int64_t n = h->n;
+    memset(s, 0, sizeof *s);
     double *buf = malloc((size_t)(n ? n : 1) * 5 * sizeof *buf);
     if (!buf) {
         snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }
-    double *xs = buf, *loss = buf + n, *ex = buf + 2 * n, *el = buf + 3 * n, *ea = buf + 4 * n;
-    double lmax = 0, amin = 1;
+    s->xs = buf;
+    s->loss = buf + n;
+    s->ex = buf + 2 * n;
+    s->el = buf + 3 * n;
+    s->ea = buf + 4 * n;
+    s->n = n;
     for (int64_t i = 0; i < n; i++) {
         const hist_rec *r = &h->r[i];
-        xs[i] = (double)r->step;
-        loss[i] = r->loss;
-        if (isfinite(r->loss) && r->loss > lmax)
-            lmax = r->loss;
-        if (!isnan(r->eval_acc)) {
-            ex[ne] = (double)r->step;
-            el[ne] = r->eval_loss;
-            ea[ne] = r->eval_acc;
-            if (isfinite(r->eval_loss) && r->eval_loss > lmax)
-                lmax = r->eval_loss;
-            if (r->eval_acc < amin)
-                amin = r->eval_acc;
-            ne++;
-        }
+        s->xs[i] = (double)r->step;
+        s->loss[i] = r->loss;
+        if (isfinite(r->loss) && r->loss > s->train_max)
+            s->train_max = r->loss;
+        if (!evaluated(r))
+            continue;
+        s->ex[s->ne] = (double)r->step;
+        s->el[s->ne] = r->eval_loss;
+        s->ea[s->ne++] = r->eval_acc;
+        if (isfinite(r->eval_loss) && r->eval_loss > s->eval_max)
+            s->eval_max = r->eval_loss;
     }
+    return 0;
+}
+
+void history_series_free(hist_series *s)
+{
+    free(s->xs);
+    memset(s, 0, sizeof *s);
+}
+
+int history_write_plot(const history *h, int64_t total_steps, double target_acc,
+                       const char *subtitle, const char *path, char *err, size_t errlen)
+{
+    hist_series sr;
+    if (history_series(h, &sr, path, err, errlen) != 0)
+        return -1;
+    int64_t n = sr.n, ne = sr.ne;
+    double *xs = sr.xs, *loss = sr.loss, *ex = sr.ex, *el = sr.el, *ea = sr.ea;
+    double lmax = sr.train_max > sr.eval_max ? sr.train_max : sr.eval_max, amin = 1;
+    for (int64_t i = 0; i < ne; i++)
+        if (ea[i] < amin)
+            amin = ea[i];
     /* Accuracy axis from a round tenth below the worst value, so the end of the curve shows. */
     double afloor = floor(amin * 10.0) / 10.0;
     if (afloor > 0.8)
@@ -160,6 +201,6 @@ int history_write_plot(const history *h, int64_t total_steps, double target_acc,
          1, s_acc},
     };
     int rc = plot_write_png(path, 900, 340, 2, panels, err, errlen);
-    free(buf);
+    history_series_free(&sr);
     return rc;
 }

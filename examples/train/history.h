@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct hist_rec {
     int64_t step;
@@ -34,9 +35,30 @@ void history_serialize(const history *h, uint8_t *out);
 /* Replaces h's records. Returns 0, or -1 (bad size, out of memory). */
 int history_deserialize(history *h, const void *data, size_t nbytes);
 
+/* Writes `header` and a line per record, row(f, record) writing each (with its newline).
+ * Returns 0, or -1 with a message in err. */
+typedef void (*history_row_fn)(FILE *f, const hist_rec *r);
+int history_write_rows(const history *h, const char *path, const char *header,
+                       history_row_fn row, char *err, size_t errlen);
+
 /* Writes "step,train_loss,heldout_loss,heldout_accuracy,samples_per_s,loss_scale,skipped"
  * rows (empty fields when not evaluated). Returns 0, or -1 with a message in err. */
 int history_write_csv(const history *h, const char *path, char *err, size_t errlen);
+
+/* The records as plot series: every step's training loss (xs, loss: n points) and the
+ * held-out loss and accuracy of the evaluated steps (ex, el, ea: ne points), with the largest
+ * finite training loss (train_max) and held-out loss (eval_max), 0 when none. */
+typedef struct hist_series {
+    double *xs, *loss, *ex, *el, *ea;
+    int64_t n, ne;
+    double train_max, eval_max;
+} hist_series;
+
+/* Fills s from h (s owns its arrays: history_series_free). Returns 0, or -1 with
+ * "<path>: out of memory" in err. */
+int history_series(const history *h, hist_series *s, const char *path, char *err,
+                   size_t errlen);
+void history_series_free(hist_series *s);
 
 /* Draws the loss curves (training and held-out) and the held-out accuracy, with a dashed
  * line at `target_acc`, over steps 0..total_steps, as a PNG. `subtitle` goes after the

@@ -29,20 +29,6 @@ unsigned char *ck_ref_tensor(uint64_t seed, int rank, const int64_t *shape, dt_d
     return p;
 }
 
-/* Global flat index of local element k of a component (offset off, shape sh). */
-static int64_t global_index(int rank, const int64_t *gshape, const int64_t *off,
-                            const int64_t *sh, int64_t k)
-{
-    int64_t g = 0, stride = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        int64_t c = k % sh[d];
-        k /= sh[d];
-        g += (off[d] + c) * stride;
-        stride *= gshape[d];
-    }
-    return g;
-}
-
 /* 1 if the component at position p is on coordinate 0 of every partial dim. */
 static int holds_value(const dt_layout *l, int64_t p)
 {
@@ -77,7 +63,7 @@ dt_tensor *ck_make(const dt_layout *layout, dt_dtype dtype, const int64_t *shape
         unsigned char *dst = malloc((size_t)n * elem + 1);
         CU_ASSERT_FATAL(dst != NULL);
         for (int64_t k = 0; k < n; k++) {
-            int64_t g = global_index(rank, shape, off, x->shape, k);
+            int64_t g = dt_test_global_index(rank, shape, off, x->shape, k);
             for (size_t b = 0; b < elem; b++)
                 dst[(size_t)k * elem + b] = ck_ref_byte(seed, (uint64_t)g * elem + b);
         }
@@ -104,7 +90,7 @@ int64_t ck_mismatches(const dt_tensor *t, uint64_t seed)
         CU_ASSERT_FATAL(p != NULL);
         DT_ASSERT_OK(dt_tensor_local_read(t, i, p, (size_t)n * elem));
         for (int64_t k = 0; k < n; k++) {
-            int64_t g = global_index(rank, shape, off, x->shape, k);
+            int64_t g = dt_test_global_index(rank, shape, off, x->shape, k);
             for (size_t b = 0; b < elem; b++)
                 if (p[(size_t)k * elem + b] != ck_ref_byte(seed, (uint64_t)g * elem + b)) {
                     bad++;
@@ -182,4 +168,24 @@ void ck_edit_index(const char *ck, const char *from, const char *to, int reseal)
         free(text);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void ck_scratch(char *dir, size_t dlen, char *ck, size_t clen)
+{
+    dt_test_scratch_dir(dir, dlen);
+    snprintf(ck, clen, "%s/ckpt", dir);
+}
+
+int64_t ck_restored_mismatches(const dt_mesh *m, const char *ck, const char *name,
+                               const char *specs, uint64_t seed)
+{
+    dt_layout *l = ck_layout(m, specs);
+    dt_tensor *out = NULL;
+    int64_t bad = -1;
+    DT_ASSERT_OK(dt_restore(m, ck, 1, &name, (const dt_layout *const *)&l, &out));
+    if (out)
+        bad = ck_mismatches(out, seed);
+    dt_tensor_destroy(out);
+    dt_layout_destroy(l);
+    return bad;
 }

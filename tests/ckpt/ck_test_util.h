@@ -27,6 +27,16 @@ dt_mesh *ck_mesh_of(dt_device_type type, int ndims, const int64_t *sizes);
 /* A layout from a comma-separated spec list such as "a,unsharded" ("" for rank 0). */
 dt_layout *ck_layout(const dt_mesh *mesh, const char *specs);
 
+/* A fresh scratch directory (dt_test_scratch_dir) into dir and the checkpoint path
+ * <dir>/ckpt into ck. */
+void ck_scratch(char *dir, size_t dlen, char *ck, size_t clen);
+
+/* Restores `name` from checkpoint ck onto layout `specs` of mesh m (asserting the restore
+ * succeeds) and returns its mismatches with the pattern of `seed` (ck_mismatches), -1 when
+ * nothing was restored. */
+int64_t ck_restored_mismatches(const dt_mesh *m, const char *ck, const char *name,
+                               const char *specs, uint64_t seed);
+
 /* Path of a file in dir. */
 void ck_path(char *buf, size_t len, const char *dir, const char *name);
 

@@ -84,8 +84,7 @@ static dt_save_request *start(const char *dir, const int64_t *shape, uint64_t se
 static void test_async_save_holds_the_values_of_the_call_with_bounded_staging(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     int64_t shape[2] = {384, 1024};   /* 1.5 MiB; each client stages at most 256 KiB */
     unsigned char rng[40], want[40];
     for (int i = 0; i < 40; i++)
@@ -173,12 +172,7 @@ static void test_async_steps_prune_and_point_latest(void)
     dt_ckpt_steps_free(v);
     DT_ASSERT_OK(dt_ckpt_latest(root, &step, latest, sizeof latest));
     CU_ASSERT_EQUAL(step, 4);
-    dt_layout *r = ck_layout(m, "unsharded,b");
-    dt_tensor *out = NULL;
-    DT_ASSERT_OK(dt_restore(m, latest, 1, &name, (const dt_layout *const *)&r, &out));
-    CU_ASSERT_EQUAL(ck_mismatches(out, 104), 0);
-    dt_tensor_destroy(out);
-    dt_layout_destroy(r);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(m, latest, name, "unsharded,b", 104), 0);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
     dt_test_scratch_remove(dir);

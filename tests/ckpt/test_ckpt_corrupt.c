@@ -96,8 +96,7 @@ typedef enum { TRUNCATE, FLIP_DATA, FLIP_HEADER, DELETE } damage;
 static void check_damage(damage what, const char *expect)
 {
     char dir[256], ck[300], file[96], path[420];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save(ck);
     uint64_t off, bytes;
     locate(ck, "w", 1, file, sizeof file, &off, &bytes);
@@ -141,8 +140,7 @@ static void test_deleted_file_is_corrupt(void) { check_damage(DELETE, "missing")
 static void check_index_edit(const char *from, const char *to, int reseal, const char *expect)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save(ck);
     ck_edit_index(ck, from, to, reseal);
     DT_ASSERT_FAILS(restore_all(ck), DT_ERR_CORRUPT);
@@ -187,8 +185,7 @@ static void test_missing_checkpoint_is_not_found(void)
 static void test_restore_opens_only_the_files_it_needs(void)
 {
     char dir[256], ck[300], file[96], path[420];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *m = all_mesh();
     dt_layout *l = ck_layout(m, "unsharded");
     int64_t shape[1] = {33};

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../bench/peak_rss.h"
 #include "ck_test_util.h"
 #include "harness.h"
 
@@ -30,27 +31,6 @@ static dt_mesh *cpu_mesh(void)
 {
     int64_t sizes[2] = {gpu_count() / 2, 2};
     return ck_mesh(2, sizes);
-}
-
-static void checkpoint_dir(char *dir, size_t dlen, char *ck, size_t clen)
-{
-    dt_test_scratch_dir(dir, dlen);
-    snprintf(ck, clen, "%s/ckpt", dir);
-}
-
-/* Restores `name` from ck onto `specs` of mesh m and counts mismatches with `seed`. */
-static int64_t restored_mismatches(const dt_mesh *m, const char *ck, const char *name,
-                                   const char *specs, uint64_t seed)
-{
-    dt_layout *l = ck_layout(m, specs);
-    dt_tensor *out = NULL;
-    int64_t bad = -1;
-    DT_ASSERT_OK(dt_restore(m, ck, 1, &name, (const dt_layout *const *)&l, &out));
-    if (out)
-        bad = ck_mismatches(out, seed);
-    dt_tensor_destroy(out);
-    dt_layout_destroy(l);
-    return bad;
 }
 
 /* Client 0 flips one data byte of the first data file of checkpoint ck (between barriers). */
@@ -86,7 +66,7 @@ static void damage_first_file(const char *ck)
 static void test_gpu_tensors_round_trip_through_cpu_and_gpu_meshes(void)
 {
     char dir[256], ck[300];
-    checkpoint_dir(dir, sizeof dir, ck, sizeof ck);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *g = gpu_mesh(), *c = cpu_mesh();
     int64_t G = gpu_count();
     /* A sharded f32 matrix, a replicated bf16 one, a scalar, and a partial i64 vector (summed
@@ -108,15 +88,15 @@ static void test_gpu_tensors_round_trip_through_cpu_and_gpu_meshes(void)
     DT_ASSERT_OK(dt_save(g, ck, 4, names, (const dt_tensor *const *)t, &o));
 
     /* Onto CPU meshes and back onto the GPU mesh, with other layouts. */
-    CU_ASSERT_EQUAL(restored_mismatches(c, ck, "w", "b,a", 1), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(c, ck, "h", "a,unsharded", 2), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(c, ck, "s", "", 3), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(c, ck, "p", "unsharded", 4), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "w", "unsharded,a", 1), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "w", "a,b", 1), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "h", "b,unsharded", 2), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "s", "", 3), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "p", "b", 4), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(c, ck, "w", "b,a", 1), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(c, ck, "h", "a,unsharded", 2), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(c, ck, "s", "", 3), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(c, ck, "p", "unsharded", 4), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "w", "unsharded,a", 1), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "w", "a,b", 1), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "h", "b,unsharded", 2), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "s", "", 3), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "p", "b", 4), 0);
 
     /* Into existing GPU tensors (replicated: one client's devices hold the same block). */
     dt_layout *rep = ck_layout(g, "unsharded,unsharded");
@@ -130,8 +110,8 @@ static void test_gpu_tensors_round_trip_through_cpu_and_gpu_meshes(void)
     dt_tensor *ct = ck_make(cl, DT_DTYPE_F16, sw, 9);
     const char *cn = "cpu";
     DT_ASSERT_OK(dt_save(c, ck, 1, &cn, (const dt_tensor *const *)&ct, &o));
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "cpu", "a,b", 9), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "cpu", "unsharded,unsharded", 9), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "cpu", "a,b", 9), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "cpu", "unsharded,unsharded", 9), 0);
 
     /* Damaged data are caught on the way to the devices, naming the field. */
     damage_first_file(ck);
@@ -175,7 +155,7 @@ static unsigned char *component_bytes(const dt_tensor *t, int i, size_t *n_out)
 static void test_casts_on_save_and_restore_run_on_the_devices_as_on_a_cpu_mesh(void)
 {
     char dir[256], ck[300];
-    checkpoint_dir(dir, sizeof dir, ck, sizeof ck);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *g = gpu_mesh(), *c = cpu_mesh();
     int64_t shape[2] = {4 * gpu_count() + 3, 33};
     dt_layout *gl = ck_layout(g, "a,unsharded"), *cl = ck_layout(c, "a,unsharded");
@@ -230,7 +210,7 @@ static void scribble(dt_tensor *t)
 static void test_async_save_of_gpu_tensors_holds_the_values_of_the_call(void)
 {
     char dir[256], ck[300];
-    checkpoint_dir(dir, sizeof dir, ck, sizeof ck);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *g = gpu_mesh(), *c = cpu_mesh();
     int64_t shape[2] = {64 * gpu_count(), 512};
     dt_layout *l = ck_layout(g, "a,b");
@@ -243,8 +223,8 @@ static void test_async_save_of_gpu_tensors_holds_the_values_of_the_call(void)
     DT_ASSERT_OK(dt_save_async(g, ck, 1, &name, (const dt_tensor *const *)&w, &o, &req));
     scribble(w);
     DT_ASSERT_OK(dt_save_wait(req));
-    CU_ASSERT_EQUAL(restored_mismatches(c, ck, "w", "unsharded,a", 21), 0);
-    CU_ASSERT_EQUAL(restored_mismatches(g, ck, "w", "b,unsharded", 21), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(c, ck, "w", "unsharded,a", 21), 0);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(g, ck, "w", "b,unsharded", 21), 0);
     dt_tensor_destroy(w);
     dt_layout_destroy(l);
     dt_mesh_destroy(c);
@@ -254,20 +234,6 @@ static void test_async_save_of_gpu_tensors_holds_the_values_of_the_call(void)
 
 /* ---- peak host memory ---- */
 
-/* The process's peak resident set (VmHWM) in bytes, or -1. */
-static int64_t peak_rss(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
-
 /* Resets the peak to the current resident set (Linux >= 4.0); returns it, or -1. Free heap
  * pages go back to the system first, so that what the call allocates shows as growth. */
 static int64_t reset_peak(void)
@@ -276,10 +242,7 @@ static int64_t reset_peak(void)
 #if defined(__GLIBC__)
     malloc_trim(0);
 #endif
-    FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f || fputs("5", f) < 0 || fclose(f) != 0)
-        return -1;
-    return peak_rss();
+    return peak_rss_reset();
 }
 
 enum { BOUND = 1 << 20, SLACK = 3 << 20 };
@@ -287,7 +250,7 @@ enum { BOUND = 1 << 20, SLACK = 3 << 20 };
 static void test_gpu_save_and_restore_hold_host_memory_to_the_staging_bound(void)
 {
     char dir[256], ck[300];
-    checkpoint_dir(dir, sizeof dir, ck, sizeof ck);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *g = gpu_mesh();
     int64_t G = gpu_count();
     /* 8 MiB of f32 per client, sharded: 8 times the bound. */
@@ -309,7 +272,7 @@ static void test_gpu_save_and_restore_hold_host_memory_to_the_staging_bound(void
     int64_t base = reset_peak();
     CU_ASSERT_FATAL(base > 0);    /* /proc/self/clear_refs must reset VmHWM */
     DT_ASSERT_OK(dt_save(g, ck, 1, &name, (const dt_tensor *const *)&w, &o));
-    int64_t grew = peak_rss() - base;
+    int64_t grew = peak_rss_bytes() - base;
     CU_ASSERT(grew < BOUND + SLACK);
     if (grew >= BOUND + SLACK)
         fprintf(stderr, "save: peak resident memory grew by %lld bytes (%lld local bytes)\n",
@@ -317,7 +280,7 @@ static void test_gpu_save_and_restore_hold_host_memory_to_the_staging_bound(void
 
     base = reset_peak();
     DT_ASSERT_OK(dt_restore_into(ck, 1, &name, &into));
-    grew = peak_rss() - base;
+    grew = peak_rss_bytes() - base;
     CU_ASSERT(grew < BOUND + SLACK);
     if (grew >= BOUND + SLACK)
         fprintf(stderr, "restore: peak resident memory grew by %lld bytes (%lld local bytes)\n",

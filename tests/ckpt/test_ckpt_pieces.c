@@ -150,12 +150,7 @@ static void ref_box(uint64_t seed, dt_dtype dtype, int rank, const int64_t *shap
     size_t elem = dt_dtype_size(dtype);
     int64_t n = box_numel(rank, size);
     for (int64_t k = 0; k < n; k++) {
-        int64_t rem = k, g = 0, stride = 1;
-        for (int d = rank - 1; d >= 0; d--) {
-            g += (off[d] + rem % size[d]) * stride;
-            rem /= size[d];
-            stride *= shape[d];
-        }
+        int64_t g = dt_test_global_index(rank, shape, off, size, k);
         for (size_t b = 0; b < elem; b++)
             dst[(size_t)k * elem + b] = ck_ref_byte(seed, (uint64_t)g * elem + b);
     }
@@ -297,8 +292,7 @@ static void restore_check(const char *dir, const dt_mesh *mesh, int variant)
 static void test_pieces_restore_with_several_layouts_and_meshes(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_mix(ck);
     int64_t all[1] = {ndev()}, three[1] = {3}, grid[2] = {ndev() / 2, 2};
     dt_mesh *m1 = ck_mesh(1, all), *m3 = ck_mesh(1, three), *m2 = ck_mesh(2, grid);
@@ -337,8 +331,7 @@ static void test_pieces_restore_with_several_layouts_and_meshes(void)
 static void test_pieces_in_the_index_and_their_keys(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_mix(ck);
     gpiece g[MAXP];
     int ng = build_pieces(g);
@@ -462,8 +455,7 @@ static void check_box(const dt_ckpt *c, const char *name, uint64_t seed, dt_dtyp
 static void test_piece_keys_avoid_names_and_bad_keys_are_corrupt(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     gpiece g[MAXP];
     int ng = build_pieces(g);
     const char *lnames[2] = {"zero/v.w#1", "b"};
@@ -506,8 +498,7 @@ static uint64_t lcg(uint64_t *s)
 static void test_read_box_of_arbitrary_boxes_matches_reference(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_mix(ck);
     dt_ckpt *c = NULL;
     DT_ASSERT_OK(dt_ckpt_open(ck, &c));
@@ -583,8 +574,7 @@ static int find_piece(const gpiece *g, int ng, int tensor, int64_t position)
 static void test_invalid_pieces_fail_everywhere_and_keep_previous(void)
 {
     char dir[256], ck[300], path[400];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_mix(ck);
     gpiece g[MAXP], h[MAXP];
     int ng = build_pieces(g);
@@ -659,8 +649,7 @@ static void test_invalid_pieces_fail_everywhere_and_keep_previous(void)
 static void test_corrupted_piece_is_caught_by_read_box(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_mix(ck);
     dt_ckpt *c = NULL;
     int64_t t = -1;
@@ -719,8 +708,7 @@ static void test_corrupted_piece_is_caught_by_read_box(void)
 static void test_export_builds_global_tensors_from_pieces(void)
 {
     char dir[256], ck[300], out[320];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     snprintf(out, sizeof out, "%s/hf", dir);
     save_mix(ck);
     if (dt_client_id() == 0) {

@@ -115,8 +115,7 @@ static void restore_and_check(const char *dir, int ndims, const int64_t *sizes)
 static void test_restore_on_1_2_3_and_all_devices_matches_reference(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_all(ck, NULL);
     int64_t one[1] = {1}, two[1] = {2}, three[1] = {3}, two_by[2] = {2, 1};
     restore_and_check(ck, 1, one);
@@ -133,8 +132,7 @@ static void test_restore_on_1_2_3_and_all_devices_matches_reference(void)
 static void test_small_chunks_and_no_fsync_round_trip(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     /* 4 KiB chunks over a slice of 40 KB: reads cross chunk boundaries mid-row. */
     dt_save_opts o = DT_SAVE_OPTS_INIT;
     o.chunk_bytes = 4096;
@@ -148,14 +146,8 @@ static void test_small_chunks_and_no_fsync_round_trip(void)
     int64_t three[1] = {3};
     dt_mesh *m3 = ck_mesh(1, three);
     const char *sp[] = {"unsharded,a", "a,unsharded", "unsharded,unsharded"};
-    for (int v = 0; v < 3; v++) {
-        dt_layout *tl = ck_layout(m3, sp[v]);
-        dt_tensor *out = NULL;
-        DT_ASSERT_OK(dt_restore(m3, ck, 1, &name, (const dt_layout *const *)&tl, &out));
-        CU_ASSERT_EQUAL(ck_mismatches(out, 77), 0);
-        dt_tensor_destroy(out);
-        dt_layout_destroy(tl);
-    }
+    for (int v = 0; v < 3; v++)
+        CU_ASSERT_EQUAL(ck_restored_mismatches(m3, ck, name, sp[v], 77), 0);
     dt_mesh_destroy(m3);
     dt_tensor_destroy(t);
     dt_layout_destroy(l);
@@ -166,8 +158,7 @@ static void test_small_chunks_and_no_fsync_round_trip(void)
 static void test_partial_tensor_is_saved_reduced(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *m = save_mesh();
     const char *sp[1] = {"b"}, *pd[1] = {"a"};
     dt_reduce_op op[1] = {DT_REDUCE_SUM};
@@ -177,12 +168,7 @@ static void test_partial_tensor_is_saved_reduced(void)
     dt_tensor *t = ck_make(l, DT_DTYPE_I64, shape, 5);
     const char *name = "grad";
     DT_ASSERT_OK(dt_save(m, ck, 1, &name, (const dt_tensor *const *)&t, NULL));
-    dt_layout *r = ck_layout(m, "unsharded");
-    dt_tensor *out = NULL;
-    DT_ASSERT_OK(dt_restore(m, ck, 1, &name, (const dt_layout *const *)&r, &out));
-    CU_ASSERT_EQUAL(ck_mismatches(out, 5), 0);
-    dt_tensor_destroy(out);
-    dt_layout_destroy(r);
+    CU_ASSERT_EQUAL(ck_restored_mismatches(m, ck, name, "unsharded", 5), 0);
     dt_tensor_destroy(t);
     dt_layout_destroy(l);
     dt_mesh_destroy(m);
@@ -192,8 +178,7 @@ static void test_partial_tensor_is_saved_reduced(void)
 static void test_restore_into_existing_tensors_and_shape_mismatch(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     save_all(ck, NULL);
     int64_t two[1] = {2};
     dt_mesh *m = ck_mesh(1, two);
@@ -228,8 +213,7 @@ static void test_restore_into_existing_tensors_and_shape_mismatch(void)
 static void test_named_values_round_trip(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     unsigned char rng[37];
     for (int i = 0; i < 37; i++)
         rng[i] = (unsigned char)(i * 41 + 3);
@@ -330,8 +314,7 @@ static int deleted_files_open(const char *dir)
 static void test_overwrite_replaces_the_checkpoint(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *m = save_mesh();
     dt_layout *l = ck_layout(m, "a");
     int64_t shape[1] = {21};
@@ -384,8 +367,7 @@ static void test_overwrite_replaces_the_checkpoint(void)
 static void test_interrupted_commit_falls_back_to_old(void)
 {
     char dir[256], ck[300], old[340];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     snprintf(old, sizeof old, "%s.dtensor-old", ck);
     save_all(ck, NULL);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -502,8 +484,7 @@ static int64_t cast_walk(dt_tensor *t, int fill, float (*want)(float))
 static void test_f32_saved_as_bf16_restores_into_f32(void)
 {
     char dir[256], ck[300];
-    dt_test_scratch_dir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
     dt_mesh *m = save_mesh();
     dt_layout *l = ck_layout(m, "a,b"), *r = ck_layout(m, "b,unsharded");
     int64_t shape[2] = {9, 14};

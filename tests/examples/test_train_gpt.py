@@ -9,9 +9,7 @@ tests/ckpt_py/stread.py (never our C code).
 Usage: test_train_gpt.py TRAIN_GPT MPIEXEC MESH_DIR"""
 import os
 import re
-import shutil
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,18 +43,8 @@ def losses(path):
     return [(int(r[0]), float(r[1]), float(r[2]) if r[2] else None) for r in rows]
 
 
-class TrainGpt(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="train_gpt_")
-
-    def tearDown(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def path(self, *p):
-        return os.path.join(self.tmp, *p)
-
-    def mesh(self, name):
-        return ["--mesh", os.path.join(MESHES, name + ".yaml")]
+class TrainGpt(test_train_resume.ExampleCase):
+    PREFIX = "train_gpt_"
 
     def result(self, out, outdir, checkpoint=None):
         m = RESULT.match(out.strip().splitlines()[-1])
@@ -166,4 +154,5 @@ class TrainGpt(unittest.TestCase):
 
 if __name__ == "__main__":
     TRAIN, MPIEXEC, MESHES = sys.argv[1:4]
+    test_train_resume.MESHES = MESHES
     unittest.main(argv=sys.argv[:1], verbosity=2)

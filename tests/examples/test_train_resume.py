@@ -83,9 +83,13 @@ def curves(path):
                 for line in f]
 
 
-class TrainResume(unittest.TestCase):
+class ExampleCase(unittest.TestCase):
+    """The examples' tests (also test_train_gpt.py's): a scratch directory per test, paths in
+    it, and the options naming a mesh file of MESHES."""
+    PREFIX = "example_"
+
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="train_resume_")
+        self.tmp = tempfile.mkdtemp(prefix=self.PREFIX)
 
     def tearDown(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -95,6 +99,10 @@ class TrainResume(unittest.TestCase):
 
     def mesh(self, name):
         return ["--mesh", os.path.join(MESHES, name + ".yaml")]
+
+
+class TrainResume(ExampleCase):
+    PREFIX = "train_resume_"
 
     def check_result(self, out, outdir):
         last = out.strip().splitlines()[-1]

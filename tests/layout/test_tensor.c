@@ -212,13 +212,7 @@ static void *slice_box(const void *global, size_t esize, int rank, const int64_t
     int64_t n = prod(rank, len);
     char *out = malloc(n > 0 ? (size_t)n * esize : 1);
     for (int64_t li = 0; li < n; li++) {
-        int64_t rest = li, gi = 0, stride = 1;
-        for (int d = rank - 1; d >= 0; d--) {
-            int64_t c = rest % len[d];
-            rest /= len[d];
-            gi += (off[d] + c) * stride;
-            stride *= gshape[d];
-        }
+        int64_t gi = dt_test_global_index(rank, gshape, off, len, li);
         memcpy(out + li * (int64_t)esize, (const char *)global + gi * (int64_t)esize, esize);
     }
     return out;

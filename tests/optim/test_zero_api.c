@@ -22,9 +22,9 @@ static void test_create_rejects_bad_options(void)
     dt_mesh *m = og_mesh_2d();
     dt_zero *z = NULL;
     dt_zero_opts o = DT_ZERO_OPTS_INIT;
-    o.stage = 3;
+    o.stage = 4; /* 0-3 exist */
     DT_ASSERT_FAILS(dt_zero_create(m, &o, &z), DT_ERR_INVALID_ARGUMENT);
-    DT_ASSERT_ERROR_MENTIONS("stage 3");
+    DT_ASSERT_ERROR_MENTIONS("stage 4");
     o.stage = 1;
     o.dp_dim = "data";
     DT_ASSERT_FAILS(dt_zero_create(m, &o, &z), DT_ERR_INVALID_ARGUMENT);

@@ -240,23 +240,31 @@ static void test_gradients_reduced_in_small_buckets_in_the_background_give_the_r
         }
 }
 
-/* dt_zero_grad_ready's misuse: a bad index, a parameter given twice, a step with some
- * parameters missing (named) or with grads after early ones; then a plain step works. */
-static void test_early_gradients_refuse_misuse_clearly(void)
+/* A ZeRO optimizer on m (o, NULL: the defaults) holding group_b's parameters 'a' and 'b' (into
+ * params) in one SGD group; their step-0 f32 gradients into grads when not NULL. */
+static dt_zero *zero_of_group_b(const dt_mesh *m, const dt_zero_opts *o, dt_tensor *params[2],
+                                dt_tensor *grads[2])
 {
-    dt_mesh *m = og_mesh_1d();
     dt_zero *z = NULL;
-    DT_ASSERT_OK(dt_zero_create(m, NULL, &z));
-    dt_tensor *params[2];
+    DT_ASSERT_OK(dt_zero_create(m, o, &z));
     const char *names[2] = {"a", "b"};
     for (int j = 0; j < 2; j++)
         params[j] = make_param(m, &group_b[j], 0, DT_DTYPE_F32, j);
     dt_optim_hparams hp = DT_OPTIM_SGD_INIT;
     DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &hp, NULL));
     gen gens[2] = {{0, -1, 0, 0.0f}, {1, -1, 0, 0.0f}};
-    dt_tensor *grads[2];
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; grads && j < 2; j++)
         grads[j] = og_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
+    return z;
+}
+
+/* dt_zero_grad_ready's misuse: a bad index, a parameter given twice, a step with some
+ * parameters missing (named) or with grads after early ones; then a plain step works. */
+static void test_early_gradients_refuse_misuse_clearly(void)
+{
+    dt_mesh *m = og_mesh_1d();
+    dt_tensor *params[2], *grads[2];
+    dt_zero *z = zero_of_group_b(m, NULL, params, grads);
     DT_ASSERT_FAILS(dt_zero_grad_ready(z, 2, grads[0]), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("parameter 2");
     DT_ASSERT_FAILS(dt_zero_grad_ready(z, 0, grads[1]), DT_ERR_SHAPE);
@@ -294,18 +302,8 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_opts o = DT_ZERO_OPTS_INIT;
         o.stage = stage;
         o.reduce_bucket_size = 8;
-        dt_zero *z = NULL;
-        DT_ASSERT_OK(dt_zero_create(m, &o, &z));
-        dt_tensor *params[2];
-        const char *names[2] = {"a", "b"};
-        for (int j = 0; j < 2; j++)
-            params[j] = make_param(m, &group_b[j], 0, DT_DTYPE_F32, j);
-        dt_optim_hparams hp = DT_OPTIM_SGD_INIT;
-        DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &hp, NULL));
-        gen gens[2] = {{0, -1, 0, 0.0f}, {1, -1, 0, 0.0f}};
-        dt_tensor *grads[2];
-        for (int j = 0; j < 2; j++)
-            grads[j] = og_grad(params[j], DT_DTYPE_F32, grad_value, 0, 1.0f, &gens[j]);
+        dt_tensor *params[2], *grads[2];
+        dt_zero *z = zero_of_group_b(m, &o, params, grads);
         int word = 1, came = 1;
         if (me == 0) {
             for (int j = 1; j >= 0; j--)
@@ -328,12 +326,8 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_step_info info;
         DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
         /* And the result is the reduction's: the same as the synchronous path's. */
-        dt_zero *zs = NULL;
         dt_tensor *ps[2];
-        for (int j = 0; j < 2; j++)
-            ps[j] = make_param(m, &group_b[j], 0, DT_DTYPE_F32, j);
-        DT_ASSERT_OK(dt_zero_create(m, &o, &zs));
-        DT_ASSERT_OK(dt_zero_add_group(zs, 2, names, ps, &hp, NULL));
+        dt_zero *zs = zero_of_group_b(m, &o, ps, NULL);
         DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
         for (int j = 0; j < 2; j++) {
             int64_t n = pnumel(&group_b[j]);

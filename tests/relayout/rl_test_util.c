@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "runtime/internal.h" /* half conversions, for building f16/bf16 data */
+#include "runtime/half.h" /* half conversions, for building f16/bf16 data */
 
 uint64_t rl_next(rl_rng *r)
 {
@@ -95,20 +95,6 @@ static void position_box(const dt_layout *l, const int64_t *shape, int64_t p, in
     }
 }
 
-/* Global element index of local element i in a box. */
-static int64_t global_index(int rank, const int64_t *shape, const int64_t *off,
-                            const int64_t *len, int64_t i)
-{
-    int64_t g = 0, stride = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        int64_t c = i % len[d];
-        i /= len[d];
-        g += (off[d] + c) * stride;
-        stride *= shape[d];
-    }
-    return g;
-}
-
 /* Summand index of position p: mixed radix over the layout's partial dims, in their order. */
 static int64_t summand_of(const dt_layout *l, int64_t p)
 {
@@ -141,7 +127,7 @@ dt_status rl_make_tensor(const dt_layout *layout, const int64_t *shape, dt_dtype
         int64_t c = summand_of(layout, p);
         for (int64_t i = 0; i < cnt; i++)
             store(bufs[k], i, dtype,
-                  rl_summand_value(seed, c, global_index(rank, shape, off, len, i), dtype));
+                  rl_summand_value(seed, c, dt_test_global_index(rank, shape, off, len, i), dtype));
     }
     /* Through the components' device (host buffers written in), whatever the mesh's type. */
     dt_status st = dt_test_pack_host(layout, dtype, shape, (const void *const *)bufs, out);
@@ -256,7 +242,7 @@ int64_t rl_check_tensor(const dt_tensor *t, const dt_layout *src_layout, uint64_
         }
         void *data = dt_test_local_get(t, k);
         for (int64_t i = 0; i < cnt; i++) {
-            int64_t e = global_index(rank, shape, off, len, i);
+            int64_t e = dt_test_global_index(rank, shape, off, len, i);
             double want = expected(src_layout, l, q, e, seed, dtype), got = load(data, i, dtype);
             if (got != want && bad++ < 3)
                 fprintf(stderr, "[rank %d] position %lld element %lld: got %g want %g\n",

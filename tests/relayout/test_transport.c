@@ -8,7 +8,7 @@
 #include "harness.h"
 #include "rl_test_util.h"
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/transport.h"
 
 static const dt__device *gpu0(void)
 {

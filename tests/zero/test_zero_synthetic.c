@@ -408,6 +408,14 @@ static void test_zero_stage3_misuse_gives_clear_statuses(void)
     zt_fill_real(v[1], 7, -1.0f, 1.0f, 72);
     dt_test_round(v[0], 30, DT_DTYPE_BF16);
     dt_test_round(v[1], 7, DT_DTYPE_BF16);
+    {
+        /* Offload keeps the state on the host beside whole parameters: not with stage 3. */
+        dt_zero_opts bad = DT_ZERO_OPTS_INIT;
+        bad.stage = 3;
+        bad.offload = 1;
+        dt_zero *zb = NULL;
+        EXPECT_STATUS(dt_zero_create(mesh, &bad, &zb), DT_ERR_UNSUPPORTED, "not stage 3");
+    }
     for (int stage = 1; stage <= 3; stage += 2) {
         dt_tensor *pt[2] = {zt_tensor(l2, DT_DTYPE_BF16, shape[0], v[0]),
                             zt_tensor(l1, DT_DTYPE_BF16, shape[1], v[1])};
