@@ -2,7 +2,9 @@
  * accelerator with DT_TRANSPORT=staged: a second relayout takes every staging block from the
  * pool (no new allocation) and gives the same values as computed here; the pool holds no
  * more than DT_STAGED_POOL_MB (0: nothing) and trim (what dt_finalize calls) empties it; a
- * bad DT_STAGED_POOL_MB is refused; threads sharing it never get the same block. */
+ * bad DT_STAGED_POOL_MB is refused; threads sharing it never get the same block; dt_finalize
+ * gives back what the pool holds (the program starts MPI itself, so it can look after). */
+#include <mpi.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +89,9 @@ static void test_second_relayout_allocates_no_new_staging(void)
     CU_ASSERT_EQUAL(s2.bytes_cached, s1.bytes_cached);
     /* Each later relayout took as many blocks from the pool as the first allocated. */
     CU_ASSERT_EQUAL(s2.reuses - s1.reuses, 2 * (s1.allocs - s0.allocs + s1.reuses - s0.reuses));
+    printf("\n  (staging blocks: the first relayout allocated %llu, the next two %llu, reusing %llu)\n",
+           (unsigned long long)(s1.allocs - s0.allocs), (unsigned long long)(s2.allocs - s1.allocs),
+           (unsigned long long)(s2.reuses - s1.reuses));
     fixture_free(&f);
     unsetenv("DT_STAGED_CHUNK_KB");
 }
@@ -212,6 +217,21 @@ static void test_pool_is_thread_safe(void)
     CU_ASSERT_EQUAL(pool().bytes_cached, 0);
 }
 
+/* The last case: leaves staging in the pool for dt_finalize to give back (main checks). */
+static uint64_t left_for_finalize;
+
+static void test_relayout_leaves_staging_for_finalize(void)
+{
+    fixture f;
+    fixture_make(&f);
+    gather_and_check(&f, 31);
+    dt__staging_stats s = pool();
+    left_for_finalize = s.bytes_cached;
+    if (crossing())
+        CU_ASSERT(s.bytes_cached > 0);
+    fixture_free(&f);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -219,7 +239,24 @@ int main(int argc, char **argv)
         DT_TEST(test_pool_is_bounded_and_trim_empties_it),
         DT_TEST(test_bad_pool_size_is_refused),
         DT_TEST(test_pool_is_thread_safe),
+        DT_TEST(test_relayout_leaves_staging_for_finalize),
         DT_TEST_END,
     };
-    return dt_test_main_gpu(argc, argv, "staging_pool", cases);
+    MPI_Init(&argc, &argv);
+    dt__staging_stats before = pool();
+    int rc = dt_test_main_gpu(argc, argv, "staging_pool", cases);
+    /* dt_finalize emptied the pool (MPI is ours, so it still runs). */
+    dt__staging_stats after = pool();
+    int bad = rc != 77 && (after.bytes_cached != 0 || after.bytes_live != 0 ||
+                           (left_for_finalize > 0 && after.releases == before.releases));
+    if (bad)
+        fprintf(stderr, "staging_pool: dt_finalize left %llu bytes of staging in the pool\n",
+                (unsigned long long)after.bytes_cached);
+    else if (rc == 0)
+        printf("staging_pool: dt_finalize gave back the %llu bytes the pool held\n",
+               (unsigned long long)left_for_finalize);
+    int any = 0;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? 1 : rc;
 }
