@@ -432,13 +432,180 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
     return good;
 }
 
+/* ---- case offload: the optimizer on the host, on one GPU per process ---------------------- */
+
+/* One optimizer of the offload case on the GPU mesh: bf16 parameters filled as fill() does
+ * (through host buffers: the GPU's memory is not the host's), gradients partial over batch. */
+typedef struct omodel {
+    dt_tensor *p[NT], *g[NT];
+    dt_zero *z;
+    dt_zero_memory api;
+    uint64_t host_measured; /* host pool bytes the optimizer holds after its warm-up step */
+    double times[MAX_REPS];
+} omodel;
+
+static int omodel_setup(omodel *m, int stage, int offload, const dt_mesh *mesh, const opts *o)
+{
+    memset(m, 0, sizeof *m);
+    int64_t n = o->params / NT, shape[2] = {n / ROW, ROW};
+    dt_layout *rep = NULL, *part = NULL;
+    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
+    const char *pd[1] = {"batch"};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    int ok = report("layout", dt_layout_create(mesh, 2, specs, &rep)) &&
+             report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, &part));
+    uint16_t *buf = malloc((size_t)n * 2);
+    ok = ok && buf;
+    int j = g_rank; /* one device per process: dp coordinate = client */
+    for (int k = 0; ok && k < NT; k++) {
+        ok = report("parameter", dt_tensor_zeros(rep, DT_DTYPE_BF16, shape, &m->p[k])) &&
+             report("parameter", fill(buf, n, k, 0, 0)) &&
+             report("parameter", dt_tensor_local_write(m->p[k], 0, buf, (size_t)n * 2)) &&
+             report("gradient", dt_tensor_zeros(part, DT_DTYPE_BF16, shape, &m->g[k])) &&
+             report("gradient", fill(buf, n, k, j, 1)) &&
+             report("gradient", dt_tensor_local_write(m->g[k], 0, buf, (size_t)n * 2));
+    }
+    free(buf);
+    dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+    zo.stage = stage;
+    zo.allgather_size = o->allgather;
+    zo.offload = offload;
+    dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
+    char names_buf[NT][16];
+    const char *names[NT];
+    for (int k = 0; k < NT; k++) {
+        snprintf(names_buf[k], sizeof names_buf[k], "layer%d.w", k);
+        names[k] = names_buf[k];
+    }
+    uint64_t b0 = requested();
+    if (ok)
+        ok = report("dt_zero_create", dt_zero_create(mesh, &zo, &m->z));
+    if (ok)
+        ok = report("dt_zero_add_group", dt_zero_add_group(m->z, NT, names, m->p, &hp, NULL));
+    ok = bu_ok_all(ok);
+    if (ok)
+        ok = bu_ok_all(report("warm-up step", dt_zero_step(m->z, m->g, NULL)));
+    m->host_measured = requested() - b0;
+    if (ok)
+        ok = report("dt_zero_memory_usage", dt_zero_memory_usage(m->z, &m->api));
+    dt_layout_destroy(rep);
+    dt_layout_destroy(part);
+    return bu_ok_all(ok);
+}
+
+static void omodel_destroy(omodel *m)
+{
+    dt_zero_destroy(m->z);
+    for (int k = 0; k < NT; k++) {
+        dt_tensor_destroy(m->p[k]);
+        dt_tensor_destroy(m->g[k]);
+    }
+}
+
+/* CRC32C of this rank's parameters (read back from the device). */
+static uint32_t oparams_crc(const omodel *m, const opts *o)
+{
+    size_t bytes = (size_t)(o->params / NT) * 2;
+    void *buf = malloc(bytes);
+    uint32_t c = 0;
+    for (int k = 0; buf && k < NT; k++)
+        if (dt_tensor_local_read(m->p[k], 0, buf, bytes) == DT_OK)
+            c = dt_crc32c(c, buf, bytes);
+    free(buf);
+    return c;
+}
+
+/* Stages 1 and 2 with and without offload: device bytes held (the optimizer's report) against
+ * the formula, host bytes (report and host pool), step times interleaved, and the same
+ * parameters after the same steps. */
+static int offload_case(const dt_mesh *mesh, const opts *o)
+{
+    int good = 1;
+    for (int stage = 1; stage <= 2 && good; stage++) {
+        omodel m[2];
+        memset(m, 0, sizeof m);
+        good = omodel_setup(&m[0], stage, 0, mesh, o) && omodel_setup(&m[1], stage, 1, mesh, o);
+        for (int r = 0; r < o->reps && good; r++)
+            for (int i = 0; i < 2 && good; i++) {
+                omodel *x = &m[(r + i) % 2];
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                int ok = report("timed step", dt_zero_step(x->z, x->g, NULL));
+                x->times[r] = bu_max_all(MPI_Wtime() - t0);
+                good = bu_ok_all(ok);
+            }
+        uint32_t c0 = good ? oparams_crc(&m[0], o) : 0, c1 = good ? oparams_crc(&m[1], o) : 1;
+        int same = bu_ok_all(c0 == c1);
+        if (good && g_rank == 0) {
+            double p = (double)o->params, n = g_nclients;
+            const dt_zero_memory *a = &m[0].api, *b = &m[1].api;
+            double dev0 = (double)(a->param_bytes + a->grad_bytes + a->state_bytes);
+            double dev1 = (double)(b->param_bytes + b->grad_bytes + b->state_bytes);
+            double t0 = bu_median(m[0].times, o->reps), t1 = bu_median(m[1].times, o->reps);
+            bu_line line;
+            bu_line_init(&line);
+            bu_line_add(&line, "case", "offload");
+            bu_line_add(&line, "stage", "%d", stage);
+            bu_line_add(&line, "np", "%d", g_nclients);
+            bu_line_add(&line, "params", "%lld", (long long)o->params);
+            bu_line_add(&line, "device_saved_bytes", "%.0f", dev0 - dev1);
+            bu_line_add(&line, "formula_bytes", "%.0f", 12.0 * p / n);
+            bu_line_add(&line, "saved_ratio", "%.4f", (dev0 - dev1) / (12.0 * p / n));
+            bu_line_add(&line, "device_bytes", "%.0f", dev1);
+            bu_line_add(&line, "device_bytes_no_offload", "%.0f", dev0);
+            bu_line_add(&line, "host_bytes", "%llu", (unsigned long long)b->host_bytes);
+            bu_line_add(&line, "host_pool_bytes", "%llu",
+                        (unsigned long long)m[1].host_measured);
+            bu_line_add(&line, "step_ratio", "%.3f", t1 / t0);
+            bu_line_add(&line, "step_ms", "%.2f", t1 * 1e3);
+            bu_line_add(&line, "no_offload_ms", "%.2f", t0 * 1e3);
+            bu_line_add(&line, "reps", "%d", o->reps);
+            bu_line_add(&line, "check", "%s", same ? "ok" : "FAIL_params_differ");
+            bu_line_print(&line);
+        } else if (!good && g_rank == 0) {
+            printf("case=offload stage=%d np=%d params=%lld error=step_failed\n", stage,
+                   g_nclients, (long long)o->params);
+        }
+        good = good && same;
+        omodel_destroy(&m[0]);
+        omodel_destroy(&m[1]);
+    }
+    return good;
+}
+
+/* The offload case alone, on one GPU per process (DT_GPU=sim where there is none). */
+static int offload_main(const opts *o)
+{
+    const char *names[1] = {"batch"};
+    int64_t size = dt_num_global_devices(DT_DEVICE_GPU);
+    dt_mesh *mesh = NULL;
+    int good = dt_num_local_devices(DT_DEVICE_GPU) == 1;
+    if (!bu_ok_all(good)) {
+        if (g_rank == 0)
+            fprintf(stderr, "bench_zero: case offload needs one GPU device per process "
+                            "(DT_GPU_DEVICES=1; DT_GPU=sim simulates one)\n");
+        return 0;
+    }
+    good = bu_ok_all(report("mesh", dt_mesh_create("dp", 1, names, &size, DT_DEVICE_GPU, &mesh)));
+    if (good && g_rank == 0) {
+        printf("# bench_zero offload: %d process(es), 1 GPU device each; mixed-precision Adam, "
+               "%lld parameters in %d tensors, all-gather chunk %lld elements\n",
+               g_nclients, (long long)o->params, NT, (long long)o->allgather);
+        fflush(stdout);
+    }
+    good = good && offload_case(mesh, o);
+    dt_mesh_destroy(mesh);
+    return good;
+}
+
 static int usage(void)
 {
     fprintf(stderr,
             "usage: bench_zero [--params P] [--allgather N] [--reps N] [--quick]\n"
-            "                  [--cases memory,speed,overlap]\n"
+            "                  [--cases memory,speed,overlap | offload]\n"
             "  P: parameters (a multiple of %d), default 8388608; N: all-gather chunk\n"
-            "  elements, default P/16; one CPU device per process (DT_CPU_DEVICES=1)\n",
+            "  elements, default P/16; one CPU device per process (DT_CPU_DEVICES=1), or\n"
+            "  for case offload (run alone) one GPU device per process (DT_GPU_DEVICES=1)\n",
             NT * ROW);
     return 2;
 }
@@ -488,6 +655,11 @@ int main(int argc, char **argv)
     }
     g_rank = dt_client_id();
     g_nclients = dt_num_clients();
+    if (bu_list_has(o.cases, "offload")) {
+        int ok = offload_main(&o);
+        dt_finalize();
+        return ok ? 0 : 1;
+    }
     const char *names[1] = {"batch"};
     int64_t size = dt_num_global_devices(DT_DEVICE_CPU);
     dt_mesh *mesh = NULL;

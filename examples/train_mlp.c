@@ -292,6 +292,7 @@ static int setup_model(ctx *c)
 
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = c->o.stage;
+    zo.offload = c->o.offload;
     /* 16 KiB buckets: a few per layer of this small model, so the first ones reduce while the
      * backward pass still computes the earlier layers. */
     zo.reduce_bucket_size = 16384;

@@ -151,9 +151,10 @@ dt_status dt__zero_alloc_state(dt_zero *z, dt__zgroup *g)
         ch->start = (int64_t)c * a;
         ch->len = g->length - ch->start < a ? g->length - ch->start : a;
         st = dt__zero_chunk_tensor(z, z->state_layout, DT_DTYPE_F32, ch->len, 0, &ch->master);
-        if (st == DT_OK && needs_s1(&g->hp))
+        /* Offloaded moments are made in host memory only (offload.c). */
+        if (st == DT_OK && needs_s1(&g->hp) && !z->offload)
             st = dt__zero_chunk_tensor(z, z->state_layout, DT_DTYPE_F32, ch->len, 1, &ch->s1);
-        if (st == DT_OK && adam)
+        if (st == DT_OK && adam && !z->offload)
             st = dt__zero_chunk_tensor(z, z->state_layout, DT_DTYPE_F32, ch->len, 1, &ch->s2);
         if (st == DT_OK && z->stage < 2)
             st = dt__zero_chunk_tensor(z, z->flat_layout, g->dtype, ch->len, 1, &ch->flat);
@@ -166,6 +167,8 @@ dt_status dt__zero_alloc_state(dt_zero *z, dt__zgroup *g)
             st = dt__zero_gather_in(z, g, i, ch->start + off, len, NULL,
                                     dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32);
         }
+        if (st == DT_OK && z->offload)
+            st = dt__zero_offload_adopt(z, ch, needs_s1(&g->hp), adam);
     }
     dt_status done = dt__zero_sync(z);
     return st != DT_OK ? st : done;
@@ -180,6 +183,7 @@ void dt__zero_free_group(dt__zgroup *g)
         dt_tensor_destroy(ch->s2);
         dt_tensor_destroy(ch->flat);
         dt_tensor_destroy(ch->gpart);
+        dt__zero_offload_free_chunk(ch);
     }
     free(g->chunks);
     for (int j = 0; g->params && j < g->nparams; j++) {

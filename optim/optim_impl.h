@@ -71,6 +71,11 @@ typedef struct dt__zchunk {
     int waiting;
     dt_tensor *filling;
     int reduced;
+    /* Offload (offload.c): local device i's partition of the master (kind 0), s1 (1) and s2
+     * (2) at host[kind][i], pinned host memory of hkind (host[kind] NULL where the kind is
+     * absent); master, s1 and s2 are then NULL. */
+    float **host[3];
+    const dt__device_kind *hkind;
 } dt__zchunk;
 
 typedef struct dt__zgroup {
@@ -116,6 +121,11 @@ struct dt_zero {
     void *on_overflow_arg;
     dt__scaler scaler;
     int64_t step;             /* updates applied */
+    /* Offload (offload.c): the state in host memory, the update on the host in blocks of
+     * offload_block elements through the staging buffers `off`. */
+    int offload;
+    int64_t offload_block;
+    struct dt__zoff *off;
     /* Rank k + 1 layouts of the chunk tensors: flat partial over dp ([model..., unsharded]
      * partial dp), state ([model..., dp], stage 0 [model..., unsharded]), gathered
      * ([model..., unsharded]). */
@@ -260,6 +270,28 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
 dt_status dt__zero_buckets_wait(dt_zero *z);
 /* Waits for what is in flight (buffers are read by MPI) and frees the buckets. */
 void dt__zero_buckets_free(dt_zero *z);
+
+/* ---- offload of the optimizer to the host (offload.c) --------------------------------------- */
+
+/* Local device i's range [*off, *off + *len) of chunk ch in the state layout (its partition;
+ * stage 0: the whole chunk). */
+void dt__zero_part(const dt_zero *z, const dt__zchunk *ch, int i, int64_t *off, int64_t *len);
+/* Local device i's partition of state `kind` (0 master, 1 s1, 2 s2) of chunk ch: host memory
+ * under offload, else the tensor's device memory; NULL when the kind is absent. */
+float *dt__zero_state_data(const dt__zchunk *ch, int kind, int i);
+/* 1 if host code may read and write local device i's state directly (offload, or a device
+ * kind whose memory the host reaches). */
+int dt__zero_state_on_host(const dt_zero *z, int i);
+/* Moves chunk ch's freshly initialised master partition into host memory (zeroed moments
+ * beside it, s1 and s2 saying which exist) and frees its device tensor. */
+dt_status dt__zero_offload_adopt(const dt_zero *z, dt__zchunk *ch, int s1, int s2);
+void dt__zero_offload_free_chunk(dt__zchunk *ch);
+/* The offloaded update of every chunk (grad_scale and t as the inner optimizer's) and the
+ * all-gather of the updated parameters. Collective. */
+dt_status dt__zero_offload_update(dt_zero *z, float grad_scale, int64_t t);
+/* Host bytes the offloaded state and the staging hold. */
+uint64_t dt__zero_offload_host_bytes(const dt_zero *z);
+void dt__zero_offload_fini(dt_zero *z);
 
 /* ---- mesh-wide agreement (agree.c) ---------------------------------------------------------- */
 

@@ -57,7 +57,7 @@ static dt_status check_grads(const dt_zero *z, dt_tensor *const *grads)
 static void *partition(const dt_zero *z, const dt__zgroup *g, const dt__zchunk *ch, int i,
                        int64_t *off, int64_t *len)
 {
-    dt__zero_local_range(ch->master, i, off, len);
+    dt__zero_part(z, ch, i, off, len);
     if (z->stage == 2)
         return dt_tensor_local(ch->gpart, i)->data;
     return (char *)dt_tensor_local(ch->flat, i)->data + (size_t)*off * dt_dtype_size(g->dtype);
@@ -418,18 +418,21 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     int widen = 0;
     for (int g = 0; g < z->ngroups; g++)
         widen |= z->groups[g].dtype != DT_DTYPE_F32;
-    for (int i = 0; st == DT_OK && widen && i < z->nlocal; i++)
+    for (int i = 0; st == DT_OK && widen && !z->offload && i < z->nlocal; i++)
         st = z->devs[i]->kind->alloc(z->devs[i], DT__ZERO_BLOCK * sizeof(float), &scratch[i]);
-    for (int g = 0; st == DT_OK && g < z->ngroups; g++)
+    for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = update_chunk(z, &z->groups[g], &z->groups[g].chunks[c], grad_scale,
                               z->step + 1, scratch);
     dt_status done = dt__zero_sync(z);
     if (st == DT_OK)
         st = done;
-    for (int g = 0; st == DT_OK && g < z->ngroups; g++)
+    for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
+    /* Offload: the update on the host, the transfers overlapped with it (offload.c). */
+    if (st == DT_OK && z->offload)
+        st = dt__zero_offload_update(z, grad_scale, z->step + 1);
     if (st != DT_OK)
         goto out;
     z->step++;

@@ -44,6 +44,17 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
                          "(bytes; DT_ZERO_OPTS_INIT has %lld)", fn,
                          (long long)opts->reduce_bucket_size,
                          (long long)defaults.reduce_bucket_size);
+    if (opts->offload_block < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: offload_block %lld is negative", fn,
+                         (long long)opts->offload_block);
+    if (opts->offload && opts->stage > 2)
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: offload works with stages 0, 1 and 2, not "
+                         "stage %d", fn, opts->stage);
+    if (opts->offload && dt_mesh_device_type(mesh) != DT_DEVICE_GPU)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: offload needs a mesh of GPU devices "
+                         "(this mesh's are %s: their optimizer state is in host memory "
+                         "already, there is nothing to offload)", fn,
+                         dt_mesh_device_type_name(mesh));
     if (isnan(opts->clip_norm))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: clip_norm is NaN", fn);
     dt_status st = dt__scaler_check(fn, &opts->scaler);
@@ -82,6 +93,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (z->allgather_size < z->dp_size)
         z->allgather_size = z->dp_size;
     z->reduce_bucket_size = opts->reduce_bucket_size;
+    z->offload = opts->offload != 0;
+    z->offload_block = opts->offload_block ? opts->offload_block : (int64_t)1 << 20;
     z->comm = MPI_COMM_NULL;
     z->clip_norm = opts->clip_norm;
     z->on_overflow = opts->on_overflow;
@@ -122,6 +135,7 @@ void dt_zero_destroy(dt_zero *zero)
         return;
     dt__zero_ready_reset(zero);
     dt__zero_overlap_fini(zero);
+    dt__zero_offload_fini(zero);
     for (int g = 0; g < zero->ngroups; g++)
         dt__zero_free_group(&zero->groups[g]);
     free(zero->groups);
@@ -364,17 +378,25 @@ dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out)
              * before it is copied back; stage 2: the transient partial flat chunk), or the
              * all-gather's destination plus, for 16-bit parameters in stage 1, its cast
              * source. */
-            uint64_t part = local_bytes(ch->master) / 4 * dsz;
+            uint64_t part = 0;
+            for (int i = 0; i < zero->nlocal; i++) {
+                int64_t off, len;
+                dt__zero_part(zero, ch, i, &off, &len);
+                part += (uint64_t)len * dsz;
+            }
             uint64_t full = (uint64_t)zero->nlocal * (uint64_t)ch->len * dsz;
             uint64_t reduce = zero->stage == 2 ? full : part;
             uint64_t gather = 0;
+            /* (Offload, stage 1: the partition in the parameters' dtype whatever it is.) */
+            int cast_src = gr->dtype != DT_DTYPE_F32 || zero->offload;
             if (zero->stage > 0)
-                gather = full + (zero->stage == 1 && gr->dtype != DT_DTYPE_F32 ? part : 0);
+                gather = full + (zero->stage == 1 && cast_src ? part : 0);
             uint64_t tmp = reduce > gather ? reduce : gather;
             if (tmp > m.gather_bytes)
                 m.gather_bytes = tmp;
         }
     }
+    m.host_bytes = dt__zero_offload_host_bytes(zero);
     *memory_out = m;
     return DT_OK;
 }

@@ -26,11 +26,6 @@ static const char *kind_name(const dt__zgroup *g, int kind)
     }
 }
 
-static dt_tensor *kind_tensor(const dt__zchunk *ch, int kind)
-{
-    return kind == 0 ? ch->master : kind == 1 ? ch->s1 : ch->s2;
-}
-
 static int kind_present(const dt__zgroup *g, int kind)
 {
     if (kind == 0)
@@ -114,11 +109,11 @@ static dt_status add_piece(save_lists *s, const dt_ckpt_piece *pc)
 
 /* The part [*a, *b) of parameter p's flat run that lies in local device i's partition of
  * chunk ch, and where that partition starts (*lo); 0 when they do not meet. */
-static int run_part(const dt__zparam *p, const dt__zchunk *ch, int i, int64_t *lo, int64_t *a,
-                    int64_t *b)
+static int run_part(const dt_zero *z, const dt__zparam *p, const dt__zchunk *ch, int i,
+                    int64_t *lo, int64_t *a, int64_t *b)
 {
     int64_t off, len;
-    dt__zero_local_range(ch->master, i, &off, &len);
+    dt__zero_part(z, ch, i, &off, &len);
     *lo = ch->start + off;
     int64_t hi = *lo + len;
     *a = p->offset > *lo ? p->offset : *lo;
@@ -128,18 +123,19 @@ static int run_part(const dt__zparam *p, const dt__zchunk *ch, int i, int64_t *l
 
 /* The part of device i's partition of chunk ch (as run_part) inside parameter p's local
  * shard on device i, as positions [*pa, *pb) of the shard's row-major form (padding
- * dropped), *src the device address of *pa in `t`; 0 when empty. */
-static int shard_part(const dt__zparam *p, const dt__zchunk *ch, const dt_tensor *t, int i,
-                      int64_t *pa, int64_t *pb, float **src)
+ * dropped), *src the address of *pa in state `kind` (device memory, or host memory under
+ * offload); 0 when empty. */
+static int shard_part(const dt_zero *z, const dt__zparam *p, const dt__zchunk *ch, int kind,
+                      int i, int64_t *pa, int64_t *pb, float **src)
 {
     int64_t lo, a, b;
-    if (!run_part(p, ch, i, &lo, &a, &b))
+    if (!run_part(z, p, ch, i, &lo, &a, &b))
         return 0;
     const DLTensor *d = dt_tensor_local(p->tensor, i);
     int64_t numel = dt__numel(d->ndim, d->shape);
     *pa = a - p->offset;
     *pb = b - p->offset < numel ? b - p->offset : numel;
-    *src = (float *)dt_tensor_local(t, i)->data + (a - lo);
+    *src = dt__zero_state_data(ch, kind, i) + (a - lo);
     return *pb > *pa;
 }
 
@@ -172,8 +168,7 @@ static dt_status param_pieces(const dt_zero *z, const dt__zgroup *g, const dt__z
             for (int c = 0; c < g->nchunks; c++) {
                 int64_t pa, pb;
                 float *src;
-                if (!shard_part(p, &g->chunks[c], kind_tensor(&g->chunks[c], kind), i, &pa,
-                                &pb, &src))
+                if (!shard_part(z, p, &g->chunks[c], kind, i, &pa, &pb, &src))
                     continue;
                 dt__zbox boxes[DT__ZERO_MAX_BOXES];
                 int nb = dt__zero_boxes(rank, loc->shape, pa, pb, boxes);
@@ -215,7 +210,7 @@ static dt_status stage_pieces(const dt_zero *z, int first, save_lists *s)
     for (int j = first; st == DT_OK && j < s->npieces; j++) {
         dt_ckpt_piece *pc = &s->pieces[j];
         const dt__device *dev = z->devs[pc->device];
-        if (dev->kind->host_visible)
+        if (dt__zero_state_on_host(z, pc->device))
             continue;
         size_t bytes = (size_t)dt__numel(pc->rank, pc->sizes) * sizeof(float);
         st = dev->kind->host_alloc(bytes, &s->staged[j]);
@@ -526,7 +521,7 @@ static dt_status read_box_into(const dt_zero *z, const dt_ckpt *ck, int64_t idx,
                                float *dst, float *stage)
 {
     const dt__device *dev = z->devs[i];
-    if (dev->kind->host_visible) {
+    if (dt__zero_state_on_host(z, i)) {
         offs[rank - 1] = at;
         sizes[rank - 1] = len;
         return dt_ckpt_read_box(ck, idx, offs, sizes, dst, (size_t)len * sizeof(float));
@@ -557,13 +552,13 @@ static dt_status read_state(const dt_zero *z, const dt_ckpt *ck, const dt__zgrou
             for (int c = 0; c < g->nchunks; c++) {
                 const dt__zchunk *ch = &g->chunks[c];
                 int64_t lo, a, b;
-                if (!run_part(p, ch, i, &lo, &a, &b))
+                if (!run_part(z, p, ch, i, &lo, &a, &b))
                     continue;
                 for (int j = 0; j < p->nshard; j++) {
                     offs[j] = z->coords[i][p->shard_dims[j]];
                     sizes[j] = 1;
                 }
-                float *dst = (float *)dt_tensor_local(kind_tensor(ch, kind), i)->data + (a - lo);
+                float *dst = dt__zero_state_data(ch, kind, i) + (a - lo);
                 dt_status st = read_box_into(z, ck, idx[kind], rank, offs, sizes,
                                              a - p->offset, b - a, i, dst, stage);
                 if (st != DT_OK)
@@ -583,7 +578,7 @@ static dt_status read_shard_part(const dt_zero *z, const dt_ckpt *ck, int64_t id
     const dt__device *dev = z->devs[i];
     const DLTensor *loc = dt_tensor_local(p->tensor, i);
     const int64_t *loff = dt_tensor_local_offset(p->tensor, i);
-    int visible = dev->kind->host_visible;
+    int visible = dt__zero_state_on_host(z, i);
     int64_t step = visible ? pb - pa : DT__ZERO_STAGE;
     dt_status st = DT_OK;
     for (int64_t k = pa; st == DT_OK && k < pb; k += step) {
@@ -617,8 +612,7 @@ static dt_status read_state_global(const dt_zero *z, const dt_ckpt *ck, const dt
             for (int c = 0; c < g->nchunks; c++) {
                 int64_t pa, pb;
                 float *dst;
-                if (!shard_part(p, &g->chunks[c], kind_tensor(&g->chunks[c], kind), i, &pa,
-                                &pb, &dst))
+                if (!shard_part(z, p, &g->chunks[c], kind, i, &pa, &pb, &dst))
                     continue;
                 dt_status st = read_shard_part(z, ck, idx[kind], p, i, pa, pb, dst, stage);
                 if (st != DT_OK)
@@ -635,7 +629,7 @@ static dt_status stage_alloc(const dt_zero *z, float **stage_out, const dt__devi
     *stage_out = NULL;
     *kind_out = NULL;
     for (int i = 0; i < z->nlocal; i++)
-        if (!z->devs[i]->kind->host_visible) {
+        if (!dt__zero_state_on_host(z, i)) {
             *kind_out = z->devs[i]->kind;
             return z->devs[i]->kind->host_alloc(DT__ZERO_STAGE * sizeof(float),
                                                 (void **)stage_out);

@@ -28,6 +28,7 @@ void options_usage(FILE *f, const char *prog)
         "  --weight-decay X    (default 0.01 for adamw, else 0)\n"
         "  --clip X            clip the global gradient norm to X (default 0: off)\n"
         "  --stage 0|1|2       ZeRO stage (default 1)\n"
+        "  --offload           keep the optimizer's state and update on the host (GPU meshes)\n"
         "  --optimizer adam|adamw|sgd   (default adam; sgd uses momentum 0.9)\n"
         "  --precision f32|bf16|f16     parameters' dtype; bf16/f16 keep f32 master weights,\n"
         "                      f16 uses dynamic loss scaling (default f32)\n"
@@ -127,6 +128,10 @@ int options_parse(int argc, char **argv, const char *default_mesh, const char *d
         }
         if (strcmp(arg, "--quiet") == 0 || strcmp(arg, "-q") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(arg, "--offload") == 0) {
+            o->offload = 1;
             continue;
         }
         const char *eq = strchr(arg, '=');

@@ -25,6 +25,7 @@ typedef struct train_opts {
     double weight_decay; /* < 0: 0.01 for adamw, 0 otherwise */
     double clip;         /* global-norm clipping, 0: off */
     int stage;
+    int offload;          /* --offload: the optimizer's state and update on the host */
     dt_optim_kind optimizer;
     precision precision;
     const char *out_dir;

@@ -6,7 +6,8 @@ write the same checkpoint bit for bit (parameters, ZeRO master weights and momen
 and the same curves, as one process with 4 GPU devices, under `mpiexec -n 2` with 2 each and
 `-n 4` with 1 each (the staged transport forced, in 1 KiB chunks). A run stopped on GPU
 devices resumes on CPU devices (and the other way) exactly, and on GPU devices of another
-process count. Checkpoints
+process count. With --offload (the optimizer's state on the host) the run and its checkpoint
+are the same, and it resumes without offload. Checkpoints
 are read with numpy and tests/ckpt_py/stread.py (never our C code), through the helpers of
 test_train_resume.py.
 Usage: test_train_gpu.py TRAIN_MLP MPIEXEC MESH_DIR"""
@@ -102,6 +103,21 @@ class TrainGpu(unittest.TestCase):
             out, _ = run(2, 2, self.mesh() + COMMON +
                          ["--out", d, "--resume", os.path.join(d, "checkpoint")], gpu=then)
             self.assert_same_as_cpu(out, d)
+
+    def test_offload_trains_as_the_cpu_devices_and_resumes_without_it(self):
+        # The optimizer's state on the host (--offload): the same run, the same checkpoint.
+        d = self.path("off1")
+        out, _ = run(0, 4, self.mesh() + COMMON + ["--out", d, "--offload"], gpu=True)
+        self.assert_same_as_cpu(out, d)
+        d = self.path("off2")
+        run(2, 2, self.mesh() + COMMON + ["--out", d, "--offload", "--stop-after", "12"],
+            gpu=True)
+        out, _ = run(2, 2, self.mesh() + COMMON +
+                     ["--out", d, "--resume", os.path.join(d, "checkpoint")], gpu=True)
+        self.assert_same_as_cpu(out, d)
+        _, err = run(0, 4, self.mesh() + COMMON + ["--out", self.path("offcpu"), "--offload"],
+                     gpu=False, expect=1)
+        self.assertIn("nothing to offload", err)
 
     def test_the_run_says_it_is_on_gpu_devices_and_bad_devices_are_refused(self):
         out, _ = run(0, 4, self.mesh() + COMMON[:-1] + ["--out", self.path("say"),
