@@ -12,10 +12,11 @@ cd "$root"
 if [ ! -f build-cuda/build.ninja ]; then
   meson setup build-cuda -Dcuda=enabled -Dtests=true -Dbuildtype=release >/dev/null
 fi
-# The programs the suite registers with 'gpu': true (tests/*/meson.build), and the rest.
+# The programs the suite registers with 'gpu': true (tests/*/meson.build) or runs on the
+# simulator through its env (transport, ckpt_gpu, data_gpu_sim), and the rest.
 gpu_tests=(tensor ops_spmd_matmul ops_spmd_ops optim_step optim_api optim_ckpt
            relayout_property relayout_cases barrier zero_mlp zero_synthetic zero_resume
-           optim_gpu_sim transport)
+           zero_offload optim_gpu_sim transport ckpt_gpu data_gpu_sim)
 targets=(tests/test_ops_cuda tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
          tests/test_staging_pool
          examples/train_mlp bench/bench_ops_cuda bench/bench_device bench/bench_relayout)

@@ -113,6 +113,9 @@ DT_GPU_DEVICES=4 DT_CPU_DEVICES=2 run gpu_mesh "$dev/bin/test_gpu_mesh"
 for t in relayout_cases zero_mlp; do
   DT_TEST_DEVICE=gpu DT_GPU_DEVICES=2 DT_CPU_DEVICES=2 run "gpu_${t}_np2" "${mpirun[@]}" "$dev/bin/test_$t"
 done
+# dt_save/dt_restore of GPU tensors from two processes (4 devices each, as the suite runs it:
+# its host-memory bound assumes 8 MiB per client).
+DT_GPU_DEVICES=4 DT_CPU_DEVICES=2 run gpu_ckpt_gpu_np2 "${mpirun[@]}" "$dev/bin/test_ckpt_gpu"
 # Four processes sharing it (the staged transport; forced, in 64 KiB chunks, for the
 # relayouts), the transport test at 2, the GPU and CPU meshes across processes.
 mpirun4=("$dev/ompi/bin/mpiexec" --oversubscribe -n 4)
