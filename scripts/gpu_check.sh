@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, over the .dev/ bundle that
-# scripts/gpu_bundle.sh made: the CUDA kernel tests (against the CPU kernels), the GPU-mesh
-# test programs on the real GPU (one process with 4 logical devices, then two processes
-# sharing it), train_mlp --device gpu, and the benchmarks. Prints one `check=NAME status=...`
-# line per step and the benchmarks' key=value lines; writes logs under $OUT (or ./gpu-out).
-# A step that finds no usable GPU reports status=skip, never pass. GPU_KIND=sim runs the same
-# steps on the simulated accelerator (to try the script on a machine without a GPU).
-# docs/gpu.md.
+# scripts/gpu_bundle.sh made (unpacked from .dev.tar.gz when only that was carried): the CUDA
+# kernel tests (against the CPU kernels), the GPU-mesh test programs on the real GPU (one
+# process with 4 logical devices, then 2 and 4 processes sharing it), train_mlp --device gpu,
+# and the benchmarks. Logs under $OUT (or ./gpu-out). Output, all key=value:
+#   check=NAME status=pass|fail|skip exit=N seconds=S [reason=...]   one per step
+#   bench=NAME ...                                                  the benchmarks' lines
+#   result=train_mlp_gpu... accuracy=...                            train_mlp's result
+#   gpu_check kind=K status=S pass=N fail=N skip=N seconds=S        last
+# Exit 0 when every step passed, 77 when none failed but some skipped, 1 when one failed.
+# Skips are never passes: with GPU_KIND=cuda (the default) and no GPU listed by nvidia-smi,
+# every step is status=skip reason=no-gpu without running; a program exiting 77 is a skip.
+# Time: the steps share CHECK_BUDGET_S seconds (default 420, so a run stays within 8
+# minutes); each step's timeout is what is left (at most 240 s), and the steps after the
+# budget is spent are status=skip reason=budget.
+# GPU_KIND=sim runs the same steps (but the CUDA-only ones) on the simulated accelerator, to
+# try the script on a machine without a GPU. docs/gpu.md.
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -30,7 +39,7 @@ for f in "$dev"/lib/*; do
 done
 for n in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
   if ! ldconfig -p | grep -q " $n " && [ ! -e "/usr/local/cuda/lib64/$n" ]; then
-    f=$(find / -xdev \( -name "$n" -o -name "$n.*" \) -not -path '/proc/*' 2>/dev/null | head -n 1)
+    f=$(timeout 30 find / -xdev \( -name "$n" -o -name "$n.*" \) -not -path '/proc/*' 2>/dev/null | head -n 1)
     [ -n "$f" ] && ln -sf "$f" "$libdir/$n"
   fi
 done
