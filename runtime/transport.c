@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "runtime/device.h"
-#include "runtime/internal.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
 
 #if !DT_HAVE_CUDA
 const dt__transport *dt__transport_nccl(void)

@@ -15,7 +15,10 @@
 #include "runtime/cuda.h"
 #include "runtime/device.h"
 #include "runtime/group.h"
-#include "runtime/internal.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
 
 static struct {
     int applies;          /* every client owns its own GPU and the communicator is up */

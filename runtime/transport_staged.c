@@ -11,6 +11,7 @@
 #include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/staging.h"
 #include "runtime/transport.h"
 
 enum {
@@ -78,11 +79,12 @@ static cut cut_of(const dt__region *r, size_t chunk)
     return c;
 }
 
-/* The staging slots of one transfer, for one call: kept across calls they would hold
- * 4 chunks of pinned memory per transfer of every cached plan, and the host pool's
- * accounting (a step leaves nothing behind) would see them. */
+/* The staging slots of one transfer, for one call. The blocks come from the staging pool
+ * (runtime/staging_pool.c) and go back to it at the end of the call, so the next exchange,
+ * of this plan or another, reuses them instead of allocating page-locked memory again; a
+ * cached plan holds no staging between calls. */
 typedef struct staging {
-    const dt__device_kind *kind; /* whose host_free frees the slots */
+    const dt__device_kind *kind; /* whose host staging the slots are */
     size_t slot_bytes;
     int nslots;
     void *slot[STAGED_IN_FLIGHT];
@@ -93,8 +95,7 @@ static void staging_free(staging *s)
     if (!s)
         return;
     for (int i = 0; i < s->nslots; i++)
-        if (s->slot[i])
-            s->kind->host_free(s->slot[i]);
+        dt__staging_put(s->kind, s->slot[i], s->slot_bytes);
     free(s);
 }
 
@@ -123,7 +124,7 @@ static dt_status staging_get(const dt__device *dev, size_t bytes, int n, staging
     s->kind = dev->kind;
     s->slot_bytes = bytes;
     for (; s->nslots < n; s->nslots++) {
-        dt_status st = dev->kind->host_alloc(bytes, &s->slot[s->nslots]);
+        dt_status st = dt__staging_get(dev->kind, bytes, &s->slot[s->nslots]);
         if (st != DT_OK) {
             staging_free(s);
             return st;

@@ -3,7 +3,8 @@
 # need on a machine that has a GPU but not our Debian packages: the CUDA kernel tests, the
 # GPU-mesh test programs (the ones the suite also runs on the simulator), train_mlp, the
 # benchmarks, the shared libraries they load that such a machine may lack, and Open MPI's
-# plugins and launcher. scripts/gpu_check.sh runs them there. docs/gpu.md explains.
+# plugins and launcher; and packs .dev/ into .dev.tar.gz, one file to carry there.
+# scripts/gpu_check.sh runs them there. docs/gpu.md explains.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -11,11 +12,13 @@ cd "$root"
 if [ ! -f build-cuda/build.ninja ]; then
   meson setup build-cuda -Dcuda=enabled -Dtests=true -Dbuildtype=release >/dev/null
 fi
-# The programs the suite registers with 'gpu': true (tests/*/meson.build), and the rest.
+# The programs the suite registers with 'gpu': true (tests/*/meson.build) or runs on the
+# simulator through its env (transport, ckpt_gpu, data_gpu_sim), and the rest.
 gpu_tests=(tensor ops_spmd_matmul ops_spmd_ops optim_step optim_api optim_ckpt
            relayout_property relayout_cases barrier zero_mlp zero_synthetic zero_resume
-           optim_gpu_sim transport)
+           zero_offload optim_gpu_sim transport ckpt_gpu data_gpu_sim)
 targets=(tests/test_ops_cuda tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
+         tests/test_staging_pool
          examples/train_mlp bench/bench_ops_cuda bench/bench_device bench/bench_relayout)
 for t in "${gpu_tests[@]}"; do targets+=("tests/test_$t"); done
 ninja -C build-cuda "${targets[@]}" >/dev/null
@@ -41,4 +44,7 @@ for b in mpiexec.openmpi orterun prterun prted; do
 done
 [ -e "$ompi/bin/mpiexec.openmpi" ] && ln -sf mpiexec.openmpi "$ompi/bin/mpiexec"
 printf '%s\n' "${gpu_tests[@]}" > .dev/gpu_tests.txt
-du -sh .dev
+# One file to carry to the GPU machine (the device tool carries at most 64 MiB: .dev/ is about
+# 85 MiB, the archive under 30); gpu_check.sh unpacks it there when .dev/ is missing.
+tar -czf .dev.tar.gz .dev
+du -sh .dev .dev.tar.gz
