@@ -22,7 +22,7 @@ struct dt__zs3 {
     int nreq;
     MPI_Request *reqs;
     int *peers;
-    void **host;              /* nchunks * nlocal */
+    void **host; /* nchunks * nlocal */
 };
 
 /* Message tags of the gather: a third phase after the reduction's two (bucket.c), one tag per
@@ -128,9 +128,10 @@ dt_status dt__zero_s3_idle(const dt_zero *z, const char *fn)
 {
     for (int g = 0; g < z->ngroups; g++)
         if (z->groups[g].s3 && z->groups[g].s3->state != S3_RELEASED)
-            return dt__error(DT_ERR_STATE, "%s: stage 3 group %d is still %s (dt_zero_release "
-                             "it first: the update writes the shards)", fn, g,
-                             z->groups[g].s3->state == S3_LIVE ? "gathered" : "prefetched");
+            return dt__error(DT_ERR_STATE,
+                             "%s: stage 3 group %d is still %s (dt_zero_release "
+                             "it first: the update writes the shards)",
+                             fn, g, z->groups[g].s3->state == S3_LIVE ? "gathered" : "prefetched");
     return DT_OK;
 }
 
@@ -181,9 +182,9 @@ static dt_status post_chunk(dt_zero *z, dt__zgroup *g, int c, int i)
             s->peers[s->nreq++] = z->dp_client[e + (size_t)q];
         }
         if (mlen > 0) {
-            rc = MPI_Isend((char *)*buf + (size_t)moff * dsz, (int)((size_t)mlen * dsz),
-                           MPI_BYTE, z->dp_rank[e + (size_t)q],
-                           tag_of(z, z->dp_pos[e + (size_t)me], q), z->comm, &s->reqs[s->nreq]);
+            rc = MPI_Isend((char *)*buf + (size_t)moff * dsz, (int)((size_t)mlen * dsz), MPI_BYTE,
+                           z->dp_rank[e + (size_t)q], tag_of(z, z->dp_pos[e + (size_t)me], q),
+                           z->comm, &s->reqs[s->nreq]);
             if (rc != MPI_SUCCESS)
                 return mpi_fail(rc, "MPI_Isend");
             s->peers[s->nreq++] = z->dp_client[e + (size_t)q];
@@ -197,8 +198,8 @@ static dt_status check_group(const dt_zero *z, const char *fn, int group)
     if (!z)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero is NULL", fn);
     if (group < 0 || group >= z->ngroups)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: group %d (the optimizer has %d)", fn,
-                         group, z->ngroups);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: group %d (the optimizer has %d)", fn, group,
+                         z->ngroups);
     return DT_OK;
 }
 
@@ -309,8 +310,10 @@ dt_status dt_zero_gather(dt_zero *zero, int group)
         return st;
     dt__zgroup *g = &zero->groups[group];
     if (g->s3->state == S3_LIVE)
-        return dt__error(DT_ERR_STATE, "%s: group %d is already gathered (gathered twice; "
-                         "dt_zero_release it first)", fn, group);
+        return dt__error(DT_ERR_STATE,
+                         "%s: group %d is already gathered (gathered twice; "
+                         "dt_zero_release it first)",
+                         fn, group);
     if (g->s3->state == S3_RELEASED)
         st = dt_zero_prefetch(zero, group);
     return st == DT_OK ? finish(zero, g) : st;
@@ -327,8 +330,10 @@ dt_status dt_zero_release(dt_zero *zero, int group)
         return dt__error(DT_ERR_STATE, "%s: group %d is not gathered (released already)", fn,
                          group);
     if (g->s3->state == S3_FLYING)
-        return dt__error(DT_ERR_STATE, "%s: group %d is only prefetched (dt_zero_gather it "
-                         "before releasing)", fn, group);
+        return dt__error(DT_ERR_STATE,
+                         "%s: group %d is only prefetched (dt_zero_gather it "
+                         "before releasing)",
+                         fn, group);
     free_params(g);
     g->s3->state = S3_RELEASED;
     return DT_OK;
@@ -345,8 +350,10 @@ dt_status dt_zero_param(const dt_zero *zero, int index, dt_tensor **param_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: parameter %d (the optimizer has %d)", fn,
                          index, zero->nparams);
     if (!p->tensor)
-        return dt__error(DT_ERR_STATE, "%s: parameter %d ('%s') is released (dt_zero_gather "
-                         "its group %d first)", fn, index, p->name, (int)(g - zero->groups));
+        return dt__error(DT_ERR_STATE,
+                         "%s: parameter %d ('%s') is released (dt_zero_gather "
+                         "its group %d first)",
+                         fn, index, p->name, (int)(g - zero->groups));
     *param_out = p->tensor;
     return DT_OK;
 }
