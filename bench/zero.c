@@ -666,8 +666,8 @@ static int s3_setup(s3model *m, int stage, const dt_mesh *mesh, const opts *o, f
         if (ok && j < 0)
             j = dt_tensor_local_position(m->g[k], 0);
         if (ok)
-            ok = report("gradient", fill(dt_tensor_local(m->g[k], 0)->data,
-                                         o->params / S3_LAYERS, k, (int)j, 1));
+            ok = report("gradient", fill(dt_tensor_local(m->g[k], 0)->data, o->params / S3_LAYERS,
+                                         k, (int)j, 1));
     }
     uint64_t b1 = requested();
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
@@ -686,7 +686,8 @@ static int s3_setup(s3model *m, int stage, const dt_mesh *mesh, const opts *o, f
             ok = report("parameter",
                         fill(dt_tensor_local(m->p[k], 0)->data, o->params / S3_LAYERS, k, 0, 0));
         if (ok)
-            ok = report("dt_zero_add_group", dt_zero_add_group(m->z, 1, names, &m->p[k], &hp, NULL));
+            ok =
+                report("dt_zero_add_group", dt_zero_add_group(m->z, 1, names, &m->p[k], &hp, NULL));
         if (ok && stage == 3) {
             dt_tensor_destroy(m->p[k]); /* the optimizer's shards hold it now */
             m->p[k] = NULL;
@@ -810,7 +811,8 @@ static int stage3_case(const dt_mesh *mesh, const opts *o)
             bu_line_add(&line, "params", "%lld", (long long)o->params);
             bu_line_add(&line, "layers", "%d", S3_LAYERS);
             bu_line_add(&line, "steady_ratio", "%.4f", (double)v[0] / f);
-            bu_line_add(&line, "peak_ratio", "%.4f", ((double)v[0] + (double)v[1]) / (f + 2 * layer));
+            bu_line_add(&line, "peak_ratio", "%.4f",
+                        ((double)v[0] + (double)v[1]) / (f + 2 * layer));
             bu_line_add(&line, "fwd_peak_ratio", "%.4f",
                         ((double)v[0] + (double)v[3]) / (f + 2 * layer));
             bu_line_add(&line, "fwd_live_layers", "%.2f", (double)v[3] / layer);
@@ -874,8 +876,8 @@ static int parse_args(int argc, char **argv, opts *o)
         else
             return usage();
     }
-    if (o->params < S3_LAYERS * ROW || o->params % (S3_LAYERS * ROW) != 0 || o->allgather < 0 || o->reps < 1 ||
-        o->reps > MAX_REPS)
+    if (o->params < S3_LAYERS * ROW || o->params % (S3_LAYERS * ROW) != 0 || o->allgather < 0 ||
+        o->reps < 1 || o->reps > MAX_REPS)
         return usage();
     if (o->allgather == 0)
         o->allgather = o->params / 16;

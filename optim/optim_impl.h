@@ -94,7 +94,7 @@ typedef struct dt__zgroup {
     int64_t length;           /* L: the flat buffer's length per model coordinate */
     int nchunks;
     dt__zchunk *chunks;
-    struct dt__zs3 *s3;       /* stage 3: the group's gather (stage3.c); NULL otherwise */
+    struct dt__zs3 *s3; /* stage 3: the group's gather (stage3.c); NULL otherwise */
 } dt__zgroup;
 
 /* A bucket of the background reduction (bucket.c): flat range [lo, hi) of one chunk, reduced

@@ -107,8 +107,8 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
      * backward pass holds one chunk at a time. */
     for (int c = 0; st == DT_OK && z->overlap && c < g->nchunks; c++) {
         dt__zchunk *ch = &g->chunks[c];
-        if (p->offset < ch->start + ch->len && p->offset + p->n > ch->start &&
-            --ch->waiting == 0 && ch->filling && ch->filling != ch->flat) {
+        if (p->offset < ch->start + ch->len && p->offset + p->n > ch->start && --ch->waiting == 0 &&
+            ch->filling && ch->filling != ch->flat) {
             dt_tensor_destroy(ch->filling);
             ch->filling = NULL;
         }

@@ -32,8 +32,10 @@ dt_status dt__zero_check_grad(const dt_zero *z, const char *fn, const dt__zparam
         same = dt_tensor_shape(t)[d] == p->shape[d];
     if (!same) {
         char a[96], b[96];
-        return dt__error(DT_ERR_SHAPE, "%s: gradient %d ('%s') has shape %s, the "
-                         "parameter %s", fn, p->index, p->name,
+        return dt__error(DT_ERR_SHAPE,
+                         "%s: gradient %d ('%s') has shape %s, the "
+                         "parameter %s",
+                         fn, p->index, p->name,
                          dt__shape_str(dt_tensor_rank(t), dt_tensor_shape(t), a, sizeof a),
                          dt__shape_str(rank, p->shape, b, sizeof b));
     }
@@ -431,9 +433,8 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
         st = done;
     for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
-            st = z->sharded_params
-                     ? dt__zero_s3_refresh(z, &z->groups[g], &z->groups[g].chunks[c])
-                     : gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
+            st = z->sharded_params ? dt__zero_s3_refresh(z, &z->groups[g], &z->groups[g].chunks[c])
+                                   : gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
     done = dt__zero_sync(z);
     if (st == DT_OK)
         st = done;

@@ -404,7 +404,7 @@ dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out)
             /* (Offload, stage 1: the partition in the parameters' dtype whatever it is.) */
             int cast_src = gr->dtype != DT_DTYPE_F32 || zero->offload;
             if (zero->sharded_params)
-                gather = 0;  /* the gathered parameters themselves are in param_bytes */
+                gather = 0; /* the gathered parameters themselves are in param_bytes */
             else if (zero->stage > 0)
                 gather = full + (zero->stage == 1 && cast_src ? part : 0);
             uint64_t tmp = reduce > gather ? reduce : gather;

@@ -317,8 +317,10 @@ static dt_status zero_save(const char *fn, dt_zero *zero, const save_target *t, 
      * would need them after the release). */
     unsigned char *held = NULL;
     dt_status st = zero->sharded_params && req_out
-                       ? dt__error(DT_ERR_UNSUPPORTED, "%s: stage 3 saves synchronously "
-                                   "(dt_zero_save or dt_zero_save_step)", fn)
+                       ? dt__error(DT_ERR_UNSUPPORTED,
+                                   "%s: stage 3 saves synchronously "
+                                   "(dt_zero_save or dt_zero_save_step)",
+                                   fn)
                        : dt__zero_s3_hold_all(zero, &held);
     if (st == DT_OK)
         st = build_lists(zero, n_extra, extra_names, extra_tensors, opts, &s);

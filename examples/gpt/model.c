@@ -327,8 +327,8 @@ static dt_tensor *param_of(const gpt *m, int slot)
 static void unit_groups(const gpt *m, int u, int g[2])
 {
     int L = (int)m->cfg.layers;
-    g[0] = u;                                          /* embed, block u - 1, head weight */
-    g[1] = u == 0 ? -1 : L + 1 + u;                    /* block norms, final norm */
+    g[0] = u;                       /* embed, block u - 1, head weight */
+    g[1] = u == 0 ? -1 : L + 1 + u; /* block norms, final norm */
 }
 
 /* Stage 3: unit u's parameters gathered (u >= 0), unit `next`'s (>= 0) prefetched. */
@@ -387,9 +387,8 @@ dt_status gpt_attach(gpt *m, dt_zero *zero, const dt_optim_hparams *hp, int stag
     m->count = gpt_param_count(m);
     dt_status st = DT_OK;
     for (int k = 0; st == DT_OK && k < n; k++)
-        st = dt_zero_add_group(zero, cuts[k + 1] - cuts[k],
-                               (const char *const *)m->names + cuts[k], m->param + cuts[k],
-                               cuts[k] < m->ndecay ? hp : &plain, NULL);
+        st = dt_zero_add_group(zero, cuts[k + 1] - cuts[k], (const char *const *)m->names + cuts[k],
+                               m->param + cuts[k], cuts[k] < m->ndecay ? hp : &plain, NULL);
     m->ngroups = n;
     for (int i = 0; st == DT_OK && stage3 && i < m->nparams; i++) {
         dt_tensor_destroy(m->param[i]); /* the optimizer's shards hold the values */
@@ -449,8 +448,7 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     int L = (int)m->cfg.layers;
     int64_t H = m->cfg.heads;
     dt_tensor *wte = NULL, *wpe = NULL, *te = NULL, *pe = NULL, *x = NULL;
-    if ((st = unit_in(m, 0, 1)) != DT_OK ||
-        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+    if ((st = unit_in(m, 0, 1)) != DT_OK || (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
         (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
         (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK)
         return st;
@@ -478,16 +476,22 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
             (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_Q)), 0, 0, NULL, &a->q), a->q) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_K)), 0, 0, NULL, &a->k), a->k) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_V)), 0, 0, NULL, &a->v), a->v) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
+                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_K)), 0, 0, NULL, &a->k), a->k) !=
+                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_V)), 0, 0, NULL, &a->v), a->v) !=
+                DT_OK ||
             K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(l, W_O)), 0, 0, m->l_act, &o), o) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(l, W_O)), 0, 0, m->l_act, &o), o) !=
+                DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(l, W_FC)), 0, 0, NULL, &a->h), a->h) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
+                DT_OK ||
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, m->l_act, &mo), mo) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
+                DT_OK ||
             K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
             (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
@@ -498,7 +502,8 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
         (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
         K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
-        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) != DT_OK)
+        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
+            DT_OK)
         return st;
     return DT_OK;
 }
@@ -621,13 +626,11 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
     }
     /* Embeddings: x0 = wte[ids] + wpe[pos]. */
     dt_tensor *wte = NULL, *wpe = NULL;
-    if ((st = unit_in(m, 0, -1)) != DT_OK ||
-        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+    if ((st = unit_in(m, 0, -1)) != DT_OK || (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
         (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
         (st = dt_embedding_backward(wte, ids, dx, NULL, &dw)) != DT_OK ||
         (st = dt_embedding_backward(wpe, p->pos, dx, NULL, &db)) != DT_OK ||
-        (st = unit_out(m, 0)) != DT_OK ||
-        (st = put_grad(grads, p_wte(), dw)) != DT_OK ||
+        (st = unit_out(m, 0)) != DT_OK || (st = put_grad(grads, p_wte(), dw)) != DT_OK ||
         (st = put_grad(grads, p_wpe(), db)) != DT_OK)
         return st;
     return DT_OK;

@@ -16,7 +16,7 @@ struct mlp {
     dt_layout *l_rows1; /* [batch]: labels */
     dt_layout *l_rep2;  /* replicated 2-D: logits gathered for the accuracy */
     dt_tensor *param[MLP_NPARAMS];
-    dt_zero *zero;      /* stage 3: the parameters' owner, group l = layer l + 1 */
+    dt_zero *zero; /* stage 3: the parameters' owner, group l = layer l + 1 */
 };
 
 static const char *const names[MLP_NPARAMS] = {"layer1/weight", "layer1/bias", "layer2/weight",
@@ -62,8 +62,7 @@ dt_status mlp_attach(mlp *m, dt_zero *zero, const dt_optim_hparams *hp, int stag
 
 /* Layer l's weight and bias: the model's own, or (stage 3) gathered by the optimizer, with
  * layer `next`'s gather (>= 0) started to move while this one computes. */
-static dt_status layer_in(const mlp *m, int l, int next, const dt_tensor **w,
-                          const dt_tensor **b)
+static dt_status layer_in(const mlp *m, int l, int next, const dt_tensor **w, const dt_tensor **b)
 {
     if (!m->zero) {
         *w = m->param[2 * l];
@@ -272,16 +271,14 @@ static dt_status forward(const mlp *m, const dt_tensor *x, fwd *f, const dt_tens
     dt_status st;
     *f = (fwd){0};
     /* Column parallel: x [batch, -] . W1 [-, model] -> [batch, model], no communication. */
-    if ((st = layer_in(m, 0, 1, &w1, &b1)) != DT_OK ||
-        (st = bias_f32(b1, &f->b1)) != DT_OK ||
+    if ((st = layer_in(m, 0, 1, &w1, &b1)) != DT_OK || (st = bias_f32(b1, &f->b1)) != DT_OK ||
         (st = dt_matmul(x, w1, 0, 0, NULL, &xw)) != DT_OK ||
         (st = dt_bias_add(xw, f->b1, &f->h)) != DT_OK || (st = dt_relu(f->h, &f->a)) != DT_OK ||
         (st = layer_out(m, 0)) != DT_OK)
         goto out;
     /* Row parallel: a [batch, model] . W2 [model, -] is partial over model; asking for
      * [batch, -] sums it (an all-reduce along model). */
-    if ((st = layer_in(m, 1, -1, &w2, &b2)) != DT_OK ||
-        (st = bias_f32(b2, &f->b2)) != DT_OK ||
+    if ((st = layer_in(m, 1, -1, &w2, &b2)) != DT_OK || (st = bias_f32(b2, &f->b2)) != DT_OK ||
         (st = dt_matmul(f->a, w2, 0, 0, m->l_rows2, &aw)) != DT_OK ||
         (st = dt_bias_add(aw, f->b2, &f->logits)) != DT_OK)
         goto out;
@@ -328,15 +325,12 @@ dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, f
         (st = tell(fn, arg, 3, g[3])) != DT_OK ||
         (st = m->zero ? dt_zero_prefetch(m->zero, 0) : DT_OK) != DT_OK ||
         (st = dt_matmul_backward(f.a, w2, 0, 0, dlogits, NULL, NULL, &da, &g[2])) != DT_OK ||
-        (st = layer_out(m, 1)) != DT_OK ||
-        (st = tell(fn, arg, 2, g[2])) != DT_OK ||
+        (st = layer_out(m, 1)) != DT_OK || (st = tell(fn, arg, 2, g[2])) != DT_OK ||
         (st = dt_relu_backward(f.h, da, &dh)) != DT_OK ||
-        (st = dt_bias_grad(dh, NULL, &g[1])) != DT_OK ||
-        (st = tell(fn, arg, 1, g[1])) != DT_OK ||
+        (st = dt_bias_grad(dh, NULL, &g[1])) != DT_OK || (st = tell(fn, arg, 1, g[1])) != DT_OK ||
         (st = layer_in(m, 0, -1, &w1, &b1)) != DT_OK ||
         (st = dt_matmul_backward(x, w1, 0, 0, dh, NULL, NULL, NULL, &g[0])) != DT_OK ||
-        (st = layer_out(m, 0)) != DT_OK ||
-        (st = tell(fn, arg, 0, g[0])) != DT_OK)
+        (st = layer_out(m, 0)) != DT_OK || (st = tell(fn, arg, 0, g[0])) != DT_OK)
         goto out;
     for (int i = 0; i < MLP_NPARAMS; i++) {
         grads_out[i] = g[i];

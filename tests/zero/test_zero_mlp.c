@@ -152,8 +152,7 @@ static const char *const pspec_megatron[NP][2] = {
  * device, ndp ignored); exact (bitwise) or within a tolerance. */
 /* Stage 3's forward and backward, layer by layer (group 0: W1, b1; group 1: W2, b2); the
  * gradients go to dt_zero_grad_ready and are destroyed into g (left NULL). */
-static void layered_step(dt_zero *z, const dt_tensor *x, const dt_tensor *labels,
-                         dt_tensor **g)
+static void layered_step(dt_zero *z, const dt_tensor *x, const dt_tensor *labels, dt_tensor **g)
 {
     dt_tensor *w[NP], *h = NULL, *z1 = NULL, *a = NULL, *lg = NULL, *z2 = NULL, *dz2 = NULL;
     dt_tensor *da = NULL, *dz1 = NULL;

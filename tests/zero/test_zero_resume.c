@@ -415,8 +415,12 @@ static void resume(dt_dtype dtype)
             dt_mesh *mesh;
             int stage;
         } to[2] = {
-            {save_stage == 3 ? mesh4 : mesh2, save_stage == 1 ? 2 : save_stage == 2 ? 0 : 3},
-            {mesh3, save_stage == 1 ? 1 : save_stage == 2 ? 2 : 0},
+            {save_stage == 3 ? mesh4 : mesh2, save_stage == 1   ? 2
+                                              : save_stage == 2 ? 0
+                                                                : 3},
+            {mesh3, save_stage == 1   ? 1
+                    : save_stage == 2 ? 2
+                                      : 0},
         };
         for (int i = 0; i < 2; i++) {
             if (!zt_in_mesh(to[i].mesh))
@@ -469,11 +473,8 @@ static void reshape(dt_dtype dtype)
         int64_t tb, tm;
         int tstage;
     } cases[5] = {
-        {2, 2, 2, 4, 1, 1},
-        {4, 1, 1, 1, 2, 0},
-        {2, 2, 1, 1, 1, 2},
-        {2, 2, 3, 4, 1, 3},
-        {2, 1, 3, 2, 2, 3},
+        {2, 2, 2, 4, 1, 1}, {4, 1, 1, 1, 2, 0}, {2, 2, 1, 1, 1, 2},
+        {2, 2, 3, 4, 1, 3}, {2, 1, 3, 2, 2, 3},
     };
     for (int c = 0; c < 5; c++) {
         dt_mesh *from = zt_mesh_bm(cases[c].b, cases[c].m);

@@ -378,14 +378,14 @@ static void test_zero_f16_dynamic_loss_scale_with_overflows_matches_reference_bi
     mixed(DT_DTYPE_F16);
 }
 
-#define EXPECT_STATUS(call, want, text)                                                         \
-    do {                                                                                       \
-        dt_status st_ = (call);                                                                \
-        CU_ASSERT_EQUAL(st_, want);                                                            \
-        if (st_ != DT_OK && !strstr(dt_last_error(), text)) {                                  \
-            fprintf(stderr, "message '%s' lacks '%s'\n", dt_last_error(), text);                \
-            CU_FAIL("status message");                                                         \
-        }                                                                                      \
+#define EXPECT_STATUS(call, want, text)                                                            \
+    do {                                                                                           \
+        dt_status st_ = (call);                                                                    \
+        CU_ASSERT_EQUAL(st_, want);                                                                \
+        if (st_ != DT_OK && !strstr(dt_last_error(), text)) {                                      \
+            fprintf(stderr, "message '%s' lacks '%s'\n", dt_last_error(), text);                   \
+            CU_FAIL("status message");                                                             \
+        }                                                                                          \
     } while (0)
 
 /* Stage 3's refusals: every misuse of gather / prefetch / release / param gives DT_ERR_STATE
@@ -471,8 +471,8 @@ static void test_zero_stage3_misuse_gives_clear_statuses(void)
             EXPECT_STATUS(dt_zero_save(z, dir, 0, NULL, NULL, NULL), DT_ERR_STATE,
                           "still gathered");
             dt_save_request *req = NULL;
-            EXPECT_STATUS(dt_zero_save_async(z, dir, 0, NULL, NULL, NULL, &req),
-                          DT_ERR_UNSUPPORTED, "synchronously");
+            EXPECT_STATUS(dt_zero_save_async(z, dir, 0, NULL, NULL, NULL, &req), DT_ERR_UNSUPPORTED,
+                          "synchronously");
             dt_test_scratch_remove(dir);
             DT_ASSERT_OK(dt_zero_release(z, 0));
             EXPECT_STATUS(dt_zero_release(z, 0), DT_ERR_STATE, "released already");
