@@ -320,7 +320,8 @@ static void copy_parallel(const copy_job *jobs, int64_t njobs, uint64_t total, i
 }
 
 /* 1 when the fill may defer its copies and make them in parallel: everything fits (the
- * writer waits for the whole copy anyway), all local slices are in host memory, the data is
+ * writer waits for the whole copy anyway), all local slices are in memory host code may touch
+ * (no device, or a host-visible one: CPU devices), the data is
  * large enough for threads to pay and more than one is allowed. */
 static int defer_copies(const ck_stage *s, const ck_plan *plan, const ck_slice_src *src,
                         uint64_t total, int *nthreads)
@@ -329,8 +330,8 @@ static int defer_copies(const ck_stage *s, const ck_plan *plan, const ck_slice_s
     if (!s->whole || *nthreads < 2 || total < ((uint64_t)16 << 20))
         return 0;
     for (int64_t si = 0; si < plan->nslices; si++)
-        if (src[si].data && src[si].dev)
-            return 0;
+        if (src[si].data && src[si].dev && !src[si].dev->kind->host_visible)
+            return 0;    /* device memory: the kind's D2H copies, one at a time */
     return 1;
 }
 
