@@ -7,7 +7,6 @@
  * next save that stages (its pages are then already mapped) and freed at dt_finalize
  * (docs/ckpt.md, "Asynchronous save" and "GPU tensors"). */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,13 +15,6 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-
-/* One deferred copy of a piece into the ring (a whole-buffer fill from host memory). */
-typedef struct copy_job {
-    unsigned char *dst;
-    const unsigned char *src;
-    uint64_t len;
-} copy_job;
 
 typedef struct piece {
     int64_t si;
@@ -257,84 +249,6 @@ static void publish(ck_stage *s, piece p)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Threads for a deferred copy: DT_CKPT_COPY_THREADS (1-64) if set, else this process's share
- * of the CPUs it may run on (divided between the clients on its host, which copy at the same
- * time), at most 4: one thread does not saturate a node's memory bandwidth, a few do. */
-static int copy_threads(void)
-{
-    const char *e = getenv("DT_CKPT_COPY_THREADS");
-    if (e && *e) {
-        char *end = NULL;
-        long v = strtol(e, &end, 10);
-        if (*end == '\0' && v >= 1 && v <= 64)
-            return (int)v;
-    }
-    cpu_set_t set;
-    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1, local = 0;
-    int host = dt__client_host(dt_client_id());
-    for (int c = 0; c < dt_num_clients(); c++)
-        local += dt__client_host(c) == host;
-    int n = cpus / (local > 0 ? local : 1);
-    return n < 1 ? 1 : n > 4 ? 4 : n;
-}
-
-typedef struct copy_share {
-    const copy_job *jobs;
-    int64_t njobs;
-    uint64_t from, to;            /* bytes of the jobs' concatenation */
-    pthread_t thread;
-} copy_share;
-
-static void *copy_range(void *arg)
-{
-    copy_share *c = arg;
-    uint64_t at = 0;
-    for (int64_t i = 0; i < c->njobs && at < c->to; at += c->jobs[i++].len) {
-        uint64_t a = c->from > at ? c->from - at : 0;
-        uint64_t b = c->to - at < c->jobs[i].len ? c->to - at : c->jobs[i].len;
-        if (a < b)
-            memcpy(c->jobs[i].dst + a, c->jobs[i].src + a, (size_t)(b - a));
-    }
-    return NULL;
-}
-
-/* The jobs' bytes split evenly between nthreads threads, the caller's among them. */
-static void copy_parallel(const copy_job *jobs, int64_t njobs, uint64_t total, int nthreads)
-{
-    copy_share share[64];
-    int started[64] = {0};
-    for (int k = 0; k < nthreads; k++)
-        share[k] = (copy_share){.jobs = jobs, .njobs = njobs,
-                                .from = total / (uint64_t)nthreads * (uint64_t)k,
-                                .to = k == nthreads - 1 ? total
-                                                        : total / (uint64_t)nthreads * (k + 1)};
-    for (int k = 1; k < nthreads; k++)
-        started[k] = pthread_create(&share[k].thread, NULL, copy_range, &share[k]) == 0;
-    copy_range(&share[0]);
-    for (int k = 1; k < nthreads; k++) {
-        if (started[k])
-            pthread_join(share[k].thread, NULL);
-        else
-            copy_range(&share[k]);   /* no thread: the caller copies that share too */
-    }
-}
-
-/* 1 when the fill may defer its copies and make them in parallel: everything fits (the
- * writer waits for the whole copy anyway), all local slices are in memory host code may touch
- * (no device, or a host-visible one: CPU devices), the data is
- * large enough for threads to pay and more than one is allowed. */
-static int defer_copies(const ck_stage *s, const ck_plan *plan, const ck_slice_src *src,
-                        uint64_t total, int *nthreads)
-{
-    *nthreads = copy_threads();
-    if (!s->whole || *nthreads < 2 || total < ((uint64_t)16 << 20))
-        return 0;
-    for (int64_t si = 0; si < plan->nslices; si++)
-        if (src[si].data && src[si].dev && !src[si].dev->kind->host_visible)
-            return 0;    /* device memory: the kind's D2H copies, one at a time */
-    return 1;
-}
-
 /* Copies `len` bytes at `at` of a slice into the ring. */
 static dt_status copy_in(void *dst, const ck_slice_src *src, uint64_t at, uint64_t len)
 {
@@ -347,14 +261,8 @@ static dt_status copy_in(void *dst, const ck_slice_src *src, uint64_t at, uint64
 
 void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *src)
 {
-    int me = dt_client_id(), go = 1, nthreads = 1;
+    int me = dt_client_id(), go = 1;
     dt_status fail = DT_OK;
-    uint64_t total = 0, largest = 0, deferred = 0;
-    (void)count_pieces(plan, &total, &largest);
-    copy_job *jobs = NULL;
-    if (defer_copies(s, plan, src, total, &nthreads))
-        jobs = malloc((size_t)(s->npieces + 1) * sizeof *jobs);  /* none: copy in the loop */
-    int64_t njobs = 0;
     for (int64_t f = 0; go && f < plan->nfiles; f++) {
         const ck_plan_file *pf = &plan->files[f];
         if (dt_device_client(DT_DEVICE_CPU, pf->device_id) != me)
@@ -375,15 +283,7 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *s
                     go = 0;
                     break;
                 }
-                if (jobs) {              /* the writer waits for `filled`: copied below */
-                    copy_job c = {s->buf + pos, (const unsigned char *)src[si].data + at, len};
-                    copy_job *last = njobs ? &jobs[njobs - 1] : NULL;
-                    if (last && last->dst + last->len == c.dst && last->src + last->len == c.src)
-                        last->len += len;    /* one long memcpy per run of pieces */
-                    else
-                        jobs[njobs++] = c;
-                    deferred += len;
-                } else if ((fail = copy_in(s->buf + pos, &src[si], at, len)) != DT_OK) {
+                if ((fail = copy_in(s->buf + pos, &src[si], at, len)) != DT_OK) {
                     go = 0;
                     break;
                 }
@@ -392,9 +292,6 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *s
             }
         }
     }
-    if (jobs)
-        copy_parallel(jobs, njobs, deferred, nthreads);
-    free(jobs);
     pthread_mutex_lock(&s->mu);
     s->filled = 1;
     if (fail != DT_OK) {
