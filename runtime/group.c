@@ -16,10 +16,11 @@
  * member), so that creations over overlapping sets that run at once (clients 0 and 2 making
  * {0,2} while client 1 already waits in {0,1,2}) never share a tag on the runtime's
  * communicator, whose point-to-point tags (7101 relayout, 7201 barrier, 7301/7302 watchdog)
- * stay below this range. */
-enum { GROUP_TAG_BASE = 8192, GROUP_TAG_SPAN = 8192, MSG_LEN = 1024 };
+ * stay below this range. The arrival messages before a creation take the same hash in the
+ * range above (ARRIVE_TAG_BASE, below the 32767 every MPI allows). */
+enum { GROUP_TAG_BASE = 8192, GROUP_TAG_SPAN = 8192, ARRIVE_TAG_BASE = 16384, MSG_LEN = 1024 };
 
-static int group_tag(int n, const int *clients)
+static uint32_t group_hash(int n, const int *clients)
 {
     uint32_t h = 2166136261u; /* FNV-1a over the client ids */
     for (int i = 0; i < n; i++)
@@ -27,7 +28,62 @@ static int group_tag(int n, const int *clients)
             h ^= (uint32_t)clients[i] >> (8 * b) & 0xffu;
             h *= 16777619u;
         }
-    return GROUP_TAG_BASE + (int)(h % GROUP_TAG_SPAN);
+    return h;
+}
+
+static int group_tag(int n, const int *clients)
+{
+    return GROUP_TAG_BASE + (int)(group_hash(n, clients) % GROUP_TAG_SPAN);
+}
+
+/* Before the blocking MPI_Comm_create_group: every member sends every other one an arrival
+ * message (the list's hash and size) and waits for theirs under the watchdog, so that a member
+ * lost before the creation is named (DT_ERR_TIMEOUT) instead of hanging the others in it.
+ * Point to point on the runtime's communicator, as dt_barrier: each member waits on each other
+ * member directly, so every survivor names the lost one itself (a tree would name a parent
+ * that is alive but waiting). Collective over the members. */
+static dt_status arrive(int n, const int *clients)
+{
+    int me = dt_client_id();
+    uint32_t out[2] = {group_hash(n, clients), (uint32_t)n};
+    uint32_t(*in)[2] = calloc((size_t)n, sizeof *in);
+    MPI_Request *reqs = malloc(2 * (size_t)n * sizeof *reqs);
+    int *peers = malloc(2 * (size_t)n * sizeof *peers);
+    dt_status st = DT_OK;
+    if (!in || !reqs || !peers) {
+        st = dt__error(DT_ERR_NO_MEMORY, "the mesh's client group: no memory");
+        goto out;
+    }
+    int tag = ARRIVE_TAG_BASE + (int)(out[0] % GROUP_TAG_SPAN), rc = MPI_SUCCESS;
+    MPI_Comm comm = dt__comm();
+    for (int i = 0; i < n; i++) {
+        reqs[i] = reqs[n + i] = MPI_REQUEST_NULL;
+        peers[i] = peers[n + i] = clients[i];
+        in[i][0] = out[0];
+        in[i][1] = out[1];
+        if (clients[i] == me || rc != MPI_SUCCESS)
+            continue;
+        rc = MPI_Irecv(in[i], 2, MPI_UINT32_T, clients[i], tag, comm, &reqs[i]);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Isend(out, 2, MPI_UINT32_T, clients[i], tag, comm, &reqs[n + i]);
+    }
+    if (rc != MPI_SUCCESS)
+        st = dt__mpi_error(rc, "creating the mesh's client group (arrival)");
+    /* On a failure the posted requests are waited for (or cancelled on a timeout) here. */
+    dt_status ws = dt__wait_watched(reqs, peers, 2 * n, 0,
+                                    "creating the mesh's client group (arrival)");
+    if (st == DT_OK)
+        st = ws;
+    for (int i = 0; st == DT_OK && i < n; i++)
+        if (in[i][0] != out[0] || in[i][1] != out[1])  /* two sets of one tag: never expected */
+            st = dt__error(DT_ERR_STATE, "creating the mesh's client group of %d clients: "
+                           "client %d arrived for another group (%u clients)", n, clients[i],
+                           (unsigned)in[i][1]);
+out:
+    free(peers);
+    free(reqs);
+    free(in);
+    return st;
 }
 
 typedef struct cached {
@@ -66,6 +122,11 @@ static dt_status create(int n, int *clients, cached **out)
     cached *e = calloc(1, sizeof *e);
     if (!e)
         return dt__error(DT_ERR_NO_MEMORY, "the mesh's client group: no memory");
+    dt_status st = arrive(n, clients);
+    if (st != DT_OK) {
+        free(e);
+        return st;
+    }
     MPI_Group world, sub;
     int rc = MPI_Comm_group(dt__comm(), &world);
     if (rc == MPI_SUCCESS) {

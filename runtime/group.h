@@ -19,8 +19,10 @@ typedef struct dt__group {
  * cached until dt_finalize (meshes over the same clients share it). *group_out is borrowed.
  * For collectives made from the calling thread; work on another thread uses a duplicate.
  * Collective over the mesh's clients the first time, local after; a client holding no device
- * of the mesh gets a group with comm == MPI_COMM_NULL without communicating.
- * DT_ERR_NO_MEMORY, DT_ERR_COMM. */
+ * of the mesh gets a group with comm == MPI_COMM_NULL without communicating. The first time,
+ * the members first meet under the watchdog: a member lost before then gives DT_ERR_TIMEOUT
+ * naming it within DT_COMM_TIMEOUT (and its half for the ping) instead of a hang.
+ * DT_ERR_NO_MEMORY, DT_ERR_COMM, DT_ERR_TIMEOUT. */
 dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out);
 
 /* The group of the clients listed, in that order (group rank i is clients[i]; a mesh dim's

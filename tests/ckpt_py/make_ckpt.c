@@ -5,6 +5,7 @@
  * checked too. */
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,9 @@ static int g_rank;
 /* save --async: dt_save_async, then dt_save_wait ("staged secs=" when the call returned);
  * save --step: DIR is a manager root, VERSION the step (keep the last 2). */
 static int g_async, g_step;
+/* save --lose-first: client 1 kills itself just before the save, so the save's first use of
+ * the mesh's group (its creation) finds it gone. */
+static int g_lose_first;
 /* A save or restore ended with DT_ERR_TIMEOUT (a lost client): MPI_Finalize could wait for
  * the lost process, so the program aborts instead (docs/multihost.md). */
 static int g_lost;
@@ -359,6 +363,8 @@ static int do_save(const char *dir, int64_t version, int big_mib, int announce, 
         printf("saving\n");
         fflush(stdout);
     }
+    if (g_lose_first && g_rank == 1)
+        raise(SIGKILL);
     double t0 = MPI_Wtime();
     dt_ckpt_keep keep = {.last = 2, .every = 0};
     const dt_tensor *const *tt = (const dt_tensor *const *)t;
@@ -492,7 +498,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: make_ckpt save DIR VERSION [--big-mib M] [--announce] "
-                        "[--pieces] [--async] [--step]\n"
+                        "[--pieces] [--async] [--step] [--lose-first]\n"
                         "       make_ckpt check [--big-mib M] [--pieces] DIR...\n");
         return 2;
     }
@@ -509,6 +515,8 @@ int main(int argc, char **argv)
             g_async = 1;
         else if (strcmp(argv[i], "--step") == 0)
             g_step = 1;
+        else if (strcmp(argv[i], "--lose-first") == 0)
+            g_lose_first = 1;
         else if (ndirs < 256)
             dirs[ndirs++] = argv[i];
     }

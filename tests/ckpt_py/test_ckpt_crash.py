@@ -370,6 +370,16 @@ class LostClient(unittest.TestCase):
                 self.assertIn("staged secs=", out)  # the call returned; the commit failed
             self.assert_previous_kept(what)
 
+    def test_a_client_lost_before_the_group_is_made_gives_a_timeout_naming_it(self):
+        # Client 1 dies before the save's first collective, the creation of the mesh's
+        # communicator (MPI_Comm_create_group, blocking): its members meet under the watchdog
+        # first, so client 0 names it rather than waiting in the creation for ever.
+        out, secs = self.lost_run(["save", self.d, "2", "--big-mib", "4", "--lose-first"],
+                                  "none", 1 << 40)
+        self.assert_lost_named(out, secs, "group creation")
+        self.assertIn("creating the mesh's client group", out)
+        self.assert_previous_kept("after the lost group creation")
+
     def test_a_client_killed_mid_restore_gives_a_timeout_naming_it(self):
         out, secs = self.lost_run(["check", "--big-mib", "4", self.d], "read", 1 << 20)
         self.assertIn(f"result {self.d} error=DT_ERR_TIMEOUT", out)

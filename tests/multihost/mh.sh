@@ -9,8 +9,9 @@
 #   MH_HOSTS      the host names, space separated (host i is "${MH_PREFIX}i")
 #   MH_HOSTFILE   "NAME slots=2" per host
 #   MH_SHAPE      `$MH_SHAPE HOST [rate R] [delay D] [jitter J] [loss PCT]` shapes that host's
-#                 link both ways (netem where the kernel has it; else tbf for the rate and a
-#                 random classic-BPF filter into a dropping class for the loss, no delay);
+#                 link both ways (netem where the kernel has it; else tbf for the rate, a
+#                 random classic-BPF filter into a dropping class for the loss and, given a
+#                 jitter, half the packets into a slow tbf class; no fixed delay);
 #                 prints what is in force
 #   MH_CUT        `$MH_CUT HOST` takes the host's link down at the switch (its packets vanish);
 #                 `$MH_UNCUT HOST` brings it back
@@ -149,26 +150,50 @@ for side in "-n \$h eth0" "-n $sw p\$i"; do
     how="netem\$args"
     continue
   fi
-  # No netem in this kernel: htb with a default class (tbf for the rate inside) and, for the
-  # loss, a classic-BPF filter that sends a random PCT% of packets to a pfifo of limit 0.
+  # No netem in this kernel: htb with a default class (tbf for the rate inside) and a
+  # classic-BPF filter on a random u32: a random PCT% of packets to a pfifo of limit 0 (the
+  # loss) and, with a jitter, half of the others to a slow tbf class (the jitter, below).
   tc "\$1" "\$2" qdisc add dev "\$3" root handle 1: htb default 10 r2q 100000 || exit 1
   tc "\$1" "\$2" class add dev "\$3" parent 1: classid 1:10 htb rate 100gbit
-  tc "\$1" "\$2" class add dev "\$3" parent 1: classid 1:20 htb rate 100gbit
   how="htb"
   if [ -n "\$rate" ]; then
     tc "\$1" "\$2" qdisc add dev "\$3" parent 1:10 handle 10: tbf rate "\$rate" burst 256kb \\
       latency 50ms || exit 1
     how="\$how tbf rate \$rate"
   fi
+  k1=0
   if [ -n "\$loss" ]; then
+    tc "\$1" "\$2" class add dev "\$3" parent 1: classid 1:20 htb rate 100gbit
     tc "\$1" "\$2" qdisc add dev "\$3" parent 1:20 handle 20: pfifo limit 0 || exit 1
-    k=\$(awk -v p="\$loss" 'BEGIN { printf "%d", p / 100 * 4294967296 }')
-    # A = random u32; if A >= k: no match (default class); else classid 1:20 (dropped).
-    tc "\$1" "\$2" filter add dev "\$3" parent 1: protocol all bpf \\
-      bytecode "4,32 0 0 4294963256,53 1 0 \$k,6 0 0 65568,6 0 0 0" || exit 1
+    k1=\$(awk -v p="\$loss" 'BEGIN { printf "%.0f", p / 100 * 4294967296 }')
     how="\$how, random drop \$loss%"
   fi
-  [ -n "\$delay" ] && how="\$how (no netem in this kernel: delay \$delay \$jitter not applied)"
+  k2=\$k1
+  if [ -n "\$jitter" ]; then
+    # Jitter without netem (no fq, plug or etf qdisc either): half of the packets go through a
+    # tbf whose rate passes one 1500-byte packet per DELAY and that holds a packet at most
+    # DELAY + JITTER (dropped beyond): those wait 0 to DELAY + JITTER behind each other and
+    # overtake nothing, the other half passes at once, so the delay varies packet to packet
+    # and the two halves reorder, as with netem's jitter (a queueing delay, not netem's law).
+    d=\$(awk -v t="\$delay" 'BEGIN { v = t + 0; if (t ~ /us\$/) v /= 1000; else if (t !~ /ms\$/) v *= 1000; printf "%.3f", v }')
+    j=\$(awk -v t="\$jitter" 'BEGIN { v = t + 0; if (t ~ /us\$/) v /= 1000; else if (t !~ /ms\$/) v *= 1000; printf "%.3f", v }')
+    srate=\$(awk -v d="\$d" 'BEGIN { printf "%dkbit", 1500 * 8 / d }')
+    slat=\$(awk -v d="\$d" -v j="\$j" 'BEGIN { printf "%dus", (d + j) * 1000 }')
+    tc "\$1" "\$2" class add dev "\$3" parent 1: classid 1:30 htb rate 100gbit
+    tc "\$1" "\$2" qdisc add dev "\$3" parent 1:30 handle 30: tbf rate "\$srate" burst 1600 \\
+      latency "\$slat" || exit 1
+    k2=\$(awk -v k="\$k1" 'BEGIN { printf "%.0f", k + (4294967296 - k) / 2 }')
+    how="\$how, jitter: half the packets queued in tbf rate \$srate latency \$slat (0 to \$delay + \$jitter)"
+  elif [ -n "\$delay" ]; then
+    how="\$how (no netem in this kernel: delay \$delay not applied)"
+  fi
+  if [ "\$k2" != 0 ]; then
+    # A = random u32; A < k1: classid 1:20 (dropped); k1 <= A < k2: 1:30 (slow); else no
+    # match (the default class).
+    tc "\$1" "\$2" filter add dev "\$3" parent 1: protocol all bpf \\
+      bytecode "6,32 0 0 4294963256,53 1 0 \$k1,6 0 0 65568,53 1 0 \$k2,6 0 0 65584,6 0 0 0" \\
+      || exit 1
+  fi
 done
 echo "shaped \$h: \$how"
 EOF
