@@ -254,6 +254,7 @@ void dt__jw_init(ck_jw *w, int indent);
 void dt__jw_free(ck_jw *w);
 /* The owned NUL-terminated text, or NULL (and the buffer freed) when anything failed. */
 char *dt__jw_take(ck_jw *w);
+void dt__jw_reserve(ck_jw *w, size_t n);     /* room for n more bytes (no copies while < n) */
 void dt__jw_raw(ck_jw *w, const char *s, size_t n);
 void dt__jw_open(ck_jw *w, char bracket);    /* '{' or '[' */
 void dt__jw_close(ck_jw *w, char bracket);   /* '}' or ']' */

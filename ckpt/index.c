@@ -53,6 +53,33 @@ static void value_json(ck_jw *w, const dt_ckpt_value *v)
     dt__jw_close(w, '}');
 }
 
+/* dt__ckpt_file_name's text (data-%05lld-of-%05lld.safetensors) by hand into name (64
+ * bytes): one per slice and per file, snprintf was a tenth of the index's time. */
+static void file_name(char *name, int64_t k, int64_t n)
+{
+    char *p = name;
+    int64_t v[2] = {k, n};
+    memcpy(p, "data-", 5);
+    p += 5;
+    for (int i = 0; i < 2; i++) {
+        char t[24];
+        int len = 0;
+        uint64_t u = v[i] < 0 ? 0 : (uint64_t)v[i];
+        do
+            t[len++] = (char)('0' + u % 10);
+        while ((u /= 10) != 0);
+        while (len < 5)
+            t[len++] = '0';
+        while (len > 0)
+            *p++ = t[--len];
+        if (i == 0) {
+            memcpy(p, "-of-", 4);
+            p += 4;
+        }
+    }
+    memcpy(p, ".safetensors", sizeof ".safetensors");
+}
+
 /* One slice's member object of a tensor's "slices". */
 static void slice_json(ck_jw *w, const ck_plan *plan, int64_t si, uint32_t crc,
                        const uint32_t *chunk_crcs)
@@ -61,7 +88,7 @@ static void slice_json(ck_jw *w, const ck_plan *plan, int64_t si, uint32_t crc,
     int64_t f = plan->file_of_position[s->position];
     int rank = plan->ranks[s->tensor];
     char name[64];
-    dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
+    file_name(name, f, plan->nfiles);
     dt__jw_elem(w);
     dt__jw_open(w, '{');
     dt__jw_key(w, "file");
@@ -157,6 +184,8 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
     ck_jw w;
     char name[64];
     dt__jw_init(&w, 1);
+    /* About 330 bytes a slice and 150 a file: one buffer, rarely grown. */
+    dt__jw_reserve(&w, 512 * (size_t)plan->nslices + 256 * (size_t)plan->nfiles + 4096);
     dt__jw_open(&w, '{');
     dt__jw_key(&w, "format");
     dt__jw_str(&w, CK_FORMAT_NAME);
@@ -174,7 +203,7 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
     dt__jw_open(&w, '[');
     for (int64_t f = 0; !w.bad && f < plan->nfiles; f++) {
         const ck_plan_file *pf = &plan->files[f];
-        dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
+        file_name(name, f, plan->nfiles);
         dt__jw_elem(&w);
         dt__jw_open(&w, '{');
         dt__jw_key(&w, "name");

@@ -52,6 +52,11 @@ static int room(ck_jw *w, size_t n)
     return 1;
 }
 
+void dt__jw_reserve(ck_jw *w, size_t n)
+{
+    room(w, n);
+}
+
 void dt__jw_raw(ck_jw *w, const char *s, size_t n)
 {
     if (!room(w, n))
