@@ -125,8 +125,6 @@ void dt__ckpt_slices_near(const ck_tensor *t, const int64_t *off, const int64_t 
 int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, int64_t *b_out);
 /* A slice key made of a tensor name: name itself, or name + "#" + decimal digits. */
 int dt__ckpt_key_of(const char *key, const char *name);
-/* A new JSON array of the rank integers v[0..rank) (NULL when out of memory). */
-json_t *dt__ckpt_int_array(int rank, const int64_t *v);
 
 /* CRC32C (crc32c.c): combine as zlib's crc32_combine: CRC of A||B from CRC(A), CRC(B), |B|. */
 uint32_t dt__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);

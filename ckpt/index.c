@@ -53,33 +53,6 @@ static void value_json(ck_jw *w, const dt_ckpt_value *v)
     dt__jw_close(w, '}');
 }
 
-/* dt__ckpt_file_name's text (data-%05lld-of-%05lld.safetensors) by hand into name (64
- * bytes): one per slice and per file, snprintf was a tenth of the index's time. */
-static void file_name(char *name, int64_t k, int64_t n)
-{
-    char *p = name;
-    int64_t v[2] = {k, n};
-    memcpy(p, "data-", 5);
-    p += 5;
-    for (int i = 0; i < 2; i++) {
-        char t[24];
-        int len = 0;
-        uint64_t u = v[i] < 0 ? 0 : (uint64_t)v[i];
-        do
-            t[len++] = (char)('0' + u % 10);
-        while ((u /= 10) != 0);
-        while (len < 5)
-            t[len++] = '0';
-        while (len > 0)
-            *p++ = t[--len];
-        if (i == 0) {
-            memcpy(p, "-of-", 4);
-            p += 4;
-        }
-    }
-    memcpy(p, ".safetensors", sizeof ".safetensors");
-}
-
 /* One slice's member object of a tensor's "slices". */
 static void slice_json(ck_jw *w, const ck_plan *plan, int64_t si, uint32_t crc,
                        const uint32_t *chunk_crcs)
@@ -88,7 +61,7 @@ static void slice_json(ck_jw *w, const ck_plan *plan, int64_t si, uint32_t crc,
     int64_t f = plan->file_of_position[s->position];
     int rank = plan->ranks[s->tensor];
     char name[64];
-    file_name(name, f, plan->nfiles);
+    dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
     dt__jw_elem(w);
     dt__jw_open(w, '{');
     dt__jw_key(w, "file");
@@ -203,7 +176,7 @@ dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
     dt__jw_open(&w, '[');
     for (int64_t f = 0; !w.bad && f < plan->nfiles; f++) {
         const ck_plan_file *pf = &plan->files[f];
-        file_name(name, f, plan->nfiles);
+        dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
         dt__jw_elem(&w);
         dt__jw_open(&w, '{');
         dt__jw_key(&w, "name");

@@ -257,6 +257,25 @@ static void test_the_writer_escapes_and_formats_as_jansson_does(void)
     CU_ASSERT_PTR_NULL(dt__jw_take(&w));
 }
 
+/* File names are formatted by hand: the same text as snprintf's, truncated alike. */
+static void test_file_names_are_snprintf_s_text(void)
+{
+    static const int64_t ks[] = {0, 7, 99999, 100000, 1234567, INT64_MAX};
+    static const size_t lens[] = {64, 33, 20, 1};
+    int wrong = 0;
+    for (size_t a = 0; a < sizeof ks / sizeof *ks; a++)
+        for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
+            for (size_t c = 0; c < sizeof lens / sizeof *lens; c++) {
+                char mine[64], ref[64];
+                memset(mine, 'x', sizeof mine);
+                dt__ckpt_file_name(mine, lens[c], ks[a], ks[b]);
+                snprintf(ref, lens[c], "data-%05lld-of-%05lld.safetensors", (long long)ks[a],
+                         (long long)ks[b]);
+                wrong += strcmp(mine, ref) != 0;
+            }
+    CU_ASSERT_EQUAL(wrong, 0);
+}
+
 /* A save of pieces (several slices of one tensor in a file: keys name#k and "tensor" in the
  * headers), a layout tensor on a 2-D mesh and named values of every type: the index text is
  * jansson's JSON_INDENT(1) dump of itself plus the final newline, and every header's JSON
@@ -351,6 +370,7 @@ int main(int argc, char **argv)
         DT_TEST(test_the_slices_near_a_box_are_all_the_slices_that_meet_it),
         DT_TEST(test_a_1024_device_index_parses_back_with_every_slice_in_its_file),
         DT_TEST(test_the_writer_escapes_and_formats_as_jansson_does),
+        DT_TEST(test_file_names_are_snprintf_s_text),
         DT_TEST(test_the_index_and_headers_are_jansson_s_text_byte_for_byte),
         DT_TEST_END,
     };
