@@ -125,8 +125,6 @@ void dt__ckpt_slices_near(const ck_tensor *t, const int64_t *off, const int64_t 
 int dt__ckpt_find_overlap(int rank, ck_box *boxes, int64_t n, int64_t *a_out, int64_t *b_out);
 /* A slice key made of a tensor name: name itself, or name + "#" + decimal digits. */
 int dt__ckpt_key_of(const char *key, const char *name);
-/* A new JSON array of the rank integers v[0..rank) (NULL when out of memory). */
-json_t *dt__ckpt_int_array(int rank, const int64_t *v);
 
 /* CRC32C (crc32c.c): combine as zlib's crc32_combine: CRC of A||B from CRC(A), CRC(B), |B|. */
 uint32_t dt__crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
@@ -237,6 +235,33 @@ typedef struct ck_plan {
 dt_status dt__ckpt_plan(const dt_mesh *mesh, const ck_plan_input *in, uint64_t chunk_bytes,
                         ck_plan *plan_out);
 void dt__ckpt_plan_free(ck_plan *plan);
+
+/* ---- JSON text (json_out.c) ----------------------------------------------------------------- */
+
+/* A streaming JSON writer: jansson's text for the same document (indent > 0: JSON_INDENT(indent),
+ * 0: JSON_COMPACT; members in the order written) without building a tree. Errors (no memory,
+ * NULL string, unbalanced brackets) set `bad`; dt__jw_take then returns NULL. */
+enum { CK_JW_DEPTH = 16 };
+typedef struct ck_jw {
+    char *buf;
+    size_t len, cap;
+    int indent, depth, bad;
+    unsigned char first[CK_JW_DEPTH];   /* nothing written yet in the container at this depth */
+} ck_jw;
+void dt__jw_init(ck_jw *w, int indent);
+void dt__jw_free(ck_jw *w);
+/* The owned NUL-terminated text, or NULL (and the buffer freed) when anything failed. */
+char *dt__jw_take(ck_jw *w);
+void dt__jw_reserve(ck_jw *w, size_t n);     /* room for n more bytes (no copies while < n) */
+void dt__jw_raw(ck_jw *w, const char *s, size_t n);
+void dt__jw_open(ck_jw *w, char bracket);    /* '{' or '[' */
+void dt__jw_close(ck_jw *w, char bracket);   /* '}' or ']' */
+void dt__jw_key(ck_jw *w, const char *key);  /* a member's key; its value follows */
+void dt__jw_elem(ck_jw *w);                  /* an array element follows */
+void dt__jw_str(ck_jw *w, const char *s);
+void dt__jw_int(ck_jw *w, int64_t v);
+void dt__jw_real(ck_jw *w, double v);
+void dt__jw_int_array(ck_jw *w, int n, const int64_t *v);
 
 /* ---- index (index.c) ------------------------------------------------------------------------ */
 

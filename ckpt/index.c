@@ -1,6 +1,6 @@
-/* The merged index (dtensor-index.json) through jansson: writing it from a save plan and its
- * CRCs, parsing and validating it into a dt_ckpt, and freeing a dt_ckpt (dt_ckpt_close)
- * (docs/ckpt-format.md). */
+/* The merged index (dtensor-index.json): writing it from a save plan and its CRCs (json_out.c's
+ * streaming writer), parsing it through jansson and validating it into a dt_ckpt, and freeing
+ * a dt_ckpt (dt_ckpt_close) (docs/ckpt-format.md). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,26 +14,30 @@
 
 static const char hexd[] = "0123456789abcdef";
 
-static json_t *value_json(const dt_ckpt_value *v)
+static void value_json(ck_jw *w, const dt_ckpt_value *v)
 {
-    json_t *o = json_object();
-    int bad = !o;
-    bad |= json_object_set_new(o, "name", json_string(v->name));
+    dt__jw_open(w, '{');
+    dt__jw_key(w, "name");
+    dt__jw_str(w, v->name);
+    dt__jw_key(w, "type");
     if (v->type == DT_CKPT_VALUE_I64) {
-        bad |= json_object_set_new(o, "type", json_string("i64"));
-        bad |= json_object_set_new(o, "value", json_integer(v->i64));
+        dt__jw_str(w, "i64");
+        dt__jw_key(w, "value");
+        dt__jw_int(w, v->i64);
     } else if (v->type == DT_CKPT_VALUE_F64) {
         uint64_t bits;
         char hex[17];
         memcpy(&bits, &v->f64, 8);
         snprintf(hex, sizeof hex, "%016" PRIx64, bits);
-        bad |= json_object_set_new(o, "type", json_string("f64"));
-        if (isfinite(v->f64))
-            bad |= json_object_set_new(o, "value", json_real(v->f64));
-        bad |= json_object_set_new(o, "bits", json_string(hex));
+        dt__jw_str(w, "f64");
+        if (isfinite(v->f64)) {
+            dt__jw_key(w, "value");
+            dt__jw_real(w, v->f64);
+        }
+        dt__jw_key(w, "bits");
+        dt__jw_str(w, hex);
     } else {
         char *hex = malloc(2 * v->nbytes + 1);
-        bad |= !hex;
         for (size_t i = 0; hex && i < v->nbytes; i++) {
             unsigned char c = ((const unsigned char *)v->bytes)[i];
             hex[2 * i] = hexd[c >> 4];
@@ -41,102 +45,170 @@ static json_t *value_json(const dt_ckpt_value *v)
         }
         if (hex)
             hex[2 * v->nbytes] = '\0';
-        bad |= json_object_set_new(o, "type", json_string("bytes"));
-        bad |= json_object_set_new(o, "hex", hex ? json_string(hex) : NULL);
+        dt__jw_str(w, "bytes");
+        dt__jw_key(w, "hex");
+        dt__jw_str(w, hex);   /* NULL: out of memory, marks the writer bad */
         free(hex);
     }
-    if (bad) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    dt__jw_close(w, '}');
 }
 
+/* One slice's member object of a tensor's "slices". */
+static void slice_json(ck_jw *w, const ck_plan *plan, int64_t si, uint32_t crc,
+                       const uint32_t *chunk_crcs)
+{
+    const ck_plan_slice *s = &plan->slices[si];
+    int64_t f = plan->file_of_position[s->position];
+    int rank = plan->ranks[s->tensor];
+    char name[64];
+    dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
+    dt__jw_elem(w);
+    dt__jw_open(w, '{');
+    dt__jw_key(w, "file");
+    dt__jw_str(w, name);
+    dt__jw_key(w, "key");
+    dt__jw_str(w, s->key ? s->key : plan->names[s->tensor]);
+    dt__jw_key(w, "offsets");
+    dt__jw_int_array(w, rank, s->off);
+    dt__jw_key(w, "sizes");
+    dt__jw_int_array(w, rank, s->size);
+    int64_t dof[2] = {(int64_t)s->begin, (int64_t)(s->begin + s->bytes)};
+    dt__jw_key(w, "data_offsets");
+    dt__jw_int_array(w, 2, dof);
+    dt__jw_key(w, "file_offset");
+    dt__jw_int(w, (int64_t)(plan->files[f].header_bytes + s->begin));
+    dt__jw_key(w, "bytes");
+    dt__jw_int(w, (int64_t)s->bytes);
+    dt__jw_key(w, "crc32c");
+    dt__jw_int(w, crc);
+    dt__jw_key(w, "chunk_crc32c");
+    dt__jw_open(w, '[');
+    for (int64_t c = 0; c < s->nchunks; c++) {
+        dt__jw_elem(w);
+        dt__jw_int(w, chunk_crcs[c]);
+    }
+    dt__jw_close(w, ']');
+    dt__jw_close(w, '}');
+}
+
+/* The text of a tensor's mesh, formatted once per distinct mesh in a row (a mesh of N devices
+ * formats to O(N) characters, and most tensors of a save share one mesh). */
+typedef struct mesh_text {
+    const dt_mesh *mesh;
+    char *text;
+} mesh_text;
+
+static const char *mesh_text_of(mesh_text *mt, const dt_mesh *mesh)
+{
+    if (mt->mesh == mesh && mt->text)
+        return mt->text;
+    free(mt->text);
+    size_t mlen = dt_mesh_format(mesh, NULL, 0) + 1;
+    mt->mesh = mesh;
+    mt->text = malloc(mlen);
+    if (mt->text)
+        dt_mesh_format(mesh, mt->text, mlen);
+    return mt->text;
+}
+
+/* A tensor's member object, its slices [*si, ...) included (*si advanced past them). */
+static void tensor_json(ck_jw *w, const ck_plan *plan, int t, const char *mesh_str,
+                        mesh_text *mt, const uint32_t *crcs, const uint32_t *const *chunk_crcs,
+                        int64_t *si)
+{
+    /* A tensor saved as pieces has no layout: "" and the saving (host) mesh. */
+    const dt_layout *l = plan->layouts[t];
+    size_t llen = l ? dt_layout_format(l, NULL, 0) + 1 : 1;
+    char *ls = malloc(llen);
+    const char *ms = l ? mesh_text_of(mt, dt_layout_mesh(l)) : mesh_str;
+    if (ls && l)
+        dt_layout_format(l, ls, llen);
+    else if (ls)
+        ls[0] = '\0';
+    dt__jw_elem(w);
+    dt__jw_open(w, '{');
+    dt__jw_key(w, "name");
+    dt__jw_str(w, plan->names[t]);
+    dt__jw_key(w, "dtype");
+    dt__jw_str(w, dt__ckpt_dtype_str(plan->dtypes[t]));
+    dt__jw_key(w, "shape");
+    dt__jw_int_array(w, plan->ranks[t], plan->shapes[t]);
+    dt__jw_key(w, "layout");
+    dt__jw_str(w, ls);
+    dt__jw_key(w, "mesh");
+    dt__jw_str(w, ms);   /* NULL (no memory) marks the writer bad */
+    free(ls);
+    dt__jw_key(w, "slices");
+    dt__jw_open(w, '[');
+    for (; !w->bad && *si < plan->nslices && plan->slices[*si].tensor == t; ++*si)
+        slice_json(w, plan, *si, crcs[*si], chunk_crcs[*si]);
+    dt__jw_close(w, ']');
+    dt__jw_close(w, '}');
+}
+
+/* Written straight into one buffer (json_out.c): the same text as jansson's JSON_INDENT(1)
+ * dump of the document, several times cheaper for thousands of devices (docs/ckpt-format.md,
+ * "Writing the index"). */
 dt_status dt__ckpt_index_text(const ck_plan *plan, const char *mesh_str,
                               int64_t num_devices, const uint32_t *crcs,
                               const uint32_t *const *chunk_crcs, int nvalues,
                               const dt_ckpt_value *values, char **text_out)
 {
-    json_t *root = json_object(), *files = json_array(), *tensors = json_array();
-    json_t *vals = json_array();
-    int bad = !root || !files || !tensors || !vals;
+    ck_jw w;
     char name[64];
-    bad |= json_object_set_new(root, "format", json_string(CK_FORMAT_NAME));
-    bad |= json_object_set_new(root, "format_version", json_integer(DT_CKPT_FORMAT_VERSION));
-    bad |= json_object_set_new(root, "checksum", json_string("crc32c"));
-    bad |= json_object_set_new(root, "chunk_bytes", json_integer((json_int_t)plan->chunk_bytes));
-    bad |= json_object_set_new(root, "mesh", json_string(mesh_str));
-    bad |= json_object_set_new(root, "num_devices", json_integer(num_devices));
-    for (int64_t f = 0; !bad && f < plan->nfiles; f++) {
+    dt__jw_init(&w, 1);
+    /* About 330 bytes a slice and 150 a file: one buffer, rarely grown. */
+    dt__jw_reserve(&w, 512 * (size_t)plan->nslices + 256 * (size_t)plan->nfiles + 4096);
+    dt__jw_open(&w, '{');
+    dt__jw_key(&w, "format");
+    dt__jw_str(&w, CK_FORMAT_NAME);
+    dt__jw_key(&w, "format_version");
+    dt__jw_int(&w, DT_CKPT_FORMAT_VERSION);
+    dt__jw_key(&w, "checksum");
+    dt__jw_str(&w, "crc32c");
+    dt__jw_key(&w, "chunk_bytes");
+    dt__jw_int(&w, (int64_t)plan->chunk_bytes);
+    dt__jw_key(&w, "mesh");
+    dt__jw_str(&w, mesh_str);
+    dt__jw_key(&w, "num_devices");
+    dt__jw_int(&w, num_devices);
+    dt__jw_key(&w, "files");
+    dt__jw_open(&w, '[');
+    for (int64_t f = 0; !w.bad && f < plan->nfiles; f++) {
         const ck_plan_file *pf = &plan->files[f];
-        json_t *o = json_object();
         dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
-        bad |= !o;
-        bad |= json_object_set_new(o, "name", json_string(name));
-        bad |= json_object_set_new(o, "device_id", json_integer(pf->device_id));
-        bad |= json_object_set_new(o, "bytes",
-                                   json_integer((json_int_t)(pf->header_bytes + pf->data_bytes)));
-        bad |= json_object_set_new(o, "header_bytes", json_integer((json_int_t)pf->header_bytes));
-        bad |= json_object_set_new(o, "header_crc32c",
-                                   json_integer(dt_crc32c(0, pf->header, pf->header_bytes)));
-        bad |= json_array_append_new(files, o);
+        dt__jw_elem(&w);
+        dt__jw_open(&w, '{');
+        dt__jw_key(&w, "name");
+        dt__jw_str(&w, name);
+        dt__jw_key(&w, "device_id");
+        dt__jw_int(&w, pf->device_id);
+        dt__jw_key(&w, "bytes");
+        dt__jw_int(&w, (int64_t)(pf->header_bytes + pf->data_bytes));
+        dt__jw_key(&w, "header_bytes");
+        dt__jw_int(&w, (int64_t)pf->header_bytes);
+        dt__jw_key(&w, "header_crc32c");
+        dt__jw_int(&w, dt_crc32c(0, pf->header, pf->header_bytes));
+        dt__jw_close(&w, '}');
     }
+    dt__jw_close(&w, ']');
+    dt__jw_key(&w, "tensors");
+    dt__jw_open(&w, '[');
     int64_t si = 0;
-    for (int t = 0; !bad && t < plan->n; t++) {
-        /* A tensor saved as pieces has no layout: "" and the saving (host) mesh. */
-        const dt_layout *l = plan->layouts[t];
-        int rank = plan->ranks[t];
-        size_t llen = l ? dt_layout_format(l, NULL, 0) + 1 : 1;
-        size_t mlen = l ? dt_mesh_format(dt_layout_mesh(l), NULL, 0) + 1 : strlen(mesh_str) + 1;
-        char *ls = malloc(llen), *ms = malloc(mlen);
-        json_t *o = json_object(), *sl = json_array();
-        bad |= !ls || !ms || !o || !sl;
-        if (ls && ms && l) {
-            dt_layout_format(l, ls, llen);
-            dt_mesh_format(dt_layout_mesh(l), ms, mlen);
-        } else if (ls && ms) {
-            ls[0] = '\0';
-            memcpy(ms, mesh_str, mlen);
-        }
-        bad |= json_object_set_new(o, "name", json_string(plan->names[t]));
-        bad |= json_object_set_new(o, "dtype", json_string(dt__ckpt_dtype_str(plan->dtypes[t])));
-        bad |= json_object_set_new(o, "shape", dt__ckpt_int_array(rank, plan->shapes[t]));
-        bad |= json_object_set_new(o, "layout", ls ? json_string(ls) : NULL);
-        bad |= json_object_set_new(o, "mesh", ms ? json_string(ms) : NULL);
-        free(ls);
-        free(ms);
-        for (; !bad && si < plan->nslices && plan->slices[si].tensor == t; si++) {
-            const ck_plan_slice *s = &plan->slices[si];
-            int64_t f = plan->file_of_position[s->position];
-            json_t *so = json_object(), *dof = json_array(), *cc = json_array();
-            bad |= !so || !dof || !cc;
-            dt__ckpt_file_name(name, sizeof name, f, plan->nfiles);
-            bad |= json_object_set_new(so, "file", json_string(name));
-            bad |= json_object_set_new(so, "key", json_string(s->key ? s->key : plan->names[t]));
-            bad |= json_object_set_new(so, "offsets", dt__ckpt_int_array(rank, s->off));
-            bad |= json_object_set_new(so, "sizes", dt__ckpt_int_array(rank, s->size));
-            bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
-            bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
-            bad |= json_object_set_new(so, "data_offsets", dof);
-            json_int_t at = (json_int_t)(plan->files[f].header_bytes + s->begin);
-            bad |= json_object_set_new(so, "file_offset", json_integer(at));
-            bad |= json_object_set_new(so, "bytes", json_integer((json_int_t)s->bytes));
-            bad |= json_object_set_new(so, "crc32c", json_integer(crcs[si]));
-            for (int64_t c = 0; !bad && c < s->nchunks; c++)
-                bad |= json_array_append_new(cc, json_integer(chunk_crcs[si][c]));
-            bad |= json_object_set_new(so, "chunk_crc32c", cc);
-            bad |= json_array_append_new(sl, so);
-        }
-        bad |= json_object_set_new(o, "slices", sl);
-        bad |= json_array_append_new(tensors, o);
+    mesh_text mt = {NULL, NULL};
+    for (int t = 0; !w.bad && t < plan->n; t++)
+        tensor_json(&w, plan, t, mesh_str, &mt, crcs, chunk_crcs, &si);
+    free(mt.text);
+    dt__jw_close(&w, ']');
+    dt__jw_key(&w, "values");
+    dt__jw_open(&w, '[');
+    for (int v = 0; !w.bad && v < nvalues; v++) {
+        dt__jw_elem(&w);
+        value_json(&w, &values[v]);
     }
-    for (int v = 0; !bad && v < nvalues; v++)
-        bad |= json_array_append_new(vals, value_json(&values[v]));
-    bad |= json_object_set_new(root, "files", files);
-    bad |= json_object_set_new(root, "tensors", tensors);
-    bad |= json_object_set_new(root, "values", vals);
-    char *text = bad ? NULL : json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
-    json_decref(root);
+    dt__jw_close(&w, ']');
+    dt__jw_close(&w, '}');
+    char *text = dt__jw_take(&w);
     if (!text)
         return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for the index");
     dt_status st = dt__ckpt_index_seal(text, text_out);

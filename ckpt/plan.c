@@ -41,66 +41,82 @@ static int cmp_in_file(const void *pa, const void *pb, void *arg)
     return cmp_box(a, b);
 }
 
-/* Builds file f's header: 8-byte length, JSON, space padding to a multiple of 8. */
-static dt_status build_header(ck_plan *plan, ck_plan_file *f)
+/* DCP_SHARDING_INFO's text: {key: {"saved_offsets": [...], "tensor": name?}, ...}. */
+static char *sharding_info(const ck_plan *plan, const ck_plan_file *f)
 {
-    dt_status st = DT_ERR_NO_MEMORY;
-    json_t *root = json_object(), *meta = json_object(), *info = json_object();
-    char *info_text = NULL, *text = NULL, devbuf[24], version[16];
-    snprintf(version, sizeof version, "%d", DT_CKPT_FORMAT_VERSION);
-    if (!root || !meta || !info)
-        goto out;
-    /* __metadata__ first: readers that print the header show it on top. */
-    int bad = json_object_set(root, "__metadata__", meta);
+    ck_jw w;
+    dt__jw_init(&w, 0);
+    dt__jw_open(&w, '{');
     for (int64_t i = 0; i < f->nslices; i++) {
         const ck_plan_slice *s = &plan->slices[f->slices[i]];
-        int rank = plan->ranks[s->tensor];
-        const char *key = s->key ? s->key : plan->names[s->tensor];
-        json_t *e = json_object(), *so = json_object();
-        bad |= !e || !so;
-        bad |= json_object_set_new(so, "saved_offsets", dt__ckpt_int_array(rank, s->off));
-        if (s->key)   /* a second slice of one tensor in this file: say whose it is */
-            bad |= json_object_set_new(so, "tensor", json_string(plan->names[s->tensor]));
-        bad |= json_object_set_new(info, key, so);
-        bad |= json_object_set_new(e, "dtype",
-                                   json_string(dt__ckpt_dtype_str(plan->dtypes[s->tensor])));
-        bad |= json_object_set_new(e, "shape", dt__ckpt_int_array(rank, s->size));
-        json_t *dof = json_array();
-        bad |= json_array_append_new(dof, json_integer((json_int_t)s->begin));
-        bad |= json_array_append_new(dof, json_integer((json_int_t)(s->begin + s->bytes)));
-        bad |= json_object_set_new(e, "data_offsets", dof);
-        bad |= json_object_set_new(root, key, e);
+        dt__jw_key(&w, s->key ? s->key : plan->names[s->tensor]);
+        dt__jw_open(&w, '{');
+        dt__jw_key(&w, "saved_offsets");
+        dt__jw_int_array(&w, plan->ranks[s->tensor], s->off);
+        if (s->key) { /* a second slice of one tensor in this file: say whose it is */
+            dt__jw_key(&w, "tensor");
+            dt__jw_str(&w, plan->names[s->tensor]);
+        }
+        dt__jw_close(&w, '}');
     }
-    info_text = json_dumps(info, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    dt__jw_close(&w, '}');
+    return dt__jw_take(&w);
+}
+
+/* Builds file f's header: 8-byte length, JSON, space padding to a multiple of 8. Written
+ * straight into one buffer (json_out.c: jansson's compact text, with no tree per file). */
+static dt_status build_header(ck_plan *plan, ck_plan_file *f)
+{
+    char devbuf[24], version[16], *info = sharding_info(plan, f), *text = NULL;
+    ck_jw w;
+    snprintf(version, sizeof version, "%d", DT_CKPT_FORMAT_VERSION);
     snprintf(devbuf, sizeof devbuf, "%d", f->device_id);
-    bad |= !info_text;
-    bad |= json_object_set_new(meta, "format", json_string("pt"));
-    bad |= json_object_set_new(meta, "DCP_VERSION", json_string("1.0"));
-    bad |= json_object_set_new(meta, "DCP_SHARDING_INFO", json_string(info_text ? info_text : ""));
-    bad |= json_object_set_new(meta, "dtensor.format_version", json_string(version));
-    bad |= json_object_set_new(meta, "dtensor.device_id", json_string(devbuf));
-    text = bad ? NULL : json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    if (!text)
-        goto out;
-    size_t jlen = strlen(text), hlen = (jlen + 7) & ~(size_t)7;
+    dt__jw_init(&w, 0);
+    dt__jw_open(&w, '{');
+    /* __metadata__ first: readers that print the header show it on top. */
+    dt__jw_key(&w, "__metadata__");
+    dt__jw_open(&w, '{');
+    dt__jw_key(&w, "format");
+    dt__jw_str(&w, "pt");
+    dt__jw_key(&w, "DCP_VERSION");
+    dt__jw_str(&w, "1.0");
+    dt__jw_key(&w, "DCP_SHARDING_INFO");
+    dt__jw_str(&w, info);   /* NULL (no memory) marks the writer bad */
+    dt__jw_key(&w, "dtensor.format_version");
+    dt__jw_str(&w, version);
+    dt__jw_key(&w, "dtensor.device_id");
+    dt__jw_str(&w, devbuf);
+    dt__jw_close(&w, '}');
+    for (int64_t i = 0; i < f->nslices; i++) {
+        const ck_plan_slice *s = &plan->slices[f->slices[i]];
+        int64_t dof[2] = {(int64_t)s->begin, (int64_t)(s->begin + s->bytes)};
+        dt__jw_key(&w, s->key ? s->key : plan->names[s->tensor]);
+        dt__jw_open(&w, '{');
+        dt__jw_key(&w, "dtype");
+        dt__jw_str(&w, dt__ckpt_dtype_str(plan->dtypes[s->tensor]));
+        dt__jw_key(&w, "shape");
+        dt__jw_int_array(&w, plan->ranks[s->tensor], s->size);
+        dt__jw_key(&w, "data_offsets");
+        dt__jw_int_array(&w, 2, dof);
+        dt__jw_close(&w, '}');
+    }
+    dt__jw_close(&w, '}');
+    free(info);
+    size_t jlen = w.len;
+    text = dt__jw_take(&w);
+    size_t hlen = (jlen + 7) & ~(size_t)7;
     f->header_bytes = 8 + hlen;
-    f->header = malloc(f->header_bytes);
-    if (!f->header)
-        goto out;
+    f->header = text ? malloc(f->header_bytes) : NULL;
+    if (!f->header) {
+        free(text);
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for a safetensors header");
+    }
     for (int b = 0; b < 8; b++)
         f->header[b] = (char)((uint64_t)hlen >> (8 * b));
     memcpy(f->header + 8, text, jlen);
     memset(f->header + 8 + jlen, ' ', hlen - jlen);
-    st = DT_OK;
-out:
-    if (st != DT_OK)
-        dt__error(st, "dt_save: no memory for a safetensors header");
     free(text);
-    free(info_text);
-    json_decref(root);
-    json_decref(meta);
-    json_decref(info);
-    return st;
+    return DT_OK;
 }
 
 void dt__ckpt_plan_free(ck_plan *plan)

@@ -2,11 +2,12 @@
  * as an all-gather, reduce-scatter, all-reduce or all-to-all along m, is recognised from the
  * two layouts and planned per mesh dim (one line of devices per local device, no pieces), on
  * meshes where every client's devices share one coordinate along m and each line lies on one
- * host. docs/relayout.md, "Regular patterns"; execution: relayout_coll.c. */
+ * host (read once per mesh and world, then cached on the mesh). docs/relayout.md, "Regular patterns"; execution: relayout_coll.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "layout/relayout_plan_impl.h"
+#include "mesh/mesh_facts.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
 
@@ -63,14 +64,16 @@ static int classify(const dt_layout *src, const dt_layout *dst, const int64_t *s
 }
 
 /* 1 if every client's devices of the mesh share one coordinate along m (so each holds at most
- * one device of every line along m) and every line lies on one host. O(mesh size +
- * clients): the same answer on every client, so all take the same path. */
+ * one device of every line along m) and every line lies on one host; -1 without memory.
+ * O(mesh size + clients): the same answer on every client, so all take the same path. */
 static int lines_apply(const rl_world *w, const dt_mesh *mesh, int64_t stride, int64_t k)
 {
     dt_device_type type = dt_mesh_device_type(mesh);
     int64_t *coord_of = malloc(((size_t)w->nclients + 1) * sizeof *coord_of);
     int64_t outer = dt_mesh_size(mesh) / (k * stride);
     int ok = coord_of != NULL;
+    if (!coord_of)
+        return -1;
     for (int c = 0; ok && c < w->nclients; c++)
         coord_of[c] = -1;
     /* Positions (o * k + i) * stride + r: line (o, r), coordinate i; no divisions. */
@@ -89,6 +92,47 @@ static int lines_apply(const rl_world *w, const dt_mesh *mesh, int64_t stride, i
             }
     free(coord_of);
     return ok;
+}
+
+/* The world's key for the mesh's fact cache: a simulated table by its shape, the runtime's
+ * by its client count and topology (fixed from dt_init to dt_finalize). */
+static void world_key(const rl_world *w, int key[DT__MESH_FACT_KEY_INTS])
+{
+    if (w->sim) {
+        key[0] = 1;
+        key[1] = w->sim->nclients;
+        key[2] = w->sim->devices_per_client;
+        key[3] = w->sim->clients_per_host;
+    } else {
+        key[0] = 2;
+        key[1] = w->nclients;
+        key[2] = w->one_host;
+        key[3] = 0;
+    }
+}
+
+/* lines_apply for mesh dim m, read from the mesh's fact cache (mesh/mesh_facts.c): the first
+ * plan on a mesh under a world reads the device table once for every mesh dim (bit j of the
+ * fact: dim j's lines apply), later plans take O(1) whatever the mesh size (issue 22). */
+static int lines_apply_cached(const rl_world *w, const dt_mesh *mesh, int m)
+{
+    int key[DT__MESH_FACT_KEY_INTS];
+    uint64_t mask = 0;
+    world_key(w, key);
+    if (dt__mesh_fact_get(mesh, key, &mask))
+        return (int)(mask >> m & 1);
+    int rank = dt_mesh_rank(mesh);
+    for (int j = 0; j < rank; j++) {
+        int64_t k = dt_mesh_dim_size(mesh, j), stride = 1;
+        for (int i = rank - 1; i > j; i--)
+            stride *= dt_mesh_dim_size(mesh, i);
+        int ok = k > 0 ? lines_apply(w, mesh, stride, k) : 0;
+        if (ok < 0)
+            return 0;   /* no memory: no pattern this time, nothing cached */
+        mask |= (uint64_t)ok << j;
+    }
+    dt__mesh_fact_put(mesh, key, mask);
+    return (int)(mask >> m & 1);
 }
 
 /* Bytes of a box: the layout's shard of position pos with tensor dim d's extent replaced by
@@ -222,7 +266,7 @@ dt_status dt__rl_pattern_plan(const rl_world *w, const dt_layout *src, const dt_
     int64_t k = src->mesh_dim_size[m], stride = 1;
     for (int j = src->mesh_rank - 1; j > m; j--)
         stride *= src->mesh_dim_size[j];
-    if (!lines_apply(w, mesh, stride, k))
+    if (!lines_apply_cached(w, mesh, m))
         return DT_OK;
     rl_partial_map pm;
     rl_plan *plan = NULL;

@@ -15,6 +15,15 @@ typedef struct dt__mesh_slot {
     int64_t position;
 } dt__mesh_slot;
 
+/* A fact a planner derived from the whole device table under one world (the key), kept on
+ * the mesh (mesh_facts.c). */
+enum { DT__MESH_FACT_KEY = 4, DT__MESH_NFACTS = 4 }; /* KEY == mesh_facts.h's KEY_INTS */
+typedef struct dt__mesh_fact {
+    int used;
+    int key[DT__MESH_FACT_KEY];
+    uint64_t value;
+} dt__mesh_fact;
+
 /* The empty mesh (TensorFlow's "empty_mesh") has rank 0, size 0 and no devices. */
 struct dt_mesh {
     atomic_int refs;
@@ -36,6 +45,10 @@ struct dt_mesh {
     char **global_devices;
     int64_t num_global_devices;
     int use_xla_spmd;
+    /* Derived facts (a cache: the mesh stays logically immutable), under facts_lock. */
+    atomic_flag facts_lock;
+    dt__mesh_fact facts[DT__MESH_NFACTS];
+    int facts_next;        /* the slot the next new key replaces */
 };
 
 /* Which piece of the input a validation message is about, so each front end can prefix it with

@@ -318,11 +318,20 @@ static void put(out *o, const char *s)
     o->pos += n;
 }
 
+/* Decimal digits by hand: a mesh of thousands of devices formats thousands of ids, and the
+ * checkpoint index writes this string per tensor (issue 22). */
 static void put_int(out *o, long long v)
 {
     char t[32];
-    snprintf(t, sizeof t, "%lld", v);
-    put(o, t);
+    int n = (int)sizeof t - 1;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    t[n] = '\0';
+    do
+        t[--n] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        t[--n] = '-';
+    put(o, t + n);
 }
 
 size_t dt_mesh_format(const dt_mesh *mesh, char *buf, size_t len)

@@ -3,7 +3,9 @@
  * the former all-pairs planner's (dt__rl_plan_build_ref) piece by piece, for every client of
  * random tables (devices per client, clients per host) and random layouts on the same and on
  * different meshes; and at 1024 devices its work (pairs and holders examined) must stay
- * proportional to the client's own pieces, where the reference's grows as N^2. */
+ * proportional to the client's own pieces, where the reference's grows as N^2. The regular
+ * pattern check, read from facts cached on the mesh per table, must take the collective path
+ * exactly where a brute-force check of the table says so. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -119,11 +121,87 @@ static void test_a_1024_device_plan_examines_a_few_pairs_per_own_piece(void)
     dt_mesh_destroy(m2);
 }
 
+/* Whether an all-gather along mesh dim m may run as collectives in a simulated table, worked
+ * out here by brute force: position p is device p, client p / dpc, host client / cph; every
+ * client's devices share one coordinate along m, and every line along m lies on one host. */
+static int lines_apply_brute(const dt_mesh *mesh, int m, const dt__rl_sim *sim)
+{
+    int64_t size = dt_mesh_size(mesh);
+    int rank = dt_mesh_rank(mesh);
+    for (int64_t p = 0; p < size; p++)
+        for (int64_t q = 0; q < size; q++) {
+            int64_t cp[3], cq[3];
+            dt_mesh_coords(mesh, p, cp);
+            dt_mesh_coords(mesh, q, cq);
+            int same_line = 1;
+            for (int j = 0; j < rank; j++)
+                same_line &= j == m || cp[j] == cq[j];
+            int64_t clp = p / sim->devices_per_client, clq = q / sim->devices_per_client;
+            if (clp == clq && cp[m] != cq[m])
+                return 0;
+            if (same_line && clp / sim->clients_per_host != clq / sim->clients_per_host)
+                return 0;
+        }
+    return 1;
+}
+
+/* The pattern check reads facts cached on the mesh per simulated table (mesh/mesh_facts.c):
+ * long-lived meshes planned under tables in random order (more tables than cache slots) take
+ * the collective path exactly where the brute-force answer says so, for every dim. */
+static void test_cached_mesh_facts_give_the_brute_force_answer_under_every_table(void)
+{
+    static const int64_t shapes[][3] = {{12}, {3, 4}, {2, 6}, {2, 3, 2}, {4, 2}, {6, 4}};
+    static const int ranks[] = {1, 2, 2, 3, 2, 2};
+    enum { NMESH = 6 };
+    static const char *dim_names[3] = {"x", "y", "z"};
+    dt_mesh *meshes[NMESH];
+    for (int i = 0; i < NMESH; i++)
+        meshes[i] = make_mesh(ranks[i], shapes[i], DT_DEVICE_CPU);
+    rl_rng rng = {11};
+    int coll = 0, pieces = 0, wrong = 0;
+    for (int t = 0; t < 400; t++) {
+        int i = (int)rl_below(&rng, NMESH), m = (int)rl_below(&rng, ranks[i]);
+        dt_mesh *mesh = meshes[i];
+        dt__rl_sim sim = {0};
+        static const int dpcs[] = {1, 1, 2, 3, 4, 6};
+        sim.devices_per_client = dpcs[rl_below(&rng, 6)];
+        sim.nclients = (int)((dt_mesh_size(mesh) + sim.devices_per_client - 1) /
+                             sim.devices_per_client);
+        sim.clients_per_host = rl_below(&rng, 2) ? sim.nclients : 1 + (int)rl_below(&rng, 4);
+        sim.me = (int)rl_below(&rng, sim.nclients);
+        const char *src_spec[1] = {dim_names[m]}, *dst_spec[1] = {DT_UNSHARDED};
+        dt_layout *src = NULL, *dst = NULL;
+        DT_ASSERT_OK(dt_layout_create(mesh, 1, src_spec, &src));
+        DT_ASSERT_OK(dt_layout_create(mesh, 1, dst_spec, &dst));
+        int64_t shape[1] = {24 * dt_mesh_dim_size(mesh, m)};
+        rl_plan *p = NULL;
+        DT_ASSERT_OK(dt__rl_plan_build_as(src, dst, 1, shape, DT_DTYPE_F32, &sim, &p));
+        int want = lines_apply_brute(mesh, m, &sim), got = p && p->coll != NULL;
+        if (got != want) {
+            fprintf(stderr, "  mesh %d dim %d, %d per client, %d per host: %s, expected %s\n",
+                    i, m, sim.devices_per_client, sim.clients_per_host,
+                    got ? "collective" : "pieces", want ? "collective" : "pieces");
+            wrong++;
+        }
+        coll += got;
+        pieces += !got;
+        dt__rl_plan_free(p);
+        dt_layout_destroy(src);
+        dt_layout_destroy(dst);
+    }
+    printf("\n  %d collective, %d pieces\n", coll, pieces);
+    CU_ASSERT_EQUAL(wrong, 0);
+    CU_ASSERT(coll > 40 && pieces > 40);   /* both answers were exercised */
+    for (int i = 0; i < NMESH; i++)
+        dt_mesh_destroy(meshes[i]);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_plans_equal_the_reference_for_every_client_of_random_tables),
         DT_TEST(test_a_1024_device_plan_examines_a_few_pairs_per_own_piece),
+        DT_TEST(test_cached_mesh_facts_give_the_brute_force_answer_under_every_table),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "relayout_plan_scale", cases, 0);
