@@ -126,7 +126,7 @@ static int ping_peers(MPI_Comm comm, const int *who, int k, int *alive, double s
             }
         }
         int outcount = 0;
-        if (MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+        if (n > 0 && MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
             outcount > 0 && outcount != MPI_UNDEFINED) {
             progressed = outcount;
             break;
@@ -248,4 +248,58 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
                                  double timeout, const char *what)
 {
     return watch(req, NULL, 1, group, ngroup, timeout, what);
+}
+
+dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double timeout,
+                               int *rounds, const char *what)
+{
+    MPI_Comm comm = dt__comm();
+    int *alive = malloc(((size_t)k + 1) * sizeof *alive);
+    int *ask = malloc(((size_t)k + 1) * sizeof *ask);
+    if (!alive || !ask) {
+        free(alive);
+        free(ask);
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
+    }
+    int nask = 0, ndead = 0;
+    for (int j = 0; j < k; j++) {
+        alive[j] = 0;
+        ndead += dead && dead[j];
+        if (!dead || !dead[j])
+            ask[nask++] = who[j];
+    }
+    /* A peer known gone is lost without asking; else ping those waited for. */
+    double ping_wait = timeout / 2;
+    if (!ndead && nask) {
+        int *answer = malloc((size_t)nask * sizeof *answer);
+        if (answer) {
+            ping_peers(comm, ask, nask, answer, ping_wait, NULL, 0, NULL);
+            for (int j = 0, a = 0; j < k; j++)
+                alive[j] = answer[a++];
+            free(answer);
+        }
+    }
+    char lost[512] = "", waiting[512] = "";
+    for (int j = 0; j < k; j++) {
+        if (ndead && !(dead && dead[j]))
+            continue;        /* not asked: neither lost nor known alive */
+        append(alive[j] ? waiting : lost, sizeof lost, who[j]);
+    }
+    free(alive);
+    free(ask);
+    if (!lost[0] && ++*rounds < ALIVE_ROUNDS)
+        return DT_OK;
+    if (ndead)
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: lost client(s) %s: its process is gone (nothing came for "
+                         "%.3g s, DT_COMM_TIMEOUT)", what, lost, timeout);
+    if (lost[0])
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: lost client(s) %s: nothing came for %.3g s and no answer to a "
+                         "ping in %.3g s (DT_COMM_TIMEOUT)%s%s%s", what, lost, timeout,
+                         ping_wait, waiting[0] ? "; client(s) " : "", waiting,
+                         waiting[0] ? " answered but are waiting too" : "");
+    return dt__error(DT_ERR_TIMEOUT,
+                     "%s: nothing came for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, which "
+                     "answer pings but are waiting on others", what, timeout, waiting);
 }
