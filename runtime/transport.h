@@ -87,6 +87,10 @@ const dt__transport *dt__transport_mpi(void);
  * (runtime/shm.h) is down; reset: its channel counts start again (dt_init). */
 const dt__transport *dt__transport_shm(void);
 void dt__transport_shm_reset(void);
+/* Bytes the shm transport received here since dt_init: copied straight from a host peer's
+ * segment, read there in place (a reduction's summands), and by MPI (another host, or a box
+ * outside the pool). Local; tests check which path a relayout took. */
+void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi);
 /* DT_TRANSPORT's value as configure read it: "auto", or the name of the forced transport. */
 const char *dt__transport_mode(void);
 /* Device memory through pinned host staging and MPI, pipelined in chunks

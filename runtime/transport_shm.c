@@ -26,6 +26,15 @@ enum {
 /* Descriptors posted to / read from each host peer since dt_init (both sides count alike). */
 static uint64_t *sent, *got;
 static int ncount;
+/* Bytes this client received: copied from a peer's segment, read there in place, by MPI. */
+static _Atomic uint64_t bytes_direct, bytes_viewed, bytes_mpi;
+
+void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi)
+{
+    *direct = bytes_direct;
+    *viewed = bytes_viewed;
+    *mpi = bytes_mpi;
+}
 
 typedef enum { ST_POST, ST_DESC, ST_MPI, ST_DONE } op_state;
 
@@ -219,8 +228,10 @@ static int try_read(run *r, op *o, dt_status *st)
         memcpy(v->shape, d.shape, sizeof v->shape);
         memcpy(v->start, d.start, sizeof v->start);
         o->viewed = 1;
+        bytes_viewed += dt__region_bytes(g);
     } else {
         box_copy(g, base, d.shape, d.start);
+        bytes_direct += dt__region_bytes(g);
         atomic_fetch_add_explicit(&ch->consumed, 1, memory_order_release);
     }
     o->st = ST_DONE;
@@ -232,6 +243,7 @@ static void mpi_done(run *r, op *o)
 {
     size_t i = (size_t)(o - r->ops);
     if (!o->sending) {
+        bytes_mpi += o->bytes;
         if (r->views) {
             dt__region *v = &r->views[i];
             *v = o->x->region;
