@@ -9,6 +9,7 @@
  * watchdog like the other transports'. docs/transports.md, "shm". */
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -288,6 +289,23 @@ static int sends_consumed(const run *r, int *who_out, int *k_out)
     return done;
 }
 
+/* 1 if process `pid` (a host peer) has ended: no such process, or a zombie not yet reaped. */
+static int gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
 /* The clients this run still waits for, and which of them are known gone. */
 static int waited_for(const run *r, int finish, int *who, int *dead)
 {
@@ -318,7 +336,7 @@ static int waited_for(const run *r, int finish, int *who, int *dead)
     for (int j = 0; j < k; j++) {
         int l = dt__shm_local(who[j]);
         pid_t pid = l >= 0 ? dt__shm_pid(l) : 0;
-        dead[j] = pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+        dead[j] = pid > 0 && gone(pid);
     }
     return k;
 }

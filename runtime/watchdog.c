@@ -291,8 +291,9 @@ dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double ti
         return DT_OK;
     if (ndead)
         return dt__error(DT_ERR_TIMEOUT,
-                         "%s: lost client(s) %s: its process is gone (nothing came for "
-                         "%.3g s, DT_COMM_TIMEOUT)", what, lost, timeout);
+                         "%s: lost client(s) %s: its process on this host has ended while "
+                         "this client waited on it (DT_COMM_TIMEOUT %.3g s)", what, lost,
+                         timeout);
     if (lost[0])
         return dt__error(DT_ERR_TIMEOUT,
                          "%s: lost client(s) %s: nothing came for %.3g s and no answer to a "
