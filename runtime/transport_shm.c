@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/device.h"
 #include "runtime/internal.h"
@@ -398,6 +399,14 @@ static dt_status progress(run *r, int finish, const char *what)
             ndead += dead[j];
         if (!ndead && idle <= timeout)
             continue;
+        if (access("/tmp/dt_shm_trace", F_OK) == 0) {
+            fprintf(stderr, "shm trace: client %d stalled %.2f s (finish %d), waits on", dt_client_id(), idle, finish);
+            for (int j = 0; j < k; j++)
+                fprintf(stderr, " %d%s", who[j], dead[j] ? "(dead)" : "");
+            for (size_t i = 0; i < r->n; i++)
+                fprintf(stderr, " [op%zu %s peer %d st %d]", i, r->ops[i].sending ? "send" : "recv", r->ops[i].x->peer, (int)r->ops[i].st);
+            fprintf(stderr, "\n");
+        }
         st = dt__watchdog_stalled(who, dead, k, timeout, &rounds, what);
         last = dt__now_seconds();
     }
