@@ -60,12 +60,14 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
  * MPI_THREAD_MULTIPLE. */
 void dt__watchdog_answer(void);
 /* For waits on other clients without MPI requests (the shm transport's flags): the wait saw
- * nothing for `timeout` seconds from the k clients who[0..k). Those marked dead[j] (may be
- * NULL; a process known gone) are named lost at once; else all are pinged and given timeout/2
- * to answer. DT_OK to wait on when all answered (they wait on someone else, who will report),
- * at most 3 times per wait (*rounds counts, start it at 0); else DT_ERR_TIMEOUT whose message
- * starts with `what` and names the lost clients and their hosts, as dt__wait_watched's. */
-dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double timeout,
+ * nothing for `timeout` seconds from the k clients who[0..k). state (may be NULL) says what
+ * the caller knows of each: -1 its process has ended (named lost at once, nobody pinged),
+ * 1 its process on this host still runs (alive even if it does not answer: busy outside a
+ * watched wait), 0 nothing. Else all are pinged and given timeout/2 to answer. DT_OK to wait
+ * on when all are alive (they wait on someone else, who will report), at most 3 times per
+ * wait (*rounds counts, start it at 0); else DT_ERR_TIMEOUT whose message starts with `what`
+ * and names the lost clients and their hosts, as dt__wait_watched's. */
+dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double timeout,
                                int *rounds, const char *what);
 /* Seconds of a monotonic clock (the watchdog's), for waits of their own. Local. */
 double dt__now_seconds(void);

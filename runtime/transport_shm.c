@@ -337,7 +337,7 @@ static int waited_for(const run *r, int finish, int *who, int *dead)
     for (int j = 0; j < k; j++) {
         int l = dt__shm_local(who[j]);
         pid_t pid = l >= 0 ? dt__shm_pid(l) : 0;
-        dead[j] = pid > 0 && gone(pid);
+        dead[j] = pid <= 0 ? 0 : gone(pid) ? -1 : 1; /* the watchdog's state */
     }
     return k;
 }
@@ -396,13 +396,13 @@ static dt_status progress(run *r, int finish, const char *what)
             continue;
         int k = waited_for(r, finish, who, dead), ndead = 0;
         for (int j = 0; j < k; j++)
-            ndead += dead[j];
+            ndead += dead[j] < 0;
         if (!ndead && idle <= timeout)
             continue;
         if (access("/tmp/dt_shm_trace", F_OK) == 0) {
             fprintf(stderr, "shm trace: client %d stalled %.2f s (finish %d), waits on", dt_client_id(), idle, finish);
             for (int j = 0; j < k; j++)
-                fprintf(stderr, " %d%s", who[j], dead[j] ? "(dead)" : "");
+                fprintf(stderr, " %d(%d)", who[j], dead[j]);
             for (size_t i = 0; i < r->n; i++)
                 fprintf(stderr, " [op%zu %s peer %d st %d]", i, r->ops[i].sending ? "send" : "recv", r->ops[i].x->peer, (int)r->ops[i].st);
             fprintf(stderr, "\n");

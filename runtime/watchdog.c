@@ -250,7 +250,7 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
     return watch(req, NULL, 1, group, ngroup, timeout, what);
 }
 
-dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double timeout,
+dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double timeout,
                                int *rounds, const char *what)
 {
     MPI_Comm comm = dt__comm();
@@ -264,8 +264,8 @@ dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double ti
     int nask = 0, ndead = 0;
     for (int j = 0; j < k; j++) {
         alive[j] = 0;
-        ndead += dead && dead[j];
-        if (!dead || !dead[j])
+        ndead += state && state[j] < 0;
+        if (!state || state[j] >= 0)
             ask[nask++] = who[j];
     }
     /* A peer known gone is lost without asking; else ping those waited for. */
@@ -274,16 +274,19 @@ dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double ti
         int *answer = malloc((size_t)nask * sizeof *answer);
         if (answer) {
             ping_peers(comm, ask, nask, answer, ping_wait, NULL, 0, NULL);
+            /* A process of this host that still runs is alive even when it does not
+             * answer: it is busy outside a watched wait (a blocking collective that the
+             * lost host stalls), and a client waiting on the lost host will report. */
             for (int j = 0, a = 0; j < k; j++)
-                alive[j] = answer[a++];
+                alive[j] = answer[a++] ? 1 : state && state[j] > 0 ? 2 : 0;
             free(answer);
         }
     }
-    char lost[512] = "", waiting[512] = "";
+    char lost[512] = "", waiting[512] = "", silent[512] = "";
     for (int j = 0; j < k; j++) {
-        if (ndead && !(dead && dead[j]))
+        if (ndead && !(state && state[j] < 0))
             continue;        /* not asked: neither lost nor known alive */
-        append(alive[j] ? waiting : lost, sizeof lost, who[j]);
+        append(alive[j] == 1 ? waiting : alive[j] == 2 ? silent : lost, sizeof lost, who[j]);
     }
     free(alive);
     free(ask);
@@ -300,6 +303,13 @@ dt_status dt__watchdog_stalled(const int *who, const int *dead, int k, double ti
                          "ping in %.3g s (DT_COMM_TIMEOUT)%s%s%s", what, lost, timeout,
                          ping_wait, waiting[0] ? "; client(s) " : "", waiting,
                          waiting[0] ? " answered but are waiting too" : "");
+    if (silent[0])
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: nothing came for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, "
+                         "whose processes on this host run but answer no ping (stopped, or "
+                         "blocked outside a watched wait)%s%s%s", what, timeout, silent,
+                         waiting[0] ? "; client(s) " : "", waiting,
+                         waiting[0] ? " answer pings but are waiting on others" : "");
     return dt__error(DT_ERR_TIMEOUT,
                      "%s: nothing came for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, which "
                      "answer pings but are waiting on others", what, timeout, waiting);
