@@ -185,6 +185,8 @@ static int try_post(op *o)
     dt__shm_desc *d = &ch->ring[o->seq % DT__SHM_RING];
     const dt__region *g = &o->x->region;
     int64_t off = o->via_mpi ? -1 : dt__shm_offset(g->base, 0);
+    if (!o->via_mpi && off < 0)
+        off = 0; /* an empty box of memory outside the pool: nothing is read */
     d->offset = off;
     memcpy(d->shape, g->shape, sizeof d->shape);
     memcpy(d->start, g->start, sizeof d->start);
