@@ -66,7 +66,10 @@ void dt__watchdog_answer(void);
  * watched wait), 0 nothing. Else all are pinged and given timeout/2 to answer. DT_OK to wait
  * on when all are alive (they wait on someone else, who will report), at most 3 times per
  * wait (*rounds counts, start it at 0); else DT_ERR_TIMEOUT whose message starts with `what`
- * and names the lost clients and their hosts, as dt__wait_watched's. */
+ * and names the lost clients and their hosts, as dt__wait_watched's. When some client of this
+ * host runs but does not answer (blocked outside a watched wait, e.g. in a collective across
+ * a cut link), the clients of the other hosts are pinged too, and those that do not answer
+ * are named lost. */
 dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double timeout,
                                int *rounds, const char *what);
 /* Seconds of a monotonic clock (the watchdog's), for waits of their own. Local. */

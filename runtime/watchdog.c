@@ -250,6 +250,34 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
     return watch(req, NULL, 1, group, ngroup, timeout, what);
 }
 
+/* Pings every client of the job on another host except those in who[0..k) and appends the
+ * ones that do not answer within `seconds` to lost. */
+static void find_lost_elsewhere(const int *who, int k, double seconds, char *lost, size_t len)
+{
+    int n = dt_num_clients(), me = dt_client_id(), m = 0;
+    int *ask = malloc(((size_t)n + 1) * sizeof *ask), *answer = malloc(((size_t)n + 1) *
+                                                                        sizeof *answer);
+    if (!ask || !answer) {
+        free(ask);
+        free(answer);
+        return;
+    }
+    for (int c = 0; c < n; c++) {
+        int known = c == me || dt__client_host(c) == dt__client_host(me);
+        for (int j = 0; j < k && !known; j++)
+            known = who[j] == c;
+        if (!known)
+            ask[m++] = c;
+    }
+    if (m)
+        ping_peers(dt__comm(), ask, m, answer, seconds, NULL, 0, NULL);
+    for (int j = 0; j < m; j++)
+        if (!answer[j])
+            append(lost, len, ask[j]);
+    free(ask);
+    free(answer);
+}
+
 dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double timeout,
                                int *rounds, const char *what)
 {
@@ -290,6 +318,17 @@ dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double t
     }
     free(alive);
     free(ask);
+    /* A process of this host that runs but answers no ping is blocked outside a watched
+     * wait, most likely on a client that is gone (a collective across a cut link): ask the
+     * rest of the job, and name those of other hosts that do not answer. */
+    if (silent[0] && !lost[0])
+        find_lost_elsewhere(who, k, ping_wait, lost, sizeof lost);
+    if (lost[0] && silent[0])
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: lost client(s) %s: no answer to a ping in %.3g s; nothing came "
+                         "for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, whose processes on "
+                         "this host run but answer no ping (blocked, likely on the lost ones)",
+                         what, lost, ping_wait, timeout, silent);
     if (!lost[0] && ++*rounds < ALIVE_ROUNDS)
         return DT_OK;
     if (ndead)
