@@ -61,6 +61,10 @@ typedef struct bench_case {
     double moved_mib;    /* in-process: bytes received over all devices, in MiB */
     double self_mib;     /* in-process: bytes each device copied to itself, in MiB */
     unsigned long colls; /* plans of one dt_relayout_into run as collectives (0: pieces) */
+    /* The physical bound beside the MPI collective: a memcpy of the bytes each process
+     * receives (all-reduce: of twice its input, the two passes a reduction needs). */
+    void *msrc, *mdst;
+    size_t mbytes;
     /* --device gpu: host mirrors (page-locked) of the one local component of src and dst,
      * where values are written and checked and the reference's MPI collective runs. */
     const dt__device *dev;
@@ -273,6 +277,8 @@ static void line_head(bu_line *line, const bench_case *c)
     bu_line_init(line);
     bu_line_add(line, "case", "%s", c->name);
     bu_line_add(line, "np", "%d", g_nclients);
+    const char *tr = getenv("DT_TRANSPORT");
+    bu_line_add(line, "transport", "%s", tr && *tr ? tr : "auto");
     if (c->ref == REF_MEMCPY)
         bu_line_add(line, "devices", "%d", dt_tensor_num_local(c->src));
     bu_line_add(line, "mib", "%d", c->mib);
@@ -309,6 +315,7 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     int reps = o->reps ? o->reps : default_reps(c->mib, o->quick);
     double *t_ours = calloc((size_t)reps, sizeof *t_ours);
     double *t_ref = calloc((size_t)reps, sizeof *t_ref);
+    double *t_mem = NULL; /* the memcpy bound's times */
     int failed = 1;
     if (!t_ours || !t_ref) {
         fprintf(stderr, "bench_relayout: out of memory\n");
@@ -342,11 +349,42 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
                    c->name, c->mib, (unsigned long long)recv, (unsigned long long)copies);
     }
     run_reference(c);
+    if (c->ref != REF_MEMCPY) {
+        /* The bytes this process received (the largest over processes), or twice the input. */
+        dt_relayout_stats stats[MAX_STATS];
+        int n = 0;
+        uint64_t recv = 0;
+        if (dt_relayout_last_stats(MAX_STATS, stats, &n, NULL) == DT_OK)
+            for (int i = 0; i < n && i < MAX_STATS; i++)
+                recv += stats[i].bytes_received;
+        MPI_Allreduce(MPI_IN_PLACE, &recv, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        c->mbytes = c->ref == REF_ALLREDUCE ? 2 * (size_t)c->payload : (size_t)recv;
+        c->msrc = malloc(c->mbytes + 1);
+        c->mdst = malloc(c->mbytes + 1);
+        t_mem = calloc((size_t)reps, sizeof *t_mem);
+        if (!c->msrc || !c->mdst || !t_mem) {
+            fprintf(stderr, "bench_relayout: out of memory for the memcpy bound\n");
+            free(t_mem);
+            t_mem = NULL;
+        } else {
+            memset(c->msrc, 1, c->mbytes);
+            memset(c->mdst, 2, c->mbytes);
+        }
+    }
 
     dt_status first = DT_OK;
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
             int ours = (k ^ (r & 1)) == 0; /* alternate who goes first */
+            if (k == 2) {            /* the memcpy bound, last */
+                if (!t_mem)
+                    continue;
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                memcpy(c->mdst, c->msrc, c->mbytes);
+                t_mem[r] = MPI_Wtime() - t0;
+                continue;
+            }
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             if (ours) {
@@ -361,6 +399,8 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         }
     MPI_Allreduce(MPI_IN_PLACE, t_ours, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, t_ref, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (t_mem)
+        MPI_Allreduce(MPI_IN_PLACE, t_mem, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (!ok_everywhere(first)) {
         report_failure(c, "timed", first);
         goto out;
@@ -393,6 +433,12 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         bu_line_add(&line, "ours_ms", "%.3f", ours * 1e3);
         bu_line_add(&line, "ref_ms", "%.3f", ref * 1e3);
         bu_line_add(&line, "reps", "%d", reps);
+        if (t_mem) { /* ours against a memcpy of what each process receives: speed ratio */
+            double mem = bu_median(t_mem, reps);
+            bu_line_add(&line, "memcpy_mib", "%.1f", (double)c->mbytes / (1 << 20));
+            bu_line_add(&line, "memcpy_ms", "%.3f", mem * 1e3);
+            bu_line_add(&line, "ratio_memcpy", "%.3f", mem / ours);
+        }
         if (c->ref == REF_MEMCPY) {
             bu_line_add(&line, "moved_mib", "%.1f", c->moved_mib);
             bu_line_add(&line, "self_mib", "%.1f", c->self_mib);
@@ -407,6 +453,10 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
 out:
     free(t_ours);
     free(t_ref);
+    free(t_mem);
+    free(c->msrc);
+    free(c->mdst);
+    c->msrc = c->mdst = NULL;
     return failed;
 }
 

@@ -19,6 +19,9 @@ typedef struct exec_ctx {
     size_t elem;
     void **tmp;                      /* per piece: a received summand's box, or NULL */
     const dt__device **tmp_dev;      /* whose memory tmp[i] is (the destination's device) */
+    const dt__region **view;         /* per piece: where the transport lets its summand be
+                                      * read in place (exchange_view), or NULL */
+    int64_t (*view_off)[DT_MAX_RANK]; /* per piece: the view's array origin, global */
     dt_status st;                    /* first failure of the local copies */
 } exec_ctx;
 
@@ -69,6 +72,12 @@ static dt_status copy_box(const exec_ctx *x, const rl_piece *p, const side *to,
 static side source_side(const exec_ctx *x, size_t i)
 {
     const rl_piece *p = &x->plan->pieces[i];
+    if (x->view && x->view[i]) {
+        const dt__region *v = x->view[i];
+        for (int d = 0; d < v->rank; d++)
+            x->view_off[i][d] = p->box.off[d] - v->start[d];
+        return (side){v->base, x->view_off[i], v->shape, NULL};
+    }
     if (x->tmp[i])
         return (side){x->tmp[i], p->box.off, p->box.len, x->tmp_dev[i]};
     return component_side(x->src, p->src_local);
@@ -175,7 +184,7 @@ static dt_status reduce_all(exec_ctx *x)
 
 /* Fills one transfer of piece i: the box in its component, or for a reduction's receive a
  * buffer on the destination's device holding exactly the box (summands are applied in
- * order after the exchange). */
+ * order after the exchange); no buffer when the transport gives views (read in place). */
 static dt_status prepare_xfer(exec_ctx *x, size_t i, int sending, dt__xfer *xf)
 {
     rl_piece *p = &x->plan->pieces[i];
@@ -196,15 +205,19 @@ static dt_status prepare_xfer(exec_ctx *x, size_t i, int sending, dt__xfer *xf)
     }
     if (sending || !plan->nsummands)
         return DT_OK;
+    for (int d = 0; d < plan->rank; d++) {
+        xf->region.shape[d] = p->box.len[d];
+        xf->region.start[d] = 0;
+    }
+    if (x->view) {
+        xf->region.base = NULL; /* the transport says where to read it */
+        return DT_OK;
+    }
     dt_status st = dt__device_alloc(comp.dev, p->bytes ? p->bytes : 1, &x->tmp[i]);
     if (st != DT_OK)
         return st;
     x->tmp_dev[i] = comp.dev;
     xf->region.base = x->tmp[i];
-    for (int d = 0; d < plan->rank; d++) {
-        xf->region.shape[d] = p->box.len[d];
-        xf->region.start[d] = 0;
-    }
     return DT_OK;
 }
 
@@ -278,7 +291,17 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
     dt__xfer *sends = calloc(nsend + 1, sizeof *sends), *recvs = calloc(nrecv + 1, sizeof *recvs);
     x.tmp = calloc(plan->npieces + 1, sizeof *x.tmp);
     x.tmp_dev = calloc(plan->npieces + 1, sizeof *x.tmp_dev);
-    if (!sends || !recvs || !x.tmp || !x.tmp_dev) {
+    /* Summands read in place where the transport can show them (the shm transport). */
+    int viewing = plan->nsummands && nrecv && plan->transport->exchange_view;
+    dt__region *views = viewing ? calloc(nrecv, sizeof *views) : NULL;
+    size_t *recv_piece = viewing ? calloc(nrecv, sizeof *recv_piece) : NULL;
+    void *token = NULL;
+    if (viewing) {
+        x.view = calloc(plan->npieces, sizeof *x.view);
+        x.view_off = calloc(plan->npieces, sizeof *x.view_off);
+    }
+    if (!sends || !recvs || !x.tmp || !x.tmp_dev ||
+        (viewing && (!views || !recv_piece || !x.view || !x.view_off))) {
         st = dt__error(DT_ERR_NO_MEMORY, "no memory to run a relayout of %zu pieces",
                        plan->npieces);
         goto out;
@@ -288,15 +311,28 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
         const rl_piece *p = &plan->pieces[i];
         int sending = p->src_local >= 0 && p->dst_local < 0;
         int receiving = p->dst_local >= 0 && p->src_local < 0;
+        if (receiving && viewing)
+            recv_piece[nrecv] = i;
         if (sending || receiving)
             st = prepare_xfer(&x, i, sending, sending ? &sends[nsend++] : &recvs[nrecv++]);
     }
-    if (st == DT_OK)
+    if (st == DT_OK && viewing) {
+        st = plan->transport->exchange_view(sends, nsend, recvs, nrecv, views, local_copies, &x,
+                                            &token);
+        for (size_t r = 0; r < nrecv && st == DT_OK; r++)
+            x.view[recv_piece[r]] = &views[r];
+    } else if (st == DT_OK) {
         st = plan->transport->exchange(sends, nsend, recvs, nrecv, local_copies, &x);
+    }
     if (st == DT_OK)
         st = x.st;
     if (st == DT_OK && plan->nsummands)
         st = reduce_all(&x);
+    if (token) { /* the summands are read: the senders' memory may change again */
+        dt_status vst = plan->transport->views_done(token);
+        if (st == DT_OK)
+            st = vst;
+    }
     if (st == DT_OK)
         st = sync_dst(dst);
 out:
@@ -308,6 +344,10 @@ out:
             }
     free(x.tmp);
     free(x.tmp_dev);
+    free(x.view);
+    free(x.view_off);
+    free(views);
+    free(recv_piece);
     free(sends);
     free(recvs);
     return st;

@@ -59,6 +59,19 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
  * dt__wait_watched once stalled. Local; from a thread other than the main one only under
  * MPI_THREAD_MULTIPLE. */
 void dt__watchdog_answer(void);
+/* For waits on other clients without MPI requests (the shm transport's flags): the wait saw
+ * nothing for `timeout` seconds from the k clients who[0..k). state (may be NULL) says what
+ * the caller knows of each: -1 its process has ended (named lost at once, nobody pinged),
+ * 1 its process on this host still runs (alive even if it does not answer: busy outside a
+ * watched wait), 0 nothing. Else all are pinged and given timeout/2 to answer. DT_OK to wait
+ * on when all are alive (they wait on someone else, who will report), at most 3 times per
+ * wait (*rounds counts, start it at 0); else DT_ERR_TIMEOUT whose message starts with `what`
+ * and names the lost clients and their hosts, as dt__wait_watched's. When some client of this
+ * host runs but does not answer (blocked outside a watched wait, e.g. in a collective across
+ * a cut link), the clients of the other hosts are pinged too, and those that do not answer
+ * are named lost. */
+dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double timeout,
+                               int *rounds, const char *what);
 /* Seconds of a monotonic clock (the watchdog's), for waits of their own. Local. */
 double dt__now_seconds(void);
 
@@ -70,6 +83,10 @@ void dt__topology_unload(void);
 
 /* memory.c: (re)reads DT_POOL_MAX_MB; DT_ERR_INVALID_ARGUMENT naming a bad value. */
 dt_status dt__pool_configure(void);
+/* memory.c: counts a block of `size` bytes (`requested` asked for) handed out (live 1) or
+ * given back (live 0) by another host allocator (the shm pool, runtime/shm_pool.c) in
+ * dt_host_pool_stats, so that tensors' memory is counted wherever it lies. */
+void dt__pool_count(size_t size, size_t requested, int live);
 
 /* Registers fn to run in dt_finalize before MPI is finalised (e.g. to drop cached plans
  * holding MPI datatypes). At most 16 functions. */

@@ -3,9 +3,14 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/shm.h"
 
+/* Tensor memory from the shm pool (runtime/shm.h) while it is up and has room, so that host
+ * peers read it directly; else from the host pool. */
 static dt_status cpu_alloc(const dt__device *dev, size_t bytes, void **ptr_out)
 {
+    if (dt__shm_alloc(bytes, ptr_out))
+        return DT_OK;
     dt_status st = dt_host_alloc(bytes ? bytes : 1, ptr_out);
     if (st != DT_OK)
         return dt__error(st, "CPU device %d: no memory for %zu bytes", dev->global_id, bytes);
@@ -14,7 +19,8 @@ static dt_status cpu_alloc(const dt__device *dev, size_t bytes, void **ptr_out)
 
 static void cpu_free(const dt__device *dev, void *ptr)
 {
-    dt_host_free(ptr);
+    if (!dt__shm_free(ptr))
+        dt_host_free(ptr);
 }
 
 static dt_status cpu_copy(const dt__device *dev, dt__copy_dir dir, void *dst, const void *src,

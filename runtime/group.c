@@ -245,9 +245,13 @@ dt_status dt__group_agree(const dt__group *g, dt_status st, const char *what)
     if (g->comm == MPI_COMM_NULL || g->size <= 1)
         return st;
     int mine = st != DT_OK ? g->rank : INT_MAX, first = INT_MAX;
-    int rc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->comm);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, g->comm, &req);
     if (rc != MPI_SUCCESS)
         return dt__mpi_error(rc, what);
+    dt_status wst = dt__wait_watched_group(&req, g->clients, g->size, 0, what);
+    if (wst != DT_OK)
+        return wst;
     if (first == INT_MAX)
         return DT_OK;
     struct {
@@ -259,9 +263,11 @@ dt_status dt__group_agree(const dt__group *g, dt_status st, const char *what)
         out.status = (int)st;
         dt__strlcpy(out.msg, dt_last_error(), sizeof out.msg);
     }
-    rc = MPI_Bcast(&out, (int)sizeof out, MPI_BYTE, first, g->comm);
+    rc = MPI_Ibcast(&out, (int)sizeof out, MPI_BYTE, first, g->comm, &req);
     if (rc != MPI_SUCCESS)
         return dt__mpi_error(rc, what);
+    if ((wst = dt__wait_watched_group(&req, g->clients, g->size, 0, what)) != DT_OK)
+        return wst;
     if (g->rank == first)
         return st;
     out.msg[sizeof out.msg - 1] = '\0';

@@ -253,10 +253,14 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
                                 rt.offsets[DT_DEVICE_GPU][rt.client]));
     if (st != DT_OK)
         goto err_tables;
-    st = agree(dt__transport_start());
-    if (st != DT_OK)
-        goto err_tables;
+    /* The transports' start is collective over dt__comm and asks for client ids: the
+     * runtime counts as up from here (NCCL's communicator, the shm pool). */
     rt.initialized = 1;
+    st = agree(dt__transport_start());
+    if (st != DT_OK) {
+        rt.initialized = 0;
+        goto err_tables;
+    }
     return DT_OK;
 
 err_tables:

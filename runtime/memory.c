@@ -196,6 +196,19 @@ void dt_host_free(void *ptr)
     pthread_mutex_unlock(&c->lock);
 }
 
+void dt__pool_count(size_t size, size_t requested, int live)
+{
+    pthread_once(&pool_once, pool_init);
+    if (live) {
+        atomic_fetch_add(&n_allocs, 1);
+        atomic_fetch_add(&bytes_in_use, size);
+        atomic_fetch_add(&bytes_requested, requested);
+    } else {
+        atomic_fetch_sub(&bytes_in_use, size);
+        atomic_fetch_sub(&bytes_requested, requested);
+    }
+}
+
 void dt_host_pool_stats(dt_pool_stats *stats_out)
 {
     if (!stats_out)

@@ -6,6 +6,7 @@
 
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/shm.h"
 #include "runtime/transport.h"
 
 #if !DT_HAVE_CUDA
@@ -30,17 +31,17 @@ const char *dt__nccl_absence(void)
 }
 #endif
 
-/* In priority order for DT_TRANSPORT=auto. `get` NULL: not in this build, `absent` says why
- * (shm: issue 20's runtime/transport_shm.c goes here once merged). */
+/* In priority order for DT_TRANSPORT=auto. `get` returns NULL where the transport does not
+ * apply, `absent` says why. */
 typedef struct entry {
     const char *name;
     const dt__transport *(*get)(void);
-    const char *absent;
+    const char *(*absent)(void);
 } entry;
 
 static const entry table[] = {
-    {"nccl", dt__transport_nccl, NULL},
-    {"shm", NULL, "the same-host shared-memory transport is not part of this build yet"},
+    {"nccl", dt__transport_nccl, dt__nccl_absence},
+    {"shm", dt__transport_shm, dt__shm_absence},
     {"mpi", dt__transport_mpi, NULL},
     {"staged", dt__transport_staged, NULL},
 };
@@ -69,9 +70,7 @@ static const char *why_not(int i, const dt__device_kind *const *kinds, int nkind
 {
     const dt__transport *t = table[i].get ? table[i].get() : NULL;
     if (!t) {
-        if (table[i].absent)
-            return table[i].absent;
-        snprintf(buf, len, "%s", dt__nccl_absence());
+        snprintf(buf, len, "%s", table[i].absent ? table[i].absent() : "it is not available");
         return buf;
     }
     for (int k = 0; k < nkinds; k++) {
@@ -122,12 +121,23 @@ dt_status dt__transport_select(const dt__device_kind *const *kinds, int nkinds,
                      nkinds && kinds[nkinds - 1] ? kinds[nkinds - 1]->name : "host");
 }
 
+const char *dt__transport_mode(void)
+{
+    return forced >= 0 ? table[forced].name : "auto";
+}
+
+/* NCCL's communicator, then the shm pool (it asks dt__transport_mode, never DT_TRANSPORT). */
 dt_status dt__transport_start(void)
 {
-    return dt__transport_nccl_start(forced >= 0 ? table[forced].name : "auto");
+    dt__transport_shm_reset();
+    dt_status st = dt__transport_nccl_start(dt__transport_mode());
+    if (st == DT_OK)
+        st = dt__shm_start(dt__transport_mode());
+    return st;
 }
 
 void dt__transport_stop(void)
 {
+    dt__shm_stop();
     dt__transport_nccl_stop();
 }

@@ -107,10 +107,31 @@ typedef struct dt__transport {
      * waits for all; DT_ERR_COMM / DT_ERR_TIMEOUT naming the group and the peer. */
     unsigned coll_kinds;
     dt_status (*collective)(const dt__coll *colls, size_t n);
+    /* Optional (NULL: the transport has exchange only). Like exchange, but the receives are
+     * not written: views[i] (nrecvs entries) gets where the box of recvs[i] can be read (a
+     * region of host memory: the sender's own array, or a buffer of the transport's holding
+     * exactly the box); recvs[i].region.base is not used. The views stay valid until
+     * views_done(*token), which every client of the exchange calls once it read them (also
+     * after a failure elsewhere, while *token is set); it waits for this client's sends to be
+     * read by their receivers. A reduction thus reads its summands in place. */
+    dt_status (*exchange_view)(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                               size_t nrecvs, dt__region *views, void (*local_work)(void *),
+                               void *arg, void **token);
+    dt_status (*views_done)(void *token);
 } dt__transport;
 
 /* The MPI transport for host memory (runtime/transport_mpi.c). */
 const dt__transport *dt__transport_mpi(void);
+/* The same-host shared-memory transport (runtime/transport_shm.c), NULL while the shm pool
+ * (runtime/shm.h) is down; reset: its channel counts start again (dt_init). */
+const dt__transport *dt__transport_shm(void);
+void dt__transport_shm_reset(void);
+/* Bytes the shm transport received here since dt_init: copied straight from a host peer's
+ * segment, read there in place (a reduction's summands), and by MPI (another host, or a box
+ * outside the pool). Local; tests check which path a relayout took. */
+void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi);
+/* DT_TRANSPORT's value as configure read it: "auto", or the name of the forced transport. */
+const char *dt__transport_mode(void);
 /* Device memory through pinned host staging and MPI, pipelined in chunks
  * (runtime/transport_staged.c); also moves host memory, so it pairs with itself only. */
 const dt__transport *dt__transport_staged(void);

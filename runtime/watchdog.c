@@ -126,7 +126,7 @@ static int ping_peers(MPI_Comm comm, const int *who, int k, int *alive, double s
             }
         }
         int outcount = 0;
-        if (MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+        if (n > 0 && MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
             outcount > 0 && outcount != MPI_UNDEFINED) {
             progressed = outcount;
             break;
@@ -248,4 +248,108 @@ dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
                                  double timeout, const char *what)
 {
     return watch(req, NULL, 1, group, ngroup, timeout, what);
+}
+
+/* Pings every client of the job on another host except those in who[0..k) and appends the
+ * ones that do not answer within `seconds` to lost. */
+static void find_lost_elsewhere(const int *who, int k, double seconds, char *lost, size_t len)
+{
+    int n = dt_num_clients(), me = dt_client_id(), m = 0;
+    int *ask = malloc(((size_t)n + 1) * sizeof *ask), *answer = malloc(((size_t)n + 1) *
+                                                                        sizeof *answer);
+    if (!ask || !answer) {
+        free(ask);
+        free(answer);
+        return;
+    }
+    for (int c = 0; c < n; c++) {
+        int known = c == me || dt__client_host(c) == dt__client_host(me);
+        for (int j = 0; j < k && !known; j++)
+            known = who[j] == c;
+        if (!known)
+            ask[m++] = c;
+    }
+    if (m)
+        ping_peers(dt__comm(), ask, m, answer, seconds, NULL, 0, NULL);
+    for (int j = 0; j < m; j++)
+        if (!answer[j])
+            append(lost, len, ask[j]);
+    free(ask);
+    free(answer);
+}
+
+dt_status dt__watchdog_stalled(const int *who, const int *state, int k, double timeout,
+                               int *rounds, const char *what)
+{
+    MPI_Comm comm = dt__comm();
+    int *alive = malloc(((size_t)k + 1) * sizeof *alive);
+    int *ask = malloc(((size_t)k + 1) * sizeof *ask);
+    if (!alive || !ask) {
+        free(alive);
+        free(ask);
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
+    }
+    int nask = 0, ndead = 0;
+    for (int j = 0; j < k; j++) {
+        alive[j] = 0;
+        ndead += state && state[j] < 0;
+        if (!state || state[j] >= 0)
+            ask[nask++] = who[j];
+    }
+    /* A peer known gone is lost without asking; else ping those waited for. */
+    double ping_wait = timeout / 2;
+    if (!ndead && nask) {
+        int *answer = malloc((size_t)nask * sizeof *answer);
+        if (answer) {
+            ping_peers(comm, ask, nask, answer, ping_wait, NULL, 0, NULL);
+            /* A process of this host that still runs is alive even when it does not
+             * answer: it is busy outside a watched wait (a blocking collective that the
+             * lost host stalls), and a client waiting on the lost host will report. */
+            for (int j = 0, a = 0; j < k; j++)
+                alive[j] = answer[a++] ? 1 : state && state[j] > 0 ? 2 : 0;
+            free(answer);
+        }
+    }
+    char lost[512] = "", waiting[512] = "", silent[512] = "";
+    for (int j = 0; j < k; j++) {
+        if (ndead && !(state && state[j] < 0))
+            continue;        /* not asked: neither lost nor known alive */
+        append(alive[j] == 1 ? waiting : alive[j] == 2 ? silent : lost, sizeof lost, who[j]);
+    }
+    free(alive);
+    free(ask);
+    /* A process of this host that runs but answers no ping is blocked outside a watched
+     * wait, most likely on a client that is gone (a collective across a cut link): ask the
+     * rest of the job, and name those of other hosts that do not answer. */
+    if (silent[0] && !lost[0])
+        find_lost_elsewhere(who, k, ping_wait, lost, sizeof lost);
+    if (lost[0] && silent[0])
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: lost client(s) %s: no answer to a ping in %.3g s; nothing came "
+                         "for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, whose processes on "
+                         "this host run but answer no ping (blocked, likely on the lost ones)",
+                         what, lost, ping_wait, timeout, silent);
+    if (!lost[0] && ++*rounds < ALIVE_ROUNDS)
+        return DT_OK;
+    if (ndead)
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: lost client(s) %s: its process on this host has ended while "
+                         "this client waited on it (DT_COMM_TIMEOUT %.3g s)", what, lost,
+                         timeout);
+    if (lost[0])
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: lost client(s) %s: nothing came for %.3g s and no answer to a "
+                         "ping in %.3g s (DT_COMM_TIMEOUT)%s%s%s", what, lost, timeout,
+                         ping_wait, waiting[0] ? "; client(s) " : "", waiting,
+                         waiting[0] ? " answered but are waiting too" : "");
+    if (silent[0])
+        return dt__error(DT_ERR_TIMEOUT,
+                         "%s: nothing came for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, "
+                         "whose processes on this host run but answer no ping (stopped, or "
+                         "blocked outside a watched wait)%s%s%s", what, timeout, silent,
+                         waiting[0] ? "; client(s) " : "", waiting,
+                         waiting[0] ? " answer pings but are waiting on others" : "");
+    return dt__error(DT_ERR_TIMEOUT,
+                     "%s: nothing came for %.3g s (DT_COMM_TIMEOUT) from client(s) %s, which "
+                     "answer pings but are waiting on others", what, timeout, waiting);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "runtime/shm.h"
 #include "rl_test_util.h"
 #include "runtime/device.h"
 #include "runtime/transport.h"
@@ -43,7 +44,8 @@ static void test_auto_picks_mpi_for_host_memory_and_staged_for_device_memory(voi
     const dt__transport *t = NULL;
     DT_ASSERT_OK(force(NULL));
     DT_ASSERT_OK(dt__transport_select(host, 1, clients, n, 1, &t));
-    CU_ASSERT_STRING_EQUAL(t->name, "mpi");
+    /* Host memory: the same-host shared-memory transport while its pool is up. */
+    CU_ASSERT_STRING_EQUAL(t->name, dt__transport_shm() ? "shm" : "mpi");
     /* Device memory: NCCL where it applies (a CUDA GPU per client), else staged. */
     DT_ASSERT_OK(dt__transport_select(dev, 1, clients, n, 1, &t));
     CU_ASSERT_STRING_EQUAL(t->name, dt__transport_nccl() ? "nccl" : "staged");
@@ -68,7 +70,15 @@ static void test_forced_transport_that_cannot_move_the_memory_is_refused_naming_
     /* Nothing crossing processes: any transport will do. */
     DT_ASSERT_OK(dt__transport_select(dev, 1, clients, 1, 0, &t));
     DT_ASSERT_OK(force("shm"));
-    DT_ASSERT_FAILS(dt__transport_select(host, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
+    if (dt__transport_shm()) { /* host memory it moves; device memory it refuses */
+        DT_ASSERT_OK(dt__transport_select(host, 1, clients, n, 1, &t));
+        CU_ASSERT_STRING_EQUAL(t->name, "shm");
+        DT_ASSERT_FAILS(dt__transport_select(dev, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
+        DT_ASSERT_ERROR_MENTIONS("sim device memory");
+    } else {
+        DT_ASSERT_FAILS(dt__transport_select(host, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);
+        DT_ASSERT_ERROR_MENTIONS(dt__shm_absence());
+    }
     DT_ASSERT_ERROR_MENTIONS("DT_TRANSPORT=shm");
     DT_ASSERT_OK(force("nccl"));
     DT_ASSERT_FAILS(dt__transport_select(host, 1, clients, n, 1, &t), DT_ERR_UNSUPPORTED);

@@ -1,0 +1,589 @@
+/* The same-host shared-memory transport (issue 20): a sender offers each box where it lies,
+ * in its own segment of the shm pool (runtime/shm_pool.c), by a descriptor in the channel to
+ * the receiver; the receiver copies the box straight out of the sender's segment (one copy,
+ * strided boxes included) or, for a reduction, reads it in place (exchange_view), then counts
+ * it consumed, which the sender waits for before its memory may change. Flags are C11
+ * atomics in shared memory; no MPI in this data path. A box outside the pool, or a peer on
+ * another host, goes by MPI (packed) inside the same exchange, so the transport composes with
+ * the two-level route across hosts. Waits answer pings and name a lost peer through the
+ * watchdog like the other transports'. docs/transports.md, "shm". */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/device.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
+#include "runtime/shm.h"
+
+enum {
+    SHM_TAG = 7201,
+    PROBE_EVERY = 256,              /* spins between answers to pings */
+    DEAD_CHECK_EVERY = 1 << 14,     /* spins between looks for a vanished host peer */
+};
+#define MPI_PIECE ((size_t)1 << 30) /* bytes per MPI message of a packed box */
+
+/* Descriptors posted to / read from each host peer since dt_init (both sides count alike). */
+static uint64_t *sent, *got;
+static int ncount;
+/* Bytes this client received: copied from a peer's segment, read there in place, by MPI. */
+static _Atomic uint64_t bytes_direct, bytes_viewed, bytes_mpi;
+
+void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi)
+{
+    *direct = bytes_direct;
+    *viewed = bytes_viewed;
+    *mpi = bytes_mpi;
+}
+
+typedef enum { ST_POST, ST_DESC, ST_MPI, ST_DONE } op_state;
+
+typedef struct op {
+    const dt__xfer *x;
+    int sending;
+    int local;            /* the peer's host index, -1: another host */
+    op_state st;
+    uint64_t seq;         /* its descriptor's number in the channel */
+    int via_mpi;
+    void *buf;            /* the packed box for MPI */
+    size_t bytes;
+    size_t req0, nreq;    /* its MPI requests */
+    int viewed;           /* a receive read in place: consumed at views_done */
+} op;
+
+typedef struct run {
+    op *ops;
+    size_t n, nrecvs;
+    MPI_Request *reqs;
+    int *req_peer;
+    size_t nreq, cap_req;
+    dt__region *views;    /* NULL: copy the receives */
+    uint64_t *target;     /* per host peer: sent[] once this exchange's posts are in */
+} run;
+
+static dt_status counters(void)
+{
+    int n = 0;
+    for (int c = 0; c < dt_num_clients(); c++)
+        n += dt__shm_local(c) >= 0;
+    if (n == ncount && sent)
+        return DT_OK;
+    free(sent);
+    free(got);
+    sent = calloc((size_t)n + 1, sizeof *sent);
+    got = calloc((size_t)n + 1, sizeof *got);
+    ncount = n;
+    if (!sent || !got)
+        return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory");
+    return DT_OK;
+}
+
+/* dt_init (transport.c): the channels start at zero again. */
+void dt__transport_shm_reset(void)
+{
+    free(sent);
+    free(got);
+    sent = got = NULL;
+    ncount = 0;
+}
+
+static void copy_run(void *dst, const void *src, int64_t n, void *arg)
+{
+    memcpy(dst, src, (size_t)n * *(const size_t *)arg);
+}
+
+/* Copies the box `count` from the array (base, shape) at `sstart` into the array at dstart. */
+static void box_copy(const dt__region *to, const void *sbase, const int64_t *sshape,
+                     const int64_t *sstart)
+{
+    int64_t zero[DT_MAX_RANK] = {0}, soff[DT_MAX_RANK];
+    for (int d = 0; d < to->rank; d++)
+        soff[d] = to->start[d] - sstart[d];
+    dt__box_apply(to->rank, to->elem, to->start, to->count, to->base, zero, to->shape, sbase,
+                  soff, sshape, copy_run, (void *)&to->elem);
+}
+
+/* Packs (pack 1) the region's box into buf, or unpacks it. */
+static void pack(const dt__region *r, void *buf, int to_buf)
+{
+    dt__region c = *r;
+    int64_t zero[DT_MAX_RANK] = {0};
+    memcpy(c.shape, r->count, sizeof c.shape);
+    memset(c.start, 0, sizeof c.start);
+    if (to_buf) {
+        c.base = buf;
+        box_copy(&c, r->base, r->shape, r->start);
+    } else {
+        dt__region to = *r;
+        box_copy(&to, buf, c.shape, zero);
+    }
+}
+
+static dt_status mpi_post(run *r, op *o)
+{
+    size_t pieces = o->bytes ? (o->bytes + MPI_PIECE - 1) / MPI_PIECE : 1;
+    if (r->nreq + pieces > r->cap_req) {
+        size_t cap = 2 * (r->nreq + pieces);
+        MPI_Request *q = realloc(r->reqs, cap * sizeof *q);
+        if (q)
+            r->reqs = q;
+        int *p = q ? realloc(r->req_peer, cap * sizeof *p) : NULL;
+        if (!q || !p)
+            return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory for MPI requests");
+        r->req_peer = p;
+        r->cap_req = cap;
+    }
+    o->req0 = r->nreq;
+    o->nreq = pieces;
+    for (size_t k = 0; k < pieces; k++) {
+        size_t off = k * MPI_PIECE, len = o->bytes - off < MPI_PIECE ? o->bytes - off : MPI_PIECE;
+        if (!o->bytes)
+            off = len = 0;
+        MPI_Request *q = &r->reqs[r->nreq];
+        int rc = o->sending ? MPI_Isend((char *)o->buf + off, (int)len, MPI_BYTE, o->x->peer,
+                                        SHM_TAG, dt__comm(), q)
+                            : MPI_Irecv((char *)o->buf + off, (int)len, MPI_BYTE, o->x->peer,
+                                        SHM_TAG, dt__comm(), q);
+        if (rc != MPI_SUCCESS)
+            return dt__error(DT_ERR_COMM, "shm transport: MPI %s with client %d failed",
+                             o->sending ? "Isend" : "Irecv", o->x->peer);
+        r->req_peer[r->nreq++] = o->x->peer;
+    }
+    o->st = ST_MPI;
+    return DT_OK;
+}
+
+/* Starts an op: MPI for another host, a packed box outside the pool, or its descriptor. */
+static dt_status start(run *r, op *o)
+{
+    const dt__region *g = &o->x->region;
+    o->bytes = dt__region_bytes(g);
+    if (o->local < 0 || (o->sending && o->via_mpi)) {
+        o->buf = malloc(o->bytes ? o->bytes : 1);
+        if (!o->buf)
+            return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory to pack %zu bytes",
+                             o->bytes);
+        if (o->sending)
+            pack(g, o->buf, 1);
+        dt_status st = mpi_post(r, o);
+        if (st == DT_OK && o->local >= 0)
+            o->st = ST_POST; /* its descriptor tells the peer to receive it */
+        return st;
+    }
+    o->st = o->sending ? ST_POST : ST_DESC;
+    return DT_OK;
+}
+
+/* Writes a send's descriptor when its ring slot is free; 1 if it did. */
+static int try_post(op *o)
+{
+    dt__shm_chan *ch = dt__shm_chan_of(dt__shm_self(), o->local);
+    if (o->seq - atomic_load_explicit(&ch->taken, memory_order_acquire) >= DT__SHM_RING)
+        return 0;
+    dt__shm_desc *d = &ch->ring[o->seq % DT__SHM_RING];
+    const dt__region *g = &o->x->region;
+    int64_t off = o->via_mpi ? -1 : dt__shm_offset(g->base, 0);
+    if (!o->via_mpi && off < 0)
+        off = 0; /* an empty box of memory outside the pool: nothing is read */
+    d->offset = off;
+    memcpy(d->shape, g->shape, sizeof d->shape);
+    memcpy(d->start, g->start, sizeof d->start);
+    atomic_store_explicit(&ch->posted, o->seq + 1, memory_order_release);
+    if (o->via_mpi) {
+        o->st = ST_MPI; /* its requests were posted by start() */
+        return 1;
+    }
+    o->st = ST_DONE; /* the channel's consumed count says when the peer read it */
+    return 1;
+}
+
+/* Reads a receive's descriptor once posted, in order per peer: copies the box, gives a view
+ * of it, or posts the MPI receive of a box sent packed. 1 if it moved on. */
+static int try_read(run *r, op *o, dt_status *st)
+{
+    dt__shm_chan *ch = dt__shm_chan_of(o->local, dt__shm_self());
+    if (got[o->local] != o->seq ||
+        atomic_load_explicit(&ch->posted, memory_order_acquire) <= o->seq)
+        return 0;
+    dt__shm_desc d = ch->ring[o->seq % DT__SHM_RING];
+    got[o->local]++;
+    atomic_store_explicit(&ch->taken, o->seq + 1, memory_order_release);
+    const dt__region *g = &o->x->region;
+    size_t i = (size_t)(o - r->ops);
+    if (d.offset < 0) {
+        o->bytes = dt__region_bytes(g);
+        o->buf = malloc(o->bytes ? o->bytes : 1);
+        if (!o->buf) {
+            *st = dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory for %zu bytes",
+                            o->bytes);
+            return 1;
+        }
+        *st = mpi_post(r, o);
+        return 1;
+    }
+    unsigned char *base = dt__shm_segment(o->local) + d.offset;
+    if (r->views) {
+        dt__region *v = &r->views[i];
+        *v = *g;
+        v->base = base;
+        v->dev = NULL;
+        memcpy(v->shape, d.shape, sizeof v->shape);
+        memcpy(v->start, d.start, sizeof v->start);
+        o->viewed = 1;
+        bytes_viewed += dt__region_bytes(g);
+    } else {
+        box_copy(g, base, d.shape, d.start);
+        bytes_direct += dt__region_bytes(g);
+        atomic_fetch_add_explicit(&ch->consumed, 1, memory_order_release);
+    }
+    o->st = ST_DONE;
+    return 1;
+}
+
+/* An op whose MPI requests all completed: a receive is unpacked (or becomes the view). */
+static void mpi_done(run *r, op *o)
+{
+    size_t i = (size_t)(o - r->ops);
+    if (!o->sending) {
+        bytes_mpi += o->bytes;
+        if (r->views) {
+            dt__region *v = &r->views[i];
+            *v = o->x->region;
+            v->base = o->buf;
+            v->dev = NULL;
+            memcpy(v->shape, v->count, sizeof v->shape);
+            memset(v->start, 0, sizeof v->start);
+        } else {
+            pack(&o->x->region, o->buf, 0);
+        }
+        if (o->local >= 0) /* a same-host box sent packed: counted like the others */
+            atomic_fetch_add_explicit(&dt__shm_chan_of(o->local, dt__shm_self())->consumed, 1,
+                                      memory_order_release);
+    }
+    o->st = ST_DONE;
+}
+
+static int requests_done(const run *r, const op *o)
+{
+    for (size_t k = o->req0; k < o->req0 + o->nreq; k++)
+        if (r->reqs[k] != MPI_REQUEST_NULL)
+            return 0;
+    return 1;
+}
+
+/* 1 if every host peer consumed what this client sent it. */
+static int sends_consumed(const run *r, int *who_out, int *k_out)
+{
+    int done = 1;
+    for (int l = 0; l < ncount; l++) {
+        if (l == dt__shm_self() || !r->target[l])
+            continue;
+        dt__shm_chan *ch = dt__shm_chan_of(dt__shm_self(), l);
+        if (atomic_load_explicit(&ch->consumed, memory_order_acquire) < r->target[l]) {
+            done = 0;
+            if (who_out)
+                for (int c = 0; c < dt_num_clients(); c++)
+                    if (dt__shm_local(c) == l)
+                        who_out[(*k_out)++] = c;
+        }
+    }
+    return done;
+}
+
+/* 1 if process `pid` (a host peer) has ended: no such process, or a zombie not yet reaped. */
+static int gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the state follows the command name */
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+/* The clients this run still waits for, and which of them are known gone. */
+static int waited_for(const run *r, int finish, int *who, int *dead)
+{
+    int k = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const op *o = &r->ops[i];
+        int waits = o->st != ST_DONE && (finish || !o->sending || o->st == ST_POST);
+        if (!waits)
+            continue;
+        int seen = 0;
+        for (int j = 0; j < k && !seen; j++)
+            seen = who[j] == o->x->peer;
+        if (!seen)
+            who[k++] = o->x->peer;
+    }
+    if (finish) {
+        int extra[1024], m = 0;
+        if (dt_num_clients() <= 1024)
+            sends_consumed(r, extra, &m);
+        for (int e = 0; e < m; e++) {
+            int seen = 0;
+            for (int j = 0; j < k && !seen; j++)
+                seen = who[j] == extra[e];
+            if (!seen)
+                who[k++] = extra[e];
+        }
+    }
+    for (int j = 0; j < k; j++) {
+        int l = dt__shm_local(who[j]);
+        pid_t pid = l >= 0 ? dt__shm_pid(l) : 0;
+        dead[j] = pid <= 0 ? 0 : gone(pid) ? -1 : 1; /* the watchdog's state */
+    }
+    return k;
+}
+
+/* Moves the run on until every receive is done and every send posted (finish 0), or also
+ * every send consumed and its MPI requests complete (finish 1). */
+static dt_status progress(run *r, int finish, const char *what)
+{
+    const char *bad = NULL;
+    double timeout = dt__comm_timeout(&bad), last = dt__now_seconds();
+    int rounds = 0, n = dt_num_clients();
+    int *who = malloc(((size_t)n + r->n + 1) * sizeof *who);
+    int *dead = malloc(((size_t)n + r->n + 1) * sizeof *dead);
+    int *done = malloc((r->nreq + r->n + 1) * sizeof *done);
+    dt_status st = DT_OK;
+    if (!who || !dead || !done)
+        st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
+    for (unsigned spins = 1; st == DT_OK; spins++) {
+        int moved = 0, left = 0;
+        for (size_t i = 0; i < r->n && st == DT_OK; i++) {
+            op *o = &r->ops[i];
+            if (o->st == ST_POST)
+                moved |= try_post(o);
+            else if (o->st == ST_DESC)
+                moved |= try_read(r, o, &st);
+            else if (o->st == ST_MPI && requests_done(r, o)) {
+                mpi_done(r, o);
+                moved = 1;
+            }
+            if (o->st != ST_DONE && (finish || !o->sending || o->st == ST_POST))
+                left = 1;
+        }
+        if (st != DT_OK)
+            break;
+        if (r->nreq) {
+            int outcount = 0;
+            if (MPI_Testsome((int)r->nreq, r->reqs, &outcount, done, MPI_STATUSES_IGNORE) !=
+                MPI_SUCCESS) {
+                st = dt__error(DT_ERR_COMM, "%s: MPI_Testsome failed", what);
+                break;
+            }
+            if (outcount > 0 && outcount != MPI_UNDEFINED)
+                moved = 1;
+        }
+        if (!left && (!finish || sends_consumed(r, NULL, NULL)))
+            break;
+        if (moved) {
+            last = dt__now_seconds();
+            continue;
+        }
+        if (spins % PROBE_EVERY == 0)
+            dt__watchdog_answer();
+        sched_yield(); /* more processes than cores: let the one we wait for copy */
+        double idle = dt__now_seconds() - last;
+        int look = idle > timeout || (idle > 0.05 && spins % DEAD_CHECK_EVERY == 0);
+        if (!look)
+            continue;
+        int k = waited_for(r, finish, who, dead), ndead = 0;
+        for (int j = 0; j < k; j++)
+            ndead += dead[j] < 0;
+        if (!ndead && idle <= timeout)
+            continue;
+        st = dt__watchdog_stalled(who, dead, k, timeout, &rounds, what);
+        last = dt__now_seconds();
+    }
+    (void)bad;
+    free(who);
+    free(dead);
+    free(done);
+    return st;
+}
+
+/* Drops a run: cancels what MPI still holds (after an error), frees the buffers. */
+static void run_free(run *r)
+{
+    if (!r)
+        return;
+    for (size_t k = 0; k < r->nreq; k++)
+        if (r->reqs[k] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&r->reqs[k]);
+            MPI_Request_free(&r->reqs[k]);
+        }
+    for (size_t i = 0; i < r->n; i++)
+        free(r->ops[i].buf);
+    free(r->ops);
+    free(r->reqs);
+    free(r->req_peer);
+    free(r->target);
+    free(r);
+}
+
+/* Builds and starts the run of one exchange: receives first (ops[0..nrecvs)). */
+static dt_status run_start(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                           size_t nrecvs, dt__region *views, run **out)
+{
+    *out = NULL;
+    if (!dt__shm_up())
+        return dt__error(DT_ERR_STATE, "shm transport: %s", dt__shm_absence());
+    dt_status st = counters();
+    if (st != DT_OK)
+        return st;
+    const char *bad = NULL;
+    dt__comm_timeout(&bad);
+    if (bad)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
+    run *r = calloc(1, sizeof *r);
+    if (r) {
+        r->n = nsends + nrecvs;
+        r->nrecvs = nrecvs;
+        r->views = views;
+        r->ops = calloc(r->n + 1, sizeof *r->ops);
+        r->target = calloc((size_t)ncount + 1, sizeof *r->target);
+    }
+    if (!r || !r->ops || !r->target) {
+        run_free(r);
+        return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory for %zu transfers",
+                         nsends + nrecvs);
+    }
+    for (size_t i = 0; i < r->n && st == DT_OK; i++) {
+        op *o = &r->ops[i];
+        o->sending = i >= nrecvs;
+        o->x = o->sending ? &sends[i - nrecvs] : &recvs[i];
+        if (o->x->peer < 0 || o->x->peer >= dt_num_clients() || o->x->peer == dt_client_id()) {
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "shm transport: no other client %d",
+                           o->x->peer);
+            break;
+        }
+        const dt__region *g = &o->x->region;
+        if (g->dev && !g->dev->kind->host_visible) {
+            st = dt__error(DT_ERR_UNSUPPORTED,
+                           "the shm transport moves host memory only, not %s device memory "
+                           "(client %d)", g->dev->kind->name, o->x->peer);
+            break;
+        }
+        o->local = dt__shm_local(o->x->peer);
+        if (o->local >= 0) {
+            o->seq = o->sending ? sent[o->local]++ : got[o->local] + 0;
+            if (o->sending) {
+                size_t bytes = dt__region_bytes(g);
+                /* The whole array must lie in the segment (the box is read through its
+                 * shape); a box of a user's buffer goes by MPI. */
+                size_t extent = g->elem;
+                for (int d = 0; d < g->rank; d++)
+                    extent *= (size_t)g->shape[d];
+                o->via_mpi = bytes && dt__shm_offset(g->base, extent) < 0;
+                r->target[o->local] = sent[o->local];
+            }
+        }
+        st = start(r, o);
+    }
+    /* Receives from one peer take its descriptors in list order. */
+    for (int l = 0; l < ncount; l++) {
+        uint64_t s = got[l];
+        for (size_t i = 0; i < nrecvs; i++)
+            if (r->ops[i].local == l)
+                r->ops[i].seq = s++;
+    }
+    if (st != DT_OK) {
+        run_free(r);
+        return st;
+    }
+    *out = r;
+    return DT_OK;
+}
+
+static dt_status shm_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                              size_t nrecvs, void (*local_work)(void *), void *arg)
+{
+    run *r = NULL;
+    dt_status st = nsends + nrecvs ? run_start(sends, nsends, recvs, nrecvs, NULL, &r) : DT_OK;
+    if (st == DT_OK && r)
+        st = progress(r, 0, "shm relayout exchange"); /* posts first: the peers can start */
+    if (st == DT_OK && local_work)
+        local_work(arg);
+    if (st == DT_OK && r)
+        st = progress(r, 1, "shm relayout exchange");
+    run_free(r);
+    return st;
+}
+
+static dt_status shm_exchange_view(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                                   size_t nrecvs, dt__region *views,
+                                   void (*local_work)(void *), void *arg, void **token)
+{
+    run *r = NULL;
+    *token = NULL;
+    dt_status st = run_start(sends, nsends, recvs, nrecvs, views, &r);
+    if (st == DT_OK && local_work)
+        local_work(arg);
+    if (st == DT_OK)
+        st = progress(r, 0, "shm relayout exchange");
+    if (st != DT_OK) {
+        run_free(r);
+        return st;
+    }
+    *token = r;
+    return DT_OK;
+}
+
+static dt_status shm_views_done(void *token)
+{
+    run *r = token;
+    if (!r)
+        return DT_OK;
+    for (size_t i = 0; i < r->nrecvs; i++)
+        if (r->ops[i].viewed)
+            atomic_fetch_add_explicit(&dt__shm_chan_of(r->ops[i].local, dt__shm_self())->consumed,
+                                      1, memory_order_release);
+    dt_status st = progress(r, 1, "shm relayout exchange");
+    run_free(r);
+    return st;
+}
+
+static void shm_release(dt__xfer_cache *cache)
+{
+    (void)cache; /* nothing is cached */
+}
+
+static int shm_moves(const dt__device_kind *kind)
+{
+    return !kind || kind->host_visible;
+}
+
+static int shm_can_connect(int peer)
+{
+    (void)peer; /* same host through the segments, other hosts through MPI */
+    return dt__shm_up();
+}
+
+static const dt__transport shm_transport = {
+    .name = "shm",
+    .exchange = shm_exchange,
+    .release = shm_release,
+    .moves = shm_moves,
+    .can_connect = shm_can_connect,
+    .exchange_view = shm_exchange_view,
+    .views_done = shm_views_done,
+};
+
+const dt__transport *dt__transport_shm(void)
+{
+    return dt__shm_up() ? &shm_transport : NULL;
+}
