@@ -302,6 +302,9 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_opts o = DT_ZERO_OPTS_INIT;
         o.stage = stage;
         o.reduce_bucket_size = 8;
+        /* Unbounded: with the default bound (two buckets) the call completes the oldest
+         * bucket before starting a third, which needs the other clients. */
+        o.max_live_bucket_bytes = INT64_MAX;
         dt_tensor *params[2], *grads[2];
         dt_zero *z = zero_of_group_b(m, &o, params, grads);
         int word = 1, came = 1;
