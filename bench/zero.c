@@ -425,11 +425,10 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
         bu_line_add(&line, "params", "%lld", (long long)o->params);
         bu_line_add(&line, "bucket_bytes", "%lld", (long long)ob.bucket);
         bu_line_add(&line, "hidden", "%.3f", cmed[0] > 0 ? 1.0 - cmed[3] / cmed[0] : 0.0);
-        /* From wall times alone (a peer's slower compute is no part of it): the time the
-         * overlapped step saves over compute-then-reduce, as a fraction of what the reduction
-         * adds to the compute there. */
+        /* From wall times (a peer's slower compute counts in neither): the time the overlapped
+         * step saves over compute-then-step, as a fraction of the reduction alone. */
         bu_line_add(&line, "hidden_wall", "%.3f",
-                    med[2] > med[1] ? (med[2] - med[3]) / (med[2] - med[1]) : 0.0);
+                    cmed[0] > 0 ? (med[2] - med[3]) / cmed[0] : 0.0);
         bu_line_add(&line, "comm_ms", "%.2f", cmed[0] * 1e3);
         bu_line_add(&line, "exposed_ms", "%.2f", cmed[3] * 1e3);
         bu_line_add(&line, "compute_ms", "%.2f", med[1] * 1e3);
