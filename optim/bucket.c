@@ -222,6 +222,12 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
     b->vals = calloc(nl, sizeof *b->vals);
     b->recv = calloc(nl, sizeof *b->recv);
     b->phase = 1;
+    /* Where the devices' memory is the host's and the chunk is the persistent flat buffer
+     * (stages 0 and 1), its bucket range is sent from and summed into in place: it is not
+     * written again in this step once the bucket starts. */
+    b->borrowed = b->chunk->filling == b->chunk->flat;
+    for (int i = 0; i < z->nlocal; i++)
+        b->borrowed = b->borrowed && z->devs[i]->kind->host_visible;
     if (!b->reqs || !b->peers || !b->isrecv || !b->vals || !b->recv)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     dt_status st = DT_OK;
@@ -229,15 +235,16 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
         const dt__device *dev = z->devs[i];
         int64_t me = z->coords[i][z->dp], moff, mlen;
         piece_of(z, b, me, &moff, &mlen);
-        st = dev->kind->host_alloc((size_t)n * dsz, &b->vals[i]);
+        char *src = (char *)dt_tensor_local(b->chunk->filling, i)->data + (size_t)a * dsz;
+        if (b->borrowed)
+            b->vals[i] = src;
+        else
+            st = dev->kind->host_alloc((size_t)n * dsz, &b->vals[i]);
         if (st == DT_OK)
             st = dev->kind->host_alloc((size_t)((mlen ? mlen : 1) * (z->dp_size - 1)) * dsz,
                                        &b->recv[i]);
-        if (st == DT_OK)
-            st = dev->kind->copy(dev, DT__COPY_D2H, b->vals[i],
-                                 (const char *)dt_tensor_local(b->chunk->filling, i)->data +
-                                     (size_t)a * dsz,
-                                 (size_t)n * dsz);
+        if (st == DT_OK && !b->borrowed)
+            st = dev->kind->copy(dev, DT__COPY_D2H, b->vals[i], src, (size_t)n * dsz);
         for (int64_t q = 0; st == DT_OK && q < z->dp_size; q++) {
             int64_t off, len;
             piece_of(z, b, q, &off, &len);
@@ -266,6 +273,8 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
         int64_t me = z->coords[i][z->dp], moff, mlen;
         piece_of(z, b, me, &moff, &mlen);
         if (phase == 2) {
+            if (b->borrowed)
+                continue; /* received in place */
             st = dev->kind->copy(dev, DT__COPY_H2D,
                                  (char *)dt_tensor_local(ch->flat, i)->data + (size_t)a * dsz,
                                  b->vals[i], (size_t)(b->hi - b->lo) * dsz);
@@ -301,7 +310,7 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
         } else {
             dst = (char *)dt_tensor_local(ch->flat, i)->data + (size_t)moff * dsz;
         }
-        if (mlen > 0)
+        if (mlen > 0 && dst != sum)
             st = dev->kind->copy(dev, DT__COPY_H2D, dst, sum, (size_t)mlen * dsz);
     }
     return st;
@@ -311,7 +320,7 @@ static void release(const dt_zero *z, dt__zbucket *b)
 {
     for (int i = 0; i < z->nlocal; i++) {
         const dt__device *dev = z->devs[i];
-        if (b->vals && b->vals[i])
+        if (b->vals && b->vals[i] && !b->borrowed)
             dev->kind->host_free(b->vals[i]);
         if (b->recv && b->recv[i])
             dev->kind->host_free(b->recv[i]);
@@ -358,23 +367,33 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     return st;
 }
 
-/* The progress thread: tests the requests of the buckets in flight every few tens of
- * microseconds, so that MPI moves their data while the caller computes. Completing a phase
- * (the sums, the copies to the device, the next messages) stays with the caller's thread. */
+/* The progress thread: while buckets are in flight, tests their requests for a burst of about
+ * 100 us and then sleeps 50 us; with none in flight it sleeps 500 us. A shared memory transport
+ * moves a large message a few fragments per MPI call, and under load a sleeping thread may
+ * wait milliseconds for a core, so one test per wake-up would move the data slowly; the burst
+ * lets each wake-up drain what is ready. Completing a phase (the sums, the copies to the
+ * device, the next messages) stays with the caller's thread. */
 static void *progress_main(void *arg)
 {
     dt_zero *z = arg;
-    const struct timespec nap = {0, 50000};
+    const struct timespec nap = {0, 50000}, idle = {0, 500000};
     while (!atomic_load(&z->prog_stop)) {
+        int flying = 0;
+        double until = MPI_Wtime() + 100e-6;
         pthread_mutex_lock(&z->lock);
-        for (int k = 0; k < z->nstarted; k++) {
-            dt__zbucket *b = &z->buckets[z->order[k]];
-            int flag = 0;
-            if ((b->phase == 1 || b->phase == 2) && b->nreq > 0)
-                MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
-        }
+        do {
+            flying = 0;
+            for (int k = 0; k < z->nstarted; k++) {
+                dt__zbucket *b = &z->buckets[z->order[k]];
+                int flag = 0;
+                if ((b->phase == 1 || b->phase == 2) && b->nreq > 0) {
+                    MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+                    flying += !flag;
+                }
+            }
+        } while (flying && MPI_Wtime() < until);
         pthread_mutex_unlock(&z->lock);
-        nanosleep(&nap, NULL);
+        nanosleep(flying ? &nap : &idle, NULL);
     }
     return NULL;
 }

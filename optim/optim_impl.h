@@ -109,6 +109,8 @@ typedef struct dt__zbucket {
     int waiting;
     int phase;
     void **vals;              /* hi - lo elements: the device's summand, then (stage 0) the sum */
+    int borrowed;             /* vals point into the flat chunk itself (host-visible devices,
+                               * stages 0 and 1): no staging copy of the summand */
     void **recv;              /* dp_size - 1 slots of the device's part: every peer's summand */
     int nreq;
     MPI_Request *reqs;        /* nlocal * 2 * dp_size */
