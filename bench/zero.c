@@ -433,8 +433,7 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
         bu_line_add(&line, "hidden", "%.3f", cmed[0] > 0 ? 1.0 - cmed[3] / cmed[0] : 0.0);
         /* From wall times (a peer's slower compute counts in neither): the time the overlapped
          * step saves over compute-then-step, as a fraction of the reduction alone. */
-        bu_line_add(&line, "hidden_wall", "%.3f",
-                    cmed[0] > 0 ? (med[2] - med[3]) / cmed[0] : 0.0);
+        bu_line_add(&line, "hidden_wall", "%.3f", cmed[0] > 0 ? (med[2] - med[3]) / cmed[0] : 0.0);
         bu_line_add(&line, "comm_ms", "%.2f", cmed[0] * 1e3);
         bu_line_add(&line, "exposed_ms", "%.2f", cmed[3] * 1e3);
         bu_line_add(&line, "exposed_wait_ms", "%.2f", wmed * 1e3);
