@@ -310,6 +310,20 @@ static const char *check_params(model *ms, const opts *o)
 
 /* ---- overlap: the reduction behind a backward pass ------------------------------------- */
 
+/* The 1-minute load average (/proc/loadavg), -1 where there is none: the case's figures depend
+ * on the cores the other processes leave. */
+static double load1(void)
+{
+    double v = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &v) != 1)
+            v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
 /* The stand-in for one layer's backward pass: `iters` sweeps of arithmetic over a host
  * buffer (the same work on every rank). */
 static float g_sink;
@@ -329,6 +343,7 @@ enum { OV_BUF = 1 << 16 };
  * rank's seconds; *comm_out: the slowest rank's seconds of exposed reduction (in
  * dt_zero_grad_ready calls plus the step's wait for the buckets, dt_zero_step_info's
  * reduce_wait_s). */
+static double g_ov_wait; /* the last step's reduce_wait_s, the slowest rank's */
 static int ov_step(model *m, int mode, float *buf, int64_t iters, double *t_out,
                    double *comm_out)
 {
@@ -350,6 +365,7 @@ static int ov_step(model *m, int mode, float *buf, int64_t iters, double *t_out,
         dt_zero_step_info info;
         ok = ok && report("overlap step", dt_zero_step(m->z, NULL, &info));
         comm += ok ? info.reduce_wait_s : 0;
+        g_ov_wait = bu_max_all(ok ? info.reduce_wait_s : 0);
     }
     *t_out = bu_max_all(MPI_Wtime() - t0);
     *comm_out = bu_max_all(comm);
@@ -375,7 +391,7 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
         good = good && t[i] && c[i];
     }
     good = good && buf;
-    double med[4] = {0}, cmed[4] = {0};
+    double med[4] = {0}, cmed[4] = {0}, wmed = 0, w[MAX_REPS] = {0};
     for (int r = 0; r < o->reps && good; r++)
         good = ov_step(&m, 0, buf, 0, &t[0][r], &c[0][r]);
     if (good) {
@@ -397,8 +413,12 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
         for (int i = 0; i < 3 && good; i++) {
             int mode = 1 + (r + i) % 3;
             good = ov_step(&m, mode, buf, iters, &t[mode][r], &c[mode][r]);
+            if (mode == 3)
+                w[r] = g_ov_wait;
         }
     for (int i = 1; good && i < 4; i++) {
+        if (i == 3)
+            wmed = bu_median(w, o->reps);
         med[i] = bu_median(t[i], o->reps);
         cmed[i] = bu_median(c[i], o->reps);
     }
@@ -411,12 +431,17 @@ static int overlap_case(const dt_mesh *mesh, const opts *o)
         bu_line_add(&line, "params", "%lld", (long long)o->params);
         bu_line_add(&line, "bucket_bytes", "%lld", (long long)ob.bucket);
         bu_line_add(&line, "hidden", "%.3f", cmed[0] > 0 ? 1.0 - cmed[3] / cmed[0] : 0.0);
+        /* From wall times (a peer's slower compute counts in neither): the time the overlapped
+         * step saves over compute-then-step, as a fraction of the reduction alone. */
+        bu_line_add(&line, "hidden_wall", "%.3f", cmed[0] > 0 ? (med[2] - med[3]) / cmed[0] : 0.0);
         bu_line_add(&line, "comm_ms", "%.2f", cmed[0] * 1e3);
         bu_line_add(&line, "exposed_ms", "%.2f", cmed[3] * 1e3);
+        bu_line_add(&line, "exposed_wait_ms", "%.2f", wmed * 1e3);
         bu_line_add(&line, "compute_ms", "%.2f", med[1] * 1e3);
         bu_line_add(&line, "no_overlap_ms", "%.2f", med[2] * 1e3);
         bu_line_add(&line, "overlap_ms", "%.2f", med[3] * 1e3);
         bu_line_add(&line, "optimizer_ms", "%.2f", med[0] * 1e3);
+        bu_line_add(&line, "load1", "%.2f", load1());
         bu_line_add(&line, "reps", "%d", o->reps);
         bu_line_print(&line);
     } else if (!good && g_rank == 0) {
@@ -801,6 +826,11 @@ static int stage3_case(const dt_mesh *mesh, const opts *o)
         double med3 = bu_median(ms[1].times, o->reps), med0 = bu_median(ms[0].times, o->reps);
         double p = (double)o->params, n = g_nclients, layer = 2.0 * p / S3_LAYERS;
         double f = 16.0 * p / n;
+        /* The bound on the reduction's host staging: max_live_bucket_bytes (default, twice
+         * the bucket: half a layer's bf16 gradient) times (2N - 1) / N (each bucket's summand
+         * and the N - 1 peers' summands of this rank's part). */
+        double live = 2.0 * (double)(o->params / S3_LAYERS / 2);
+        double staging = n > 1 ? live * (2 * n - 1) / n : 0;
         for (int r = 0; g_rank == 0 && r < g_nclients; r++) {
             const uint64_t *v = all + 4 * r;
             bu_line line;
@@ -812,6 +842,8 @@ static int stage3_case(const dt_mesh *mesh, const opts *o)
             bu_line_add(&line, "layers", "%d", S3_LAYERS);
             bu_line_add(&line, "steady_ratio", "%.4f", (double)v[0] / f);
             bu_line_add(&line, "peak_ratio", "%.4f",
+                        ((double)v[0] + (double)v[1]) / (f + 2 * layer + staging));
+            bu_line_add(&line, "peak_ratio_2layers", "%.4f",
                         ((double)v[0] + (double)v[1]) / (f + 2 * layer));
             bu_line_add(&line, "fwd_peak_ratio", "%.4f",
                         ((double)v[0] + (double)v[3]) / (f + 2 * layer));
@@ -821,6 +853,7 @@ static int stage3_case(const dt_mesh *mesh, const opts *o)
             bu_line_add(&line, "peak_extra_bytes", "%llu", (unsigned long long)v[1]);
             bu_line_add(&line, "formula_bytes", "%.0f", f);
             bu_line_add(&line, "layer_bytes", "%.0f", layer);
+            bu_line_add(&line, "staging_bound_bytes", "%.0f", staging);
             bu_line_add(&line, "stage0_held_bytes", "%llu", (unsigned long long)v[2]);
             bu_line_add(&line, "step_ratio", "%.3f", med3 / med0);
             bu_line_add(&line, "iter_ms", "%.2f", med3 * 1e3);

@@ -204,6 +204,13 @@ static dt_status post(dt_zero *z, dt__zbucket *b, int send, void *buf, int64_t e
     return DT_OK;
 }
 
+/* Peer q's summand of local device i's part in its receive buffer: the dp_size - 1 slots hold
+ * the peers other than the device itself (me), in dp-coordinate order. */
+static char *slot(const dt__zbucket *b, int i, int64_t q, int64_t me, int64_t mlen, size_t dsz)
+{
+    return (char *)b->recv[i] + (size_t)((q < me ? q : q - 1) * mlen) * dsz;
+}
+
 /* Phase 1: each device's summand to host memory, each peer's piece sent, its own received. */
 static dt_status start(dt_zero *z, dt__zbucket *b)
 {
@@ -214,31 +221,35 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
     b->isrecv = malloc(nl * (size_t)(2 * z->dp_size));
     b->vals = calloc(nl, sizeof *b->vals);
     b->recv = calloc(nl, sizeof *b->recv);
-    b->acc = calloc(nl, sizeof *b->acc);
     b->phase = 1;
-    if (!b->reqs || !b->peers || !b->isrecv || !b->vals || !b->recv || !b->acc)
+    /* Where the devices' memory is the host's and the chunk is the persistent flat buffer
+     * (stages 0 and 1), its bucket range is sent from and summed into in place: it is not
+     * written again in this step once the bucket starts. */
+    b->borrowed = b->chunk->filling == b->chunk->flat;
+    for (int i = 0; i < z->nlocal; i++)
+        b->borrowed = b->borrowed && z->devs[i]->kind->host_visible;
+    if (!b->reqs || !b->peers || !b->isrecv || !b->vals || !b->recv)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         const dt__device *dev = z->devs[i];
         int64_t me = z->coords[i][z->dp], moff, mlen;
         piece_of(z, b, me, &moff, &mlen);
-        st = dev->kind->host_alloc((size_t)n * dsz, &b->vals[i]);
+        char *src = (char *)dt_tensor_local(b->chunk->filling, i)->data + (size_t)a * dsz;
+        if (b->borrowed)
+            b->vals[i] = src;
+        else
+            st = dev->kind->host_alloc((size_t)n * dsz, &b->vals[i]);
         if (st == DT_OK)
-            st = dev->kind->host_alloc((size_t)((mlen ? mlen : 1) * z->dp_size) * dsz,
+            st = dev->kind->host_alloc((size_t)((mlen ? mlen : 1) * (z->dp_size - 1)) * dsz,
                                        &b->recv[i]);
-        if (st == DT_OK)
-            st = dev->kind->host_alloc((size_t)(mlen ? mlen : 1) * dsz, &b->acc[i]);
-        if (st == DT_OK)
-            st = dev->kind->copy(dev, DT__COPY_D2H, b->vals[i],
-                                 (const char *)dt_tensor_local(b->chunk->filling, i)->data +
-                                     (size_t)a * dsz,
-                                 (size_t)n * dsz);
+        if (st == DT_OK && !b->borrowed)
+            st = dev->kind->copy(dev, DT__COPY_D2H, b->vals[i], src, (size_t)n * dsz);
         for (int64_t q = 0; st == DT_OK && q < z->dp_size; q++) {
             int64_t off, len;
             piece_of(z, b, q, &off, &len);
             if (q != me && mlen > 0)
-                st = post(z, b, 0, (char *)b->recv[i] + (size_t)(q * mlen) * dsz, mlen, i, q, 0);
+                st = post(z, b, 0, slot(b, i, q, me, mlen, dsz), mlen, i, q, 0);
             if (q != me && len > 0 && st == DT_OK)
                 st = post(z, b, 1, (char *)b->vals[i] + (size_t)(off - a) * dsz, len, i, q, 0);
         }
@@ -262,25 +273,24 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
         int64_t me = z->coords[i][z->dp], moff, mlen;
         piece_of(z, b, me, &moff, &mlen);
         if (phase == 2) {
+            if (b->borrowed)
+                continue; /* received in place */
             st = dev->kind->copy(dev, DT__COPY_H2D,
                                  (char *)dt_tensor_local(ch->flat, i)->data + (size_t)a * dsz,
                                  b->vals[i], (size_t)(b->hi - b->lo) * dsz);
             continue;
         }
-        /* Sum in dp-coordinate order (the device's own summand from vals). */
-        for (int64_t q = 0; q < z->dp_size && mlen > 0; q++) {
-            const void *x = q == me ? (const char *)b->vals[i] + (size_t)(moff - a) * dsz
-                                    : (const char *)b->recv[i] + (size_t)(q * mlen) * dsz;
-            if (q == 0)
-                memcpy(b->acc[i], x, (size_t)mlen * dsz);
-            else
-                dt__host_reduce(DT_REDUCE_SUM, g->dtype, b->acc[i], x, mlen);
-        }
+        /* Sum in dp-coordinate order (the device's own summand from vals), in place in the
+         * first summand's buffer: the same additions as into a separate accumulator. */
+        char *own = (char *)b->vals[i] + (size_t)(moff - a) * dsz;
+        char *sum = me == 0 ? own : slot(b, i, 0, me, mlen, dsz);
+        for (int64_t q = 1; q < z->dp_size && mlen > 0; q++)
+            dt__host_reduce(DT_REDUCE_SUM, g->dtype, sum,
+                            q == me ? own : slot(b, i, q, me, mlen, dsz), mlen);
         if (z->stage == 0) {
             /* Stage 0: every device needs the whole sum: send ours, receive the others'. */
-            if (mlen > 0)
-                memcpy((char *)b->vals[i] + (size_t)(moff - a) * dsz, b->acc[i],
-                       (size_t)mlen * dsz);
+            if (mlen > 0 && sum != own)
+                memcpy(own, sum, (size_t)mlen * dsz);
             for (int64_t q = 0; st == DT_OK && q < z->dp_size; q++) {
                 int64_t off, len;
                 piece_of(z, b, q, &off, &len);
@@ -288,7 +298,7 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
                     st = post(z, b, 0, (char *)b->vals[i] + (size_t)(off - a) * dsz, len, i, q,
                               1);
                 if (q != me && mlen > 0 && st == DT_OK)
-                    st = post(z, b, 1, b->acc[i], mlen, i, q, 1);
+                    st = post(z, b, 1, own, mlen, i, q, 1);
             }
             continue;
         }
@@ -300,8 +310,8 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
         } else {
             dst = (char *)dt_tensor_local(ch->flat, i)->data + (size_t)moff * dsz;
         }
-        if (mlen > 0)
-            st = dev->kind->copy(dev, DT__COPY_H2D, dst, b->acc[i], (size_t)mlen * dsz);
+        if (mlen > 0 && dst != sum)
+            st = dev->kind->copy(dev, DT__COPY_H2D, dst, sum, (size_t)mlen * dsz);
     }
     return st;
 }
@@ -310,20 +320,17 @@ static void release(const dt_zero *z, dt__zbucket *b)
 {
     for (int i = 0; i < z->nlocal; i++) {
         const dt__device *dev = z->devs[i];
-        if (b->vals && b->vals[i])
+        if (b->vals && b->vals[i] && !b->borrowed)
             dev->kind->host_free(b->vals[i]);
         if (b->recv && b->recv[i])
             dev->kind->host_free(b->recv[i]);
-        if (b->acc && b->acc[i])
-            dev->kind->host_free(b->acc[i]);
     }
     free(b->vals);
     free(b->recv);
-    free(b->acc);
     free(b->reqs);
     free(b->peers);
     free(b->isrecv);
-    b->vals = b->recv = b->acc = NULL;
+    b->vals = b->recv = NULL;
     b->reqs = NULL;
     b->peers = NULL;
     b->isrecv = NULL;
@@ -360,23 +367,33 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     return st;
 }
 
-/* The progress thread: tests the requests of the buckets in flight every few tens of
- * microseconds, so that MPI moves their data while the caller computes. Completing a phase
- * (the sums, the copies to the device, the next messages) stays with the caller's thread. */
+/* The progress thread: while buckets are in flight, tests their requests for a burst of about
+ * 100 us and then sleeps 50 us; with none in flight it sleeps 500 us. A shared memory transport
+ * moves a large message a few fragments per MPI call, and under load a sleeping thread may
+ * wait milliseconds for a core, so one test per wake-up would move the data slowly; the burst
+ * lets each wake-up drain what is ready. Completing a phase (the sums, the copies to the
+ * device, the next messages) stays with the caller's thread. */
 static void *progress_main(void *arg)
 {
     dt_zero *z = arg;
-    const struct timespec nap = {0, 50000};
+    const struct timespec nap = {0, 50000}, idle = {0, 500000};
     while (!atomic_load(&z->prog_stop)) {
+        int flying = 0;
+        double until = MPI_Wtime() + 100e-6;
         pthread_mutex_lock(&z->lock);
-        for (int k = 0; k < z->nstarted; k++) {
-            dt__zbucket *b = &z->buckets[z->order[k]];
-            int flag = 0;
-            if ((b->phase == 1 || b->phase == 2) && b->nreq > 0)
-                MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
-        }
+        do {
+            flying = 0;
+            for (int k = 0; k < z->nstarted; k++) {
+                dt__zbucket *b = &z->buckets[z->order[k]];
+                int flag = 0;
+                if ((b->phase == 1 || b->phase == 2) && b->nreq > 0) {
+                    MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+                    flying += !flag;
+                }
+            }
+        } while (flying && MPI_Wtime() < until);
         pthread_mutex_unlock(&z->lock);
-        nanosleep(&nap, NULL);
+        nanosleep(flying ? &nap : &idle, NULL);
     }
     return NULL;
 }
@@ -407,6 +424,33 @@ static void progress_start(dt_zero *z)
     z->prog_on = 1;
 }
 
+/* Gradient bytes of the buckets started and not yet done. */
+static int64_t live_bytes(const dt_zero *z)
+{
+    int64_t sum = 0;
+    for (int k = 0; k < z->nstarted; k++) {
+        const dt__zbucket *b = &z->buckets[z->order[k]];
+        if (b->phase == 1 || b->phase == 2)
+            sum += (b->hi - b->lo) * (int64_t)dt_dtype_size(b->group->dtype);
+    }
+    return sum;
+}
+
+/* Makes room for bucket b under max_live_bytes: completes the oldest buckets in flight (in
+ * start order, as every client does, so the waits match up) until b fits or none is left. */
+static dt_status make_room(dt_zero *z, const dt__zbucket *b)
+{
+    int64_t need = (b->hi - b->lo) * (int64_t)dt_dtype_size(b->group->dtype);
+    dt_status st = DT_OK;
+    int busy = 0;
+    for (int k = 0; st == DT_OK && k < z->nstarted; k++) {
+        if (live_bytes(z) + need <= z->max_live_bytes)
+            break;
+        st = progress(z, &z->buckets[z->order[k]], 1, &busy);
+    }
+    return st;
+}
+
 dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zparam *p)
 {
     dt_status st = DT_OK;
@@ -421,8 +465,11 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
         dt__zbucket *b = &z->buckets[k];
         if (b->group == g && p->offset < b->hi && p->offset + p->n > b->lo &&
             --b->waiting == 0) {
-            z->order[z->nstarted++] = k;
-            st = start(z, b);
+            st = make_room(z, b);
+            if (st == DT_OK) {
+                z->order[z->nstarted++] = k;
+                st = start(z, b);
+            }
         }
     }
     /* In the order they were started (the same on every client), stopping at the first still
@@ -467,7 +514,6 @@ void dt__zero_buckets_free(dt_zero *z)
             free(b->peers);
             free(b->vals);
             free(b->recv);
-            free(b->acc);
             memset(b, 0, sizeof *b);
             continue;
         }

@@ -109,8 +109,9 @@ typedef struct dt__zbucket {
     int waiting;
     int phase;
     void **vals;              /* hi - lo elements: the device's summand, then (stage 0) the sum */
-    void **recv;              /* dp_size slots of the device's part: every peer's summand */
-    void **acc;               /* the device's part of the sum */
+    int borrowed;             /* vals point into the flat chunk itself (host-visible devices,
+                               * stages 0 and 1): no staging copy of the summand */
+    void **recv;              /* dp_size - 1 slots of the device's part: every peer's summand */
     int nreq;
     MPI_Request *reqs;        /* nlocal * 2 * dp_size */
     int *peers;               /* client of each request, for the watchdog */
@@ -157,6 +158,7 @@ struct dt_zero {
      * for local device i and dp coordinate q, entry i * dp_size + q of dp_rank, dp_client and
      * dp_pos is the comm rank, client and mesh position of the device at q beside it. */
     int64_t reduce_bucket_size;   /* bytes */
+    int64_t max_live_bytes;       /* gradient bytes of buckets in phase 1 or 2 at most */
     int overlap;
     MPI_Comm comm;
     int *dp_rank;

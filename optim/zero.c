@@ -44,6 +44,11 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
                          "(bytes; DT_ZERO_OPTS_INIT has %lld)", fn,
                          (long long)opts->reduce_bucket_size,
                          (long long)defaults.reduce_bucket_size);
+    if (opts->max_live_bucket_bytes < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "%s: max_live_bucket_bytes %lld is negative "
+                         "(0: 2 * reduce_bucket_size)",
+                         fn, (long long)opts->max_live_bucket_bytes);
     if (opts->offload_block < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: offload_block %lld is negative", fn,
                          (long long)opts->offload_block);
@@ -95,6 +100,10 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (z->allgather_size < z->dp_size)
         z->allgather_size = z->dp_size;
     z->reduce_bucket_size = opts->reduce_bucket_size;
+    z->max_live_bytes =
+        opts->max_live_bucket_bytes
+            ? opts->max_live_bucket_bytes
+            : (opts->reduce_bucket_size > INT64_MAX / 2 ? INT64_MAX : 2 * opts->reduce_bucket_size);
     z->offload = opts->offload != 0;
     z->offload_block = opts->offload_block ? opts->offload_block : (int64_t)1 << 20;
     z->comm = MPI_COMM_NULL;

@@ -135,10 +135,17 @@ typedef struct dt_zero_opts {
     int offload;
     /* Elements per transfer block of the offloaded step; 0 means 1048576. */
     int64_t offload_block;
+    /* Most bytes of gradient in background reduction at once (dt_zero_grad_ready; in the
+     * spirit of DeepSpeed's max_live_parameters, for the buckets): before starting a bucket
+     * that would go over it, the call first completes the oldest buckets in flight (it
+     * waits), so the host staging memory (about (2N - 1) / N times these bytes on N dp
+     * ranks) stays bounded when the reduction lags the backward pass. A bucket larger than the
+     * bound runs alone. 0 means 2 * reduce_bucket_size; must be >= 0. */
+    int64_t max_live_bucket_bytes;
 } dt_zero_opts;
 
 #define DT_ZERO_OPTS_INIT \
-    {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000, 0, 0}
+    {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000, 0, 0, 0}
 
 typedef struct dt_zero dt_zero;
 

@@ -41,6 +41,10 @@ static void test_create_rejects_bad_options(void)
     DT_ASSERT_FAILS(dt_zero_create(m, &o, &z), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("reduce_bucket_size -8");
     o.reduce_bucket_size = 1;
+    o.max_live_bucket_bytes = -1;
+    DT_ASSERT_FAILS(dt_zero_create(m, &o, &z), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("max_live_bucket_bytes -1");
+    o.max_live_bucket_bytes = 0;
     o.scaler.mode = DT_LOSS_SCALE_DYNAMIC;
     dt_loss_scaler_opts good = o.scaler;
     o.scaler.window = 0;

@@ -302,6 +302,9 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_opts o = DT_ZERO_OPTS_INIT;
         o.stage = stage;
         o.reduce_bucket_size = 8;
+        /* Unbounded: with the default bound (two buckets) the call completes the oldest
+         * bucket before starting a third, which needs the other clients. */
+        o.max_live_bucket_bytes = INT64_MAX;
         dt_tensor *params[2], *grads[2];
         dt_zero *z = zero_of_group_b(m, &o, params, grads);
         int word = 1, came = 1;
@@ -344,6 +347,48 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_destroy(z);
         dt_zero_destroy(zs);
     }
+    dt_mesh_destroy(m);
+}
+
+/* The converse with max_live_bucket_bytes of one bucket: client 0 cannot hand over every
+ * gradient alone (a second bucket waits for the first, which needs the other clients), so its
+ * word does not come while the others hold back (2 s); then they give theirs and all goes on. */
+static void test_grad_ready_waits_at_the_bound_on_buckets_in_flight(void)
+{
+    int nclients = dt_num_clients(), me = dt_client_id();
+    if (nclients < 2)
+        return;
+    dt_mesh *m = og_mesh_1d();
+    dt_zero_opts o = DT_ZERO_OPTS_INIT;
+    o.stage = 1;
+    o.reduce_bucket_size = 8;
+    o.max_live_bucket_bytes = 8;
+    dt_tensor *params[2], *grads[2];
+    dt_zero *z = zero_of_group_b(m, &o, params, grads);
+    int word = 1, came = 0;
+    if (me == 0) {
+        for (int j = 1; j >= 0; j--)
+            DT_ASSERT_OK(dt_zero_grad_ready(z, j, grads[j]));
+        for (int c = 1; c < nclients; c++)
+            MPI_Send(&word, 1, MPI_INT, c, 78, MPI_COMM_WORLD);
+    } else {
+        MPI_Request r;
+        MPI_Irecv(&word, 1, MPI_INT, 0, 78, MPI_COMM_WORLD, &r);
+        double until = MPI_Wtime() + 2.0;
+        while (!came && MPI_Wtime() < until)
+            MPI_Test(&r, &came, MPI_STATUS_IGNORE);
+        CU_ASSERT(!came);
+        for (int j = 1; j >= 0; j--)
+            DT_ASSERT_OK(dt_zero_grad_ready(z, j, grads[j]));
+        if (!came)
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    DT_ASSERT_OK(dt_zero_step(z, NULL, NULL));
+    for (int j = 0; j < 2; j++) {
+        dt_tensor_destroy(grads[j]);
+        dt_tensor_destroy(params[j]);
+    }
+    dt_zero_destroy(z);
     dt_mesh_destroy(m);
 }
 
@@ -663,6 +708,7 @@ int main(int argc, char **argv)
         DT_TEST(test_gradients_handed_over_early_give_the_reference_result_in_every_stage),
         DT_TEST(test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result),
         DT_TEST(test_grad_ready_returns_before_the_other_clients_give_theirs),
+        DT_TEST(test_grad_ready_waits_at_the_bound_on_buckets_in_flight),
         DT_TEST(test_early_gradients_refuse_misuse_clearly),
         DT_TEST(test_overflow_on_one_rank_skips_the_step_everywhere),
         DT_TEST(test_clipping_uses_the_hand_worked_global_norm),
