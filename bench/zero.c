@@ -170,13 +170,19 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
     return ok;
 }
 
+/* Frees an optimizer and the n parameters and gradients of a model of these cases. */
+static void model_free(dt_zero *z, dt_tensor **p, dt_tensor **g, int n)
+{
+    dt_zero_destroy(z);
+    for (int k = 0; k < n; k++) {
+        dt_tensor_destroy(p[k]);
+        dt_tensor_destroy(g[k]);
+    }
+}
+
 static void model_destroy(model *m)
 {
-    dt_zero_destroy(m->z);
-    for (int k = 0; k < NT; k++) {
-        dt_tensor_destroy(m->p[k]);
-        dt_tensor_destroy(m->g[k]);
-    }
+    model_free(m->z, m->p, m->g, NT);
 }
 
 /* The paper's bytes per rank for mixed-precision Adam (2 + 2 + 12 bytes per parameter):
@@ -520,11 +526,7 @@ static int omodel_setup(omodel *m, int stage, int offload, const dt_mesh *mesh, 
 
 static void omodel_destroy(omodel *m)
 {
-    dt_zero_destroy(m->z);
-    for (int k = 0; k < NT; k++) {
-        dt_tensor_destroy(m->p[k]);
-        dt_tensor_destroy(m->g[k]);
-    }
+    model_free(m->z, m->p, m->g, NT);
 }
 
 /* CRC32C of this rank's parameters (read back from the device). */
@@ -753,11 +755,7 @@ static int s3_measure(s3model *m, float *buf, int64_t iters)
 
 static void s3_destroy(s3model *m)
 {
-    dt_zero_destroy(m->z);
-    for (int k = 0; k < S3_LAYERS; k++) {
-        dt_tensor_destroy(m->p[k]);
-        dt_tensor_destroy(m->g[k]);
-    }
+    model_free(m->z, m->p, m->g, S3_LAYERS);
 }
 
 /* Stage 3 against stage 0 on the same layered loop: the bytes held between iterations against

@@ -197,6 +197,21 @@ static dt_status wait_group(double timeout, const char *peers)
     }
 }
 
+/* Whether the transport applies, and the watchdog's timeout (DT_COMM_TIMEOUT), for an
+ * exchange or a set of collectives about to start. */
+static dt_status nccl_ready(double *timeout)
+{
+    if (!nc.applies)
+        return dt__error(DT_ERR_UNSUPPORTED, "the nccl transport does not apply: %s",
+                         dt__nccl_absence());
+    const char *bad = NULL;
+    *timeout = dt__comm_timeout(&bad);
+    if (bad)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
+    return DT_OK;
+}
+
 static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
                                size_t nrecvs, void (*local_work)(void *), void *arg)
 {
@@ -206,14 +221,10 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
             local_work(arg);
         return DT_OK;
     }
-    if (!nc.applies)
-        return dt__error(DT_ERR_UNSUPPORTED, "the nccl transport does not apply: %s",
-                         dt__nccl_absence());
-    const char *bad = NULL;
-    double timeout = dt__comm_timeout(&bad);
-    if (bad)
-        return dt__error(DT_ERR_INVALID_ARGUMENT,
-                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
+    double timeout;
+    dt_status ready = nccl_ready(&timeout);
+    if (ready != DT_OK)
+        return ready;
     void **bufs = calloc(n, sizeof *bufs);
     char peers[256] = "";
     dt_status st = bufs ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "NCCL exchange: no memory");
@@ -370,14 +381,10 @@ static ncclResult_t issue(const dt__coll *c, ncclComm_t comm, ncclDataType_t typ
  * every communicator's asynchronous error under DT_COMM_TIMEOUT and aborts them on failure. */
 static dt_status nccl_collective(const dt__coll *colls, size_t n)
 {
-    if (!nc.applies)
-        return dt__error(DT_ERR_UNSUPPORTED, "the nccl transport does not apply: %s",
-                         dt__nccl_absence());
-    const char *bad = NULL;
-    double timeout = dt__comm_timeout(&bad);
-    if (bad)
-        return dt__error(DT_ERR_INVALID_ARGUMENT,
-                         "relayout: DT_COMM_TIMEOUT='%s' is not a number of seconds > 0", bad);
+    double timeout;
+    dt_status ready = nccl_ready(&timeout);
+    if (ready != DT_OK)
+        return ready;
     ncclComm_t *comms = calloc(n + 1, sizeof *comms);
     ncclDataType_t *types = calloc(n + 1, sizeof *types);
     dt_status st = comms && types ? DT_OK
