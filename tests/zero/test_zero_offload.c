@@ -27,18 +27,7 @@ static const char *const pspec[NP][2] = {{NULL, "model"}, {"model", NULL}, {"mod
 
 static int64_t pnumel(int k)
 {
-    return prank[k] == 1 ? pshape[k][0] : pshape[k][0] * pshape[k][1];
-}
-
-static const dt_optim_hparams *hparams(int g)
-{
-    static dt_optim_hparams adamw = DT_OPTIM_ADAMW_INIT, sgd = DT_OPTIM_SGD_INIT;
-    adamw.lr = 0.02f;
-    adamw.weight_decay = 0.05f;
-    sgd.lr = 0.05f;
-    sgd.momentum = 0.9f;
-    sgd.dampening = 0.1f;
-    return g == 0 ? &adamw : &sgd;
+    return zt_numel2(prank[k], pshape[k]);
 }
 
 static int on_gpu(void)
@@ -80,8 +69,8 @@ static void model_make(const dt_mesh *mesh, int stage, int ag, dt_dtype dtype, i
     zo.offload = offload;
     zo.offload_block = BLOCK;
     DT_ASSERT_OK(dt_zero_create(mesh, &zo, &m->z));
-    DT_ASSERT_OK(dt_zero_add_group(m->z, 2, pname, m->pt, hparams(0), NULL));
-    DT_ASSERT_OK(dt_zero_add_group(m->z, 1, pname + 2, m->pt + 2, hparams(1), NULL));
+    DT_ASSERT_OK(dt_zero_add_group(m->z, 2, pname, m->pt, zt_test_hparams(0), NULL));
+    DT_ASSERT_OK(dt_zero_add_group(m->z, 1, pname + 2, m->pt + 2, zt_test_hparams(1), NULL));
 }
 
 static void model_free(model *m)
@@ -136,7 +125,7 @@ static void ref_step(ref *r, const dt_mesh *mesh, dt_dtype dtype, dt_tensor **g)
                                        mdl ? pspec[k][1] : NULL, "batch");
         g[k] = zt_tensor_from(gl, dtype, pshape[k], dpd, srcs);
         dt_layout_destroy(gl);
-        zt_ref_update(pnumel(k), hparams(pgroup[k]), r->t + 1, r->p[k], acc, r->s1[k], r->s2[k]);
+        zt_ref_update(pnumel(k), zt_test_hparams(pgroup[k]), r->t + 1, r->p[k], acc, r->s1[k], r->s2[k]);
     }
     r->t++;
 }

@@ -31,18 +31,7 @@ static const int inject[] = {2, 7, 12, 13};
 
 static int64_t pnumel(int k)
 {
-    return prank[k] == 1 ? pshape[k][0] : pshape[k][0] * pshape[k][1];
-}
-
-static const dt_optim_hparams *hparams(int g)
-{
-    static dt_optim_hparams adamw = DT_OPTIM_ADAMW_INIT, sgd = DT_OPTIM_SGD_INIT;
-    adamw.lr = 0.02f;
-    adamw.weight_decay = 0.05f;
-    sgd.lr = 0.05f;
-    sgd.momentum = 0.9f;
-    sgd.dampening = 0.1f;
-    return g == 0 ? &adamw : &sgd;
+    return zt_numel2(prank[k], pshape[k]);
 }
 
 static dt_loss_scaler_opts scaler_opts(void)
@@ -111,7 +100,7 @@ static void ref_compute(ref_traj *r, dt_dtype dtype)
                         a += contrib(t, k, row, e);
                     g[e] = a;
                 }
-                zt_ref_update(pnumel(k), hparams(pgroup[k]), updates, st.p[k], g, st.s1[k],
+                zt_ref_update(pnumel(k), zt_test_hparams(pgroup[k]), updates, st.p[k], g, st.s1[k],
                               st.s2[k]);
             }
         }
@@ -163,8 +152,8 @@ static void model_create(model *m, dt_mesh *mesh, int stage, dt_dtype dtype, flo
     zo.scaler = scaler_opts();
     zo.allgather_size = 16;
     DT_ASSERT_OK(dt_zero_create(mesh, &zo, &m->z));
-    DT_ASSERT_OK(dt_zero_add_group(m->z, 2, pname, m->p, hparams(0), NULL));
-    DT_ASSERT_OK(dt_zero_add_group(m->z, 1, pname + 2, m->p + 2, hparams(1), NULL));
+    DT_ASSERT_OK(dt_zero_add_group(m->z, 2, pname, m->p, zt_test_hparams(0), NULL));
+    DT_ASSERT_OK(dt_zero_add_group(m->z, 1, pname + 2, m->p + 2, zt_test_hparams(1), NULL));
 }
 
 static void model_destroy(model *m)
@@ -567,8 +556,8 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
             dt_layout_destroy(l);
         }
         DT_ASSERT_OK(dt_zero_create(mesh, &zo, &zz));
-        DT_ASSERT_OK(dt_zero_add_group(zz, 2, pname, p3, hparams(0), NULL));
-        DT_ASSERT_OK(dt_zero_add_group(zz, 1, pname + 2, p3 + 2, hparams(1), NULL));
+        DT_ASSERT_OK(dt_zero_add_group(zz, 2, pname, p3, zt_test_hparams(0), NULL));
+        DT_ASSERT_OK(dt_zero_add_group(zz, 1, pname + 2, p3 + 2, zt_test_hparams(1), NULL));
         DT_ASSERT_FAILS(dt_zero_load(zz, ck), DT_ERR_SHAPE);
         DT_ASSERT_ERROR_MENTIONS("head/w");
         dt_zero_destroy(zz);
@@ -577,8 +566,8 @@ static void test_zero_load_names_missing_or_mismatched_parameters(void)
                             zt_tensor(l2, DT_DTYPE_F32, extra_shape, z)};
         const char *qn[2] = {"head/w", "extra/q"};
         DT_ASSERT_OK(dt_zero_create(mesh, &zo, &zz));
-        DT_ASSERT_OK(dt_zero_add_group(zz, 2, pname, p3, hparams(0), NULL));
-        DT_ASSERT_OK(dt_zero_add_group(zz, 2, qn, pq, hparams(1), NULL));
+        DT_ASSERT_OK(dt_zero_add_group(zz, 2, pname, p3, zt_test_hparams(0), NULL));
+        DT_ASSERT_OK(dt_zero_add_group(zz, 2, qn, pq, zt_test_hparams(1), NULL));
         DT_ASSERT_FAILS(dt_zero_load(zz, ck), DT_ERR_NOT_FOUND);
         DT_ASSERT_ERROR_MENTIONS("extra/q");
         char nowhere[400];

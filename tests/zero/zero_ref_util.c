@@ -249,3 +249,19 @@ void zt_ref_update(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p
         zt_ref_adam(n, hp, step, p, g, s1, s2);
 }
 
+
+const dt_optim_hparams *zt_test_hparams(int group)
+{
+    static dt_optim_hparams adamw = DT_OPTIM_ADAMW_INIT, sgd = DT_OPTIM_SGD_INIT;
+    adamw.lr = 0.02f;
+    adamw.weight_decay = 0.05f;
+    sgd.lr = 0.05f;
+    sgd.momentum = 0.9f;
+    sgd.dampening = 0.1f;
+    return group == 0 ? &adamw : &sgd;
+}
+
+int64_t zt_numel2(int rank, const int64_t shape[2])
+{
+    return rank == 1 ? shape[0] : shape[0] * shape[1];
+}

@@ -53,6 +53,11 @@ float zt_int_at(uint64_t seed, uint64_t i, int lo, int hi);
 void zt_ref_sgd(int64_t n, const dt_optim_hparams *hp, float *p, const float *g, float *buf);
 void zt_ref_adam(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p, const float *g,
                  float *m, float *v);
+/* The two groups the system tests train: 0 is AdamW (lr 0.02, weight decay 0.05), 1 is SGD
+ * with momentum (lr 0.05, momentum 0.9, dampening 0.1). */
+const dt_optim_hparams *zt_test_hparams(int group);
+/* Elements of a rank-1 or rank-2 shape (shape[1] unused at rank 1). */
+int64_t zt_numel2(int rank, const int64_t shape[2]);
 /* One group's update: dispatches on hp->kind. */
 void zt_ref_update(int64_t n, const dt_optim_hparams *hp, int64_t step, float *p, const float *g,
                    float *s1, float *s2);
