@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
@@ -61,6 +62,7 @@ typedef struct bench_case {
     double moved_mib;    /* in-process: bytes received over all devices, in MiB */
     double self_mib;     /* in-process: bytes each device copied to itself, in MiB */
     unsigned long colls; /* plans of one dt_relayout_into run as collectives (0: pieces) */
+    unsigned long fused; /* all-reduces of it run fused through shm (layout/relayout_fused.c) */
     /* The physical bound beside the MPI collective: a memcpy of the bytes each process
      * receives (all-reduce: of twice its input, the two passes a reduction needs). */
     void *msrc, *mdst;
@@ -299,6 +301,13 @@ static void report_failure(const bench_case *c, const char *when, dt_status st)
     }
 }
 
+/* Minor page faults of this process so far (a fault per fresh page touched). */
+static long minor_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
+}
+
 static int default_reps(int mib, int quick)
 {
     if (mib <= 1)
@@ -322,9 +331,10 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         goto out;
     }
     fill_source(c);
-    unsigned long colls0 = dt__rl_coll_runs();
+    unsigned long colls0 = dt__rl_coll_runs(), fused0 = dt__rl_fused_runs();
     dt_status st = dt_relayout_into(c->src, c->dst);
     c->colls = dt__rl_coll_runs() - colls0;
+    c->fused = dt__rl_fused_runs() - fused0;
     if (!ok_everywhere(st)) {
         report_failure(c, "warmup", st);
         goto out;
@@ -373,6 +383,7 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     }
 
     dt_status first = DT_OK;
+    long faults = 0; /* page faults of our timed runs, this process */
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < 3; k++) {
             int ours = (k ^ (r & 1)) == 0; /* alternate who goes first */
@@ -388,7 +399,9 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             if (ours) {
+                long f0 = minor_faults();
                 st = dt_relayout_into(c->src, c->dst);
+                faults += minor_faults() - f0;
                 if (st != DT_OK && first == DT_OK)
                     first = st;
             } else {
@@ -401,6 +414,7 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     MPI_Allreduce(MPI_IN_PLACE, t_ref, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (t_mem)
         MPI_Allreduce(MPI_IN_PLACE, t_mem, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &faults, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     if (!ok_everywhere(first)) {
         report_failure(c, "timed", first);
         goto out;
@@ -422,7 +436,8 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         line_head(&line, c);
         /* Which path ran: the regular pattern's collectives (layout/relayout_coll.c; how many
          * plans, 2 for an all-reduce split into reduce-scatter + all-gather) or pieces. */
-        bu_line_add(&line, "path", "%s", c->colls ? "collective" : "pieces");
+        bu_line_add(&line, "path", "%s",
+                    c->fused ? "fused" : c->colls ? "collective" : "pieces");
         if (c->colls)
             bu_line_add(&line, "coll_plans", "%lu", c->colls);
         bu_line_add(&line, "ours_gbs", "%.3f", ours_gbs);
@@ -433,6 +448,7 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         bu_line_add(&line, "ours_ms", "%.3f", ours * 1e3);
         bu_line_add(&line, "ref_ms", "%.3f", ref * 1e3);
         bu_line_add(&line, "reps", "%d", reps);
+        bu_line_add(&line, "faults_per_rep", "%.0f", (double)faults / reps);
         if (t_mem) { /* ours against a memcpy of what each process receives: speed ratio */
             double mem = bu_median(t_mem, reps);
             bu_line_add(&line, "memcpy_mib", "%.1f", (double)c->mbytes / (1 << 20));
