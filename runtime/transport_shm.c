@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/device.h"
 #include "runtime/comm.h"
@@ -24,8 +25,10 @@
 enum {
     SHM_TAG = 7201,
     PROBE_EVERY = 256,              /* spins between answers to pings */
-    DEAD_CHECK_EVERY = 1 << 14,     /* spins between looks for a vanished host peer */
+    SPIN_IDLE = 64,                 /* idle spins (yielding) before a wait naps */
+    NAP_NS = 20000,                 /* one nap (the kernel's timer slack adds ~50 us) */
 };
+#define LOOK_EVERY 0.05 /* seconds between looks for a vanished host peer while idle */
 #define MPI_PIECE ((size_t)1 << 30) /* bytes per MPI message of a packed box */
 
 /* Descriptors posted to / read from each host peer since dt_init (both sides count alike). */
@@ -360,6 +363,8 @@ static dt_status progress(run *r, int finish, const char *what)
     dt_status st = DT_OK;
     if (!who || !dead || !done)
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
+    double last_look = last;
+    unsigned idle_spins = 0;
     for (unsigned spins = 1; st == DT_OK; spins++) {
         int moved = 0, left = 0;
         for (size_t i = 0; i < r->n && st == DT_OK; i++) {
@@ -391,15 +396,22 @@ static dt_status progress(run *r, int finish, const char *what)
             break;
         if (moved) {
             last = dt__now_seconds();
+            idle_spins = 0;
             continue;
         }
         if (spins % PROBE_EVERY == 0)
             dt__watchdog_answer();
-        sched_yield(); /* more processes than cores: let the one we wait for copy */
-        double idle = dt__now_seconds() - last;
-        int look = idle > timeout || (idle > 0.05 && spins % DEAD_CHECK_EVERY == 0);
+        /* More processes than cores: yield to the one we wait for, and once it is clearly
+         * busy (a copy of megabytes), nap so as not to take its core or its memory bus. */
+        if (++idle_spins < SPIN_IDLE)
+            sched_yield();
+        else
+            nanosleep(&(struct timespec){0, NAP_NS}, NULL);
+        double now = dt__now_seconds(), idle = now - last;
+        int look = idle > timeout || (idle > LOOK_EVERY && now - last_look > LOOK_EVERY);
         if (!look)
             continue;
+        last_look = now;
         int k = waited_for(r, finish, who, dead), ndead = 0;
         for (int j = 0; j < k; j++)
             ndead += dead[j] < 0;
