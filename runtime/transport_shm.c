@@ -526,8 +526,11 @@ static dt_status shm_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
 {
     run *r = NULL;
     dt_status st = nsends + nrecvs ? run_start(sends, nsends, recvs, nrecvs, NULL, &r) : DT_OK;
-    if (st == DT_OK && r)
-        st = progress(r, 0, "shm relayout exchange"); /* posts first: the peers can start */
+    /* Posts first, so the peers can start copying; then the local copies while they do, not
+     * a wait for a peer that is late; the receives after. */
+    for (size_t i = 0; st == DT_OK && r && i < r->n; i++)
+        if (r->ops[i].st == ST_POST)
+            try_post(&r->ops[i]);
     if (st == DT_OK && local_work)
         local_work(arg);
     if (st == DT_OK && r)
