@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/device.h"
 #include "runtime/comm.h"
@@ -25,7 +26,7 @@
 enum {
     SHM_TAG = 7401, /* its own: the barrier (layout/barrier.c) has 7201 */
     PROBE_EVERY = 256,              /* spins between answers to pings */
-    SPIN_IDLE = 64,                 /* idle spins (yielding) before a wait naps */
+    SPIN_IDLE = 64,                 /* idle spins (yielding) before a wait naps, when it does */
     NAP_NS = 20000,                 /* one nap (the kernel's timer slack adds ~50 us) */
 };
 #define LOOK_EVERY 0.05 /* seconds between looks for a vanished host peer while idle */
@@ -34,6 +35,7 @@ enum {
 /* Descriptors posted to / read from each host peer since dt_init (both sides count alike). */
 static uint64_t *sent, *got;
 static int ncount;
+static int known_over = -1; /* oversubscribed(): -1 until first asked */
 /* Bytes this client received: copied from a peer's segment, read there in place, by MPI. */
 static _Atomic uint64_t bytes_direct, bytes_viewed, bytes_mpi;
 
@@ -93,6 +95,7 @@ void dt__transport_shm_reset(void)
     free(got);
     sent = got = NULL;
     ncount = 0;
+    known_over = -1;
 }
 
 static void copy_run(void *dst, const void *src, int64_t n, void *arg)
@@ -350,6 +353,22 @@ static int waited_for(const run *r, int finish, int *who, int *dead)
     return k;
 }
 
+/* 1 when this host runs more of the job's processes than this process may use cores: then a
+ * wait naps once its peer is clearly busy, rather than take the core the peer needs. With a
+ * core each, a wait only yields: a nap would give the core to other jobs, and the wake-up
+ * waits for one again (docs/transports.md, "Waits"). */
+static int oversubscribed(void)
+{
+    if (known_over < 0) {
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+        if (cores <= 0)
+            cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        known_over = ncount > cores;
+    }
+    return known_over;
+}
+
 /* Moves the run on until every receive is done and every send posted (finish 0), or also
  * every send consumed and its MPI requests complete (finish 1). */
 static dt_status progress(run *r, int finish, const char *what)
@@ -401,9 +420,9 @@ static dt_status progress(run *r, int finish, const char *what)
         }
         if (spins % PROBE_EVERY == 0)
             dt__watchdog_answer();
-        /* More processes than cores: yield to the one we wait for, and once it is clearly
-         * busy (a copy of megabytes), nap so as not to take its core or its memory bus. */
-        if (++idle_spins < SPIN_IDLE)
+        /* Yield to the one we wait for; with more processes than cores, once it is clearly
+         * busy (a copy of megabytes), nap so as not to take its core. */
+        if (++idle_spins < SPIN_IDLE || !oversubscribed())
             sched_yield();
         else
             nanosleep(&(struct timespec){0, NAP_NS}, NULL);
