@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
@@ -61,10 +62,15 @@ typedef struct bench_case {
     double moved_mib;    /* in-process: bytes received over all devices, in MiB */
     double self_mib;     /* in-process: bytes each device copied to itself, in MiB */
     unsigned long colls; /* plans of one dt_relayout_into run as collectives (0: pieces) */
-    /* The physical bound beside the MPI collective: a memcpy of the bytes each process
-     * receives (all-reduce: of twice its input, the two passes a reduction needs). */
+    unsigned long fused; /* all-reduces of it run fused through shm (layout/relayout_fused.c) */
+    /* Two memcpys beside the MPI collective, run by every process at once (the same
+     * contention for memory as the relayout): of the bytes each process receives from the
+     * others (all-reduce: twice its input, the issue's two passes), and of all the bytes the
+     * relayout writes into its output, its own block included: one copy of those is the
+     * least any relayout does, so that one is the one-copy bound (docs/bench.md). Both copy
+     * from the start of one pair of buffers. */
     void *msrc, *mdst;
-    size_t mbytes;
+    size_t mbytes, obytes;
     /* --device gpu: host mirrors (page-locked) of the one local component of src and dst,
      * where values are written and checked and the reference's MPI collective runs. */
     const dt__device *dev;
@@ -299,6 +305,13 @@ static void report_failure(const bench_case *c, const char *when, dt_status st)
     }
 }
 
+/* Minor page faults of this process so far (a fault per fresh page touched). */
+static long minor_faults(void)
+{
+    struct rusage u;
+    return getrusage(RUSAGE_SELF, &u) == 0 ? u.ru_minflt : 0;
+}
+
 static int default_reps(int mib, int quick)
 {
     if (mib <= 1)
@@ -322,9 +335,10 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         goto out;
     }
     fill_source(c);
-    unsigned long colls0 = dt__rl_coll_runs();
+    unsigned long colls0 = dt__rl_coll_runs(), fused0 = dt__rl_fused_runs();
     dt_status st = dt_relayout_into(c->src, c->dst);
     c->colls = dt__rl_coll_runs() - colls0;
+    c->fused = dt__rl_fused_runs() - fused0;
     if (!ok_everywhere(st)) {
         report_failure(c, "warmup", st);
         goto out;
@@ -359,36 +373,41 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
                 recv += stats[i].bytes_received;
         MPI_Allreduce(MPI_IN_PLACE, &recv, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
         c->mbytes = c->ref == REF_ALLREDUCE ? 2 * (size_t)c->payload : (size_t)recv;
-        c->msrc = malloc(c->mbytes + 1);
-        c->mdst = malloc(c->mbytes + 1);
-        t_mem = calloc((size_t)reps, sizeof *t_mem);
+        c->obytes = comp_bytes(c->dst, 0);
+        size_t most = c->mbytes > c->obytes ? c->mbytes : c->obytes;
+        c->msrc = malloc(most + 1);
+        c->mdst = malloc(most + 1);
+        t_mem = calloc(2 * (size_t)reps, sizeof *t_mem);
         if (!c->msrc || !c->mdst || !t_mem) {
             fprintf(stderr, "bench_relayout: out of memory for the memcpy bound\n");
             free(t_mem);
             t_mem = NULL;
         } else {
-            memset(c->msrc, 1, c->mbytes);
-            memset(c->mdst, 2, c->mbytes);
+            memset(c->msrc, 1, most);
+            memset(c->mdst, 2, most);
         }
     }
 
     dt_status first = DT_OK;
+    long faults = 0; /* page faults of our timed runs, this process */
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 4; k++) {
             int ours = (k ^ (r & 1)) == 0; /* alternate who goes first */
-            if (k == 2) {            /* the memcpy bound, last */
+            if (k >= 2) {            /* the memcpys, last: received bytes, output bytes */
                 if (!t_mem)
                     continue;
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = MPI_Wtime();
-                memcpy(c->mdst, c->msrc, c->mbytes);
-                t_mem[r] = MPI_Wtime() - t0;
+                memcpy(c->mdst, c->msrc, k == 2 ? c->mbytes : c->obytes);
+                t_mem[(k - 2) * reps + r] = MPI_Wtime() - t0;
                 continue;
             }
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();
             if (ours) {
+                long f0 = minor_faults();
                 st = dt_relayout_into(c->src, c->dst);
+                faults += minor_faults() - f0;
                 if (st != DT_OK && first == DT_OK)
                     first = st;
             } else {
@@ -400,7 +419,8 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     MPI_Allreduce(MPI_IN_PLACE, t_ours, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, t_ref, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (t_mem)
-        MPI_Allreduce(MPI_IN_PLACE, t_mem, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, t_mem, 2 * reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &faults, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     if (!ok_everywhere(first)) {
         report_failure(c, "timed", first);
         goto out;
@@ -422,7 +442,8 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         line_head(&line, c);
         /* Which path ran: the regular pattern's collectives (layout/relayout_coll.c; how many
          * plans, 2 for an all-reduce split into reduce-scatter + all-gather) or pieces. */
-        bu_line_add(&line, "path", "%s", c->colls ? "collective" : "pieces");
+        bu_line_add(&line, "path", "%s",
+                    c->fused ? "fused" : c->colls ? "collective" : "pieces");
         if (c->colls)
             bu_line_add(&line, "coll_plans", "%lu", c->colls);
         bu_line_add(&line, "ours_gbs", "%.3f", ours_gbs);
@@ -433,11 +454,15 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         bu_line_add(&line, "ours_ms", "%.3f", ours * 1e3);
         bu_line_add(&line, "ref_ms", "%.3f", ref * 1e3);
         bu_line_add(&line, "reps", "%d", reps);
-        if (t_mem) { /* ours against a memcpy of what each process receives: speed ratio */
-            double mem = bu_median(t_mem, reps);
+        bu_line_add(&line, "faults_per_rep", "%.0f", (double)faults / reps);
+        if (t_mem) { /* ours against the two memcpys (speed ratios) */
+            double mem = bu_median(t_mem, reps), out = bu_median(t_mem + reps, reps);
             bu_line_add(&line, "memcpy_mib", "%.1f", (double)c->mbytes / (1 << 20));
             bu_line_add(&line, "memcpy_ms", "%.3f", mem * 1e3);
             bu_line_add(&line, "ratio_memcpy", "%.3f", mem / ours);
+            bu_line_add(&line, "memcpy_out_mib", "%.1f", (double)c->obytes / (1 << 20));
+            bu_line_add(&line, "memcpy_out_ms", "%.3f", out * 1e3);
+            bu_line_add(&line, "ratio_memcpy_out", "%.3f", out / ours);
         }
         if (c->ref == REF_MEMCPY) {
             bu_line_add(&line, "moved_mib", "%.1f", c->moved_mib);

@@ -98,6 +98,7 @@ typedef struct rl_plan {
     /* A regular pattern's collectives (then no pieces until a transport without collectives
      * makes dt__rl_coll_execute fetch them from the piece planner). */
     rl_coll *coll;
+    int fused;                 /* its all-reduce ran fused (relayout_fused.c): stats set */
 } rl_plan;
 
 /* Test-only (tests/relayout, bench/run scale): a simulated device table. Device id d of either
@@ -149,6 +150,16 @@ dt_status dt__rl_coll_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *ds
 void dt__rl_coll_free(rl_coll *coll);
 /* Pattern plans this client has run as collectives since it started (tests, bench). Local. */
 unsigned long dt__rl_coll_runs(void);
+
+/* Chooses the plan's transport if not yet done (relayout_exec.c). */
+dt_status dt__rl_plan_transport(rl_plan *plan);
+/* 1 if the plan is an all-reduce pattern whose transport shows summands in place (shm), so
+ * that it runs fused as one plan (no middle tensor); the same answer on every client.
+ * relayout_fused.c. */
+int dt__rl_fused_applies(rl_plan *plan);
+dt_status dt__rl_fused_allreduce(rl_plan *plan, const dt_tensor *src, dt_tensor *dst);
+/* All-reduces this client has run fused since it started (tests, bench). Local. */
+unsigned long dt__rl_fused_runs(void);
 
 /* Executes a plan from `src` into `dst` (already allocated with the plan's dst layout). */
 dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst);

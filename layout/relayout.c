@@ -6,6 +6,7 @@
 #include "layout/layout_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/shm.h"
 #include "runtime/util.h"
 
 enum { CACHE_SLOTS = 32 };
@@ -207,6 +208,23 @@ static dt_status run_plan(const dt_tensor *src, dt_tensor *dst, rl_plan **plan_o
     return dt__rl_execute(*plan_out, src, dst);
 }
 
+/* An all-reduce that the shm transport runs fused as one plan (relayout_fused.c) rather
+ * than through a middle tensor: *plan_out set, else NULL. Asked only while the shm pool is up
+ * (the same on every client), so other transports build no plan they would not use. */
+static dt_status fused_plan(const dt_tensor *src, const dt_tensor *dst, rl_plan **plan_out,
+                            int *hit)
+{
+    rl_plan *plan = NULL;
+    *plan_out = NULL;
+    if (!dt__shm_up())
+        return DT_OK;
+    dt_status st = get_plan(dt_tensor_layout(src), dt_tensor_layout(dst), dt_tensor_rank(src),
+                            dt_tensor_shape(src), dt_tensor_dtype(src), &plan, hit);
+    if (st == DT_OK && dt__rl_fused_applies(plan))
+        *plan_out = plan;
+    return st;
+}
+
 /* src -> dst as one plan, or two through two_phase_mid's middle layout; appends the plans
  * run to plans[*nplans]. */
 static dt_status run_steps(const dt_tensor *src, dt_tensor *dst, rl_plan **plans, int *hits,
@@ -214,8 +232,18 @@ static dt_status run_steps(const dt_tensor *src, dt_tensor *dst, rl_plan **plans
 {
     dt_layout *mid_l = NULL;
     dt_tensor *mid = NULL;
+    rl_plan *fused = NULL;
     dt_status st = two_phase_mid(dt_tensor_layout(src), dt_tensor_layout(dst),
                                  dt_tensor_shape(src), &mid_l);
+    if (st == DT_OK && mid_l)
+        st = fused_plan(src, dst, &fused, &hits[*nplans]);
+    if (st == DT_OK && fused) {
+        plans[*nplans] = fused;
+        st = dt__rl_execute(fused, src, dst);
+        ++*nplans;
+        dt_layout_destroy(mid_l);
+        return st;
+    }
     if (st == DT_OK && mid_l)
         st = dt__tensor_empty(mid_l, dt_tensor_dtype(src), dt_tensor_shape(src), &mid);
     if (st == DT_OK && mid) {

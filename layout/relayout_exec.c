@@ -223,7 +223,7 @@ static dt_status prepare_xfer(exec_ctx *x, size_t i, int sending, dt__xfer *xf)
 
 /* Chooses the plan's transport on its first run: by the memory of both meshes and the
  * clients holding their devices, which every client of the plan knows alike. */
-static dt_status plan_transport(rl_plan *plan)
+dt_status dt__rl_plan_transport(rl_plan *plan)
 {
     if (plan->transport)
         return DT_OK;
@@ -274,8 +274,10 @@ dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst)
     exec_ctx x = {.plan = plan, .src = src, .dst = dst, .elem = dt_dtype_size(plan->dtype)};
     size_t nsend = 0, nrecv = 0;
     dt_status st;
-    if ((st = plan_transport(plan)) != DT_OK)
+    if ((st = dt__rl_plan_transport(plan)) != DT_OK)
         return st;
+    if (dt__rl_fused_applies(plan))
+        return dt__rl_fused_allreduce(plan, src, dst);
     if (plan->coll) { /* a regular pattern: collectives, or its pieces (relayout_coll.c) */
         int done = 0;
         if ((st = dt__rl_coll_execute(plan, src, dst, &done)) != DT_OK || done)

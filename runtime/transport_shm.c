@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "runtime/device.h"
 #include "runtime/comm.h"
@@ -22,15 +24,18 @@
 #include "runtime/shm.h"
 
 enum {
-    SHM_TAG = 7201,
+    SHM_TAG = 7401, /* its own: the barrier (layout/barrier.c) has 7201 */
     PROBE_EVERY = 256,              /* spins between answers to pings */
-    DEAD_CHECK_EVERY = 1 << 14,     /* spins between looks for a vanished host peer */
+    SPIN_IDLE = 64,                 /* idle spins (yielding) before a wait naps, when it does */
+    NAP_NS = 20000,                 /* one nap (the kernel's timer slack adds ~50 us) */
 };
+#define LOOK_EVERY 0.05 /* seconds between looks for a vanished host peer while idle */
 #define MPI_PIECE ((size_t)1 << 30) /* bytes per MPI message of a packed box */
 
 /* Descriptors posted to / read from each host peer since dt_init (both sides count alike). */
 static uint64_t *sent, *got;
 static int ncount;
+static int known_over = -1; /* oversubscribed(): -1 until first asked */
 /* Bytes this client received: copied from a peer's segment, read there in place, by MPI. */
 static _Atomic uint64_t bytes_direct, bytes_viewed, bytes_mpi;
 
@@ -90,6 +95,7 @@ void dt__transport_shm_reset(void)
     free(got);
     sent = got = NULL;
     ncount = 0;
+    known_over = -1;
 }
 
 static void copy_run(void *dst, const void *src, int64_t n, void *arg)
@@ -347,6 +353,22 @@ static int waited_for(const run *r, int finish, int *who, int *dead)
     return k;
 }
 
+/* 1 when this host runs more of the job's processes than this process may use cores: then a
+ * wait naps once its peer is clearly busy, rather than take the core the peer needs. With a
+ * core each, a wait only yields: a nap would give the core to other jobs, and the wake-up
+ * waits for one again (docs/transports.md, "Waits"). */
+static int oversubscribed(void)
+{
+    if (known_over < 0) {
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+        if (cores <= 0)
+            cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        known_over = ncount > cores;
+    }
+    return known_over;
+}
+
 /* Moves the run on until every receive is done and every send posted (finish 0), or also
  * every send consumed and its MPI requests complete (finish 1). */
 static dt_status progress(run *r, int finish, const char *what)
@@ -360,6 +382,8 @@ static dt_status progress(run *r, int finish, const char *what)
     dt_status st = DT_OK;
     if (!who || !dead || !done)
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
+    double last_look = last;
+    unsigned idle_spins = 0;
     for (unsigned spins = 1; st == DT_OK; spins++) {
         int moved = 0, left = 0;
         for (size_t i = 0; i < r->n && st == DT_OK; i++) {
@@ -391,15 +415,22 @@ static dt_status progress(run *r, int finish, const char *what)
             break;
         if (moved) {
             last = dt__now_seconds();
+            idle_spins = 0;
             continue;
         }
         if (spins % PROBE_EVERY == 0)
             dt__watchdog_answer();
-        sched_yield(); /* more processes than cores: let the one we wait for copy */
-        double idle = dt__now_seconds() - last;
-        int look = idle > timeout || (idle > 0.05 && spins % DEAD_CHECK_EVERY == 0);
+        /* Yield to the one we wait for; with more processes than cores, once it is clearly
+         * busy (a copy of megabytes), nap so as not to take its core. */
+        if (++idle_spins < SPIN_IDLE || !oversubscribed())
+            sched_yield();
+        else
+            nanosleep(&(struct timespec){0, NAP_NS}, NULL);
+        double now = dt__now_seconds(), idle = now - last;
+        int look = idle > timeout || (idle > LOOK_EVERY && now - last_look > LOOK_EVERY);
         if (!look)
             continue;
+        last_look = now;
         int k = waited_for(r, finish, who, dead), ndead = 0;
         for (int j = 0; j < k; j++)
             ndead += dead[j] < 0;
@@ -514,8 +545,11 @@ static dt_status shm_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
 {
     run *r = NULL;
     dt_status st = nsends + nrecvs ? run_start(sends, nsends, recvs, nrecvs, NULL, &r) : DT_OK;
-    if (st == DT_OK && r)
-        st = progress(r, 0, "shm relayout exchange"); /* posts first: the peers can start */
+    /* Posts first, so the peers can start copying; then the local copies while they do, not
+     * a wait for a peer that is late; the receives after. */
+    for (size_t i = 0; st == DT_OK && r && i < r->n; i++)
+        if (r->ops[i].st == ST_POST)
+            try_post(&r->ops[i]);
     if (st == DT_OK && local_work)
         local_work(arg);
     if (st == DT_OK && r)

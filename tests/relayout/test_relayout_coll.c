@@ -207,21 +207,6 @@ static int collectives_expected(const dt_mesh *m, int dim)
            strcmp(t, "mpi") == 0;
 }
 
-/* src -> dst with and without patterns; returns the stats of the run through `s`. */
-static dt_tensor *run(const dt_tensor *src, const dt_layout *dst_l, const char *patterns,
-                      dt_relayout_stats *s, int *ns, unsigned long *colls)
-{
-    dt_tensor *dst = NULL;
-    setenv("DT_RELAYOUT_PATTERNS", patterns, 1);
-    dt_relayout_cache_clear();
-    unsigned long before = dt__rl_coll_runs();
-    DT_ASSERT_OK(dt_relayout(src, dst_l, &dst));
-    *colls = dt__rl_coll_runs() - before;
-    DT_ASSERT_OK(dt_relayout_last_stats(16, s, ns, NULL));
-    unsetenv("DT_RELAYOUT_PATTERNS");
-    return dst;
-}
-
 typedef struct pcase {
     const char *what;
     const char *s0, *s1, *partial; /* source */
@@ -230,6 +215,55 @@ typedef struct pcase {
     int small;                     /* shape [1, k-1]: too small to split an all-reduce into
                                     * reduce-scatter + all-gather, so it runs as one */
 } pcase;
+
+/* 1 if an all-reduce pattern on m along `dim` runs fused through shm here
+ * (layout/relayout_fused.c): m qualifies, CPU devices, DT_TRANSPORT=shm. */
+static int fused_expected(const dt_mesh *m, int dim, const pcase *pc)
+{
+    const char *t = getenv("DT_TRANSPORT");
+    int allreduce = pc->partial && (!pc->d0 || strcmp(pc->d0, pc->partial) != 0) &&
+                    (!pc->d1 || strcmp(pc->d1, pc->partial) != 0);
+    return allreduce && expect_collective(m, dim) && dt_test_device_type() == DT_DEVICE_CPU &&
+           t && strcmp(t, "shm") == 0;
+}
+
+/* src -> dst with and without patterns; returns the stats of the run through `s`, the
+ * collective and fused runs. */
+static dt_tensor *run(const dt_tensor *src, const dt_layout *dst_l, const char *patterns,
+                      dt_relayout_stats *s, int *ns, unsigned long *colls, unsigned long *fused)
+{
+    dt_tensor *dst = NULL;
+    setenv("DT_RELAYOUT_PATTERNS", patterns, 1);
+    dt_relayout_cache_clear();
+    unsigned long before = dt__rl_coll_runs(), fused0 = dt__rl_fused_runs();
+    DT_ASSERT_OK(dt_relayout(src, dst_l, &dst));
+    *colls = dt__rl_coll_runs() - before;
+    *fused = dt__rl_fused_runs() - fused0;
+    DT_ASSERT_OK(dt_relayout_last_stats(16, s, ns, NULL));
+    unsetenv("DT_RELAYOUT_PATTERNS");
+    return dst;
+}
+
+
+/* Replaces the piece path's statistics sg by what the fused all-reduce moves (sent as much as
+ * received, on one host: the job's totals then agree as on the other paths). */
+static void fused_stats_expected(const dt_mesh *m, const dt_layout *dl, const int64_t *shape,
+                                 int dim, dt_dtype t, dt_relayout_stats *sg, int ng)
+{
+    int64_t k = dt_mesh_dim_size(m, dim);
+    size_t es = dt_dtype_size(t);
+    for (int i = 0; i < ng && i < 16; i++) {
+        int64_t p = dt_mesh_position(m, sg[i].device_id), off[2], len[2], c[DT_MESH_MAX_DIMS];
+        DT_ASSERT_OK(dt_layout_shard(dl, shape, p, off, len));
+        DT_ASSERT_OK(dt_mesh_coords(m, p, c));
+        int64_t n = len[0] * len[1], mine = n / k + (c[dim] < n % k);
+        uint64_t moved = (uint64_t)((k - 1) * mine + (n - mine)) * es;
+        sg[i].bytes_received = sg[i].bytes_received_remote = moved;
+        sg[i].bytes_sent = sg[i].bytes_sent_remote = moved;
+        sg[i].bytes_received_cross_host = 0;
+        sg[i].bytes_self = (uint64_t)mine * es;
+    }
+}
 
 static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
 {
@@ -245,10 +279,15 @@ static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
     dt_tensor *src = make_src(sl, shape, t, partial);
     dt_relayout_stats sc[16], sg[16];
     int nc = 0, ng = 0;
-    unsigned long cc = 0, cg = 0;
-    dt_tensor *a = run(src, dl, "1", sc, &nc, &cc);
-    dt_tensor *b = run(src, dl, "0", sg, &ng, &cg);
-    int want = collectives_expected(m, pc->dim);
+    unsigned long cc = 0, cg = 0, fc = 0, fg = 0;
+    dt_tensor *a = run(src, dl, "1", sc, &nc, &cc, &fc);
+    dt_tensor *b = run(src, dl, "0", sg, &ng, &cg, &fg);
+    int want = collectives_expected(m, pc->dim), fused = fused_expected(m, pc->dim, pc);
+    if ((fc > 0) != fused || fg != 0)
+        fprintf(stderr, "%s %s: %lu fused runs, %lu without patterns (want %s)\n", pc->what,
+                dt_dtype_name(t), fc, fg, fused ? "one" : "none");
+    CU_ASSERT_EQUAL(fc, (unsigned long)fused);
+    CU_ASSERT_EQUAL(fg, 0);
     if ((cc > 0) != want || cg != 0)
         fprintf(stderr, "%s %s: %lu collective runs, %lu without patterns (want %s)\n", pc->what,
                 dt_dtype_name(t), cc, cg, want ? "some" : "none");
@@ -260,8 +299,12 @@ static void run_case(const dt_mesh *m, const pcase *pc, dt_dtype t)
     CU_ASSERT_EQUAL(check_reference(b, shape, k), 0);
     CU_ASSERT_EQUAL(check_same_bits(a, b), 0);
     /* Statistics: what each device receives and keeps is the same on both paths; what is
-     * sent may come from another replica, so only the job's totals agree. */
+     * sent may come from another replica, so only the job's totals agree. The fused
+     * all-reduce splits the flattened shard k ways and keeps its own summand's slice; it
+     * receives the others' summands of that slice, then their reduced slices. */
     CU_ASSERT_EQUAL(nc, ng);
+    if (fused)
+        fused_stats_expected(m, dl, shape, pc->dim, t, sg, ng);
     long long tot[4] = {0, 0, 0, 0}, all[4];
     for (int i = 0; i < nc && i < ng && i < 16; i++) {
         CU_ASSERT_EQUAL(sc[i].device_id, sg[i].device_id);
@@ -361,10 +404,12 @@ static void test_max_and_avg_reductions_match_the_piece_path(void)
                 dt_tensor *src = make_src(sl, shape, types[t], 0);
                 dt_relayout_stats s[16];
                 int ns = 0;
-                unsigned long cc = 0, cg = 0;
-                dt_tensor *a = run(src, dl, "1", s, &ns, &cc);
-                dt_tensor *b = run(src, dl, "0", s, &ns, &cg);
+                unsigned long cc = 0, cg = 0, fc = 0, fg = 0;
+                const pcase pc = {"", NULL, NULL, "x", dsts[d][0], NULL, 0, 0};
+                dt_tensor *a = run(src, dl, "1", s, &ns, &cc, &fc);
+                dt_tensor *b = run(src, dl, "0", s, &ns, &cg, &fg);
                 CU_ASSERT_EQUAL(cc > 0, collectives_expected(m, 0));
+                CU_ASSERT_EQUAL(fc, (unsigned long)fused_expected(m, 0, &pc));
                 CU_ASSERT_EQUAL(check_same_bits(a, b), 0);
                 for (int i = 0; o == 0 && i < dt_tensor_num_local(a); i++) {
                     int64_t p = dt_tensor_local_position(a, i), off[2], len[2], bad = 0;
