@@ -16,7 +16,9 @@
 
 enum {
     STAGED_IN_FLIGHT = 4,
-    STAGED_TAG = 8192, /* + the transfer's ordinal with its peer (above every other tag) */
+    /* + the transfer's ordinal with its peer: above every other tag on the runtime's
+     * communicator, the group creations' 8192-24575 included (runtime/group.c) */
+    STAGED_TAG = 24576,
 };
 #define STAGED_CHUNK_DEFAULT ((size_t)4 << 20)
 
@@ -282,7 +284,8 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
         return st;
     int *tag_ub = NULL, flag = 0;
     MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &flag);
-    int tag_span = flag && tag_ub && *tag_ub > STAGED_TAG + 1024 ? *tag_ub - STAGED_TAG : 1024;
+    /* Every MPI allows tags up to 32767, so the span is at least 8191. */
+    int tag_span = flag && tag_ub && *tag_ub > STAGED_TAG ? *tag_ub - STAGED_TAG : 32767 - STAGED_TAG;
 
     size_t nreq = n * STAGED_IN_FLIGHT;
     live *ls = calloc(n, sizeof *ls);
