@@ -4,7 +4,8 @@
  * CRCs and writes it, and releases it, which lets the caller copy more. So the caller's
  * tensors may change as soon as the copy is done, the file write of one piece overlaps the
  * copy of the next, and staging never holds more than the bound. The buffer is kept for the
- * next save that stages (its pages are then already mapped) and freed at dt_finalize
+ * next save that stages (its pages are then already mapped: a steady-state save's copy takes
+ * no page faults), trimmed when a later save's bound is smaller, and freed at dt_finalize
  * (docs/ckpt.md, "Asynchronous save" and "GPU tensors"). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -39,11 +40,13 @@ struct ck_stage {
     char fail_msg[256];
 };
 
-/* One buffer kept between saves, with the kind whose host memory it is. */
+/* One buffer kept between saves, with the kind whose host memory it is, and what this
+ * process's staging has cost (dt__ckpt_stage_stats). */
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *cache_buf;
 static uint64_t cache_cap;
 static const dt__device_kind *cache_kind;
+static uint64_t n_allocs, n_reuses;
 
 static void release(const dt__device_kind *kind, void *b)
 {
@@ -51,6 +54,14 @@ static void release(const dt__device_kind *kind, void *b)
         kind->host_free(b);
     else
         free(b);
+}
+
+/* DT_CKPT_STAGING_KEEP=0: every save allocates its staging and frees it after (the memory
+ * is not held between saves; each save pays the page faults again). */
+static int keep_between_saves(void)
+{
+    const char *e = getenv("DT_CKPT_STAGING_KEEP");
+    return !(e && strcmp(e, "0") == 0);
 }
 
 /* Runs before the devices close (dt_finalize calls its hooks first). */
@@ -64,16 +75,26 @@ static void free_cache(void)
     pthread_mutex_unlock(&cache_mu);
 }
 
-/* A buffer of at least cap bytes of kind's host memory: the kept one when it fits. */
-static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap)
+/* A buffer of at least cap and at most limit bytes of kind's host memory: the kept one when
+ * it fits; else the kept one is freed first (a smaller bound trims it, and the old and the
+ * new buffer are never both held) and a new one allocated. */
+static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uint64_t limit)
 {
     pthread_mutex_lock(&cache_mu);
-    unsigned char *b = NULL;
-    if (cache_buf && cache_cap >= cap && cache_kind == kind) {
-        b = cache_buf;
-        cache_buf = NULL;
+    unsigned char *b = cache_buf, *old = NULL;
+    const dt__device_kind *old_kind = cache_kind;
+    if (b && (cache_cap < cap || cache_cap > limit || cache_kind != kind)) {
+        old = b;
+        b = NULL;
     }
+    if (b)
+        n_reuses++;
+    cache_buf = NULL;
+    cache_cap = 0;
+    cache_kind = NULL;
     pthread_mutex_unlock(&cache_mu);
+    if (old)
+        release(old_kind, old);
     if (b)
         return b;
     void *p = NULL;
@@ -81,14 +102,24 @@ static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap)
         p = malloc((size_t)cap);
     else if (kind->host_alloc((size_t)cap, &p) != DT_OK)
         p = NULL;
+    if (p) {
+        pthread_mutex_lock(&cache_mu);
+        n_allocs++;
+        pthread_mutex_unlock(&cache_mu);
+    }
     return p;
 }
 
-/* Keeps the larger of b and the kept buffer (b when the kept one is another kind's). */
+/* Keeps b for the next save (its pages stay mapped), or frees it when keeping is off or
+ * another buffer was kept meanwhile (the larger is kept). */
 static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t cap)
 {
+    if (!keep_between_saves()) {
+        release(kind, b);
+        return;
+    }
     pthread_mutex_lock(&cache_mu);
-    if (!cache_buf || cache_cap < cap || cache_kind != kind) {
+    if (!cache_buf || cache_cap < cap) {
         unsigned char *old = cache_buf;
         const dt__device_kind *old_kind = cache_kind;
         cache_buf = b;
@@ -100,6 +131,13 @@ static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t 
     pthread_mutex_unlock(&cache_mu);
     if (b)
         release(kind, b);
+}
+
+void dt__ckpt_stage_stats(ck_stage_stats *out)
+{
+    pthread_mutex_lock(&cache_mu);
+    *out = (ck_stage_stats){.allocs = n_allocs, .reuses = n_reuses, .kept_bytes = cache_cap};
+    pthread_mutex_unlock(&cache_mu);
 }
 
 static const void *stage_get(ck_source *src, int64_t si, uint64_t at, uint64_t len)
@@ -124,6 +162,16 @@ static const void *stage_get(ck_source *src, int64_t si, uint64_t at, uint64_t l
         return NULL;
     }
     return s->buf + p->pos;
+}
+
+/* The writer starts nothing beside its writes while the caller copies everything. */
+static void stage_ready(ck_source *src)
+{
+    ck_stage *s = (ck_stage *)src;
+    pthread_mutex_lock(&s->mu);
+    while (s->whole && !s->filled)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Pieces are released in the order they were taken: the tail moves past this one (and the
@@ -181,7 +229,9 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
     s->whole = !eager && s->cap >= total;
     s->kind = kind;
     s->pieces = malloc((size_t)(s->npieces + 1) * sizeof *s->pieces);
-    s->buf = take_buffer(kind, s->cap);
+    /* A kept buffer above the bound is trimmed; without a bound any kept one that fits. */
+    uint64_t limit = bound ? (bound > s->cap ? bound : s->cap) : UINT64_MAX;
+    s->buf = take_buffer(kind, s->cap, limit);
     if (!s->pieces || !s->buf) {
         uint64_t cap = s->cap;
         free(s->pieces);
@@ -191,7 +241,8 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
         return dt__error(DT_ERR_NO_MEMORY, "dt_save_async: no memory for %llu bytes of "
                          "staging", (unsigned long long)cap);
     }
-    s->src = (ck_source){.get = stage_get, .put = stage_put, .parallel = 0};
+    s->src = (ck_source){.get = stage_get, .put = stage_put, .ready = stage_ready,
+                        .parallel = 0};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     *stage_out = s;
