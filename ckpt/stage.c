@@ -28,7 +28,8 @@ struct ck_stage {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned char *buf;
-    uint64_t cap;
+    uint64_t cap;                 /* the ring's size */
+    uint64_t size;                /* buf's (a kept buffer may be larger than the ring) */
     const dt__device_kind *kind;  /* whose host_alloc made buf (NULL: malloc) */
     int whole;                    /* the writer waits for the whole copy (everything fits) */
     uint64_t head, tail;          /* ring positions (monotonic byte counts, wraps included) */
@@ -75,10 +76,11 @@ static void free_cache(void)
     pthread_mutex_unlock(&cache_mu);
 }
 
-/* A buffer of at least cap and at most limit bytes of kind's host memory: the kept one when
- * it fits; else the kept one is freed first (a smaller bound trims it, and the old and the
- * new buffer are never both held) and a new one allocated. */
-static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uint64_t limit)
+/* A buffer of at least cap and at most limit bytes of kind's host memory (its size in
+ * *size_out): the kept one when it fits; else the kept one is freed first (a smaller bound
+ * trims it, and the old and the new buffer are never both held) and a new one allocated. */
+static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uint64_t limit,
+                                  uint64_t *size_out)
 {
     pthread_mutex_lock(&cache_mu);
     unsigned char *b = cache_buf, *old = NULL;
@@ -87,8 +89,10 @@ static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uin
         old = b;
         b = NULL;
     }
-    if (b)
+    if (b) {
         n_reuses++;
+        *size_out = cache_cap;
+    }
     cache_buf = NULL;
     cache_cap = 0;
     cache_kind = NULL;
@@ -103,6 +107,7 @@ static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uin
     else if (kind->host_alloc((size_t)cap, &p) != DT_OK)
         p = NULL;
     if (p) {
+        *size_out = cap;
         pthread_mutex_lock(&cache_mu);
         n_allocs++;
         pthread_mutex_unlock(&cache_mu);
@@ -231,7 +236,7 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
     s->pieces = malloc((size_t)(s->npieces + 1) * sizeof *s->pieces);
     /* A kept buffer above the bound is trimmed; without a bound any kept one that fits. */
     uint64_t limit = bound ? (bound > s->cap ? bound : s->cap) : UINT64_MAX;
-    s->buf = take_buffer(kind, s->cap, limit);
+    s->buf = take_buffer(kind, s->cap, limit, &s->size);
     if (!s->pieces || !s->buf) {
         uint64_t cap = s->cap;
         free(s->pieces);
@@ -253,7 +258,7 @@ void dt__ckpt_stage_destroy(ck_stage *s)
 {
     if (!s)
         return;
-    give_buffer(s->kind, s->buf, s->cap);
+    give_buffer(s->kind, s->buf, s->size);
     free(s->pieces);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
