@@ -115,8 +115,8 @@ static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uin
     return p;
 }
 
-/* Keeps b for the next save (its pages stay mapped), or frees it when keeping is off or
- * another buffer was kept meanwhile (the larger is kept). */
+/* Keeps b for the next save (its pages stay mapped), or frees it when keeping is off or a
+ * larger buffer of the same kind was kept meanwhile. */
 static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t cap)
 {
     if (!keep_between_saves()) {
@@ -124,7 +124,7 @@ static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t 
         return;
     }
     pthread_mutex_lock(&cache_mu);
-    if (!cache_buf || cache_cap < cap) {
+    if (!cache_buf || cache_cap < cap || cache_kind != kind) {
         unsigned char *old = cache_buf;
         const dt__device_kind *old_kind = cache_kind;
         cache_buf = b;
