@@ -377,6 +377,10 @@ typedef struct ck_source {
     const void *(*get)(struct ck_source *src, int64_t si, uint64_t at, uint64_t len);
     /* Done with what get returned. */
     void (*put)(struct ck_source *src, const void *bytes, uint64_t len);
+    /* Optional: waits until the writer's work may compete with the caller (stage.c: the
+     * caller's copy is done when everything fits), so that what runs beside the writes
+     * (dropping the replaced checkpoint's cache) does not slow the copy the caller waits for. */
+    void (*ready)(struct ck_source *src);
     int parallel;                 /* files may be written by concurrent threads */
     dt_status status;             /* get's failure */
     const ck_slice_src *slices;   /* for dt__ckpt_direct_source: per plan slice */
@@ -413,7 +417,8 @@ dt_status dt__ckpt_device_staging(const char *fn, uint64_t *bytes_out);
  * one 1 MiB piece). Its memory comes from kind->host_alloc (staging suited to the kind's
  * copies: page-locked on CUDA), or malloc when kind is NULL. With `eager` the writer takes
  * pieces as soon as they are copied; otherwise, when everything fits, only once the copy is
- * done. The buffer is reused by the next stage (freed at dt_finalize). */
+ * done. The buffer is reused by the next stage when it fits and is within its bound (else
+ * freed before a new one is allocated), unless DT_CKPT_STAGING_KEEP=0; freed at dt_finalize. */
 typedef struct ck_stage ck_stage;
 dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
                                 const dt__device_kind *kind, int eager, ck_stage **stage_out);
@@ -427,6 +432,12 @@ ck_source *dt__ckpt_stage_source(ck_stage *stage);
 void dt__ckpt_stage_fill(ck_stage *stage, const ck_plan *plan, const ck_slice_src *src);
 /* Writer: stop; the caller's fill returns without copying more. */
 void dt__ckpt_stage_abort(ck_stage *stage);
+/* This process's staging so far (for tests and benchmarks): buffers allocated, saves that
+ * reused the kept one, and the size of the one kept now (0: none). */
+typedef struct ck_stage_stats {
+    uint64_t allocs, reuses, kept_bytes;
+} ck_stage_stats;
+void dt__ckpt_stage_stats(ck_stage_stats *out);
 
 /* ---- what a save works on (inputs.c) ------------------------------------------------------- */
 

@@ -4,7 +4,8 @@
  * CRCs and writes it, and releases it, which lets the caller copy more. So the caller's
  * tensors may change as soon as the copy is done, the file write of one piece overlaps the
  * copy of the next, and staging never holds more than the bound. The buffer is kept for the
- * next save that stages (its pages are then already mapped) and freed at dt_finalize
+ * next save that stages (its pages are then already mapped: a steady-state save's copy takes
+ * no page faults), trimmed when a later save's bound is smaller, and freed at dt_finalize
  * (docs/ckpt.md, "Asynchronous save" and "GPU tensors"). */
 #include <pthread.h>
 #include <stdlib.h>
@@ -27,7 +28,8 @@ struct ck_stage {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned char *buf;
-    uint64_t cap;
+    uint64_t cap;                 /* the ring's size */
+    uint64_t size;                /* buf's (a kept buffer may be larger than the ring) */
     const dt__device_kind *kind;  /* whose host_alloc made buf (NULL: malloc) */
     int whole;                    /* the writer waits for the whole copy (everything fits) */
     uint64_t head, tail;          /* ring positions (monotonic byte counts, wraps included) */
@@ -39,11 +41,13 @@ struct ck_stage {
     char fail_msg[256];
 };
 
-/* One buffer kept between saves, with the kind whose host memory it is. */
+/* One buffer kept between saves, with the kind whose host memory it is, and what this
+ * process's staging has cost (dt__ckpt_stage_stats). */
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *cache_buf;
 static uint64_t cache_cap;
 static const dt__device_kind *cache_kind;
+static uint64_t n_allocs, n_reuses;
 
 static void release(const dt__device_kind *kind, void *b)
 {
@@ -51,6 +55,14 @@ static void release(const dt__device_kind *kind, void *b)
         kind->host_free(b);
     else
         free(b);
+}
+
+/* DT_CKPT_STAGING_KEEP=0: every save allocates its staging and frees it after (the memory
+ * is not held between saves; each save pays the page faults again). */
+static int keep_between_saves(void)
+{
+    const char *e = getenv("DT_CKPT_STAGING_KEEP");
+    return !(e && strcmp(e, "0") == 0);
 }
 
 /* Runs before the devices close (dt_finalize calls its hooks first). */
@@ -64,16 +76,29 @@ static void free_cache(void)
     pthread_mutex_unlock(&cache_mu);
 }
 
-/* A buffer of at least cap bytes of kind's host memory: the kept one when it fits. */
-static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap)
+/* A buffer of at least cap and at most limit bytes of kind's host memory (its size in
+ * *size_out): the kept one when it fits; else the kept one is freed first (a smaller bound
+ * trims it, and the old and the new buffer are never both held) and a new one allocated. */
+static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uint64_t limit,
+                                  uint64_t *size_out)
 {
     pthread_mutex_lock(&cache_mu);
-    unsigned char *b = NULL;
-    if (cache_buf && cache_cap >= cap && cache_kind == kind) {
-        b = cache_buf;
-        cache_buf = NULL;
+    unsigned char *b = cache_buf, *old = NULL;
+    const dt__device_kind *old_kind = cache_kind;
+    if (b && (cache_cap < cap || cache_cap > limit || cache_kind != kind)) {
+        old = b;
+        b = NULL;
     }
+    if (b) {
+        n_reuses++;
+        *size_out = cache_cap;
+    }
+    cache_buf = NULL;
+    cache_cap = 0;
+    cache_kind = NULL;
     pthread_mutex_unlock(&cache_mu);
+    if (old)
+        release(old_kind, old);
     if (b)
         return b;
     void *p = NULL;
@@ -81,12 +106,23 @@ static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap)
         p = malloc((size_t)cap);
     else if (kind->host_alloc((size_t)cap, &p) != DT_OK)
         p = NULL;
+    if (p) {
+        *size_out = cap;
+        pthread_mutex_lock(&cache_mu);
+        n_allocs++;
+        pthread_mutex_unlock(&cache_mu);
+    }
     return p;
 }
 
-/* Keeps the larger of b and the kept buffer (b when the kept one is another kind's). */
+/* Keeps b for the next save (its pages stay mapped), or frees it when keeping is off or a
+ * larger buffer of the same kind was kept meanwhile. */
 static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t cap)
 {
+    if (!keep_between_saves()) {
+        release(kind, b);
+        return;
+    }
     pthread_mutex_lock(&cache_mu);
     if (!cache_buf || cache_cap < cap || cache_kind != kind) {
         unsigned char *old = cache_buf;
@@ -100,6 +136,13 @@ static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t 
     pthread_mutex_unlock(&cache_mu);
     if (b)
         release(kind, b);
+}
+
+void dt__ckpt_stage_stats(ck_stage_stats *out)
+{
+    pthread_mutex_lock(&cache_mu);
+    *out = (ck_stage_stats){.allocs = n_allocs, .reuses = n_reuses, .kept_bytes = cache_cap};
+    pthread_mutex_unlock(&cache_mu);
 }
 
 static const void *stage_get(ck_source *src, int64_t si, uint64_t at, uint64_t len)
@@ -124,6 +167,16 @@ static const void *stage_get(ck_source *src, int64_t si, uint64_t at, uint64_t l
         return NULL;
     }
     return s->buf + p->pos;
+}
+
+/* The writer starts nothing beside its writes while the caller copies everything. */
+static void stage_ready(ck_source *src)
+{
+    ck_stage *s = (ck_stage *)src;
+    pthread_mutex_lock(&s->mu);
+    while (s->whole && !s->filled)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Pieces are released in the order they were taken: the tail moves past this one (and the
@@ -181,7 +234,9 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
     s->whole = !eager && s->cap >= total;
     s->kind = kind;
     s->pieces = malloc((size_t)(s->npieces + 1) * sizeof *s->pieces);
-    s->buf = take_buffer(kind, s->cap);
+    /* A kept buffer above the bound is trimmed; without a bound any kept one that fits. */
+    uint64_t limit = bound ? (bound > s->cap ? bound : s->cap) : UINT64_MAX;
+    s->buf = take_buffer(kind, s->cap, limit, &s->size);
     if (!s->pieces || !s->buf) {
         uint64_t cap = s->cap;
         free(s->pieces);
@@ -191,7 +246,8 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
         return dt__error(DT_ERR_NO_MEMORY, "dt_save_async: no memory for %llu bytes of "
                          "staging", (unsigned long long)cap);
     }
-    s->src = (ck_source){.get = stage_get, .put = stage_put, .parallel = 0};
+    s->src = (ck_source){.get = stage_get, .put = stage_put, .ready = stage_ready,
+                        .parallel = 0};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     *stage_out = s;
@@ -202,7 +258,7 @@ void dt__ckpt_stage_destroy(ck_stage *s)
 {
     if (!s)
         return;
-    give_buffer(s->kind, s->buf, s->cap);
+    give_buffer(s->kind, s->buf, s->size);
     free(s->pieces);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

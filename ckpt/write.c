@@ -175,7 +175,8 @@ static void *drop_old(void *arg)
  * `dir` that this client wrote last time (the same file numbers; those beyond the new count
  * are shared out by group rank): their data stay on disk until the commit, but their pages
  * are useless (the files are deleted after the commit), and freeing them early gives the new
- * files' pages back the memory they used. */
+ * files' pages back the memory they used. It starts once the source is ready (an
+ * asynchronous save's copy done), so it does not compete with the copy the caller waits for. */
 dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const char *dir,
                                      const dt__group *g, const char *tmp, int do_fsync,
                                      uint32_t *crcs, uint32_t **chunk_crcs)
@@ -200,6 +201,8 @@ dt_status dt__ckpt_write_local_files(const ck_plan *plan, ck_source *src, const 
             if (dj.mine)
                 dj.mine[f] = 1;
         }
+    if (src->ready)
+        src->ready(src);
     pthread_t drop_th;
     int drop_started = do_fsync && dj.mine && pthread_create(&drop_th, NULL, drop_old, &dj) == 0;
     for (int j = 1; src->parallel && j < nj; j++)

@@ -98,7 +98,10 @@ typedef struct dt_save_opts {
      * one piece: up to 1 MiB, or chunk_bytes if smaller). 0: all of this client's bytes
      * (copied, then written) for tensors on a CPU mesh; DT_CKPT_STAGING_MB MiB (default 64)
      * when some are in GPU memory. dt_save stages GPU tensors too, with the same bound. The
-     * staging buffer is kept for the next save that stages and freed by dt_finalize. */
+     * staging buffer is kept for the next save that stages (its pages already mapped, so only
+     * the first save pays their page faults), replaced by a smaller one when a later save's
+     * bound is below its size, freed after every save when DT_CKPT_STAGING_KEEP=0, and
+     * freed by dt_finalize. */
     uint64_t staging_bytes;
     /* The dtype to store each of the n tensors as (TensorFlow's should_cast: f32 master
      * weights saved as bf16), NULL: as they are. A tensor of another dtype among f32, f64,
