@@ -15,6 +15,8 @@
 #include "dtensor/dtensor.h"
 #include "layout/layout_impl.h"
 #include "runtime/device.h"
+#include "runtime/transport.h"
+#include "runtime/util.h"
 
 enum { MAX_MIBS = 8, MAX_REPS = 1000, MAX_STATS = 256 };
 
@@ -329,8 +331,13 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     double *t_ours = calloc((size_t)reps, sizeof *t_ours);
     double *t_ref = calloc((size_t)reps, sizeof *t_ref);
     double *t_mem = NULL; /* the memcpy bound's times */
+    /* DT_BENCH_AB_STREAM=1: ours runs twice a rep, with and without streaming stores in its
+     * large copies (runtime/copy.c), in alternating order: an A/B under the same load. */
+    const char *ab_env = getenv("DT_BENCH_AB_STREAM");
+    int ab = ab_env && strcmp(ab_env, "1") == 0;
+    double *t_plain = calloc((size_t)reps, sizeof *t_plain);
     int failed = 1;
-    if (!t_ours || !t_ref) {
+    if (!t_ours || !t_ref || !t_plain) {
         fprintf(stderr, "bench_relayout: out of memory\n");
         goto out;
     }
@@ -390,9 +397,28 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
 
     dt_status first = DT_OK;
     long faults = 0; /* page faults of our timed runs, this process */
+    double ph0[DT__SHM_PHASES], ph[DT__SHM_PHASES]; /* the shm transport's phases */
+    dt__transport_shm_phases(ph0);
     for (int r = 0; r < reps; r++)
-        for (int k = 0; k < 4; k++) {
+        for (int k = ab ? -1 : 0; k < 4; k++) {
+            if (k < 0) { /* the A/B's plain-memcpy run of ours, first or last in turn */
+                for (int j = 0; j < 2; j++) {
+                    int plain = j == (r & 1);
+                    dt__copy_set_streaming(!plain);
+                    MPI_Barrier(MPI_COMM_WORLD);
+                    double t0 = MPI_Wtime();
+                    st = dt_relayout_into(c->src, c->dst);
+                    double t = MPI_Wtime() - t0;
+                    if (st != DT_OK && first == DT_OK)
+                        first = st;
+                    (plain ? t_plain : t_ours)[r] = t;
+                }
+                dt__copy_set_streaming(1);
+                continue;
+            }
             int ours = (k ^ (r & 1)) == 0; /* alternate who goes first */
+            if (ab && ours)
+                continue; /* timed above */
             if (k >= 2) {            /* the memcpys, last: received bytes, output bytes */
                 if (!t_mem)
                     continue;
@@ -418,9 +444,14 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         }
     MPI_Allreduce(MPI_IN_PLACE, t_ours, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, t_ref, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, t_plain, reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (t_mem)
         MPI_Allreduce(MPI_IN_PLACE, t_mem, 2 * reps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &faults, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    dt__transport_shm_phases(ph);
+    for (int k = 0; k < DT__SHM_PHASES; k++)
+        ph[k] = (ph[k] - ph0[k]) / reps;
+    MPI_Allreduce(MPI_IN_PLACE, ph, DT__SHM_PHASES, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (!ok_everywhere(first)) {
         report_failure(c, "timed", first);
         goto out;
@@ -455,6 +486,11 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
         bu_line_add(&line, "ref_ms", "%.3f", ref * 1e3);
         bu_line_add(&line, "reps", "%d", reps);
         bu_line_add(&line, "faults_per_rep", "%.0f", (double)faults / reps);
+        if (ab) { /* ours_ms is with streaming stores; the same runs without */
+            double plain = bu_median(t_plain, reps);
+            bu_line_add(&line, "ours_plain_ms", "%.3f", plain * 1e3);
+            bu_line_add(&line, "ab_speedup", "%.3f", plain / ours);
+        }
         if (t_mem) { /* ours against the two memcpys (speed ratios) */
             double mem = bu_median(t_mem, reps), out = bu_median(t_mem + reps, reps);
             bu_line_add(&line, "memcpy_mib", "%.1f", (double)c->mbytes / (1 << 20));
@@ -463,6 +499,15 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
             bu_line_add(&line, "memcpy_out_mib", "%.1f", (double)c->obytes / (1 << 20));
             bu_line_add(&line, "memcpy_out_ms", "%.3f", out * 1e3);
             bu_line_add(&line, "ratio_memcpy_out", "%.3f", out / ours);
+        }
+        const char *want = getenv("DT_BENCH_PHASES");
+        if (want && strcmp(want, "1") == 0 && (ph[DT__SHM_LOCAL] > 0 || ph[DT__SHM_PROGRESS] > 0)) {
+            /* Where an shm exchange's time goes, per rep, the most over processes. */
+            static const char *names[DT__SHM_PHASES] = {"shm_setup_ms", "shm_local_ms",
+                                                        "shm_progress_ms", "shm_peer_copy_ms",
+                                                        "shm_handoff_ms"};
+            for (int k = 0; k < DT__SHM_PHASES; k++)
+                bu_line_add(&line, names[k], "%.3f", ph[k] * 1e3);
         }
         if (c->ref == REF_MEMCPY) {
             bu_line_add(&line, "moved_mib", "%.1f", c->moved_mib);
@@ -477,6 +522,7 @@ static int run_case(const opts *o, bench_case *c, int64_t nsummands)
     failed = bad != 0;
 out:
     free(t_ours);
+    free(t_plain);
     free(t_ref);
     free(t_mem);
     free(c->msrc);

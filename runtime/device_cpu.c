@@ -4,6 +4,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/shm.h"
+#include "runtime/util.h"
 
 /* Tensor memory from the shm pool (runtime/shm.h) while it is up and has room, so that host
  * peers read it directly; else from the host pool. */
@@ -27,7 +28,7 @@ static dt_status cpu_copy(const dt__device *dev, dt__copy_dir dir, void *dst, co
                           size_t bytes)
 {
     if (bytes)
-        memcpy(dst, src, bytes);
+        dt__copy_large(dst, src, bytes); /* streaming stores from 16 MiB (runtime/copy.c) */
     return DT_OK;
 }
 

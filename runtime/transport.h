@@ -130,6 +130,16 @@ void dt__transport_shm_reset(void);
  * segment, read there in place (a reduction's summands), and by MPI (another host, or a box
  * outside the pool). Local; tests check which path a relayout took. */
 void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi);
+/* Seconds this client's shm exchanges spent since start, by phase: setting up and posting
+ * (and freeing), the local copies run meanwhile (local_work), the progress loop until every
+ * receive is in (PROGRESS, which includes PEER_COPY: copying boxes out of peers' segments),
+ * and the wait after that until the peers consumed what this client sent (HANDOFF). Local;
+ * bench/relayout prints them (DT_BENCH_PHASES=1). */
+enum {
+    DT__SHM_SETUP, DT__SHM_LOCAL, DT__SHM_PROGRESS, DT__SHM_PEER_COPY, DT__SHM_HANDOFF,
+    DT__SHM_PHASES
+};
+void dt__transport_shm_phases(double out[DT__SHM_PHASES]);
 /* DT_TRANSPORT's value as configure read it: "auto", or the name of the forced transport. */
 const char *dt__transport_mode(void);
 /* Device memory through pinned host staging and MPI, pipelined in chunks

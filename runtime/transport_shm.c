@@ -38,12 +38,19 @@ static int ncount;
 static int known_over = -1; /* oversubscribed(): -1 until first asked */
 /* Bytes this client received: copied from a peer's segment, read there in place, by MPI. */
 static _Atomic uint64_t bytes_direct, bytes_viewed, bytes_mpi;
+/* Seconds this client spent in the phases of its exchanges (dt__transport_shm_phases). */
+static double phase_s[DT__SHM_PHASES];
 
 void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi)
 {
     *direct = bytes_direct;
     *viewed = bytes_viewed;
     *mpi = bytes_mpi;
+}
+
+void dt__transport_shm_phases(double out[DT__SHM_PHASES])
+{
+    memcpy(out, phase_s, sizeof phase_s);
 }
 
 typedef enum { ST_POST, ST_DESC, ST_MPI, ST_DONE } op_state;
@@ -100,7 +107,7 @@ void dt__transport_shm_reset(void)
 
 static void copy_run(void *dst, const void *src, int64_t n, void *arg)
 {
-    memcpy(dst, src, (size_t)n * *(const size_t *)arg);
+    dt__copy_large(dst, src, (size_t)n * *(const size_t *)arg);
 }
 
 /* Copies the box `count` from the array (base, shape) at `sstart` into the array at dstart. */
@@ -243,7 +250,9 @@ static int try_read(run *r, op *o, dt_status *st)
         o->viewed = 1;
         bytes_viewed += dt__region_bytes(g);
     } else {
+        double t0 = dt__now_seconds();
         box_copy(g, base, d.shape, d.start);
+        phase_s[DT__SHM_PEER_COPY] += dt__now_seconds() - t0;
         bytes_direct += dt__region_bytes(g);
         atomic_fetch_add_explicit(&ch->consumed, 1, memory_order_release);
     }
@@ -382,7 +391,7 @@ static dt_status progress(run *r, int finish, const char *what)
     dt_status st = DT_OK;
     if (!who || !dead || !done)
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", what);
-    double last_look = last;
+    double last_look = last, t_in = last, t_left = -1;
     unsigned idle_spins = 0;
     for (unsigned spins = 1; st == DT_OK; spins++) {
         int moved = 0, left = 0;
@@ -411,6 +420,8 @@ static dt_status progress(run *r, int finish, const char *what)
             if (outcount > 0 && outcount != MPI_UNDEFINED)
                 moved = 1;
         }
+        if (!left && t_left < 0)
+            t_left = dt__now_seconds();
         if (!left && (!finish || sends_consumed(r, NULL, NULL)))
             break;
         if (moved) {
@@ -439,6 +450,11 @@ static dt_status progress(run *r, int finish, const char *what)
         st = dt__watchdog_stalled(who, dead, k, timeout, &rounds, what);
         last = dt__now_seconds();
     }
+    double t_out = dt__now_seconds();
+    if (t_left < 0)
+        t_left = t_out;
+    phase_s[DT__SHM_PROGRESS] += t_left - t_in;
+    phase_s[DT__SHM_HANDOFF] += t_out - t_left;
     (void)bad;
     free(who);
     free(dead);
@@ -544,17 +560,23 @@ static dt_status shm_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
                               size_t nrecvs, void (*local_work)(void *), void *arg)
 {
     run *r = NULL;
+    double t0 = dt__now_seconds();
     dt_status st = nsends + nrecvs ? run_start(sends, nsends, recvs, nrecvs, NULL, &r) : DT_OK;
     /* Posts first, so the peers can start copying; then the local copies while they do, not
      * a wait for a peer that is late; the receives after. */
     for (size_t i = 0; st == DT_OK && r && i < r->n; i++)
         if (r->ops[i].st == ST_POST)
             try_post(&r->ops[i]);
+    double t1 = dt__now_seconds();
+    phase_s[DT__SHM_SETUP] += t1 - t0;
     if (st == DT_OK && local_work)
         local_work(arg);
+    phase_s[DT__SHM_LOCAL] += dt__now_seconds() - t1;
     if (st == DT_OK && r)
         st = progress(r, 1, "shm relayout exchange");
+    t0 = dt__now_seconds();
     run_free(r);
+    phase_s[DT__SHM_SETUP] += dt__now_seconds() - t0;
     return st;
 }
 
