@@ -10,7 +10,8 @@
 
 #include "runtime/util.h"
 
-static int on = -1; /* streaming stores: -1 until asked, then 1 or 0 */
+/* Streaming stores: -1 until asked, then 1 or 0 (atomic: copies run on several threads). */
+static _Atomic int on = -1;
 
 #if defined(__x86_64__) && defined(__SSE2__)
 #include <emmintrin.h>
@@ -84,7 +85,7 @@ void dt__copy_large(void *dst, const void *src, size_t bytes)
 #else
 void dt__copy_set_streaming(int yes)
 {
-    (void)yes;
+    on = yes != 0; /* nothing streams here either way */
 }
 
 void dt__copy_large(void *dst, const void *src, size_t bytes)
