@@ -2,7 +2,7 @@
  * gains nothing from keeping its destination there, and a plain store first reads each
  * destination line (read-for-ownership): three passes over memory per byte, where streaming
  * stores need two. glibc's memcpy streams only above its x86_non_temporal_threshold (about
- * 3/4 of the L3 it sees, ~180 MiB on our VMs), so a relayout's copies of 4..180 MiB went the
+ * 3/4 of the L3 it sees, ~180 MiB on our VMs), so a relayout's copies of 8..180 MiB went the
  * slow way. docs/transports.md, "Large copies". */
 #include <stdint.h>
 #include <stdlib.h>

@@ -28,7 +28,7 @@ static dt_status cpu_copy(const dt__device *dev, dt__copy_dir dir, void *dst, co
                           size_t bytes)
 {
     if (bytes)
-        dt__copy_large(dst, src, bytes); /* streaming stores from 16 MiB (runtime/copy.c) */
+        dt__copy_large(dst, src, bytes); /* streaming stores from 8 MiB (runtime/copy.c) */
     return DT_OK;
 }
 

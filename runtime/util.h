@@ -19,10 +19,10 @@ size_t dt__strlcpy(char *dst, const char *src, size_t len);
  * NUL-terminated. Returns buf. */
 const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len);
 
-/* Copies bytes like memcpy; from DT__COPY_LARGE (16 MiB) up, on x86-64, with streaming stores
+/* Copies bytes like memcpy; from DT__COPY_LARGE (8 MiB) up, on x86-64, with streaming stores
  * that bypass the caches (runtime/copy.c): for copies far larger than the caches, as the shm
  * transport's and the CPU device's. DT_COPY_STREAM=0 makes it plain memcpy (for A/B runs). */
-#define DT__COPY_LARGE ((size_t)16 << 20)
+#define DT__COPY_LARGE ((size_t)8 << 20)
 void dt__copy_large(void *dst, const void *src, size_t bytes);
 /* Turns the streaming stores on or off in this process (bench/relayout's in-run A/B). */
 void dt__copy_set_streaming(int yes);

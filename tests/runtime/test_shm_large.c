@@ -1,5 +1,5 @@
-/* Copies large enough for streaming stores (dt__copy_large, runtime/copy.c: 16 MiB and up)
- * inside a relayout: an all-gather of shards of just over 16 MiB, one CPU device per
+/* Copies large enough for streaming stores (dt__copy_large, runtime/copy.c: DT__COPY_LARGE, 8 MiB, and up)
+ * inside a relayout: an all-gather of shards just over that, one CPU device per
  * process, so each process copies its own shard (the CPU kind's copy) and, on one host, its
  * peers' shards straight out of their segments (the shm transport), at offsets that are not
  * multiples of 64 bytes. The values are checked against the independent reference, with
@@ -24,7 +24,7 @@ static void all_gather_checked(int streaming)
     DT_ASSERT_OK(dt_mesh_create("shm_large", 1, dims, &n, DT_DEVICE_CPU, &m));
     dt_layout *rows = rl_layout2(m, "x", DT_UNSHARDED, NULL);
     dt_layout *rep = rl_layout2(m, DT_UNSHARDED, DT_UNSHARDED, NULL);
-    /* Rows per shard: the least over 16 MiB, plus 3. */
+    /* Rows per shard: the least over DT__COPY_LARGE bytes, plus 3. */
     int64_t per = (int64_t)(DT__COPY_LARGE / (COLS * sizeof(float))) + 4;
     int64_t shape[2] = {n * per, COLS};
     CU_ASSERT_FATAL((size_t)per * COLS * sizeof(float) > DT__COPY_LARGE);
