@@ -167,6 +167,7 @@ struct dt_zero {
     int nbuckets;
     dt__zbucket *buckets;
     int comm_failed;          /* a wait or test of the buckets failed (a peer lost) */
+    double t_copy, t_sum;     /* this step's seconds of gradient copies and sums (step info) */
     int nstarted;             /* buckets started in this step, their indices in order[] */
     int *order;
     /* With MPI_THREAD_MULTIPLE, a progress thread tests the requests of the buckets in flight
