@@ -7,6 +7,7 @@
  * relayout from the partial layout does, so the bits equal the synchronous path's. Stage 0
  * then all-gathers the reduced parts. docs/optim.md, "Overlapped reduction". */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -135,6 +136,7 @@ dt_status dt__zero_buckets_begin(dt_zero *z)
 {
     dt__zero_buckets_free(z);
     z->comm_failed = 0;
+    z->prog_status = DT_OK;
     int64_t count = 0;
     for (int g = 0; g < z->ngroups; g++) {
         int64_t per = bucket_elems(z, &z->groups[g]);
@@ -376,35 +378,73 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     return st;
 }
 
+/* Whether the progress thread may complete a phase of b itself: when every local device's
+ * memory is the host's, the next phase is host sums, memcpy and (stage 0) the next messages,
+ * none of which allocates or touches device memory (the runtime's memory cache and device
+ * contexts are the caller's thread's). */
+static int thread_may_advance(const dt_zero *z)
+{
+    for (int i = 0; i < z->nlocal; i++)
+        if (!z->devs[i]->kind->host_visible)
+            return 0;
+    return 1;
+}
+
 /* The progress thread: while buckets are in flight, tests their requests for a burst of about
  * 100 us and then sleeps 50 us; with none in flight it sleeps 500 us. A shared memory transport
  * moves a large message a few fragments per MPI call, and under load a sleeping thread may
  * wait milliseconds for a core, so one test per wake-up would move the data slowly; the burst
- * lets each wake-up drain what is ready. Completing a phase (the sums, the copies to the
- * device, the next messages) stays with the caller's thread. */
+ * lets each wake-up drain what is ready. On host devices it also completes the phases (the
+ * sums, the copies into the flat buffer, stage 0's second messages) in start order, as the
+ * caller's thread does, so that they run beside the backward pass where a core is free; the
+ * staging is freed by the caller's thread (release() goes through the memory cache). A failure
+ * is kept for the caller's next call (thread_failure). */
 static void *progress_main(void *arg)
 {
     dt_zero *z = arg;
     const struct timespec nap = {0, 50000}, idle = {0, 500000};
+    int may_advance = thread_may_advance(z);
     while (!atomic_load(&z->prog_stop)) {
         int flying = 0;
         double until = MPI_Wtime() + 100e-6;
         pthread_mutex_lock(&z->lock);
         do {
             flying = 0;
+            int in_order = may_advance && z->prog_status == DT_OK;
             for (int k = 0; k < z->nstarted; k++) {
                 dt__zbucket *b = &z->buckets[z->order[k]];
                 int flag = 0;
                 if ((b->phase == 1 || b->phase == 2) && b->nreq > 0) {
                     MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+                    if (flag && in_order) {
+                        dt_status st = advance(z, b);
+                        if (st != DT_OK) {
+                            z->prog_status = st;
+                            snprintf(z->prog_error, sizeof z->prog_error, "%s",
+                                     dt_last_error());
+                            in_order = 0;
+                        }
+                        flag = b->phase == 3;
+                    }
                     flying += !flag;
                 }
+                in_order = in_order && b->phase == 3;
             }
         } while (flying && MPI_Wtime() < until);
         pthread_mutex_unlock(&z->lock);
         nanosleep(flying ? &nap : &idle, NULL);
     }
     return NULL;
+}
+
+/* A phase the progress thread failed to complete, raised on the caller's thread (under the
+ * lock or after the thread stopped). */
+static dt_status thread_failure(dt_zero *z)
+{
+    if (z->prog_status == DT_OK)
+        return DT_OK;
+    z->comm_failed = z->prog_status == DT_ERR_COMM;
+    return dt__error(z->prog_status, "%s", z->prog_error);
 }
 
 static void progress_stop(dt_zero *z)
@@ -462,10 +502,10 @@ static dt_status make_room(dt_zero *z, const dt__zbucket *b)
 
 dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zparam *p)
 {
-    dt_status st = DT_OK;
     progress_start(z);
     if (z->prog_on)
         pthread_mutex_lock(&z->lock);
+    dt_status st = thread_failure(z);
     /* The buckets done by now first, so that their staging goes before new staging comes. */
     int busy = 0;
     for (int k = 0; st == DT_OK && !busy && k < z->nstarted; k++)
@@ -494,7 +534,7 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
 dt_status dt__zero_buckets_wait(dt_zero *z)
 {
     progress_stop(z);
-    dt_status st = DT_OK;
+    dt_status st = thread_failure(z);
     int busy = 0;
     for (int k = 0; st == DT_OK && k < z->nstarted; k++)
         st = progress(z, &z->buckets[z->order[k]], 1, &busy);

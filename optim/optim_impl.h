@@ -167,7 +167,10 @@ struct dt_zero {
     int nbuckets;
     dt__zbucket *buckets;
     int comm_failed;          /* a wait or test of the buckets failed (a peer lost) */
-    double t_copy, t_sum;     /* this step's seconds of gradient copies and sums (step info) */
+    /* This step's seconds of gradient copies and sums (step info): t_copy_in by the caller's
+     * thread into the flat buffer (ready.c), t_copy and t_sum in the bucket phases, by either
+     * thread under `lock`. */
+    double t_copy_in, t_copy, t_sum;
     int nstarted;             /* buckets started in this step, their indices in order[] */
     int *order;
     /* With MPI_THREAD_MULTIPLE, a progress thread tests the requests of the buckets in flight
@@ -175,6 +178,8 @@ struct dt_zero {
      * guards the buckets' requests, order and nstarted while it runs. */
     int prog_on;
     atomic_int prog_stop;
+    dt_status prog_status;    /* a phase the thread failed to complete, and its text */
+    char prog_error[512];
     pthread_t prog;
     pthread_mutex_t lock;
 };

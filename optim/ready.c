@@ -45,7 +45,7 @@ void dt__zero_ready_reset(dt_zero *z)
 static dt_status ready_begin(dt_zero *z)
 {
     z->ready = calloc((size_t)z->nparams + 1, 1);
-    z->t_copy = z->t_sum = 0;
+    z->t_copy_in = z->t_copy = z->t_sum = 0;
     if (!z->ready)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     for (int g = 0; g < z->ngroups; g++) {
@@ -99,7 +99,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
     /* The copies read gl: they are complete before it can go (and before a bucket's values
      * are sent). */
     dt_status done = dt__zero_sync(z);
-    z->t_copy += MPI_Wtime() - t0;
+    z->t_copy_in += MPI_Wtime() - t0;
     free(src);
     if (st == DT_OK)
         st = done;
