@@ -70,7 +70,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     src[p->index] = gl;
     dt_status st = DT_OK;
-    double t0 = MPI_Wtime();
+    double t0 = dt__zero_cpu_seconds();
     for (int c = 0; st == DT_OK && c < g->nchunks; c++) {
         dt__zchunk *ch = &g->chunks[c];
         int64_t lo = p->offset > ch->start ? p->offset : ch->start;
@@ -99,7 +99,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
     /* The copies read gl: they are complete before it can go (and before a bucket's values
      * are sent). */
     dt_status done = dt__zero_sync(z);
-    z->t_copy_in += MPI_Wtime() - t0;
+    z->t_copy_in += dt__zero_cpu_seconds() - t0;
     free(src);
     if (st == DT_OK)
         st = done;
