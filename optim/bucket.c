@@ -386,7 +386,7 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     return st;
 }
 
-/* Whether the progress thread may complete a phase of b itself: when every local device's
+/* Whether the progress thread may complete the buckets' phases itself: when every local device's
  * memory is the host's, the next phase is host sums, memcpy and (stage 0) the next messages,
  * none of which allocates or touches device memory (the runtime's memory cache and device
  * contexts are the caller's thread's). */
@@ -421,9 +421,10 @@ static void *progress_main(void *arg)
             int in_order = may_advance && z->prog_status == DT_OK;
             for (int k = 0; k < z->nstarted; k++) {
                 dt__zbucket *b = &z->buckets[z->order[k]];
-                int flag = 0;
-                if ((b->phase == 1 || b->phase == 2) && b->nreq > 0) {
-                    MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+                int flag = b->nreq == 0; /* a phase with nothing to move for this client */
+                if (b->phase == 1 || b->phase == 2) {
+                    if (!flag)
+                        MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
                     if (flag && in_order) {
                         dt_status st = advance(z, b);
                         if (st != DT_OK) {
