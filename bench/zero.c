@@ -357,7 +357,7 @@ static int ov_step(model *m, int mode, float *buf, int64_t iters, double *t_out,
                    double *comm_out)
 {
     int ok = 1;
-    double comm = 0;
+    double comm = 0, wait = 0, copy = 0, sum = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     if (mode == 1 || mode == 2)
@@ -374,12 +374,17 @@ static int ov_step(model *m, int mode, float *buf, int64_t iters, double *t_out,
         dt_zero_step_info info;
         ok = ok && report("overlap step", dt_zero_step(m->z, NULL, &info));
         comm += ok ? info.reduce_wait_s : 0;
-        g_ov_wait = bu_max_all(ok ? info.reduce_wait_s : 0);
-        g_ov_copy = bu_max_all(ok ? info.reduce_copy_s : 0);
-        g_ov_sum = bu_max_all(ok ? info.reduce_sum_s : 0);
+        wait = ok ? info.reduce_wait_s : 0;
+        copy = ok ? info.reduce_copy_s : 0;
+        sum = ok ? info.reduce_sum_s : 0;
     }
     *t_out = bu_max_all(MPI_Wtime() - t0);
     *comm_out = bu_max_all(comm);
+    if (mode != 1) {
+        g_ov_wait = bu_max_all(wait);
+        g_ov_copy = bu_max_all(copy);
+        g_ov_sum = bu_max_all(sum);
+    }
     return bu_ok_all(ok);
 }
 
