@@ -301,6 +301,31 @@ static void test_early_gradients_refuse_misuse_clearly(void)
     dt_mesh_destroy(m);
 }
 
+/* Checks that z's stepped parameters equal those of a fresh optimizer of the same options
+ * stepped synchronously on the same gradients, to the bit; then frees z, its parameters and
+ * the gradients. */
+static void expect_synchronous_result(dt_mesh *m, const dt_zero_opts *o, dt_zero *z,
+                                      dt_tensor **params, dt_tensor **grads)
+{
+    dt_tensor *ps[2];
+    dt_zero *zs = zero_of_group_b(m, o, ps, NULL);
+    DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
+    for (int j = 0; j < 2; j++) {
+        int64_t n = pnumel(&group_b[j]);
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+        og_fetch(params[j], a);
+        og_fetch(ps[j], b);
+        CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
+        free(a);
+        free(b);
+        dt_tensor_destroy(grads[j]);
+        dt_tensor_destroy(params[j]);
+        dt_tensor_destroy(ps[j]);
+    }
+    dt_zero_destroy(z);
+    dt_zero_destroy(zs);
+}
+
 /* The reduction runs in the background: client 0 hands over every gradient while the other
  * clients have not given any yet (they wait for client 0's word that its calls returned). A
  * reduction inside the call would keep client 0 in it until the others come; they give up
@@ -342,23 +367,7 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_step_info info;
         DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
         /* And the result is the reduction's: the same as the synchronous path's. */
-        dt_tensor *ps[2];
-        dt_zero *zs = zero_of_group_b(m, &o, ps, NULL);
-        DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
-        for (int j = 0; j < 2; j++) {
-            int64_t n = pnumel(&group_b[j]);
-            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-            og_fetch(params[j], a);
-            og_fetch(ps[j], b);
-            CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
-            free(a);
-            free(b);
-            dt_tensor_destroy(grads[j]);
-            dt_tensor_destroy(params[j]);
-            dt_tensor_destroy(ps[j]);
-        }
-        dt_zero_destroy(z);
-        dt_zero_destroy(zs);
+        expect_synchronous_result(m, &o, z, params, grads);
     }
     dt_mesh_destroy(m);
 }
@@ -408,23 +417,7 @@ static void test_progress_thread_completes_the_buckets_while_the_caller_computes
         dt_zero_step_info info;
         DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
         CU_ASSERT(info.reduce_sum_s > 0.0);
-        dt_tensor *ps[2];
-        dt_zero *zs = zero_of_group_b(m, &o, ps, NULL);
-        DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
-        for (int j = 0; j < 2; j++) {
-            int64_t n = pnumel(&group_b[j]);
-            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-            og_fetch(params[j], a);
-            og_fetch(ps[j], b);
-            CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
-            free(a);
-            free(b);
-            dt_tensor_destroy(grads[j]);
-            dt_tensor_destroy(params[j]);
-            dt_tensor_destroy(ps[j]);
-        }
-        dt_zero_destroy(z);
-        dt_zero_destroy(zs);
+        expect_synchronous_result(m, &o, z, params, grads);
     }
     dt_mesh_destroy(m);
 }
