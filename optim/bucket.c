@@ -7,6 +7,7 @@
  * relayout from the partial layout does, so the bits equal the synchronous path's. Stage 0
  * then all-gathers the reduced parts. docs/optim.md, "Overlapped reduction". */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +15,14 @@
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+
+double dt__zero_cpu_seconds(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 dt_status dt__zero_overlap_init(dt_zero *z)
 {
@@ -135,6 +144,7 @@ dt_status dt__zero_buckets_begin(dt_zero *z)
 {
     dt__zero_buckets_free(z);
     z->comm_failed = 0;
+    z->prog_status = DT_OK;
     int64_t count = 0;
     for (int g = 0; g < z->ngroups; g++) {
         int64_t per = bucket_elems(z, &z->groups[g]);
@@ -243,8 +253,11 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
         if (st == DT_OK)
             st = dev->kind->host_alloc((size_t)((mlen ? mlen : 1) * (z->dp_size - 1)) * dsz,
                                        &b->recv[i]);
-        if (st == DT_OK && !b->borrowed)
+        if (st == DT_OK && !b->borrowed) {
+            double t0 = dt__zero_cpu_seconds();
             st = dev->kind->copy(dev, DT__COPY_D2H, b->vals[i], src, (size_t)n * dsz);
+            z->t_copy += dt__zero_cpu_seconds() - t0;
+        }
         for (int64_t q = 0; st == DT_OK && q < z->dp_size; q++) {
             int64_t off, len;
             piece_of(z, b, q, &off, &len);
@@ -260,6 +273,7 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
 /* The requests of b are complete: the next phase, for every local device. */
 static dt_status advance(dt_zero *z, dt__zbucket *b)
 {
+    double t0 = dt__zero_cpu_seconds(), t_sum = 0;
     const dt__zgroup *g = b->group;
     dt__zchunk *ch = b->chunk;
     size_t dsz = dt_dtype_size(g->dtype);
@@ -284,9 +298,11 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
          * first summand's buffer: the same additions as into a separate accumulator. */
         char *own = (char *)b->vals[i] + (size_t)(moff - a) * dsz;
         char *sum = me == 0 ? own : slot(b, i, 0, me, mlen, dsz);
+        double ts = dt__zero_cpu_seconds();
         for (int64_t q = 1; q < z->dp_size && mlen > 0; q++)
             dt__host_reduce(DT_REDUCE_SUM, g->dtype, sum,
                             q == me ? own : slot(b, i, q, me, mlen, dsz), mlen);
+        t_sum += dt__zero_cpu_seconds() - ts;
         if (z->stage == 0) {
             /* Stage 0: every device needs the whole sum: send ours, receive the others'. */
             if (mlen > 0 && sum != own)
@@ -313,6 +329,9 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
         if (mlen > 0 && dst != sum)
             st = dev->kind->copy(dev, DT__COPY_H2D, dst, sum, (size_t)mlen * dsz);
     }
+    /* Everything but the sums is copies (posting the next messages costs next to nothing). */
+    z->t_sum += t_sum;
+    z->t_copy += dt__zero_cpu_seconds() - t0 - t_sum;
     return st;
 }
 
@@ -367,35 +386,74 @@ static dt_status progress(dt_zero *z, dt__zbucket *b, int wait, int *busy_out)
     return st;
 }
 
+/* Whether the progress thread may complete the buckets' phases itself: when every local device's
+ * memory is the host's, the next phase is host sums, memcpy and (stage 0) the next messages,
+ * none of which allocates or touches device memory (the runtime's memory cache and device
+ * contexts are the caller's thread's). */
+static int thread_may_advance(const dt_zero *z)
+{
+    for (int i = 0; i < z->nlocal; i++)
+        if (!z->devs[i]->kind->host_visible)
+            return 0;
+    return 1;
+}
+
 /* The progress thread: while buckets are in flight, tests their requests for a burst of about
  * 100 us and then sleeps 50 us; with none in flight it sleeps 500 us. A shared memory transport
  * moves a large message a few fragments per MPI call, and under load a sleeping thread may
  * wait milliseconds for a core, so one test per wake-up would move the data slowly; the burst
- * lets each wake-up drain what is ready. Completing a phase (the sums, the copies to the
- * device, the next messages) stays with the caller's thread. */
+ * lets each wake-up drain what is ready. On host devices it also completes the phases (the
+ * sums, the copies into the flat buffer, stage 0's second messages) in start order, as the
+ * caller's thread does, so that they run beside the backward pass where a core is free; the
+ * staging is freed by the caller's thread (release() goes through the memory cache). A failure
+ * is kept for the caller's next call (thread_failure). */
 static void *progress_main(void *arg)
 {
     dt_zero *z = arg;
     const struct timespec nap = {0, 50000}, idle = {0, 500000};
+    int may_advance = thread_may_advance(z);
     while (!atomic_load(&z->prog_stop)) {
         int flying = 0;
         double until = MPI_Wtime() + 100e-6;
         pthread_mutex_lock(&z->lock);
         do {
             flying = 0;
+            int in_order = may_advance && z->prog_status == DT_OK;
             for (int k = 0; k < z->nstarted; k++) {
                 dt__zbucket *b = &z->buckets[z->order[k]];
-                int flag = 0;
-                if ((b->phase == 1 || b->phase == 2) && b->nreq > 0) {
-                    MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+                int flag = b->nreq == 0; /* a phase with nothing to move for this client */
+                if (b->phase == 1 || b->phase == 2) {
+                    if (!flag)
+                        MPI_Testall(b->nreq, b->reqs, &flag, MPI_STATUSES_IGNORE);
+                    if (flag && in_order) {
+                        dt_status st = advance(z, b);
+                        if (st != DT_OK) {
+                            z->prog_status = st;
+                            snprintf(z->prog_error, sizeof z->prog_error, "%s",
+                                     dt_last_error());
+                            in_order = 0;
+                        }
+                        flag = b->phase == 3;
+                    }
                     flying += !flag;
                 }
+                in_order = in_order && b->phase == 3;
             }
         } while (flying && MPI_Wtime() < until);
         pthread_mutex_unlock(&z->lock);
         nanosleep(flying ? &nap : &idle, NULL);
     }
     return NULL;
+}
+
+/* A phase the progress thread failed to complete, raised on the caller's thread (under the
+ * lock or after the thread stopped). */
+static dt_status thread_failure(dt_zero *z)
+{
+    if (z->prog_status == DT_OK)
+        return DT_OK;
+    z->comm_failed = z->prog_status == DT_ERR_COMM;
+    return dt__error(z->prog_status, "%s", z->prog_error);
 }
 
 static void progress_stop(dt_zero *z)
@@ -453,10 +511,10 @@ static dt_status make_room(dt_zero *z, const dt__zbucket *b)
 
 dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zparam *p)
 {
-    dt_status st = DT_OK;
     progress_start(z);
     if (z->prog_on)
         pthread_mutex_lock(&z->lock);
+    dt_status st = thread_failure(z);
     /* The buckets done by now first, so that their staging goes before new staging comes. */
     int busy = 0;
     for (int k = 0; st == DT_OK && !busy && k < z->nstarted; k++)
@@ -485,7 +543,7 @@ dt_status dt__zero_buckets_take(dt_zero *z, const dt__zgroup *g, const dt__zpara
 dt_status dt__zero_buckets_wait(dt_zero *z)
 {
     progress_stop(z);
-    dt_status st = DT_OK;
+    dt_status st = thread_failure(z);
     int busy = 0;
     for (int k = 0; st == DT_OK && k < z->nstarted; k++)
         st = progress(z, &z->buckets[z->order[k]], 1, &busy);

@@ -167,6 +167,10 @@ struct dt_zero {
     int nbuckets;
     dt__zbucket *buckets;
     int comm_failed;          /* a wait or test of the buckets failed (a peer lost) */
+    /* This step's CPU seconds of gradient copies and sums (step info): t_copy_in by the
+     * caller's thread into the flat buffer (ready.c), t_copy and t_sum in the bucket phases, by
+     * either thread under `lock`. */
+    double t_copy_in, t_copy, t_sum;
     int nstarted;             /* buckets started in this step, their indices in order[] */
     int *order;
     /* With MPI_THREAD_MULTIPLE, a progress thread tests the requests of the buckets in flight
@@ -174,6 +178,8 @@ struct dt_zero {
      * guards the buckets' requests, order and nstarted while it runs. */
     int prog_on;
     atomic_int prog_stop;
+    dt_status prog_status;    /* a phase the thread failed to complete, and its text */
+    char prog_error[512];
     pthread_t prog;
     pthread_mutex_t lock;
 };
@@ -270,6 +276,8 @@ void dt__zero_ready_reset(dt_zero *z);
 
 /* ---- background reduction (bucket.c) -------------------------------------------------------- */
 
+/* The calling thread's CPU seconds (the step's copy and sum counters: work, not waits). */
+double dt__zero_cpu_seconds(void);
 /* Sets up z->overlap, z->comm and the dp peers (collective over the mesh's clients). Off when
  * dp_size is 1 or MPI's tags cannot tell the device pairs apart. */
 dt_status dt__zero_overlap_init(dt_zero *z);

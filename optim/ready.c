@@ -45,6 +45,7 @@ void dt__zero_ready_reset(dt_zero *z)
 static dt_status ready_begin(dt_zero *z)
 {
     z->ready = calloc((size_t)z->nparams + 1, 1);
+    z->t_copy_in = z->t_copy = z->t_sum = 0;
     if (!z->ready)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     for (int g = 0; g < z->ngroups; g++) {
@@ -69,6 +70,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
     src[p->index] = gl;
     dt_status st = DT_OK;
+    double t0 = dt__zero_cpu_seconds();
     for (int c = 0; st == DT_OK && c < g->nchunks; c++) {
         dt__zchunk *ch = &g->chunks[c];
         int64_t lo = p->offset > ch->start ? p->offset : ch->start;
@@ -97,6 +99,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
     /* The copies read gl: they are complete before it can go (and before a bucket's values
      * are sent). */
     dt_status done = dt__zero_sync(z);
+    z->t_copy_in += dt__zero_cpu_seconds() - t0;
     free(src);
     if (st == DT_OK)
         st = done;

@@ -400,6 +400,11 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     info.loss_scale = dt__scaler_scale(&z->scaler);
     info.clip_coef = 1.0;
     info.reduce_wait_s = t_reduce;
+    if (!grads && z->overlap) {
+        info.reduce_copy_s = z->t_copy_in + z->t_copy;
+        info.reduce_sum_s = z->t_sum;
+    }
+    z->t_copy_in = z->t_copy = z->t_sum = 0;
     int overflow = agreed[1] > 0.0;
     double norm = sqrt(agreed[0]) / info.loss_scale;
     if (overflow) {

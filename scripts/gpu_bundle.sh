@@ -19,7 +19,8 @@ gpu_tests=(tensor ops_spmd_matmul ops_spmd_ops optim_step optim_api optim_ckpt
            zero_offload optim_gpu_sim transport ckpt_gpu data_gpu_sim)
 targets=(tests/test_ops_cuda tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
          tests/test_staging_pool
-         examples/train_mlp bench/bench_ops_cuda bench/bench_device bench/bench_relayout)
+         examples/train_mlp bench/bench_ops_cuda bench/bench_device bench/bench_relayout
+         bench/bench_zero)
 for t in "${gpu_tests[@]}"; do targets+=("tests/test_$t"); done
 ninja -C build-cuda "${targets[@]}" >/dev/null
 bins=()

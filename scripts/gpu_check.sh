@@ -154,6 +154,13 @@ DT_GPU_DEVICES=4 bench bench_device "$dev/bin/bench_device" --mib 16,64 --reps 1
 # collective + H2D on the same bytes (bench/run relayout --device gpu).
 DT_GPU_DEVICES=1 DT_CPU_DEVICES=1 bench bench_relayout_gpu_np2 "${mpirun[@]}" \
   "$dev/bin/bench_relayout" --device gpu --mib 16,64 --reps 5
+# ZeRO's gradient reduction behind a backward pass (bench/run zero --cases overlap, issue 17):
+# CPU devices, one per process, where this machine has a core per process and spare ones for
+# the progress threads (the development machine's 2 cores are all busy computing; docs/bench.md).
+DT_CPU_DEVICES=1 bench bench_zero_overlap_np2 "${mpirun[@]}" "$dev/bin/bench_zero" \
+  --cases overlap --reps 20
+DT_CPU_DEVICES=1 bench bench_zero_overlap_np4 "${mpirun4[@]}" "$dev/bin/bench_zero" \
+  --cases overlap --reps 20
 status=pass rc=0
 [ $nskip -eq 0 ] || { status=skip; rc=77; }
 [ $nfail -eq 0 ] || { status=fail; rc=1; }

@@ -88,6 +88,13 @@ typedef struct dt_zero_step_info {
      * after dt_zero_grad_ready, the wait for the buckets still in flight (the reduction's
      * exposed part; what the backward pass hid is not in it). This client's own time. */
     double reduce_wait_s;
+    /* After dt_zero_grad_ready (0 otherwise): CPU seconds of this step's reduction spent
+     * copying gradients into the flat buffer, to and from host staging (reduce_copy_s) and
+     * summing the peers' parts (reduce_sum_s), by the calls, this one, and the background
+     * progress thread; the rest of the reduction is MPI, which moves the bytes and waits for
+     * peers. This client's own work (its threads' CPU time, not wall time). */
+    double reduce_copy_s;
+    double reduce_sum_s;
 } dt_zero_step_info;
 
 /* Called on every client, after the decision, when a step is skipped. */

@@ -7,8 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
+#include "optim/optim_impl.h"
 #include "optim_grad_util.h"
 
 #define MAXP 8
@@ -165,6 +167,7 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
     CU_ASSERT_EQUAL(ga, 0);
     CU_ASSERT_EQUAL(gb, 1);
     CU_ASSERT_EQUAL(dt_zero_num_params(z), 5);
+    double copied = 0.0;
     for (int step = 0; step < 3; step++) {
         dt_tensor *grads[5];
         for (int j = 0; j < 5; j++)
@@ -182,6 +185,14 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
         } else {
             DT_ASSERT_OK(dt_zero_step(z, grads, &info));
         }
+        /* The reduction's copies and sums: none without dt_zero_grad_ready or a dp dim to
+         * reduce over. */
+        CU_ASSERT(info.reduce_copy_s >= 0.0 && info.reduce_sum_s >= 0.0);
+        if (!early || ndp < 2) {
+            CU_ASSERT_EQUAL(info.reduce_copy_s, 0.0);
+            CU_ASSERT_EQUAL(info.reduce_sum_s, 0.0);
+        }
+        copied += info.reduce_copy_s;
         CU_ASSERT_EQUAL(info.skipped, 0);
         CU_ASSERT_EQUAL(info.step, step + 1);
         CU_ASSERT_EQUAL(info.iteration, step);
@@ -203,6 +214,8 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
             check_param(what, params[j], &refs[j]);
         }
     }
+    if (early && ndp > 1)
+        CU_ASSERT(copied > 0.0); /* 15 gradients went into the flat buffer */
     dt_zero_destroy(z);
     for (int j = 0; j < 5; j++) {
         dt_tensor_destroy(params[j]);
@@ -288,6 +301,31 @@ static void test_early_gradients_refuse_misuse_clearly(void)
     dt_mesh_destroy(m);
 }
 
+/* Checks that z's stepped parameters equal those of a fresh optimizer of the same options
+ * stepped synchronously on the same gradients, to the bit; then frees z, its parameters and
+ * the gradients. */
+static void expect_synchronous_result(dt_mesh *m, const dt_zero_opts *o, dt_zero *z,
+                                      dt_tensor **params, dt_tensor **grads)
+{
+    dt_tensor *ps[2];
+    dt_zero *zs = zero_of_group_b(m, o, ps, NULL);
+    DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
+    for (int j = 0; j < 2; j++) {
+        int64_t n = pnumel(&group_b[j]);
+        float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+        og_fetch(params[j], a);
+        og_fetch(ps[j], b);
+        CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
+        free(a);
+        free(b);
+        dt_tensor_destroy(grads[j]);
+        dt_tensor_destroy(params[j]);
+        dt_tensor_destroy(ps[j]);
+    }
+    dt_zero_destroy(z);
+    dt_zero_destroy(zs);
+}
+
 /* The reduction runs in the background: client 0 hands over every gradient while the other
  * clients have not given any yet (they wait for client 0's word that its calls returned). A
  * reduction inside the call would keep client 0 in it until the others come; they give up
@@ -329,23 +367,57 @@ static void test_grad_ready_returns_before_the_other_clients_give_theirs(void)
         dt_zero_step_info info;
         DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
         /* And the result is the reduction's: the same as the synchronous path's. */
-        dt_tensor *ps[2];
-        dt_zero *zs = zero_of_group_b(m, &o, ps, NULL);
-        DT_ASSERT_OK(dt_zero_step(zs, grads, NULL));
-        for (int j = 0; j < 2; j++) {
-            int64_t n = pnumel(&group_b[j]);
-            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
-            og_fetch(params[j], a);
-            og_fetch(ps[j], b);
-            CU_ASSERT_EQUAL(memcmp(a, b, (size_t)n * sizeof *a), 0);
-            free(a);
-            free(b);
-            dt_tensor_destroy(grads[j]);
-            dt_tensor_destroy(params[j]);
-            dt_tensor_destroy(ps[j]);
+        expect_synchronous_result(m, &o, z, params, grads);
+    }
+    dt_mesh_destroy(m);
+}
+
+/* Whether every bucket of z's step has been started and has completed its last phase (read
+ * under the optimizer's lock while its progress thread runs). */
+static int all_buckets_done(dt_zero *z)
+{
+    if (z->prog_on)
+        pthread_mutex_lock(&z->lock);
+    int done = z->nbuckets > 0 && z->nstarted == z->nbuckets;
+    for (int k = 0; done && k < z->nstarted; k++)
+        done = z->buckets[z->order[k]].phase == 3;
+    if (z->prog_on)
+        pthread_mutex_unlock(&z->lock);
+    return done;
+}
+
+/* On CPU devices the progress thread completes the buckets' phases itself (the sums, the
+ * copies into the flat buffer, stage 0's second messages) while the caller makes no call
+ * into the optimizer (as during a backward pass): every bucket is done before dt_zero_step,
+ * and the result is still the synchronous path's to the bit. */
+static void test_progress_thread_completes_the_buckets_while_the_caller_computes(void)
+{
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (dt_num_clients() < 2 || provided != MPI_THREAD_MULTIPLE ||
+        dt_test_device_type() != DT_DEVICE_CPU)
+        return;
+    dt_mesh *m = og_mesh_1d();
+    for (int stage = 0; stage < 3; stage++) {
+        dt_zero_opts o = DT_ZERO_OPTS_INIT;
+        o.stage = stage;
+        o.reduce_bucket_size = 8;
+        o.max_live_bucket_bytes = INT64_MAX;
+        dt_tensor *params[2], *grads[2];
+        dt_zero *z = zero_of_group_b(m, &o, params, grads);
+        for (int j = 1; j >= 0; j--)
+            DT_ASSERT_OK(dt_zero_grad_ready(z, j, grads[j]));
+        double until = MPI_Wtime() + 30.0;
+        int done = 0;
+        while (!(done = all_buckets_done(z)) && MPI_Wtime() < until) {
+            struct timespec ms = {0, 1000000};
+            nanosleep(&ms, NULL);
         }
-        dt_zero_destroy(z);
-        dt_zero_destroy(zs);
+        CU_ASSERT(done);
+        dt_zero_step_info info;
+        DT_ASSERT_OK(dt_zero_step(z, NULL, &info));
+        CU_ASSERT(info.reduce_sum_s > 0.0);
+        expect_synchronous_result(m, &o, z, params, grads);
     }
     dt_mesh_destroy(m);
 }
@@ -709,6 +781,7 @@ int main(int argc, char **argv)
         DT_TEST(test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result),
         DT_TEST(test_grad_ready_returns_before_the_other_clients_give_theirs),
         DT_TEST(test_grad_ready_waits_at_the_bound_on_buckets_in_flight),
+        DT_TEST(test_progress_thread_completes_the_buckets_while_the_caller_computes),
         DT_TEST(test_early_gradients_refuse_misuse_clearly),
         DT_TEST(test_overflow_on_one_rank_skips_the_step_everywhere),
         DT_TEST(test_clipping_uses_the_hand_worked_global_norm),
