@@ -311,8 +311,26 @@ static dt_status copy_in(void *dst, const ck_slice_src *src, uint64_t at, uint64
     const char *from = (const char *)src->data + at;
     if (src->dev)
         return src->dev->kind->copy(src->dev, DT__COPY_D2H, dst, from, (size_t)len);
-    memcpy(dst, from, (size_t)len);
+    dt__copy_large(dst, from, (size_t)len);
     return DT_OK;
+}
+
+/* Everything fits (s->whole: the writer waits for the whole copy): the slice in one copy, so
+ * that a large one takes the streaming copy, then its pieces. 0 when the writer stopped. */
+static int fill_slice_whole(ck_stage *s, const ck_plan *plan, const ck_slice_src *src,
+                            int64_t si, dt_status *fail)
+{
+    uint64_t bytes = plan->slices[si].bytes, pos = reserve(s, bytes);
+    if (pos == UINT64_MAX)
+        return 0;
+    if ((*fail = copy_in(s->buf + pos, &src[si], 0, bytes)) != DT_OK)
+        return 0;
+    for (uint64_t at = 0; at < bytes;) {
+        uint64_t len = dt__ckpt_piece_len(plan->chunk_bytes, bytes, at);
+        publish(s, (piece){.si = si, .at = at, .len = len, .pos = pos + at});
+        at += len;
+    }
+    return 1;
 }
 
 void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *src)
@@ -331,6 +349,10 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *s
                                  (long long)si);
                 go = 0;
                 break;
+            }
+            if (s->whole) {
+                go = fill_slice_whole(s, plan, src, si, &fail);
+                continue;
             }
             for (uint64_t at = 0; go && at < bytes;) {
                 uint64_t len = dt__ckpt_piece_len(plan->chunk_bytes, bytes, at);
