@@ -184,7 +184,9 @@ static dt_status check_matrix(const char *op, int64_t rows, int64_t cols, const 
 /* 32-byte vectors where the CPU has them: with 16-byte ones the in-cache loop is bound by
  * instruction fetch, and its speed then hangs on where the linker puts it (0.8-0.95 of
  * memcpy); GCC's AVX-512 clone of this loop ran a fifth slower from DRAM (bench/run ops). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer: the clones' ifunc resolver runs at load, before TSan is up, and
+ * crashes there. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx2", "default")))
 #endif
 static void bias_add_rows(int64_t rows, int64_t cols, const float *bias, float *y)
