@@ -91,6 +91,16 @@ static dt_status fill(void *dst, int64_t n, int k, int j, int grad)
     return DT_OK;
 }
 
+/* The models' two 2-D layouts: replicated (parameters) and partial over batch (gradients). */
+static int model_layouts(const dt_mesh *mesh, dt_layout **rep, dt_layout **part)
+{
+    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
+    const char *pd[1] = {"batch"};
+    dt_reduce_op op = DT_REDUCE_SUM;
+    return report("layout", dt_layout_create(mesh, 2, specs, rep)) &&
+           report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, part));
+}
+
 /* Creates the stage's model and measures it: parameters, optimizer, a warm-up step, then one
  * step with the sampler on. */
 static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
@@ -99,11 +109,7 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
     m->stage = stage;
     int64_t shape[2] = {o->params / NT / ROW, ROW};
     dt_layout *rep = NULL, *part = NULL;
-    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
-    const char *pd[1] = {"batch"};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    int ok = report("layout", dt_layout_create(mesh, 2, specs, &rep)) &&
-             report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, &part));
+    int ok = model_layouts(mesh, &rep, &part);
     uint64_t b0 = requested();
     for (int k = 0; ok && k < NT; k++) {
         ok = report("parameter", dt_tensor_zeros(rep, DT_DTYPE_BF16, shape, &m->p[k]));
@@ -596,11 +602,7 @@ static int omodel_setup(omodel *m, int stage, int offload, const dt_mesh *mesh, 
     memset(m, 0, sizeof *m);
     int64_t n = o->params / NT, shape[2] = {n / ROW, ROW};
     dt_layout *rep = NULL, *part = NULL;
-    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
-    const char *pd[1] = {"batch"};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    int ok = report("layout", dt_layout_create(mesh, 2, specs, &rep)) &&
-             report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, &part));
+    int ok = model_layouts(mesh, &rep, &part);
     uint16_t *buf = malloc((size_t)n * 2);
     ok = ok && buf;
     int j = g_rank; /* one device per process: dp coordinate = client */
@@ -798,11 +800,7 @@ static int s3_setup(s3model *m, int stage, const dt_mesh *mesh, const opts *o, f
     m->stage = stage;
     int64_t shape[2] = {o->params / S3_LAYERS / ROW, ROW};
     dt_layout *rep = NULL, *part = NULL;
-    const char *specs[2] = {DT_UNSHARDED, DT_UNSHARDED};
-    const char *pd[1] = {"batch"};
-    dt_reduce_op op = DT_REDUCE_SUM;
-    int ok = report("layout", dt_layout_create(mesh, 2, specs, &rep)) &&
-             report("layout", dt_layout_create_partial(mesh, 2, specs, 1, pd, &op, &part));
+    int ok = model_layouts(mesh, &rep, &part);
     int64_t j = -1;
     for (int k = 0; ok && k < S3_LAYERS; k++) {
         ok = report("gradient", dt_tensor_zeros(part, DT_DTYPE_BF16, shape, &m->g[k]));

@@ -350,16 +350,22 @@ static const pcase cases_2d[] = {
     {"all-reduce a in one step", NULL, NULL, "a", NULL, NULL, 0, 1},
 };
 
+/* Runs every case in every dtype on m, then destroys m. */
+static void run_cases_and_destroy(dt_mesh *m, const pcase *cases, size_t ncases)
+{
+    for (size_t i = 0; i < ncases; i++)
+        for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; t++)
+            run_case(m, &cases[i], dtypes[t]);
+    dt_mesh_destroy(m);
+}
+
 static void test_patterns_on_a_1d_mesh(void)
 {
     const char *names[1] = {"x"};
     int64_t sizes[1] = {dt_test_num_devices()};
     dt_mesh *m = NULL;
     DT_ASSERT_OK(dt_mesh_create("line", 1, names, sizes, dt_test_device_type(), &m));
-    for (size_t i = 0; i < sizeof cases_1d / sizeof *cases_1d; i++)
-        for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; t++)
-            run_case(m, &cases_1d[i], dtypes[t]);
-    dt_mesh_destroy(m);
+    run_cases_and_destroy(m, cases_1d, sizeof cases_1d / sizeof *cases_1d);
 }
 
 static void test_patterns_on_a_2d_mesh(void)
@@ -376,10 +382,7 @@ static void test_patterns_on_a_2d_mesh(void)
     int64_t sizes[2] = {n / b, b};
     dt_mesh *m = NULL;
     DT_ASSERT_OK(dt_mesh_create("grid", 2, names, sizes, dt_test_device_type(), &m));
-    for (size_t i = 0; i < sizeof cases_2d / sizeof *cases_2d; i++)
-        for (size_t t = 0; t < sizeof dtypes / sizeof *dtypes; t++)
-            run_case(m, &cases_2d[i], dtypes[t]);
-    dt_mesh_destroy(m);
+    run_cases_and_destroy(m, cases_2d, sizeof cases_2d / sizeof *cases_2d);
 }
 
 /* Reduce-scatter and all-reduce with max and avg: bits equal the piece path's; max also equals
