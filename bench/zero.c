@@ -91,6 +91,16 @@ static dt_status fill(void *dst, int64_t n, int k, int j, int grad)
     return DT_OK;
 }
 
+/* The NT tensors' names, "layer0.w" on. */
+static void layer_names(const char *names[NT])
+{
+    static char buf[NT][16];
+    for (int k = 0; k < NT; k++) {
+        snprintf(buf[k], sizeof buf[k], "layer%d.w", k);
+        names[k] = buf[k];
+    }
+}
+
 /* The models' two 2-D layouts: replicated (parameters) and partial over batch (gradients). */
 static int model_layouts(const dt_mesh *mesh, dt_layout **rep, dt_layout **part)
 {
@@ -125,12 +135,8 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
     if (o->bucket > 0)
         zo.reduce_bucket_size = o->bucket;
     dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
-    char names_buf[NT][16];
     const char *names[NT];
-    for (int k = 0; k < NT; k++) {
-        snprintf(names_buf[k], sizeof names_buf[k], "layer%d.w", k);
-        names[k] = names_buf[k];
-    }
+    layer_names(names);
     if (ok)
         ok = report("dt_zero_create", dt_zero_create(mesh, &zo, &m->z));
     if (ok)
@@ -620,12 +626,8 @@ static int omodel_setup(omodel *m, int stage, int offload, const dt_mesh *mesh, 
     zo.allgather_size = o->allgather;
     zo.offload = offload;
     dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
-    char names_buf[NT][16];
     const char *names[NT];
-    for (int k = 0; k < NT; k++) {
-        snprintf(names_buf[k], sizeof names_buf[k], "layer%d.w", k);
-        names[k] = names_buf[k];
-    }
+    layer_names(names);
     uint64_t b0 = requested();
     if (ok)
         ok = report("dt_zero_create", dt_zero_create(mesh, &zo, &m->z));

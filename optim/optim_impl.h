@@ -228,6 +228,11 @@ int dt__zero_boxes(int rank, const int64_t *shape, int64_t a, int64_t b, dt__zbo
 dt_status dt__zero_chunk_tensor(const dt_zero *z, const dt_layout *layout, dt_dtype dtype,
                                 int64_t len, int zeroed, dt_tensor **out);
 
+/* Casts chunk ch's f32 master, device by device, into dst (a chunk tensor of g's dtype on the
+ * same layout). */
+dt_status dt__zero_cast_master(const dt_zero *z, const dt__zgroup *g, const dt__zchunk *ch,
+                               dt_tensor *dst);
+
 /* The range [*off, *off + *len) of chunk tensor t's last dim held by local device i. */
 void dt__zero_local_range(const dt_tensor *t, int i, int64_t *off, int64_t *len);
 

@@ -50,17 +50,7 @@ static dt_tensor *shard_of(const dt__zgroup *g, const dt__zchunk *ch)
 
 dt_status dt__zero_s3_refresh(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch)
 {
-    dt_status st = DT_OK;
-    for (int i = 0; st == DT_OK && ch->psh && i < z->nlocal; i++) {
-        int64_t off, len;
-        const dt__ops_backend *be = NULL;
-        dt__zero_local_range(ch->master, i, &off, &len);
-        st = dt__zero_select(z, i, &be);
-        if (st == DT_OK && len > 0)
-            st = be->cast(len, dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32,
-                          dt_tensor_local(ch->psh, i)->data, g->dtype);
-    }
-    return st;
+    return ch->psh ? dt__zero_cast_master(z, g, ch, ch->psh) : DT_OK;
 }
 
 dt_status dt__zero_s3_adopt(dt_zero *z, dt__zgroup *g)

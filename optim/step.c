@@ -298,15 +298,8 @@ static dt_status gather_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
             st = dt__zero_chunk_tensor(z, z->state_layout, g->dtype, ch->len, 0, &tmp);
         if (tmp)
             src = tmp;
-        for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
-            int64_t off, len;
-            const dt__ops_backend *be = NULL;
-            dt__zero_local_range(ch->master, i, &off, &len);
-            st = dt__zero_select(z, i, &be);
-            if (st == DT_OK && len > 0)
-                st = be->cast(len, dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32,
-                              dt_tensor_local(src, i)->data, g->dtype);
-        }
+        if (st == DT_OK)
+            st = dt__zero_cast_master(z, g, ch, src);
         done = dt__zero_sync(z);
         if (st == DT_OK)
             st = done;
@@ -465,5 +458,21 @@ out:
         if (scratch[i])
             z->devs[i]->kind->free(z->devs[i], scratch[i]);
     free(scratch);
+    return st;
+}
+
+dt_status dt__zero_cast_master(const dt_zero *z, const dt__zgroup *g, const dt__zchunk *ch,
+                               dt_tensor *dst)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
+        int64_t off, len;
+        const dt__ops_backend *be = NULL;
+        dt__zero_local_range(ch->master, i, &off, &len);
+        st = dt__zero_select(z, i, &be);
+        if (st == DT_OK && len > 0)
+            st = be->cast(len, dt_tensor_local(ch->master, i)->data, DT_DTYPE_F32,
+                          dt_tensor_local(dst, i)->data, g->dtype);
+    }
     return st;
 }
