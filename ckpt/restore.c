@@ -8,9 +8,9 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
+#include "mesh/mesh_group.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/group.h"
 #include "runtime/util.h"
 
 /* Fills every local component of `t` (on any mesh) with saved tensor `ti`: those host code

@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "mesh/mesh_group.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/group.h"
 #include "runtime/util.h"
 
 /* One save, from its start to its end. */

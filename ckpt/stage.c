@@ -14,6 +14,8 @@
 #include "ckpt/ckpt_impl.h"
 #include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/env.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
 
@@ -32,6 +34,7 @@ struct ck_stage {
     uint64_t size;                /* buf's (a kept buffer may be larger than the ring) */
     const dt__device_kind *kind;  /* whose host_alloc made buf (NULL: malloc) */
     int whole;                    /* the writer waits for the whole copy (everything fits) */
+    int keep;                     /* DT_CKPT_STAGING_KEEP: buf stays for the next save */
     uint64_t head, tail;          /* ring positions (monotonic byte counts, wraps included) */
     piece *pieces;                /* in write order */
     int64_t npieces, nput, nget;  /* queued by the caller, taken by the writer */
@@ -57,13 +60,6 @@ static void release(const dt__device_kind *kind, void *b)
         free(b);
 }
 
-/* DT_CKPT_STAGING_KEEP=0: every save allocates its staging and frees it after (the memory
- * is not held between saves; each save pays the page faults again). */
-static int keep_between_saves(void)
-{
-    const char *e = getenv("DT_CKPT_STAGING_KEEP");
-    return !(e && strcmp(e, "0") == 0);
-}
 
 /* Runs before the devices close (dt_finalize calls its hooks first). */
 static void free_cache(void)
@@ -117,9 +113,9 @@ static unsigned char *take_buffer(const dt__device_kind *kind, uint64_t cap, uin
 
 /* Keeps b for the next save (its pages stay mapped), or frees it when keeping is off or a
  * larger buffer of the same kind was kept meanwhile. */
-static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t cap)
+static void give_buffer(const dt__device_kind *kind, unsigned char *b, uint64_t cap, int keep)
 {
-    if (!keep_between_saves()) {
+    if (!keep) {
         release(kind, b);
         return;
     }
@@ -220,7 +216,12 @@ dt_status dt__ckpt_stage_create(const ck_plan *plan, uint64_t bound,
     ck_stage *s = calloc(1, sizeof *s);
     if (!s)
         return dt__error(DT_ERR_NO_MEMORY, "dt_save_async: no memory");
-    dt_status st = dt__at_finalize(free_cache);
+    /* DT_CKPT_STAGING_KEEP=0: every save allocates its staging and frees it after (the memory
+     * is not held between saves; each save pays the page faults again). */
+    dt_status st = dt__env_flag("DT_CKPT_STAGING_KEEP", 1, "keep the staging between saves",
+                                &s->keep);
+    if (st == DT_OK)
+        st = dt__at_finalize(free_cache);
     if (st != DT_OK) {
         free(s);
         return st;
@@ -258,7 +259,7 @@ void dt__ckpt_stage_destroy(ck_stage *s)
 {
     if (!s)
         return;
-    give_buffer(s->kind, s->buf, s->size);
+    give_buffer(s->kind, s->buf, s->size, s->keep);
     free(s->pieces);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -382,15 +383,12 @@ void dt__ckpt_stage_fill(ck_stage *s, const ck_plan *plan, const ck_slice_src *s
 
 dt_status dt__ckpt_device_staging(const char *fn, uint64_t *bytes_out)
 {
-    const char *e = getenv("DT_CKPT_STAGING_MB");
-    *bytes_out = CK_DEVICE_STAGING_DEFAULT;
-    if (!e || !*e)
-        return DT_OK;
-    char *end = NULL;
-    long long mb = strtoll(e, &end, 10);
-    if (*end != '\0' || mb <= 0 || mb > ((long long)1 << 20))
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: DT_CKPT_STAGING_MB='%s' is not a number "
-                         "of MiB between 1 and 1048576", fn, e);
-    *bytes_out = (uint64_t)mb << 20;
+    dt_status st = dt__env_mib("DT_CKPT_STAGING_MB", CK_DEVICE_STAGING_DEFAULT >> 20, 1, 1u << 20,
+                               "MiB of host staging for a save from device memory", bytes_out);
+    if (st != DT_OK) {
+        char msg[512];
+        dt__strlcpy(msg, dt_last_error(), sizeof msg);
+        return dt__error(st, "%s: %s", fn, msg);
+    }
     return DT_OK;
 }

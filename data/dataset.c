@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "data/data_impl.h"
+#include "mesh/mesh_group.h"
 #include "runtime/error.h"
-#include "runtime/group.h"
 
 static const char fn[] = "dt_dataset_create";
 

@@ -3,7 +3,7 @@
  * clients take part; the values go in and out through the devices' copies. And one outcome
  * over the mesh's client group (runtime/group.h). */
 #include "optim/optim_impl.h"
-#include "runtime/group.h"
+#include "mesh/mesh_group.h"
 #include "runtime/util.h"
 
 dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/env.h"
 #include "runtime/util.h"
 
 /* Streaming stores: -1 until asked, then 1 or 0 (atomic: copies run on several threads). */
@@ -51,7 +52,17 @@ void dt__copy_set_streaming(int yes)
     on = yes != 0;
 }
 
-/* 1 unless DT_COPY_STREAM=0 (read once) or dt__copy_set_streaming(0). */
+dt_status dt__copy_configure(void)
+{
+    int yes = 1;
+    dt_status st = dt__env_flag("DT_COPY_STREAM", 1, "streaming stores in copies of 8 MiB and "
+                                "more", &yes);
+    if (st == DT_OK)
+        on = yes;
+    return st;
+}
+
+/* 1 unless DT_COPY_STREAM=0 (read at dt_init, or here before it) or dt__copy_set_streaming(0). */
 static int streaming(void)
 {
     if (on < 0) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "runtime/device.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 enum { MAX_CACHED = 256 };
@@ -33,18 +34,12 @@ static size_t cap_bytes = (size_t)1024 << 20;
 
 dt_status dt__device_pool_configure(void)
 {
-    const char *s = getenv("DT_DEVICE_POOL_MAX_MB");
-    unsigned long long mb = 1024;
-    if (s) {
-        char *end = NULL;
-        errno = 0;
-        mb = strtoull(s, &end, 10);
-        if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || mb > (1ull << 24))
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "DT_DEVICE_POOL_MAX_MB='%s' is not an "
-                             "integer in 0..%llu (MiB cached per device)", s, 1ull << 24);
-    }
-    cap_bytes = (size_t)mb << 20;
-    return DT_OK;
+    uint64_t bytes = 0;
+    dt_status st = dt__env_mib("DT_DEVICE_POOL_MAX_MB", 1024, 0, 1ull << 24,
+                               "MiB cached per device", &bytes);
+    if (st == DT_OK)
+        cap_bytes = (size_t)bytes;
+    return st;
 }
 
 /* The cache of dev, created on first use; NULL when out of memory. Under lock. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/device.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/sim.h"
 #include "runtime/util.h"
@@ -161,18 +162,12 @@ static dt_status sim_sync(const dt__device *dev)
 /* DT_SIM_MEMORY_MB: the arena's size (unset: DEFAULT_MB). */
 static dt_status parse_memory(size_t *bytes_out)
 {
-    const char *s = getenv("DT_SIM_MEMORY_MB");
-    unsigned long long mb = DEFAULT_MB;
-    if (s) {
-        char *end = NULL;
-        errno = 0;
-        mb = strtoull(s, &end, 10);
-        if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || mb < 1 || mb > MAX_MB)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "DT_SIM_MEMORY_MB='%s' is not an integer "
-                             "in 1..%u (MiB of simulated GPU memory per process)", s, MAX_MB);
-    }
-    *bytes_out = (size_t)mb << 20;
-    return DT_OK;
+    uint64_t bytes = 0;
+    dt_status st = dt__env_mib("DT_SIM_MEMORY_MB", DEFAULT_MB, 1, MAX_MB,
+                               "MiB of simulated GPU memory per process", &bytes);
+    if (st == DT_OK)
+        *bytes_out = (size_t)bytes;
+    return st;
 }
 
 static dt_status sim_start(int ndevices, int nordinals)

@@ -1,6 +1,6 @@
-/* One cached MPI communicator per set of clients holding a mesh's devices (created on a mesh's
- * first collective that needs it), and dt__group_agree: the lowest failing client's status and
- * message reach every client. docs/runtime.md, "Communication groups". */
+/* One cached MPI communicator per ordered list of clients (created on the first collective over
+ * that list; mesh/mesh_group.c lists a mesh's clients), and dt__group_agree: the lowest failing
+ * client's status and message reach every client. docs/runtime.md, "Communication groups". */
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -95,28 +95,7 @@ typedef struct cached {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static cached *groups;
-static dt__group outside = {.comm = MPI_COMM_NULL};
-
-/* The mesh's clients in order into clients (dt_num_clients() entries); their number. */
-static int mesh_clients(const dt_mesh *mesh, int *clients, int *mine)
-{
-    int nclients = dt_num_clients(), me = dt_client_id(), n = 0;
-    dt_device_type type = dt_mesh_device_type(mesh);
-    for (int c = 0; c < nclients; c++)
-        clients[c] = 0;
-    for (int64_t p = 0; p < dt_mesh_size(mesh); p++) {
-        int c = dt_device_client(type, dt_mesh_device_id(mesh, p));
-        if (c >= 0 && c < nclients)
-            clients[c] = 1;
-    }
-    *mine = 0;
-    for (int c = 0; c < nclients; c++)
-        if (clients[c]) {
-            *mine |= c == me;
-            clients[n++] = c;
-        }
-    return n;
-}
+static const dt__group outside = {.comm = MPI_COMM_NULL};
 
 static dt_status create(int n, int *clients, cached **out)
 {
@@ -148,23 +127,6 @@ static dt_status create(int n, int *clients, cached **out)
     e->g.clients = clients;
     *out = e;
     return DT_OK;
-}
-
-static dt_status find_or_create(int n, int *clients, const dt__group **group_out);
-
-dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out)
-{
-    int nclients = dt_num_clients(), mine = 0;
-    int *clients = malloc((size_t)(nclients > 0 ? nclients : 1) * sizeof *clients);
-    if (!clients)
-        return dt__error(DT_ERR_NO_MEMORY, "the mesh's client group: no memory");
-    int n = mesh_clients(mesh, clients, &mine);
-    if (!mine) {
-        free(clients);
-        *group_out = &outside;
-        return DT_OK;
-    }
-    return find_or_create(n, clients, group_out);
 }
 
 /* The cached group of exactly this ordered list, created when missing (takes clients). */
@@ -203,6 +165,11 @@ dt_status dt__clients_group(int n, const int *clients, const dt__group **group_o
         return dt__error(DT_ERR_NO_MEMORY, "a client group of %d: no memory", n);
     memcpy(copy, clients, (size_t)n * sizeof *copy);
     return find_or_create(n, copy, group_out);
+}
+
+const dt__group *dt__group_outside(void)
+{
+    return &outside;
 }
 
 dt_status dt__group_dup(const dt__group *g, dt__group *out)

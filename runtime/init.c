@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/transport.h"
+#include "runtime/util.h"
 
 #define MAX_CPU_DEVICES 4096
 #define MAX_GPU_DEVICES 4096
@@ -219,6 +220,8 @@ dt_status dt_init(int *argc, char ***argv, const dt_init_opts *opts)
         st = dt__device_pool_configure();
     if (st == DT_OK)
         st = dt__transport_configure();
+    if (st == DT_OK)
+        st = dt__copy_configure();
     if (st == DT_OK)
         st = start_mpi(argc, argv);
     if (st != DT_OK)

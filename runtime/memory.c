@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/comm.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 
 #define HDR_BYTES 64u
@@ -50,21 +51,8 @@ static _Atomic uint64_t n_allocs, n_reuses, n_bad_frees, bytes_cached, bytes_in_
 /* Parses DT_POOL_MAX_MB: unset -> default; else a decimal integer 0..MAX_MAX_MB. */
 static dt_status parse_limit(uint64_t *bytes_out)
 {
-    const char *s = getenv("DT_POOL_MAX_MB");
-    uint64_t mb = DEFAULT_MAX_MB;
-    if (s) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long v = strtoull(s, &end, 10);
-        if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v > MAX_MAX_MB)
-            return dt__error(DT_ERR_INVALID_ARGUMENT,
-                             "DT_POOL_MAX_MB='%s' is not an integer in 0..%u (MiB of host "
-                             "memory the pool may cache)",
-                             s, MAX_MAX_MB);
-        mb = v;
-    }
-    *bytes_out = mb << 20;
-    return DT_OK;
+    return dt__env_mib("DT_POOL_MAX_MB", DEFAULT_MAX_MB, 0, MAX_MAX_MB,
+                       "MiB of host memory the pool may cache", bytes_out);
 }
 
 static void pool_init(void)

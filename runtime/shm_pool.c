@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "runtime/comm.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/shm.h"
 
@@ -235,17 +236,12 @@ dt__shm_chan *dt__shm_chan_of(int from, int to)
 /* DT_SHM_POOL_MB (default SHM_DEFAULT_MB), capped by /dev/shm's free space / nlocal. */
 static dt_status pool_bytes(int n, size_t *out)
 {
-    const char *v = getenv("DT_SHM_POOL_MB");
-    unsigned long long mb = SHM_DEFAULT_MB;
-    if (v && *v) {
-        char *end = NULL;
-        errno = 0;
-        mb = strtoull(v, &end, 10);
-        if (errno || end == v || *end || v[0] < '0' || v[0] > '9' || mb < 1 || mb > (1u << 20))
-            return dt__error(DT_ERR_INVALID_ARGUMENT,
-                             "DT_SHM_POOL_MB='%s' is not a number of MiB in 1..1048576", v);
-    }
-    size_t bytes = (size_t)mb << 20;
+    uint64_t want = 0;
+    dt_status st = dt__env_mib("DT_SHM_POOL_MB", SHM_DEFAULT_MB, 1, 1u << 20,
+                               "MiB of shared memory per process", &want);
+    if (st != DT_OK)
+        return st;
+    size_t bytes = (size_t)want;
     struct statvfs fs;
     if (statvfs("/dev/shm", &fs) == 0) {
         size_t avail = (size_t)fs.f_bavail * fs.f_frsize / (size_t)(n > 0 ? n : 1);

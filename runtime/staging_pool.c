@@ -11,6 +11,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/device.h"
+#include "runtime/env.h"
 #include "runtime/error.h"
 #include "runtime/staging.h"
 
@@ -53,18 +54,10 @@ static dt_status configure(void)
 {
     if (configured)
         return DT_OK;
-    const char *s = getenv("DT_STAGED_POOL_MB");
-    unsigned long long mb = DEFAULT_LIMIT_MB;
-    if (s) {
-        char *end = NULL;
-        errno = 0;
-        mb = strtoull(s, &end, 10);
-        if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || mb > MAX_LIMIT_MB)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "DT_STAGED_POOL_MB='%s' is not an "
-                             "integer in 0..%llu (MiB of host staging kept between exchanges)",
-                             s, MAX_LIMIT_MB);
-    }
-    limit_bytes = (uint64_t)mb << 20;
+    dt_status st = dt__env_mib("DT_STAGED_POOL_MB", DEFAULT_LIMIT_MB, 0, MAX_LIMIT_MB,
+                               "MiB of host staging kept between exchanges", &limit_bytes);
+    if (st != DT_OK)
+        return st;
     stats.bytes_limit = limit_bytes;
     configured = 1;
     return DT_OK;

@@ -26,6 +26,8 @@ const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len)
 void dt__copy_large(void *dst, const void *src, size_t bytes);
 /* Turns the streaming stores on or off in this process (bench/relayout's in-run A/B). */
 void dt__copy_set_streaming(int yes);
+/* Reads DT_COPY_STREAM (dt_init): DT_ERR_INVALID_ARGUMENT unless unset, empty, 0 or 1. */
+dt_status dt__copy_configure(void);
 
 /* A tensor whose local components are allocated (host pool or device) but not initialised:
  * for producers that overwrite every element (relayout). layout/tensor.c. */

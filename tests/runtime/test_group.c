@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "harness.h"
+#include "mesh/mesh_group.h"
 #include "runtime/error.h"
-#include "runtime/group.h"
 
 /* A 1-D CPU mesh over the first `clients` clients' devices (ids are client-ordered). */
 static dt_mesh *mesh_over(int clients, const char *name)

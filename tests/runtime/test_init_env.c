@@ -84,6 +84,12 @@ static void test_init_rejects_bad_options_before_mpi_starts(void)
     DT_ASSERT_ERROR_MENTIONS("DT_POOL_MAX_MB='lots'");
     unsetenv("DT_POOL_MAX_MB");
 
+    /* A flag that is neither 0 nor 1 is an error, not silently the default (docs/env.md). */
+    setenv("DT_COPY_STREAM", "off", 1);
+    DT_ASSERT_FAILS(dt_init(NULL, NULL, NULL), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("DT_COPY_STREAM='off'");
+    unsetenv("DT_COPY_STREAM");
+
     CU_ASSERT_EQUAL(dt_is_initialized(), 0);
     CU_ASSERT_EQUAL(mpi_started(), 0);
 }
