@@ -34,7 +34,7 @@ case "$steps" in ''|*[!0-9]*|0) echo "bench/gpt.sh: bad --steps '$steps'" >&2; e
 # shellcheck source=bench/prepare.sh
 . "$root/bench/prepare.sh"
 bench_prepare bench/gpt.sh libdt_bench_mpi_time.so
-ninja -C "$build" examples/train_gpt >&2
+[ "${DT_BENCH_NO_BUILD:-0}" = 1 ] || ninja -C "$build" examples/train_gpt >&2
 shim=$(cd "$build/bench" && pwd)/libdt_bench_mpi_time.so
 train="$build/examples/train_gpt"
 tmp=$(mktemp -d)

@@ -4,6 +4,7 @@
 # MPI that build links, Open MPI or MPICH, -Dmpi); defines `load` (prints a "# " line with the
 # load average, since other work on the machine distorts the numbers).
 #   bench_prepare NAME TARGET     e.g. bench_prepare bench/ckpt.sh bench_ckpt
+# (DT_BENCH_NO_BUILD=1 skips the build step.)
 bench_prepare() {
   local name=$1 target=$2
   cd "$root"
@@ -15,7 +16,8 @@ bench_prepare() {
     echo "$name: configuring $build (release)" >&2
     meson setup "$build" -Dbuildtype=release >&2
   fi
-  ninja -C "$build" "bench/$target" >&2
+  # DT_BENCH_NO_BUILD=1: the build is up to date (the bench test suite, which meson built).
+  [ "${DT_BENCH_NO_BUILD:-0}" = 1 ] || ninja -C "$build" "bench/$target" >&2
   exe="$build/bench/$target"
   mpiexec="$build/mpiexec"
   export DT_BIND=${DT_BIND:-0}
