@@ -2,7 +2,8 @@
 # Installs libdtensor from a configured build dir into a scratch prefix, then builds and runs a
 # separate program (consumer.c) using only `pkg-config --cflags --libs dtensor`, shared and
 # static, and checks that dtensor.pc names the MPI the library links (Open MPI or MPICH, -Dmpi)
-# as ldd sees it. Usage: tests/install/check_install.sh BUILD_DIR
+# as ldd sees it; then builds a separate CMake project (tests/install/cmake) with
+# find_package(dtensor CONFIG) and runs it. Usage: tests/install/check_install.sh BUILD_DIR
 set -euo pipefail
 build=${1:?usage: check_install.sh BUILD_DIR}
 src=$(cd "$(dirname "$0")" && pwd)
@@ -47,3 +48,33 @@ cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer
    "$libdir/libdtensor.a" $libs_static
 "$prefix/consumer_static"
 echo "install test: shared and static consumers built with pkg-config and ran ($mpi)"
+
+# CMake: a separate project finds the same install through its package config alone
+# (libdir/cmake/dtensor, relocatable: nothing rewritten), and its program, which also calls
+# MPI directly, links the MPI the library links and runs as 1 and 2 processes.
+if command -v cmake >/dev/null 2>&1; then
+  cdir=$(find "$prefix" -name dtensorConfig.cmake -path '*/cmake/dtensor/*' | head -n 1)
+  [ -n "$cdir" ] || { echo "install test: dtensorConfig.cmake was not installed" >&2; exit 1; }
+  [ -f "$(dirname "$cdir")/dtensorConfigVersion.cmake" ] ||
+    { echo "install test: dtensorConfigVersion.cmake was not installed" >&2; exit 1; }
+  cb="$prefix/cmake-build"
+  cmake -S "$src/cmake" -B "$cb" -DCMAKE_PREFIX_PATH="$prefix$orig" >"$prefix/cmake.log" 2>&1 ||
+    { cat "$prefix/cmake.log" >&2; echo "install test: cmake configure failed" >&2; exit 1; }
+  cmake --build "$cb" >>"$prefix/cmake.log" 2>&1 ||
+    { cat "$prefix/cmake.log" >&2; echo "install test: cmake build failed" >&2; exit 1; }
+  { read -r cmpi; read -r cmpiexec; } <"$cb/dtensor_mpi.txt"
+  [ "$cmpi" = "$mpi" ] && [ "$cmpiexec" = "$(pkg-config --variable=mpiexec dtensor)" ] ||
+    { echo "install test: the CMake package says $cmpi ($cmpiexec), dtensor.pc $mpi" >&2; exit 1; }
+  loaded=$(ldd "$cb/cmake_consumer")
+  grep -Eq "^[[:space:]]*$soname" <<<"$loaded" ||
+    { echo "install test: the CMake consumer does not load $mpi: $loaded" >&2; exit 1; }
+  grep -q "$prefix$orig" <<<"$(grep -F libdtensor <<<"$loaded")" ||
+    { echo "install test: the CMake consumer does not load the installed libdtensor: $loaded" >&2
+      exit 1; }
+  # (CMake's build-tree rpath names the installed library's directory.)
+  "$cb/cmake_consumer"
+  "$cmpiexec" -n 2 "$cb/cmake_consumer"
+  echo "install test: a CMake project built with find_package(dtensor CONFIG) and ran ($mpi)"
+else
+  echo "install test: no cmake here, the CMake package config is not tested" >&2
+fi
