@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# examples/quickstart (the README's first program) as a user runs it: one process of 4 CPU
+# devices and 2 processes of 2 each print "0 wrong" on every client and exit 0; one process of
+# 1 device (too few for its 2x2 mesh) exits 1 with the library's message, not a crash.
+# Usage: test_quickstart.sh QUICKSTART MPIEXEC
+set -uo pipefail
+exe=${1:?usage: test_quickstart.sh QUICKSTART MPIEXEC} mpiexec=${2:?}
+fail() { echo "test_quickstart: $*" >&2; exit 1; }
+
+out=$(DT_CPU_DEVICES=4 "$exe" 2>&1) || fail "1 process x 4 devices: exit $?: $out"
+echo "$out"
+[ "$out" = "quickstart: client 0 of 1: rows gathered from 2 shards, 0 wrong" ] ||
+  fail "1 process x 4 devices printed: $out"
+
+out=$(DT_CPU_DEVICES=2 "$mpiexec" -n 2 "$exe" 2>&1) || fail "2 processes x 2 devices: exit $?: $out"
+echo "$out"
+for c in 0 1; do
+  grep -qx "quickstart: client $c of 2: rows gathered from 2 shards, 0 wrong" <<<"$out" ||
+    fail "2 processes x 2 devices: client $c did not report 0 wrong: $out"
+done
+
+DT_CPU_DEVICES=1 "$exe" >/dev/null 2>"${TMPDIR:-/tmp}/quickstart.$$.err"
+rc=$?
+err=$(cat "${TMPDIR:-/tmp}/quickstart.$$.err"); rm -f "${TMPDIR:-/tmp}/quickstart.$$.err"
+echo "$err"
+[ "$rc" -eq 1 ] || fail "1 process x 1 device: exit $rc (wanted 1): $err"
+grep -q "quickstart: dt_tensor_zeros: DT_ERR_DEVICE_MISMATCH: mesh 'train' has 4 CPU devices" \
+  <<<"$err" || fail "1 process x 1 device: no clear message: $err"
+echo "test_quickstart: ok"
