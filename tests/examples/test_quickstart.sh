@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # examples/quickstart (the README's first program) as a user runs it: one process of 4 CPU
 # devices and 2 processes of 2 each print "0 wrong" on every client and exit 0; one process of
-# 1 device (too few for its 2x2 mesh) exits 1 with the library's message, not a crash.
-# Usage: test_quickstart.sh QUICKSTART MPIEXEC
+# 1 device (too few for its 2x2 mesh) exits 1 with the library's message, not a crash; and the
+# README quotes the program as it is. Usage: test_quickstart.sh QUICKSTART MPIEXEC README SOURCE
 set -uo pipefail
-exe=${1:?usage: test_quickstart.sh QUICKSTART MPIEXEC} mpiexec=${2:?}
+exe=${1:?usage: test_quickstart.sh QUICKSTART MPIEXEC README SOURCE} mpiexec=${2:?}
+readme=${3:?} source=${4:?}
 fail() { echo "test_quickstart: $*" >&2; exit 1; }
+
+# The README's first C block (after "## A first program") is the file, byte for byte.
+quoted=$(awk '/^## A first program/ { s = 1 } s && /^```c$/ { q = 1; next } q && /^```$/ { exit }
+              q { print }' "$readme")
+[ "$quoted" = "$(cat "$source")" ] || fail "README.md does not quote $source as it is"
 
 out=$(DT_CPU_DEVICES=4 "$exe" 2>&1) || fail "1 process x 4 devices: exit $?: $out"
 echo "$out"
