@@ -157,12 +157,39 @@ static void test_staging_keep_0_frees_it_after_each_save(void)
     dt_test_scratch_remove(dir);
 }
 
+/* DT_CKPT_STAGING_KEEP must be 0 or 1: anything else fails the save naming it (docs/env.md),
+ * instead of silently keeping the staging; the next save, with the variable unset, works. */
+static void test_staging_keep_unparsable_fails_the_save(void)
+{
+    char dir[256], ck[300];
+    ck_scratch(dir, sizeof dir, ck, sizeof ck);
+    int64_t shape[2] = {ROWS, COLS};
+    dt_mesh *m = all_mesh();
+    dt_layout *l = ck_layout(m, "a,b");
+    dt_tensor *t = ck_make(l, DT_DTYPE_F32, shape, 31);
+    const char *name = "w";
+    dt_save_request *req = NULL;
+    setenv("DT_CKPT_STAGING_KEEP", "no", 1);
+    DT_ASSERT_FAILS(dt_save_async(m, ck, 1, &name, (const dt_tensor *const *)&t, NULL, &req),
+                    DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("DT_CKPT_STAGING_KEEP='no' is neither 0 nor 1");
+    unsetenv("DT_CKPT_STAGING_KEEP");
+    CU_ASSERT_PTR_NULL(req);
+    uint64_t mine = 0;
+    save_and_check(ck, 32, 0, &mine);
+    dt_tensor_destroy(t);
+    dt_layout_destroy(l);
+    dt_mesh_destroy(m);
+    dt_test_scratch_remove(dir);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_later_saves_reuse_the_first_saves_staging),
         DT_TEST(test_a_smaller_bound_trims_the_kept_staging),
         DT_TEST(test_staging_keep_0_frees_it_after_each_save),
+        DT_TEST(test_staging_keep_unparsable_fails_the_save),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "ckpt_staging", cases, 1);
