@@ -7,11 +7,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "launch.h"
 
+/* After the job reported a lost host, how long the launcher may take to end by itself before it
+ * is stopped (SIGTERM to its process group, SIGKILL 10 s later): Open MPI's mpirun waits for an
+ * unreachable daemon until TCP gives up on the abort it sent there (minutes; keepalive cannot
+ * help once data is unacknowledged). */
+#define LOST_GRACE_S 10.0
+
 static volatile sig_atomic_t child_pid;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static void forward(int sig)
 {
@@ -21,6 +35,17 @@ static void forward(int sig)
 
 static void add_lost(const char *name, size_t len, const launch_hosts *hosts, launch_hosts *lost)
 {
+    if (hosts->n == 0) { /* no host list (this host only): take the name as it comes */
+        for (int k = 0; k < lost->n; k++)
+            if (strlen(lost->h[k].name) == len && strncmp(lost->h[k].name, name, len) == 0)
+                return;
+        if (lost->n < LAUNCH_MAX_HOSTS && len > 0 && len < LAUNCH_HOST_MAX) {
+            memcpy(lost->h[lost->n].name, name, len);
+            lost->h[lost->n].name[len] = '\0';
+            lost->h[lost->n++].slots = 0;
+        }
+        return;
+    }
     for (int i = 0; i < hosts->n; i++) {
         const char *h = hosts->h[i].name;
         if (strlen(h) != len || strncmp(h, name, len) != 0)
@@ -115,6 +140,7 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
         return -1;
     }
     if (pid == 0) {
+        setpgid(0, 0); /* its own group, so that a stuck launcher is stopped with its children */
         dup2(out[1], 1);
         dup2(errp[1], 2);
         close(out[0]), close(out[1]), close(errp[0]), close(errp[1]);
@@ -124,6 +150,7 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
     }
     close(out[1]);
     close(errp[1]);
+    setpgid(pid, pid);
     child_pid = pid;
     struct sigaction sa, old[3];
     memset(&sa, 0, sizeof sa);
@@ -137,6 +164,8 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
     s[1] = (stream){.from = errp[0], .to = 2};
     int open_n = 2, status = 0, exited = 0;
     double grace = 0; /* seconds of output read after the launcher exited */
+    double lost_at = 0;
+    int stopped = 0;
     while (open_n > 0) {
         struct pollfd fds[2];
         int map[2], n = 0;
@@ -158,6 +187,20 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
          * the launcher itself exited, then stop. */
         if (!exited && waitpid(pid, &status, WNOHANG) == pid)
             exited = 1;
+        else if (!exited && lost->n > 0) {
+            double t = now_s();
+            if (lost_at == 0)
+                lost_at = t;
+            if (stopped == 0 && t - lost_at > LOST_GRACE_S) {
+                fprintf(stderr, "dtensor launch: %s had not ended %.0f s after the job reported "
+                        "a lost host: stopping it\n", argv[0], LOST_GRACE_S);
+                kill(-pid, SIGTERM);
+                stopped = 1;
+            } else if (stopped == 1 && t - lost_at > LOST_GRACE_S + 10) {
+                kill(-pid, SIGKILL);
+                stopped = 2;
+            }
+        }
         else if (exited && r == 0 && (grace += 0.25) >= 2)
             break;
     }
@@ -169,6 +212,8 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
     for (int i = 0; i < 2; i++)
         if (s[i].from >= 0)
             close(s[i].from);
+    if (stopped) /* whatever the stopped launcher then did (Open MPI's may crash) */
+        return 128 + SIGTERM;
     if (WIFSIGNALED(status))
         return 128 + WTERMSIG(status);
     return WEXITSTATUS(status);
