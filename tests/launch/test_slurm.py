@@ -55,7 +55,18 @@ class Slurm(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
+    def setUp(self):
+        self.before = self.host2_bytes()
+
+    @staticmethod
+    def host2_bytes():
+        return int(run([os.environ["MH_BYTES"], os.environ["MH_PREFIX"] + "2"], os.environ))
+
     def check(self, out, name):
+        # The job ran on both nodes: 12 steps' worth of the data-parallel gradient sums of a
+        # 64-32-10 MLP at least crossed node 2's link.
+        crossed = self.host2_bytes() - self.before
+        self.assertGreater(crossed, 12 * (64 * 32 + 32 * 10) * 4)
         self.assertEqual(accuracy(out), self.ref_acc)
         same_state(self, os.path.join(self.ref, "checkpoint"),
                    os.path.join(self.tmp, name, "checkpoint"), 24)
