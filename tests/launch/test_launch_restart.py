@@ -83,7 +83,12 @@ class LaunchRestart(unittest.TestCase):
         run([os.environ["MH_KILLHOST"], host(2)], os.environ)
         t = job.wait_for(r"dtensor launch: restart 1 of 1 from step", 60)
         self.assertIsNotNone(t, "no restart:\n" + "".join(job.all))
+        before = int(run([os.environ["MH_BYTES"], host(2)], os.environ))
         rc, out = job.finish(180)
+        # The relaunch left host 2 out: hardly a byte crossed its link (a step's gradient sums
+        # alone are 64 x 32 + 32 x 10 floats).
+        crossed = int(run([os.environ["MH_BYTES"], host(2)], os.environ)) - before
+        self.assertLess(crossed, (64 * 32 + 32 * 10) * 4, out)
         self.assertEqual(rc, 0, out)
         self.assertRegex(out, rf"dtensor launch: the job failed \(exit status \d+\); lost "
                               rf"host\(s\): {host(2)}\n")
