@@ -85,6 +85,9 @@ class LaunchRestart(unittest.TestCase):
         self.assertIsNotNone(t, "no restart:\n" + "".join(job.all))
         before = int(run([os.environ["MH_BYTES"], host(2)], os.environ))
         rc, out = job.finish(180)
+        for line in out.splitlines():  # what the launcher said, for the log
+            if line.startswith("dtensor launch:") or "resumed from" in line:
+                print(line, file=sys.stderr)
         # The relaunch left host 2 out: hardly a byte crossed its link (a step's gradient sums
         # alone are 64 x 32 + 32 x 10 floats).
         crossed = int(run([os.environ["MH_BYTES"], host(2)], os.environ)) - before
