@@ -200,7 +200,7 @@ static int mesh_fits(const launch_argv *prog, int procs, char *why, size_t len)
 
 static void print_command(const launch_plan *p, const launch_argv *cmd)
 {
-    if (p->hosts->n) {
+    if (p->hosts->n && !p->srun) {
         printf("# %s:\n", p->hostfile);
         for (int i = 0; i < p->hosts->n; i++)
             printf(strcmp(p->mpi, "mpich") == 0 ? "#   %s:%d\n" : "#   %s slots=%d\n",
@@ -223,7 +223,7 @@ static void host_names(const launch_hosts *h, char *buf, size_t len)
         o += (size_t)snprintf(buf + o, len - o, "%s%s", i ? "," : "", h->h[i].name);
 }
 
-static int launch_loop(opts *o, launch_hosts *hosts, const char *tmpdir)
+static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpdir)
 {
     launch_argv prog = {0};
     for (int i = 0; i < o->n_prog; i++)
@@ -245,12 +245,14 @@ static int launch_loop(opts *o, launch_hosts *hosts, const char *tmpdir)
                          .env_names = o->env, .n_env_names = o->n_env,
                          .mpi_args = (const char *const *)o->mpi_args,
                          .n_mpi_args = o->n_mpi_args, .hostfile = hostfile,
+                         .srun = slurm && strcmp(DT_LAUNCH_MPI, "mpich") == 0,
                          .prog = (const char *const *)prog.v, .n_prog = prog.n};
         char count[16];
         snprintf(count, sizeof count, "%d", attempt);
         setenv("DT_LAUNCH_RESTART", count, 1); /* passed on like every DT_* variable */
         launch_argv cmd = {0};
-        if ((hosts->n && !o->dry_run && launch_write_hostfile(&p, err, sizeof err) != 0) ||
+        if ((hosts->n && !p.srun && !o->dry_run &&
+             launch_write_hostfile(&p, err, sizeof err) != 0) ||
             launch_build(&p, &cmd, err, sizeof err) != 0) {
             fprintf(stderr, "dtensor launch: %s\n", err);
             launch_argv_free(&cmd);
@@ -318,8 +320,16 @@ int cli_launch(int argc, char **argv)
     static launch_hosts hosts;
     char err[1024];
     hosts.n = 0;
+    int got = 0;
+    for (int i = 0; rc == 0 && i < o.n_env; i++) { /* --env VAR=VALUE: set for the job */
+        const char *eq = strchr(o.env[i], '=');
+        if (eq) {
+            char name[256];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - o.env[i]), o.env[i]);
+            setenv(name, eq + 1, 1);
+        }
+    }
     if (rc == 0) {
-        int got = 0;
         if (o.hosts)
             got = launch_hosts_parse_list(o.hosts, o.nproc_per_node ? o.nproc_per_node : 1,
                                           &hosts, err, sizeof err);
@@ -345,7 +355,7 @@ int cli_launch(int argc, char **argv)
         } else {
             if (o.dry_run)
                 snprintf(tmpdir, sizeof tmpdir, "%s/dtensor-launch.XXXXXX", t && *t ? t : "/tmp");
-            rc = launch_loop(&o, &hosts, tmpdir);
+            rc = launch_loop(&o, &hosts, got == 1 && !o.hosts && !o.hostfile, tmpdir);
             if (!o.dry_run) {
                 char hf[4200];
                 snprintf(hf, sizeof hf, "%s/hostfile", tmpdir);

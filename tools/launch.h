@@ -53,6 +53,7 @@ typedef struct launch_plan {
     const char *const *mpi_args; /* extra launcher words, before the program */
     int n_mpi_args;
     const char *hostfile; /* where the hostfile is (written by launch_write_hostfile) */
+    int srun;             /* MPICH inside a Slurm allocation: srun --mpi=pmi2, no hostfile */
     const char *const *prog; /* PROGRAM ARGS... */
     int n_prog;
 } launch_plan;

@@ -130,13 +130,40 @@ static int env_words(const launch_plan *p, launch_argv *names)
 
 static int add_fmt(launch_argv *a, const char *fmt, long v)
 {
-    char b[32];
+    char b[64];
     snprintf(b, sizeof b, fmt, v);
     return launch_argv_add(a, b);
 }
 
+/* MPICH inside Slurm: Hydra's own start through Slurm hung in the test cluster, srun with PMI2
+ * works (docs/launch.md); srun passes the whole environment on. */
+static int build_srun(const launch_plan *p, launch_argv *out, char *err, size_t errlen)
+{
+    char nodes[LAUNCH_MAX_HOSTS * (LAUNCH_HOST_MAX + 1) + 16];
+    size_t o = (size_t)snprintf(nodes, sizeof nodes, "--nodelist=");
+    for (int i = 0; i < p->hosts->n; i++)
+        o += (size_t)snprintf(nodes + o, sizeof nodes - o, "%s%s", i ? "," : "",
+                              p->hosts->h[i].name);
+    int bad = launch_argv_add(out, "srun") != 0 || launch_argv_add(out, "--mpi=pmi2") != 0 ||
+              launch_argv_add(out, "--kill-on-bad-exit=1") != 0 ||
+              add_fmt(out, "--nodes=%ld", p->hosts->n) != 0 ||
+              add_fmt(out, "--ntasks=%ld", launch_hosts_total(p->hosts)) != 0 ||
+              launch_argv_add(out, nodes) != 0;
+    if (!bad && p->ppn > 0)
+        bad = add_fmt(out, "--ntasks-per-node=%ld", p->ppn) != 0;
+    for (int i = 0; !bad && i < p->n_mpi_args; i++)
+        bad = launch_argv_add(out, p->mpi_args[i]) != 0;
+    for (int i = 0; !bad && i < p->n_prog; i++)
+        bad = launch_argv_add(out, p->prog[i]) != 0;
+    if (bad)
+        snprintf(err, errlen, "out of memory");
+    return bad ? -1 : 0;
+}
+
 int launch_build(const launch_plan *p, launch_argv *out, char *err, size_t errlen)
 {
+    if (p->srun)
+        return build_srun(p, out, err, errlen);
     int mpich = strcmp(p->mpi, "mpich") == 0;
     int total = p->hosts->n ? launch_hosts_total(p->hosts) : p->local_procs;
     launch_argv names = {0};

@@ -118,16 +118,22 @@ class Launch(unittest.TestCase):
     def test_slurm_allocation_gives_its_nodes_and_tasks(self):
         hf, cmd = self.dry(["prog"], clean_env(SLURM_JOB_NODELIST="n[01-03],m7",
                                                SLURM_TASKS_PER_NODE="2(x3),1"))
-        sep = ":" if MPI == "mpich" else " slots="
-        self.assertEqual(hf, [f"n01{sep}2", f"n02{sep}2", f"n03{sep}2", f"m7{sep}1"])
-        self.assertIn(" -n 7 ", cmd)
-        self.assertNotIn("ppr", cmd)
-        self.assertNotIn("-ppn", cmd)
+        if MPI == "mpich":  # srun with PMI2 (docs/launch.md): the nodes, no hostfile
+            self.assertEqual(hf, [])
+            self.assertEqual(cmd, "srun --mpi=pmi2 --kill-on-bad-exit=1 --nodes=4 --ntasks=7 "
+                                  "--nodelist=n01,n02,n03,m7 prog")
+        else:
+            self.assertEqual(hf, ["n01 slots=2", "n02 slots=2", "n03 slots=2", "m7 slots=1"])
+            self.assertIn(" -n 7 ", cmd)
+            self.assertNotIn("ppr", cmd)
         hf, cmd = self.dry(["prog"], clean_env(SLURM_JOB_NODELIST="gpu-[8-10]",
                                                SLURM_NTASKS_PER_NODE="4"))
-        self.assertEqual(hf, [f"gpu-8{sep}4", f"gpu-9{sep}4", f"gpu-10{sep}4"])
-        self.assertIn(" -n 12 ", cmd)
-        self.assertIn(" -ppn 4 " if MPI == "mpich" else " --map-by ppr:4:node ", cmd)
+        if MPI == "mpich":
+            self.assertEqual(cmd, "srun --mpi=pmi2 --kill-on-bad-exit=1 --nodes=3 --ntasks=12 "
+                                  "--nodelist=gpu-8,gpu-9,gpu-10 --ntasks-per-node=4 prog")
+        else:
+            self.assertEqual(hf, ["gpu-8 slots=4", "gpu-9 slots=4", "gpu-10 slots=4"])
+            self.assertIn(" -n 12 --map-by ppr:4:node ", cmd)
 
     def test_hostfile_forms_and_nproc_per_node(self):
         path = os.path.join(self.tmp, "hosts")
