@@ -10,7 +10,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
 # Open MPI is the default MPI; the test command also checks the build against MPICH.
-if [ "${1:-}" = test ]; then ./scripts/setup.sh openmpi mpich; else ./scripts/setup.sh; fi
+# The test command also installs Slurm for the slurm suite (tests/launch, docs/launch.md).
+if [ "${1:-}" = test ]; then ./scripts/setup.sh openmpi mpich slurm; else ./scripts/setup.sh; fi
 # shellcheck source=scripts/env.sh
 . ./scripts/env.sh
 

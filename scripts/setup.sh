@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, the Debian packages libdtensor needs to build, test and run.
 # Idempotent: when everything is present it prints nothing and exits 0.
-# Usage: scripts/setup.sh [openmpi] [mpich]
+# Usage: scripts/setup.sh [openmpi] [mpich] [slurm]
 #   which MPI implementations to install (default: openmpi, what `meson setup` picks when both
-#   are present; `-Dmpi=mpich` builds against MPICH, docs/mpi.md). `run.sh test` asks for both.
+#   are present; `-Dmpi=mpich` builds against MPICH, docs/mpi.md). `run.sh test` asks for both,
+#   and for slurm: Debian's Slurm daemons, client and munge for the slurm test suite
+#   (tests/launch, docs/launch.md; the PMIx and PMI2 plugins come with slurm-wlm-basic-plugins).
 set -euo pipefail
 
 pkgs=(
@@ -18,7 +20,8 @@ for mpi in "$@"; do
   case "$mpi" in
     openmpi) pkgs+=(libopenmpi-dev openmpi-bin) ;;
     mpich) pkgs+=(libmpich-dev mpich) ;;   # mpiexec.mpich (Hydra), mpich.pc
-    *) echo "setup: unknown MPI '$mpi' (openmpi or mpich)" >&2; exit 2 ;;
+    slurm) pkgs+=(slurmctld slurmd slurm-client munge) ;;
+    *) echo "setup: unknown '$mpi' (openmpi, mpich or slurm)" >&2; exit 2 ;;
   esac
 done
 

@@ -14,6 +14,8 @@ int cli_usage(void)
           "       dtensor ckpt ls DIR\n"
           "       dtensor ckpt verify DIR\n"
           "       dtensor ckpt export DIR OUT_DIR [--max-file-bytes SIZE]\n"
+          "       dtensor launch [--hosts H:N,... | --hostfile F] [--nproc-per-node N] [--dry-run]\n"
+          "                      [--max-restarts K [--exclude-lost]] -- PROGRAM ARGS...\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -73,6 +75,8 @@ int main(int argc, char **argv)
         return cli_layout(argc - 1, argv + 1);
     if (strcmp(cmd, "ckpt") == 0)
         return cli_ckpt(argc - 1, argv + 1);
+    if (strcmp(cmd, "launch") == 0)
+        return cli_launch(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;
