@@ -40,6 +40,10 @@ struct dt__recorder {
  * layout/relayout.c (the lowest module that records), set only by autograd/. */
 extern _Thread_local dt__recorder *dt__rec_tls;
 
+/* A tensor's serial number, unique in the process for its lifetime and never reused (0 for
+ * NULL): the tape's key for a value. Defined in layout/tensor.c. */
+uint64_t dt__tensor_serial(const dt_tensor *tensor);
+
 /* An op's public entry point brackets its implementation:
  *     dt__recorder *r = dt__rec_suspend();          (one thread-local load when idle)
  *     dt_tensor *t = NULL;
