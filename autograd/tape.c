@@ -30,8 +30,11 @@ int dt__ag_other_tape_has(const dt_tape *self, const dt_tensor *t)
     int found = 0;
     pthread_mutex_lock(&registry_lock);
     for (int i = 0; i < nregistry && !found; i++)
-        if (registry[i] != self && dt__ag_find(registry[i], t) >= 0)
-            found = 1;
+        if (registry[i] != self) {
+            /* Only another tape's recorded outputs: a watched tensor may be on several. */
+            int64_t v = dt__ag_find(registry[i], t);
+            found = v >= 0 && registry[i]->values[v].producer >= 0;
+        }
     pthread_mutex_unlock(&registry_lock);
     return found;
 }
@@ -221,7 +224,7 @@ dt_status dt_tape_watch(dt_tape *tape, const dt_tensor *param, int index)
         return DT_OK;
     dt_tensor *old = w->t;
     w->t = param ? dt_tensor_retain(param) : NULL;
-    if (tape->has_recording && !tape->consumed) {
+    if (tape->has_recording) {
         if (w->value >= 0) {
             /* Rebinding (ZeRO stage 3): the same value, now this tensor. */
             ag_value *val = &tape->values[w->value];
