@@ -339,8 +339,8 @@ dt_status gpt2_grads(gpt2 *m, dt_tape *tape, const dt_tensor *x, const dt_tensor
         if (st == DT_OK && !grads_out[i])
             st = DT_ERR_STATE;
     }
-    if (st != DT_OK)
-        dt_tape_reset(tape);
+    /* The recording is spent (gradients taken): drop it and what it still holds. */
+    dt_tape_reset(tape);
     pass_free(&p);
     return st;
 }
