@@ -113,6 +113,9 @@ static int model_layouts(const dt_mesh *mesh, dt_layout **rep, dt_layout **part)
 
 /* Creates the stage's model and measures it: parameters, optimizer, a warm-up step, then one
  * step with the sampler on. */
+/* dt_zero_opts.reduce_dtype of the models model_setup makes (the reduce case sets it). */
+static int g_reduce_dtype = DT_ZERO_REDUCE_PARAM;
+
 static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
 {
     memset(m, 0, sizeof *m);
@@ -132,6 +135,7 @@ static int model_setup(model *m, int stage, const dt_mesh *mesh, const opts *o)
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = stage;
     zo.allgather_size = o->allgather;
+    zo.reduce_dtype = g_reduce_dtype;
     if (o->bucket > 0)
         zo.reduce_bucket_size = o->bucket;
     dt_optim_hparams hp = DT_OPTIM_ADAM_INIT;
@@ -310,6 +314,52 @@ static void speed_lines(const model *ms, const opts *o, const double *med, const
         bu_line_add(&line, "check", "%s", check);
         bu_line_print(&line);
     }
+}
+
+/* ---- case reduce: bf16 gradients summed in f32 (dt_zero_opts.reduce_dtype) ------------------ */
+
+/* Per stage, the step with the bf16 sum against the step with the f32 sum (interleaved, the
+ * slowest rank's time, medians) and the optimizer's gradient bytes of each. */
+static int reduce_case(const dt_mesh *mesh, const opts *o)
+{
+    int good = 1;
+    for (int stage = 0; stage < NSTAGES && good; stage++) {
+        model ms[2];
+        memset(ms, 0, sizeof ms);
+        for (int r = 0; r < 2 && good; r++) {
+            g_reduce_dtype = r ? DT_ZERO_REDUCE_F32 : DT_ZERO_REDUCE_PARAM;
+            good = model_setup(&ms[r], stage, mesh, o);
+        }
+        g_reduce_dtype = DT_ZERO_REDUCE_PARAM;
+        for (int rep = 0; rep < o->reps && good; rep++)
+            for (int i = 0; i < 2 && good; i++) {
+                model *m = &ms[(rep + i) % 2];
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                int ok = report("timed step", dt_zero_step(m->z, m->g, NULL));
+                m->times[rep] = bu_max_all(MPI_Wtime() - t0);
+                good = bu_ok_all(ok);
+            }
+        if (good && g_rank == 0) {
+            double t16 = bu_median(ms[0].times, o->reps), t32 = bu_median(ms[1].times, o->reps);
+            bu_line line;
+            bu_line_init(&line);
+            bu_line_add(&line, "case", "reduce");
+            bu_line_add(&line, "stage", "%d", stage);
+            bu_line_add(&line, "np", "%d", g_nclients);
+            bu_line_add(&line, "params", "%lld", (long long)o->params);
+            bu_line_add(&line, "bf16_sum_ms", "%.2f", t16 * 1e3);
+            bu_line_add(&line, "f32_sum_ms", "%.2f", t32 * 1e3);
+            bu_line_add(&line, "cost_ratio", "%.3f", t32 / t16);
+            bu_line_add(&line, "grad_bytes_bf16", "%llu", (unsigned long long)ms[0].api.grad_bytes);
+            bu_line_add(&line, "grad_bytes_f32", "%llu", (unsigned long long)ms[1].api.grad_bytes);
+            bu_line_add(&line, "reps", "%d", o->reps);
+            bu_line_print(&line);
+        }
+        for (int r = 0; r < 2; r++)
+            model_destroy(&ms[r]);
+    }
+    return good;
 }
 
 /* Every stage took the same steps on the same gradients: parameters must be identical over
@@ -1102,6 +1152,8 @@ int main(int argc, char **argv)
         good = stage3_case(mesh, &o);
     for (int s = 0; s < NSTAGES; s++)
         model_destroy(&ms[s]);
+    if (good && bu_list_has(o.cases, "reduce"))
+        good = reduce_case(mesh, &o);
     dt_mesh_destroy(mesh);
     dt_finalize();
     return good ? 0 : 1;

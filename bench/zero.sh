@@ -9,7 +9,7 @@
 # memory and iteration time on a layered loop against stage 0 (case stage3).
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
 #   bench/zero.sh [--params P] [--np 2,4] [--reps N] [--quick] [--allgather N]
-#                 [--cases memory,speed,overlap,offload,stage3]
+#                 [--cases memory,speed,overlap,offload,stage3,reduce]
 set -euo pipefail
 
 usage() {
@@ -19,14 +19,14 @@ usage: bench/zero.sh [options]
   --np LIST      process counts (default 2,4); one CPU device per process
   --reps N       timed steps per stage (default 10); --quick: 3
   --allgather N  elements per all-gather chunk (default P/16)
-  --cases LIST   memory,speed,overlap,offload,stage3 (default all)
+  --cases LIST   memory,speed,overlap,offload,stage3,reduce (default all)
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 nps=2,4
-cases=memory,speed,overlap,offload,stage3
+cases=memory,speed,overlap,offload,stage3,reduce
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in

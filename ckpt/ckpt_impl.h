@@ -531,4 +531,72 @@ dt_status dt__ckpt_step_publish(const char *root, int64_t step, const dt_ckpt_ke
 /* Checks a keep policy (fn for the message). */
 dt_status dt__ckpt_check_keep(const char *fn, const dt_ckpt_keep *keep);
 
+/* ---- foreign sources (foreign_open.c, foreign_st.c, foreign_llmc.c, foreign_restore.c,
+ * foreign_gpt2.c, foreign_export.c) ---------------------------------------------------------- */
+
+#include "dtensor/foreign.h"
+
+/* Longest safetensors header accepted (the safetensors library's own limit). */
+#define CK_FOREIGN_HEADER_MAX ((uint64_t)100000000)
+
+typedef struct ck_ftensor {
+    char *name;
+    dt_dtype dtype;
+    int rank;
+    int64_t shape[DT_MAX_RANK];
+    int64_t file;                 /* index into dt_foreign.files */
+    uint64_t offset;              /* absolute offset of its first byte */
+    uint64_t bytes;
+} ck_ftensor;
+
+typedef struct ck_ffile {
+    char *path;
+    uint64_t size;                /* at open */
+} ck_ffile;
+
+/* Bytes read per device global id (grown on demand; kept apart so that a const handle
+ * counts). */
+typedef struct ck_fstats {
+    int n;
+    uint64_t *by_device;
+    uint64_t total;
+} ck_fstats;
+
+struct dt_foreign {
+    char *path;                   /* as given */
+    char *dir;                    /* directory holding the files (config.json beside them) */
+    const char *shown;            /* what messages name for the source: an index or the file */
+    dt_foreign_format format;
+    int64_t nfiles;
+    ck_ffile *files;
+    int64_t ntensors, cap;
+    ck_ftensor *tensors;
+    int64_t *by_name;             /* tensor indices sorted by name */
+    json_t *metadata;             /* the first file's __metadata__ object, or NULL */
+    json_t *index_metadata;       /* an index's "metadata" object, or NULL */
+    int32_t llmc[8];              /* llm.c header ints 0..7 */
+    ck_fstats *stats;
+};
+
+/* Appends a tensor (name copied). DT_ERR_NO_MEMORY. */
+dt_status dt__foreign_add(dt_foreign *src, const char *name, dt_dtype dtype, int rank,
+                          const int64_t *shape, int64_t file, uint64_t offset, uint64_t bytes);
+/* Appends a file (path copied; its size from fstat of fd). */
+dt_status dt__foreign_add_file(dt_foreign *src, const char *path, uint64_t size,
+                               int64_t *index_out);
+/* Parses the safetensors header of file `f` (open fd, size known): checks it as
+ * dt_foreign_open says and appends its tensors in data order. Keeps the first file's
+ * __metadata__. */
+dt_status dt__foreign_parse_st(dt_foreign *src, int64_t f, int fd);
+/* Parses an HF index text (path for messages, dir for the files it names) and every file it
+ * names. */
+dt_status dt__foreign_parse_index(dt_foreign *src, const char *index_path, const char *text,
+                                  size_t len);
+/* Parses llm.c's GPT-2 checkpoint header of file f. */
+dt_status dt__foreign_parse_llmc(dt_foreign *src, int64_t f, int fd);
+/* Sorts by_name and refuses repeated names (DT_ERR_CORRUPT naming the source). */
+dt_status dt__foreign_index_names(dt_foreign *src);
+/* Index of `name` or -1. */
+int64_t dt__foreign_lookup(const dt_foreign *src, const char *name);
+
 #endif

@@ -136,7 +136,7 @@ static void piece_of(const dt_zero *z, const dt__zbucket *b, int64_t q, int64_t 
 static int64_t bucket_elems(const dt_zero *z, const dt__zgroup *g)
 {
     int64_t bytes = z->reduce_bucket_size < INT_MAX ? z->reduce_bucket_size : INT_MAX;
-    int64_t per = bytes / (int64_t)dt_dtype_size(g->dtype);
+    int64_t per = bytes / (int64_t)dt_dtype_size(g->gdtype);
     return per < 1 ? 1 : per;
 }
 
@@ -199,7 +199,7 @@ static int tag_of(const dt_zero *z, int phase, int64_t src, int64_t dst_q)
 static dt_status post(dt_zero *z, dt__zbucket *b, int send, void *buf, int64_t elems, int i,
                       int64_t q, int phase)
 {
-    size_t bytes = (size_t)elems * dt_dtype_size(b->group->dtype);
+    size_t bytes = (size_t)elems * dt_dtype_size(b->group->gdtype);
     size_t e = (size_t)i * (size_t)z->dp_size;
     int64_t me = z->coords[i][z->dp];
     MPI_Request *r = &b->reqs[b->nreq];
@@ -224,7 +224,7 @@ static char *slot(const dt__zbucket *b, int i, int64_t q, int64_t me, int64_t ml
 /* Phase 1: each device's summand to host memory, each peer's piece sent, its own received. */
 static dt_status start(dt_zero *z, dt__zbucket *b)
 {
-    size_t dsz = dt_dtype_size(b->group->dtype), nl = (size_t)z->nlocal;
+    size_t dsz = dt_dtype_size(b->group->gdtype), nl = (size_t)z->nlocal;
     int64_t n = b->hi - b->lo, a = b->lo - b->chunk->start;
     b->reqs = malloc(nl * (size_t)(2 * z->dp_size) * sizeof *b->reqs);
     b->peers = malloc(nl * (size_t)(2 * z->dp_size) * sizeof *b->peers);
@@ -276,7 +276,7 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
     double t0 = dt__zero_cpu_seconds(), t_sum = 0;
     const dt__zgroup *g = b->group;
     dt__zchunk *ch = b->chunk;
-    size_t dsz = dt_dtype_size(g->dtype);
+    size_t dsz = dt_dtype_size(g->gdtype);
     int64_t a = b->lo - ch->start;
     int phase = b->phase;
     b->nreq = 0;
@@ -300,7 +300,7 @@ static dt_status advance(dt_zero *z, dt__zbucket *b)
         char *sum = me == 0 ? own : slot(b, i, 0, me, mlen, dsz);
         double ts = dt__zero_cpu_seconds();
         for (int64_t q = 1; q < z->dp_size && mlen > 0; q++)
-            dt__host_reduce(DT_REDUCE_SUM, g->dtype, sum,
+            dt__host_reduce(DT_REDUCE_SUM, g->gdtype, sum,
                             q == me ? own : slot(b, i, q, me, mlen, dsz), mlen);
         t_sum += dt__zero_cpu_seconds() - ts;
         if (z->stage == 0) {
@@ -489,7 +489,7 @@ static int64_t live_bytes(const dt_zero *z)
     for (int k = 0; k < z->nstarted; k++) {
         const dt__zbucket *b = &z->buckets[z->order[k]];
         if (b->phase == 1 || b->phase == 2)
-            sum += (b->hi - b->lo) * (int64_t)dt_dtype_size(b->group->dtype);
+            sum += (b->hi - b->lo) * (int64_t)dt_dtype_size(b->group->gdtype);
     }
     return sum;
 }
@@ -498,7 +498,7 @@ static int64_t live_bytes(const dt_zero *z)
  * start order, as every client does, so the waits match up) until b fits or none is left. */
 static dt_status make_room(dt_zero *z, const dt__zbucket *b)
 {
-    int64_t need = (b->hi - b->lo) * (int64_t)dt_dtype_size(b->group->dtype);
+    int64_t need = (b->hi - b->lo) * (int64_t)dt_dtype_size(b->group->gdtype);
     dt_status st = DT_OK;
     int busy = 0;
     for (int k = 0; st == DT_OK && k < z->nstarted; k++) {

@@ -157,9 +157,9 @@ dt_status dt__zero_alloc_state(dt_zero *z, dt__zgroup *g)
         if (st == DT_OK && adam && !z->offload)
             st = dt__zero_chunk_tensor(z, z->state_layout, DT_DTYPE_F32, ch->len, 1, &ch->s2);
         if (st == DT_OK && z->stage < 2)
-            st = dt__zero_chunk_tensor(z, z->flat_layout, g->dtype, ch->len, 1, &ch->flat);
+            st = dt__zero_chunk_tensor(z, z->flat_layout, g->gdtype, ch->len, 1, &ch->flat);
         if (st == DT_OK && z->stage == 2)
-            st = dt__zero_chunk_tensor(z, z->state_layout, g->dtype, ch->len, 1, &ch->gpart);
+            st = dt__zero_chunk_tensor(z, z->state_layout, g->gdtype, ch->len, 1, &ch->gpart);
         /* The master partition starts as the parameters' values. */
         for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
             int64_t off, len;

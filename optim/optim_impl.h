@@ -88,7 +88,10 @@ typedef struct dt__zchunk {
 
 typedef struct dt__zgroup {
     dt_optim_hparams hp;
-    dt_dtype dtype;           /* of the parameters (and of the flat gradients) */
+    dt_dtype dtype;           /* of the parameters */
+    /* Of the flat gradients, their reduction over dp and the norm: dtype, or f32 where
+     * dt_zero_opts.reduce_dtype asks f32 for 16-bit parameters. */
+    dt_dtype gdtype;
     int nparams;
     dt__zparam *params;
     int64_t length;           /* L: the flat buffer's length per model coordinate */
@@ -138,6 +141,7 @@ struct dt_zero {
      * offload_block elements through the staging buffers `off`. */
     int offload;
     int64_t offload_block;
+    int reduce_f32;           /* dt_zero_opts.reduce_dtype is DT_ZERO_REDUCE_F32 */
     struct dt__zoff *off;
     /* Rank k + 1 layouts of the chunk tensors: flat partial over dp ([model..., unsharded]
      * partial dp), state ([model..., dp], stage 0 [model..., unsharded]), gathered

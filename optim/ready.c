@@ -83,8 +83,8 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
         for (int i = 0; st == DT_OK && i < z->nlocal; i++)
             st = dt__zero_gather_in(z, g, i, lo, hi - lo, src,
                                     (char *)dt_tensor_local(ch->filling, i)->data +
-                                        (size_t)(lo - ch->start) * dt_dtype_size(g->dtype),
-                                    g->dtype);
+                                        (size_t)(lo - ch->start) * dt_dtype_size(g->gdtype),
+                                    g->gdtype);
         if (st == DT_OK && !z->overlap && --ch->waiting == 0) {
             dt_status done = dt__zero_sync(z);
             st = done;

@@ -62,7 +62,7 @@ static void *partition(const dt_zero *z, const dt__zgroup *g, const dt__zchunk *
     dt__zero_part(z, ch, i, off, len);
     if (z->stage == 2)
         return dt_tensor_local(ch->gpart, i)->data;
-    return (char *)dt_tensor_local(ch->flat, i)->data + (size_t)*off * dt_dtype_size(g->dtype);
+    return (char *)dt_tensor_local(ch->flat, i)->data + (size_t)*off * dt_dtype_size(g->gdtype);
 }
 
 dt_status dt__zero_flat_for(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
@@ -70,7 +70,7 @@ dt_status dt__zero_flat_for(const dt_zero *z, const dt__zgroup *g, dt__zchunk *c
 {
     *flat_out = ch->flat;
     if (z->stage == 2)
-        return dt__zero_chunk_tensor(z, z->flat_layout, g->dtype, ch->len, 0, flat_out);
+        return dt__zero_chunk_tensor(z, z->flat_layout, g->gdtype, ch->len, 0, flat_out);
     return DT_OK;
 }
 
@@ -87,7 +87,7 @@ dt_status dt__zero_reduce_filled(const dt_zero *z, const dt__zgroup *g, dt__zchu
      * persistent flat buffer. */
     dt_tensor *red = NULL;
     st = dt_relayout(flat, z->state_layout, &red);
-    size_t dsz = dt_dtype_size(g->dtype);
+    size_t dsz = dt_dtype_size(g->gdtype);
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         int64_t off, len;
         dt__zero_local_range(red, i, &off, &len);
@@ -109,7 +109,7 @@ static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
     dt_status st = dt__zero_flat_for(z, g, ch, &flat);
     for (int i = 0; st == DT_OK && i < z->nlocal; i++)
         st = dt__zero_gather_in(z, g, i, ch->start, ch->len, grads,
-                                dt_tensor_local(flat, i)->data, g->dtype);
+                                dt_tensor_local(flat, i)->data, g->gdtype);
     dt_status done = dt__zero_sync(z);
     if (st == DT_OK)
         st = done;
@@ -139,7 +139,7 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
     int32_t *flags = be ? (int32_t *)(sums + np->count) : NULL;
     for (int gi = 0; st == DT_OK && gi < z->ngroups; gi++) {
         const dt__zgroup *g = &z->groups[gi];
-        size_t dsz = dt_dtype_size(g->dtype);
+        size_t dsz = dt_dtype_size(g->gdtype);
         dt__zseg *segs = malloc((size_t)g->nparams * sizeof *segs);
         if (!segs)
             return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
@@ -154,9 +154,9 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
                 const char *x = data + (size_t)(segs[s].flat - lo) * dsz;
                 np->counted[k] = (unsigned char)dt__zero_counts(z, segs[s].param, i);
                 if (np->counted[k])
-                    st = be->sq_sum_f64(segs[s].len, x, g->dtype, sums + k);
+                    st = be->sq_sum_f64(segs[s].len, x, g->gdtype, sums + k);
                 else
-                    st = be->nonfinite(segs[s].len, x, g->dtype, flags + k);
+                    st = be->nonfinite(segs[s].len, x, g->gdtype, flags + k);
             }
         }
         free(segs);
@@ -256,12 +256,12 @@ static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
         float *p = dt_tensor_local(ch->master, i)->data;
         float *m = ch->s1 ? dt_tensor_local(ch->s1, i)->data : NULL;
         float *v = ch->s2 ? dt_tensor_local(ch->s2, i)->data : NULL;
-        int64_t block = g->dtype == DT_DTYPE_F32 ? (len > 0 ? len : 1) : DT__ZERO_BLOCK;
+        int64_t block = g->gdtype == DT_DTYPE_F32 ? (len > 0 ? len : 1) : DT__ZERO_BLOCK;
         for (int64_t at = 0; st == DT_OK && at < len; at += block) {
             int64_t b = len - at < block ? len - at : block;
             const float *gf = (const float *)gp + at;
-            if (g->dtype != DT_DTYPE_F32) {
-                st = be->cast(b, gp + (size_t)at * 2, g->dtype, scratch[i], DT_DTYPE_F32);
+            if (g->gdtype != DT_DTYPE_F32) {
+                st = be->cast(b, gp + (size_t)at * 2, g->gdtype, scratch[i], DT_DTYPE_F32);
                 gf = scratch[i];
             }
             if (st != DT_OK)
@@ -289,10 +289,11 @@ static dt_status gather_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
         return st != DT_OK ? st : done;
     }
     /* The partition in the parameters' dtype: the master itself (f32), the gradient
-     * partition's buffer (stage 2: its gradients are spent), or a transient. */
+     * partition's buffer (stage 2, gradients of the parameters' dtype: they are spent), or a
+     * transient. */
     dt_tensor *src = ch->master, *tmp = NULL, *full = NULL;
     if (g->dtype != DT_DTYPE_F32) {
-        if (z->stage == 2)
+        if (z->stage == 2 && g->gdtype == g->dtype)
             src = ch->gpart;
         else
             st = dt__zero_chunk_tensor(z, z->state_layout, g->dtype, ch->len, 0, &tmp);
@@ -419,7 +420,7 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     /* The inner optimizer on every fp32 partition, then the all-gather. */
     int widen = 0;
     for (int g = 0; g < z->ngroups; g++)
-        widen |= z->groups[g].dtype != DT_DTYPE_F32;
+        widen |= z->groups[g].gdtype != DT_DTYPE_F32;
     for (int i = 0; st == DT_OK && widen && !z->offload && i < z->nlocal; i++)
         st = z->devs[i]->kind->alloc(z->devs[i], DT__ZERO_BLOCK * sizeof(float), &scratch[i]);
     for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)

@@ -52,6 +52,12 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     if (opts->offload_block < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: offload_block %lld is negative", fn,
                          (long long)opts->offload_block);
+    if (opts->reduce_dtype != DT_ZERO_REDUCE_PARAM && opts->reduce_dtype != DT_ZERO_REDUCE_F32)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: reduce_dtype %d (DT_ZERO_REDUCE_PARAM "
+                         "or DT_ZERO_REDUCE_F32)", fn, opts->reduce_dtype);
+    if (opts->offload && opts->reduce_dtype == DT_ZERO_REDUCE_F32)
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: reduce_dtype f32 does not work with offload",
+                         fn);
     if (opts->offload && opts->stage > 2)
         return dt__error(DT_ERR_UNSUPPORTED, "%s: offload works with stages 0, 1 and 2, not "
                          "stage %d", fn, opts->stage);
@@ -105,6 +111,7 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
             ? opts->max_live_bucket_bytes
             : (opts->reduce_bucket_size > INT64_MAX / 2 ? INT64_MAX : 2 * opts->reduce_bucket_size);
     z->offload = opts->offload != 0;
+    z->reduce_f32 = opts->reduce_dtype == DT_ZERO_REDUCE_F32;
     z->offload_block = opts->offload_block ? opts->offload_block : (int64_t)1 << 20;
     z->comm = MPI_COMM_NULL;
     z->clip_norm = opts->clip_norm;
@@ -302,6 +309,7 @@ dt_status dt_zero_add_group(dt_zero *zero, int n, const char *const *names,
     memset(g, 0, sizeof *g);
     g->hp = *hp;
     g->dtype = dt_tensor_dtype(params[0]);
+    g->gdtype = zero->reduce_f32 ? DT_DTYPE_F32 : g->dtype;
     g->params = calloc((size_t)n, sizeof *g->params);
     if (!g->params)
         return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
@@ -388,7 +396,7 @@ dt_status dt_zero_memory_usage(const dt_zero *zero, dt_zero_memory *memory_out)
     memset(&m, 0, sizeof m);
     for (int g = 0; g < zero->ngroups; g++) {
         const dt__zgroup *gr = &zero->groups[g];
-        uint64_t dsz = dt_dtype_size(gr->dtype);
+        uint64_t dsz = dt_dtype_size(gr->gdtype);
         for (int j = 0; j < gr->nparams; j++)
             m.param_bytes += local_bytes(gr->params[j].tensor);
         for (int c = 0; c < gr->nchunks; c++) {

@@ -1,7 +1,7 @@
 /* libdtensor input pipeline (TensorFlow DTensor's DTensorDataset): sources of examples (a
- * callback, fixed-size binary records, CSV plain or gzip, text lines), global batches laid out
- * on a mesh, a seeded shuffle per epoch, background prefetching and a resumable position.
- * Design notes in docs/data.md. */
+ * callback, fixed-size binary records, CSV plain or gzip, text lines, llm.c token shards),
+ * global batches laid out on a mesh, a seeded shuffle per epoch, background prefetching and a
+ * resumable position. Design notes in docs/data.md. */
 #ifndef DTENSOR_DATA_H
 #define DTENSOR_DATA_H
 
@@ -97,6 +97,25 @@ DT_API dt_status dt_data_source_csv(const char *path, int nfields, const dt_data
  * with DT_ERR_PARSE "file:line: ...". Indexing as for CSV. Owned handle. Local. */
 DT_API dt_status dt_data_source_lines(const char *path, int64_t max_bytes,
                                       dt_data_source **source_out);
+
+/* llm.c's token shards (its dev/data scripts' .bin files): a header of 256 little-endian int32
+ * (magic 20240520, version 1, the token count N at index 2) then N uint16 tokens. Example i is
+ * the context + 1 tokens from token i * context, as two I32 fields of shape [context]: the
+ * inputs (its first `context` tokens) and the targets (the same shifted by one); there are
+ * (N - 1) / context examples. A dataset of global_batch B, shuffle 0 and drop_remainder 1
+ * then delivers llm.c's batches on one process exactly: global batch k is the B*T+1 tokens
+ * from token k*B*T, the inputs the first B*T as B rows of T, the targets shifted by one;
+ * after the last whole batch the next epoch starts again at token 0. Only the rows a batch
+ * needs are read (one pread per run of consecutive examples). DT_ERR_IO (unreadable),
+ * DT_ERR_CORRUPT (bad magic or version, a size other than the header's count says),
+ * DT_ERR_INVALID_ARGUMENT (context < 1, or fewer than context + 1 tokens). Owned handle.
+ * Local. */
+DT_API dt_status dt_data_source_llmc(const char *path, int64_t context,
+                                     dt_data_source **source_out);
+
+/* The token count of an llm.c token shard, its header checked as dt_data_source_llmc does.
+ * Local. */
+DT_API dt_status dt_data_llmc_tokens(const char *path, int64_t *ntokens_out);
 
 /* Queries. Local. */
 DT_API int64_t dt_data_source_num_examples(const dt_data_source *source);

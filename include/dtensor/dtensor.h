@@ -9,6 +9,7 @@
 #include "dtensor/tensor.h"
 #include "dtensor/relayout.h"
 #include "dtensor/ckpt.h"
+#include "dtensor/foreign.h"
 #include "dtensor/ops.h"
 #include "dtensor/autograd.h"
 #include "dtensor/optim.h"

@@ -149,10 +149,21 @@ typedef struct dt_zero_opts {
      * ranks) stays bounded when the reduction lags the backward pass. A bucket larger than the
      * bound runs alone. 0 means 2 * reduce_bucket_size; must be >= 0. */
     int64_t max_live_bucket_bytes;
+    /* The dtype 16-bit (f16, bf16) gradients are reduced in across the dp ranks
+     * (torchtitan's / FSDP2's reduce_dtype): DT_ZERO_REDUCE_PARAM (0, the default) sums them
+     * in the parameters' dtype, rounding at each addition, as DeepSpeed does; DT_ZERO_REDUCE_F32
+     * widens each rank's gradients to f32 when they enter the flat buffer, sums them in f32
+     * and keeps the reduced partition, the norm and the update's input in f32 (the flat
+     * gradient buffers then take 4 bytes an element instead of 2). f32 parameters: no
+     * difference. Not with offload (DT_ERR_UNSUPPORTED). */
+    int reduce_dtype;
 } dt_zero_opts;
 
+/* Values of dt_zero_opts.reduce_dtype. */
+enum { DT_ZERO_REDUCE_PARAM = 0, DT_ZERO_REDUCE_F32 = 1 };
+
 #define DT_ZERO_OPTS_INIT \
-    {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000, 0, 0, 0}
+    {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000, 0, 0, 0, 0}
 
 typedef struct dt_zero dt_zero;
 

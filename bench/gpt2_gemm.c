@@ -1,0 +1,65 @@
+/* bench_gpt2_gemm: the GEMM rate of this machine on GPT-2's own matmul shapes (cblas_sgemm,
+ * the forward and both backward products of every projection and of the tied head, for
+ * rows = B*T), the reference of bench/gpt2.sh's gemm_ratio.
+ *   bench_gpt2_gemm ROWS WIDTH VOCAB [REPS]  ->  gemm_gflops=<rate> */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* C[m, n] = op(A) op(B), row-major; returns the FLOPs. */
+static double gemm(int ta, int tb, int m, int n, int k, const float *a, const float *b, float *c)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
+    return 2.0 * m * n * k;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: bench_gpt2_gemm ROWS WIDTH VOCAB [REPS]\n");
+        return 2;
+    }
+    int N = atoi(argv[1]), C = atoi(argv[2]), V = atoi(argv[3]), reps = argc > 4 ? atoi(argv[4]) : 3;
+    size_t big = (size_t)(V > 4 * C ? V : 4 * C);
+    float *x = calloc((size_t)N * big, sizeof *x), *w = calloc((size_t)C * big, sizeof *w);
+    float *y = calloc((size_t)N * big, sizeof *y), *dw = calloc((size_t)C * big, sizeof *dw);
+    if (!x || !w || !y || !dw)
+        return 1;
+    for (size_t i = 0; i < (size_t)N * big; i++)
+        x[i] = (float)(i % 7) * 0.01f;
+    for (size_t i = 0; i < (size_t)C * big; i++)
+        w[i] = (float)(i % 5) * 0.01f;
+    /* (in, out) of each projection of a block, then the head (C -> V, weight [V, C]). */
+    const int shapes[6][2] = {{C, C}, {C, C}, {C, C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    double best = 0.0;
+    for (int r = 0; r < reps + 1; r++) {
+        double flops = 0.0, t0 = now();
+        for (int s = 0; s < 6; s++) {
+            int in = shapes[s][0], out = shapes[s][1];
+            flops += gemm(0, 0, N, out, in, x, w, y);       /* y = x W */
+            flops += gemm(0, 1, N, in, out, y, w, x);       /* dx = dy W^T */
+            flops += gemm(1, 0, in, out, N, x, y, dw);      /* dW = x^T dy */
+        }
+        flops += gemm(0, 1, N, V, C, x, w, y);              /* logits = x wte^T */
+        flops += gemm(0, 0, N, C, V, y, w, x);              /* dx = dlogits wte */
+        flops += gemm(1, 0, V, C, N, y, x, dw);             /* dwte = dlogits^T x */
+        double t = now() - t0;
+        if (r > 0 && flops / t > best)
+            best = flops / t;
+    }
+    printf("gemm_gflops=%.3f\n", best * 1e-9);
+    free(x);
+    free(w);
+    free(y);
+    free(dw);
+    return 0;
+}

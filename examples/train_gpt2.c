@@ -1,0 +1,345 @@
+/* train_gpt2: GPT-2 (examples/gpt2, forward on the tape) trained with ZeRO AdamW on llm.c
+ * token shards, from an HF safetensors file, an llm.c checkpoint or a random init:
+ *   train_gpt2 --init FILE|random --data TRAIN.bin [--val VAL.bin] --batch B --context T
+ *     --steps N --lr LR [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E] [--clip C]
+ *     [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero S] [--heads H]
+ *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
+ *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
+ * Prints `step N loss L tokens_per_s X` per step, then
+ * `result loss=L val_loss=V tokens_per_s=X params=P`. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <dtensor/dtensor.h>
+
+#include "gpt2/model.h"
+#include "train/job.h"
+
+typedef struct opts {
+    const char *init, *data, *val, *mesh, *out, *grads_out;
+    int64_t batch, context, steps, layers, width, heads, vocab;
+    uint64_t seed;
+    double lr, wd, beta1, beta2, eps, clip;
+    int bf16, stage;
+} opts;
+
+static int parse(int argc, char **argv, opts *o)
+{
+    *o = (opts){.init = NULL, .mesh = TRAIN_EXAMPLES_DIR "/meshes/1x1.yaml", .batch = 0,
+                .context = 0, .steps = 0, .layers = 2, .width = 64, .heads = 0, .vocab = 128,
+                .seed = 1, .lr = -1, .wd = 0.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                .clip = 1.0, .stage = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "train_gpt2: %s needs a value\n", a);
+            return 1;
+        }
+        i++;
+        if (!strcmp(a, "--init")) o->init = v;
+        else if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--val")) o->val = v;
+        else if (!strcmp(a, "--mesh")) o->mesh = v;
+        else if (!strcmp(a, "--out")) o->out = v;
+        else if (!strcmp(a, "--grads-out")) o->grads_out = v;
+        else if (!strcmp(a, "--batch")) o->batch = atoll(v);
+        else if (!strcmp(a, "--context")) o->context = atoll(v);
+        else if (!strcmp(a, "--steps")) o->steps = atoll(v);
+        else if (!strcmp(a, "--layers")) o->layers = atoll(v);
+        else if (!strcmp(a, "--width")) o->width = atoll(v);
+        else if (!strcmp(a, "--heads")) o->heads = atoll(v);
+        else if (!strcmp(a, "--vocab")) o->vocab = atoll(v);
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--lr")) o->lr = atof(v);
+        else if (!strcmp(a, "--weight-decay")) o->wd = atof(v);
+        else if (!strcmp(a, "--beta1")) o->beta1 = atof(v);
+        else if (!strcmp(a, "--beta2")) o->beta2 = atof(v);
+        else if (!strcmp(a, "--eps")) o->eps = atof(v);
+        else if (!strcmp(a, "--clip")) o->clip = atof(v);
+        else if (!strcmp(a, "--zero")) o->stage = atoi(v);
+        else if (!strcmp(a, "--precision")) {
+            if (strcmp(v, "f32") && strcmp(v, "bf16")) {
+                fprintf(stderr, "train_gpt2: --precision %s (f32 or bf16)\n", v);
+                return 1;
+            }
+            o->bf16 = !strcmp(v, "bf16");
+        } else {
+            fprintf(stderr, "train_gpt2: unknown option %s\n", a);
+            return 1;
+        }
+    }
+    if (!o->init || !o->data || o->batch < 1 || o->context < 1 || o->steps < 1 || o->lr < 0) {
+        fprintf(stderr, "usage: train_gpt2 --init FILE|random --data TRAIN.bin --batch B "
+                        "--context T --steps N --lr LR [options]\n");
+        return 1;
+    }
+    if (o->stage < 0 || o->stage > 2) {
+        fprintf(stderr, "train_gpt2: --zero %d (0, 1 or 2)\n", o->stage);
+        return 1;
+    }
+    return 0;
+}
+
+/* The model, from the init file or random. */
+static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
+{
+    dt_dtype dt = o->bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
+    gpt2_config cfg = {o->layers, o->width, o->heads, o->vocab, o->context};
+    if (!strcmp(o->init, "random")) {
+        if (cfg.heads < 1)
+            cfg.heads = 4;
+        dt_status st = gpt2_create(mesh, &cfg, dt, out);
+        if (st == DT_OK && (st = gpt2_init_random(*out, o->seed)) != DT_OK)
+            gpt2_destroy(*out);
+        return st;
+    }
+    dt_foreign *src = NULL;
+    dt_foreign_map_entry *map = NULL;
+    int n = 0;
+    dt_foreign_gpt2_config fc;
+    dt_status st = dt_foreign_open(o->init, &src);
+    if (st == DT_OK)
+        st = dt_foreign_gpt2_map(src, 0, &map, &n, &fc);
+    if (st == DT_OK) {
+        cfg = (gpt2_config){fc.n_layer, fc.n_embd, o->heads ? o->heads : fc.n_head, fc.vocab,
+                            fc.n_ctx};
+        const char *hs = dt_foreign_metadata(src, "n_head");
+        if (!o->heads && hs)
+            cfg.heads = atoll(hs);
+        if (cfg.heads < 1)
+            st = DT_ERR_INVALID_ARGUMENT;
+    }
+    if (st == DT_OK)
+        st = gpt2_create(mesh, &cfg, dt, out);
+    if (st == DT_OK) {
+        dt_foreign_view *views = calloc((size_t)n, sizeof *views);
+        if (!views || n != gpt2_num_params(*out))
+            st = DT_ERR_SHAPE;
+        for (int i = 0; st == DT_OK && i < n; i++)
+            views[i] = map[i].view;
+        if (st == DT_OK)
+            st = dt_foreign_restore(src, n, views, gpt2_params(*out));
+        free(views);
+        if (st != DT_OK)
+            gpt2_destroy(*out);
+    }
+    dt_foreign_map_free(map, n);
+    dt_foreign_close(src);
+    return st;
+}
+
+/* Step 0's gradients, one raw f32 file per parameter in dir (client 0 writes). Collective. */
+static dt_status write_grads(const gpt2 *m, const dt_mesh *mesh, dt_tensor *const *grads,
+                             const char *dir)
+{
+    mkdir(dir, 0755);
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < gpt2_num_params(m); i++) {
+        dt_layout *rep = NULL;
+        dt_tensor *all = NULL;
+        st = dt_layout_replicated(mesh, dt_tensor_rank(grads[i]), &rep);
+        if (st == DT_OK)
+            st = dt_relayout(grads[i], rep, &all);
+        if (st == DT_OK && dt_client_id() == 0) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s.f32", dir, gpt2_param_names(m)[i]);
+            size_t bytes = (size_t)dt_tensor_numel(all) * sizeof(float);
+            float *buf = malloc(bytes);
+            FILE *f = fopen(path, "wb");
+            if (!buf || !f || dt_tensor_local_read(all, 0, buf, bytes) != DT_OK ||
+                fwrite(buf, 1, bytes, f) != bytes)
+                st = DT_ERR_IO;
+            if (f)
+                fclose(f);
+            free(buf);
+        }
+        dt_tensor_destroy(all);
+        dt_layout_destroy(rep);
+    }
+    return st;
+}
+
+static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *mesh,
+                              dt_dataset **out)
+{
+    dt_data_source *src = NULL;
+    dt_layout *l = NULL;
+    dt_status st = dt_data_source_llmc(path, o->context, &src);
+    if (st == DT_OK)
+        st = dt_layout_create(mesh, 2, (const char *[]){"batch", DT_UNSHARDED}, &l);
+    dt_dataset_opts d = DT_DATASET_OPTS_INIT;
+    d.global_batch = o->batch;
+    d.shuffle = 0;
+    d.drop_remainder = 1;
+    if (st == DT_OK)
+        st = dt_dataset_create(src, 2, (const dt_layout *const[]){l, l}, &d, out);
+    dt_layout_destroy(l);
+    dt_data_source_destroy(src);
+    return st;
+}
+
+static int run(job *j, const opts *o)
+{
+    dt_mesh *mesh = NULL;
+    gpt2 *m = NULL;
+    dt_dataset *ds = NULL, *vs = NULL;
+    dt_zero *z = NULL;
+    dt_tape *tape = NULL;
+    dt_status st;
+    int rc = 0;
+    const char *what = "mesh";
+    if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0) {
+        dt_mesh_destroy(mesh);
+        return 1;
+    }
+    if ((st = make_model(o, mesh, &m)) != DT_OK) {
+        what = "model";
+        goto fail;
+    }
+    what = "data";
+    if ((st = make_dataset(o->data, o, mesh, &ds)) != DT_OK)
+        goto fail;
+    if (o->val && (st = make_dataset(o->val, o, mesh, &vs)) != DT_OK)
+        goto fail;
+    what = "optimizer";
+    dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+    zo.stage = o->stage;
+    zo.clip_norm = o->clip;
+    zo.reduce_dtype = o->bf16 ? DT_ZERO_REDUCE_F32 : DT_ZERO_REDUCE_PARAM;
+    if ((st = dt_zero_create(mesh, &zo, &z)) != DT_OK)
+        goto fail;
+    {
+        int n = gpt2_num_params(m), nd = 0, nn = 0;
+        dt_tensor **pd = malloc((size_t)n * sizeof *pd), **pn = malloc((size_t)n * sizeof *pn);
+        const char **dn = malloc((size_t)n * sizeof *dn), **nnm = malloc((size_t)n * sizeof *nnm);
+        for (int i = 0; pd && pn && dn && nnm && i < n; i++) {
+            if (gpt2_param_decays(m, i)) {
+                pd[nd] = gpt2_params(m)[i];
+                dn[nd++] = gpt2_param_names(m)[i];
+            } else {
+                pn[nn] = gpt2_params(m)[i];
+                nnm[nn++] = gpt2_param_names(m)[i];
+            }
+        }
+        dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
+        hp.lr = (float)o->lr;
+        hp.beta1 = (float)o->beta1;
+        hp.beta2 = (float)o->beta2;
+        hp.eps = (float)o->eps;
+        hp.weight_decay = (float)o->wd;
+        st = pd && pn && dn && nnm ? dt_zero_add_group(z, nd, dn, pd, &hp, NULL)
+                                   : DT_ERR_NO_MEMORY;
+        hp.weight_decay = 0.0f;
+        if (st == DT_OK)
+            st = dt_zero_add_group(z, nn, nnm, pn, &hp, NULL);
+        free(pd);
+        free(pn);
+        free(dn);
+        free(nnm);
+        if (st != DT_OK)
+            goto fail;
+    }
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    to.accumulate = 0;
+    if ((st = dt_tape_create(&to, &tape)) != DT_OK)
+        goto fail;
+    /* The optimizer's parameter order: decayed ones first, as added. */
+    int n = gpt2_num_params(m);
+    int *order = malloc((size_t)n * sizeof *order);
+    dt_tensor **grads = calloc((size_t)n, sizeof *grads), **zg = calloc((size_t)n, sizeof *zg);
+    if (!order || !grads || !zg) {
+        st = DT_ERR_NO_MEMORY;
+        goto fail;
+    }
+    {
+        int k = 0;
+        for (int pass = 1; pass >= 0; pass--)
+            for (int i = 0; i < n; i++)
+                if (gpt2_param_decays(m, i) == pass)
+                    order[k++] = i;
+    }
+    double loss = 0, tps = 0, t_all = 0;
+    int64_t tokens = o->batch * o->context;
+    job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
+            (long long)gpt2_param_count(m), (long long)o->layers, (long long)o->width,
+            (long long)o->heads, (long long)o->vocab);
+    for (int64_t step = 0; step < o->steps; step++) {
+        dt_tensor *b[2] = {NULL, NULL};
+        what = "batch";
+        if ((st = dt_dataset_next(ds, 2, b, NULL)) != DT_OK)
+            goto fail;
+        double t0 = job_now();
+        what = "forward/backward";
+        st = gpt2_grads(m, tape, b[0], b[1], 1.0f, &loss, grads);
+        dt_tensor_destroy(b[0]);
+        dt_tensor_destroy(b[1]);
+        if (st != DT_OK)
+            goto fail;
+        if (step == 0 && o->grads_out && (st = write_grads(m, mesh, grads, o->grads_out)) != DT_OK) {
+            what = "grads-out";
+            goto fail;
+        }
+        for (int k = 0; k < n; k++)
+            zg[k] = grads[order[k]];
+        dt_zero_step_info info;
+        what = "dt_zero_step";
+        st = dt_zero_step(z, zg, &info);
+        for (int k = 0; k < n; k++) {
+            dt_tensor_destroy(grads[k]);
+            grads[k] = NULL;
+        }
+        if (st != DT_OK)
+            goto fail;
+        double dt = job_now() - t0;
+        t_all += dt;
+        tps = (double)tokens / dt;
+        job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss, tps);
+    }
+    double vloss = NAN;
+    if (vs) {
+        dt_tensor *b[2] = {NULL, NULL};
+        what = "val";
+        if ((st = dt_dataset_next(vs, 2, b, NULL)) != DT_OK)
+            goto fail;
+        st = gpt2_grads(m, tape, b[0], b[1], 1.0f, &vloss, grads);
+        for (int k = 0; k < n; k++) {
+            dt_tensor_destroy(grads[k]);
+            grads[k] = NULL;
+        }
+        dt_tensor_destroy(b[0]);
+        dt_tensor_destroy(b[1]);
+        if (st != DT_OK)
+            goto fail;
+    }
+    job_say(j, "result loss=%.6f val_loss=%.6f tokens_per_s=%.1f params=%lld\n", loss, vloss,
+            (double)(tokens * o->steps) / t_all, (long long)gpt2_param_count(m));
+    free(order);
+    free(grads);
+    free(zg);
+    goto done;
+fail:
+    rc = job_fail(j, what, st, dt_last_error());
+done:
+    dt_tape_destroy(tape);
+    dt_zero_destroy(z);
+    dt_dataset_destroy(ds);
+    dt_dataset_destroy(vs);
+    gpt2_destroy(m);
+    dt_mesh_destroy(mesh);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    job j;
+    job_begin(&j, "train_gpt2", &argc, &argv);
+    opts o;
+    int rc = parse(argc, argv, &o);
+    if (rc == 0 && (rc = job_start(&j, o.mesh, NULL, -1)) == 0)
+        rc = run(&j, &o);
+    return job_end(&j, rc);
+}
