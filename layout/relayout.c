@@ -8,6 +8,7 @@
 #include "runtime/error.h"
 #include "runtime/shm.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 enum { CACHE_SLOTS = 32 };
 
@@ -309,9 +310,25 @@ static dt_status relayout_new(const dt_tensor *src, const dt_layout *layout, int
     return DT_OK;
 }
 
-dt_status dt_relayout(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
+/* The thread's recording tape as the ops see it (autograd/record.h): defined here, the lowest
+ * module that records, so that ops/ and layout/ need not link against autograd/. */
+_Thread_local dt__recorder *dt__rec_tls;
+
+static dt_status relayout_run(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
 {
     return relayout_new(src, layout, 1, out);
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_relayout(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = relayout_run(src, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_RELAYOUT, .nin = 1, .in = {src}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_copy_to_mesh(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)

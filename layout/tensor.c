@@ -10,6 +10,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 /* One local component. `dl` is the borrowed view handed out by dt_tensor_local; its shape
  * points at `shape`. The memory is either ours (`alloc`, from the host pool or the device) or
@@ -26,8 +27,12 @@ typedef struct component {
     DLManagedTensor *managed;
 } component;
 
+/* Serial numbers of tensors, from 1 (0 means none). */
+static atomic_uint_fast64_t next_serial = 1;
+
 struct dt_tensor {
     atomic_int refs;
+    uint64_t serial; /* unique per tensor in the process (autograd's identity of a value) */
     dt_layout *layout;
     dt_device_type device_type;
     dt_dtype dtype;
@@ -106,6 +111,7 @@ static dt_status make_skeleton(const char *fn, const dt_layout *layout, dt_dtype
     if (!t)
         return dt__error(DT_ERR_NO_MEMORY, "%s: cannot allocate the tensor", fn);
     atomic_init(&t->refs, 1);
+    t->serial = atomic_fetch_add_explicit(&next_serial, 1, memory_order_relaxed);
     t->device_type = dt_mesh_device_type(mesh);
     t->dtype = dtype;
     t->rank = rank;
@@ -482,6 +488,11 @@ dt_status dt_tensor_unpack(const dt_tensor *tensor, int n, DLManagedTensor **man
     }
     free(ctx);
     return DT_OK;
+}
+
+uint64_t dt__tensor_serial(const dt_tensor *tensor)
+{
+    return tensor ? tensor->serial : 0;
 }
 
 dt_tensor *dt_tensor_retain(const dt_tensor *tensor)

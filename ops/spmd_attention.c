@@ -7,6 +7,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 static dt_status check_qkv(const char *op, const dt_tensor *q, const dt_tensor *k,
                            const dt_tensor *v, int64_t heads)
@@ -37,7 +38,7 @@ static void attn_spec(const dt_tensor *q, int64_t heads, dt__lspec *ls)
         ls->spec[2] = -1;
 }
 
-dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+static dt_status attention_run(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                        int64_t heads, int causal, dt_tensor **out)
 {
     static const char op[] = "dt_attention";
@@ -73,6 +74,19 @@ dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *
     dt_tensor_destroy(rk);
     dt_tensor_destroy(rq);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                       int64_t heads, int causal, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = attention_run(q, k, v, heads, causal, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_ATTENTION, .nin = 3, .in = {q, k, v}, .iattr = {heads, causal}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,

@@ -7,6 +7,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 typedef enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_RELU_GRAD, BIN_GELU_GRAD } bin_kind;
 
@@ -143,22 +144,61 @@ static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
     return st;
 }
 
-dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+static dt_status add_run(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
     return binary(BIN_ADD, a, b, layout, out);
 }
 
-dt_status dt_sub(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                 dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = add_run(a, b, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_ADD, .nin = 2, .in = {a, b}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+static dt_status sub_run(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
     return binary(BIN_SUB, a, b, layout, out);
 }
 
-dt_status dt_mul(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_sub(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                 dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = sub_run(a, b, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_SUB, .nin = 2, .in = {a, b}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+static dt_status mul_run(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
     return binary(BIN_MUL, a, b, layout, out);
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_mul(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
+                 dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = mul_run(a, b, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_MUL, .nin = 2, .in = {a, b}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_relu_backward(const dt_tensor *x, const dt_tensor *dy, dt_tensor **dx_out)
@@ -221,19 +261,55 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
     return st;
 }
 
-dt_status dt_scale(const dt_tensor *x, float alpha, dt_tensor **out)
+static dt_status scale_run(const dt_tensor *x, float alpha, dt_tensor **out)
 {
     return unary(UN_SCALE, x, alpha, out);
 }
 
-dt_status dt_relu(const dt_tensor *x, dt_tensor **out)
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_scale(const dt_tensor *x, float alpha, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = scale_run(x, alpha, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_SCALE, .nin = 1, .in = {x}, .fattr = {alpha}};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+static dt_status relu_run(const dt_tensor *x, dt_tensor **out)
 {
     return unary(UN_RELU, x, 0.0f, out);
 }
 
-dt_status dt_gelu(const dt_tensor *x, dt_tensor **out)
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_relu(const dt_tensor *x, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = relu_run(x, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_RELU, .nin = 1, .in = {x}};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+static dt_status gelu_run(const dt_tensor *x, dt_tensor **out)
 {
     return unary(UN_GELU, x, 0.0f, out);
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_gelu(const dt_tensor *x, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = gelu_run(x, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_GELU, .nin = 1, .in = {x}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
@@ -270,7 +346,7 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
     return st;
 }
 
-dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out)
+static dt_status bias_add_run(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out)
 {
     static const char op[] = "dt_bias_add";
     dt_status st = dt__check_f32(op, "x", x);
@@ -323,7 +399,19 @@ dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out
     return st;
 }
 
-dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_bias_add(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = bias_add_run(x, bias, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_BIAS_ADD, .nin = 2, .in = {x, bias}};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+static dt_status cast_run(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
 {
     static const char op[] = "dt_cast";
     dt_status st = dt__check_tensor(op, "x", x, NULL);
@@ -356,4 +444,16 @@ dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
     }
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_cast(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = cast_run(x, dtype, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_CAST, .nin = 1, .in = {x}, .iattr = {(int64_t)dtype}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }

@@ -6,6 +6,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 static dt_status prepare(const char *op, const dt_tensor *logits, const dt_tensor *labels,
                          const void *out, const dt__ops_backend **be, dt_tensor **rl,
@@ -49,7 +50,7 @@ static dt_status prepare(const char *op, const dt_tensor *logits, const dt_tenso
     return st;
 }
 
-dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
+static dt_status softmax_xent_run(const dt_tensor *logits, const dt_tensor *labels,
                           const dt_layout *layout, dt_tensor **loss_out)
 {
     static const char op[] = "dt_softmax_xent";
@@ -79,6 +80,19 @@ dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
     dt_tensor_destroy(rt);
     dt_tensor_destroy(rl);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
+                          const dt_layout *layout, dt_tensor **loss_out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = softmax_xent_run(logits, labels, layout, loss_out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*loss_out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_SOFTMAX_XENT, .nin = 2, .in = {logits, labels}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, loss_out);
 }
 
 dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *labels,

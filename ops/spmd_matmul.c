@@ -6,6 +6,7 @@
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "autograd/record.h"
 
 /* A candidate: mesh dims of op(A) = [m, k], op(B) = [k, n], and which partial dims each
  * operand keeps. */
@@ -180,7 +181,7 @@ static void choose_plan(const dt_mesh *mesh, const dt_tensor *a, const dt_tensor
     plan_cache[slot].used = 1;
 }
 
-dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+static dt_status matmul_run(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
                     const dt_layout *layout, dt_tensor **out)
 {
     static const char op[] = "dt_matmul";
@@ -249,6 +250,19 @@ done:
     dt_tensor_destroy(rb);
     dt_tensor_destroy(ra);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+                    const dt_layout *layout, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = matmul_run(a, b, transa, transb, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_MATMUL, .nin = 2, .in = {a, b}, .layout = layout, .iattr = {transa, transb}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_matmul_backward(const dt_tensor *a, const dt_tensor *b, int transa, int transb,

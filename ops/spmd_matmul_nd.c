@@ -6,6 +6,7 @@
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "autograd/record.h"
 
 /* The flattened 2-D view of x [d0, ..., n] (rank >= 2): x is first relaid out so that dims
  * 1..r-2 are unsharded and dim 0's blocks are whole rows of the flattened view. */
@@ -141,7 +142,7 @@ static dt_status batched(const char *op, const dt_tensor *a, const dt_tensor *b,
     return st;
 }
 
-dt_status dt_matmul_nd(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+static dt_status matmul_nd_run(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
                        const dt_layout *layout, dt_tensor **out)
 {
     static const char op[] = "dt_matmul_nd";
@@ -180,6 +181,19 @@ dt_status dt_matmul_nd(const dt_tensor *a, const dt_tensor *b, int transa, int t
     dt_tensor_destroy(c2);
     dt_tensor_destroy(a2);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_matmul_nd(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
+                       const dt_layout *layout, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = matmul_nd_run(a, b, transa, transb, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_MATMUL_ND, .nin = 2, .in = {a, b}, .layout = layout, .iattr = {transa, transb}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_matmul_nd_backward(const dt_tensor *a, const dt_tensor *b, int transa, int transb,

@@ -7,6 +7,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 static dt_status check_x(const char *op, const dt_tensor *x, const void *out)
 {
@@ -39,7 +40,7 @@ static dt_status replicated(const dt_tensor *p, dt_tensor **out)
     return dt__ensure_layout(p, &ls, out);
 }
 
-dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
+static dt_status layer_norm_run(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
                         float eps, dt_tensor **out)
 {
     static const char op[] = "dt_layer_norm";
@@ -78,6 +79,19 @@ dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_ten
     dt_tensor_destroy(rg);
     dt_tensor_destroy(rx);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
+                        float eps, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = layer_norm_run(x, gamma, beta, eps, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_LAYER_NORM, .nin = 3, .in = {x, gamma, beta}, .fattr = {eps}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_layer_norm_backward(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *dy,
@@ -208,9 +222,21 @@ static dt_status softmax_common(const char *op, const dt_tensor *x, const dt_ten
     return st;
 }
 
-dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
+static dt_status softmax_run(const dt_tensor *x, int axis, dt_tensor **out)
 {
     return softmax_common("dt_softmax", x, NULL, axis, out);
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = softmax_run(x, axis, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_SOFTMAX, .nin = 1, .in = {x}, .iattr = {axis}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_softmax_backward(const dt_tensor *y, const dt_tensor *dy, int axis,

@@ -7,6 +7,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/half.h"
+#include "autograd/record.h"
 
 static void strip(dt__lspec *ls, int keep_sum)
 {
@@ -22,7 +23,7 @@ static dt_status begin(const char *op, const dt_tensor *x, void *out,
                          be);
 }
 
-dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layout *layout,
+static dt_status reduce_run(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layout *layout,
                     dt_tensor **out)
 {
     static const char name[] = "dt_reduce";
@@ -98,6 +99,19 @@ dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layo
     st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layout *layout,
+                    dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = reduce_run(x, op, axis, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_REDUCE, .nin = 1, .in = {x}, .layout = layout, .iattr = {(int64_t)op, axis}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_bias_grad(const dt_tensor *dy, const dt_layout *layout, dt_tensor **out)

@@ -8,6 +8,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "autograd/record.h"
 
 /* ---- embedding ------------------------------------------------------------------------- */
 
@@ -45,7 +46,7 @@ static void emb_plan_of(const dt_tensor *table, const dt_tensor *ids, emb_plan *
     p->out.spec[p->ids.rank] = -1;
 }
 
-dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
+static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
                        dt_tensor **out)
 {
     static const char op[] = "dt_embedding";
@@ -84,6 +85,19 @@ dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_la
     dt_tensor_destroy(ri);
     dt_tensor_destroy(rt);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
+                       dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = embedding_run(table, ids, layout, out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_EMBEDDING, .nin = 2, .in = {table, ids}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 /* dout [ids' shape..., dim]. */
@@ -276,7 +290,7 @@ static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_
     return st;
 }
 
-dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
+static dt_status vocab_xent_run(const dt_tensor *logits, const dt_tensor *labels,
                         const dt_layout *layout, dt_tensor **loss_out)
 {
     static const char op[] = "dt_vocab_xent";
@@ -307,6 +321,19 @@ dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
     st = dt__ops_finish(x.be, op, layout, st, &loss, loss_out);
     xent_free(&x);
     return st;
+}
+
+/* The public entry: records the call on this thread's tape (autograd/record.h). */
+dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
+                        const dt_layout *layout, dt_tensor **loss_out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = vocab_xent_run(logits, labels, layout, loss_out ? &t : NULL);
+    if (!r)
+        return st == DT_OK ? (*loss_out = t, DT_OK) : st;
+    dt__op_record rec = {.kind = DT_OP_VOCAB_XENT, .nin = 2, .in = {logits, labels}, .layout = layout};
+    return dt__rec_finish(r, st, &rec, t, loss_out);
 }
 
 dt_status dt_vocab_xent_backward(const dt_tensor *logits, const dt_tensor *labels, float dloss,

@@ -10,6 +10,7 @@
 #include "dtensor/relayout.h"
 #include "dtensor/ckpt.h"
 #include "dtensor/ops.h"
+#include "dtensor/autograd.h"
 #include "dtensor/optim.h"
 #include "dtensor/data.h"
 #include "dtensor/version.h"

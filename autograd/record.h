@@ -1,0 +1,82 @@
+/* The record hook between the ops (ops/, layout/relayout.c) and the tape (autograd/): header
+ * only, so that ops/ and layout/ do not link against autograd/. Not installed. */
+#ifndef DT_AUTOGRAD_RECORD_H
+#define DT_AUTOGRAD_RECORD_H
+
+#include <stdint.h>
+
+#include "dtensor/autograd.h"
+#include "dtensor/layout.h"
+#include "dtensor/status.h"
+#include "dtensor/tensor.h"
+
+#define DT__REC_MAX_IN 4
+#define DT__REC_MAX_ATTR 4
+
+/* One forward call, as an op hands it to the recording tape: kind, inputs (in the op's
+ * argument order; tensors only), the output, and the attributes the backward rule and the
+ * replay (checkpointing) need. The attribute slots' meaning is per kind (autograd/rules_*.c
+ * says which; docs/autograd.md lists them). Everything is borrowed for the call. */
+typedef struct dt__op_record {
+    dt_op_kind kind;
+    int nin;
+    const dt_tensor *in[DT__REC_MAX_IN];
+    const dt_tensor *out;
+    const dt_layout *layout;            /* the op's `layout` argument (may be NULL) */
+    int64_t iattr[DT__REC_MAX_ATTR];    /* transa, transb, axis, heads, causal, dtype, op */
+    float fattr[DT__REC_MAX_ATTR];      /* eps, alpha */
+} dt__op_record;
+
+/* The recording tape as the ops see it: one function. It returns DT_OK when nothing needs
+ * recording (no input requires grad), and an error (DT_ERR_INVALID_ARGUMENT, DT_ERR_NO_MEMORY,
+ * DT_ERR_UNSUPPORTED) that the op returns instead of its output. */
+typedef struct dt__recorder dt__recorder;
+struct dt__recorder {
+    dt_status (*record)(dt__recorder *self, const dt__op_record *rec);
+};
+
+/* This thread's active recorder, NULL when nothing records (no tape, a no-grad region, a
+ * backward pass running, or an op's own implementation running). Defined in
+ * layout/relayout.c (the lowest module that records), set only by autograd/. */
+extern _Thread_local dt__recorder *dt__rec_tls;
+
+/* A tensor's serial number, unique in the process for its lifetime and never reused (0 for
+ * NULL): the tape's key for a value. Defined in layout/tensor.c. */
+uint64_t dt__tensor_serial(const dt_tensor *tensor);
+
+/* An op's public entry point brackets its implementation:
+ *     dt__recorder *r = dt__rec_suspend();          (one thread-local load when idle)
+ *     dt_tensor *t = NULL;
+ *     dt_status st = impl(..., &t);
+ *     dt__op_record rec = {...};                    (only built when r != NULL)
+ *     return dt__rec_finish(r, st, &rec, t, out);
+ * so that the ops its implementation calls are not recorded, and the call is recorded once. */
+static inline dt__recorder *dt__rec_suspend(void)
+{
+    dt__recorder *r = dt__rec_tls;
+    if (r)
+        dt__rec_tls = NULL;
+    return r;
+}
+
+/* Restores r, records rec (rec->out = t) when st is DT_OK, and writes *out = t on success;
+ * on any failure t is destroyed and *out is left alone. */
+static inline dt_status dt__rec_finish(dt__recorder *r, dt_status st, dt__op_record *rec,
+                                       dt_tensor *t, dt_tensor **out)
+{
+    if (r) {
+        dt__rec_tls = r;
+        if (st == DT_OK) {
+            rec->out = t;
+            st = r->record(r, rec);
+        }
+    }
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
+}
+
+#endif

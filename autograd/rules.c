@@ -1,0 +1,38 @@
+/* autograd/rules: the table of backward rules, one entry per op kind (docs/autograd.md,
+ * "Adding an op"), and the kinds' names. */
+#include "autograd/tape_impl.h"
+
+static const struct {
+    const char *name;
+    const dt__ag_rule *rule;
+} table[DT_OP_KIND_MAX_] = {
+    [DT_OP_MATMUL] = {"matmul", &dt__ag_rule_matmul},
+    [DT_OP_MATMUL_ND] = {"matmul_nd", &dt__ag_rule_matmul_nd},
+    [DT_OP_ADD] = {"add", &dt__ag_rule_add},
+    [DT_OP_SUB] = {"sub", &dt__ag_rule_sub},
+    [DT_OP_MUL] = {"mul", &dt__ag_rule_mul},
+    [DT_OP_SCALE] = {"scale", &dt__ag_rule_scale},
+    [DT_OP_BIAS_ADD] = {"bias_add", &dt__ag_rule_bias_add},
+    [DT_OP_LAYER_NORM] = {"layer_norm", &dt__ag_rule_layer_norm},
+    [DT_OP_SOFTMAX] = {"softmax", &dt__ag_rule_softmax},
+    [DT_OP_ATTENTION] = {"attention", &dt__ag_rule_attention},
+    [DT_OP_EMBEDDING] = {"embedding", &dt__ag_rule_embedding},
+    [DT_OP_VOCAB_XENT] = {"vocab_xent", &dt__ag_rule_vocab_xent},
+    [DT_OP_SOFTMAX_XENT] = {"softmax_xent", &dt__ag_rule_softmax_xent},
+    [DT_OP_GELU] = {"gelu", &dt__ag_rule_gelu},
+    [DT_OP_RELU] = {"relu", &dt__ag_rule_relu},
+    [DT_OP_CAST] = {"cast", &dt__ag_rule_cast},
+    [DT_OP_RELAYOUT] = {"relayout", &dt__ag_rule_relayout},
+    [DT_OP_REDUCE] = {"reduce", &dt__ag_rule_reduce},
+};
+
+const dt__ag_rule *dt__ag_rule_of(dt_op_kind kind)
+{
+    return (int)kind >= 0 && kind < DT_OP_KIND_MAX_ ? table[kind].rule : NULL;
+}
+
+const char *dt_op_kind_name(dt_op_kind kind)
+{
+    return (int)kind >= 0 && kind < DT_OP_KIND_MAX_ && table[kind].name ? table[kind].name
+                                                                        : "unknown";
+}
