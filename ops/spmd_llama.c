@@ -3,6 +3,7 @@
  * grouped-query attention head-parallel over whole key/value groups. */
 #include <string.h>
 
+#include "autograd/record.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -38,7 +39,8 @@ static dt_status replicated(const dt_tensor *p, dt_tensor **out)
     return dt__ensure_layout(p, &ls, out);
 }
 
-dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gain, float eps, dt_tensor **out)
+static dt_status rms_norm_run(const dt_tensor *x, const dt_tensor *gain, float eps,
+                              dt_tensor **out)
 {
     static const char op[] = "dt_rms_norm";
     dt_status st = check_x(op, x, out);
@@ -194,7 +196,11 @@ static dt_status rope_common(const char *op, const dt_tensor *x, int64_t heads,
 
 dt_status dt_rope(const dt_tensor *x, int64_t heads, int64_t pos_offset, dt_tensor **out)
 {
-    return rope_common("dt_rope", x, heads, pos_offset, 0, out);
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = rope_common("dt_rope", x, heads, pos_offset, 0, out ? &t : NULL);
+    dt__op_record rec = {.kind = DT_OP_ROPE, .nin = 1, .in = {x}, .iattr = {heads, pos_offset}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
 
 dt_status dt_rope_backward(const dt_tensor *dy, int64_t heads, int64_t pos_offset,
@@ -203,7 +209,7 @@ dt_status dt_rope_backward(const dt_tensor *dy, int64_t heads, int64_t pos_offse
     return rope_common("dt_rope_backward", dy, heads, pos_offset, 1, dx_out);
 }
 
-dt_status dt_swiglu(const dt_tensor *gate, const dt_tensor *up, dt_tensor **out)
+static dt_status swiglu_run(const dt_tensor *gate, const dt_tensor *up, dt_tensor **out)
 {
     static const char op[] = "dt_swiglu";
     dt_status st = check_x(op, gate, out);
@@ -309,8 +315,8 @@ static dt_status check_gqa(const char *op, const dt_tensor *q, const dt_tensor *
     return DT_OK;
 }
 
-dt_status dt_attention_gqa(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                           int64_t heads, int64_t kv_heads, int causal, dt_tensor **out)
+static dt_status gqa_run(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                         int64_t heads, int64_t kv_heads, int causal, dt_tensor **out)
 {
     static const char op[] = "dt_attention_gqa";
     const dt__ops_backend *be = NULL;
@@ -398,4 +404,35 @@ dt_status dt_attention_gqa_backward(const dt_tensor *q, const dt_tensor *k, cons
     for (int j = 0; j < 3; j++)
         dt_tensor_destroy(g[j]);
     return st;
+}
+
+/* ---- the public entries of the forward ops: recorded on a tape (autograd/record.h) ------- */
+
+dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gain, float eps, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = rms_norm_run(x, gain, eps, out ? &t : NULL);
+    dt__op_record rec = {.kind = DT_OP_RMS_NORM, .nin = 2, .in = {x, gain}, .fattr = {eps}};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+dt_status dt_swiglu(const dt_tensor *gate, const dt_tensor *up, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = swiglu_run(gate, up, out ? &t : NULL);
+    dt__op_record rec = {.kind = DT_OP_SWIGLU, .nin = 2, .in = {gate, up}};
+    return dt__rec_finish(r, st, &rec, t, out);
+}
+
+dt_status dt_attention_gqa(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                           int64_t heads, int64_t kv_heads, int causal, dt_tensor **out)
+{
+    dt__recorder *r = dt__rec_suspend();
+    dt_tensor *t = NULL;
+    dt_status st = gqa_run(q, k, v, heads, kv_heads, causal, out ? &t : NULL);
+    dt__op_record rec = {.kind = DT_OP_ATTENTION_GQA, .nin = 3, .in = {q, k, v},
+                         .iattr = {heads, kv_heads, causal}};
+    return dt__rec_finish(r, st, &rec, t, out);
 }
