@@ -129,6 +129,7 @@ static int setup_model(ctx *c)
     dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
     if (st != DT_OK)
         return job_fail(&c->j, "model", st, gpt_last_error());
+    gpt_set_backward(c->model, (int)c->o.manual_backward, (int)c->o.checkpoint_blocks);
     int64_t n = c->test.n, T = NAMES_CONTEXT;
     int32_t *x = malloc((size_t)(n * T) * sizeof *x), *y = malloc((size_t)(n * T) * sizeof *y);
     if (job_any_failed(&c->j, !x || !y, "out of memory")) {

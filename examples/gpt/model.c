@@ -28,6 +28,7 @@ struct gpt {
     int ngroups;
     int64_t count;
     dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
+    int manual_backward, checkpoint_blocks; /* gpt_set_backward */
 };
 
 static char own_error[160];
@@ -300,6 +301,11 @@ static void tape_free(tape *tp)
     tp->n = 0;
 }
 
+typedef struct unit_hook_arg {
+    const gpt *m;
+    dt_tape *tape;
+} unit_hook_arg;
+
 /* The activations of one block kept for the backward pass. */
 typedef struct acts {
     dt_tensor *x, *a, *q, *k, *v, *y, *x1, *b, *h, *g;
@@ -307,10 +313,13 @@ typedef struct acts {
 
 typedef struct pass {
     tape tp;
+    dt_tape *tape; /* the recording autograd tape (NULL: nothing records) */
     dt_tensor *pf[4 * MAX_LAYERS + 8]; /* f32 views of the layer norms and embeddings */
     dt_tensor *pos;                    /* position ids [rows, T] */
     acts blk[MAX_LAYERS];
     dt_tensor *xl, *f, *logits;
+    unit_hook_arg ha;   /* the segments' hook argument (lives as long as the pass) */
+    int head_open;      /* the head's segment is still open (closed after the loss) */
 } pass;
 
 /* Parameter `slot`: the model's own, or (stage 3) the optimizer's gathered one (NULL, with
@@ -440,17 +449,109 @@ static dt_status positions(const gpt *m, pass *p, int64_t rows)
     return st;
 }
 
+/* ---- units on the autograd tape ------------------------------------------------------------ */
+
+/* The parameter slots of unit u (0 embeddings, 1 + l block l, L + 1 the head). */
+static int unit_slots(const gpt *m, int u, int *slots)
+{
+    int L = (int)m->cfg.layers, n = 0;
+    if (u == 0) {
+        slots[n++] = p_wte();
+        slots[n++] = p_wpe();
+    } else if (u <= L) {
+        for (int w = 0; w < W_PER_LAYER; w++)
+            slots[n++] = p_w(u - 1, w);
+        for (int w = 0; w < N_PER_LAYER; w++)
+            slots[n++] = p_n(m, u - 1, w);
+    } else {
+        slots[n++] = p_wlm(m);
+        slots[n++] = p_lnf(m, 0);
+        slots[n++] = p_lnf(m, 1);
+    }
+    return n;
+}
+
+/* Stage 3: the tape watches unit u's gathered parameters under their slots. */
+static dt_status watch_unit(const gpt *m, dt_tape *atape, int u)
+{
+    int slots[W_PER_LAYER + N_PER_LAYER];
+    int n = unit_slots(m, u, slots);
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        dt_tensor *t = param_of(m, slots[i]);
+        st = t ? dt_tape_watch(atape, t, slots[i]) : DT_ERR_STATE;
+    }
+    return st;
+}
+
+/* A unit's segment hook: before its backward, stage 3 gathers it (the head stays gathered
+ * from the forward pass) and prefetches the unit before it, as the hand-written pass did;
+ * after, releases it. */
+static dt_status unit_hook(void *arg, int u, dt_segment_phase phase)
+{
+    const unit_hook_arg *h = arg;
+    const gpt *m = h->m;
+    int L = (int)m->cfg.layers;
+    if (!m->zero)
+        return DT_OK;
+    if (phase == DT_SEGMENT_POST)
+        return unit_out(m, u);
+    dt_status st = u == L + 1 ? unit_in(m, -1, L) : unit_in(m, u, u - 1);
+    return st == DT_OK ? watch_unit(m, h->tape, u) : st;
+}
+
+/* Opens unit u's segment on the recording tape (when one records and the unit needs one:
+ * stage 3's gathers, or a checkpointed block); *open says whether it did. */
+static dt_status unit_begin(const gpt *m, pass *p, unit_hook_arg *ha, int u, int *open)
+{
+    int L = (int)m->cfg.layers, block = u >= 1 && u <= L;
+    *open = 0;
+    if (!p->tape || (!m->zero && !(block && m->checkpoint_blocks)))
+        return DT_OK;
+    dt_checkpoint_opts co = DT_CHECKPOINT_OPTS_INIT;
+    co.recompute = block && m->checkpoint_blocks;
+    co.borrow_watched = m->zero != NULL;
+    co.hook = unit_hook;
+    co.hook_arg = ha;
+    co.id = u;
+    dt_status st = dt_tape_checkpoint_begin(p->tape, &co);
+    *open = st == DT_OK;
+    return st;
+}
+
+static dt_status unit_end(pass *p, int open, dt_status st)
+{
+    if (open) {
+        dt_status e = dt_tape_checkpoint_end(p->tape);
+        if (st == DT_OK)
+            st = e;
+    }
+    return st;
+}
+
 #define K(tp, call, var) ((st = (call)) == DT_OK ? (keep((tp), (var)), DT_OK) : st)
+
+/* Stage 3 with a tape: unit u's gathered parameters watched (after its unit_in). */
+static dt_status watched_in(const gpt *m, pass *p, int u, int next)
+{
+    dt_status st = unit_in(m, u, next);
+    if (st == DT_OK && p->tape && m->zero)
+        st = watch_unit(m, p->tape, u);
+    return st;
+}
 
 static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
 {
     dt_status st = DT_OK;
-    int L = (int)m->cfg.layers;
+    int L = (int)m->cfg.layers, open = 0;
     int64_t H = m->cfg.heads;
     dt_tensor *wte = NULL, *wpe = NULL, *te = NULL, *pe = NULL, *x = NULL;
-    if ((st = unit_in(m, 0, 1)) != DT_OK || (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
-        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
-        (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK)
+    p->ha = (unit_hook_arg){m, p->tape};
+    if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
+        (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
+        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK)
         return st;
     /* The vocabulary-sharded lookup is partial over model: all-reduced to the activations'
      * layout. */
@@ -463,13 +564,14 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     if ((st = dt_add(te, pe, m->l_act, &x)) != DT_OK)
         return st;
     keep(&p->tp, x);
-    if ((st = unit_out(m, 0)) != DT_OK)
+    if ((st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
         return st;
     for (int l = 0; l < L; l++) {
         acts *a = &p->blk[l];
         dt_tensor *g1, *b1, *g2, *b2, *o = NULL, *mo = NULL;
         a->x = x;
-        if ((st = unit_in(m, 1 + l, 2 + l)) != DT_OK ||
+        if ((st = watched_in(m, p, 1 + l, 2 + l)) != DT_OK ||
+            (st = unit_begin(m, p, &p->ha, 1 + l, &open)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN1B), &b1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK ||
@@ -493,12 +595,14 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
             K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
                 DT_OK ||
             K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
-            (st = unit_out(m, 1 + l)) != DT_OK)
+            (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
     }
     p->xl = x;
     dt_tensor *gf, *bf;
-    if ((st = unit_in(m, L + 1, -1)) != DT_OK || /* stays in for the backward pass */
+    /* The head stays gathered for the backward pass; its segment stays open for the loss. */
+    if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
         K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
@@ -642,6 +746,73 @@ dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targ
     return gpt_grads_each(m, x, y, targets, loss_scale, loss_out, NULL, NULL, grads_out);
 }
 
+void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks)
+{
+    m->manual_backward = manual;
+    m->checkpoint_blocks = checkpoint_blocks;
+}
+
+/* The tape's gradient callback, handed on to the caller's (gpt_grad_fn). */
+typedef struct tape_sink {
+    gpt_grad_fn fn;
+    void *arg;
+} tape_sink;
+
+static dt_status tape_grad(void *arg, int index, const dt_tensor *param, const dt_tensor *grad)
+{
+    const tape_sink *s = arg;
+    (void)param;
+    return s->fn ? s->fn(s->arg, index, grad) : DT_OK;
+}
+
+/* The forward pass recorded on a tape, the loss, and the tape's backward pass from the loss
+ * seeded with dloss: the gradients into g (owned). */
+static dt_status tape_grads(gpt *m, pass *p, const dt_tensor *x, const dt_tensor *y,
+                            int64_t targets, float dloss, double *loss_out, gpt_grad_fn fn,
+                            void *arg, dt_tensor **g)
+{
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    to.accumulate = 0;
+    dt_tape *atape = NULL;
+    dt_tensor *loss = NULL;
+    double v = 0;
+    dt_status st = dt_tape_create(&to, &atape);
+    for (int i = 0; st == DT_OK && !m->zero && i < m->nparams; i++)
+        st = dt_tape_watch(atape, m->param[i], i);
+    if (st == DT_OK)
+        st = dt_tape_begin(atape);
+    p->tape = atape;
+    if (st == DT_OK)
+        st = forward(m, p, x);
+    if (st == DT_OK)
+        st = dt_vocab_xent(p->logits, y, NULL, &loss);
+    st = unit_end(p, p->head_open, st);
+    p->head_open = 0;
+    if (atape && dt_tape_current() == atape) {
+        dt_status e = dt_tape_end(atape);
+        if (st == DT_OK)
+            st = e;
+    }
+    if (st == DT_OK)
+        st = dt_item(loss, &v);
+    int64_t rows = dt_tensor_numel(y);
+    if (st == DT_OK)
+        *loss_out = targets > 0 ? v * (double)rows / (double)targets : 0.0;
+    tape_sink sink = {fn, arg};
+    dt_backward_opts bo = DT_BACKWARD_OPTS_INIT;
+    bo.grad_fn = tape_grad;
+    bo.grad_arg = &sink;
+    bo.require_all = 1;
+    if (st == DT_OK)
+        st = dt_tape_backward(atape, loss, NULL, dloss, &bo);
+    for (int i = 0; st == DT_OK && i < m->nparams; i++)
+        st = dt_tape_take_grad(atape, i, &g[i]);
+    dt_tensor_destroy(loss);
+    dt_tape_destroy(atape);
+    p->tape = NULL;
+    return st;
+}
+
 dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                          float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
                          dt_tensor **grads_out)
@@ -656,12 +827,18 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
     }
     int64_t rows = dt_tensor_numel(y);
     float dloss = targets > 0 ? loss_scale * (float)((double)rows / (double)targets) : 0.0f;
-    dt_status st = forward(m, p, x);
-    if (st == DT_OK)
-        st = pass_loss(m, p, y, targets, loss_out);
-    grad_sink sink = {g, fn, arg};
-    if (st == DT_OK)
-        st = backward(m, p, x, y, dloss, &sink);
+    dt_status st = DT_OK;
+    if (!m->manual_backward) {
+        st = tape_grads(m, p, x, y, targets, dloss, loss_out, fn, arg, g);
+    } else {
+        /* The hand-written backward pass (the reference the tape is measured against). */
+        st = forward(m, p, x);
+        if (st == DT_OK)
+            st = pass_loss(m, p, y, targets, loss_out);
+        grad_sink sink = {g, fn, arg};
+        if (st == DT_OK)
+            st = backward(m, p, x, y, dloss, &sink);
+    }
     for (int i = 0; i < m->nparams; i++) {
         if (st == DT_OK)
             grads_out[i] = g[i];

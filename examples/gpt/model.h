@@ -9,7 +9,8 @@
  *                               loss is Megatron's vocab-parallel cross-entropy
  *   layer norms                 replicated
  *   activations [B, T, *]       sharded on batch.
- * Forward and backward are written out with libdtensor's distributed ops. */
+ * The forward pass is written with libdtensor's distributed ops and recorded on its autograd
+ * tape, which runs the backward pass (gpt_set_backward). */
 #ifndef GPT_MODEL_H
 #define GPT_MODEL_H
 
@@ -73,6 +74,13 @@ typedef dt_status (*gpt_grad_fn)(void *arg, int index, const dt_tensor *grad);
 dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                          float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
                          dt_tensor **grads_out);
+
+/* How gpt_grads makes the gradients: by default the forward pass is recorded on an autograd
+ * tape (dtensor/autograd.h) and the tape runs it backward; checkpoint_blocks != 0 makes each
+ * block a recomputed checkpoint segment (its activations dropped after the forward and
+ * recomputed in the backward pass: the same bits); manual != 0 uses the hand-written backward
+ * pass instead (the reference for tests and bench/gpt.sh). */
+void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks);
 
 /* Mean cross-entropy per counted target of a forward pass (no gradients). */
 dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,

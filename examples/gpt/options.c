@@ -64,6 +64,10 @@ void gpt_options_usage(FILE *f)
           "  --seed N            initialisation, split and data order (default 1)\n"
           "  --eval-every N      held-out loss and a progress line every N steps (default 100)\n"
           "  --samples N         names sampled at the end (default 10)\n"
+          "  --checkpoint-blocks recompute each block's activations in the backward pass\n"
+          "                      (activation checkpointing; the same results)\n"
+          "  --manual-backward   the hand-written backward pass instead of the autograd\n"
+          "                      tape (the reference; the same results)\n"
           "  --quiet             print only the final `result` line\n",
           f);
 }
@@ -84,6 +88,14 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
         }
         if (strcmp(arg, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(arg, "--checkpoint-blocks") == 0) {
+            o->checkpoint_blocks = 1;
+            continue;
+        }
+        if (strcmp(arg, "--manual-backward") == 0) {
+            o->manual_backward = 1;
             continue;
         }
         size_t kl = strcspn(arg, "=");
