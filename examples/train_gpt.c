@@ -125,7 +125,8 @@ static int setup_model(ctx *c)
     c->dtype = strcmp(c->o.precision, "bf16") == 0  ? DT_DTYPE_BF16
                : strcmp(c->o.precision, "f16") == 0 ? DT_DTYPE_F16
                                                      : DT_DTYPE_F32;
-    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers};
+    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
+                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
     dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
     if (st != DT_OK)
         return job_fail(&c->j, "model", st, gpt_last_error());
@@ -187,9 +188,9 @@ static job_train train_state(ctx *c)
 /* The model and batch a checkpoint was saved with, as one value train/config. */
 static void config_text(const gpt_opts *o, char *buf, size_t len)
 {
-    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
+    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s%s",
              (long long)o->layers, (long long)o->width, (long long)o->heads,
-             (long long)o->batch, o->precision);
+             (long long)o->batch, o->precision, strcmp(o->arch, "gpt") ? " arch=llama" : "");
 }
 
 static int save_checkpoint(ctx *c)

@@ -11,9 +11,13 @@
 #define MAX_LAYERS 16
 #define EPS 1e-5f
 
-/* Per-layer parameter slots: weights (decayed) and layer norms (not decayed). */
+/* Per-layer parameter slots: weights (decayed) and layer norms (not decayed); the Llama
+ * variant's: q, k, v, o, gate, up, down and its two RMS norm gains. */
 enum { W_Q, W_K, W_V, W_O, W_FC, W_FC2, W_PER_LAYER };
 enum { N_LN1G, N_LN1B, N_LN2G, N_LN2B, N_PER_LAYER };
+enum { LW_Q, LW_K, LW_V, LW_O, LW_GATE, LW_UP, LW_DOWN, LW_PER_LAYER };
+enum { LN_ATTN, LN_MLP, LN_PER_LAYER };
+#define MAX_PER_LAYER 16
 
 struct gpt {
     dt_mesh *mesh;
@@ -29,6 +33,7 @@ struct gpt {
     int64_t count;
     dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
     int manual_backward, checkpoint_blocks; /* gpt_set_backward */
+    int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
 };
 
 static char own_error[160];
@@ -47,10 +52,10 @@ static dt_status no_memory(void)
 /* Slot numbers. */
 static int p_wte(void) { return 0; }
 static int p_wpe(void) { return 1; }
-static int p_w(int l, int w) { return 2 + W_PER_LAYER * l + w; }
-static int p_wlm(const gpt *m) { return 2 + W_PER_LAYER * (int)m->cfg.layers; }
-static int p_n(const gpt *m, int l, int w) { return m->ndecay + N_PER_LAYER * l + w; }
-static int p_lnf(const gpt *m, int beta) { return m->ndecay + N_PER_LAYER * (int)m->cfg.layers + beta; }
+static int p_w(const gpt *m, int l, int w) { return m->nemb + m->wpl * l + w; }
+static int p_wlm(const gpt *m) { return m->nemb + m->wpl * (int)m->cfg.layers; }
+static int p_n(const gpt *m, int l, int w) { return m->ndecay + m->npl * l + w; }
+static int p_lnf(const gpt *m, int beta) { return m->ndecay + m->npl * (int)m->cfg.layers + beta; }
 
 int gpt_num_params(const gpt *m) { return m->nparams; }
 int gpt_num_decay(const gpt *m) { return m->ndecay; }
@@ -148,6 +153,47 @@ static void fill_normal(rng *r, float *x, int64_t n, double std)
         x[i] = (float)(std * rng_normal(r));
 }
 
+/* The Llama variant's parameters after the token embedding, drawn in slot order: per block
+ * q, k, v, o, gate, up, down (o and down scaled as GPT-2's residual projections) and the two
+ * RMS norm gains (1), then the head and the final gain. */
+static dt_status llama_params(gpt *m, rng *r, float *buf)
+{
+    int L = (int)m->cfg.layers;
+    int64_t C = m->cfg.width, V = m->cfg.vocab, F = 3 * C;
+    int64_t CK = m->cfg.kv_heads * (C / m->cfg.heads);
+    double resid = 0.02 / sqrt(2.0 * (double)L);
+    static const char *const wn[LW_PER_LAYER] = {"attn/q", "attn/k", "attn/v", "attn/proj",
+                                                 "mlp/gate", "mlp/up", "mlp/down"};
+    static const char *const nn[LN_PER_LAYER] = {"attn_norm/gain", "mlp_norm/gain"};
+    char name[64];
+    dt_status st = DT_OK;
+    for (int l = 0; l < L && st == DT_OK; l++) {
+        for (int w = 0; w < LW_PER_LAYER && st == DT_OK; w++) {
+            int64_t rows = w == LW_DOWN ? F : C;
+            int64_t cols = w == LW_GATE || w == LW_UP ? F : (w == LW_K || w == LW_V ? CK : C);
+            int row_par = w == LW_O || w == LW_DOWN;
+            fill_normal(r, buf, rows * cols, row_par ? resid : 0.02);
+            snprintf(name, sizeof name, "block%d/%s", l, wn[w]);
+            st = make_param(m, p_w(m, l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
+        }
+        for (int w = 0; w < LN_PER_LAYER && st == DT_OK; w++) {
+            for (int64_t j = 0; j < C; j++)
+                buf[j] = 1.0f;
+            snprintf(name, sizeof name, "block%d/%s", l, nn[w]);
+            st = make_param(m, p_n(m, l, w), name, NULL, C, 0, buf);
+        }
+    }
+    if (st == DT_OK) {
+        fill_normal(r, buf, C * V, 0.02);
+        st = make_param(m, p_wlm(m), "output/weight", m->l_col, C, V, buf);
+    }
+    for (int64_t j = 0; st == DT_OK && j < C; j++)
+        buf[j] = 1.0f;
+    if (st == DT_OK)
+        st = make_param(m, p_lnf(m, 0), "final_norm/gain", NULL, C, 0, buf);
+    return st;
+}
+
 dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype, uint64_t seed,
                      gpt **out)
 {
@@ -160,8 +206,20 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
                  (long long)cfg->width);
         return DT_ERR_INVALID_ARGUMENT;
     }
+    gpt_config c2 = *cfg;
+    if (c2.llama && c2.kv_heads == 0)
+        c2.kv_heads = c2.heads / 2 > 0 ? c2.heads / 2 : 1;
+    if (c2.llama && (c2.kv_heads < 1 || c2.heads % c2.kv_heads != 0 ||
+                     (cfg->width / cfg->heads) % 2 != 0)) {
+        snprintf(own_error, sizeof own_error, "train_gpt: --kv-heads %lld must divide %lld "
+                 "heads, and the head width must be even (rotary pairs)",
+                 (long long)c2.kv_heads, (long long)c2.heads);
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    cfg = &c2;
     gpt *m = calloc(1, sizeof *m);
-    int64_t C = cfg->width, V = cfg->vocab, T = cfg->context, F = 4 * cfg->width;
+    int64_t C = cfg->width, V = cfg->vocab, T = cfg->context;
+    int64_t F = (cfg->llama ? 3 : 4) * cfg->width;
     int64_t big = (V > T ? V : T) * C;
     if (F * C > big)
         big = F * C;
@@ -175,8 +233,12 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
     m->cfg = *cfg;
     m->dtype = dtype;
     int L = (int)cfg->layers;
-    m->ndecay = 3 + W_PER_LAYER * L;
-    m->nparams = m->ndecay + N_PER_LAYER * L + 2;
+    m->nemb = cfg->llama ? 1 : 2;
+    m->wpl = cfg->llama ? LW_PER_LAYER : W_PER_LAYER;
+    m->npl = cfg->llama ? LN_PER_LAYER : N_PER_LAYER;
+    m->nfinal = cfg->llama ? 1 : 2;
+    m->ndecay = m->nemb + 1 + m->wpl * L;
+    m->nparams = m->ndecay + m->npl * L + m->nfinal;
     m->param = calloc((size_t)m->nparams, sizeof *m->param);
     m->names = calloc((size_t)m->nparams, sizeof *m->names);
     dt_status st = m->param && m->names ? DT_OK : no_memory();
@@ -203,6 +265,10 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
         fill_normal(&r, buf, V * C, 0.02);
         st = make_param(m, p_wte(), "embed/token", m->l_vocab, V, C, buf);
     }
+    if (cfg->llama) {
+        st = st == DT_OK ? llama_params(m, &r, buf) : st;
+        goto out;
+    }
     if (st == DT_OK) {
         fill_normal(&r, buf, T * C, 0.01);
         st = make_param(m, p_wpe(), "embed/position", m->l_rep2, T, C, buf);
@@ -216,7 +282,7 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
             int row_par = w == W_O || w == W_FC2;
             fill_normal(&r, buf, rows * cols, row_par ? resid : 0.02);
             snprintf(name, sizeof name, "block%d/%s", l, wn[w]);
-            st = make_param(m, p_w(l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
+            st = make_param(m, p_w(m, l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
         }
         for (int w = 0; w < N_PER_LAYER && st == DT_OK; w++) {
             for (int64_t j = 0; j < C; j++)
@@ -384,7 +450,7 @@ dt_status gpt_attach(gpt *m, dt_zero *zero, const dt_optim_hparams *hp, int stag
     cuts[n++] = 0;
     if (stage3) {
         for (int l = 0; l < L; l++)
-            cuts[n++] = p_w(l, 0);
+            cuts[n++] = p_w(m, l, 0);
         cuts[n++] = p_wlm(m);
         for (int l = 0; l < L; l++)
             cuts[n++] = p_n(m, l, 0);
@@ -456,17 +522,17 @@ static int unit_slots(const gpt *m, int u, int *slots)
 {
     int L = (int)m->cfg.layers, n = 0;
     if (u == 0) {
-        slots[n++] = p_wte();
-        slots[n++] = p_wpe();
+        for (int e = 0; e < m->nemb; e++)
+            slots[n++] = p_wte() + e;
     } else if (u <= L) {
-        for (int w = 0; w < W_PER_LAYER; w++)
-            slots[n++] = p_w(u - 1, w);
-        for (int w = 0; w < N_PER_LAYER; w++)
+        for (int w = 0; w < m->wpl; w++)
+            slots[n++] = p_w(m, u - 1, w);
+        for (int w = 0; w < m->npl; w++)
             slots[n++] = p_n(m, u - 1, w);
     } else {
         slots[n++] = p_wlm(m);
-        slots[n++] = p_lnf(m, 0);
-        slots[n++] = p_lnf(m, 1);
+        for (int b = 0; b < m->nfinal; b++)
+            slots[n++] = p_lnf(m, b);
     }
     return n;
 }
@@ -474,7 +540,7 @@ static int unit_slots(const gpt *m, int u, int *slots)
 /* Stage 3: the tape watches unit u's gathered parameters under their slots. */
 static dt_status watch_unit(const gpt *m, dt_tape *atape, int u)
 {
-    int slots[W_PER_LAYER + N_PER_LAYER];
+    int slots[MAX_PER_LAYER];
     int n = unit_slots(m, u, slots);
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < n; i++) {
@@ -540,8 +606,70 @@ static dt_status watched_in(const gpt *m, pass *p, int u, int next)
     return st;
 }
 
+/* The Llama variant's forward pass (pre-norm blocks: RMS norm, q/k/v projections, rotary
+ * positions on q and k, grouped-query causal attention, output projection, residual add;
+ * RMS norm, SwiGLU MLP, residual add; a final RMS norm and the head), recorded on the tape:
+ * it has no hand-written backward. */
+static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
+{
+    dt_status st = DT_OK;
+    int L = (int)m->cfg.layers, open = 0;
+    int64_t H = m->cfg.heads, KV = m->cfg.kv_heads;
+    dt_tensor *wte = NULL, *x = NULL;
+    p->ha = (unit_hook_arg){m, p->tape};
+    if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
+        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        K(&p->tp, dt_embedding(wte, ids, m->l_act, &x), x) != DT_OK ||
+        (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
+        return st;
+    for (int l = 0; l < L; l++) {
+        dt_tensor *g1, *g2, *a = NULL, *q = NULL, *k = NULL, *v = NULL, *qr = NULL, *kr = NULL;
+        dt_tensor *y = NULL, *o = NULL, *x1 = NULL, *b = NULL, *gt = NULL, *up = NULL;
+        dt_tensor *sw = NULL, *mo = NULL;
+        if ((st = watched_in(m, p, 1 + l, 2 + l)) != DT_OK ||
+            (st = unit_begin(m, p, &p->ha, 1 + l, &open)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, LN_ATTN), &g1)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, LN_MLP), &g2)) != DT_OK)
+            return st;
+        if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_Q)), 0, 0, NULL, &q), q) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_K)), 0, 0, NULL, &k), k) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_V)), 0, 0, NULL, &v), v) != DT_OK ||
+            K(&p->tp, dt_rope(q, H, 0, &qr), qr) != DT_OK ||
+            K(&p->tp, dt_rope(k, KV, 0, &kr), kr) != DT_OK ||
+            K(&p->tp, dt_attention_gqa(qr, kr, v, H, KV, 1, &y), y) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(y, param_of(m, p_w(m, l, LW_O)), 0, 0, m->l_act, &o), o) !=
+                DT_OK ||
+            K(&p->tp, dt_add(x, o, m->l_act, &x1), x1) != DT_OK ||
+            K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
+                DT_OK ||
+            K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_UP)), 0, 0, NULL, &up), up) !=
+                DT_OK ||
+            K(&p->tp, dt_swiglu(gt, up, &sw), sw) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(sw, param_of(m, p_w(m, l, LW_DOWN)), 0, 0, m->l_act, &mo), mo) !=
+                DT_OK ||
+            K(&p->tp, dt_add(x1, mo, m->l_act, &x), x) != DT_OK ||
+            (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
+            return st;
+    }
+    p->xl = x;
+    dt_tensor *gf;
+    if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
+        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+        K(&p->tp, dt_rms_norm(x, gf, EPS, &p->f), p->f) != DT_OK ||
+        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
+            DT_OK)
+        return st;
+    return DT_OK;
+}
+
 static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
 {
+    if (m->cfg.llama)
+        return llama_forward(m, p, ids);
     dt_status st = DT_OK;
     int L = (int)m->cfg.layers, open = 0;
     int64_t H = m->cfg.heads;
@@ -578,21 +706,21 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
             (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
                 DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_K)), 0, 0, NULL, &a->k), a->k) !=
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_K)), 0, 0, NULL, &a->k), a->k) !=
                 DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_V)), 0, 0, NULL, &a->v), a->v) !=
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_V)), 0, 0, NULL, &a->v), a->v) !=
                 DT_OK ||
             K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(l, W_O)), 0, 0, m->l_act, &o), o) !=
+            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, m->l_act, &o), o) !=
                 DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
+            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
                 DT_OK ||
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
+            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
                 DT_OK ||
             K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
             (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
@@ -678,17 +806,17 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
             (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK)
             return st;
         /* MLP branch: x2 = x1 + fc2(gelu(fc(ln2(x1)))). */
-        if ((st = dt_matmul_nd_backward(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, dx, NULL, NULL,
+        if ((st = dt_matmul_nd_backward(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, dx, NULL, NULL,
                                         &dgl, &dw)) != DT_OK)
             return st;
         keep(tp, dgl);
-        if ((st = put_grad(grads, p_w(l, W_FC2), dw)) != DT_OK ||
+        if ((st = put_grad(grads, p_w(m, l, W_FC2), dw)) != DT_OK ||
             K(tp, dt_gelu_backward(a->h, dgl, &dh), dh) != DT_OK ||
-            (st = dt_matmul_nd_backward(a->b, param_of(m, p_w(l, W_FC)), 0, 0, dh, NULL, NULL, &dbn,
+            (st = dt_matmul_nd_backward(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, dh, NULL, NULL, &dbn,
                                         &dw)) != DT_OK)
             return st;
         keep(tp, dbn);
-        if ((st = put_grad(grads, p_w(l, W_FC), dw)) != DT_OK ||
+        if ((st = put_grad(grads, p_w(m, l, W_FC), dw)) != DT_OK ||
             (st = dt_layer_norm_backward(a->x1, g2, dbn, EPS, &dx1p, &dg, &db)) != DT_OK)
             return st;
         keep(tp, dx1p);
@@ -697,11 +825,11 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
             K(tp, dt_add(dx, dx1p, m->l_act, &dx1), dx1) != DT_OK)
             return st;
         /* Attention branch: x1 = x + proj(attn(q, k, v of ln1(x))). */
-        if ((st = dt_matmul_nd_backward(a->y, param_of(m, p_w(l, W_O)), 0, 0, dx1, NULL, NULL, &dy,
+        if ((st = dt_matmul_nd_backward(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, dx1, NULL, NULL, &dy,
                                         &dw)) != DT_OK)
             return st;
         keep(tp, dy);
-        if ((st = put_grad(grads, p_w(l, W_O), dw)) != DT_OK ||
+        if ((st = put_grad(grads, p_w(m, l, W_O), dw)) != DT_OK ||
             (st = dt_attention_backward(a->q, a->k, a->v, H, 1, dy, &dq, &dk, &dv)) != DT_OK)
             return st;
         keep(tp, dq);
@@ -709,11 +837,11 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
         keep(tp, dv);
         dt_tensor *dqkv[3] = {dq, dk, dv};
         for (int j = 0; j < 3; j++) {
-            if ((st = dt_matmul_nd_backward(a->a, param_of(m, p_w(l, W_Q + j)), 0, 0, dqkv[j], NULL,
+            if ((st = dt_matmul_nd_backward(a->a, param_of(m, p_w(m, l, W_Q + j)), 0, 0, dqkv[j], NULL,
                                             NULL, &da[j], &dw)) != DT_OK)
                 return st;
             keep(tp, da[j]);
-            if ((st = put_grad(grads, p_w(l, W_Q + j), dw)) != DT_OK)
+            if ((st = put_grad(grads, p_w(m, l, W_Q + j), dw)) != DT_OK)
                 return st;
         }
         if (K(tp, dt_add(da[0], da[1], NULL, &das), das) != DT_OK ||
@@ -830,6 +958,10 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
     dt_status st = DT_OK;
     if (!m->manual_backward) {
         st = tape_grads(m, p, x, y, targets, dloss, loss_out, fn, arg, g);
+    } else if (m->cfg.llama) {
+        snprintf(own_error, sizeof own_error, "train_gpt: --arch llama has no hand-written "
+                 "backward (--manual-backward)");
+        st = DT_ERR_UNSUPPORTED;
     } else {
         /* The hand-written backward pass (the reference the tape is measured against). */
         st = forward(m, p, x);

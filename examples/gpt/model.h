@@ -20,6 +20,11 @@
 
 typedef struct gpt_config {
     int64_t vocab, context, width, heads, layers;
+    /* 1: a Llama-style decoder instead (RMS norms with gains, rotary positions, SwiGLU MLP of
+     * 3 * width hidden units, grouped-query attention with kv_heads key/value heads, no
+     * position embedding and no biases), its forward pass on the tape only. */
+    int llama;
+    int64_t kv_heads; /* llama: dividing heads (0: heads / 2, at least 1) */
 } gpt_config;
 
 typedef struct gpt gpt;
