@@ -436,6 +436,9 @@ static int run(ctx *c)
         (long long)c->step, wall,
         c->train_seconds > 0 ? (double)c->trained_tokens / c->train_seconds : 0.0);
     job_say(&c->j, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
+    job_say(&c->j, "  tape: at most %llu bytes held for the backward pass%s\n",
+            (unsigned long long)gpt_peak_saved(c->model),
+            c->o.checkpoint_blocks ? " (blocks recomputed)" : "");
     job_say(&c->j, "  samples: %s\n", samples);
     job_say(&c->j, "  checkpoint %s, curves %s, plot %s\n", c->ckpt_dir, c->csv_path, c->png_path);
     if (c->j.me == 0) {

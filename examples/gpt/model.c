@@ -34,6 +34,7 @@ struct gpt {
     dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
     int manual_backward, checkpoint_blocks; /* gpt_set_backward */
     int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
+    uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
 };
 
 static char own_error[160];
@@ -874,6 +875,11 @@ dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targ
     return gpt_grads_each(m, x, y, targets, loss_scale, loss_out, NULL, NULL, grads_out);
 }
 
+uint64_t gpt_peak_saved(const gpt *m)
+{
+    return m->peak_saved;
+}
+
 void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks)
 {
     m->manual_backward = manual;
@@ -931,8 +937,13 @@ static dt_status tape_grads(gpt *m, pass *p, const dt_tensor *x, const dt_tensor
     bo.grad_fn = tape_grad;
     bo.grad_arg = &sink;
     bo.require_all = 1;
+    dt_tape_stats ts;
+    if (st == DT_OK && dt_tape_get_stats(atape, &ts) == DT_OK && ts.peak_saved_bytes > m->peak_saved)
+        m->peak_saved = ts.peak_saved_bytes;
     if (st == DT_OK)
         st = dt_tape_backward(atape, loss, NULL, dloss, &bo);
+    if (st == DT_OK && dt_tape_get_stats(atape, &ts) == DT_OK && ts.peak_saved_bytes > m->peak_saved)
+        m->peak_saved = ts.peak_saved_bytes;
     for (int i = 0; st == DT_OK && i < m->nparams; i++)
         st = dt_tape_take_grad(atape, i, &g[i]);
     dt_tensor_destroy(loss);

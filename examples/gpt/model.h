@@ -86,6 +86,9 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
  * recomputed in the backward pass: the same bits); manual != 0 uses the hand-written backward
  * pass instead (the reference for tests and bench/gpt.sh). */
 void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks);
+/* The most bytes (this client's devices) a tape has held for the backward pass in any
+ * gpt_grads so far: the activations kept (0 with the hand-written backward). */
+uint64_t gpt_peak_saved(const gpt *m);
 
 /* Mean cross-entropy per counted target of a forward pass (no gradients). */
 dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
