@@ -174,9 +174,13 @@ static dt_status recompute(dt_tape *tape, int s)
                 return dt__error(DT_ERR_UNSUPPORTED,
                                  "dt_tape_backward: %s cannot be re-run for checkpointing",
                                  dt_op_kind_name(node->kind));
-            dt__ag_ctx c = {.node = node, .layout = node->layout, .iattr = node->iattr,
-                            .fattr = node->fattr, .in0_layout = node->in0_layout,
-                            .in0_shape = node->in0_shape, .in0_dtype = node->in0_dtype};
+            dt__ag_ctx c = {.node = node,
+                            .layout = node->layout,
+                            .iattr = node->iattr,
+                            .fattr = node->fattr,
+                            .in0_layout = node->in0_layout,
+                            .in0_shape = node->in0_shape,
+                            .in0_dtype = node->in0_dtype};
             dt_tensor *o = NULL;
             st = node->rule->replay(&c, in, &o);
             if (st != DT_OK)
@@ -241,10 +245,17 @@ static dt_status run_node(pass *p, int64_t n)
                          "dt_tape_backward: %s (record %lld) has no backward rule, and a "
                          "gradient reaches it",
                          name, (long long)n);
-    dt__ag_ctx c = {.node = node, .layout = node->layout, .iattr = node->iattr,
-                    .fattr = node->fattr, .in0_layout = node->in0_layout,
-                    .in0_shape = node->in0_shape, .in0_dtype = node->in0_dtype, .out = node->saved_out, .dy = ov->grad,
-                    .dy_is_seed = ov->grad_seed && !ov->grad, .seed = ov->seed};
+    dt__ag_ctx c = {.node = node,
+                    .layout = node->layout,
+                    .iattr = node->iattr,
+                    .fattr = node->fattr,
+                    .in0_layout = node->in0_layout,
+                    .in0_shape = node->in0_shape,
+                    .in0_dtype = node->in0_dtype,
+                    .out = node->saved_out,
+                    .dy = ov->grad,
+                    .dy_is_seed = ov->grad_seed && !ov->grad,
+                    .seed = ov->seed};
     dt_tensor *seed_t = NULL;
     if (c.dy_is_seed && !node->rule->scalar_dy) {
         const dt_tensor *dy = NULL;
@@ -256,7 +267,7 @@ static dt_status run_node(pass *p, int64_t n)
     }
     for (int i = 0; i < node->nin; i++) {
         const ag_value *iv = &tape->values[node->in[i]];
-        c.in[i] = node->saved[i] ? node->saved[i]
+        c.in[i] = node->saved[i]                   ? node->saved[i]
                   : (node->rule->save_in >> i & 1) ? iv->t /* borrowed watched */
                                                    : NULL;
         c.needs[i] = iv->requires_grad;
@@ -286,8 +297,9 @@ static dt_status check_args(dt_tape *tape, const dt_tensor *root, const dt_tenso
     if (!tape->has_recording)
         return dt__error(DT_ERR_STATE, "%s: the tape has no recording (dt_tape_begin first)", fn);
     if (tape->consumed)
-        return dt__error(DT_ERR_STATE, "%s: this recording has already run backward (record "
-                                       "again with dt_tape_begin)",
+        return dt__error(DT_ERR_STATE,
+                         "%s: this recording has already run backward (record "
+                         "again with dt_tape_begin)",
                          fn);
     if (tape->open_seg >= 0)
         return dt__error(DT_ERR_STATE, "%s: checkpoint segment %d is still open", fn,
@@ -311,9 +323,9 @@ static dt_status check_args(dt_tape *tape, const dt_tensor *root, const dt_tenso
                          fn, dt_tensor_rank(root));
     if (grad) {
         int r = dt_tensor_rank(root);
-        int same = dt_tensor_rank(grad) == r &&
-                   dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(grad)),
-                                 dt_layout_mesh(dt_tensor_layout(root)));
+        int same =
+            dt_tensor_rank(grad) == r && dt_mesh_equal(dt_layout_mesh(dt_tensor_layout(grad)),
+                                                       dt_layout_mesh(dt_tensor_layout(root)));
         for (int d = 0; same && d < r; d++)
             same = dt_tensor_shape(grad)[d] == dt_tensor_shape(root)[d];
         if (!same)
@@ -331,8 +343,8 @@ static int segment_ending_at(const dt_tape *tape, int64_t n)
     return s >= 0 && tape->segs[s].last == n ? s : -1;
 }
 
-dt_status dt_tape_backward(dt_tape *tape, const dt_tensor *root, const dt_tensor *grad,
-                           float seed, const dt_backward_opts *opts)
+dt_status dt_tape_backward(dt_tape *tape, const dt_tensor *root, const dt_tensor *grad, float seed,
+                           const dt_backward_opts *opts)
 {
     int64_t rv = -1;
     dt_status st = check_args(tape, root, grad, &rv);

@@ -6,9 +6,6 @@
 #include "autograd/tape_impl.h"
 #include "runtime/error.h"
 
-extern void dt__ag_map_lock(void);
-extern void dt__ag_map_unlock(void);
-
 static uint64_t mix(uint64_t x)
 {
     x ^= x >> 33;
@@ -22,7 +19,8 @@ int64_t dt__ag_find(const dt_tape *tape, const dt_tensor *t)
     uint64_t s = dt__tensor_serial(t);
     if (!s || !tape->map_cap)
         return -1;
-    for (uint64_t h = mix(s) & (uint64_t)(tape->map_cap - 1);; h = (h + 1) & (uint64_t)(tape->map_cap - 1)) {
+    for (uint64_t h = mix(s) & (uint64_t)(tape->map_cap - 1);;
+         h = (h + 1) & (uint64_t)(tape->map_cap - 1)) {
         int64_t v = tape->map[h];
         if (v < 0)
             return -1;

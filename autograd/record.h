@@ -10,7 +10,7 @@
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"
 
-#define DT__REC_MAX_IN 4
+#define DT__REC_MAX_IN   4
 #define DT__REC_MAX_ATTR 4
 
 /* One forward call, as an op hands it to the recording tape: kind, inputs (in the op's
@@ -22,9 +22,9 @@ typedef struct dt__op_record {
     int nin;
     const dt_tensor *in[DT__REC_MAX_IN];
     const dt_tensor *out;
-    const dt_layout *layout;            /* the op's `layout` argument (may be NULL) */
-    int64_t iattr[DT__REC_MAX_ATTR];    /* transa, transb, axis, heads, causal, dtype, op */
-    float fattr[DT__REC_MAX_ATTR];      /* eps, alpha */
+    const dt_layout *layout;         /* the op's `layout` argument (may be NULL) */
+    int64_t iattr[DT__REC_MAX_ATTR]; /* transa, transb, axis, heads, causal, dtype, op */
+    float fattr[DT__REC_MAX_ATTR];   /* eps, alpha */
 } dt__op_record;
 
 /* The recording tape as the ops see it: one function. It returns DT_OK when nothing needs

@@ -8,8 +8,7 @@
 static dt_status matmul_bw(dt__ag_ctx *c)
 {
     return dt_matmul_backward(c->in[0], c->in[1], (int)c->iattr[0], (int)c->iattr[1], c->dy, NULL,
-                              NULL, c->needs[0] ? &c->dx[0] : NULL,
-                              c->needs[1] ? &c->dx[1] : NULL);
+                              NULL, c->needs[0] ? &c->dx[0] : NULL, c->needs[1] ? &c->dx[1] : NULL);
 }
 
 static dt_status matmul_re(const dt__ag_ctx *c, const dt_tensor *const *in, dt_tensor **out)

@@ -22,8 +22,7 @@ static dt_status layer_norm_re(const dt__ag_ctx *c, const dt_tensor *const *in, 
     return dt_layer_norm(in[0], in[1], in[2], c->fattr[0], out);
 }
 
-const dt__ag_rule dt__ag_rule_layer_norm = {"dt_layer_norm", 3, 0, layer_norm_bw, layer_norm_re,
-                                            0};
+const dt__ag_rule dt__ag_rule_layer_norm = {"dt_layer_norm", 3, 0, layer_norm_bw, layer_norm_re, 0};
 
 /* ---- softmax: in {x}; iattr {axis}; saves the output y ------------------------------------ */
 
@@ -93,8 +92,7 @@ static dt_status vocab_xent_re(const dt__ag_ctx *c, const dt_tensor *const *in, 
     return dt_vocab_xent(in[0], in[1], c->layout, out);
 }
 
-const dt__ag_rule dt__ag_rule_vocab_xent = {"dt_vocab_xent", 3, 0, vocab_xent_bw, vocab_xent_re,
-                                            1};
+const dt__ag_rule dt__ag_rule_vocab_xent = {"dt_vocab_xent", 3, 0, vocab_xent_bw, vocab_xent_re, 1};
 
 static dt_status softmax_xent_bw(dt__ag_ctx *c)
 {
@@ -105,14 +103,13 @@ static dt_status softmax_xent_bw(dt__ag_ctx *c)
     return st;
 }
 
-static dt_status softmax_xent_re(const dt__ag_ctx *c, const dt_tensor *const *in,
-                                 dt_tensor **out)
+static dt_status softmax_xent_re(const dt__ag_ctx *c, const dt_tensor *const *in, dt_tensor **out)
 {
     return dt_softmax_xent(in[0], in[1], c->layout, out);
 }
 
 const dt__ag_rule dt__ag_rule_softmax_xent = {"dt_softmax_xent", 3, 0, softmax_xent_bw,
-                                              softmax_xent_re, 1};
+                                              softmax_xent_re,   1};
 
 /* ---- gelu, relu: in {x}; saves x ---------------------------------------------------------- */
 

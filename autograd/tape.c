@@ -14,8 +14,6 @@ static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static dt_tape **registry;
 static int nregistry, registry_cap;
 
-void dt__ag_map_lock(void);
-void dt__ag_map_unlock(void);
 void dt__ag_map_lock(void)
 {
     pthread_mutex_lock(&registry_lock);
@@ -346,8 +344,9 @@ dt_status dt_tape_checkpoint_begin(dt_tape *tape, const dt_checkpoint_opts *opts
         return dt__error(DT_ERR_STATE,
                          "dt_tape_checkpoint_begin: the tape does not record on this thread");
     if (tape->open_seg >= 0)
-        return dt__error(DT_ERR_STATE, "dt_tape_checkpoint_begin: segment %d is open "
-                                       "(segments do not nest)",
+        return dt__error(DT_ERR_STATE,
+                         "dt_tape_checkpoint_begin: segment %d is open "
+                         "(segments do not nest)",
                          tape->open_seg);
     if (tape->nsegs == tape->segs_cap) {
         int cap = tape->segs_cap ? tape->segs_cap * 2 : 8;

@@ -34,9 +34,9 @@ typedef struct dt__ag_ctx {
 } dt__ag_ctx;
 
 typedef struct dt__ag_rule {
-    const char *name;     /* the forward function, for messages */
-    unsigned save_in;     /* bit i: input i is saved for backward */
-    int save_out;         /* 1: the output is saved */
+    const char *name; /* the forward function, for messages */
+    unsigned save_in; /* bit i: input i is saved for backward */
+    int save_out;     /* 1: the output is saved */
     /* NULL: the op has no backward (DT_ERR_UNSUPPORTED if a gradient reaches it). May
      * return DT_ERR_UNSUPPORTED for an attribute it cannot differentiate. */
     dt_status (*backward)(dt__ag_ctx *c);
@@ -74,31 +74,31 @@ extern const dt__ag_rule dt__ag_rule_rms_norm, dt__ag_rule_rope, dt__ag_rule_swi
 /* One tensor the recording has seen (an input or output of a record, or a watched tensor). */
 typedef struct ag_value {
     uint64_t serial;
-    const dt_tensor *t;      /* borrowed: valid while the caller or a record holds it */
+    const dt_tensor *t; /* borrowed: valid while the caller or a record holds it */
     int requires_grad;
-    int watch;               /* watched index, or -1 */
-    int64_t producer;        /* record making it, or -1 */
-    int64_t first_use;       /* first record using it, or -1 */
-    int nuses;               /* uses by records (one per input slot), in forward order */
+    int watch;         /* watched index, or -1 */
+    int64_t producer;  /* record making it, or -1 */
+    int64_t first_use; /* first record using it, or -1 */
+    int nuses;         /* uses by records (one per input slot), in forward order */
     int ncontrib_cap;
-    dt_tensor **contrib;     /* backward: the gradient of each use (+1 slot for the root) */
-    dt_tensor *grad;         /* backward: the summed gradient, until its producer has run */
-    int grad_seed;           /* backward: the root's gradient is the seed */
+    dt_tensor **contrib; /* backward: the gradient of each use (+1 slot for the root) */
+    dt_tensor *grad;     /* backward: the summed gradient, until its producer has run */
+    int grad_seed;       /* backward: the root's gradient is the seed */
     float seed;
-    int held;                /* records (and segments) holding it saved */
+    int held; /* records (and segments) holding it saved */
     uint64_t held_bytes;
-    dt_tensor *recomp;       /* backward with checkpointing: the recomputed tensor */
+    dt_tensor *recomp; /* backward with checkpointing: the recomputed tensor */
 } ag_value;
 
 struct ag_node {
     dt_op_kind kind;
     const dt__ag_rule *rule;
     int nin;
-    int64_t in[DT__REC_MAX_IN];  /* value ids */
-    int use[DT__REC_MAX_IN];     /* which use of the value this slot is */
-    int64_t out;                 /* value id */
-    dt_layout *layout;           /* retained */
-    dt_layout *in0_layout;       /* retained: input 0's layout */
+    int64_t in[DT__REC_MAX_IN]; /* value ids */
+    int use[DT__REC_MAX_IN];    /* which use of the value this slot is */
+    int64_t out;                /* value id */
+    dt_layout *layout;          /* retained */
+    dt_layout *in0_layout;      /* retained: input 0's layout */
     int64_t in0_shape[DT_MAX_RANK];
     dt_dtype in0_dtype;
     int64_t iattr[DT__REC_MAX_ATTR];
@@ -111,15 +111,15 @@ struct ag_node {
 
 typedef struct ag_segment {
     dt_checkpoint_opts opts;
-    int64_t first, last;        /* records, inclusive; last < first when empty */
-    int64_t *inputs;            /* values made before the segment and used in it */
-    dt_tensor **input_t;        /* retained (recompute), parallel to inputs */
+    int64_t first, last; /* records, inclusive; last < first when empty */
+    int64_t *inputs;     /* values made before the segment and used in it */
+    dt_tensor **input_t; /* retained (recompute), parallel to inputs */
     int ninputs, cap;
 } ag_segment;
 
 typedef struct ag_watch {
-    dt_tensor *t;   /* retained; NULL when the index is not watched */
-    int64_t value;  /* its value in the current recording, or -1 */
+    dt_tensor *t;  /* retained; NULL when the index is not watched */
+    int64_t value; /* its value in the current recording, or -1 */
     dt_tensor *grad;
 } ag_watch;
 
@@ -128,14 +128,14 @@ struct dt_tape {
     dt_tape_opts opts;
     ag_value *values;
     int64_t nvalues, values_cap;
-    int64_t *map;      /* open addressing, serial -> value id (-1 empty) */
+    int64_t *map; /* open addressing, serial -> value id (-1 empty) */
     int64_t map_cap;
-    int64_t map_used;  /* slots taken */
+    int64_t map_used; /* slots taken */
     ag_node *nodes;
     int64_t nnodes, nodes_cap;
     ag_segment *segs;
     int nsegs, segs_cap;
-    int open_seg;      /* -1 when none */
+    int open_seg; /* -1 when none */
     ag_watch *watch;
     int nwatch;
     int recording;     /* records on its thread now */
@@ -162,6 +162,10 @@ uint64_t dt__ag_local_bytes(const dt_tensor *t);
 
 /* Thread state (autograd/tape.c): the recording tape and whether backward runs here. */
 void dt__ag_set_backward(int on);
+
+/* The lock of the live tapes' registry, held while a value map changes (tape.c). */
+void dt__ag_map_lock(void);
+void dt__ag_map_unlock(void);
 
 /* Another live tape holding this tensor, for the "from another tape" message (tape.c). */
 int dt__ag_other_tape_has(const dt_tape *self, const dt_tensor *t);

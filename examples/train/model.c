@@ -237,7 +237,7 @@ dt_status mlp_inputs(const mlp *m, int64_t rows, const float *x, const int32_t *
     return DT_OK;
 }
 
-/* The forward pass up to the logits. Keeps what the backward pass needs. */
+/* The forward pass up to the logits. */
 typedef struct fwd {
     dt_tensor *b1, *b2; /* f32 biases (the parameters' values; cast if 16-bit) */
     dt_tensor *h;       /* x W1 + b1: [batch, model] */
@@ -252,6 +252,7 @@ static void fwd_free(fwd *f)
     dt_tensor_destroy(f->h);
     dt_tensor_destroy(f->a);
     dt_tensor_destroy(f->logits);
+    *f = (fwd){0};
 }
 
 static dt_status bias_f32(const dt_tensor *b, dt_tensor **out)
@@ -263,26 +264,83 @@ static dt_status bias_f32(const dt_tensor *b, dt_tensor **out)
     return dt_cast(b, DT_DTYPE_F32, out);
 }
 
-/* The forward pass; layer 2's parameters stay in (*w2_out) for the backward pass. */
-static dt_status forward(const mlp *m, const dt_tensor *x, fwd *f, const dt_tensor **w2_out)
+/* What a recorded pass needs: the tape and what the layers' unit hooks see. */
+typedef struct pass {
+    const mlp *m;
+    dt_tape *tape; /* NULL: not recorded (evaluation) */
+    mlp_grad_fn fn;
+    void *arg;
+} pass;
+
+/* Stage 3: layer l's unit hook. Layer 1 is still gathered from the forward pass when its
+ * backward starts (layer 0's gather is started then); layer 0 is gathered again and its new
+ * tensors watched under their indices; each is released after its backward. */
+static dt_status unit_hook(void *arg, int l, dt_segment_phase phase)
 {
+    pass *p = arg;
+    const mlp *m = p->m;
+    if (!m->zero)
+        return DT_OK;
+    if (phase == DT_SEGMENT_POST)
+        return layer_out(m, l);
+    if (l == 1)
+        return dt_zero_prefetch(m->zero, 0);
+    const dt_tensor *w = NULL, *b = NULL;
+    dt_status st = layer_in(m, l, -1, &w, &b);
+    if (st == DT_OK)
+        st = dt_tape_watch(p->tape, w, 2 * l);
+    if (st == DT_OK)
+        st = dt_tape_watch(p->tape, b, 2 * l + 1);
+    return st;
+}
+
+/* Layer l's parameters watched on the pass's tape and its calls recorded as one unit. */
+static dt_status unit_begin(pass *p, int l, const dt_tensor *w, const dt_tensor *b)
+{
+    if (!p->tape)
+        return DT_OK;
+    dt_checkpoint_opts co = DT_CHECKPOINT_OPTS_INIT;
+    co.recompute = 0;
+    co.borrow_watched = p->m->zero != NULL; /* stage 3: released between forward and backward */
+    co.hook = unit_hook;
+    co.hook_arg = p;
+    co.id = l;
+    dt_status st = dt_tape_watch(p->tape, w, 2 * l);
+    if (st == DT_OK)
+        st = dt_tape_watch(p->tape, b, 2 * l + 1);
+    if (st == DT_OK)
+        st = dt_tape_checkpoint_begin(p->tape, &co);
+    return st;
+}
+
+static dt_status unit_end(pass *p)
+{
+    return p->tape ? dt_tape_checkpoint_end(p->tape) : DT_OK;
+}
+
+/* The forward pass (recorded when p->tape records); layer 2's parameters stay in for the
+ * backward pass. */
+static dt_status forward(pass *p, const dt_tensor *x, fwd *f)
+{
+    const mlp *m = p->m;
     dt_tensor *xw = NULL, *aw = NULL;
     const dt_tensor *w1 = NULL, *b1 = NULL, *w2 = NULL, *b2 = NULL;
     dt_status st;
     *f = (fwd){0};
     /* Column parallel: x [batch, -] . W1 [-, model] -> [batch, model], no communication. */
-    if ((st = layer_in(m, 0, 1, &w1, &b1)) != DT_OK || (st = bias_f32(b1, &f->b1)) != DT_OK ||
+    if ((st = layer_in(m, 0, 1, &w1, &b1)) != DT_OK || (st = unit_begin(p, 0, w1, b1)) != DT_OK ||
+        (st = bias_f32(b1, &f->b1)) != DT_OK ||
         (st = dt_matmul(x, w1, 0, 0, NULL, &xw)) != DT_OK ||
         (st = dt_bias_add(xw, f->b1, &f->h)) != DT_OK || (st = dt_relu(f->h, &f->a)) != DT_OK ||
-        (st = layer_out(m, 0)) != DT_OK)
+        (st = unit_end(p)) != DT_OK || (st = layer_out(m, 0)) != DT_OK)
         goto out;
     /* Row parallel: a [batch, model] . W2 [model, -] is partial over model; asking for
      * [batch, -] sums it (an all-reduce along model). */
-    if ((st = layer_in(m, 1, -1, &w2, &b2)) != DT_OK || (st = bias_f32(b2, &f->b2)) != DT_OK ||
+    if ((st = layer_in(m, 1, -1, &w2, &b2)) != DT_OK || (st = unit_begin(p, 1, w2, b2)) != DT_OK ||
+        (st = bias_f32(b2, &f->b2)) != DT_OK ||
         (st = dt_matmul(f->a, w2, 0, 0, m->l_rows2, &aw)) != DT_OK ||
-        (st = dt_bias_add(aw, f->b2, &f->logits)) != DT_OK)
+        (st = dt_bias_add(aw, f->b2, &f->logits)) != DT_OK || (st = unit_end(p)) != DT_OK)
         goto out;
-    *w2_out = w2;
 out:
     dt_tensor_destroy(xw);
     dt_tensor_destroy(aw);
@@ -297,40 +355,51 @@ dt_status mlp_grads(const mlp *m, const dt_tensor *x, const dt_tensor *y, float 
     return mlp_grads_each(m, x, y, loss_scale, loss_out, NULL, NULL, grads_out);
 }
 
-/* fn(arg, i, g[i]) when fn is set. */
-static dt_status tell(mlp_grad_fn fn, void *arg, int i, const dt_tensor *g)
+/* The tape's grad-ready callback, handed on to the caller's fn. */
+static dt_status tell(void *arg, int index, const dt_tensor *param, const dt_tensor *grad)
 {
-    return fn ? fn(arg, i, g) : DT_OK;
+    pass *p = arg;
+    (void)param;
+    return p->fn ? p->fn(p->arg, index, grad) : DT_OK;
 }
 
+/* The backward pass is the tape's (include/dtensor/autograd.h): it runs dt_softmax_xent_backward
+ * (with the loss scale as its seed), dt_bias_grad, dt_matmul_backward and dt_relu_backward in
+ * reverse order of the recorded forward calls. Every gradient comes out partial (sum) over
+ * batch, which the optimizer reduces. */
 dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, float loss_scale,
                          double *loss_out, mlp_grad_fn fn, void *arg,
                          dt_tensor *grads_out[MLP_NPARAMS])
 {
     own_error[0] = '\0';
-    fwd f;
-    const dt_tensor *w1 = NULL, *b1 = NULL, *w2 = NULL;
-    dt_status st = forward(m, x, &f, &w2);
-    if (st != DT_OK)
-        return st;
-    dt_tensor *loss = NULL, *dlogits = NULL, *da = NULL, *dh = NULL;
+    pass p = {m, NULL, fn, arg};
+    dt_tensor *loss = NULL;
     dt_tensor *g[MLP_NPARAMS] = {NULL, NULL, NULL, NULL};
     double lv = 0;
-    /* Mean over the global batch: each batch shard's sum of ce_i / rows, partial over batch.
-     * Every gradient below comes out partial (sum) over batch, which the optimizer reduces. */
-    if ((st = dt_softmax_xent(f.logits, y, NULL, &loss)) != DT_OK ||
-        (st = dt_item(loss, &lv)) != DT_OK ||
-        (st = dt_softmax_xent_backward(f.logits, y, loss_scale, &dlogits)) != DT_OK ||
-        (st = dt_bias_grad(dlogits, NULL, &g[3])) != DT_OK ||
-        (st = tell(fn, arg, 3, g[3])) != DT_OK ||
-        (st = m->zero ? dt_zero_prefetch(m->zero, 0) : DT_OK) != DT_OK ||
-        (st = dt_matmul_backward(f.a, w2, 0, 0, dlogits, NULL, NULL, &da, &g[2])) != DT_OK ||
-        (st = layer_out(m, 1)) != DT_OK || (st = tell(fn, arg, 2, g[2])) != DT_OK ||
-        (st = dt_relu_backward(f.h, da, &dh)) != DT_OK ||
-        (st = dt_bias_grad(dh, NULL, &g[1])) != DT_OK || (st = tell(fn, arg, 1, g[1])) != DT_OK ||
-        (st = layer_in(m, 0, -1, &w1, &b1)) != DT_OK ||
-        (st = dt_matmul_backward(x, w1, 0, 0, dh, NULL, NULL, NULL, &g[0])) != DT_OK ||
-        (st = layer_out(m, 0)) != DT_OK || (st = tell(fn, arg, 0, g[0])) != DT_OK)
+    fwd f = {0};
+    dt_status st = dt_tape_create(NULL, &p.tape);
+    if (st != DT_OK)
+        return st;
+    if ((st = dt_tape_begin(p.tape)) != DT_OK)
+        goto out;
+    st = forward(&p, x, &f);
+    /* Mean over the global batch: each batch shard's sum of ce_i / rows, partial over batch. */
+    if (st == DT_OK)
+        st = dt_softmax_xent(f.logits, y, NULL, &loss);
+    dt_status st_end = dt_tape_end(p.tape);
+    if (st == DT_OK)
+        st = st_end;
+    fwd_free(&f); /* the tape keeps what the backward pass needs */
+    dt_backward_opts bo = DT_BACKWARD_OPTS_INIT;
+    bo.grad_fn = tell;
+    bo.grad_arg = &p;
+    bo.require_all = 1;
+    if (st != DT_OK || (st = dt_item(loss, &lv)) != DT_OK ||
+        (st = dt_tape_backward(p.tape, loss, NULL, loss_scale, &bo)) != DT_OK)
+        goto out;
+    for (int i = 0; st == DT_OK && i < MLP_NPARAMS; i++)
+        st = dt_tape_take_grad(p.tape, i, &g[i]);
+    if (st != DT_OK)
         goto out;
     for (int i = 0; i < MLP_NPARAMS; i++) {
         grads_out[i] = g[i];
@@ -340,11 +409,9 @@ dt_status mlp_grads_each(const mlp *m, const dt_tensor *x, const dt_tensor *y, f
 out:
     for (int i = 0; i < MLP_NPARAMS; i++)
         dt_tensor_destroy(g[i]);
-    dt_tensor_destroy(dh);
-    dt_tensor_destroy(da);
-    dt_tensor_destroy(dlogits);
     dt_tensor_destroy(loss);
     fwd_free(&f);
+    dt_tape_destroy(p.tape);
     return st;
 }
 
@@ -353,8 +420,8 @@ dt_status mlp_evaluate(const mlp *m, const dt_tensor *x, const dt_tensor *y, con
 {
     own_error[0] = '\0';
     fwd f;
-    const dt_tensor *w2 = NULL;
-    dt_status st = forward(m, x, &f, &w2);
+    pass p = {m, NULL, NULL, NULL};
+    dt_status st = forward(&p, x, &f);
     if (st == DT_OK)
         st = layer_out(m, 1);
     if (st != DT_OK)

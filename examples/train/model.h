@@ -3,7 +3,8 @@
  *   W1 [64, H]  column parallel (H sharded on model)    b1 [H]  sharded on model
  *   W2 [H, 10]  row parallel (H sharded on model)       b2 [10] replicated
  *   activations [rows, *] sharded on batch; the row-parallel product is summed over model.
- * Forward and backward are written out by hand with libdtensor's distributed ops. */
+ * The forward pass is written with libdtensor's distributed ops and recorded on a tape
+ * (include/dtensor/autograd.h), which runs the backward pass. */
 #ifndef TRAIN_MODEL_H
 #define TRAIN_MODEL_H
 

@@ -18,9 +18,9 @@ typedef struct in_spec {
     int64_t shape[3];
     const char *spec[3]; /* mesh dim name or NULL */
     int partial;
-    int ints;            /* i32 data (ids, labels) from idata: no gradient */
+    int ints; /* i32 data (ids, labels) from idata: no gradient */
     int grad;
-    int away;            /* keep values away from 0 (relu's kink) */
+    int away; /* keep values away from 0 (relu's kink) */
 } in_spec;
 
 typedef struct op_case {
@@ -235,8 +235,7 @@ static dt_status r_matmul(dt_tensor *const *in, const dt_tensor *dy, float seed,
     (void)seed;
     return dt_matmul_backward(in[0], in[1], 0, 0, dy, NULL, NULL, &r[0], &r[1]);
 }
-static dt_status r_matmul_tt(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                             dt_tensor **r)
+static dt_status r_matmul_tt(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)seed;
     return dt_matmul_backward(in[0], in[1], 1, 1, dy, NULL, NULL, &r[0], &r[1]);
@@ -245,8 +244,7 @@ static dt_status f_matmul_nd(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_matmul_nd(in[0], in[1], 0, 0, NULL, out);
 }
-static dt_status r_matmul_nd(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                             dt_tensor **r)
+static dt_status r_matmul_nd(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)seed;
     return dt_matmul_nd_backward(in[0], in[1], 0, 0, dy, NULL, NULL, &r[0], &r[1]);
@@ -295,8 +293,7 @@ static dt_status f_bias_add(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_bias_add(in[0], in[1], out);
 }
-static dt_status r_bias_add(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                            dt_tensor **r)
+static dt_status r_bias_add(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)in, (void)seed;
     r[0] = dt_tensor_retain(dy);
@@ -306,8 +303,7 @@ static dt_status f_layer_norm(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_layer_norm(in[0], in[1], in[2], 1e-5f, out);
 }
-static dt_status r_layer_norm(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                              dt_tensor **r)
+static dt_status r_layer_norm(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)seed;
     return dt_layer_norm_backward(in[0], in[1], dy, 1e-5f, &r[0], &r[1], &r[2]);
@@ -316,8 +312,7 @@ static dt_status f_softmax(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_softmax(in[0], -1, out);
 }
-static dt_status r_softmax(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                           dt_tensor **r)
+static dt_status r_softmax(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)seed;
     dt_tensor *y = NULL;
@@ -335,8 +330,7 @@ static dt_status f_attention(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_attention(in[0], in[1], in[2], 2, 1, out);
 }
-static dt_status r_attention(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                             dt_tensor **r)
+static dt_status r_attention(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)seed;
     return dt_attention_backward(in[0], in[1], in[2], 2, 1, dy, &r[0], &r[1], &r[2]);
@@ -345,8 +339,7 @@ static dt_status f_embedding(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_embedding(in[0], in[1], NULL, out);
 }
-static dt_status r_embedding(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                             dt_tensor **r)
+static dt_status r_embedding(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)seed;
     return dt_embedding_backward(in[0], in[1], dy, NULL, &r[0]);
@@ -355,8 +348,7 @@ static dt_status f_vocab_xent(dt_tensor *const *in, dt_tensor **out)
 {
     return dt_vocab_xent(in[0], in[1], NULL, out);
 }
-static dt_status r_vocab_xent(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                              dt_tensor **r)
+static dt_status r_vocab_xent(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)dy;
     return dt_vocab_xent_backward(in[0], in[1], seed, &r[0]);
@@ -399,8 +391,7 @@ static dt_status f_cast(dt_tensor *const *in, dt_tensor **out)
     dt_tensor_destroy(d);
     return st;
 }
-static dt_status r_identity(dt_tensor *const *in, const dt_tensor *dy, float seed,
-                            dt_tensor **r)
+static dt_status r_identity(dt_tensor *const *in, const dt_tensor *dy, float seed, dt_tensor **r)
 {
     (void)in, (void)seed;
     r[0] = dt_tensor_retain(dy);
@@ -441,36 +432,77 @@ static dt_status f_reduce_all(dt_tensor *const *in, dt_tensor **out)
 
 /* ---- the cases --------------------------------------------------------------------------- */
 
-#define M2(a, b, s0, s1, g) {2, {a, b, 0}, {s0, s1, NULL}, 0, 0, g, 0}
-#define M2P(a, b, g) {2, {a, b, 0}, {NULL, NULL, NULL}, 1, 0, g, 0}
-#define M1(a, s0, g) {1, {a, 0, 0}, {s0, NULL, NULL}, 0, 0, g, 0}
+#define M2(a, b, s0, s1, g)                                                                        \
+    {                                                                                              \
+        2, {a, b, 0}, {s0, s1, NULL}, 0, 0, g, 0                                                   \
+    }
+#define M2P(a, b, g)                                                                               \
+    {                                                                                              \
+        2, {a, b, 0}, {NULL, NULL, NULL}, 1, 0, g, 0                                               \
+    }
+#define M1(a, s0, g)                                                                               \
+    {                                                                                              \
+        1, {a, 0, 0}, {s0, NULL, NULL}, 0, 0, g, 0                                                 \
+    }
 
 static const op_case cases[] = {
-    {"matmul replicated", 2, {M2(8, 6, NULL, NULL, 1), M2(6, 5, NULL, NULL, 1)}, f_matmul,
-     r_matmul, 0},
-    {"matmul data parallel", 2, {M2(8, 6, "x", NULL, 1), M2(6, 5, NULL, NULL, 1)}, f_matmul,
-     r_matmul, 0},
-    {"matmul column parallel", 2, {M2(4, 6, NULL, NULL, 1), M2(6, 8, NULL, "x", 1)}, f_matmul,
-     r_matmul, 0},
-    {"matmul row parallel", 2, {M2(4, 8, NULL, "x", 1), M2(8, 5, "x", NULL, 1)}, f_matmul,
-     r_matmul, 0},
-    {"matmul transposed, partial a", 2, {M2P(6, 4, 1), M2(5, 6, NULL, NULL, 1)}, f_matmul_tt,
-     r_matmul_tt, 0},
+    {"matmul replicated",
+     2,
+     {M2(8, 6, NULL, NULL, 1), M2(6, 5, NULL, NULL, 1)},
+     f_matmul,
+     r_matmul,
+     0},
+    {"matmul data parallel",
+     2,
+     {M2(8, 6, "x", NULL, 1), M2(6, 5, NULL, NULL, 1)},
+     f_matmul,
+     r_matmul,
+     0},
+    {"matmul column parallel",
+     2,
+     {M2(4, 6, NULL, NULL, 1), M2(6, 8, NULL, "x", 1)},
+     f_matmul,
+     r_matmul,
+     0},
+    {"matmul row parallel",
+     2,
+     {M2(4, 8, NULL, "x", 1), M2(8, 5, "x", NULL, 1)},
+     f_matmul,
+     r_matmul,
+     0},
+    {"matmul transposed, partial a",
+     2,
+     {M2P(6, 4, 1), M2(5, 6, NULL, NULL, 1)},
+     f_matmul_tt,
+     r_matmul_tt,
+     0},
     {"matmul_nd projection, sharded rows",
      2,
      {{3, {8, 2, 6}, {"x", NULL, NULL}, 0, 0, 1, 0}, M2(6, 4, NULL, NULL, 1)},
      f_matmul_nd,
      r_matmul_nd,
      0},
-    {"add, one operand sharded", 2, {M2(8, 4, "x", NULL, 1), M2(8, 4, NULL, NULL, 1)}, f_add,
-     r_add, 0},
+    {"add, one operand sharded",
+     2,
+     {M2(8, 4, "x", NULL, 1), M2(8, 4, NULL, NULL, 1)},
+     f_add,
+     r_add,
+     0},
     {"sub, partial operand", 2, {M2P(8, 4, 1), M2(8, 4, "x", NULL, 1)}, f_sub, r_sub, 0},
     {"mul, sharded and partial", 2, {M2(8, 4, "x", NULL, 1), M2P(8, 4, 1)}, f_mul, r_mul, 0},
     {"scale, sharded", 1, {M2(8, 4, "x", NULL, 1)}, f_scale, r_scale, 0},
-    {"bias_add, rows sharded", 2, {M2(8, 6, "x", NULL, 1), M1(6, NULL, 1)}, f_bias_add,
-     r_bias_add, 0},
-    {"bias_add, columns sharded", 2, {M2(4, 8, NULL, "x", 1), M1(8, "x", 1)}, f_bias_add,
-     r_bias_add, 0},
+    {"bias_add, rows sharded",
+     2,
+     {M2(8, 6, "x", NULL, 1), M1(6, NULL, 1)},
+     f_bias_add,
+     r_bias_add,
+     0},
+    {"bias_add, columns sharded",
+     2,
+     {M2(4, 8, NULL, "x", 1), M1(8, "x", 1)},
+     f_bias_add,
+     r_bias_add,
+     0},
     {"layer_norm, rows sharded",
      3,
      {M2(8, 6, "x", NULL, 1), M1(6, NULL, 1), M1(6, NULL, 1)},
@@ -481,7 +513,8 @@ static const op_case cases[] = {
     {"softmax dim 0, columns sharded", 1, {M2(6, 8, NULL, "x", 1)}, f_softmax0, NULL, 0},
     {"attention, width sharded",
      3,
-     {{3, {2, 4, 8}, {NULL, NULL, "x"}, 0, 0, 1, 0}, {3, {2, 4, 8}, {NULL, NULL, NULL}, 0, 0, 1, 0},
+     {{3, {2, 4, 8}, {NULL, NULL, "x"}, 0, 0, 1, 0},
+      {3, {2, 4, 8}, {NULL, NULL, NULL}, 0, 0, 1, 0},
       {3, {2, 4, 8}, {NULL, NULL, "x"}, 0, 0, 1, 0}},
      f_attention,
      r_attention,

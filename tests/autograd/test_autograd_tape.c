@@ -57,8 +57,23 @@ static int same_bits(const dt_tensor *a, const dt_tensor *b)
 
 /* ---- a transformer block against its hand-written backward ------------------------------ */
 
-enum { P_WTE, P_G1, P_B1, P_WQ, P_WK, P_WV, P_WO, P_G2, P_B2, P_WFC, P_WFC2, P_GF, P_BF, P_WLM,
-       NP };
+enum {
+    P_WTE,
+    P_G1,
+    P_B1,
+    P_WQ,
+    P_WK,
+    P_WV,
+    P_WO,
+    P_G2,
+    P_B2,
+    P_WFC,
+    P_WFC2,
+    P_GF,
+    P_BF,
+    P_WLM,
+    NP
+};
 
 typedef struct block {
     dt_mesh *mesh;
@@ -175,11 +190,9 @@ static void block_backward_by_hand(const block *m, const acts *s, float dloss, d
     dt_tensor *dlogits, *df, *dx2, *dg, *dh, *db, *dx1p, *dx1, *dy, *dq, *dk, *dv, *da[3];
     dt_tensor *das, *das2, *dx0p, *dx0;
     DT_ASSERT_OK(dt_vocab_xent_backward(s->logits, m->labels, dloss, &dlogits));
-    DT_ASSERT_OK(dt_matmul_nd_backward(s->f, p[P_WLM], 0, 0, dlogits, NULL, NULL, &df,
-                                       &g[P_WLM]));
+    DT_ASSERT_OK(dt_matmul_nd_backward(s->f, p[P_WLM], 0, 0, dlogits, NULL, NULL, &df, &g[P_WLM]));
     DT_ASSERT_OK(dt_layer_norm_backward(s->x2, p[P_GF], df, 1e-5f, &dx2, &g[P_GF], &g[P_BF]));
-    DT_ASSERT_OK(dt_matmul_nd_backward(s->g, p[P_WFC2], 0, 0, dx2, NULL, NULL, &dg,
-                                       &g[P_WFC2]));
+    DT_ASSERT_OK(dt_matmul_nd_backward(s->g, p[P_WFC2], 0, 0, dx2, NULL, NULL, &dg, &g[P_WFC2]));
     DT_ASSERT_OK(dt_gelu_backward(s->h, dg, &dh));
     DT_ASSERT_OK(dt_matmul_nd_backward(s->b, p[P_WFC], 0, 0, dh, NULL, NULL, &db, &g[P_WFC]));
     DT_ASSERT_OK(dt_layer_norm_backward(s->x1, p[P_G2], db, 1e-5f, &dx1p, &g[P_G2], &g[P_B2]));
@@ -195,8 +208,8 @@ static void block_backward_by_hand(const block *m, const acts *s, float dloss, d
     DT_ASSERT_OK(dt_layer_norm_backward(s->x0, p[P_G1], das2, 1e-5f, &dx0p, &g[P_G1], &g[P_B1]));
     DT_ASSERT_OK(dt_add(dx1, dx0p, m->l_act, &dx0));
     DT_ASSERT_OK(dt_embedding_backward(p[P_WTE], m->ids, dx0, NULL, &g[P_WTE]));
-    dt_tensor *tmp[] = {dlogits, df, dx2, dg, dh, db, dx1p, dx1, dy, dq, dk, dv,
-                        da[0], da[1], da[2], das, das2, dx0p, dx0};
+    dt_tensor *tmp[] = {dlogits, df, dx2,   dg,    dh,    db,  dx1p, dx1,  dy, dq,
+                        dk,      dv, da[0], da[1], da[2], das, das2, dx0p, dx0};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
         dt_tensor_destroy(tmp[i]);
 }
@@ -262,8 +275,8 @@ static void test_block_gradients_match_the_hand_written_backward_bit_for_bit(voi
         CU_ASSERT(dt_layout_equal(dt_tensor_layout(got[i]), dt_tensor_layout(ref[i])));
     }
     /* Reported once each, in the order the gradients became final. */
-    static const int want[NP] = {P_WLM, P_GF, P_BF, P_WFC2, P_WFC, P_G2, P_B2, P_WO,
-                                 P_WV,  P_WK, P_WQ, P_G1,   P_B1,  P_WTE};
+    static const int want[NP] = {P_WLM, P_GF, P_BF, P_WFC2, P_WFC, P_G2, P_B2,
+                                 P_WO,  P_WV, P_WK, P_WQ,   P_G1,  P_B1, P_WTE};
     CU_ASSERT_EQUAL(log.n, NP);
     for (int i = 0; i < NP && i < log.n; i++)
         CU_ASSERT_EQUAL(log.idx[i], want[i]);
@@ -355,9 +368,9 @@ static void test_three_uses_sum_in_forward_order(void)
     DT_ASSERT_OK(dt_add(dx[1], dx[2], NULL, &t01));
     DT_ASSERT_OK(dt_add(dx[0], t01, NULL, &other));
     CU_ASSERT(!same_bits_q(h, other, 1));
-    dt_tensor *all[] = {x, w[0], w[1], w[2], dys[0], dys[1], dys[2], y[0], y[1], y[2], m[0],
-                        m[1], m[2], r[0], r[1], r[2], s01, s, dx[0], dx[1], dx[2], h01, h,
-                        other, t01};
+    dt_tensor *all[] = {x,     w[0],  w[1],  w[2], dys[0], dys[1], dys[2], y[0], y[1],
+                        y[2],  m[0],  m[1],  m[2], r[0],   r[1],   r[2],   s01,  s,
+                        dx[0], dx[1], dx[2], h01,  h,      other,  t01};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         dt_tensor_destroy(all[i]);
     dt_tape_destroy(tape);
@@ -429,7 +442,7 @@ static void test_no_grad_and_detach_stop_the_gradient(void)
     dt_tape_stats st;
     DT_ASSERT_OK(dt_tape_get_stats(tape, &st));
     CU_ASSERT_EQUAL(st.nodes, 1); /* only the scale by 3 */
-    CU_ASSERT(same_bits(d, z)); /* (its fetch records a relayout of z: harmless) */
+    CU_ASSERT(same_bits(d, z));   /* (its fetch records a relayout of z: harmless) */
     /* loss = sum(d * w): the gradient of w is d (through detach nothing flows to z). */
     DT_ASSERT_OK(dt_mul(d, f.w, NULL, &e));
     dt_tensor *loss = NULL;
