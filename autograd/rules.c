@@ -24,6 +24,10 @@ static const struct {
     [DT_OP_CAST] = {"cast", &dt__ag_rule_cast},
     [DT_OP_RELAYOUT] = {"relayout", &dt__ag_rule_relayout},
     [DT_OP_REDUCE] = {"reduce", &dt__ag_rule_reduce},
+    [DT_OP_RMS_NORM] = {"rms_norm", &dt__ag_rule_rms_norm},
+    [DT_OP_ROPE] = {"rope", &dt__ag_rule_rope},
+    [DT_OP_SWIGLU] = {"swiglu", &dt__ag_rule_swiglu},
+    [DT_OP_ATTENTION_GQA] = {"attention_gqa", &dt__ag_rule_attention_gqa},
 };
 
 const dt__ag_rule *dt__ag_rule_of(dt_op_kind kind)

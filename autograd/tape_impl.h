@@ -66,6 +66,8 @@ extern const dt__ag_rule dt__ag_rule_layer_norm, dt__ag_rule_softmax, dt__ag_rul
     dt__ag_rule_embedding, dt__ag_rule_vocab_xent, dt__ag_rule_softmax_xent, dt__ag_rule_gelu,
     dt__ag_rule_relu;
 extern const dt__ag_rule dt__ag_rule_cast, dt__ag_rule_relayout, dt__ag_rule_reduce;
+extern const dt__ag_rule dt__ag_rule_rms_norm, dt__ag_rule_rope, dt__ag_rule_swiglu,
+    dt__ag_rule_attention_gqa;
 
 /* ---- the tape ------------------------------------------------------------------------- */
 

@@ -5,25 +5,37 @@
 # evaluation, sampling and the checkpoint cancel out). Reports tokens/s per process on 2x2
 # against one device (the scaling efficiency) and the share of the step time spent inside MPI
 # (an LD_PRELOAD shim of the MPI profiling interface, bench/mpi_time.c, averaged over ranks).
+# Then the autograd tape against the hand-written backward on one device (1x1), for the default
+# model and for width 256, 4 layers, 8 heads (the context is train_gpt's fixed 16): tokens/s
+# with the tape against --manual-backward in the same run (tape_vs_manual), the most bytes the
+# tape held for the backward pass with --checkpoint-blocks against without (act_mem_ratio;
+# act_mem_bound = 2/L, i.e. 1/L of the full amount plus one block's worth when the blocks hold
+# the activations) and the step time with recomputation against without (recompute_step_ratio).
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
-#   bench/gpt.sh [--steps N] [--quick] [-- TRAIN_GPT_OPTIONS...]
+#   bench/gpt.sh [--steps N] [--tape-steps N] [--tape-only] [--quick] [-- TRAIN_GPT_OPTIONS...]
 set -euo pipefail
 
 usage() {
   cat >&2 <<'USAGE'
 usage: bench/gpt.sh [--steps N] [--quick] [-- train_gpt options]
   --steps N   timed steps per mesh: runs of N and 2N steps (default 60; --quick: 20)
+  --tape-steps N  steps of each tape/manual/recompute run (default 30; --quick: 10)
+  --tape-only     only the tape measurements
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 steps=60
+tape_steps=30
+tape_only=0
 model=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) [ $# -ge 2 ] || { usage; exit 2; }; steps=$2; shift 2 ;;
-    --quick) steps=20; shift ;;
+    --quick) steps=20; tape_steps=10; shift ;;
+    --tape-steps) [ $# -ge 2 ] || { usage; exit 2; }; tape_steps=$2; shift 2 ;;
+    --tape-only) tape_only=1; shift ;;
     --) shift; model=("$@"); break ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/gpt.sh: unknown option '$1'" >&2; usage; exit 2 ;;
@@ -63,7 +75,9 @@ run() {
 load "bench/run gpt start"
 status=0
 declare -A per_step comm
-for spec in 1x1:1 2x2:4; do
+specs="1x1:1 2x2:4"
+[ "$tape_only" = 1 ] && specs=""
+for spec in $specs; do
   mesh=${spec%%:*}
   np=${spec##*:}
   read -r t1 c1 < <(run "$mesh" "$np" "$steps") || { status=1; continue; }
@@ -84,5 +98,46 @@ if [ -n "${per_step[1x1]:-}" ] && [ -n "${per_step[2x2]:-}" ]; then
     printf "case=gpt mesh=2x2 procs=4 steps=%d step_ms=%.2f tokens_per_s=%.0f tokens_per_s_per_process=%.0f scaling_efficiency=%.3f comm_ms_per_step=%.2f comm_share=%.3f\n",
       n, 1000 * s4, tok / s4, tok / s4 / 4, (tok / s4 / 4) / (tok / s1), 1000 * c4, c4 / s4 }'
 fi
+# tape_run NAME ARGS... -> "tokens_per_s held_bytes" of one 1x1 run of tape_steps steps
+tape_run() {
+  local out="$tmp/tape-$1"
+  shift
+  DT_CPU_DEVICES=1 "$train" --mesh "$root/examples/meshes/1x1.yaml" --steps "$tape_steps" \
+    --eval-every 1000000 --samples 0 --out "$out" "$@" >"$out.log" 2>&1 ||
+    { cat "$out.log" >&2; return 1; }
+  local tps bytes
+  tps=$(sed -n 's/.* \([0-9.]*\) tokens\/s in training steps.*/\1/p' "$out.log")
+  bytes=$(sed -n 's/.*tape: at most \([0-9]*\) bytes.*/\1/p' "$out.log")
+  echo "$tps $bytes"
+}
+
+for cfg in "default:" "w256_l4_h8:--width 256 --layers 4 --heads 8"; do
+  name=${cfg%%:*}
+  # shellcheck disable=SC2206
+  args=(${cfg#*:})
+  layers=2
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    [ "${args[$i]}" = --layers ] && layers=${args[$((i + 1))]}
+  done
+  # The three runs interleaved twice (best of each), so a load change hits all of them.
+  declare -A best=() held=()
+  for rep in 1 2; do
+    for mode in tape manual ckpt; do
+      extra=()
+      [ "$mode" = manual ] && extra=(--manual-backward)
+      [ "$mode" = ckpt ] && extra=(--checkpoint-blocks)
+      read -r t b < <(tape_run "$name-$mode-$rep" ${args[@]+"${args[@]}"} "${extra[@]}") ||
+        { status=1; continue; }
+      held[$mode]=$b
+      best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t="$t" 'BEGIN { print (t > a ? t : a) }')
+    done
+  done
+  if [ -n "${best[tape]:-}" ] && [ -n "${best[manual]:-}" ] && [ -n "${best[ckpt]:-}" ]; then
+    awk -v n="$name" -v L="$layers" -v s="$tape_steps" -v tt="${best[tape]}" \
+        -v tm="${best[manual]}" -v tc="${best[ckpt]}" -v bt="${held[tape]}" -v bc="${held[ckpt]}" 'BEGIN {
+      printf "case=gpt_tape model=%s mesh=1x1 steps=%d tape_tokens_per_s=%.0f manual_tokens_per_s=%.0f recompute_tokens_per_s=%.0f tape_vs_manual=%.3f held_bytes=%d held_bytes_recompute=%d act_mem_ratio=%.3f act_mem_bound=%.3f recompute_step_ratio=%.3f\n",
+        n, s, tt, tm, tc, tt / tm, bt, bc, bc / bt, 2 / L, tt / tc }'
+  fi
+done
 load "bench/run gpt end"
 exit "$status"

@@ -125,10 +125,12 @@ static int setup_model(ctx *c)
     c->dtype = strcmp(c->o.precision, "bf16") == 0  ? DT_DTYPE_BF16
                : strcmp(c->o.precision, "f16") == 0 ? DT_DTYPE_F16
                                                      : DT_DTYPE_F32;
-    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers};
+    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
+                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
     dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
     if (st != DT_OK)
         return job_fail(&c->j, "model", st, gpt_last_error());
+    gpt_set_backward(c->model, (int)c->o.manual_backward, (int)c->o.checkpoint_blocks);
     int64_t n = c->test.n, T = NAMES_CONTEXT;
     int32_t *x = malloc((size_t)(n * T) * sizeof *x), *y = malloc((size_t)(n * T) * sizeof *y);
     if (job_any_failed(&c->j, !x || !y, "out of memory")) {
@@ -186,9 +188,9 @@ static job_train train_state(ctx *c)
 /* The model and batch a checkpoint was saved with, as one value train/config. */
 static void config_text(const gpt_opts *o, char *buf, size_t len)
 {
-    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s",
+    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s%s",
              (long long)o->layers, (long long)o->width, (long long)o->heads,
-             (long long)o->batch, o->precision);
+             (long long)o->batch, o->precision, strcmp(o->arch, "gpt") ? " arch=llama" : "");
 }
 
 static int save_checkpoint(ctx *c)
@@ -434,6 +436,9 @@ static int run(ctx *c)
         (long long)c->step, wall,
         c->train_seconds > 0 ? (double)c->trained_tokens / c->train_seconds : 0.0);
     job_say(&c->j, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
+    job_say(&c->j, "  tape: at most %llu bytes held for the backward pass%s\n",
+            (unsigned long long)gpt_peak_saved(c->model),
+            c->o.checkpoint_blocks ? " (blocks recomputed)" : "");
     job_say(&c->j, "  samples: %s\n", samples);
     job_say(&c->j, "  checkpoint %s, curves %s, plot %s\n", c->ckpt_dir, c->csv_path, c->png_path);
     if (c->j.me == 0) {

@@ -45,6 +45,13 @@ static const dt__ops_backend cpu_backend = {
     .vocab_xent_stats = dt_kernel_vocab_xent_stats,
     .vocab_xent_loss = dt_kernel_vocab_xent_loss,
     .vocab_xent_grad = dt_kernel_vocab_xent_grad,
+    .rms_norm = dt_kernel_rms_norm,
+    .rms_norm_grad = dt_kernel_rms_norm_grad,
+    .rope = dt_kernel_rope,
+    .swiglu = dt_kernel_swiglu,
+    .swiglu_grad = dt_kernel_swiglu_grad,
+    .attention_gqa = dt_kernel_attention_gqa,
+    .attention_gqa_grad = dt_kernel_attention_gqa_grad,
 };
 
 const dt__ops_backend *dt__ops_cpu_backend(void)

@@ -84,6 +84,23 @@ typedef struct dt__ops_backend {
     dt_status (*vocab_xent_grad)(int64_t rows, int64_t cols, const float *logits,
                                  const float *rowmax, const float *sumexp, int64_t lo,
                                  const int32_t *labels, float scale, float *dlogits);
+    /* Llama-style kernels (ops/llama.c). */
+    dt_status (*rms_norm)(int64_t rows, int64_t cols, const float *x, const float *gain,
+                          float eps, float *y);
+    dt_status (*rms_norm_grad)(int64_t rows, int64_t cols, const float *x, const float *gain,
+                               const float *dy, float eps, float *dx, float *dgain);
+    dt_status (*rope)(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                      int64_t pos_offset, int inverse, const float *x, float *y);
+    dt_status (*swiglu)(int64_t n, const float *gate, const float *up, float *y);
+    dt_status (*swiglu_grad)(int64_t n, const float *gate, const float *up, const float *dy,
+                             float *dgate, float *dup);
+    dt_status (*attention_gqa)(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int causal, const float *q, const float *k,
+                               const float *v, float *y);
+    dt_status (*attention_gqa_grad)(int64_t batch, int64_t seq, int64_t heads,
+                                    int64_t kv_heads, int64_t head_dim, int causal,
+                                    const float *q, const float *k, const float *v,
+                                    const float *dy, float *dq, float *dk, float *dv);
 } dt__ops_backend;
 
 /* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail

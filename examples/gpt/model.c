@@ -11,9 +11,13 @@
 #define MAX_LAYERS 16
 #define EPS 1e-5f
 
-/* Per-layer parameter slots: weights (decayed) and layer norms (not decayed). */
+/* Per-layer parameter slots: weights (decayed) and layer norms (not decayed); the Llama
+ * variant's: q, k, v, o, gate, up, down and its two RMS norm gains. */
 enum { W_Q, W_K, W_V, W_O, W_FC, W_FC2, W_PER_LAYER };
 enum { N_LN1G, N_LN1B, N_LN2G, N_LN2B, N_PER_LAYER };
+enum { LW_Q, LW_K, LW_V, LW_O, LW_GATE, LW_UP, LW_DOWN, LW_PER_LAYER };
+enum { LN_ATTN, LN_MLP, LN_PER_LAYER };
+#define MAX_PER_LAYER 16
 
 struct gpt {
     dt_mesh *mesh;
@@ -28,6 +32,9 @@ struct gpt {
     int ngroups;
     int64_t count;
     dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
+    int manual_backward, checkpoint_blocks; /* gpt_set_backward */
+    int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
+    uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
 };
 
 static char own_error[160];
@@ -46,10 +53,10 @@ static dt_status no_memory(void)
 /* Slot numbers. */
 static int p_wte(void) { return 0; }
 static int p_wpe(void) { return 1; }
-static int p_w(int l, int w) { return 2 + W_PER_LAYER * l + w; }
-static int p_wlm(const gpt *m) { return 2 + W_PER_LAYER * (int)m->cfg.layers; }
-static int p_n(const gpt *m, int l, int w) { return m->ndecay + N_PER_LAYER * l + w; }
-static int p_lnf(const gpt *m, int beta) { return m->ndecay + N_PER_LAYER * (int)m->cfg.layers + beta; }
+static int p_w(const gpt *m, int l, int w) { return m->nemb + m->wpl * l + w; }
+static int p_wlm(const gpt *m) { return m->nemb + m->wpl * (int)m->cfg.layers; }
+static int p_n(const gpt *m, int l, int w) { return m->ndecay + m->npl * l + w; }
+static int p_lnf(const gpt *m, int beta) { return m->ndecay + m->npl * (int)m->cfg.layers + beta; }
 
 int gpt_num_params(const gpt *m) { return m->nparams; }
 int gpt_num_decay(const gpt *m) { return m->ndecay; }
@@ -147,6 +154,47 @@ static void fill_normal(rng *r, float *x, int64_t n, double std)
         x[i] = (float)(std * rng_normal(r));
 }
 
+/* The Llama variant's parameters after the token embedding, drawn in slot order: per block
+ * q, k, v, o, gate, up, down (o and down scaled as GPT-2's residual projections) and the two
+ * RMS norm gains (1), then the head and the final gain. */
+static dt_status llama_params(gpt *m, rng *r, float *buf)
+{
+    int L = (int)m->cfg.layers;
+    int64_t C = m->cfg.width, V = m->cfg.vocab, F = 3 * C;
+    int64_t CK = m->cfg.kv_heads * (C / m->cfg.heads);
+    double resid = 0.02 / sqrt(2.0 * (double)L);
+    static const char *const wn[LW_PER_LAYER] = {"attn/q", "attn/k", "attn/v", "attn/proj",
+                                                 "mlp/gate", "mlp/up", "mlp/down"};
+    static const char *const nn[LN_PER_LAYER] = {"attn_norm/gain", "mlp_norm/gain"};
+    char name[64];
+    dt_status st = DT_OK;
+    for (int l = 0; l < L && st == DT_OK; l++) {
+        for (int w = 0; w < LW_PER_LAYER && st == DT_OK; w++) {
+            int64_t rows = w == LW_DOWN ? F : C;
+            int64_t cols = w == LW_GATE || w == LW_UP ? F : (w == LW_K || w == LW_V ? CK : C);
+            int row_par = w == LW_O || w == LW_DOWN;
+            fill_normal(r, buf, rows * cols, row_par ? resid : 0.02);
+            snprintf(name, sizeof name, "block%d/%s", l, wn[w]);
+            st = make_param(m, p_w(m, l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
+        }
+        for (int w = 0; w < LN_PER_LAYER && st == DT_OK; w++) {
+            for (int64_t j = 0; j < C; j++)
+                buf[j] = 1.0f;
+            snprintf(name, sizeof name, "block%d/%s", l, nn[w]);
+            st = make_param(m, p_n(m, l, w), name, NULL, C, 0, buf);
+        }
+    }
+    if (st == DT_OK) {
+        fill_normal(r, buf, C * V, 0.02);
+        st = make_param(m, p_wlm(m), "output/weight", m->l_col, C, V, buf);
+    }
+    for (int64_t j = 0; st == DT_OK && j < C; j++)
+        buf[j] = 1.0f;
+    if (st == DT_OK)
+        st = make_param(m, p_lnf(m, 0), "final_norm/gain", NULL, C, 0, buf);
+    return st;
+}
+
 dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype, uint64_t seed,
                      gpt **out)
 {
@@ -159,8 +207,20 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
                  (long long)cfg->width);
         return DT_ERR_INVALID_ARGUMENT;
     }
+    gpt_config c2 = *cfg;
+    if (c2.llama && c2.kv_heads == 0)
+        c2.kv_heads = c2.heads / 2 > 0 ? c2.heads / 2 : 1;
+    if (c2.llama && (c2.kv_heads < 1 || c2.heads % c2.kv_heads != 0 ||
+                     (cfg->width / cfg->heads) % 2 != 0)) {
+        snprintf(own_error, sizeof own_error, "train_gpt: --kv-heads %lld must divide %lld "
+                 "heads, and the head width must be even (rotary pairs)",
+                 (long long)c2.kv_heads, (long long)c2.heads);
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    cfg = &c2;
     gpt *m = calloc(1, sizeof *m);
-    int64_t C = cfg->width, V = cfg->vocab, T = cfg->context, F = 4 * cfg->width;
+    int64_t C = cfg->width, V = cfg->vocab, T = cfg->context;
+    int64_t F = (cfg->llama ? 3 : 4) * cfg->width;
     int64_t big = (V > T ? V : T) * C;
     if (F * C > big)
         big = F * C;
@@ -174,8 +234,12 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
     m->cfg = *cfg;
     m->dtype = dtype;
     int L = (int)cfg->layers;
-    m->ndecay = 3 + W_PER_LAYER * L;
-    m->nparams = m->ndecay + N_PER_LAYER * L + 2;
+    m->nemb = cfg->llama ? 1 : 2;
+    m->wpl = cfg->llama ? LW_PER_LAYER : W_PER_LAYER;
+    m->npl = cfg->llama ? LN_PER_LAYER : N_PER_LAYER;
+    m->nfinal = cfg->llama ? 1 : 2;
+    m->ndecay = m->nemb + 1 + m->wpl * L;
+    m->nparams = m->ndecay + m->npl * L + m->nfinal;
     m->param = calloc((size_t)m->nparams, sizeof *m->param);
     m->names = calloc((size_t)m->nparams, sizeof *m->names);
     dt_status st = m->param && m->names ? DT_OK : no_memory();
@@ -202,6 +266,10 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
         fill_normal(&r, buf, V * C, 0.02);
         st = make_param(m, p_wte(), "embed/token", m->l_vocab, V, C, buf);
     }
+    if (cfg->llama) {
+        st = st == DT_OK ? llama_params(m, &r, buf) : st;
+        goto out;
+    }
     if (st == DT_OK) {
         fill_normal(&r, buf, T * C, 0.01);
         st = make_param(m, p_wpe(), "embed/position", m->l_rep2, T, C, buf);
@@ -215,7 +283,7 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
             int row_par = w == W_O || w == W_FC2;
             fill_normal(&r, buf, rows * cols, row_par ? resid : 0.02);
             snprintf(name, sizeof name, "block%d/%s", l, wn[w]);
-            st = make_param(m, p_w(l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
+            st = make_param(m, p_w(m, l, w), name, row_par ? m->l_row : m->l_col, rows, cols, buf);
         }
         for (int w = 0; w < N_PER_LAYER && st == DT_OK; w++) {
             for (int64_t j = 0; j < C; j++)
@@ -300,6 +368,11 @@ static void tape_free(tape *tp)
     tp->n = 0;
 }
 
+typedef struct unit_hook_arg {
+    const gpt *m;
+    dt_tape *tape;
+} unit_hook_arg;
+
 /* The activations of one block kept for the backward pass. */
 typedef struct acts {
     dt_tensor *x, *a, *q, *k, *v, *y, *x1, *b, *h, *g;
@@ -307,10 +380,13 @@ typedef struct acts {
 
 typedef struct pass {
     tape tp;
+    dt_tape *tape; /* the recording autograd tape (NULL: nothing records) */
     dt_tensor *pf[4 * MAX_LAYERS + 8]; /* f32 views of the layer norms and embeddings */
     dt_tensor *pos;                    /* position ids [rows, T] */
     acts blk[MAX_LAYERS];
     dt_tensor *xl, *f, *logits;
+    unit_hook_arg ha;   /* the segments' hook argument (lives as long as the pass) */
+    int head_open;      /* the head's segment is still open (closed after the loss) */
 } pass;
 
 /* Parameter `slot`: the model's own, or (stage 3) the optimizer's gathered one (NULL, with
@@ -375,7 +451,7 @@ dt_status gpt_attach(gpt *m, dt_zero *zero, const dt_optim_hparams *hp, int stag
     cuts[n++] = 0;
     if (stage3) {
         for (int l = 0; l < L; l++)
-            cuts[n++] = p_w(l, 0);
+            cuts[n++] = p_w(m, l, 0);
         cuts[n++] = p_wlm(m);
         for (int l = 0; l < L; l++)
             cuts[n++] = p_n(m, l, 0);
@@ -440,17 +516,171 @@ static dt_status positions(const gpt *m, pass *p, int64_t rows)
     return st;
 }
 
+/* ---- units on the autograd tape ------------------------------------------------------------ */
+
+/* The parameter slots of unit u (0 embeddings, 1 + l block l, L + 1 the head). */
+static int unit_slots(const gpt *m, int u, int *slots)
+{
+    int L = (int)m->cfg.layers, n = 0;
+    if (u == 0) {
+        for (int e = 0; e < m->nemb; e++)
+            slots[n++] = p_wte() + e;
+    } else if (u <= L) {
+        for (int w = 0; w < m->wpl; w++)
+            slots[n++] = p_w(m, u - 1, w);
+        for (int w = 0; w < m->npl; w++)
+            slots[n++] = p_n(m, u - 1, w);
+    } else {
+        slots[n++] = p_wlm(m);
+        for (int b = 0; b < m->nfinal; b++)
+            slots[n++] = p_lnf(m, b);
+    }
+    return n;
+}
+
+/* Stage 3: the tape watches unit u's gathered parameters under their slots. */
+static dt_status watch_unit(const gpt *m, dt_tape *atape, int u)
+{
+    int slots[MAX_PER_LAYER];
+    int n = unit_slots(m, u, slots);
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        dt_tensor *t = param_of(m, slots[i]);
+        st = t ? dt_tape_watch(atape, t, slots[i]) : DT_ERR_STATE;
+    }
+    return st;
+}
+
+/* A unit's segment hook: before its backward, stage 3 gathers it (the head stays gathered
+ * from the forward pass) and prefetches the unit before it, as the hand-written pass did;
+ * after, releases it. */
+static dt_status unit_hook(void *arg, int u, dt_segment_phase phase)
+{
+    const unit_hook_arg *h = arg;
+    const gpt *m = h->m;
+    int L = (int)m->cfg.layers;
+    if (!m->zero)
+        return DT_OK;
+    if (phase == DT_SEGMENT_POST)
+        return unit_out(m, u);
+    dt_status st = u == L + 1 ? unit_in(m, -1, L) : unit_in(m, u, u - 1);
+    return st == DT_OK ? watch_unit(m, h->tape, u) : st;
+}
+
+/* Opens unit u's segment on the recording tape (when one records and the unit needs one:
+ * stage 3's gathers, or a checkpointed block); *open says whether it did. */
+static dt_status unit_begin(const gpt *m, pass *p, unit_hook_arg *ha, int u, int *open)
+{
+    int L = (int)m->cfg.layers, block = u >= 1 && u <= L;
+    *open = 0;
+    if (!p->tape || (!m->zero && !(block && m->checkpoint_blocks)))
+        return DT_OK;
+    dt_checkpoint_opts co = DT_CHECKPOINT_OPTS_INIT;
+    co.recompute = block && m->checkpoint_blocks;
+    co.borrow_watched = m->zero != NULL;
+    co.hook = unit_hook;
+    co.hook_arg = ha;
+    co.id = u;
+    dt_status st = dt_tape_checkpoint_begin(p->tape, &co);
+    *open = st == DT_OK;
+    return st;
+}
+
+static dt_status unit_end(pass *p, int open, dt_status st)
+{
+    if (open) {
+        dt_status e = dt_tape_checkpoint_end(p->tape);
+        if (st == DT_OK)
+            st = e;
+    }
+    return st;
+}
+
 #define K(tp, call, var) ((st = (call)) == DT_OK ? (keep((tp), (var)), DT_OK) : st)
+
+/* Stage 3 with a tape: unit u's gathered parameters watched (after its unit_in). */
+static dt_status watched_in(const gpt *m, pass *p, int u, int next)
+{
+    dt_status st = unit_in(m, u, next);
+    if (st == DT_OK && p->tape && m->zero)
+        st = watch_unit(m, p->tape, u);
+    return st;
+}
+
+/* The Llama variant's forward pass (pre-norm blocks: RMS norm, q/k/v projections, rotary
+ * positions on q and k, grouped-query causal attention, output projection, residual add;
+ * RMS norm, SwiGLU MLP, residual add; a final RMS norm and the head), recorded on the tape:
+ * it has no hand-written backward. */
+static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
+{
+    dt_status st = DT_OK;
+    int L = (int)m->cfg.layers, open = 0;
+    int64_t H = m->cfg.heads, KV = m->cfg.kv_heads;
+    dt_tensor *wte = NULL, *x = NULL;
+    p->ha = (unit_hook_arg){m, p->tape};
+    if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
+        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        K(&p->tp, dt_embedding(wte, ids, m->l_act, &x), x) != DT_OK ||
+        (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
+        return st;
+    for (int l = 0; l < L; l++) {
+        dt_tensor *g1, *g2, *a = NULL, *q = NULL, *k = NULL, *v = NULL, *qr = NULL, *kr = NULL;
+        dt_tensor *y = NULL, *o = NULL, *x1 = NULL, *b = NULL, *gt = NULL, *up = NULL;
+        dt_tensor *sw = NULL, *mo = NULL;
+        if ((st = watched_in(m, p, 1 + l, 2 + l)) != DT_OK ||
+            (st = unit_begin(m, p, &p->ha, 1 + l, &open)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, LN_ATTN), &g1)) != DT_OK ||
+            (st = f32_param(m, p, p_n(m, l, LN_MLP), &g2)) != DT_OK)
+            return st;
+        if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_Q)), 0, 0, NULL, &q), q) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_K)), 0, 0, NULL, &k), k) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_V)), 0, 0, NULL, &v), v) != DT_OK ||
+            K(&p->tp, dt_rope(q, H, 0, &qr), qr) != DT_OK ||
+            K(&p->tp, dt_rope(k, KV, 0, &kr), kr) != DT_OK ||
+            K(&p->tp, dt_attention_gqa(qr, kr, v, H, KV, 1, &y), y) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(y, param_of(m, p_w(m, l, LW_O)), 0, 0, m->l_act, &o), o) !=
+                DT_OK ||
+            K(&p->tp, dt_add(x, o, m->l_act, &x1), x1) != DT_OK ||
+            K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
+                DT_OK ||
+            K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_UP)), 0, 0, NULL, &up), up) !=
+                DT_OK ||
+            K(&p->tp, dt_swiglu(gt, up, &sw), sw) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(sw, param_of(m, p_w(m, l, LW_DOWN)), 0, 0, m->l_act, &mo), mo) !=
+                DT_OK ||
+            K(&p->tp, dt_add(x1, mo, m->l_act, &x), x) != DT_OK ||
+            (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
+            return st;
+    }
+    p->xl = x;
+    dt_tensor *gf;
+    if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
+        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+        K(&p->tp, dt_rms_norm(x, gf, EPS, &p->f), p->f) != DT_OK ||
+        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
+            DT_OK)
+        return st;
+    return DT_OK;
+}
 
 static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
 {
+    if (m->cfg.llama)
+        return llama_forward(m, p, ids);
     dt_status st = DT_OK;
-    int L = (int)m->cfg.layers;
+    int L = (int)m->cfg.layers, open = 0;
     int64_t H = m->cfg.heads;
     dt_tensor *wte = NULL, *wpe = NULL, *te = NULL, *pe = NULL, *x = NULL;
-    if ((st = unit_in(m, 0, 1)) != DT_OK || (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
-        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
-        (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK)
+    p->ha = (unit_hook_arg){m, p->tape};
+    if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
+        (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
+        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK)
         return st;
     /* The vocabulary-sharded lookup is partial over model: all-reduced to the activations'
      * layout. */
@@ -463,42 +693,45 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     if ((st = dt_add(te, pe, m->l_act, &x)) != DT_OK)
         return st;
     keep(&p->tp, x);
-    if ((st = unit_out(m, 0)) != DT_OK)
+    if ((st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
         return st;
     for (int l = 0; l < L; l++) {
         acts *a = &p->blk[l];
         dt_tensor *g1, *b1, *g2, *b2, *o = NULL, *mo = NULL;
         a->x = x;
-        if ((st = unit_in(m, 1 + l, 2 + l)) != DT_OK ||
+        if ((st = watched_in(m, p, 1 + l, 2 + l)) != DT_OK ||
+            (st = unit_begin(m, p, &p->ha, 1 + l, &open)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN1B), &b1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
                 DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_K)), 0, 0, NULL, &a->k), a->k) !=
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_K)), 0, 0, NULL, &a->k), a->k) !=
                 DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(l, W_V)), 0, 0, NULL, &a->v), a->v) !=
+            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_V)), 0, 0, NULL, &a->v), a->v) !=
                 DT_OK ||
             K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(l, W_O)), 0, 0, m->l_act, &o), o) !=
+            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, m->l_act, &o), o) !=
                 DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
+            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
                 DT_OK ||
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
+            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
                 DT_OK ||
             K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
-            (st = unit_out(m, 1 + l)) != DT_OK)
+            (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
     }
     p->xl = x;
     dt_tensor *gf, *bf;
-    if ((st = unit_in(m, L + 1, -1)) != DT_OK || /* stays in for the backward pass */
+    /* The head stays gathered for the backward pass; its segment stays open for the loss. */
+    if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
+        (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
         K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
@@ -574,17 +807,17 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
             (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK)
             return st;
         /* MLP branch: x2 = x1 + fc2(gelu(fc(ln2(x1)))). */
-        if ((st = dt_matmul_nd_backward(a->g, param_of(m, p_w(l, W_FC2)), 0, 0, dx, NULL, NULL,
+        if ((st = dt_matmul_nd_backward(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, dx, NULL, NULL,
                                         &dgl, &dw)) != DT_OK)
             return st;
         keep(tp, dgl);
-        if ((st = put_grad(grads, p_w(l, W_FC2), dw)) != DT_OK ||
+        if ((st = put_grad(grads, p_w(m, l, W_FC2), dw)) != DT_OK ||
             K(tp, dt_gelu_backward(a->h, dgl, &dh), dh) != DT_OK ||
-            (st = dt_matmul_nd_backward(a->b, param_of(m, p_w(l, W_FC)), 0, 0, dh, NULL, NULL, &dbn,
+            (st = dt_matmul_nd_backward(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, dh, NULL, NULL, &dbn,
                                         &dw)) != DT_OK)
             return st;
         keep(tp, dbn);
-        if ((st = put_grad(grads, p_w(l, W_FC), dw)) != DT_OK ||
+        if ((st = put_grad(grads, p_w(m, l, W_FC), dw)) != DT_OK ||
             (st = dt_layer_norm_backward(a->x1, g2, dbn, EPS, &dx1p, &dg, &db)) != DT_OK)
             return st;
         keep(tp, dx1p);
@@ -593,11 +826,11 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
             K(tp, dt_add(dx, dx1p, m->l_act, &dx1), dx1) != DT_OK)
             return st;
         /* Attention branch: x1 = x + proj(attn(q, k, v of ln1(x))). */
-        if ((st = dt_matmul_nd_backward(a->y, param_of(m, p_w(l, W_O)), 0, 0, dx1, NULL, NULL, &dy,
+        if ((st = dt_matmul_nd_backward(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, dx1, NULL, NULL, &dy,
                                         &dw)) != DT_OK)
             return st;
         keep(tp, dy);
-        if ((st = put_grad(grads, p_w(l, W_O), dw)) != DT_OK ||
+        if ((st = put_grad(grads, p_w(m, l, W_O), dw)) != DT_OK ||
             (st = dt_attention_backward(a->q, a->k, a->v, H, 1, dy, &dq, &dk, &dv)) != DT_OK)
             return st;
         keep(tp, dq);
@@ -605,11 +838,11 @@ static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor
         keep(tp, dv);
         dt_tensor *dqkv[3] = {dq, dk, dv};
         for (int j = 0; j < 3; j++) {
-            if ((st = dt_matmul_nd_backward(a->a, param_of(m, p_w(l, W_Q + j)), 0, 0, dqkv[j], NULL,
+            if ((st = dt_matmul_nd_backward(a->a, param_of(m, p_w(m, l, W_Q + j)), 0, 0, dqkv[j], NULL,
                                             NULL, &da[j], &dw)) != DT_OK)
                 return st;
             keep(tp, da[j]);
-            if ((st = put_grad(grads, p_w(l, W_Q + j), dw)) != DT_OK)
+            if ((st = put_grad(grads, p_w(m, l, W_Q + j), dw)) != DT_OK)
                 return st;
         }
         if (K(tp, dt_add(da[0], da[1], NULL, &das), das) != DT_OK ||
@@ -642,6 +875,83 @@ dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targ
     return gpt_grads_each(m, x, y, targets, loss_scale, loss_out, NULL, NULL, grads_out);
 }
 
+uint64_t gpt_peak_saved(const gpt *m)
+{
+    return m->peak_saved;
+}
+
+void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks)
+{
+    m->manual_backward = manual;
+    m->checkpoint_blocks = checkpoint_blocks;
+}
+
+/* The tape's gradient callback, handed on to the caller's (gpt_grad_fn). */
+typedef struct tape_sink {
+    gpt_grad_fn fn;
+    void *arg;
+} tape_sink;
+
+static dt_status tape_grad(void *arg, int index, const dt_tensor *param, const dt_tensor *grad)
+{
+    const tape_sink *s = arg;
+    (void)param;
+    return s->fn ? s->fn(s->arg, index, grad) : DT_OK;
+}
+
+/* The forward pass recorded on a tape, the loss, and the tape's backward pass from the loss
+ * seeded with dloss: the gradients into g (owned). */
+static dt_status tape_grads(gpt *m, pass *p, const dt_tensor *x, const dt_tensor *y,
+                            int64_t targets, float dloss, double *loss_out, gpt_grad_fn fn,
+                            void *arg, dt_tensor **g)
+{
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    to.accumulate = 0;
+    dt_tape *atape = NULL;
+    dt_tensor *loss = NULL;
+    double v = 0;
+    dt_status st = dt_tape_create(&to, &atape);
+    for (int i = 0; st == DT_OK && !m->zero && i < m->nparams; i++)
+        st = dt_tape_watch(atape, m->param[i], i);
+    if (st == DT_OK)
+        st = dt_tape_begin(atape);
+    p->tape = atape;
+    if (st == DT_OK)
+        st = forward(m, p, x);
+    if (st == DT_OK)
+        st = dt_vocab_xent(p->logits, y, NULL, &loss);
+    st = unit_end(p, p->head_open, st);
+    p->head_open = 0;
+    if (atape && dt_tape_current() == atape) {
+        dt_status e = dt_tape_end(atape);
+        if (st == DT_OK)
+            st = e;
+    }
+    if (st == DT_OK)
+        st = dt_item(loss, &v);
+    int64_t rows = dt_tensor_numel(y);
+    if (st == DT_OK)
+        *loss_out = targets > 0 ? v * (double)rows / (double)targets : 0.0;
+    tape_sink sink = {fn, arg};
+    dt_backward_opts bo = DT_BACKWARD_OPTS_INIT;
+    bo.grad_fn = tape_grad;
+    bo.grad_arg = &sink;
+    bo.require_all = 1;
+    dt_tape_stats ts;
+    if (st == DT_OK && dt_tape_get_stats(atape, &ts) == DT_OK && ts.peak_saved_bytes > m->peak_saved)
+        m->peak_saved = ts.peak_saved_bytes;
+    if (st == DT_OK)
+        st = dt_tape_backward(atape, loss, NULL, dloss, &bo);
+    if (st == DT_OK && dt_tape_get_stats(atape, &ts) == DT_OK && ts.peak_saved_bytes > m->peak_saved)
+        m->peak_saved = ts.peak_saved_bytes;
+    for (int i = 0; st == DT_OK && i < m->nparams; i++)
+        st = dt_tape_take_grad(atape, i, &g[i]);
+    dt_tensor_destroy(loss);
+    dt_tape_destroy(atape);
+    p->tape = NULL;
+    return st;
+}
+
 dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                          float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
                          dt_tensor **grads_out)
@@ -656,12 +966,22 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
     }
     int64_t rows = dt_tensor_numel(y);
     float dloss = targets > 0 ? loss_scale * (float)((double)rows / (double)targets) : 0.0f;
-    dt_status st = forward(m, p, x);
-    if (st == DT_OK)
-        st = pass_loss(m, p, y, targets, loss_out);
-    grad_sink sink = {g, fn, arg};
-    if (st == DT_OK)
-        st = backward(m, p, x, y, dloss, &sink);
+    dt_status st = DT_OK;
+    if (!m->manual_backward) {
+        st = tape_grads(m, p, x, y, targets, dloss, loss_out, fn, arg, g);
+    } else if (m->cfg.llama) {
+        snprintf(own_error, sizeof own_error, "train_gpt: --arch llama has no hand-written "
+                 "backward (--manual-backward)");
+        st = DT_ERR_UNSUPPORTED;
+    } else {
+        /* The hand-written backward pass (the reference the tape is measured against). */
+        st = forward(m, p, x);
+        if (st == DT_OK)
+            st = pass_loss(m, p, y, targets, loss_out);
+        grad_sink sink = {g, fn, arg};
+        if (st == DT_OK)
+            st = backward(m, p, x, y, dloss, &sink);
+    }
     for (int i = 0; i < m->nparams; i++) {
         if (st == DT_OK)
             grads_out[i] = g[i];

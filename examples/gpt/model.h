@@ -9,7 +9,8 @@
  *                               loss is Megatron's vocab-parallel cross-entropy
  *   layer norms                 replicated
  *   activations [B, T, *]       sharded on batch.
- * Forward and backward are written out with libdtensor's distributed ops. */
+ * The forward pass is written with libdtensor's distributed ops and recorded on its autograd
+ * tape, which runs the backward pass (gpt_set_backward). */
 #ifndef GPT_MODEL_H
 #define GPT_MODEL_H
 
@@ -19,6 +20,11 @@
 
 typedef struct gpt_config {
     int64_t vocab, context, width, heads, layers;
+    /* 1: a Llama-style decoder instead (RMS norms with gains, rotary positions, SwiGLU MLP of
+     * 3 * width hidden units, grouped-query attention with kv_heads key/value heads, no
+     * position embedding and no biases), its forward pass on the tape only. */
+    int llama;
+    int64_t kv_heads; /* llama: dividing heads (0: heads / 2, at least 1) */
 } gpt_config;
 
 typedef struct gpt gpt;
@@ -73,6 +79,16 @@ typedef dt_status (*gpt_grad_fn)(void *arg, int index, const dt_tensor *grad);
 dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
                          float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
                          dt_tensor **grads_out);
+
+/* How gpt_grads makes the gradients: by default the forward pass is recorded on an autograd
+ * tape (dtensor/autograd.h) and the tape runs it backward; checkpoint_blocks != 0 makes each
+ * block a recomputed checkpoint segment (its activations dropped after the forward and
+ * recomputed in the backward pass: the same bits); manual != 0 uses the hand-written backward
+ * pass instead (the reference for tests and bench/gpt.sh). */
+void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks);
+/* The most bytes (this client's devices) a tape has held for the backward pass in any
+ * gpt_grads so far: the activations kept (0 with the hand-written backward). */
+uint64_t gpt_peak_saved(const gpt *m);
 
 /* Mean cross-entropy per counted target of a forward pass (no gradients). */
 dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,

@@ -31,7 +31,7 @@ static const spec specs[] = {
     I("--stop-after", stop_after, 0, 1e6), I("--seed", seed, 0, 1e15),
     I("--eval-every", eval_every, 1, 1e6), I("--samples", samples, 0, 1000),
     F("--lr", lr, 0, 10), F("--min-lr", min_lr, 0, 10), F("--weight-decay", weight_decay, 0, 10),
-    F("--clip", clip, 0, 1e30),
+    F("--clip", clip, 0, 1e30), S("--arch", arch), I("--kv-heads", kv_heads, 0, 256),
 };
 
 void gpt_options_usage(FILE *f)
@@ -64,6 +64,13 @@ void gpt_options_usage(FILE *f)
           "  --seed N            initialisation, split and data order (default 1)\n"
           "  --eval-every N      held-out loss and a progress line every N steps (default 100)\n"
           "  --samples N         names sampled at the end (default 10)\n"
+          "  --arch gpt|llama    the model (default gpt; llama: RMS norms, rotary positions,\n"
+          "                      SwiGLU MLP, grouped-query attention)\n"
+          "  --kv-heads N        llama: key/value heads (default heads / 2)\n"
+          "  --checkpoint-blocks recompute each block's activations in the backward pass\n"
+          "                      (activation checkpointing; the same results)\n"
+          "  --manual-backward   the hand-written backward pass instead of the autograd\n"
+          "                      tape (the reference; the same results)\n"
           "  --quiet             print only the final `result` line\n",
           f);
 }
@@ -75,7 +82,8 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
                     .steps = 2000, .batch = 64, .layers = 2, .width = 64, .heads = 4,
                     .warmup = 100, .stage = 1, .seed = 1, .eval_every = 100, .samples = 10,
                     .lr = 0.004, .min_lr = 0.0002, .weight_decay = 0.1, .clip = 1.0,
-                    .keep_last = 3, .out_dir = "train_gpt_out"};
+                    .keep_last = 3, .out_dir = "train_gpt_out",
+                    .arch = "gpt"};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = NULL;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -84,6 +92,14 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
         }
         if (strcmp(arg, "--quiet") == 0) {
             o->quiet = 1;
+            continue;
+        }
+        if (strcmp(arg, "--checkpoint-blocks") == 0) {
+            o->checkpoint_blocks = 1;
+            continue;
+        }
+        if (strcmp(arg, "--manual-backward") == 0) {
+            o->manual_backward = 1;
             continue;
         }
         size_t kl = strcspn(arg, "=");
@@ -122,6 +138,10 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
     }
     if (strcmp(o->precision, "f32") && strcmp(o->precision, "bf16") && strcmp(o->precision, "f16")) {
         snprintf(err, errlen, "--precision: '%s' is not f32, bf16 or f16", o->precision);
+        return -1;
+    }
+    if (strcmp(o->arch, "gpt") && strcmp(o->arch, "llama")) {
+        snprintf(err, errlen, "--arch: '%s' is not gpt or llama", o->arch);
         return -1;
     }
     if (ckpt_place_check(o->ckpt_dir, o->ckpt_root, o->resume, err, errlen) != 0)

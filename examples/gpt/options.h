@@ -14,6 +14,9 @@ typedef struct gpt_opts {
     const char *out_dir, *ckpt_dir, *resume; /* resume: a directory, a root or "latest" */
     const char *ckpt_root;                    /* not NULL: manager steps (not ckpt_dir) */
     int quiet, help;
+    int checkpoint_blocks, manual_backward; /* gpt_set_backward */
+    const char *arch;                       /* gpt or llama */
+    int64_t kv_heads;                       /* llama: 0 for heads / 2 */
 } gpt_opts;
 
 /* Parses argv ("--name value" or "--name=value") into *o, defaults first. Returns 0, or -1

@@ -62,7 +62,11 @@ typedef enum dt_op_kind {
     DT_OP_CAST,           /* dt_cast */
     DT_OP_RELAYOUT,       /* dt_relayout */
     DT_OP_REDUCE,         /* dt_reduce */
-    DT_OP_RESERVED_ = 32, /* kinds 18..63 are left for new ops (RMSNorm, rotary, ...) */
+    DT_OP_RMS_NORM,       /* dt_rms_norm */
+    DT_OP_ROPE,           /* dt_rope */
+    DT_OP_SWIGLU,         /* dt_swiglu */
+    DT_OP_ATTENTION_GQA,  /* dt_attention_gqa */
+    DT_OP_RESERVED_ = 32, /* kinds 22..63 are left for new ops */
     DT_OP_KIND_MAX_ = 64
 } dt_op_kind;
 

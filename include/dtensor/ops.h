@@ -401,6 +401,92 @@ DT_API dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
 DT_API dt_status dt_vocab_xent_backward(const dt_tensor *logits, const dt_tensor *labels,
                                         float dloss, dt_tensor **dlogits_out);
 
+/* ======================================================================================
+ * Part 3: Llama-style decoder ops (ops/llama.c kernels, ops/spmd_llama.c distributed ops,
+ * mirrored in ops/cuda/llama.cu and the simulator's table). f32, conventions of parts 1-2.
+ * ====================================================================================== */
+
+/* RMS normalisation over the last dim of row-major [rows, cols] with a gain (cols >= 1,
+ * eps >= 0; the mean square accumulated in f64):
+ *   y = x / sqrt(mean(x^2) + eps) * gain;
+ * its gradient recomputes the row statistic and overwrites dgain [cols] (sum over the rows).
+ * dx may alias dy. */
+DT_API dt_status dt_kernel_rms_norm(int64_t rows, int64_t cols, const float *x,
+                                    const float *gain, float eps, float *y);
+DT_API dt_status dt_kernel_rms_norm_grad(int64_t rows, int64_t cols, const float *x,
+                                         const float *gain, const float *dy, float eps,
+                                         float *dx, float *dgain);
+
+/* Rotary position embeddings on x, y [batch, seq, heads * head_dim] (head_dim even), the
+ * interleaved-pair form (the original Llama / GPT-J): within every head, the pair
+ * (2i, 2i+1) at sequence index t is rotated by the angle
+ *   a = (pos_offset + t) * 10000^(-2i / head_dim)      (f64, then cos, sin rounded to f32)
+ *   y[2i] = x[2i] cos a - x[2i+1] sin a;  y[2i+1] = x[2i] sin a + x[2i+1] cos a.
+ * inverse != 0 rotates by -a: the gradient (the rotation's transpose), dx = rope^-1(dy).
+ * y may alias x. */
+DT_API dt_status dt_kernel_rope(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                int64_t pos_offset, int inverse, const float *x, float *y);
+
+/* The SwiGLU product of n elements, fused: y = silu(gate) * up, silu(g) = g sigmoid(g);
+ * its gradient dgate = dy up silu'(g), dup = dy silu(g). Outputs may alias dy. */
+DT_API dt_status dt_kernel_swiglu(int64_t n, const float *gate, const float *up, float *y);
+DT_API dt_status dt_kernel_swiglu_grad(int64_t n, const float *gate, const float *up,
+                                       const float *dy, float *dgate, float *dup);
+
+/* Grouped-query attention: q, y [batch, seq, heads * head_dim], k, v [batch, seq,
+ * kv_heads * head_dim], kv_heads dividing heads; query head h attends with key/value head
+ * h / (heads / kv_heads). Otherwise dt_kernel_attention (kv_heads == heads gives its bits);
+ * the gradient overwrites dq and dk, dv (the sums over each group's query heads). */
+DT_API dt_status dt_kernel_attention_gqa(int64_t batch, int64_t seq, int64_t heads,
+                                         int64_t kv_heads, int64_t head_dim, int causal,
+                                         const float *q, const float *k, const float *v,
+                                         float *y);
+DT_API dt_status dt_kernel_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads,
+                                              int64_t kv_heads, int64_t head_dim, int causal,
+                                              const float *q, const float *k, const float *v,
+                                              const float *dy, float *dq, float *dk,
+                                              float *dv);
+
+/* dt_rms_norm: x [..., C], gain [C]; output in x's layout with the last dim gathered (reduced
+ * if partial); the backward gives dx in that layout and dgain [C] partial (sum) over the mesh
+ * dims sharding the rows (as dt_layer_norm's dgamma). */
+DT_API dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gain, float eps,
+                             dt_tensor **out);
+DT_API dt_status dt_rms_norm_backward(const dt_tensor *x, const dt_tensor *gain,
+                                      const dt_tensor *dy, float eps, dt_tensor **dx_out,
+                                      dt_tensor **dgain_out);
+
+/* dt_rope: x [B, T, heads * head_dim] in x's own layout (partial reduced; the width stays
+ * sharded when its mesh dim splits the heads evenly, else it is gathered). No communication
+ * for batch-, sequence- or head-sharded x: each local block is rotated at its own global
+ * positions (pos_offset + its offset along T). dt_rope_backward: dx = the inverse rotation of
+ * dy, in dy's layout by the same rule. */
+DT_API dt_status dt_rope(const dt_tensor *x, int64_t heads, int64_t pos_offset,
+                         dt_tensor **out);
+DT_API dt_status dt_rope_backward(const dt_tensor *dy, int64_t heads, int64_t pos_offset,
+                                  dt_tensor **dx_out);
+
+/* dt_swiglu: gate, up of one shape; output in gate's layout (partial reduced), up relaid out
+ * to it; the backward gives dgate, dup in that layout. */
+DT_API dt_status dt_swiglu(const dt_tensor *gate, const dt_tensor *up, dt_tensor **out);
+DT_API dt_status dt_swiglu_backward(const dt_tensor *gate, const dt_tensor *up,
+                                    const dt_tensor *dy, dt_tensor **dgate_out,
+                                    dt_tensor **dup_out);
+
+/* dt_attention_gqa: q [B, T, heads * D], k, v [B, T, kv_heads * D]; the sequence gathered,
+ * batch as q's, the widths sharded over q's width mesh dim when its size divides kv_heads
+ * (each device holds whole key/value groups and their query heads: no communication), else
+ * gathered; k, v follow q. kv_heads == heads gives dt_attention's bits. The backward gives dq
+ * in that layout and dk, dv in the same layout of their shape. */
+DT_API dt_status dt_attention_gqa(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                                  int64_t heads, int64_t kv_heads, int causal,
+                                  dt_tensor **out);
+DT_API dt_status dt_attention_gqa_backward(const dt_tensor *q, const dt_tensor *k,
+                                           const dt_tensor *v, int64_t heads,
+                                           int64_t kv_heads, int causal, const dt_tensor *dy,
+                                           dt_tensor **dq_out, dt_tensor **dk_out,
+                                           dt_tensor **dv_out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -548,6 +548,13 @@ static const dt__ops_backend cuda_backend = {
     .vocab_xent_stats = dt__cu_vocab_xent_stats,
     .vocab_xent_loss = dt__cu_vocab_xent_loss,
     .vocab_xent_grad = dt__cu_vocab_xent_grad,
+    .rms_norm = dt__cu_rms_norm,
+    .rms_norm_grad = dt__cu_rms_norm_grad,
+    .rope = dt__cu_rope,
+    .swiglu = dt__cu_swiglu,
+    .swiglu_grad = dt__cu_swiglu_grad,
+    .attention_gqa = dt__cu_attention_gqa,
+    .attention_gqa_grad = dt__cu_attention_gqa_grad,
 };
 
 const dt__ops_backend *dt__ops_cuda_backend(void)

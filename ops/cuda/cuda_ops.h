@@ -74,6 +74,29 @@ cudaError_t dt__cuda_nonfinite(int64_t n, const void *x, int format, int32_t *fo
 cudaError_t dt__cuda_cast(int64_t n, const void *src, int sf, void *dst, int df,
                           cudaStream_t s);
 
+/* llama.cu: the kernels of ops/llama.c (no checks). rms_norm_grad needs `stats`: rows floats
+ * of scratch. */
+cudaError_t dt__cuda_rms_norm(int64_t rows, int64_t cols, const float *x, const float *g,
+                              float eps, float *y, cudaStream_t s);
+cudaError_t dt__cuda_rms_norm_grad(int64_t rows, int64_t cols, const float *x, const float *g,
+                                   const float *dy, float eps, float *dx, float *dg,
+                                   float *stats, cudaStream_t s);
+cudaError_t dt__cuda_rope(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
+                          int64_t pos_offset, int inverse, const float *x, float *y,
+                          cudaStream_t s);
+cudaError_t dt__cuda_swiglu(int64_t n, const float *gate, const float *up, float *y,
+                            cudaStream_t s);
+cudaError_t dt__cuda_swiglu_grad(int64_t n, const float *gate, const float *up,
+                                 const float *dy, float *dgate, float *dup, cudaStream_t s);
+cudaError_t dt__cuda_attention_gqa(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                   int64_t hd, int causal, const float *q, const float *k,
+                                   const float *v, float *y, cudaStream_t s);
+cudaError_t dt__cuda_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads,
+                                        int64_t kv_heads, int64_t hd, int causal,
+                                        const float *q, const float *k, const float *v,
+                                        const float *dy, float *dq, float *dk, float *dv,
+                                        cudaStream_t s);
+
 /* transformer.cu: the transformer kernels of ops/norm.c, attention.c and vocab.c (no checks).
  * layer_norm_grad needs `stats`: 2 * rows floats of scratch. */
 cudaError_t dt__cuda_layer_norm(int64_t rows, int64_t cols, const float *x, const float *g,
@@ -144,6 +167,24 @@ void dt__cuda_unlock(void);
 /* At least `bytes` of device scratch on the current device (grows, never shrinks), under
  * dt__cuda_lock. DT_ERR_NO_MEMORY / DT_ERR_CUDA. */
 dt_status dt__cuda_scratch(size_t bytes, void **ptr_out);
+
+/* llama_cuda.c: the Llama-style entries of the CUDA table (dt_kernel_* arguments). */
+dt_status dt__cu_rms_norm(int64_t rows, int64_t cols, const float *x, const float *gain,
+                          float eps, float *y);
+dt_status dt__cu_rms_norm_grad(int64_t rows, int64_t cols, const float *x, const float *gain,
+                               const float *dy, float eps, float *dx, float *dgain);
+dt_status dt__cu_rope(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                      int64_t pos_offset, int inverse, const float *x, float *y);
+dt_status dt__cu_swiglu(int64_t n, const float *gate, const float *up, float *y);
+dt_status dt__cu_swiglu_grad(int64_t n, const float *gate, const float *up, const float *dy,
+                             float *dgate, float *dup);
+dt_status dt__cu_attention_gqa(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                               int64_t head_dim, int causal, const float *q, const float *k,
+                               const float *v, float *y);
+dt_status dt__cu_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads,
+                                    int64_t kv_heads, int64_t head_dim, int causal,
+                                    const float *q, const float *k, const float *v,
+                                    const float *dy, float *dq, float *dk, float *dv);
 
 /* transformer_cuda.c: the transformer entries of the CUDA table (dt_kernel_* arguments). */
 dt_status dt__cu_layer_norm(int64_t rows, int64_t cols, const float *x, const float *gamma,

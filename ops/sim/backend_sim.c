@@ -102,6 +102,30 @@
     A(D, const float *, rowmax) A(D, const float *, sumexp) A(V, int64_t, lo)               \
     A(D, const int32_t *, labels) A(V, float, scale) A(D, float *, dlogits)
 
+#define ARGS_rms_norm(A)                                                                   \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, x) A(D, const float *, gain) \
+    A(V, float, eps) A(D, float *, y)
+#define ARGS_rms_norm_grad(A)                                                              \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, x) A(D, const float *, gain) \
+    A(D, const float *, dy) A(V, float, eps) A(D, float *, dx) A(D, float *, dgain)
+#define ARGS_rope(A)                                                                       \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, head_dim)   \
+    A(V, int64_t, pos_offset) A(V, int, inverse) A(D, const float *, x) A(D, float *, y)
+#define ARGS_swiglu(A) \
+    A(V, int64_t, n) A(D, const float *, gate) A(D, const float *, up) A(D, float *, y)
+#define ARGS_swiglu_grad(A)                                                                \
+    A(V, int64_t, n) A(D, const float *, gate) A(D, const float *, up) A(D, const float *, dy) \
+    A(D, float *, dgate) A(D, float *, dup)
+#define ARGS_attention_gqa(A)                                                              \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, kv_heads)   \
+    A(V, int64_t, head_dim) A(V, int, causal) A(D, const float *, q) A(D, const float *, k) \
+    A(D, const float *, v) A(D, float *, y)
+#define ARGS_attention_gqa_grad(A)                                                         \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, kv_heads)   \
+    A(V, int64_t, head_dim) A(V, int, causal) A(D, const float *, q) A(D, const float *, k) \
+    A(D, const float *, v) A(D, const float *, dy) A(D, float *, dq) A(D, float *, dk)      \
+    A(D, float *, dv)
+
 #define KERNELS(K)                                                                          \
     K(gemm) K(add) K(sub) K(mul) K(scale) K(axpy) K(fill) K(copy) K(bias_add) K(bias_grad)  \
     K(relu) K(relu_grad) K(gelu) K(gelu_grad) K(softmax_xent) K(softmax_xent_grad) K(sum)   \
@@ -109,7 +133,9 @@
     K(sq_sum_f64)                                                                          \
     K(layer_norm) K(layer_norm_grad) K(softmax) K(softmax_grad) K(attention)                \
     K(attention_grad) K(embedding) K(embedding_grad) K(vocab_xent_stats) K(vocab_xent_loss) \
-    K(vocab_xent_grad)
+    K(vocab_xent_grad)                                                                      \
+    K(rms_norm) K(rms_norm_grad) K(rope) K(swiglu) K(swiglu_grad) K(attention_gqa)          \
+    K(attention_gqa_grad)
 
 /* What A(kind, type, name) becomes in each place. */
 #define FIELD(kind, t, n) FIELD_##kind(t, n)
