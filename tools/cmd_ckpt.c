@@ -192,6 +192,45 @@ static int cmd_export(const char *dir, const char *out, uint64_t max_bytes)
     return CLI_OK;
 }
 
+/* `export --format hf-gpt2 DIR OUT.safetensors [--vocab V]`: our GPT-2 checkpoint as one
+ * Hugging Face GPT-2 file (docs/foreign.md). */
+static int cmd_export_hf_gpt2(const char *dir, const char *out, int64_t vocab)
+{
+    dt_ckpt *ck = NULL;
+    dt_status st = dt_ckpt_open(dir, &ck);
+    if (st != DT_OK)
+        return cli_fail(dir, st);
+    st = dt_ckpt_export_hf_gpt2(ck, out, vocab, NULL);
+    if (st != DT_OK) {
+        dt_ckpt_close(ck);
+        return cli_fail(out, st);
+    }
+    printf("exported GPT-2 from %s to %s (Hugging Face names)\n", dt_ckpt_path(ck), out);
+    dt_ckpt_close(ck);
+    return CLI_OK;
+}
+
+static int export_format(int argc, char **argv)
+{
+    /* argv: ckpt export --format FORMAT DIR OUT [--vocab V] */
+    if (strcmp(argv[3], "hf-gpt2") != 0) {
+        fprintf(stderr, "dtensor: --format '%s': the formats are hf-gpt2 (the plain form "
+                        "exports every tensor as it is)\n", argv[3]);
+        return CLI_USAGE;
+    }
+    int64_t vocab = 0;
+    if (argc == 8) {
+        char *end;
+        long long v = strtoll(argv[7], &end, 10);
+        if (strcmp(argv[6], "--vocab") != 0 || end == argv[7] || *end || v <= 0) {
+            fprintf(stderr, "dtensor: expected --vocab V with V > 0\n");
+            return CLI_USAGE;
+        }
+        vocab = v;
+    }
+    return cmd_export_hf_gpt2(argv[4], argv[5], vocab);
+}
+
 /* "4096", "64k", "512M", "2G" (binary units); 0 on bad text. */
 static uint64_t parse_bytes(const char *text)
 {
@@ -224,6 +263,9 @@ int cli_ckpt(int argc, char **argv)
         return cmd_ls(argv[2]);
     if (strcmp(sub, "verify") == 0 && argc == 3)
         return cmd_verify(argv[2]);
+    if (strcmp(sub, "export") == 0 && (argc == 6 || argc == 8) &&
+        strcmp(argv[2], "--format") == 0)
+        return export_format(argc, argv);
     if (strcmp(sub, "export") == 0 && (argc == 4 || argc == 6)) {
         uint64_t max_bytes = 0;
         if (argc == 6) {

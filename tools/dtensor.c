@@ -14,6 +14,7 @@ int cli_usage(void)
           "       dtensor ckpt ls DIR\n"
           "       dtensor ckpt verify DIR\n"
           "       dtensor ckpt export DIR OUT_DIR [--max-file-bytes SIZE]\n"
+          "       dtensor ckpt export --format hf-gpt2 DIR OUT.safetensors [--vocab V]\n"
           "       dtensor launch [--hosts H:N,... | --hostfile F] [--nproc-per-node N] [--dry-run]\n"
           "                      [--max-restarts K [--exclude-lost]] -- PROGRAM ARGS...\n"
           "       dtensor --version\n",

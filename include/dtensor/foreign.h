@@ -194,7 +194,8 @@ DT_API void dt_foreign_map_free(dt_foreign_map_entry *map, int count);
  * "h.{l}.mlp.c_proj.weight" [4C, C], "h.{l}.mlp.c_proj.bias", "ln_f.weight", "ln_f.bias"
  * (Conv1D orientation [in, out], our own; the tied head written once, as wte; no lm_head),
  * __metadata__ {"format": "pt"}. vocab: rows of wte to write (0: all; less drops the
- * padding rows). Reads each tensor box by box (CRCs checked), holds one tensor at a time.
+ * padding rows). Reads our tensors through dt_ckpt_read_box (CRCs checked), holding one output
+ * tensor (plus one q/k/v part for c_attn) at a time; writes OUT.partial, then renames it.
  * Tensors of the checkpoint outside the mapping (optimizer state) are left out.
  * DT_ERR_NOT_FOUND (a parameter missing: names it), DT_ERR_SHAPE (shapes that do not fit
  * GPT-2 or vocab too large), DT_ERR_CORRUPT, DT_ERR_IO, DT_ERR_NO_MEMORY. opts: NULL or

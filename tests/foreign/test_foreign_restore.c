@@ -1,7 +1,8 @@
 /* Foreign files written by numpy (make_foreign.py: safetensors by the spec, HF's sharded set,
  * llm.c GPT-2 checkpoints) restored through views onto 1x1, 2x1, 1x2 and 2x2 meshes in every
  * layout, each element compared with numpy's result; bytes read per device against its box;
- * the GPT-2 mapping from llm.c (f32, bf16) and HF; bad files and bad views. */
+ * the GPT-2 mapping from llm.c (f32, bf16) and HF; bad files and bad views. Also on GPU meshes
+ * of the simulated accelerator (components filled through host buffers). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ static dt_mesh *mesh2(int64_t a, int64_t b)
     const char *names[2] = {"a", "b"};
     int64_t sizes[2] = {a, b};
     dt_mesh *m = NULL;
-    DT_ASSERT_OK(dt_mesh_create(NULL, 2, names, sizes, DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(dt_mesh_create(NULL, 2, names, sizes, dt_test_device_type(), &m));
     return m;
 }
 
@@ -416,7 +417,7 @@ static void test_a_file_truncated_after_open_fails_the_restore_naming_file_and_t
     int64_t n = dt_test_num_devices();
     const char *names[1] = {"a"};
     dt_mesh *mesh = NULL;
-    DT_ASSERT_OK(dt_mesh_create(NULL, 1, names, &n, DT_DEVICE_CPU, &mesh));
+    DT_ASSERT_OK(dt_mesh_create(NULL, 1, names, &n, dt_test_device_type(), &mesh));
     dt_layout *l = dt_test_layout(mesh, 2, NULL, NULL, NULL);
     dt_tensor *t = NULL;
     DT_ASSERT_OK(dt_tensor_zeros(l, DT_DTYPE_F32, ti.shape, &t));
@@ -443,5 +444,5 @@ int main(int argc, char **argv)
         DT_TEST(test_a_file_truncated_after_open_fails_the_restore_naming_file_and_tensor),
         DT_TEST_END,
     };
-    return dt_test_main(argc, argv, "foreign", cases, 1);
+    return dt_test_main_device(argc, argv, "foreign", cases);
 }
