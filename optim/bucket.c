@@ -78,6 +78,8 @@ dt_status dt__zero_overlap_init(dt_zero *z)
             rc = MPI_Group_incl(world, n, ranks, &grp);
         if (rc == MPI_SUCCESS)
             rc = MPI_Comm_create_group(dt__comm(), grp, 0x7a30, &z->comm);
+        if (rc == MPI_SUCCESS) /* errors become statuses, never end the process */
+            rc = MPI_Comm_set_errhandler(z->comm, MPI_ERRORS_RETURN);
         if (grp != MPI_GROUP_NULL)
             MPI_Group_free(&grp);
         if (world != MPI_GROUP_NULL)

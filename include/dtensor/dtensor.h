@@ -12,6 +12,7 @@
 #include "dtensor/ops.h"
 #include "dtensor/optim.h"
 #include "dtensor/data.h"
+#include "dtensor/trace.h"
 #include "dtensor/version.h"
 
 #endif
