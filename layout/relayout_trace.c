@@ -7,6 +7,7 @@
 
 #include "layout/layout_impl.h"
 #include "runtime/trace.h"
+#include "runtime/util.h"
 
 enum { ON_STACK = 256 };
 
@@ -29,7 +30,7 @@ static void layout_specs(const dt_layout *l, char *buf, size_t len)
     char *m = strstr(full, ", mesh:");
     if (m)
         *m = '\0';
-    snprintf(buf, len, "%s", full);
+    dt__strlcpy(buf, full, len);
 }
 
 /* Begins the collective `call` over the clients of meshes a and b (b may be NULL), with

@@ -15,6 +15,7 @@
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 double dt__zero_cpu_seconds(void)
 {
@@ -242,6 +243,12 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
         b->borrowed = b->borrowed && z->devs[i]->kind->host_visible;
     if (!b->reqs || !b->peers || !b->isrecv || !b->vals || !b->recv)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
+    if (dt__trace_on()) {  /* the flight recorder notes the bucket as it starts */
+        char what[96];
+        snprintf(what, sizeof what, "%s [%lld, %lld) of %lld bytes", dt_dtype_name(b->group->dtype),
+                 (long long)b->lo, (long long)b->hi, (long long)((size_t)n * dsz));
+        dt__coll_end(dt__coll_record(z->dp_client, (int)z->dp_size, "zero bucket", what), "mpi", DT_OK);
+    }
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         const dt__device *dev = z->devs[i];

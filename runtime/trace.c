@@ -322,6 +322,39 @@ static void write_on_failure(const char *what)
         dump_to(trace_dir, what, 1);
 }
 
+/* Records the operation's entry (when recording); its sequence number into *seq. */
+static long enter(const char *key, const char *call, const char *detail,
+                  unsigned long long *seq)
+{
+    long token = -1;
+    pthread_mutex_lock(&lock);
+    if (recording) {
+        op_rec *o = &ring[total % cap];
+        memset(o, 0, sizeof *o);
+        o->seq = *seq = next_seq(key);
+        o->enter = wall_seconds();
+        dt__strlcpy(o->group, key, sizeof o->group);
+        dt__strlcpy(o->call, call, sizeof o->call);
+        dt__strlcpy(o->detail, detail ? detail : "", sizeof o->detail);
+        token = (long)total++;
+    } else {
+        *seq = next_seq(key);
+    }
+    pthread_mutex_unlock(&lock);
+    return token;
+}
+
+long dt__coll_record(const int *clients, int n, const char *call, const char *detail)
+{
+    pthread_once(&once, configure);
+    if (!recording)
+        return -1;
+    char key[DT__TRACE_GROUP];
+    unsigned long long seq;
+    dt__trace_group_key(clients, n, key, sizeof key);
+    return enter(key, call, detail, &seq);
+}
+
 dt_status dt__coll_begin(const int *clients, int n, const char *call, const char *detail,
                          long *token_out)
 {
@@ -330,22 +363,9 @@ dt_status dt__coll_begin(const int *clients, int n, const char *call, const char
     if (!recording && !checking)
         return DT_OK;
     char key[DT__TRACE_GROUP];
-    dt__trace_group_key(clients, n, key, sizeof key);
     unsigned long long seq = 0;
-    pthread_mutex_lock(&lock);
-    if (recording) {
-        op_rec *o = &ring[total % cap];
-        memset(o, 0, sizeof *o);
-        o->seq = seq = next_seq(key);
-        o->enter = wall_seconds();
-        dt__strlcpy(o->group, key, sizeof o->group);
-        dt__strlcpy(o->call, call, sizeof o->call);
-        dt__strlcpy(o->detail, detail ? detail : "", sizeof o->detail);
-        *token_out = (long)total++;
-    } else {
-        seq = next_seq(key);
-    }
-    pthread_mutex_unlock(&lock);
+    dt__trace_group_key(clients, n, key, sizeof key);
+    *token_out = enter(key, call, detail, &seq);
     if (!checking)
         return DT_OK;
     dt_status st = dt__trace_check(clients, n, key, seq, call, detail ? detail : "");

@@ -31,6 +31,11 @@ void dt__trace_group_key(const int *clients, int n, char *buf, size_t len);
  * With neither recording nor checking: one branch, DT_OK. */
 dt_status dt__coll_begin(const int *clients, int n, const char *call, const char *detail,
                          long *token_out);
+/* Records a collective without the check (a group agreement whose members may be busy
+ * for long, outside any watched wait: a checkpoint's, the optimizer's, a dataset's; or one
+ * noted when it starts, as a ZeRO bucket). The token for dt__coll_end, -1 when not
+ * recording. Local. */
+long dt__coll_record(const int *clients, int n, const char *call, const char *detail);
 /* The operation of token (-1: nothing) ended with st by `path` (a transport's name, may be
  * NULL). A timeout or an MPI failure writes the record (DT_TRACE_DIR). Local. */
 void dt__coll_end(long token, const char *path, dt_status st);

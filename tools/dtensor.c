@@ -14,6 +14,7 @@ int cli_usage(void)
           "       dtensor ckpt ls DIR\n"
           "       dtensor ckpt verify DIR\n"
           "       dtensor ckpt export DIR OUT_DIR [--max-file-bytes SIZE]\n"
+          "       dtensor trace DIR [--last N] [--width W]\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -73,6 +74,8 @@ int main(int argc, char **argv)
         return cli_layout(argc - 1, argv + 1);
     if (strcmp(cmd, "ckpt") == 0)
         return cli_ckpt(argc - 1, argv + 1);
+    if (strcmp(cmd, "trace") == 0)
+        return cli_trace(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;
