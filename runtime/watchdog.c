@@ -176,11 +176,18 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
     dt_status st = DT_OK;
     double last = now_seconds();
     int alive_rounds = 0;
+    if (group)
+        dt__world_errors_return(1);  /* a collective's failure is reported there (status.c) */
     for (unsigned spins = 1;; spins++) {
         int outcount = 0;
-        int rc = MPI_Testsome(n, reqs, &outcount, done, got ? got : MPI_STATUSES_IGNORE);
+        MPI_Status one, *sts = got ? got : n == 1 ? &one : MPI_STATUSES_IGNORE;
+        int rc = MPI_Testsome(n, reqs, &outcount, done, sts);
         for (int k = 0; got && outcount != MPI_UNDEFINED && k < outcount; k++)
             statuses[done[k]] = got[k];  /* the caller checks sources, counts and errors */
+        if (rc == MPI_ERR_IN_STATUS && sts != MPI_STATUSES_IGNORE)
+            for (int k = outcount; k-- > 0;)
+                if (sts[k].MPI_ERROR != MPI_SUCCESS)
+                    rc = sts[k].MPI_ERROR;   /* what failed rather than "error in status" */
         if (rc != MPI_SUCCESS) {
             char text[MPI_MAX_ERROR_STRING];
             int tlen = 0;
@@ -236,6 +243,8 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
             MPI_Request_free(&reqs[i]);
         }
     }
+    if (group)
+        dt__world_errors_return(0);
     free(got);
     free(done);
     free(who);

@@ -1,11 +1,10 @@
 /* SPMD mistakes for the flight recorder and DT_CHECK_COLLECTIVES (run by tests/trace/spmd.sh,
  * 2 processes of 1 CPU device): `skip` (client 1 skips a relayout, then both meet in a
  * barrier), `mismatch` (one relayout, client 0 asks for a 64x64 f32 row-sharded tensor
- * replicated and client 1 for it column-sharded), `kill` (client 1 ends by SIGTERM while in a
- * barrier). Every client prints "TRACE_RESULT client=C status=NAME wrong=K msg=..." for the
+ * replicated and client 1 for it column-sharded), `kill` (client 1 ends by SIGTERM while
+ * client 0 waits for it in a barrier; mpiexec then ends client 0 too). Every client prints "TRACE_RESULT client=C status=NAME wrong=K msg=..." for the
  * call that went wrong (wrong: elements of its result that differ from the reference) and
  * writes its record (dt_trace_dump). */
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,14 +62,6 @@ static void report(dt_status st, long wrong)
     fflush(stdout);
 }
 
-static void *kill_soon(void *arg)
-{
-    (void)arg;
-    usleep(300 * 1000);
-    raise(SIGTERM);
-    return NULL;
-}
-
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -106,11 +97,10 @@ int main(int argc, char **argv)
         if (st == DT_OK)
             wrong = wrong_elements(dst);
     } else if (strcmp(mode, "kill") == 0) {
-        pthread_t t;
-        if (me == 1)
-            pthread_create(&t, NULL, kill_soon, NULL);
-        else
-            sleep(1);                          /* client 1 is in the barrier when killed */
+        if (me == 1) {                         /* ends while client 0 waits in the barrier */
+            usleep(300 * 1000);
+            raise(SIGTERM);
+        }
         st = dt_barrier(mesh, "kill", 0);
     } else {
         fprintf(stderr, "usage: trace_spmd skip|mismatch|kill\n");
