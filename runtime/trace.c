@@ -422,3 +422,12 @@ long long dt_trace_count(void)
     pthread_mutex_unlock(&lock);
     return n;
 }
+
+void dt__trace_set(int record, int check)
+{
+    pthread_once(&once, configure);
+    pthread_mutex_lock(&lock);
+    recording = record && cap > 0;
+    checking = check != 0;
+    pthread_mutex_unlock(&lock);
+}

@@ -45,4 +45,8 @@ void dt__coll_end(long token, const char *path, dt_status st);
 dt_status dt__trace_check(const int *clients, int n, const char *group, unsigned long long seq,
                           const char *call, const char *detail);
 
+/* Benchmarks' A/B in one run (bench/trace.c): recording on/off (when DT_TRACE_OPS kept a
+ * ring) and the check on/off from now on. Local; every client must set the check alike. */
+void dt__trace_set(int record, int check);
+
 #endif
