@@ -13,6 +13,7 @@
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/util.h"
+#include "runtime/trace.h"
 
 /* The CRCs of this client's slices, in plan order (what Gatherv sends). */
 static int64_t crc_words(const ck_plan *plan, int64_t si)
@@ -132,7 +133,12 @@ dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st
         if (bs != DT_OK)
             return bs;
     }
-    return dt__ckpt_agree(f->g, st);
+    char call[40];                        /* the flight recorder's checkpoint phase */
+    snprintf(call, sizeof call, "ckpt %s", name);
+    long tk = f->g->comm != MPI_COMM_NULL ? dt__coll_record(f->g->clients, f->g->size, call, "") : -1;
+    st = dt__ckpt_agree(f->g, st);
+    dt__coll_end(tk, "mpi", st);
+    return st;
 }
 
 dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st)

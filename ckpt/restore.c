@@ -12,6 +12,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
+#include "runtime/trace.h"
 
 /* Fills every local component of `t` (on any mesh) with saved tensor `ti`: those host code
  * may touch directly, the others into *fills (staged later); a replica of a block held by an
@@ -150,7 +151,9 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
             st = dt__device_sync_all(dt_mesh_device_type(mesh));
         dt_tensor_destroy(c);
     }
+    long tk = g->comm != MPI_COMM_NULL ? dt__coll_record(g->clients, g->size, "ckpt restore", "") : -1;
     st = dt__ckpt_agree(g, st);
+    dt__coll_end(tk, "mpi", st);
     if (st == DT_OK && out)
         for (int t = 0; t < n; t++) {
             out[t] = filled[t];

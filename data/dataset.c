@@ -7,6 +7,7 @@
 #include "data/data_impl.h"
 #include "mesh/mesh_group.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 static const char fn[] = "dt_dataset_create";
 
@@ -122,7 +123,10 @@ dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *cons
         ds->layouts[k] = dt_layout_retain(layouts[k]);
     st = setup(ds);
     /* A client that failed locally fails the creation everywhere, with its message. */
-    if ((st = dt__group_agree(ds->group, st, "dt_dataset_create: agreeing")) != DT_OK) {
+    long tk = ds->group->comm != MPI_COMM_NULL ? dt__coll_record(ds->group->clients, ds->group->size, "dataset create", "agreement") : -1;
+    st = dt__group_agree(ds->group, st, "dt_dataset_create: agreeing");
+    dt__coll_end(tk, "mpi", st);
+    if (st != DT_OK) {
         dt_dataset_destroy(ds);
         return st;
     }

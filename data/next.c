@@ -10,6 +10,7 @@
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/util.h"
+#include "runtime/trace.h"
 
 enum { MSG_LEN = 1024 };
 
@@ -102,7 +103,9 @@ dt_status dt_dataset_next(dt_dataset *ds, int n, dt_tensor **tensors_out,
     /* One outcome on every client: the lowest failing client's status and message. */
     if (st != DT_OK)
         dt__error(st, "%s", msg);
+    long tk = ds->group->comm != MPI_COMM_NULL ? dt__coll_record(ds->group->clients, ds->group->size, "dataset next", "batch agreement") : -1;
     st = dt__group_agree(ds->group, st, "dt_dataset_next: agreeing on the batch");
+    dt__coll_end(tk, "mpi", st);
     if (st != DT_OK)
         dt__strlcpy(msg, dt_last_error(), sizeof msg);
     if (st != DT_OK) {

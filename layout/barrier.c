@@ -9,6 +9,7 @@
 #include "layout/layout_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 #include "runtime/util.h"
 
 enum { BARRIER_TAG = 7201 };
@@ -72,6 +73,11 @@ dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_secon
                              "number of seconds > 0", bad);
         }
     }
+    long token = -1;                      /* the flight recorder (relayout_trace.c) */
+    if ((st = dt__barrier_trace_begin(mesh, name, &token)) != DT_OK) {
+        free(clients);
+        return st;
+    }
     arrival out = {.devices = mine};
     dt__strlcpy(out.name, name ? name : "", sizeof out.name);
     arrival *in = calloc((size_t)n, sizeof *in);
@@ -111,6 +117,7 @@ dt_status dt_barrier(const dt_mesh *mesh, const char *name, double timeout_secon
                        out.name, (long long)total, dt_mesh_name(mesh),
                        (long long)dt_mesh_size(mesh));
 out:
+    dt__coll_end(token, "mpi", st);
     free(peer_of);
     free(reqs);
     free(in);

@@ -164,4 +164,11 @@ unsigned long dt__rl_fused_runs(void);
 /* Executes a plan from `src` into `dst` (already allocated with the plan's dst layout). */
 dt_status dt__rl_execute(rl_plan *plan, const dt_tensor *src, dt_tensor *dst);
 
+/* The flight recorder's entries for a relayout and a barrier, and DT_CHECK_COLLECTIVES's
+ * agreement before them (relayout_trace.c, runtime/trace.h): begin records the call over the
+ * meshes' clients (a mismatch found by the check: DT_ERR_STATE), end its path and outcome. */
+dt_status dt__rl_trace_begin(const dt_tensor *src, const dt_layout *dst, long *token);
+void dt__rl_trace_end(long token, rl_plan *const *plans, int nplans, dt_status st);
+dt_status dt__barrier_trace_begin(const dt_mesh *mesh, const char *name, long *token);
+
 #endif

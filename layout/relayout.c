@@ -266,12 +266,16 @@ static dt_status run_steps(const dt_tensor *src, dt_tensor *dst, rl_plan **plans
  * each host's devices), then the all-gather inside each host. */
 static dt_status run(const dt_tensor *src, dt_tensor *dst)
 {
-    rl_plan *plans[3];
+    rl_plan *plans[3] = {NULL, NULL, NULL};
     int hits[3] = {1, 1, 1}, nplans = 0;
     dt_layout *host_l = NULL;
     dt_tensor *host_mid = NULL;
-    dt_status st = dt__rl_host_mid(dt_tensor_layout(src), dt_tensor_layout(dst),
-                                   dt_tensor_shape(src), &host_l);
+    long token = -1;
+    dt_status st = dt__rl_trace_begin(src, dt_tensor_layout(dst), &token);
+    if (st != DT_OK)
+        return st;
+    st = dt__rl_host_mid(dt_tensor_layout(src), dt_tensor_layout(dst), dt_tensor_shape(src),
+                         &host_l);
     if (st == DT_OK && host_l)
         st = dt__tensor_empty(host_l, dt_tensor_dtype(src), dt_tensor_shape(src), &host_mid);
     if (st == DT_OK && host_mid) {
@@ -284,6 +288,7 @@ static dt_status run(const dt_tensor *src, dt_tensor *dst)
     }
     if (st == DT_OK)
         record_stats(plans, nplans, hits[0] && hits[1] && hits[2]);
+    dt__rl_trace_end(token, plans, nplans, st);
     dt_tensor_destroy(host_mid);
     dt_layout_destroy(host_l);
     return st;

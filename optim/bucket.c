@@ -15,6 +15,7 @@
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 double dt__zero_cpu_seconds(void)
 {
@@ -78,6 +79,8 @@ dt_status dt__zero_overlap_init(dt_zero *z)
             rc = MPI_Group_incl(world, n, ranks, &grp);
         if (rc == MPI_SUCCESS)
             rc = MPI_Comm_create_group(dt__comm(), grp, 0x7a30, &z->comm);
+        if (rc == MPI_SUCCESS) /* errors become statuses, never end the process */
+            rc = MPI_Comm_set_errhandler(z->comm, MPI_ERRORS_RETURN);
         if (grp != MPI_GROUP_NULL)
             MPI_Group_free(&grp);
         if (world != MPI_GROUP_NULL)
@@ -240,6 +243,12 @@ static dt_status start(dt_zero *z, dt__zbucket *b)
         b->borrowed = b->borrowed && z->devs[i]->kind->host_visible;
     if (!b->reqs || !b->peers || !b->isrecv || !b->vals || !b->recv)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_grad_ready: no memory");
+    if (dt__trace_on()) {  /* the flight recorder notes the bucket as it starts */
+        char what[96];
+        snprintf(what, sizeof what, "%s [%lld, %lld) of %lld bytes", dt_dtype_name(b->group->dtype),
+                 (long long)b->lo, (long long)b->hi, (long long)((size_t)n * dsz));
+        dt__coll_end(dt__coll_record(z->dp_client, (int)z->dp_size, "zero bucket", what), "mpi", DT_OK);
+    }
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         const dt__device *dev = z->devs[i];

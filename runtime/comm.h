@@ -46,6 +46,11 @@ double dt__comm_timeout(const char **bad_out);
  * error. Local (other clients answer pings only while in a watched wait of their own). */
 dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
                            const char *what);
+/* dt__wait_watched that also stores the status of each request completed (statuses[i] for
+ * reqs[i]; n entries) so that the caller can check who sent how much, and which failed after
+ * a DT_ERR_COMM (MPI_ERR_IN_STATUS). Local. */
+dt_status dt__wait_watched_status(MPI_Request *reqs, const int *peers, int n, double timeout,
+                                  const char *what, MPI_Status *statuses);
 /* dt__wait_watched for one nonblocking collective `req` among the clients group[0..ngroup)
  * (this one included, as client ids of dt__comm): a stall pings all the others. On a
  * DT_ERR_TIMEOUT the request stays pending (a collective cannot be cancelled): the job can

@@ -14,4 +14,8 @@ dt_status dt__error(dt_status st, const char *fmt, ...);
 /* Records an MPI failure: DT_ERR_COMM with "<what>: <MPI_Error_string text>". */
 dt_status dt__mpi_error(int rc, const char *what);
 
+/* 1: MPI_COMM_WORLD returns errors from now on (nested calls count), 0: undoes one such call
+ * (its handler back after the last). For waits on nonblocking collectives (status.c). */
+void dt__world_errors_return(int on);
+
 #endif

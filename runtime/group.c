@@ -113,6 +113,8 @@ static dt_status create(int n, int *clients, cached **out)
         rc = MPI_Group_incl(world, n, clients, &sub);
         if (rc == MPI_SUCCESS) {
             rc = MPI_Comm_create_group(dt__comm(), sub, group_tag(n, clients), &e->g.comm);
+            if (rc == MPI_SUCCESS) /* errors become statuses, never end the process */
+                rc = MPI_Comm_set_errhandler(e->g.comm, MPI_ERRORS_RETURN);
             MPI_Group_free(&sub);
         }
         MPI_Group_free(&world);
@@ -182,6 +184,8 @@ dt_status dt__group_dup(const dt__group *g, dt__group *out)
         memcpy(clients, g->clients, (size_t)g->size * sizeof *clients);
     if (g->comm != MPI_COMM_NULL) {
         int rc = MPI_Comm_dup(g->comm, &d.comm);
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Comm_set_errhandler(d.comm, MPI_ERRORS_RETURN);
         if (rc != MPI_SUCCESS) {
             free(clients);
             return dt__mpi_error(rc, "duplicating the mesh's client group");

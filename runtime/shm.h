@@ -20,6 +20,8 @@ typedef struct dt__shm_desc {
     int64_t offset;
     int64_t shape[DT_MAX_RANK];
     int64_t start[DT_MAX_RANK];
+    int64_t count[DT_MAX_RANK];  /* the box, and its bytes: the receiver checks that it */
+    uint64_t bytes;              /* expected the same (else both are in different calls) */
 } dt__shm_desc;
 
 /* The channel from a segment's owner to one host peer (in the owner's segment). posted:

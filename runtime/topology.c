@@ -124,6 +124,8 @@ static dt_status map_hosts(MPI_Comm comm);
 dt_status dt__topology_setup(MPI_Comm comm, int bind)
 {
     int rc = MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host_comm);
+    if (rc == MPI_SUCCESS) /* errors become statuses, never end the process */
+        rc = MPI_Comm_set_errhandler(host_comm, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS)
         return dt__mpi_error(rc, "dt_init: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
     if ((rc = MPI_Comm_size(host_comm, &info.host_clients)) != MPI_SUCCESS ||

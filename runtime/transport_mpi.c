@@ -134,6 +134,36 @@ static void mpi_release(dt__xfer_cache *cache)
 
 enum { RELAYOUT_TAG = 7101 };
 
+/* After the wait (st: its outcome, DT_OK or DT_ERR_COMM): each receive got exactly the bytes
+ * of its box, else DT_ERR_STATE naming the peer (a sender in another call, or with another
+ * layout, sends another amount: MPI_ERR_TRUNCATE when more). */
+static dt_status check_received(const dt__xfer *recvs, size_t nrecvs, MPI_Status *stats,
+                                dt_status st)
+{
+    for (size_t i = 0; i < nrecvs; i++) {
+        size_t want = dt__region_bytes(&recvs[i].region);
+        if (st != DT_OK) {
+            int cls = MPI_SUCCESS;
+            if (stats[i].MPI_ERROR != MPI_SUCCESS)
+                MPI_Error_class(stats[i].MPI_ERROR, &cls);
+            if (cls == MPI_ERR_TRUNCATE)
+                return dt__error(DT_ERR_STATE, "relayout exchange: client %d sent more than "
+                                 "the %zu bytes this client expected from it (MPI_ERR_TRUNCATE): "
+                                 "the clients are not in the same relayout (DT_CHECK_COLLECTIVES=1 "
+                                 "names both calls)", recvs[i].peer, want);
+            continue;
+        }
+        int got = 0;
+        if (MPI_Get_count(&stats[i], MPI_BYTE, &got) != MPI_SUCCESS || got == MPI_UNDEFINED ||
+            (size_t)got != want)
+            return dt__error(DT_ERR_STATE, "relayout exchange: client %d sent %d bytes where "
+                             "this client expected %zu: the clients are not in the same relayout "
+                             "(DT_CHECK_COLLECTIVES=1 names both calls)", recvs[i].peer, got,
+                             want);
+    }
+    return st;
+}
+
 static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
                               size_t nrecvs, void (*local_work)(void *), void *arg)
 {
@@ -164,7 +194,9 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     MPI_Datatype *temps = malloc(n * sizeof *temps);
     int *peers = malloc(n * sizeof *peers);
     void **packed = calloc(n, sizeof *packed);
-    if (!reqs || !temps || !peers || !packed) {
+    MPI_Status *stats = calloc(n, sizeof *stats);
+    if (!reqs || !temps || !peers || !packed || !stats) {
+        free(stats);
         free(reqs);
         free(temps);
         free(peers);
@@ -210,7 +242,13 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     if (st == DT_OK && local_work)
         local_work(arg);
     if (nreq) {
-        dt_status wst = dt__wait_watched(reqs, peers, (int)nreq, 0, "relayout exchange");
+        dt_status wst = dt__wait_watched_status(reqs, peers, (int)nreq, 0, "relayout exchange",
+                                                stats);
+        /* Receives were posted first, so request i < nrecvs is recvs[i]'s when all went. */
+        if (wst == DT_OK && st == DT_OK)
+            wst = check_received(recvs, nrecvs, stats, DT_OK);
+        else if (wst == DT_ERR_COMM && st == DT_OK && nreq == n)
+            wst = check_received(recvs, nrecvs, stats, wst);
         if (st == DT_OK)
             st = wst;
     }
@@ -225,6 +263,7 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     free(temps);
     free(peers);
     free(reqs);
+    free(stats);
     return st;
 }
 

@@ -206,6 +206,8 @@ static int try_post(op *o)
     d->offset = off;
     memcpy(d->shape, g->shape, sizeof d->shape);
     memcpy(d->start, g->start, sizeof d->start);
+    memcpy(d->count, g->count, sizeof d->count);
+    d->bytes = dt__region_bytes(g);
     atomic_store_explicit(&ch->posted, o->seq + 1, memory_order_release);
     if (o->via_mpi) {
         o->st = ST_MPI; /* its requests were posted by start() */
@@ -228,6 +230,21 @@ static int try_read(run *r, op *o, dt_status *st)
     atomic_store_explicit(&ch->taken, o->seq + 1, memory_order_release);
     const dt__region *g = &o->x->region;
     size_t i = (size_t)(o - r->ops);
+    if (d.bytes != dt__region_bytes(g) ||
+        memcmp(d.count, g->count, (size_t)g->rank * sizeof *d.count) != 0) {
+        /* Counted consumed, so the sender does not wait for it: each side fails on its own
+         * (a box sent by MPI is left unreceived: its sender may then time out). */
+        atomic_fetch_add_explicit(&ch->consumed, 1, memory_order_release);
+        o->st = ST_DONE;
+        char want[96], sent_box[96];
+        dt__shape_str(g->rank, g->count, want, sizeof want);
+        dt__shape_str(g->rank, d.count, sent_box, sizeof sent_box);
+        *st = dt__error(DT_ERR_STATE, "shm transport: client %d offered a box %s of %llu bytes "
+                        "where this client expected %s of %zu: the clients are not in the same "
+                        "relayout (DT_CHECK_COLLECTIVES=1 names both calls)", o->x->peer,
+                        sent_box, (unsigned long long)d.bytes, want, dt__region_bytes(g));
+        return 1;
+    }
     if (d.offset < 0) {
         o->bytes = dt__region_bytes(g);
         o->buf = malloc(o->bytes ? o->bytes : 1);

@@ -221,9 +221,18 @@ static dt_status post(live *l, int slot, MPI_Request *req)
 
 /* A completed request of slot `slot`: a received chunk goes to the device; then the slot
  * takes the transfer's next chunk. */
-static dt_status complete(live *l, int slot, MPI_Request *req)
+static dt_status complete(live *l, int slot, MPI_Request *req, MPI_Status *status)
 {
     if (!l->sending) {
+        dt__region box = l->x->region;
+        chunk_box(l, l->chunk_in[slot], box.start, box.count);
+        int got = 0;
+        if (MPI_Get_count(status, MPI_BYTE, &got) != MPI_SUCCESS || got == MPI_UNDEFINED ||
+            (size_t)got != dt__region_bytes(&box))
+            return dt__error(DT_ERR_STATE, "staged transport: client %d sent a chunk of %d "
+                             "bytes where this client expected %zu: the clients are not in the "
+                             "same relayout (DT_CHECK_COLLECTIVES=1 names both calls)",
+                             l->x->peer, got, dt__region_bytes(&box));
         size_t bytes;
         dt_status st = chunk_copy(l, l->chunk_in[slot], slot, &bytes);
         if (st != DT_OK)
@@ -292,7 +301,8 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
     MPI_Request *reqs = malloc(nreq * sizeof *reqs);
     int *peers = malloc(nreq * sizeof *peers), *done = malloc(nreq * sizeof *done);
     int *seen = calloc((size_t)dt_num_clients() * 2, sizeof *seen);
-    if (!ls || !reqs || !peers || !done || !seen) {
+    MPI_Status *stats = calloc(nreq, sizeof *stats);  /* of the requests just completed */
+    if (!ls || !reqs || !peers || !done || !seen || !stats) {
         st = dt__error(DT_ERR_NO_MEMORY, "staged transport: no memory for %zu transfers", n);
         goto out;
     }
@@ -315,9 +325,18 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
     double last = dt__now_seconds();
     for (unsigned spins = 1; st == DT_OK; spins++) {
         int outcount = 0;
-        int rc = MPI_Testsome((int)nreq, reqs, &outcount, done, MPI_STATUSES_IGNORE);
+        int rc = MPI_Testsome((int)nreq, reqs, &outcount, done, stats);
         if (rc != MPI_SUCCESS) {
             st = dt__error(DT_ERR_COMM, "staged transport: MPI_Testsome failed");
+            for (int j = 0; rc == MPI_ERR_IN_STATUS && j < outcount; j++) {
+                int cls = MPI_SUCCESS;
+                if (stats[j].MPI_ERROR != MPI_SUCCESS)
+                    MPI_Error_class(stats[j].MPI_ERROR, &cls);
+                if (cls == MPI_ERR_TRUNCATE)
+                    st = dt__error(DT_ERR_STATE, "staged transport: client %d sent a larger "
+                                   "chunk than this client expected (MPI_ERR_TRUNCATE): the "
+                                   "clients are not in the same relayout", peers[done[j]]);
+            }
             break;
         }
         if (outcount == MPI_UNDEFINED)
@@ -346,7 +365,8 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
                 sub[j] = reqs[done[j]];
                 subp[j] = peers[done[j]];
             }
-            st = dt__wait_watched(sub, subp, k, timeout, "staged relayout exchange");
+            st = dt__wait_watched_status(sub, subp, k, timeout, "staged relayout exchange",
+                                         stats);
             free(sub);
             free(subp);
             if (st != DT_OK) {
@@ -361,7 +381,8 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
         last = dt__now_seconds();
         for (int j = 0; j < outcount && st == DT_OK; j++) {
             size_t r = (size_t)done[j];
-            st = complete(&ls[r / STAGED_IN_FLIGHT], (int)(r % STAGED_IN_FLIGHT), &reqs[r]);
+            st = complete(&ls[r / STAGED_IN_FLIGHT], (int)(r % STAGED_IN_FLIGHT), &reqs[r],
+                          &stats[j]);
         }
     }
     if (st != DT_OK)
@@ -378,6 +399,7 @@ out:
     free(peers);
     free(done);
     free(seen);
+    free(stats);
     return st;
 }
 

@@ -156,16 +156,18 @@ static int group_peers(const int *group, int ngroup, int *out)
 /* dt__wait_watched (group NULL) and dt__wait_watched_group (the stalled peers are then the
  * group's other clients, and the requests, collective, are left pending on a timeout). */
 static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *group,
-                       int ngroup, double timeout, const char *what)
+                       int ngroup, double timeout, const char *what, MPI_Status *statuses)
 {
     MPI_Comm comm = dt__comm();
     if (!(timeout > 0))
         timeout = dt__comm_timeout(NULL);  /* callers check the variable before posting */
     int room = (group ? ngroup : n) + 1;
     int *done = malloc(((size_t)n + 1) * sizeof *done);
+    MPI_Status *got = statuses ? malloc(((size_t)n + 1) * sizeof *got) : NULL;
     int *who = malloc((size_t)room * sizeof *who);
     int *alive = malloc((size_t)room * sizeof *alive);
-    if (!done || !who || !alive) {
+    if (!done || !who || !alive || (statuses && !got)) {
+        free(got);
         free(done);
         free(who);
         free(alive);
@@ -174,9 +176,18 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
     dt_status st = DT_OK;
     double last = now_seconds();
     int alive_rounds = 0;
+    if (group)
+        dt__world_errors_return(1);  /* a collective's failure is reported there (status.c) */
     for (unsigned spins = 1;; spins++) {
         int outcount = 0;
-        int rc = MPI_Testsome(n, reqs, &outcount, done, MPI_STATUSES_IGNORE);
+        MPI_Status one, *sts = got ? got : n == 1 ? &one : MPI_STATUSES_IGNORE;
+        int rc = MPI_Testsome(n, reqs, &outcount, done, sts);
+        for (int k = 0; got && outcount != MPI_UNDEFINED && k < outcount; k++)
+            statuses[done[k]] = got[k];  /* the caller checks sources, counts and errors */
+        if (rc == MPI_ERR_IN_STATUS && sts != MPI_STATUSES_IGNORE)
+            for (int k = outcount; k-- > 0;)
+                if (sts[k].MPI_ERROR != MPI_SUCCESS)
+                    rc = sts[k].MPI_ERROR;   /* what failed rather than "error in status" */
         if (rc != MPI_SUCCESS) {
             char text[MPI_MAX_ERROR_STRING];
             int tlen = 0;
@@ -232,6 +243,9 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
             MPI_Request_free(&reqs[i]);
         }
     }
+    if (group)
+        dt__world_errors_return(0);
+    free(got);
     free(done);
     free(who);
     free(alive);
@@ -241,13 +255,19 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
 dt_status dt__wait_watched(MPI_Request *reqs, const int *peers, int n, double timeout,
                            const char *what)
 {
-    return watch(reqs, peers, n, NULL, 0, timeout, what);
+    return watch(reqs, peers, n, NULL, 0, timeout, what, NULL);
+}
+
+dt_status dt__wait_watched_status(MPI_Request *reqs, const int *peers, int n, double timeout,
+                                  const char *what, MPI_Status *statuses)
+{
+    return watch(reqs, peers, n, NULL, 0, timeout, what, statuses);
 }
 
 dt_status dt__wait_watched_group(MPI_Request *req, const int *group, int ngroup,
                                  double timeout, const char *what)
 {
-    return watch(req, NULL, 1, group, ngroup, timeout, what);
+    return watch(req, NULL, 1, group, ngroup, timeout, what, NULL);
 }
 
 /* Pings every client of the job on another host except those in who[0..k) and appends the

@@ -17,6 +17,7 @@ int cli_usage(void)
           "       dtensor ckpt export --format hf-gpt2 DIR OUT.safetensors [--vocab V]\n"
           "       dtensor launch [--hosts H:N,... | --hostfile F] [--nproc-per-node N] [--dry-run]\n"
           "                      [--max-restarts K [--exclude-lost]] -- PROGRAM ARGS...\n"
+          "       dtensor trace DIR [--last N] [--width W]\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -78,6 +79,8 @@ int main(int argc, char **argv)
         return cli_ckpt(argc - 1, argv + 1);
     if (strcmp(cmd, "launch") == 0)
         return cli_launch(argc - 1, argv + 1);
+    if (strcmp(cmd, "trace") == 0)
+        return cli_trace(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;

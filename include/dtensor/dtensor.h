@@ -14,6 +14,7 @@
 #include "dtensor/autograd.h"
 #include "dtensor/optim.h"
 #include "dtensor/data.h"
+#include "dtensor/trace.h"
 #include "dtensor/version.h"
 
 #endif

@@ -1,0 +1,137 @@
+/* Every transport says so when a receive gets another amount than it expected (two clients in
+ * different calls): client 0 sends a box of one size, client 1 expects another, and client 1's
+ * exchange is DT_ERR_STATE naming client 0 with both sizes, under the mpi, shm and staged
+ * transports (2 processes; docs/trace.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "runtime/comm.h"
+#include "runtime/shm.h"
+#include "runtime/transport.h"
+
+enum { ROWS = 32, COLS = 64 };
+
+/* A ROWS x COLS f32 array and the box of its first `cols` columns, in the shm pool when it is
+ * up (the shm transport reads boxes there). */
+static dt__region box(void *base, int64_t cols)
+{
+    dt__region r;
+    memset(&r, 0, sizeof r);
+    r.base = base;
+    r.rank = 2;
+    r.elem = sizeof(float);
+    r.shape[0] = ROWS;
+    r.shape[1] = COLS;
+    r.count[0] = ROWS;
+    r.count[1] = cols;
+    return r;
+}
+
+static void *array(void)
+{
+    void *p = NULL;
+    size_t bytes = ROWS * COLS * sizeof(float);
+    if (!dt__shm_up() || dt__shm_alloc(bytes, &p) != 1)
+        p = malloc(bytes);
+    CU_ASSERT_FATAL(p != NULL);
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void release(void *p)
+{
+    if (!dt__shm_up() || dt__shm_free(p) != 1)
+        free(p);
+}
+
+/* Client 0 sends the box of send_cols columns, client 1 receives one of recv_cols columns; on
+ * client 1 the status must be DT_ERR_STATE and its message contain `want`. */
+static void mismatched(const dt__transport *t, int64_t send_cols, int64_t recv_cols,
+                       const char *want)
+{
+    if (dt_num_clients() != 2 || !t)
+        return;
+    void *a = array();
+    dt__xfer x = {.peer = 1 - dt_client_id(), .region = box(a, dt_client_id() == 0 ? send_cols
+                                                                                 : recv_cols)};
+    dt_status st = dt_client_id() == 0 ? t->exchange(&x, 1, NULL, 0, NULL, NULL)
+                                       : t->exchange(NULL, 0, &x, 1, NULL, NULL);
+    if (dt_client_id() == 1) {
+        CU_ASSERT_EQUAL(st, DT_ERR_STATE);
+        CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), want));
+        if (!strstr(dt_last_error(), want))
+            fprintf(stderr, "%s transport: '%s' lacks '%s'\n", t->name, dt_last_error(), want);
+    }
+    MPI_Barrier(dt__comm());
+    release(a);
+}
+
+static void test_mpi_transport_names_a_peer_that_sent_fewer_bytes(void)
+{
+    mismatched(dt__transport_mpi(), 32, 64, "client 0 sent 4096 bytes where this client "
+                                            "expected 8192");
+}
+
+static void test_mpi_transport_names_a_peer_that_sent_more_bytes(void)
+{
+    mismatched(dt__transport_mpi(), 64, 32, "client 0 sent more than the 4096 bytes this client "
+                                            "expected from it (MPI_ERR_TRUNCATE)");
+}
+
+static void test_shm_transport_names_a_peer_that_offered_another_box(void)
+{
+    if (!dt__shm_up())
+        return;
+    mismatched(dt__transport_shm(), 32, 64, "client 0 offered a box [32,32] of 4096 bytes where "
+                                            "this client expected [32,64] of 8192");
+    mismatched(dt__transport_shm(), 64, 32, "client 0 offered a box [32,64] of 8192 bytes where "
+                                            "this client expected [32,32] of 4096");
+}
+
+static void test_staged_transport_names_a_peer_that_sent_another_chunk(void)
+{
+    mismatched(dt__transport_staged(), 32, 64, "client 0 sent a chunk of 4096 bytes where this "
+                                               "client expected 8192");
+    mismatched(dt__transport_staged(), 64, 32, "client 0 sent a larger chunk than this client "
+                                               "expected (MPI_ERR_TRUNCATE)");
+}
+
+static void test_transports_pass_boxes_of_the_expected_size(void)
+{
+    const dt__transport *ts[3] = {dt__transport_mpi(), dt__transport_shm(),
+                                  dt__transport_staged()};
+    if (dt_num_clients() != 2)
+        return;
+    for (int k = 0; k < 3; k++) {
+        if (!ts[k])
+            continue;
+        float *a = array();
+        for (int i = 0; dt_client_id() == 0 && i < ROWS * COLS; i++)
+            a[i] = (float)i;
+        dt__xfer x = {.peer = 1 - dt_client_id(), .region = box(a, COLS)};
+        dt_status st = dt_client_id() == 0 ? ts[k]->exchange(&x, 1, NULL, 0, NULL, NULL)
+                                           : ts[k]->exchange(NULL, 0, &x, 1, NULL, NULL);
+        CU_ASSERT_EQUAL(st, DT_OK);
+        for (int i = 0; dt_client_id() == 1 && i < ROWS * COLS; i++)
+            if (a[i] != (float)i) {
+                CU_FAIL("wrong element received");
+                break;
+            }
+        MPI_Barrier(dt__comm());
+        release(a);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const dt_test_case cases[] = {
+        DT_TEST(test_transports_pass_boxes_of_the_expected_size),
+        DT_TEST(test_mpi_transport_names_a_peer_that_sent_fewer_bytes),
+        DT_TEST(test_mpi_transport_names_a_peer_that_sent_more_bytes),
+        DT_TEST(test_shm_transport_names_a_peer_that_offered_another_box),
+        DT_TEST(test_staged_transport_names_a_peer_that_sent_another_chunk),
+        DT_TEST_END,
+    };
+    return dt_test_main(argc, argv, "trace_transport", cases, 1);
+}
