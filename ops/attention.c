@@ -30,11 +30,7 @@ static int64_t weights(int64_t n, int64_t hd, int64_t ld, float scale, const flo
         p[j] = s * scale;
         mx = p[j] > mx ? p[j] : mx;
     }
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        p[j] = expf(p[j] - mx);
-        sum += p[j];
-    }
+    double sum = dt__vexp_sum(n, p, mx, p);
     float inv = (float)(1.0 / sum);
     for (int64_t j = 0; j < n; j++)
         p[j] *= inv;

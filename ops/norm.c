@@ -1,6 +1,7 @@
 /* Local normalisation kernels: layer normalisation over the last dim and a numerically stable
  * softmax along the middle dim of [outer, len, inner], with their gradients. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "ops/ops_impl.h"
 #include "runtime/error.h"
@@ -101,20 +102,26 @@ dt_status dt_kernel_softmax(int64_t outer, int64_t len, int64_t inner, const flo
     dt_status st = check_sm("dt_kernel_softmax", outer, len, inner, 2, p);
     if (st != DT_OK)
         return st;
+    /* A strided column goes through a contiguous copy, so every path runs the same loop. */
+    float *col = NULL;
+    if (inner > 1 && outer * len > 0 && !(col = malloc((size_t)len * sizeof *col)))
+        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_softmax: out of memory");
     for (int64_t o = 0; o < outer; o++)
         for (int64_t c = 0; c < inner; c++) {
             const float *xs = x + o * len * inner + c;
             float *ys = y + o * len * inner + c;
+            float *e = inner > 1 ? col : ys;
             float mx = -INFINITY;
             for (int64_t j = 0; j < len; j++)
                 mx = xs[j * inner] > mx ? xs[j * inner] : mx;
-            double s = 0.0;
+            if (inner > 1)
+                for (int64_t j = 0; j < len; j++)
+                    col[j] = xs[j * inner];
+            float inv = (float)(1.0 / dt__vexp_sum(len, inner > 1 ? col : xs, mx, e));
             for (int64_t j = 0; j < len; j++)
-                s += exp((double)(xs[j * inner] - mx));
-            float inv = (float)(1.0 / s);
-            for (int64_t j = 0; j < len; j++)
-                ys[j * inner] = expf(xs[j * inner] - mx) * inv;
+                ys[j * inner] = e[j] * inv;
         }
+    free(col);
     return DT_OK;
 }
 
