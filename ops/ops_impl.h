@@ -121,9 +121,20 @@ void dt__vgelu_grad(int64_t n, const float *x, const float *dy, float *dx);
 double dt__vexp_sum(int64_t n, const float *x, float shift, float *y);
 /* y[i] = (exp(x[i] - shift) * a) * b. */
 void dt__vexp_scale(int64_t n, const float *x, float shift, float a, float b, float *y);
+/* Dot product of a and b: 8 lane sums added in a fixed order (the attention scores). */
+float dt__vdot(int64_t n, const float *a, const float *b);
+/* y += alpha x. */
+void dt__vaxpy(int64_t n, float alpha, const float *x, float *y);
 /* Test hook: caps the instruction set of the loops above (0 portable SSE2, 1 AVX2 where the
  * CPU has it, the default). Tests only. */
 void dt__vmath_tune(int isa_cap);
+
+/* ---- BLAS threads (ops/blas_threads.c) ------------------------------------------------ */
+/* Threads for OpenBLAS: cores / clients on the host, at least 1. */
+int dt__blas_threads_for(int cores, int clients_on_host);
+/* Sets OpenBLAS's thread count once the runtime is up (dt__blas_threads_for), unless
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set; a no-op after the first time. */
+void dt__blas_threads_once(void);
 
 /* ---- shared argument checks of the kernels --------------------------------------------- */
 

@@ -203,6 +203,29 @@ INLINE void vexp_scale_impl(int64_t n, const float *x, float shift, float a, flo
         store_tail(y + i, n - i, (vexp(load_tail(x + i, n - i, 0.0f) - sh) * fa) * fb);
 }
 
+/* Dot product: 8 lane sums (the tail zero-padded), added in a fixed tree. */
+INLINE float vdot_impl(int64_t n, const float *a, const float *b)
+{
+    v8f acc = SPLAT(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc += load8(a + i) * load8(b + i);
+    if (i < n)
+        acc += load_tail(a + i, n - i, 0.0f) * load_tail(b + i, n - i, 0.0f);
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* y += alpha x (each element on its own: the same bits as the scalar loop). */
+INLINE void vaxpy_impl(int64_t n, float alpha, const float *x, float *y)
+{
+    v8f a = SPLAT(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, load8(y + i) + a * load8(x + i));
+    for (; i < n; i++)
+        y[i] += alpha * x[i];
+}
+
 /* Each loop twice: for AVX2 (32-byte vectors) where the CPU has it, else in SSE2 pairs. The
  * same operations in the same order either way (no FMA: c11 mode does not contract), so the
  * same bits; tests/ops/test_vmath.c runs both. Chosen by hand, not target_clones, so that the
@@ -256,6 +279,23 @@ PATHS_VOID(vgelu, (int64_t n, const float *x, float *y), (n, x, y))
 PATHS_VOID(vgelu_grad, (int64_t n, const float *x, const float *dy, float *dx), (n, x, dy, dx))
 PATHS_VOID(vexp_scale, (int64_t n, const float *x, float shift, float a, float b, float *y),
            (n, x, shift, a, b, y))
+
+PATHS_VOID(vaxpy, (int64_t n, float alpha, const float *x, float *y), (n, alpha, x, y))
+
+AVX2 static float vdot_avx2(int64_t n, const float *a, const float *b)
+{
+    return vdot_impl(n, a, b);
+}
+
+static float vdot_portable(int64_t n, const float *a, const float *b)
+{
+    return vdot_impl(n, a, b);
+}
+
+float dt__vdot(int64_t n, const float *a, const float *b)
+{
+    return have_avx2() ? vdot_avx2(n, a, b) : vdot_portable(n, a, b);
+}
 
 AVX2 static double vexp_sum_avx2(int64_t n, const float *x, float shift, float *y)
 {

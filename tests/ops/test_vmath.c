@@ -228,6 +228,41 @@ static void test_vexp_sum_and_scale_match_libm(void)
         CU_ASSERT_EQUAL(z[i], (y[i] * 0.5f) * 3.0f);
 }
 
+/* dt__vdot against the f64 dot within n eps of the sum of |a b|; dt__vaxpy exactly as the
+ * scalar loop; both the same bits on every path and tail length. */
+static void test_vdot_and_vaxpy_match_references_on_every_path(void)
+{
+    enum { N = 77 };
+    static float a[N], b[N], y[N], y2[N], ref_dot[N + 1];
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)sin(i * 1.3);
+        b[i] = (float)cos(i * 0.7) * 3.0f;
+    }
+    dt__vmath_tune(1);
+    for (int n = 0; n <= N; n++)
+        ref_dot[n] = dt__vdot(n, a, b);
+    for (int isa = 1; isa >= 0; isa--) {
+        dt__vmath_tune(isa);
+        for (int n = 0; n <= N; n++) {
+            double want = 0.0, mag = 0.0;
+            for (int i = 0; i < n; i++) {
+                want += (double)a[i] * b[i];
+                mag += fabs((double)a[i] * b[i]);
+            }
+            float d = dt__vdot(n, a, b);
+            CU_ASSERT(fabs(d - want) <= n * FLT_EPSILON * mag);
+            CU_ASSERT_EQUAL(to_bits(d), to_bits(ref_dot[n]));
+            memcpy(y, b, sizeof y);
+            memcpy(y2, b, sizeof y2);
+            dt__vaxpy(n, 0.37f, a, y);
+            for (int i = 0; i < n; i++)
+                y2[i] += 0.37f * a[i];
+            CU_ASSERT(memcmp(y, y2, sizeof y) == 0);
+        }
+    }
+    dt__vmath_tune(1);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -237,6 +272,7 @@ int main(int argc, char **argv)
         DT_TEST(test_vgelu_and_its_gradient_match_the_f64_formula),
         DT_TEST(test_vmath_gives_the_same_bits_on_every_path),
         DT_TEST(test_vexp_sum_and_scale_match_libm),
+        DT_TEST(test_vdot_and_vaxpy_match_references_on_every_path),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "vmath", cases, 0);
