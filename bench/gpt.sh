@@ -18,6 +18,7 @@ USAGE
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[ "${1:-}" = --vs-torch ] && { shift; exec "$root/bench/gpt_torch.sh" "$@"; } # against PyTorch
 steps=60
 model=()
 while [ $# -gt 0 ]; do
