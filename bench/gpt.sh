@@ -26,6 +26,7 @@ USAGE
 }
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+[ "${1:-}" = --vs-torch ] && { shift; exec "$root/bench/gpt_torch.sh" "$@"; } # against PyTorch
 steps=60
 tape_steps=30
 tape_only=0

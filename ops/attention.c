@@ -24,17 +24,10 @@ static int64_t weights(int64_t n, int64_t hd, int64_t ld, float scale, const flo
 {
     float mx = -INFINITY;
     for (int64_t j = 0; j < n; j++) {
-        float s = 0.0f;
-        for (int64_t d = 0; d < hd; d++)
-            s += q[d] * k[j * ld + d];
-        p[j] = s * scale;
+        p[j] = dt__vdot(hd, q, k + j * ld) * scale;
         mx = p[j] > mx ? p[j] : mx;
     }
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        p[j] = expf(p[j] - mx);
-        sum += p[j];
-    }
+    double sum = dt__vexp_sum(n, p, mx, p);
     float inv = (float)(1.0 / sum);
     for (int64_t j = 0; j < n; j++)
         p[j] *= inv;
@@ -64,8 +57,7 @@ dt_status dt_kernel_attention(int64_t batch, int64_t seq, int64_t heads, int64_t
                 for (int64_t d = 0; d < head_dim; d++)
                     yr[d] = 0.0f;
                 for (int64_t j = 0; j < n; j++)
-                    for (int64_t d = 0; d < head_dim; d++)
-                        yr[d] += p[j] * v[base + j * ld + d];
+                    dt__vaxpy(head_dim, p[j], v + base + j * ld, yr);
             }
         }
     free(p);
@@ -98,9 +90,7 @@ dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, in
                 int64_t n = weights(causal ? t + 1 : seq, head_dim, ld, scale, qt, k + base, p);
                 double dot = 0.0;
                 for (int64_t j = 0; j < n; j++) {
-                    float s = 0.0f;
-                    for (int64_t d = 0; d < head_dim; d++)
-                        s += dyt[d] * v[base + j * ld + d];
+                    float s = dt__vdot(head_dim, dyt, v + base + j * ld);
                     dp[j] = s;
                     dot += (double)p[j] * s;
                 }
@@ -110,11 +100,9 @@ dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, in
                     float ds = p[j] * (dp[j] - (float)dot) * scale;
                     const float *kj = k + base + j * ld;
                     float *dkj = dk + base + j * ld, *dvj = dv + base + j * ld;
-                    for (int64_t d = 0; d < head_dim; d++) {
-                        dqt[d] += ds * kj[d];
-                        dkj[d] += ds * qt[d];
-                        dvj[d] += p[j] * dyt[d];
-                    }
+                    dt__vaxpy(head_dim, ds, kj, dqt);
+                    dt__vaxpy(head_dim, ds, qt, dkj);
+                    dt__vaxpy(head_dim, p[j], dyt, dvj);
                 }
             }
         }

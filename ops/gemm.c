@@ -59,6 +59,7 @@ dt_status dt_kernel_gemm(int transa, int transb, int64_t m, int64_t n, int64_t k
         }
         return DT_OK;
     }
+    dt__blas_threads_once(); /* BLAS threads shared among the host's clients */
     if (a_dtype == DT_DTYPE_F32 && b_dtype == DT_DTYPE_F32) {
         cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a, (int)lda, b,
                     (int)ldb, beta, c, (int)ldc);

@@ -21,15 +21,13 @@ static dt_status check_xent(const char *op, int64_t rows, int64_t classes, const
     return DT_OK;
 }
 
-/* Row max and log(sum(exp(x - max))). */
+/* Row max and log(sum(exp(x - max))), the exps in f32 (ops/vmath.c) summed in f64. */
 static void row_stats(int64_t classes, const float *x, float *max_out, double *lse_out)
 {
     float mx = x[0];
     for (int64_t j = 1; j < classes; j++)
         mx = x[j] > mx ? x[j] : mx;
-    double s = 0.0;
-    for (int64_t j = 0; j < classes; j++)
-        s += exp((double)(x[j] - mx));
+    double s = dt__vexp_sum(classes, x, mx, NULL);
     *max_out = mx;
     *lse_out = log(s);
 }
@@ -68,11 +66,12 @@ dt_status dt_kernel_softmax_xent_grad(int64_t rows, int64_t classes, const float
         float mx;
         double lse;
         row_stats(classes, x, &mx, &lse);
-        int32_t label = labels[i];
-        for (int64_t j = 0; j < classes; j++) {
-            double p = exp((double)(x[j] - mx) - lse);
-            d[j] = (float)(scale * (p - (j == label ? 1.0 : 0.0)));
-        }
+        /* softmax = exp(x - max) / sum, the sum being exp(lse). */
+        float inv = (float)exp(-lse);
+        dt__vexp_scale(classes, x, mx, inv, scale, d);
+        float pl;
+        dt__vexp_scale(1, x + labels[i], mx, inv, 1.0f, &pl);
+        d[labels[i]] = scale * (pl - 1.0f);
     }
     return DT_OK;
 }

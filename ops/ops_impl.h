@@ -123,6 +123,36 @@ dt_status dt__ops_backend_for(const dt_mesh *mesh, const char *op,
  * path. Tests only. */
 void dt__cast_tune(int isa_cap, int64_t stream_bytes);
 
+/* ---- vectorised math (ops/vmath.c) ------------------------------------------------------
+ * f32 exp and tanh of the project's own, 8 lanes at a time with one code path for every
+ * element and CPU, so results never depend on the path (outputs may alias inputs). Error
+ * against the correctly rounded result (tests/ops/test_vmath.c): exp at most 2 ulp, tanh at
+ * most 2 ulp, over the whole f32 range (exp: 0 below -104, inf above 88.73). */
+void dt__vexp(int64_t n, const float *x, float *y);
+void dt__vtanh(int64_t n, const float *x, float *y);
+/* GELU (tanh form) and its gradient g(x) dy, element by element, on dt__vtanh's polynomial. */
+void dt__vgelu(int64_t n, const float *x, float *y);
+void dt__vgelu_grad(int64_t n, const float *x, const float *dy, float *dx);
+/* Returns the f64 sum, in a fixed order, of the f32 exp(x[i] - shift); stores them in y
+ * unless it is NULL. */
+double dt__vexp_sum(int64_t n, const float *x, float shift, float *y);
+/* y[i] = (exp(x[i] - shift) * a) * b. */
+void dt__vexp_scale(int64_t n, const float *x, float shift, float a, float b, float *y);
+/* Dot product of a and b: 8 lane sums added in a fixed order (the attention scores). */
+float dt__vdot(int64_t n, const float *a, const float *b);
+/* y += alpha x. */
+void dt__vaxpy(int64_t n, float alpha, const float *x, float *y);
+/* Test hook: caps the instruction set of the loops above (0 portable SSE2, 1 AVX2 where the
+ * CPU has it, the default). Tests only. */
+void dt__vmath_tune(int isa_cap);
+
+/* ---- BLAS threads (ops/blas_threads.c) ------------------------------------------------ */
+/* Threads for OpenBLAS: cores / clients on the host, at least 1. */
+int dt__blas_threads_for(int cores, int clients_on_host);
+/* Sets OpenBLAS's thread count once the runtime is up (dt__blas_threads_for), unless
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set; a no-op after the first time. */
+void dt__blas_threads_once(void);
+
 /* ---- shared argument checks of the kernels --------------------------------------------- */
 
 /* DT_ERR_INVALID_ARGUMENT naming `op` unless n >= 0 and every non-NULL-required pointer of

@@ -73,9 +73,7 @@ dt_status dt_kernel_vocab_xent_stats(int64_t rows, int64_t cols, const float *lo
         return st;
     for (int64_t i = 0; i < rows; i++) {
         const float *x = logits + i * cols;
-        double s = 0.0;
-        for (int64_t j = 0; j < cols; j++)
-            s += exp((double)(x[j] - rowmax[i]));
+        double s = dt__vexp_sum(cols, x, rowmax[i], NULL);
         int64_t t = (int64_t)labels[i] - lo;
         sumexp[i] = (float)s;
         target[i] = t >= 0 && t < cols ? x[t] : 0.0f;
@@ -121,8 +119,13 @@ dt_status dt_kernel_vocab_xent_grad(int64_t rows, int64_t cols, const float *log
             memset(d, 0, (size_t)cols * sizeof *d);
             continue;
         }
-        for (int64_t j = 0; j < cols; j++)
-            d[j] = scale * (expf(x[j] - rowmax[i]) * inv - (j == t ? 1.0f : 0.0f));
+        /* scale (p - one_hot), p = exp(x - max) / sumexp. */
+        dt__vexp_scale(cols, x, rowmax[i], inv, scale, d);
+        if (t >= 0 && t < cols) {
+            float pt;
+            dt__vexp_scale(1, x + t, rowmax[i], inv, 1.0f, &pt);
+            d[t] = scale * (pt - 1.0f);
+        }
     }
     return DT_OK;
 }

@@ -3,10 +3,12 @@
  * waits for; those that answer are alive (waiting on someone else), those that do not are
  * reported lost, with their hosts. A lost host or a cut link thus becomes DT_ERR_TIMEOUT
  * instead of a hang (docs/multihost.md). */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/comm.h"
 #include "runtime/error.h"
@@ -16,6 +18,10 @@ enum {
     PONG_TAG = 7302,
     DEFAULT_COMM_TIMEOUT = 300,
     PROBE_EVERY = 256,    /* spins between looks for pings */
+    CLOCK_EVERY = 32,     /* idle spins between looks at the clock */
+    SPIN_FREE = 16,       /* idle spins before a wait yields its core */
+    SPIN_YIELD = 256,     /* idle spins (yielding) before it naps, when the host is full */
+    NAP_NS = 20000,       /* one nap (the kernel's timer slack adds ~50 us) */
     ALIVE_ROUNDS = 3,     /* stalls with every waited-for client alive before giving up */
 };
 
@@ -41,6 +47,36 @@ static double now_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* More clients on this host than cores this process may run on: a waiting client then
+ * naps instead of only yielding, so that the ones computing get the cores. */
+static int host_full(void)
+{
+    static _Thread_local int known = -1;
+    if (known < 0) {
+        int mine = 0, me = dt__client_host(dt_client_id());
+        for (int c = 0; c < dt_num_clients(); c++)
+            mine += dt__client_host(c) == me;
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+        if (cores <= 0)
+            cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        known = mine > cores;
+    }
+    return known;
+}
+
+/* One idle round of a wait: spin a little (an answer may be microseconds away), then give
+ * the core away: yield, and once clearly idle on a full host, nap. */
+static void idle_wait(unsigned idle)
+{
+    if (idle < SPIN_FREE)
+        return;
+    if (idle < SPIN_YIELD || !host_full())
+        sched_yield();
+    else
+        nanosleep(&(struct timespec){0, NAP_NS}, NULL);
 }
 
 /* Answers every ping that has arrived: this client is alive. */
@@ -178,6 +214,7 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
     int alive_rounds = 0;
     if (group)
         dt__world_errors_return(1);  /* a collective's failure is reported there (status.c) */
+    unsigned idle = 0;
     for (unsigned spins = 1;; spins++) {
         int outcount = 0;
         MPI_Status one, *sts = got ? got : n == 1 ? &one : MPI_STATUSES_IGNORE;
@@ -198,12 +235,17 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
         if (outcount == MPI_UNDEFINED)     /* every request done */
             break;
         if (outcount > 0) {
-            last = now_seconds();
+            idle = 0;
             continue;
         }
+        /* The stall clock starts at the first idle spin after progress and is read only
+         * every CLOCK_EVERY idle spins (the timeout is seconds; the clock read is not free). */
+        if (idle++ == 0)
+            last = now_seconds();
         if (spins % PROBE_EVERY == 0)
             answer_pings(comm);
-        if (now_seconds() - last <= timeout)
+        idle_wait(idle);
+        if (idle % CLOCK_EVERY != 0 || now_seconds() - last <= timeout)
             continue;
         /* Stalled: who of those we wait for is still there? */
         int k = group ? group_peers(group, ngroup, who) : pending_peers(reqs, peers, n, who);
