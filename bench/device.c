@@ -9,6 +9,7 @@
 
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
+#include "layout/tensor_dev.h"
 #include "runtime/device.h"
 
 static double now(void)

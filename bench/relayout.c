@@ -15,6 +15,7 @@
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
 #include "layout/layout_impl.h"
+#include "layout/tensor_dev.h"
 #include "runtime/device.h"
 #include "runtime/transport.h"
 #include "runtime/util.h"

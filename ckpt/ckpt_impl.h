@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "dtensor/ckpt.h"
+#include "dtensor/relayout.h"
 #include "runtime/device.h"
 #include "runtime/group.h"
 

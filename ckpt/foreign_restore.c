@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
+#include "layout/tensor_dev.h"
 #include "mesh/mesh_group.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

@@ -7,6 +7,7 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
+#include "layout/tensor_dev.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 

@@ -8,6 +8,7 @@
 
 #include "ckpt/ckpt_impl.h"
 #include "dtensor/ops.h" /* dt_cast */
+#include "layout/tensor_dev.h"
 #include "mesh/mesh_group.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

@@ -1,34 +1,11 @@
 /* dt_layout objects: creation from spec names (plus partial dims), the replicated / batch /
- * inner sharded helpers, reference counting, queries, equality, reduction-op names. */
+ * inner sharded helpers, reference counting, queries, equality. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "layout/layout_impl.h"
 #include "runtime/error.h"
-
-static const char *const reduce_names[] = {"sum", "max", "min", "avg"};
-#define NUM_REDUCE_OPS ((int)(sizeof reduce_names / sizeof reduce_names[0]))
-
-const char *dt_reduce_op_name(dt_reduce_op op)
-{
-    if ((int)op < 0 || (int)op >= NUM_REDUCE_OPS)
-        return "unknown";
-    return reduce_names[op];
-}
-
-dt_status dt_reduce_op_parse(const char *text, dt_reduce_op *op_out)
-{
-    if (!text || !op_out)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_reduce_op_parse: NULL argument");
-    for (int i = 0; i < NUM_REDUCE_OPS; i++) {
-        if (strcmp(text, reduce_names[i]) == 0) {
-            *op_out = (dt_reduce_op)i;
-            return DT_OK;
-        }
-    }
-    return dt__error(DT_ERR_PARSE, "reduction '%s' is not one of sum, max, min, avg", text);
-}
 
 const char *dt__layout_mesh_dims(const dt_mesh *mesh, char *buf, size_t len)
 {
@@ -92,7 +69,7 @@ dt_status dt__layout_new(const dt_mesh *mesh, int rank, const int *spec_dim, int
         if (d < 0 || d >= mrank)
             return dt__error(DT_ERR_INVALID_ARGUMENT,
                              "layout: partial dim %d names mesh dim %d of %d", i, d, mrank);
-        if ((int)partial_op[i] < 0 || (int)partial_op[i] >= NUM_REDUCE_OPS)
+        if ((int)partial_op[i] < 0 || (int)partial_op[i] > (int)DT_REDUCE_AVG)
             return dt__error(DT_ERR_INVALID_ARGUMENT,
                              "partial mesh dimension '%s' has an invalid reduction %d",
                              dt_mesh_dim_name(mesh, d), (int)partial_op[i]);

@@ -10,6 +10,8 @@
 
 #include "dtensor/layout.h"
 #include "dtensor/mesh.h"
+#include "dtensor/relayout.h"
+#include "dtensor/tensor.h"
 #include "runtime/transport.h"
 
 struct dt_layout {

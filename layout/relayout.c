@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
+#include "layout/tensor_dev.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/shm.h"

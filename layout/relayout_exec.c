@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
+#include "layout/tensor_dev.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/transport.h"

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layout/relayout_plan_impl.h"
+#include "layout/tensor_dev.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"

@@ -1,5 +1,6 @@
 /* Local scaled dot-product self-attention with an optional causal mask, and its gradient
- * (which recomputes the attention weights instead of storing them). */
+ * (which recomputes the attention weights instead of storing them); grouped-query attention
+ * (ops/llama.c) runs the same code. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,63 +35,62 @@ static int64_t weights(int64_t n, int64_t hd, int64_t ld, float scale, const flo
     return n;
 }
 
-dt_status dt_kernel_attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                              int causal, const float *q, const float *k, const float *v,
-                              float *y)
+/* The kernels proper, for q, y [batch, seq, heads * head_dim] and k, v [batch, seq,
+ * kv_heads * head_dim] (query head h reads kv head h / (heads / kv_heads): grouped-query
+ * attention; kv_heads == heads is plain attention, so both ops give the same bits). Sizes
+ * are checked and non-empty. */
+dt_status dt__attention_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, int causal, const float *q, const float *k,
+                            const float *v, float *y)
 {
-    const void *ptrs[] = {q, k, v, y};
-    dt_status st = check_attn("dt_kernel_attention", batch, seq, heads, head_dim, 4, ptrs);
-    if (st != DT_OK || batch * seq * heads * head_dim == 0)
-        return st;
     float *p = malloc((size_t)seq * sizeof *p);
     if (!p)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_attention: out of memory");
-    int64_t ld = heads * head_dim;
+        return dt__error(DT_ERR_NO_MEMORY, "attention: out of memory");
+    int64_t ld = heads * head_dim, kld = kv_heads * head_dim, group = heads / kv_heads;
     float scale = 1.0f / sqrtf((float)head_dim);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
             int64_t base = b * seq * ld + h * head_dim;
+            int64_t kbase = b * seq * kld + (h / group) * head_dim;
             for (int64_t t = 0; t < seq; t++) {
-                int64_t n = weights(causal ? t + 1 : seq, head_dim, ld, scale,
-                                    q + base + t * ld, k + base, p);
+                int64_t n = weights(causal ? t + 1 : seq, head_dim, kld, scale,
+                                    q + base + t * ld, k + kbase, p);
                 float *yr = y + base + t * ld;
                 for (int64_t d = 0; d < head_dim; d++)
                     yr[d] = 0.0f;
                 for (int64_t j = 0; j < n; j++)
-                    dt__vaxpy(head_dim, p[j], v + base + j * ld, yr);
+                    dt__vaxpy(head_dim, p[j], v + kbase + j * kld, yr);
             }
         }
     free(p);
     return DT_OK;
 }
 
-dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                                   int causal, const float *q, const float *k, const float *v,
-                                   const float *dy, float *dq, float *dk, float *dv)
+dt_status dt__attention_grad_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                 int64_t head_dim, int causal, const float *q, const float *k,
+                                 const float *v, const float *dy, float *dq, float *dk,
+                                 float *dv)
 {
-    const void *ptrs[] = {q, k, v, dy, dq, dk, dv};
-    dt_status st = check_attn("dt_kernel_attention_grad", batch, seq, heads, head_dim, 7, ptrs);
-    int64_t total = batch * seq * heads * head_dim;
-    if (st != DT_OK || total == 0)
-        return st;
     float *p = malloc(2 * (size_t)seq * sizeof *p);
     if (!p)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_attention_grad: out of memory");
+        return dt__error(DT_ERR_NO_MEMORY, "attention gradient: out of memory");
     float *dp = p + seq;
+    int64_t total = batch * seq * heads * head_dim, ktotal = batch * seq * kv_heads * head_dim;
     memset(dq, 0, (size_t)total * sizeof *dq);
-    memset(dk, 0, (size_t)total * sizeof *dk);
-    memset(dv, 0, (size_t)total * sizeof *dv);
-    int64_t ld = heads * head_dim;
+    memset(dk, 0, (size_t)ktotal * sizeof *dk);
+    memset(dv, 0, (size_t)ktotal * sizeof *dv);
+    int64_t ld = heads * head_dim, kld = kv_heads * head_dim, group = heads / kv_heads;
     float scale = 1.0f / sqrtf((float)head_dim);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
             int64_t base = b * seq * ld + h * head_dim;
+            int64_t kbase = b * seq * kld + (h / group) * head_dim;
             for (int64_t t = 0; t < seq; t++) {
                 const float *qt = q + base + t * ld, *dyt = dy + base + t * ld;
-                int64_t n = weights(causal ? t + 1 : seq, head_dim, ld, scale, qt, k + base, p);
+                int64_t n = weights(causal ? t + 1 : seq, head_dim, kld, scale, qt, k + kbase, p);
                 double dot = 0.0;
                 for (int64_t j = 0; j < n; j++) {
-                    float s = dt__vdot(head_dim, dyt, v + base + j * ld);
+                    float s = dt__vdot(head_dim, dyt, v + kbase + j * kld);
                     dp[j] = s;
                     dot += (double)p[j] * s;
                 }
@@ -98,8 +98,8 @@ dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, in
                 for (int64_t j = 0; j < n; j++) {
                     /* Softmax backward, then the scaled products. */
                     float ds = p[j] * (dp[j] - (float)dot) * scale;
-                    const float *kj = k + base + j * ld;
-                    float *dkj = dk + base + j * ld, *dvj = dv + base + j * ld;
+                    const float *kj = k + kbase + j * kld;
+                    float *dkj = dk + kbase + j * kld, *dvj = dv + kbase + j * kld;
                     dt__vaxpy(head_dim, ds, kj, dqt);
                     dt__vaxpy(head_dim, ds, qt, dkj);
                     dt__vaxpy(head_dim, p[j], dyt, dvj);
@@ -108,4 +108,27 @@ dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, in
         }
     free(p);
     return DT_OK;
+}
+
+dt_status dt_kernel_attention(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                              int causal, const float *q, const float *k, const float *v,
+                              float *y)
+{
+    const void *ptrs[] = {q, k, v, y};
+    dt_status st = check_attn("dt_kernel_attention", batch, seq, heads, head_dim, 4, ptrs);
+    if (st != DT_OK || batch * seq * heads * head_dim == 0)
+        return st;
+    return dt__attention_run(batch, seq, heads, heads, head_dim, causal, q, k, v, y);
+}
+
+dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                                   int causal, const float *q, const float *k, const float *v,
+                                   const float *dy, float *dq, float *dk, float *dv)
+{
+    const void *ptrs[] = {q, k, v, dy, dq, dk, dv};
+    dt_status st = check_attn("dt_kernel_attention_grad", batch, seq, heads, head_dim, 7, ptrs);
+    if (st != DT_OK || batch * seq * heads * head_dim == 0)
+        return st;
+    return dt__attention_grad_run(batch, seq, heads, heads, head_dim, causal, q, k, v, dy, dq,
+                                  dk, dv);
 }

@@ -159,30 +159,6 @@ static dt_status check_gqa(const char *op, int64_t batch, int64_t seq, int64_t h
     return st;
 }
 
-/* Attention weights p[0..n-1] of query row q against key rows k (stride ld). The same
- * arithmetic, in the same order, as ops/attention.c's (so kv_heads == heads gives the bits of
- * dt_kernel_attention). */
-static void weights(int64_t n, int64_t hd, int64_t ld, float scale, const float *q,
-                    const float *k, float *p)
-{
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n; j++) {
-        float s = 0.0f;
-        for (int64_t d = 0; d < hd; d++)
-            s += q[d] * k[j * ld + d];
-        p[j] = s * scale;
-        mx = p[j] > mx ? p[j] : mx;
-    }
-    double sum = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        p[j] = expf(p[j] - mx);
-        sum += p[j];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int64_t j = 0; j < n; j++)
-        p[j] *= inv;
-}
-
 dt_status dt_kernel_attention_gqa(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                   int64_t head_dim, int causal, const float *q, const float *k,
                                   const float *v, float *y)
@@ -192,28 +168,7 @@ dt_status dt_kernel_attention_gqa(int64_t batch, int64_t seq, int64_t heads, int
                              2, pq, 2, pk);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    float *p = malloc((size_t)seq * sizeof *p);
-    if (!p)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_attention_gqa: out of memory");
-    int64_t ld = heads * head_dim, kld = kv_heads * head_dim, group = heads / kv_heads;
-    float scale = 1.0f / sqrtf((float)head_dim);
-    for (int64_t b = 0; b < batch; b++)
-        for (int64_t h = 0; h < heads; h++) {
-            int64_t base = b * seq * ld + h * head_dim;
-            int64_t kbase = b * seq * kld + (h / group) * head_dim;
-            for (int64_t t = 0; t < seq; t++) {
-                int64_t n = causal ? t + 1 : seq;
-                weights(n, head_dim, kld, scale, q + base + t * ld, k + kbase, p);
-                float *yr = y + base + t * ld;
-                for (int64_t d = 0; d < head_dim; d++)
-                    yr[d] = 0.0f;
-                for (int64_t j = 0; j < n; j++)
-                    for (int64_t d = 0; d < head_dim; d++)
-                        yr[d] += p[j] * v[kbase + j * kld + d];
-            }
-        }
-    free(p);
-    return DT_OK;
+    return dt__attention_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, y);
 }
 
 dt_status dt_kernel_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads,
@@ -224,47 +179,8 @@ dt_status dt_kernel_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads
     const void *pq[] = {q, dy, dq}, *pk[] = {k, v, dk, dv};
     dt_status st = check_gqa("dt_kernel_attention_gqa_grad", batch, seq, heads, kv_heads,
                              head_dim, 3, pq, 4, pk);
-    int64_t total = batch * seq * heads * head_dim, ktotal = batch * seq * kv_heads * head_dim;
-    if (st != DT_OK || total == 0)
+    if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    float *p = malloc(2 * (size_t)seq * sizeof *p);
-    if (!p)
-        return dt__error(DT_ERR_NO_MEMORY, "dt_kernel_attention_gqa_grad: out of memory");
-    float *dp = p + seq;
-    memset(dq, 0, (size_t)total * sizeof *dq);
-    memset(dk, 0, (size_t)ktotal * sizeof *dk);
-    memset(dv, 0, (size_t)ktotal * sizeof *dv);
-    int64_t ld = heads * head_dim, kld = kv_heads * head_dim, group = heads / kv_heads;
-    float scale = 1.0f / sqrtf((float)head_dim);
-    for (int64_t b = 0; b < batch; b++)
-        for (int64_t h = 0; h < heads; h++) {
-            int64_t base = b * seq * ld + h * head_dim;
-            int64_t kbase = b * seq * kld + (h / group) * head_dim;
-            for (int64_t t = 0; t < seq; t++) {
-                const float *qt = q + base + t * ld, *dyt = dy + base + t * ld;
-                int64_t n = causal ? t + 1 : seq;
-                weights(n, head_dim, kld, scale, qt, k + kbase, p);
-                double dot = 0.0;
-                for (int64_t j = 0; j < n; j++) {
-                    float s = 0.0f;
-                    for (int64_t d = 0; d < head_dim; d++)
-                        s += dyt[d] * v[kbase + j * kld + d];
-                    dp[j] = s;
-                    dot += (double)p[j] * s;
-                }
-                float *dqt = dq + base + t * ld;
-                for (int64_t j = 0; j < n; j++) {
-                    float ds = p[j] * (dp[j] - (float)dot) * scale;
-                    const float *kj = k + kbase + j * kld;
-                    float *dkj = dk + kbase + j * kld, *dvj = dv + kbase + j * kld;
-                    for (int64_t d = 0; d < head_dim; d++) {
-                        dqt[d] += ds * kj[d];
-                        dkj[d] += ds * qt[d];
-                        dvj[d] += p[j] * dyt[d];
-                    }
-                }
-            }
-        }
-    free(p);
-    return DT_OK;
+    return dt__attention_grad_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, dy,
+                                  dq, dk, dv);
 }

@@ -240,4 +240,15 @@ dt_status dt__set_device_of(const dt__ops_backend *be, const dt_tensor *t, int i
 /* t's layout spec with dim `dim` (-1: none) unsharded and partial dims dropped. */
 void dt__lspec_gathered(const dt_tensor *t, int dim, dt__lspec *out);
 
+/* Attention and grouped-query attention (q, y: heads; k, v: kv_heads dividing heads), sizes
+ * checked and non-empty: ops/attention.c, shared by dt_kernel_attention* and
+ * dt_kernel_attention_gqa* (ops/llama.c) so that kv_heads == heads gives the same bits. */
+dt_status dt__attention_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, int causal, const float *q, const float *k,
+                            const float *v, float *y);
+dt_status dt__attention_grad_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                 int64_t head_dim, int causal, const float *q, const float *k,
+                                 const float *v, const float *dy, float *dq, float *dk,
+                                 float *dv);
+
 #endif

@@ -3,6 +3,7 @@
  * heads fall on each device (Megatron's head-parallel attention: no communication). */
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

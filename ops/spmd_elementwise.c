@@ -3,6 +3,7 @@
  * partial through linear ops, nonlinear ones reduce first. */
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

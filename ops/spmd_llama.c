@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "autograd/record.h"
+#include "layout/tensor_dev.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

@@ -2,6 +2,7 @@
  * gathered, the mean loss is partial over the mesh dims sharding the rows. */
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

@@ -4,6 +4,7 @@
  * sum of exponentials and the target logit are reduced over that mesh dim instead. */
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"

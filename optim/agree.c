@@ -2,6 +2,7 @@
  * relaid out to replicated (the way dt_nonfinite and dt_item agree), so only the mesh's
  * clients take part; the values go in and out through the devices' copies. And one outcome
  * over the mesh's client group (runtime/group.h). */
+#include "layout/tensor_dev.h"
 #include "optim/optim_impl.h"
 #include "mesh/mesh_group.h"
 #include "runtime/util.h"

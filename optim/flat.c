@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "optim/optim_impl.h"
 #include "runtime/error.h"
 #include "runtime/util.h"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "optim/optim_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"

@@ -11,7 +11,8 @@
 #include <dlpack/dlpack.h>
 #include <mpi.h>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/dtype.h"
+#include "dtensor/runtime.h"
 
 typedef struct dt__device dt__device;
 typedef struct dt__ops_backend dt__ops_backend; /* ops/ops_impl.h: the kernel table */
@@ -97,9 +98,6 @@ dt_status dt__device_alloc(const dt__device *dev, size_t bytes, void **ptr_out);
 void dt__device_free(const dt__device *dev, void *ptr, size_t bytes);
 dt_status dt__device_pool_configure(void);
 void dt__device_pool_trim(void);
-
-/* The device of a tensor's local component i (NULL if out of range). layout/tensor.c. */
-const dt__device *dt__tensor_device(const dt_tensor *t, int i);
 
 /* Waits for the work of every local device of `type` (all when type < 0). */
 dt_status dt__device_sync_all(int type);

@@ -10,7 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/dtype.h"
+#include "dtensor/runtime.h"
 
 enum { DT__SHM_RING = 64 }; /* descriptors in flight from one process to one host peer */
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtensor/version.h" /* DT_HAVE_CUDA */
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/shm.h"

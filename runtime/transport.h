@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtensor/dtensor.h"
+#include "dtensor/dtype.h"
+#include "dtensor/runtime.h"
 
 typedef struct dt__device dt__device;           /* runtime/device.h */
 typedef struct dt__device_kind dt__device_kind; /* runtime/device.h */

@@ -5,7 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtensor/tensor.h"
+#include "dtensor/dtype.h"
+#include "dtensor/runtime.h"
 
 /* Checked size arithmetic: 0 on success, -1 on overflow. */
 int dt__mul_size(size_t a, size_t b, size_t *out);
@@ -28,10 +29,5 @@ void dt__copy_large(void *dst, const void *src, size_t bytes);
 void dt__copy_set_streaming(int yes);
 /* Reads DT_COPY_STREAM (dt_init): DT_ERR_INVALID_ARGUMENT unless unset, empty, 0 or 1. */
 dt_status dt__copy_configure(void);
-
-/* A tensor whose local components are allocated (host pool or device) but not initialised:
- * for producers that overwrite every element (relayout). layout/tensor.c. */
-dt_status dt__tensor_empty(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
-                           dt_tensor **tensor_out);
 
 #endif

@@ -3,6 +3,7 @@
 #define DTENSOR_DTENSOR_H
 
 #include "dtensor/status.h"
+#include "dtensor/dtype.h"
 #include "dtensor/runtime.h"
 #include "dtensor/mesh.h"
 #include "dtensor/layout.h"

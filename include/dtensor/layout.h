@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtensor/dtype.h"
 #include "dtensor/export.h"
 #include "dtensor/mesh.h"
 #include "dtensor/status.h"
@@ -23,20 +24,6 @@ typedef struct dt_layout dt_layout;
  * dt_layout_check_concrete. */
 #define DT_ANY "any"
 #define DT_MATCH "match"
-#define DT_MAX_RANK 8
-
-/* The reduction a partial mesh dimension is waiting for. */
-typedef enum dt_reduce_op {
-    DT_REDUCE_SUM = 0,
-    DT_REDUCE_MAX = 1,
-    DT_REDUCE_MIN = 2,
-    DT_REDUCE_AVG = 3,
-} dt_reduce_op;
-
-/* "sum", "max", "min", "avg" ("unknown" for other values). dt_reduce_op_parse accepts exactly
- * those names; DT_ERR_PARSE otherwise. */
-DT_API const char *dt_reduce_op_name(dt_reduce_op op);
-DT_API dt_status dt_reduce_op_parse(const char *text, dt_reduce_op *op_out);
 
 /* Creates a layout for a tensor of `rank` dims (0..DT_MAX_RANK): specs[i] is DT_UNSHARDED,
  * the name of a mesh dim, or a placeholder (DT_ANY, any number of times; DT_MATCH, at most

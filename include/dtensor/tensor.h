@@ -8,6 +8,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include "dtensor/dtype.h"
 #include "dtensor/export.h"
 #include "dtensor/layout.h"
 #include "dtensor/status.h"
@@ -15,26 +16,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum dt_dtype {
-    DT_DTYPE_F32 = 0,
-    DT_DTYPE_F64 = 1,
-    DT_DTYPE_F16 = 2,
-    DT_DTYPE_BF16 = 3,
-    DT_DTYPE_I32 = 4,
-    DT_DTYPE_I64 = 5,
-    DT_DTYPE_U8 = 6,
-    DT_DTYPE_COUNT_ = 7,
-} dt_dtype;
-
-/* Bytes per element (0 for an invalid dtype). */
-DT_API size_t dt_dtype_size(dt_dtype dtype);
-/* "f32", "f64", "f16", "bf16", "i32", "i64", "u8" ("?" if invalid). */
-DT_API const char *dt_dtype_name(dt_dtype dtype);
-DT_API dt_status dt_dtype_parse(const char *text, dt_dtype *dtype_out);
-/* DLPack conversions. DT_ERR_UNSUPPORTED for DLPack types outside the list (lanes != 1...). */
-DT_API DLDataType dt_dtype_to_dlpack(dt_dtype dtype);
-DT_API dt_status dt_dtype_from_dlpack(DLDataType type, dt_dtype *dtype_out);
 
 typedef struct dt_tensor dt_tensor;
 

@@ -122,7 +122,7 @@ cudaError_t launch_divide(void *x, int64_t n, int64_t k, cudaStream_t st)
 
 } // namespace
 
-// dt_dtype values (include/dtensor/tensor.h).
+// dt_dtype values (include/dtensor/dtype.h).
 enum { F32 = 0, F64 = 1, F16V = 2, BF16V = 3, I32 = 4, I64 = 5, U8 = 6 };
 
 extern "C" cudaError_t dt__cudak_fill(void *x, int64_t count, uint64_t pattern, int elem,

@@ -1,8 +1,8 @@
 /* Element types: sizes, names, text parsing and DLPack type conversion, all driven by one
- * table indexed by dt_dtype. */
+ * table indexed by dt_dtype; and the names of the reductions (dtensor/dtype.h). */
 #include <string.h>
 
-#include "dtensor/tensor.h"
+#include "dtensor/dtype.h"
 #include "runtime/error.h"
 
 typedef struct dtype_info {
@@ -75,4 +75,27 @@ dt_status dt_dtype_from_dlpack(DLDataType type, dt_dtype *dtype_out)
                      "DLPack type (code %u, bits %u, lanes %u) is not supported: expected "
                      "lanes 1 and float 16/32/64, bfloat 16, int 32/64 or uint 8",
                      (unsigned)type.code, (unsigned)type.bits, (unsigned)type.lanes);
+}
+
+static const char *const reduce_names[] = {"sum", "max", "min", "avg"};
+#define NUM_REDUCE_OPS ((int)(sizeof reduce_names / sizeof reduce_names[0]))
+
+const char *dt_reduce_op_name(dt_reduce_op op)
+{
+    if ((int)op < 0 || (int)op >= NUM_REDUCE_OPS)
+        return "unknown";
+    return reduce_names[op];
+}
+
+dt_status dt_reduce_op_parse(const char *text, dt_reduce_op *op_out)
+{
+    if (!text || !op_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_reduce_op_parse: NULL argument");
+    for (int i = 0; i < NUM_REDUCE_OPS; i++) {
+        if (strcmp(text, reduce_names[i]) == 0) {
+            *op_out = (dt_reduce_op)i;
+            return DT_OK;
+        }
+    }
+    return dt__error(DT_ERR_PARSE, "reduction '%s' is not one of sum, max, min, avg", text);
 }
