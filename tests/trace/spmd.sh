@@ -14,9 +14,10 @@ expect() {  # $1: text; $2: pattern (grep -E)
 run() {  # $1: record dir; $2: 1 if a client may end with DT_OK; the rest: extra environment
   rec=$1 may_ok=$2
   shift 2
-  env "$@" DT_TRACE_DIR="$rec" timeout 100 "$mpiexec" -n 2 "$exe" "$mode" > "$log" 2>&1
+  # stderr apart: Open MPI's messages could land in the middle of a TRACE_RESULT line.
+  env "$@" DT_TRACE_DIR="$rec" timeout 100 "$mpiexec" -n 2 "$exe" "$mode" > "$log" 2> "$log.err"
   echo "mpiexec exited $?"
-  cat "$log"
+  cat "$log" "$log.err"
   n=$(grep -c '^TRACE_RESULT' "$log")
   # kill: client 0 reports only if it timed out before mpiexec ended it (after client 1 died).
   [ "$mode" = kill ] && want=0 || want=2
