@@ -323,6 +323,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
     if (st == DT_OK && local_work)
         local_work(arg);
     double last = dt__now_seconds();
+    dt__world_errors_return(1);  /* MPICH reports a truncated receive there (watchdog.c) */
     for (unsigned spins = 1; st == DT_OK; spins++) {
         int outcount = 0;
         int rc = MPI_Testsome((int)nreq, reqs, &outcount, done, stats);
@@ -385,6 +386,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
                           &stats[j]);
         }
     }
+    dt__world_errors_return(0);
     if (st != DT_OK)
         for (size_t i = 0; reqs && i < nreq; i++)
             if (reqs[i] != MPI_REQUEST_NULL) {

@@ -212,8 +212,9 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
     dt_status st = DT_OK;
     double last = now_seconds();
     int alive_rounds = 0;
-    if (group)
-        dt__world_errors_return(1);  /* a collective's failure is reported there (status.c) */
+    /* Open MPI reports a failed collective on MPI_COMM_WORLD, and MPICH any failure of a
+     * multi-request MPI_Testsome (a truncated receive): errors return there while we wait. */
+    dt__world_errors_return(1);
     unsigned idle = 0;
     for (unsigned spins = 1;; spins++) {
         int outcount = 0;
@@ -285,8 +286,7 @@ static dt_status watch(MPI_Request *reqs, const int *peers, int n, const int *gr
             MPI_Request_free(&reqs[i]);
         }
     }
-    if (group)
-        dt__world_errors_return(0);
+    dt__world_errors_return(0);
     free(got);
     free(done);
     free(who);
