@@ -1,0 +1,50 @@
+/* The pipeline module's private structs (schedules, pipes, pending sends). Not installed. */
+#ifndef DTENSOR_PIPELINE_IMPL_H
+#define DTENSOR_PIPELINE_IMPL_H
+
+#include <mpi.h>
+
+#include "dtensor/pipeline.h"
+#include "runtime/group.h"
+
+struct dt_pipe_schedule {
+    dt_pipe_schedule_kind kind;
+    int stages, micro, chunks;
+    int64_t per_stage;     /* steps per stage */
+    dt_pipe_step *steps;   /* stage-major: stage s's list at [s * per_stage] */
+    dt_pipe_step *order;   /* all steps by (slot, stage) */
+    int64_t *finish;       /* simulation: finish slot per (virtual stage, micro, phase) */
+    int *peak;             /* per stage */
+    int64_t length;
+};
+
+/* A send in flight to another client: its buffer is freed once MPI is done with it. */
+typedef struct dt__pipe_send {
+    MPI_Request req;
+    int peer_client;
+    void *buf;
+} dt__pipe_send;
+
+/* A shard sent to a device of this same client: kept until its receive takes it. */
+typedef struct dt__pipe_local {
+    int from, to, tag;
+    int64_t position; /* stage-local position */
+    void *buf;
+    size_t bytes;
+} dt__pipe_local;
+
+struct dt_pipe {
+    dt_mesh *mesh;
+    int dim, stages;
+    dt_mesh **stage_mesh;   /* [stages] */
+    int *holds;             /* [stages]: this client holds devices of stage s */
+    dt__group comm;         /* own communicator over the mesh's clients (dt__group_dup) */
+    int *client_rank;       /* client id -> rank in comm, -1 outside (dt_num_clients entries) */
+    dt__pipe_send *sends;
+    int nsends, cap_sends;
+    dt__pipe_local *locals;
+    int nlocals, cap_locals;
+    dt_pipe_stats stats;
+};
+
+#endif
