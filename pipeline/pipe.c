@@ -82,11 +82,12 @@ dt_status dt_pipe_create(const dt_mesh *mesh, const char *dim_name, dt_pipe **pi
     p->stages = (int)dt_mesh_dim_size(mesh, dim);
     p->stage_mesh = calloc((size_t)p->stages, sizeof *p->stage_mesh);
     p->holds = calloc((size_t)p->stages, sizeof *p->holds);
+    p->leader = calloc((size_t)p->stages, sizeof *p->leader);
     int nc = dt_num_clients();
     p->client_rank = malloc((size_t)nc * sizeof *p->client_rank);
     int64_t size = dt_mesh_size(mesh);
     int *clients = malloc((size_t)size * sizeof *clients);
-    if (!p->stage_mesh || !p->holds || !p->client_rank || !clients) {
+    if (!p->stage_mesh || !p->holds || !p->leader || !p->client_rank || !clients) {
         free(clients);
         dt_pipe_destroy(p);
         return dt__error(DT_ERR_NO_MEMORY, "dt_pipe_create: no memory");
@@ -98,6 +99,13 @@ dt_status dt_pipe_create(const dt_mesh *mesh, const char *dim_name, dt_pipe **pi
             return st;
         }
         p->holds[s] = dt_mesh_num_local_devices(p->stage_mesh[s]) > 0;
+        const dt_mesh *sm = p->stage_mesh[s];
+        p->leader[s] = -1;
+        for (int64_t q = 0; q < dt_mesh_size(sm); q++) {
+            int c = dt_device_client(dt_mesh_device_type(sm), dt_mesh_device_id(sm, q));
+            if (p->leader[s] < 0 || c < p->leader[s])
+                p->leader[s] = c;
+        }
     }
     /* The mesh's clients, in client order: the pipe's own communicator spans them. */
     dt_device_type type = dt_mesh_device_type(mesh);
@@ -140,6 +148,7 @@ void dt_pipe_destroy(dt_pipe *pipe)
             dt_mesh_destroy(pipe->stage_mesh[s]);
     free(pipe->stage_mesh);
     free(pipe->holds);
+    free(pipe->leader);
     free(pipe->client_rank);
     dt_mesh_destroy(pipe->mesh);
     free(pipe);
@@ -155,6 +164,35 @@ const dt_mesh *dt_pipe_stage_mesh(const dt_pipe *pipe, int stage)
 int dt_pipe_holds_stage(const dt_pipe *pipe, int stage)
 {
     return stage >= 0 && stage < pipe->stages ? pipe->holds[stage] : 0;
+}
+
+dt_status dt_pipe_share_values(dt_pipe *pipe, int n, const int *stage_of, double *vals)
+{
+    if (!pipe || n < 0 || (n > 0 && (!stage_of || !vals)))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_pipe_share_values: NULL argument");
+    for (int i = 0; i < n; i++)
+        if (stage_of[i] < 0 || stage_of[i] >= pipe->stages)
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_pipe_share_values: value %d belongs "
+                             "to stage %d (the pipe has %d)", i, stage_of[i], pipe->stages);
+    if (n == 0 || pipe->comm.comm == MPI_COMM_NULL)
+        return DT_OK;
+    double *mine = malloc((size_t)n * sizeof *mine);
+    if (!mine)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_pipe_share_values: no memory");
+    /* A sum where only the stage's leader contributes: x + 0 + ... + 0 is x, inf and NaN too. */
+    int me = dt_client_id();
+    for (int i = 0; i < n; i++)
+        mine[i] = pipe->leader[stage_of[i]] == me ? vals[i] : 0.0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, mine, n, MPI_DOUBLE, MPI_SUM, pipe->comm.comm, &req);
+    dt_status st = rc == MPI_SUCCESS ? DT_OK : dt__mpi_error(rc, "dt_pipe_share_values");
+    if (st == DT_OK)
+        st = dt__wait_watched_group(&req, pipe->comm.clients, pipe->comm.size, 0.0,
+                                    "dt_pipe_share_values");
+    if (st == DT_OK)
+        memcpy(vals, mine, (size_t)n * sizeof *vals);
+    free(mine);
+    return st;
 }
 
 dt_status dt_pipe_get_stats(const dt_pipe *pipe, dt_pipe_stats *stats_out)

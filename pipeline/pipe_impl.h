@@ -38,6 +38,7 @@ struct dt_pipe {
     int dim, stages;
     dt_mesh **stage_mesh;   /* [stages] */
     int *holds;             /* [stages]: this client holds devices of stage s */
+    int *leader;            /* [stages]: the lowest client holding devices of stage s */
     dt__group comm;         /* own communicator over the mesh's clients (dt__group_dup) */
     int *client_rank;       /* client id -> rank in comm, -1 outside (dt_num_clients entries) */
     dt__pipe_send *sends;

@@ -167,6 +167,18 @@ DT_API dt_status dt_pipe_recv(dt_pipe *pipe, int from, int to, const dt_layout *
  * DT_ERR_TIMEOUT, DT_ERR_COMM. Local to the client (its peers must post their receives). */
 DT_API dt_status dt_pipe_flush(dt_pipe *pipe);
 
+/* ---- agreement across stages ------------------------------------------------------------ */
+
+/* Gives every client of the pipe the n values vals[0..n), value i belonging to stage
+ * stage_of[i]: on entry the clients holding devices of that stage hold it (the same there:
+ * one client of the stage contributes it), on return every client holds all n, bit for bit
+ * (inf and NaN included). For what must agree across stages: the per-layer squared gradient
+ * norms of global-norm clipping (summed afterwards in one fixed order on every client, so all
+ * stages clip by the same factor, the unpipelined run's), overflow flags. Collective over the
+ * pipe's clients (watched: DT_ERR_TIMEOUT naming lost clients). DT_ERR_INVALID_ARGUMENT (NULL
+ * arrays with n > 0, a bad stage), DT_ERR_NO_MEMORY, DT_ERR_COMM. */
+DT_API dt_status dt_pipe_share_values(dt_pipe *pipe, int n, const int *stage_of, double *vals);
+
 /* ======================================================================================
  * The executor: runs a schedule over a pipe through callbacks, one call per step this
  * client's stages take part in, in the schedule's global order, with the stage boundaries'

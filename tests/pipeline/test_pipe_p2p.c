@@ -1,7 +1,8 @@
 /* Stage meshes and stage-to-stage transfers: the stage meshes of a pipe=P mesh, a tensor sent
  * from stage 0 to stage 1 and back arriving intact shard by shard (checked against the values
  * computed from the global index), messages told apart by tag, the byte counts, a shard of
- * the wrong size, and bad arguments. */
+ * the wrong size, values shared across stages, and bad arguments. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +181,29 @@ static void test_a_shard_of_the_wrong_size_is_a_shape_error(void)
     dt_mesh_destroy(m);
 }
 
+/* Values held by the stages' clients reach every client, inf and NaN included (an overflow
+ * seen on one stage is seen by all). */
+static void test_shared_values_reach_every_stage(void)
+{
+    dt_mesh *m = pipe_mesh(2);
+    dt_pipe *p = NULL;
+    DT_ASSERT_OK(dt_pipe_create(m, "pipe", &p));
+    int stage_of[4] = {0, 1, 1, 0};
+    double want[4] = {1.5, -2.25, INFINITY, NAN}, v[4];
+    for (int i = 0; i < 4; i++)
+        v[i] = dt_pipe_holds_stage(p, stage_of[i]) ? want[i] : 12345.0; /* garbage elsewhere */
+    DT_ASSERT_OK(dt_pipe_share_values(p, 4, stage_of, v));
+    CU_ASSERT_EQUAL(v[0], 1.5);
+    CU_ASSERT_EQUAL(v[1], -2.25);
+    CU_ASSERT(isinf(v[2]) && v[2] > 0);
+    CU_ASSERT(isnan(v[3]));
+    int bad[1] = {2};
+    DT_ASSERT_FAILS(dt_pipe_share_values(p, 1, bad, v), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_OK(dt_pipe_share_values(p, 0, NULL, NULL));
+    dt_pipe_destroy(p);
+    dt_mesh_destroy(m);
+}
+
 static void test_bad_arguments_give_statuses(void)
 {
     dt_mesh *m = pipe_mesh(2);
@@ -226,6 +250,7 @@ int main(int argc, char **argv)
         DT_TEST(test_stage_meshes_hold_the_devices_of_each_pipe_coordinate),
         DT_TEST(test_tensors_cross_between_stages_intact_and_by_tag),
         DT_TEST(test_a_shard_of_the_wrong_size_is_a_shape_error),
+        DT_TEST(test_shared_values_reach_every_stage),
         DT_TEST(test_bad_arguments_give_statuses),
         DT_TEST_END,
     };

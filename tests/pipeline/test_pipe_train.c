@@ -2,8 +2,10 @@
  * the tape, its layers cut into stages (and chunks): the parameters after 2 steps of SGD
  * over M micro-batches equal, bit for bit, those of the same run without pipelining on the
  * same stage's devices (one tape over all layers, micro-batches accumulated in order), for
- * GPipe, 1F1B and interleaved 1F1B at P=2 and P=4. A stage whose step fails mid-run ends the
+ * GPipe, 1F1B and interleaved 1F1B at P=1, 2 and 4, with global-norm clipping whose norm the
+ * stages share (dt_pipe_share_values). A stage whose step fails mid-run ends the
  * other stages with a status (DT_ERR_TIMEOUT from the watchdog), not a hang. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +16,8 @@
 
 enum { L = 8, D = 6, ROWS = 8, M = 4, STEPS = 2, IN_INDEX = 1000 };
 static const float LR = 0.25f;
+static const double CLIP = 0.05; /* below the gradients' norm: every step clips */
+static int g_clipped;            /* steps that clipped */
 
 typedef struct net {
     dt_pipe *pipe;
@@ -157,6 +161,48 @@ static dt_status bwd(void *arg, int stage, int chunk, int micro, const dt_tensor
     return DT_OK;
 }
 
+/* Global-norm clipping over every layer: the squared norm of each layer's gradient (held
+ * where acc[l] is, shared across the stages through the pipe when one is given), summed in
+ * layer order on every client; the gradients held are then scaled by CLIP / (norm + 1e-6). */
+static void clip(dt_pipe *pipe, const net *n, dt_tensor **acc)
+{
+    double sq[L];
+    int stage_of[L];
+    for (int l = 0; l < L; l++) {
+        sq[l] = 0;
+        stage_of[l] = n ? layer_stage(n, l) : 0;
+        if (!acc[l])
+            continue;
+        dt_layout *r0 = NULL;
+        dt_tensor *t = NULL;
+        float v = 0;
+        DT_ASSERT_OK(dt_layout_replicated(dt_layout_mesh(dt_tensor_layout(acc[l])), 0, &r0));
+        DT_ASSERT_OK(dt_sq_norm(acc[l], r0, &t));
+        DT_ASSERT_OK(dt_tensor_local_read(t, 0, &v, sizeof v));
+        sq[l] = v;
+        dt_tensor_destroy(t);
+        dt_layout_destroy(r0);
+    }
+    if (pipe)
+        DT_ASSERT_OK(dt_pipe_share_values(pipe, L, stage_of, sq));
+    double total = 0;
+    for (int l = 0; l < L; l++)
+        total += sq[l];
+    double norm = sqrt(total);
+    if (norm <= CLIP)
+        return;
+    g_clipped++;
+    float coef = (float)(CLIP / (norm + 1e-6));
+    for (int l = 0; l < L; l++) {
+        if (!acc[l])
+            continue;
+        dt_tensor *c = NULL;
+        DT_ASSERT_OK(dt_scale(acc[l], coef, &c));
+        dt_tensor_destroy(acc[l]);
+        acc[l] = c;
+    }
+}
+
 static void sgd(dt_tensor **w, dt_tensor **acc, int l)
 {
     DT_ASSERT_OK(dt_axpy(-LR, acc[l], w[l]));
@@ -189,10 +235,11 @@ static void reference(const dt_mesh *m, dt_tensor **w)
             dt_tensor_destroy(h);
             dt_tensor_destroy(loss);
         }
-        for (int l = 0; l < L; l++) {
+        for (int l = 0; l < L; l++)
             DT_ASSERT_OK(dt_tape_take_grad(tape, l, &acc[l]));
+        clip(NULL, NULL, acc);
+        for (int l = 0; l < L; l++)
             sgd(w, acc, l);
-        }
         dt_tape_destroy(tape);
     }
     for (int i = 0; i < M; i++) {
@@ -278,6 +325,9 @@ static void train_and_compare(dt_pipe_schedule_kind kind, int P, int V)
     dt_pipe_run_stats rs;
     for (int step = 0; step < STEPS; step++) {
         DT_ASSERT_OK(dt_pipe_run(p, s, &o, &rs));
+        g_clipped = 0;
+        clip(p, &n, n.acc);
+        CU_ASSERT_EQUAL(g_clipped, 1); /* every stage clipped, by the global norm */
         for (int l = 0; l < L; l++)
             if (n.w[l])
                 sgd(n.w, n.acc, l);
