@@ -247,7 +247,7 @@ static int run_schedule(const opts *o, dt_pipe *pipe, dt_pipe_schedule_kind kind
     ro.act_rank = 2;
     ro.act_specs = spec;
     ro.act_shape = xshape;
-    double times[MAX_STEPS], busy = 0, wall = 0;
+    double times[MAX_STEPS], busy = 0, wall = 0, comm = 0;
     dt_pipe_reset_stats(pipe);
     for (int step = -1; ok && step < o->steps; step++) {
         dt_pipe_run_stats rs;
@@ -262,12 +262,14 @@ static int run_schedule(const opts *o, dt_pipe *pipe, dt_pipe_schedule_kind kind
             times[step] = t;
             busy += rs.busy_seconds;
             wall += rs.wall_seconds;
+            comm += rs.comm_seconds;
         }
     }
     if (ok) {
         /* Measured bubble: the share of the stages' time outside the callbacks. */
-        double busy_all = 0, wall_max = 0, peak = (double)n.peak, peak_max = 0;
+        double busy_all = 0, wall_max = 0, peak = (double)n.peak, peak_max = 0, comm_all = 0;
         MPI_Allreduce(&busy, &busy_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&comm, &comm_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         MPI_Allreduce(&wall, &wall_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&peak, &peak_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         dt_pipe_stats ps;
@@ -288,6 +290,9 @@ static int run_schedule(const opts *o, dt_pipe *pipe, dt_pipe_schedule_kind kind
             bu_line_add(&line, "width", "%d", o->width);
             bu_line_add(&line, "rows", "%d", o->rows);
             bu_line_add(&line, "bubble", "%.4f", 1.0 - busy_all / (P * wall_max));
+            /* Of the bubble, the share spent inside sends, receives and the flush (waiting
+             * for the neighbour included: a receive waits until its data come). */
+            bu_line_add(&line, "comm_share", "%.4f", comm_all / (P * wall_max));
             bu_line_add(&line, "bubble_theory", "%.4f", dt_pipe_bubble_theory(P, o->micro, V));
             bu_line_add(&line, "bubble_table", "%.4f", dt_pipe_schedule_bubble(s));
             bu_line_add(&line, "peak_live", "%d", dt_pipe_schedule_peak_live(s, 0));
