@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtensor/ckpt.h"
 #include "dtensor/dtype.h"
 #include "dtensor/export.h"
 #include "dtensor/layout.h"
@@ -178,6 +179,32 @@ DT_API dt_status dt_pipe_flush(dt_pipe *pipe);
  * pipe's clients (watched: DT_ERR_TIMEOUT naming lost clients). DT_ERR_INVALID_ARGUMENT (NULL
  * arrays with n > 0, a bad stage), DT_ERR_NO_MEMORY, DT_ERR_COMM. */
 DT_API dt_status dt_pipe_share_values(dt_pipe *pipe, int n, const int *stage_of, double *vals);
+
+/* ---- checkpoints under global names ---------------------------------------------------- */
+
+/* Saves n tensors as one checkpoint at `dir` (dt_save): tensor i lives on stage stage_of[i]'s
+ * mesh (tensors[i] NULL on the clients not holding that stage) and is saved under names[i],
+ * a global name (the model's own, "block3.fc.weight": the same whatever the stage count), so
+ * that dt_pipe_restore on a pipe of another stage count, or dt_restore on a mesh without
+ * pipeline, reads it back. Each tensor is reduced to replicated on its stage, copied onto the
+ * pipe's whole mesh with dim 0 sharded over the pipeline dim (rank 0: replicated) and saved
+ * from there. opts as dt_save's (may be NULL). Collective over the pipe's clients; every
+ * client returns the same status. DT_ERR_INVALID_ARGUMENT (NULL arrays, a bad stage, a
+ * holder passing NULL or a tensor on another mesh), and dt_save's errors. */
+DT_API dt_status dt_pipe_save(dt_pipe *pipe, const char *dir, int n, const char *const *names,
+                              const int *stage_of, const dt_tensor *const *tensors,
+                              const dt_save_opts *opts);
+
+/* Restores n tensors saved under names[i] (by dt_pipe_save at any stage count, or dt_save)
+ * onto stage stage_of[i]'s mesh in layouts[i] (a layout on that stage mesh; every client
+ * passes it): tensors_out[i] is an owned tensor on the clients holding that stage, NULL on
+ * the others. Bit for bit what was saved. Collective over the pipe's clients.
+ * DT_ERR_INVALID_ARGUMENT (NULL arrays, a bad stage, a layout on another mesh), and
+ * dt_restore's errors (DT_ERR_NOT_FOUND, DT_ERR_CORRUPT, ...). On failure nothing is
+ * written. */
+DT_API dt_status dt_pipe_restore(dt_pipe *pipe, const char *dir, int n,
+                                 const char *const *names, const int *stage_of,
+                                 const dt_layout *const *layouts, dt_tensor **tensors_out);
 
 /* ======================================================================================
  * The executor: runs a schedule over a pipe through callbacks, one call per step this
