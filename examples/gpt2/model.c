@@ -171,7 +171,12 @@ typedef struct pass {
     int n, cap;
 } pass;
 
-static dt_status keep(pass *p, dt_status st, dt_tensor *t)
+/* Keeps *t, the output of the call whose status is st, for pass_free: called as
+ * keep(p, op(..., &t), &t). It takes t's address, not its value: C leaves the order in which
+ * a call's arguments are evaluated unspecified, so keep(p, op(..., &t), t) may read t before
+ * op has written it (GCC does: every output was kept as NULL and leaked). On failure *t is
+ * destroyed and NULL. */
+static dt_status keep(pass *p, dt_status st, dt_tensor **t)
 {
     if (st != DT_OK)
         return st;
@@ -179,13 +184,14 @@ static dt_status keep(pass *p, dt_status st, dt_tensor *t)
         int cap = p->cap ? 2 * p->cap : 256;
         dt_tensor **g = realloc(p->t, (size_t)cap * sizeof *g);
         if (!g) {
-            dt_tensor_destroy(t);
+            dt_tensor_destroy(*t);
+            *t = NULL;
             return DT_ERR_NO_MEMORY;
         }
         p->t = g;
         p->cap = cap;
     }
-    p->t[p->n++] = t;
+    p->t[p->n++] = *t;
     return DT_OK;
 }
 
@@ -204,7 +210,7 @@ static dt_status f32(const gpt2 *m, pass *p, int i, const dt_tensor **out)
         return DT_OK;
     }
     dt_tensor *c = NULL;
-    dt_status st = keep(p, dt_cast(m->p[i], DT_DTYPE_F32, &c), c);
+    dt_status st = keep(p, dt_cast(m->p[i], DT_DTYPE_F32, &c), &c);
     *out = c;
     return st;
 }
@@ -244,11 +250,11 @@ static dt_status linear(const gpt2 *m, pass *p, const dt_tensor *x, int w, int b
 {
     dt_tensor *y = NULL, *z = NULL;
     const dt_tensor *bias = NULL;
-    dt_status st = keep(p, dt_matmul_nd(x, m->p[w], 0, 0, out_layout, &y), y);
+    dt_status st = keep(p, dt_matmul_nd(x, m->p[w], 0, 0, out_layout, &y), &y);
     if (st == DT_OK)
         st = f32(m, p, b, &bias);
     if (st == DT_OK)
-        st = keep(p, dt_bias_add(y, bias, &z), z);
+        st = keep(p, dt_bias_add(y, bias, &z), &z);
     *out = z;
     return st;
 }
@@ -262,7 +268,7 @@ static dt_status layer_norm(const gpt2 *m, pass *p, const dt_tensor *x, int g, i
         st = f32(m, p, b, &tb);
     dt_tensor *y = NULL;
     if (st == DT_OK)
-        st = keep(p, dt_layer_norm(x, tg, tb, EPS, &y), y);
+        st = keep(p, dt_layer_norm(x, tg, tb, EPS, &y), &y);
     *out = y;
     return st;
 }
@@ -277,13 +283,13 @@ static dt_status forward(const gpt2 *m, pass *p, const dt_tensor *x, const dt_te
     if (st == DT_OK)
         st = f32(m, p, 1, &wpe);
     if (st == DT_OK)
-        st = keep(p, positions(m, x, &pos), pos);
+        st = keep(p, positions(m, x, &pos), &pos);
     if (st == DT_OK)
-        st = keep(p, dt_embedding(wte, x, m->l_act, &te), te);
+        st = keep(p, dt_embedding(wte, x, m->l_act, &te), &te);
     if (st == DT_OK)
-        st = keep(p, dt_embedding(wpe, pos, m->l_act, &pe), pe);
+        st = keep(p, dt_embedding(wpe, pos, m->l_act, &pe), &pe);
     if (st == DT_OK)
-        st = keep(p, dt_add(te, pe, m->l_act, &h), h);
+        st = keep(p, dt_add(te, pe, m->l_act, &h), &h);
     for (int l = 0; st == DT_OK && l < (int)m->cfg.layers; l++) {
         dt_tensor *a, *q, *k, *v, *att = NULL, *o, *h1 = NULL, *b, *fc, *g = NULL, *pr;
         dt_tensor *h2 = NULL;
@@ -291,14 +297,14 @@ static dt_status forward(const gpt2 *m, pass *p, const dt_tensor *x, const dt_te
             (st = linear(m, p, a, slot(l, QW), slot(l, QB), NULL, &q)) != DT_OK ||
             (st = linear(m, p, a, slot(l, KW), slot(l, KB), NULL, &k)) != DT_OK ||
             (st = linear(m, p, a, slot(l, VW), slot(l, VB), NULL, &v)) != DT_OK ||
-            (st = keep(p, dt_attention(q, k, v, m->cfg.heads, 1, &att), att)) != DT_OK ||
+            (st = keep(p, dt_attention(q, k, v, m->cfg.heads, 1, &att), &att)) != DT_OK ||
             (st = linear(m, p, att, slot(l, OW), slot(l, OB), m->l_act, &o)) != DT_OK ||
-            (st = keep(p, dt_add(h, o, m->l_act, &h1), h1)) != DT_OK ||
+            (st = keep(p, dt_add(h, o, m->l_act, &h1), &h1)) != DT_OK ||
             (st = layer_norm(m, p, h1, slot(l, LN2G), slot(l, LN2B), &b)) != DT_OK ||
             (st = linear(m, p, b, slot(l, FCW), slot(l, FCB), NULL, &fc)) != DT_OK ||
-            (st = keep(p, dt_gelu(fc, &g), g)) != DT_OK ||
+            (st = keep(p, dt_gelu(fc, &g), &g)) != DT_OK ||
             (st = linear(m, p, g, slot(l, PROJW), slot(l, PROJB), m->l_act, &pr)) != DT_OK ||
-            (st = keep(p, dt_add(h1, pr, m->l_act, &h2), h2)) != DT_OK)
+            (st = keep(p, dt_add(h1, pr, m->l_act, &h2), &h2)) != DT_OK)
             break;
         h = h2;
     }
@@ -307,9 +313,9 @@ static dt_status forward(const gpt2 *m, pass *p, const dt_tensor *x, const dt_te
         st = layer_norm(m, p, h, m->n - 2, m->n - 1, &f);
     /* The head tied to the token embedding: logits = f @ wte^T. */
     if (st == DT_OK)
-        st = keep(p, dt_matmul_nd(f, wte, 0, 1, NULL, &logits), logits);
+        st = keep(p, dt_matmul_nd(f, wte, 0, 1, NULL, &logits), &logits);
     if (st == DT_OK)
-        st = keep(p, dt_vocab_xent(logits, y, NULL, &loss), loss);
+        st = keep(p, dt_vocab_xent(logits, y, NULL, &loss), &loss);
     *loss_out = loss;
     return st;
 }

@@ -1,6 +1,7 @@
 /* Tests of the tape's mechanics: a transformer block's gradients bit-identical to the
  * hand-written backward (examples/gpt's order), summing order, no-grad, detach, misuse,
- * accumulation, checkpointing, the grad-ready callback and the release of saved tensors. */
+ * accumulation, checkpointing, the grad-ready callback and the release of saved tensors (also
+ * on a long-lived tape reset after each step). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -723,6 +724,155 @@ static void test_segment_hooks_run_around_backward_and_can_rebind(void)
     fix_free(&f);
 }
 
+/* ---- a long-lived tape: each step releases what it recorded ------------------------------- */
+
+/* A zero-copy alias of a tensor whose components count their release: the alias's memory is
+ * let go (count += its local components) only when its last reference is dropped. */
+typedef struct probe {
+    DLManagedTensor self;
+    DLManagedTensor *inner;
+    int *count;
+} probe;
+
+static void probe_delete(DLManagedTensor *self)
+{
+    probe *p = self->manager_ctx;
+    if (p->inner->deleter)
+        p->inner->deleter(p->inner);
+    (*p->count)++;
+    free(p);
+}
+
+static dt_tensor *probe_of(const dt_tensor *t, int *count)
+{
+    int n = dt_tensor_num_local(t);
+    DLManagedTensor *inner[8], *outer[8];
+    CU_ASSERT_FATAL(n >= 1 && n <= 8);
+    DT_ASSERT_OK(dt_tensor_unpack(t, n, inner));
+    for (int i = 0; i < n; i++) {
+        probe *p = calloc(1, sizeof *p);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+        p->inner = inner[i];
+        p->count = count;
+        p->self.dl_tensor = inner[i]->dl_tensor;
+        p->self.manager_ctx = p;
+        p->self.deleter = probe_delete;
+        outer[i] = &p->self;
+    }
+    dt_tensor *out = NULL;
+    DT_ASSERT_OK(dt_tensor_pack_managed(dt_tensor_layout(t), dt_tensor_shape(t), n, outer, &out));
+    return out;
+}
+
+/* examples/gpt2's pattern, reduced: a tied table W used by dt_embedding and by the head
+ * (dt_matmul_nd, transb), bias_add outputs feeding dt_attention, dt_vocab_xent; one tape for
+ * every step, dt_tape_backward without grad_fn, dt_tape_take_grad, dt_tape_reset, then the
+ * outputs destroyed. Each step's gradients are the explicit calls' bit for bit, the tape is
+ * empty after the reset, and the tensors it saved (ids, labels, v) are released with the
+ * caller's last reference; the watched W only when the tape goes. */
+static void test_a_long_lived_tape_releases_each_step_after_reset(void)
+{
+    enum { B = 2, T = 4, C = 8, H = 2, V = 16, STEPS = 3 };
+    dt_mesh *mesh = ot_mesh_1d();
+    dt_layout *l1 = NULL, *l2 = dt_test_layout(mesh, 2, NULL, NULL, NULL), *l3 = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(mesh, 1, &l1));
+    DT_ASSERT_OK(dt_layout_replicated(mesh, 3, &l3));
+    int64_t s_w[2] = {V, C}, s_c[1] = {C}, s_bt[2] = {B, T}, s_btc[3] = {B, T, C};
+    int freed_w = 0, freed = 0;
+    dt_tensor *w0 = real_tensor(l2, 2, s_w, -1, 1, 71);
+    dt_tensor *w = probe_of(w0, &freed_w);
+    dt_tensor_destroy(w0);
+    dt_tensor *bq = real_tensor(l1, 1, s_c, -0.5f, 0.5f, 72);
+    dt_tensor *bk = real_tensor(l1, 1, s_c, -0.5f, 0.5f, 73);
+    dt_tensor *v0 = real_tensor(l3, 3, s_btc, -1, 1, 74);
+    int32_t hids[B * T], hlab[B * T];
+    for (int i = 0; i < B * T; i++) {
+        hids[i] = (int32_t)((i * 5 + 3) % V);
+        hlab[i] = (int32_t)((i * 7 + 1) % V);
+    }
+    dt_tensor *ids0 = ot_tensor(l2, DT_DTYPE_I32, s_bt, hids);
+    dt_tensor *lab0 = ot_tensor(l2, DT_DTYPE_I32, s_bt, hlab);
+    int nl = dt_tensor_num_local(ids0);
+
+    /* The explicit calls: the reference gradients of W, bq, bk. */
+    dt_tensor *ref[3] = {NULL, NULL, NULL};
+    {
+        dt_tensor *e, *q, *k, *att, *logits, *loss, *dlogits, *datt, *dw1, *dq, *dk, *dv, *de,
+            *dw0;
+        DT_ASSERT_OK(dt_embedding(w, ids0, l3, &e));
+        DT_ASSERT_OK(dt_bias_add(e, bq, &q));
+        DT_ASSERT_OK(dt_bias_add(e, bk, &k));
+        DT_ASSERT_OK(dt_attention(q, k, v0, H, 1, &att));
+        DT_ASSERT_OK(dt_matmul_nd(att, w, 0, 1, NULL, &logits));
+        DT_ASSERT_OK(dt_vocab_xent(logits, lab0, NULL, &loss));
+        DT_ASSERT_OK(dt_vocab_xent_backward(logits, lab0, 1.0f, &dlogits));
+        DT_ASSERT_OK(dt_matmul_nd_backward(att, w, 0, 1, dlogits, NULL, NULL, &datt, &dw1));
+        DT_ASSERT_OK(dt_attention_backward(q, k, v0, H, 1, datt, &dq, &dk, &dv));
+        DT_ASSERT_OK(dt_bias_grad(dq, NULL, &ref[1]));
+        DT_ASSERT_OK(dt_bias_grad(dk, NULL, &ref[2]));
+        DT_ASSERT_OK(dt_add(dq, dk, NULL, &de)); /* e's uses in forward order */
+        DT_ASSERT_OK(dt_embedding_backward(w, ids0, de, NULL, &dw0));
+        DT_ASSERT_OK(dt_add(dw0, dw1, NULL, &ref[0])); /* W: the embedding first */
+        dt_tensor *tmp[] = {e,  q,    k,  att, logits, loss, dlogits, datt,
+                            dw1, dq, dk, dv, de,     dw0};
+        for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+            dt_tensor_destroy(tmp[i]);
+    }
+
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    to.accumulate = 0;
+    dt_tape *tape = NULL;
+    DT_ASSERT_OK(dt_tape_create(&to, &tape));
+    for (int s = 0; s < STEPS; s++) {
+        /* Fresh aliases each step, so that their release can be seen. */
+        dt_tensor *ids = probe_of(ids0, &freed), *lab = probe_of(lab0, &freed);
+        dt_tensor *v = probe_of(v0, &freed);
+        DT_ASSERT_OK(dt_tape_watch(tape, w, 0));
+        DT_ASSERT_OK(dt_tape_watch(tape, bq, 1));
+        DT_ASSERT_OK(dt_tape_watch(tape, bk, 2));
+        DT_ASSERT_OK(dt_tape_begin(tape));
+        dt_tensor *e = NULL, *q = NULL, *k = NULL, *att = NULL, *logits = NULL, *loss = NULL;
+        DT_ASSERT_OK(dt_embedding(w, ids, l3, &e));
+        DT_ASSERT_OK(dt_bias_add(e, bq, &q));
+        DT_ASSERT_OK(dt_bias_add(e, bk, &k));
+        DT_ASSERT_OK(dt_attention(q, k, v, H, 1, &att));
+        DT_ASSERT_OK(dt_matmul_nd(att, w, 0, 1, NULL, &logits));
+        DT_ASSERT_OK(dt_vocab_xent(logits, lab, NULL, &loss));
+        DT_ASSERT_OK(dt_tape_end(tape));
+        DT_ASSERT_OK(dt_tape_backward(tape, loss, NULL, 1.0f, NULL));
+        dt_tensor *g[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < 3; i++)
+            DT_ASSERT_OK(dt_tape_take_grad(tape, i, &g[i]));
+        DT_ASSERT_OK(dt_tape_reset(tape));
+        dt_tape_stats st;
+        DT_ASSERT_OK(dt_tape_get_stats(tape, &st));
+        CU_ASSERT_EQUAL(st.nodes, 0);
+        CU_ASSERT_EQUAL(st.saved_tensors, 0);
+        CU_ASSERT_EQUAL(st.grad_tensors, 0);
+        dt_tensor *outs[] = {e, q, k, att, logits, loss, ids, lab, v};
+        for (size_t i = 0; i < sizeof outs / sizeof *outs; i++)
+            dt_tensor_destroy(outs[i]);
+        /* Nothing of this step holds ids, labels or v any more. */
+        CU_ASSERT_EQUAL(freed, 3 * nl * (s + 1));
+        for (int i = 0; i < 3; i++) {
+            CU_ASSERT_PTR_NOT_NULL_FATAL(g[i]);
+            CU_ASSERT(same_bits(g[i], ref[i]));
+            dt_tensor_destroy(g[i]);
+        }
+    }
+    dt_tensor_destroy(w);
+    CU_ASSERT_EQUAL(freed_w, 0); /* still watched */
+    dt_tape_destroy(tape);
+    CU_ASSERT_EQUAL(freed_w, nl);
+    dt_tensor *all[] = {bq, bk, v0, ids0, lab0, ref[0], ref[1], ref[2]};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        dt_tensor_destroy(all[i]);
+    dt_layout_destroy(l1);
+    dt_layout_destroy(l2);
+    dt_layout_destroy(l3);
+    dt_mesh_destroy(mesh);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -734,6 +884,7 @@ int main(int argc, char **argv)
         DT_TEST(test_accumulation_adds_micro_batch_gradients),
         DT_TEST(test_saved_tensors_are_released_after_each_backward),
         DT_TEST(test_segment_hooks_run_around_backward_and_can_rebind),
+        DT_TEST(test_a_long_lived_tape_releases_each_step_after_reset),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "autograd_tape", cases);
