@@ -38,10 +38,14 @@ case "${1:-}" in
     echo "== the same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
     # The black-box crash tests (suite crash: SIGKILL and a full disk) exercise the same code
     # as the round-trip tests and only slow down under the sanitizers; they run once above, as
-    # the benchmarks (suite bench, not even defined in a sanitizer build).
-    configure build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+    # the benchmarks (suite bench, not even defined in a sanitizer build). So do the 4-process
+    # runs of the unit programs (suite np4: the same code as at 2 processes, on more devices;
+    # they run above and against MPICH below). Built at -O2 with debug info (debugoptimized):
+    # the instrumentation is the same as at -O0, the tests run faster.
+    configure build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dbuildtype=debugoptimized
     meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3 \
-      --no-suite crash --no-suite bench
+      --no-suite crash --no-suite bench --no-suite np4 --no-suite launch_restart
     echo "== the unit and MPI suites built against MPICH (build-mpich/, -Dmpi=mpich)"
     # The same C code against the other MPI and its launcher; the sanitizer and crash runs
     # above do not depend on which MPI it is (docs/mpi.md).
