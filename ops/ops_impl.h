@@ -251,4 +251,16 @@ dt_status dt__attention_grad_run(int64_t batch, int64_t seq, int64_t heads, int6
                                  const float *v, const float *dy, float *dq, float *dk,
                                  float *dv);
 
+/* The tiled kernels (ops/attention_tiled.c), same contract; lse [batch, heads, seq] or NULL.
+ * dt__attention_use_tiled: whether dt__attention_run/_grad_run take them for this seq
+ * (dt_attention_kernel_set, DT_ATTENTION_KERNEL). */
+dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, int causal, const float *q, const float *k,
+                                  const float *v, float *y, float *lse);
+dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int causal,
+                                       const float *q, const float *k, const float *v,
+                                       const float *dy, float *dq, float *dk, float *dv);
+int dt__attention_use_tiled(int64_t seq);
+
 #endif

@@ -140,6 +140,37 @@ DT_API dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t he
                                           const float *k, const float *v, const float *dy,
                                           float *dq, float *dk, float *dv);
 
+/* Tiled (flash-attention style) attention, grouped-query form (kv_heads dividing heads; equal
+ * for plain attention): blocks of 32 queries against blocks of 64 keys with an online softmax,
+ * masked causal blocks skipped, O(32 x head_dim) scratch whatever seq (never seq x seq). lse,
+ * when not NULL, gets the log-sum-exp of each row's scaled scores, [batch, heads, seq]. The
+ * gradient recomputes each block's probabilities from the rows' log-sum-exp (nothing is kept
+ * between the calls) and overwrites dq, dk, dv. Same results as dt_kernel_attention within
+ * f32 rounding, not the same bits. DT_ERR_INVALID_ARGUMENT, DT_ERR_NO_MEMORY. Local. */
+DT_API dt_status dt_kernel_attention_tiled(int64_t batch, int64_t seq, int64_t heads,
+                                           int64_t kv_heads, int64_t head_dim, int causal,
+                                           const float *q, const float *k, const float *v,
+                                           float *y, float *lse);
+DT_API dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int64_t heads,
+                                                int64_t kv_heads, int64_t head_dim, int causal,
+                                                const float *q, const float *k, const float *v,
+                                                const float *dy, float *dq, float *dk,
+                                                float *dv);
+
+/* Which CPU kernel dt_kernel_attention*, dt_kernel_attention_gqa* and so dt_attention* run (on
+ * CPU meshes and the simulated GPU; CUDA keeps its own): AUTO (the default) takes the tiled
+ * one from seq >= DT_ATTENTION_TILED_MIN_SEQ on and the untiled one below (so short
+ * sequences keep their former bits). The environment variable DT_ATTENTION_KERNEL=tiled,
+ * untiled or auto sets the initial choice. Process-wide; returns the previous choice (an
+ * unknown value changes nothing). Every process of a job must choose alike. */
+typedef enum dt_attention_kernel {
+    DT_ATTENTION_KERNEL_AUTO = 0,
+    DT_ATTENTION_KERNEL_UNTILED = 1,
+    DT_ATTENTION_KERNEL_TILED = 2,
+} dt_attention_kernel;
+#define DT_ATTENTION_TILED_MIN_SEQ 256
+DT_API dt_attention_kernel dt_attention_kernel_set(dt_attention_kernel kernel);
+
 /* Embedding lookup from the slice of a table holding rows lo .. lo+rows-1 ([rows, dim]):
  * out[i, :] = table[ids[i] - lo, :] for n ids inside the slice, zeros for the others (so the
  * slices' outputs add up to the full lookup). The gradient overwrites dtable [rows, dim] with
