@@ -1,7 +1,9 @@
 /* Tiled (flash-attention style) attention on the CPU: blocks of BQ queries against blocks of BK
  * keys with an online softmax (running max and sum per query), causal blocks skipped, so the
- * memory is O(BQ x head_dim + BK) whatever the sequence; the gradient recomputes each block's
- * probabilities from the per-row log-sum-exp (kept as the max and the sum). docs/attention.md. */
+ * memory is O(BQ x BK + BQ x head_dim) whatever the sequence; the gradient recomputes each
+ * block's probabilities from the per-row log-sum-exp (kept as the max and the sum). The block
+ * products are GEMMs, the exponentials ops/vmath.c's. docs/attention.md. */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,20 +11,24 @@
 #include "ops/ops_impl.h"
 #include "runtime/error.h"
 
-/* BQ query rows share each key/value block while it sits in L1 (64 x 64 floats: 16 KiB). */
-#define BQ 32
-#define BK 64
+/* A BQ x BK block of scores, its probabilities and their gradients: 64 KiB each, L2-resident;
+ * the products are cblas_sgemm on the blocks (as dt_kernel_gemm's f32 path). */
+#define BQ 128
+#define BK 128
 
 typedef struct work {
     float *acc;  /* [BQ, hd] the unnormalised output rows, then the output */
+    float *s;    /* [BQ, BK] scores, then probabilities, then (backward) their gradient */
+    float *dp;   /* [BQ, BK] dy v^T (backward) */
     float *m;    /* [BQ] running max of the scaled scores */
+    float *inv;  /* [BQ] 1 / l */
+    float *dsum; /* [BQ] dy . y (backward) */
     double *l;   /* [BQ] running sum of exp(score - m) */
-    float *s;    /* [BK] one row's scores, then its probabilities */
 } work;
 
 static int work_new(int64_t hd, work *w)
 {
-    size_t nf = (size_t)BQ * (size_t)hd + BQ + BK;
+    size_t nf = (size_t)BQ * (size_t)hd + 2 * (size_t)BQ * BK + 3 * BQ;
     float *f = malloc(nf * sizeof *f);
     double *d = malloc(BQ * sizeof *d);
     if (!f || !d) {
@@ -31,8 +37,11 @@ static int work_new(int64_t hd, work *w)
         return 0;
     }
     w->acc = f;
-    w->m = f + (size_t)BQ * (size_t)hd;
-    w->s = w->m + BQ;
+    w->s = w->acc + (size_t)BQ * (size_t)hd;
+    w->dp = w->s + (size_t)BQ * BK;
+    w->m = w->dp + (size_t)BQ * BK;
+    w->inv = w->m + BQ;
+    w->dsum = w->inv + BQ;
     w->l = d;
     return 1;
 }
@@ -52,9 +61,24 @@ static int64_t row_keys(int causal, int64_t t, int64_t j0, int64_t nk)
     return n < nk ? (n > 0 ? n : 0) : nk;
 }
 
+/* c [m, n] (ldc) = alpha op(a) op(b) + beta c, row-major. */
+static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* The scores of query rows i0.. (nq) against keys j0.. (nk) into w->s [nq, BK]. */
+static void scores(int64_t hd, int64_t ld, int64_t kld, float scale, const float *q,
+                   const float *k, int64_t i0, int64_t nq, int64_t j0, int64_t nk, work *w)
+{
+    sgemm(0, 1, nq, nk, hd, scale, q + i0 * ld, ld, k + j0 * kld, kld, 0.0f, w->s, BK);
+}
+
 /* The forward of query rows i0 .. i0+nq-1 of one (batch, head): q, k, v point at the head's
  * first element (row strides ld for q, kld for k and v). Leaves w->acc normalised (the output
- * rows), w->m and w->l the row max and sum (log-sum-exp = m + log l). */
+ * rows), w->m, w->l and w->inv the rows' max, sum and 1 / sum (log-sum-exp = m + log l). */
 static void forward_block(int64_t seq, int64_t hd, int64_t ld, int64_t kld, int causal,
                           float scale, const float *q, const float *k, const float *v,
                           int64_t i0, int64_t nq, work *w)
@@ -67,18 +91,15 @@ static void forward_block(int64_t seq, int64_t hd, int64_t ld, int64_t kld, int 
     int64_t kend = causal ? i0 + nq : seq; /* causal: later key blocks are all masked */
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         int64_t nk = kend - j0 < BK ? kend - j0 : BK;
+        scores(hd, ld, kld, scale, q, k, i0, nq, j0, nk, w);
         for (int64_t r = 0; r < nq; r++) {
+            float *sr = w->s + r * BK;
             int64_t n = row_keys(causal, i0 + r, j0, nk);
-            if (n == 0)
-                continue;
-            const float *qt = q + (i0 + r) * ld;
             float mx = w->m[r];
-            for (int64_t j = 0; j < n; j++) {
-                w->s[j] = dt__vdot(hd, qt, k + (j0 + j) * kld) * scale;
-                mx = w->s[j] > mx ? w->s[j] : mx;
-            }
+            for (int64_t j = 0; j < n; j++)
+                mx = sr[j] > mx ? sr[j] : mx;
             float *ar = w->acc + r * hd;
-            if (mx > w->m[r] && w->l[r] > 0.0) {
+            if (n > 0 && mx > w->m[r] && w->l[r] > 0.0) {
                 /* A new max: rescale what the earlier blocks summed. */
                 float d = w->m[r] - mx, alpha;
                 dt__vexp(1, &d, &alpha);
@@ -86,17 +107,20 @@ static void forward_block(int64_t seq, int64_t hd, int64_t ld, int64_t kld, int 
                 for (int64_t c = 0; c < hd; c++)
                     ar[c] *= alpha;
             }
-            w->m[r] = mx;
-            w->l[r] += dt__vexp_sum(n, w->s, mx, w->s);
-            for (int64_t j = 0; j < n; j++)
-                dt__vaxpy(hd, w->s[j], v + (j0 + j) * kld, ar);
+            if (n > 0) {
+                w->m[r] = mx;
+                w->l[r] += dt__vexp_sum(n, sr, mx, sr);
+            }
+            for (int64_t j = n; j < nk; j++)
+                sr[j] = 0.0f; /* masked */
         }
+        sgemm(0, 0, nq, hd, nk, 1.0f, w->s, BK, v + j0 * kld, kld, 1.0f, w->acc, hd);
     }
     for (int64_t r = 0; r < nq; r++) {
-        float inv = (float)(1.0 / w->l[r]);
+        w->inv[r] = (float)(1.0 / w->l[r]);
         float *ar = w->acc + r * hd;
         for (int64_t c = 0; c < hd; c++)
-            ar[c] *= inv;
+            ar[c] *= w->inv[r];
     }
 }
 
@@ -142,46 +166,44 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
     memset(dq, 0, (size_t)total * sizeof *dq);
     memset(dk, 0, (size_t)ktotal * sizeof *dk);
     memset(dv, 0, (size_t)ktotal * sizeof *dv);
-    int64_t ld = heads * head_dim, kld = kv_heads * head_dim, group = heads / kv_heads;
-    float scale = 1.0f / sqrtf((float)head_dim);
-    float dsum[BQ], inv[BQ];
+    int64_t hd = head_dim, ld = heads * hd, kld = kv_heads * hd, group = heads / kv_heads;
+    float scale = 1.0f / sqrtf((float)hd);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
-            int64_t base = b * seq * ld + h * head_dim;
-            int64_t kbase = b * seq * kld + (h / group) * head_dim;
+            int64_t base = b * seq * ld + h * hd;
+            int64_t kbase = b * seq * kld + (h / group) * hd;
             const float *qh = q + base, *dyh = dy + base, *kh = k + kbase, *vh = v + kbase;
             float *dqh = dq + base, *dkh = dk + kbase, *dvh = dv + kbase;
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
                 /* The block's row statistics and output again (nothing was saved). */
-                forward_block(seq, head_dim, ld, kld, causal, scale, qh, kh, vh, i0, nq, &w);
-                for (int64_t r = 0; r < nq; r++) {
-                    /* sum_j p_j (dy . v_j) = dy . y */
-                    dsum[r] = dt__vdot(head_dim, dyh + (i0 + r) * ld, w.acc + r * head_dim);
-                    inv[r] = (float)(1.0 / w.l[r]);
-                }
+                forward_block(seq, hd, ld, kld, causal, scale, qh, kh, vh, i0, nq, &w);
+                for (int64_t r = 0; r < nq; r++) /* sum_j p_j (dy . v_j) = dy . y */
+                    w.dsum[r] = dt__vdot(hd, dyh + (i0 + r) * ld, w.acc + r * hd);
                 int64_t kend = causal ? i0 + nq : seq;
                 for (int64_t j0 = 0; j0 < kend; j0 += BK) {
                     int64_t nk = kend - j0 < BK ? kend - j0 : BK;
+                    scores(hd, ld, kld, scale, qh, kh, i0, nq, j0, nk, &w);
+                    sgemm(0, 1, nq, nk, hd, 1.0f, dyh + i0 * ld, ld, vh + j0 * kld, kld, 0.0f,
+                          w.dp, BK);
                     for (int64_t r = 0; r < nq; r++) {
+                        float *sr = w.s + r * BK, *dpr = w.dp + r * BK;
                         int64_t n = row_keys(causal, i0 + r, j0, nk);
-                        if (n == 0)
-                            continue;
-                        const float *qt = qh + (i0 + r) * ld, *dyt = dyh + (i0 + r) * ld;
-                        float *dqt = dqh + (i0 + r) * ld;
-                        for (int64_t j = 0; j < n; j++)
-                            w.s[j] = dt__vdot(head_dim, qt, kh + (j0 + j) * kld) * scale;
                         /* p = exp(s - m) / l: the probabilities from the log-sum-exp. */
-                        dt__vexp_scale(n, w.s, w.m[r], inv[r], 1.0f, w.s);
-                        for (int64_t j = 0; j < n; j++) {
-                            int64_t o = (j0 + j) * kld;
-                            float ds = w.s[j] * (dt__vdot(head_dim, dyt, vh + o) - dsum[r]) *
-                                       scale;
-                            dt__vaxpy(head_dim, ds, kh + o, dqt);
-                            dt__vaxpy(head_dim, ds, qt, dkh + o);
-                            dt__vaxpy(head_dim, w.s[j], dyt, dvh + o);
-                        }
+                        dt__vexp_scale(n, sr, w.m[r], w.inv[r], 1.0f, sr);
+                        for (int64_t j = n; j < nk; j++)
+                            sr[j] = 0.0f;
+                        /* dp becomes ds = p (dp - D) / sqrt(hd) */
+                        for (int64_t j = 0; j < nk; j++)
+                            dpr[j] = sr[j] * (dpr[j] - w.dsum[r]) * scale;
                     }
+                    /* dv += p^T dy, dk += ds^T q, dq += ds k */
+                    sgemm(1, 0, nk, hd, nq, 1.0f, w.s, BK, dyh + i0 * ld, ld, 1.0f,
+                          dvh + j0 * kld, kld);
+                    sgemm(1, 0, nk, hd, nq, 1.0f, w.dp, BK, qh + i0 * ld, ld, 1.0f,
+                          dkh + j0 * kld, kld);
+                    sgemm(0, 0, nq, hd, nk, 1.0f, w.dp, BK, kh + j0 * kld, kld, 1.0f,
+                          dqh + i0 * ld, ld);
                 }
             }
         }

@@ -10,9 +10,9 @@
 #include "harness.h"
 #include "../ops/ops_test_util.h"
 
-/* T: odd, 3 query blocks and a tail, 2 key blocks; 8 heads split over 2, 4 or 8 devices. */
+/* T: odd, a query/key block of 128 and a tail; 8 heads split over 2, 4 or 8 devices. */
 #define B 2
-#define T 101
+#define T 203
 #define H 8
 #define D 4
 #define C (H * D)

@@ -78,16 +78,17 @@ static void test_tiled_matches_the_f64_reference_and_the_untiled_kernel(void)
     static const shape shapes[] = {
         {1, 1, 1, 1, 8},    /* one query */
         {2, 5, 2, 2, 4},    /* shorter than a block */
-        {1, 32, 2, 1, 8},   /* exactly one query block, grouped-query */
-        {2, 97, 4, 2, 8},   /* odd: 3 query blocks + 1, 1 key block + 33 */
-        {1, 128, 2, 2, 16}, /* exact blocks */
-        {1, 203, 3, 1, 12}, /* odd head_dim tail, 3 heads on one kv head */
+        {1, 32, 2, 1, 8},   /* grouped-query */
+        {2, 97, 4, 2, 8},   /* odd, inside one block (blocks: 128 x 128) */
+        {1, 128, 2, 2, 16}, /* exactly one block */
+        {1, 203, 3, 1, 12}, /* odd: a block and 75; odd head_dim tail, 3 heads on one kv */
+        {2, 300, 2, 1, 8},  /* two blocks and a tail of 44 */
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int causal = 0; causal < 2; causal++)
             check_shape(shapes[i], causal, 0);
-    check_shape(shapes[3], 1, 1);
-    check_shape(shapes[5], 0, 1);
+    check_shape(shapes[5], 1, 1);
+    check_shape(shapes[6], 0, 1);
 }
 
 static void test_long_sequence_against_the_reference(void)
