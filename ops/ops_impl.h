@@ -263,4 +263,8 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
                                        const float *dy, float *dq, float *dk, float *dv);
 int dt__attention_use_tiled(int64_t seq);
 
+/* dt_kernel_dropout_mask without the checks (ops/philox.c). */
+void dt__dropout_mask_run(int64_t first, int64_t n, float p, uint64_t seed, uint64_t stream,
+                          float *mask);
+
 #endif

@@ -171,6 +171,18 @@ typedef enum dt_attention_kernel {
 #define DT_ATTENTION_TILED_MIN_SEQ 256
 DT_API dt_attention_kernel dt_attention_kernel_set(dt_attention_kernel kernel);
 
+/* Philox-4x32-10 (Salmon et al., SC 2011): out = the 10-round bijection of ctr under key
+ * (Random123's known answers). Local, cannot fail. */
+DT_API void dt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The dropout mask of the elements with global row-major indices first .. first+n-1 of a
+ * tensor: element g is 0 (dropped) when the top 24 bits of word g % 4 of
+ * dt_philox4x32_10({g / 4 as two words, stream as two words}, {seed as two words}), read as
+ * u in [0, 1), are below p, else 1 / (1 - p). So a mask depends only on (seed, stream, g),
+ * not on how the elements are split. DT_ERR_INVALID_ARGUMENT for a negative first or n, a NULL
+ * mask with n > 0, or p outside [0, 1]. Local. */
+DT_API dt_status dt_kernel_dropout_mask(int64_t first, int64_t n, float p, uint64_t seed,
+                                        uint64_t stream, float *mask);
+
 /* Embedding lookup from the slice of a table holding rows lo .. lo+rows-1 ([rows, dim]):
  * out[i, :] = table[ids[i] - lo, :] for n ids inside the slice, zeros for the others (so the
  * slices' outputs add up to the full lookup). The gradient overwrites dtable [rows, dim] with
@@ -406,6 +418,19 @@ DT_API dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k,
                                        const dt_tensor *v, int64_t heads, int causal,
                                        const dt_tensor *dy, dt_tensor **dq_out,
                                        dt_tensor **dk_out, dt_tensor **dv_out);
+
+/* Dropout. dt_dropout_mask: a new f32 tensor of `shape` in `layout` (its partial dims
+ * dropped) holding dt_kernel_dropout_mask of every element's global row-major index: the same
+ * values on any mesh and layout as on one device. No communication (each process fills its
+ * own components; on GPU meshes through a host buffer). dt_dropout: x times that mask in x's
+ * layout (dt_mul, so a recording tape records the product and its backward is dy times the
+ * same mask; dt_dropout(dy, ...) with the same p, seed and stream is also the backward).
+ * DT_ERR_INVALID_ARGUMENT for NULL arguments or p outside [0, 1); dt_mul's errors. Use a new
+ * stream (or seed) for every dropout site and step. Collective as dt_mul (dt_dropout). */
+DT_API dt_status dt_dropout_mask(const dt_layout *layout, const int64_t *shape, float p,
+                                 uint64_t seed, uint64_t stream, dt_tensor **out);
+DT_API dt_status dt_dropout(const dt_tensor *x, float p, uint64_t seed, uint64_t stream,
+                            dt_tensor **out);
 
 /* Embedding lookup: table [vocab, dim] (f32), ids i32 of any shape -> [ids' shape..., dim].
  * The table keeps its vocabulary sharding (dim gathered); each device looks up the ids in its
