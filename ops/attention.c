@@ -65,6 +65,11 @@ dt_attention_kernel dt_attention_kernel_set(dt_attention_kernel kernel)
     return (dt_attention_kernel)old;
 }
 
+int dt__attention_cuda_tiled(int64_t head_dim)
+{
+    return choice() == DT_ATTENTION_KERNEL_TILED && head_dim <= DT__CUDA_TILED_MAXD;
+}
+
 int dt__attention_use_tiled(int64_t seq)
 {
     int c = choice();

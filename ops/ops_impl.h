@@ -262,6 +262,10 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
                                        const float *q, const float *k, const float *v,
                                        const float *dy, float *dq, float *dk, float *dv);
 int dt__attention_use_tiled(int64_t seq);
+/* The CUDA backend: 1 to run ops/cuda/attention_tiled.cu, only when chosen explicitly
+ * (DT_ATTENTION_KERNEL_TILED; AUTO keeps CUDA on its untiled kernels) and head_dim fits. */
+#define DT__CUDA_TILED_MAXD 128
+int dt__attention_cuda_tiled(int64_t head_dim);
 
 /* dt_kernel_dropout_mask without the checks (ops/philox.c). */
 void dt__dropout_mask_run(int64_t first, int64_t n, float p, uint64_t seed, uint64_t stream,
