@@ -61,6 +61,12 @@ static int64_t row_keys(int causal, int64_t t, int64_t j0, int64_t nk)
     return n < nk ? (n > 0 ? n : 0) : nk;
 }
 
+/* Keys a block of queries ending before position qend can see. */
+static int64_t key_end(int causal, int64_t kv_seq, int64_t qend)
+{
+    return causal && qend < kv_seq ? qend : kv_seq;
+}
+
 /* c [m, n] (ldc) = alpha op(a) op(b) + beta c, row-major. */
 static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
@@ -76,25 +82,26 @@ static void scores(int64_t hd, int64_t ld, int64_t kld, float scale, const float
     sgemm(0, 1, nq, nk, hd, scale, q + i0 * ld, ld, k + j0 * kld, kld, 0.0f, w->s, BK);
 }
 
-/* The forward of query rows i0 .. i0+nq-1 of one (batch, head): q, k, v point at the head's
- * first element (row strides ld for q, kld for k and v). Leaves w->acc normalised (the output
- * rows), w->m, w->l and w->inv the rows' max, sum and 1 / sum (log-sum-exp = m + log l). */
-static void forward_block(int64_t seq, int64_t hd, int64_t ld, int64_t kld, int causal,
-                          float scale, const float *q, const float *k, const float *v,
-                          int64_t i0, int64_t nq, work *w)
+/* The forward of query rows i0 .. i0+nq-1 of one (batch, head) of a query slice whose row 0
+ * sits at position qoff of the kv_seq keys: q, k, v point at the head's first element (row
+ * strides ld for q, kld for k and v). Leaves w->acc normalised (the output rows), w->m, w->l
+ * and w->inv the rows' max, sum and 1 / sum (log-sum-exp = m + log l). */
+static void forward_block(int64_t kv_seq, int64_t qoff, int64_t hd, int64_t ld, int64_t kld,
+                          int causal, float scale, const float *q, const float *k,
+                          const float *v, int64_t i0, int64_t nq, work *w)
 {
     memset(w->acc, 0, (size_t)nq * (size_t)hd * sizeof *w->acc);
     for (int64_t r = 0; r < nq; r++) {
         w->m[r] = -INFINITY;
         w->l[r] = 0.0;
     }
-    int64_t kend = causal ? i0 + nq : seq; /* causal: later key blocks are all masked */
+    int64_t kend = key_end(causal, kv_seq, qoff + i0 + nq); /* later key blocks all masked */
     for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         int64_t nk = kend - j0 < BK ? kend - j0 : BK;
         scores(hd, ld, kld, scale, q, k, i0, nq, j0, nk, w);
         for (int64_t r = 0; r < nq; r++) {
             float *sr = w->s + r * BK;
-            int64_t n = row_keys(causal, i0 + r, j0, nk);
+            int64_t n = row_keys(causal, qoff + i0 + r, j0, nk);
             float mx = w->m[r];
             for (int64_t j = 0; j < n; j++)
                 mx = sr[j] > mx ? sr[j] : mx;
@@ -128,6 +135,15 @@ dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int
                                   int64_t head_dim, int causal, const float *q, const float *k,
                                   const float *v, float *y, float *lse)
 {
+    return dt__attention_tiled_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, q, k,
+                                    v, y, lse);
+}
+
+dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
+                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   int causal, const float *q, const float *k, const float *v,
+                                   float *y, float *lse)
+{
     work w;
     if (!work_new(head_dim, &w))
         return dt__error(DT_ERR_NO_MEMORY, "attention (tiled): out of memory");
@@ -136,11 +152,11 @@ dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
             int64_t base = b * seq * ld + h * head_dim;
-            int64_t kbase = b * seq * kld + (h / group) * head_dim;
+            int64_t kbase = b * kv_seq * kld + (h / group) * head_dim;
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
-                forward_block(seq, head_dim, ld, kld, causal, scale, q + base, k + kbase,
-                              v + kbase, i0, nq, &w);
+                forward_block(kv_seq, qoff, head_dim, ld, kld, causal, scale, q + base,
+                              k + kbase, v + kbase, i0, nq, &w);
                 for (int64_t r = 0; r < nq; r++) {
                     memcpy(y + base + (i0 + r) * ld, w.acc + r * head_dim,
                            (size_t)head_dim * sizeof *y);
@@ -159,10 +175,20 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
                                        const float *q, const float *k, const float *v,
                                        const float *dy, float *dq, float *dk, float *dv)
 {
+    return dt__attention_tiled_grad_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal,
+                                         q, k, v, dy, dq, dk, dv);
+}
+
+dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff,
+                                        int64_t kv_seq, int64_t heads, int64_t kv_heads,
+                                        int64_t head_dim, int causal, const float *q,
+                                        const float *k, const float *v, const float *dy,
+                                        float *dq, float *dk, float *dv)
+{
     work w;
     if (!work_new(head_dim, &w))
         return dt__error(DT_ERR_NO_MEMORY, "attention gradient (tiled): out of memory");
-    int64_t total = batch * seq * heads * head_dim, ktotal = batch * seq * kv_heads * head_dim;
+    int64_t total = batch * seq * heads * head_dim, ktotal = batch * kv_seq * kv_heads * head_dim;
     memset(dq, 0, (size_t)total * sizeof *dq);
     memset(dk, 0, (size_t)ktotal * sizeof *dk);
     memset(dv, 0, (size_t)ktotal * sizeof *dv);
@@ -171,16 +197,17 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
             int64_t base = b * seq * ld + h * hd;
-            int64_t kbase = b * seq * kld + (h / group) * hd;
+            int64_t kbase = b * kv_seq * kld + (h / group) * hd;
             const float *qh = q + base, *dyh = dy + base, *kh = k + kbase, *vh = v + kbase;
             float *dqh = dq + base, *dkh = dk + kbase, *dvh = dv + kbase;
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
                 /* The block's row statistics and output again (nothing was saved). */
-                forward_block(seq, hd, ld, kld, causal, scale, qh, kh, vh, i0, nq, &w);
+                forward_block(kv_seq, qoff, hd, ld, kld, causal, scale, qh, kh, vh, i0, nq,
+                              &w);
                 for (int64_t r = 0; r < nq; r++) /* sum_j p_j (dy . v_j) = dy . y */
                     w.dsum[r] = dt__vdot(hd, dyh + (i0 + r) * ld, w.acc + r * hd);
-                int64_t kend = causal ? i0 + nq : seq;
+                int64_t kend = key_end(causal, kv_seq, qoff + i0 + nq);
                 for (int64_t j0 = 0; j0 < kend; j0 += BK) {
                     int64_t nk = kend - j0 < BK ? kend - j0 : BK;
                     scores(hd, ld, kld, scale, qh, kh, i0, nq, j0, nk, &w);
@@ -188,7 +215,7 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
                           w.dp, BK);
                     for (int64_t r = 0; r < nq; r++) {
                         float *sr = w.s + r * BK, *dpr = w.dp + r * BK;
-                        int64_t n = row_keys(causal, i0 + r, j0, nk);
+                        int64_t n = row_keys(causal, qoff + i0 + r, j0, nk);
                         /* p = exp(s - m) / l: the probabilities from the log-sum-exp. */
                         dt__vexp_scale(n, sr, w.m[r], w.inv[r], 1.0f, sr);
                         for (int64_t j = n; j < nk; j++)

@@ -411,7 +411,10 @@ DT_API dt_status dt_softmax_backward(const dt_tensor *y, const dt_tensor *dy, in
  * the width keeps q's sharding when its mesh dim's size divides `heads` (each device then
  * holds whole heads: Megatron's head-parallel attention, no communication), else it is
  * gathered; k and v are relaid out to q's working layout. Output and gradients (dq, dk, dv,
- * all three required) are in that layout. */
+ * all three required) are in that layout. Sequence-sharded q on a CPU mesh with the tiled
+ * kernel (dt_attention_kernel_set; seq >= DT_ATTENTION_TILED_MIN_SEQ under AUTO): the
+ * sequence stays sharded instead (context parallel: k, v all-gathered, each device computes
+ * its own query rows; dk, dv reduce-scattered), docs/attention.md. */
 DT_API dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                               int64_t heads, int causal, dt_tensor **out);
 DT_API dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k,
@@ -533,7 +536,8 @@ DT_API dt_status dt_swiglu_backward(const dt_tensor *gate, const dt_tensor *up,
  * batch as q's, the widths sharded over q's width mesh dim when its size divides kv_heads
  * (each device holds whole key/value groups and their query heads: no communication), else
  * gathered; k, v follow q. kv_heads == heads gives dt_attention's bits. The backward gives dq
- * in that layout and dk, dv in the same layout of their shape. */
+ * in that layout and dk, dv in the same layout of their shape. A sequence-sharded q keeps its
+ * sharding under the same conditions as dt_attention's. */
 DT_API dt_status dt_attention_gqa(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                                   int64_t heads, int64_t kv_heads, int causal,
                                   dt_tensor **out);

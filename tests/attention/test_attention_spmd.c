@@ -1,6 +1,9 @@
 /* dt_attention and dt_attention_gqa on the tiled kernel across meshes and layouts (heads and
- * batch sharded, the sequence sharded and so gathered) against the tiled kernel on the whole
- * tensors (same bits: each device runs whole (batch, head) rows) and the f64 reference. */
+ * batch sharded, the sequence sharded, replicated) against the tiled kernel on the whole
+ * tensors (same bits for the output and dq: each device runs whole query rows in the same
+ * blocks; dk and dv of a sequence-sharded q on a CPU mesh are sums of the slices' shares, so
+ * within rounding) and the f64 reference. On CPU meshes a sequence-sharded q keeps its
+ * sharding (ops/attention_cp.c); GPU meshes gather the sequence. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +71,9 @@ static void check_layouts(int64_t kv)
             int wd = dt_mesh_dim_index(m, w);
             if (i == 0 && kv % dt_mesh_dim_size(m, wd) == 0)
                 CU_ASSERT_EQUAL(ot_spec(ty, 2), wd);
+            /* The sequence-sharded path: the output stays sharded along the sequence. */
+            int cp = i == 1 && dt_test_device_type() == DT_DEVICE_CPU;
+            CU_ASSERT_EQUAL(ot_spec(ty, 1), cp ? wd : -1);
             if (kv == H)
                 DT_ASSERT_OK(dt_attention_backward(tq, tk, tv, H, 1, tdy, &g[0], &g[1], &g[2]));
             else
@@ -75,10 +81,15 @@ static void check_layouts(int64_t kv)
                                                        &g[2]));
             ot_fetch(g[0], got);
             CU_ASSERT_EQUAL(ot_mismatches("attention dq", got, dq, N, 0, 0), 0);
+            float tol = cp ? 1e-5f : 0.0f;
             ot_fetch(g[1], gk);
-            CU_ASSERT_EQUAL(ot_mismatches("attention dk", gk, dk, nk, 0, 0), 0);
+            CU_ASSERT_EQUAL(ot_mismatches("attention dk", gk, dk, nk, tol, tol), 0);
+            CU_ASSERT(attn_rel_err(gk, rdk, nk) < 1e-5);
             ot_fetch(g[2], gv);
-            CU_ASSERT_EQUAL(ot_mismatches("attention dv", gv, dv, nk, 0, 0), 0);
+            CU_ASSERT_EQUAL(ot_mismatches("attention dv", gv, dv, nk, tol, tol), 0);
+            CU_ASSERT(attn_rel_err(gv, rdv, nk) < 1e-5);
+            if (cp) /* dk, dv reduce-scattered back along the sequence */
+                CU_ASSERT_EQUAL(ot_spec(g[1], 1), wd);
             for (int j = 0; j < 3; j++)
                 dt_tensor_destroy(g[j]);
             dt_tensor_destroy(ty);
@@ -109,11 +120,58 @@ static void test_gqa_on_the_tiled_kernel_in_every_layout(void)
     dt_attention_kernel_set(was);
 }
 
+/* The tape over the sequence-sharded path: q, k, v sharded along the sequence, y's
+ * gradients to them against the kernel's (within rounding: dk, dv are sums of shares). */
+static void test_the_tape_through_a_sequence_sharded_attention(void)
+{
+    dt_attention_kernel was = dt_attention_kernel_set(DT_ATTENTION_KERNEL_TILED);
+    float *f = malloc(10 * N * sizeof *f);
+    float *q = f, *k = q + N, *v = k + N, *dy = v + N, *y = dy + N, *want[3] = {y + N, y + 2 * N,
+                                                                                y + 3 * N};
+    float *got = y + 4 * N;
+    ot_fill_real(q, N, -1.5f, 1.5f, 80);
+    ot_fill_real(k, N, -1.5f, 1.5f, 81);
+    ot_fill_real(v, N, -1, 1, 82);
+    ot_fill_real(dy, N, -1, 1, 83);
+    DT_ASSERT_OK(dt_kernel_attention_tiled_grad(B, T, H, H, D, 1, q, k, v, dy, want[0], want[1],
+                                                want[2]));
+    dt_mesh *m = ot_mesh_2d();
+    dt_layout *l = lay3(m, "b", "m", NULL);
+    int64_t sq[3] = {B, T, C};
+    dt_tensor *in[3] = {ot_tensor(l, DT_DTYPE_F32, sq, q), ot_tensor(l, DT_DTYPE_F32, sq, k),
+                        ot_tensor(l, DT_DTYPE_F32, sq, v)};
+    dt_tensor *tdy = ot_tensor(l, DT_DTYPE_F32, sq, dy), *ty = NULL;
+    dt_tape *tape = NULL;
+    DT_ASSERT_OK(dt_tape_create(NULL, &tape));
+    for (int j = 0; j < 3; j++)
+        DT_ASSERT_OK(dt_tape_watch(tape, in[j], j));
+    DT_ASSERT_OK(dt_tape_begin(tape));
+    DT_ASSERT_OK(dt_attention(in[0], in[1], in[2], H, 1, &ty));
+    DT_ASSERT_OK(dt_tape_end(tape));
+    DT_ASSERT_OK(dt_tape_backward(tape, ty, tdy, 0, NULL));
+    for (int j = 0; j < 3; j++) {
+        const dt_tensor *g = NULL;
+        DT_ASSERT_OK(dt_tape_grad(tape, j, &g));
+        ot_fetch(g, got);
+        CU_ASSERT_EQUAL(ot_mismatches("tape grad", got, want[j], N, 1e-5f, 1e-5f), 0);
+    }
+    dt_tape_destroy(tape);
+    dt_tensor_destroy(ty);
+    dt_tensor_destroy(tdy);
+    for (int j = 0; j < 3; j++)
+        dt_tensor_destroy(in[j]);
+    dt_layout_destroy(l);
+    dt_mesh_destroy(m);
+    free(f);
+    dt_attention_kernel_set(was);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_attention_on_the_tiled_kernel_in_every_layout),
         DT_TEST(test_gqa_on_the_tiled_kernel_in_every_layout),
+        DT_TEST(test_the_tape_through_a_sequence_sharded_attention),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "attention_spmd", cases);
