@@ -247,7 +247,9 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
     m->names = calloc((size_t)m->nparams, sizeof *m->names);
     dt_status st = m->param && m->names ? DT_OK : no_memory();
     const char *tp = dt_mesh_dim_index(mesh, "model") >= 0 ? "model" : DT_UNSHARDED;
-    const char *s_act[3] = {"batch", DT_UNSHARDED, DT_UNSHARDED};
+    /* A `seq` mesh dim shards the sequence of the activations (context parallel attention). */
+    const char *cp = dt_mesh_dim_index(mesh, "seq") >= 0 ? "seq" : DT_UNSHARDED;
+    const char *s_act[3] = {"batch", cp, DT_UNSHARDED};
     const char *s_col[2] = {DT_UNSHARDED, tp}, *s_row[2] = {tp, DT_UNSHARDED};
     if (st == DT_OK &&
         ((st = dt_layout_create(mesh, 3, s_act, &m->l_act)) != DT_OK ||

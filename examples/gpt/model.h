@@ -8,7 +8,8 @@
  *   output [C, V]               column parallel: the logits stay vocabulary-sharded and the
  *                               loss is Megatron's vocab-parallel cross-entropy
  *   layer norms                 replicated
- *   activations [B, T, *]       sharded on batch.
+ *   activations [B, T, *]       sharded on batch (and along T on a `seq` mesh dim, if any:
+ *                               context-parallel attention, docs/attention.md).
  * The forward pass is written with libdtensor's distributed ops and recorded on its autograd
  * tape, which runs the backward pass (gpt_set_backward). */
 #ifndef GPT_MODEL_H

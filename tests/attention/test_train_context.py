@@ -2,6 +2,8 @@
 """examples/train_gpt with --context (the names packed into rows of T tokens, so attention runs
 the tiled kernel) and --dropout (Philox keyed by the global element index): the same steps on
 1x1 (one process) and 2x2 (four processes) give the same losses within rounding, dropout on;
+so do meshes with a `seq` dim (the activations sharded along the sequence, attention context
+parallel: batch x seq, model x seq, and the Llama variant on model x seq);
 the tiled and untiled kernels (DT_ATTENTION_KERNEL) give the same losses within rounding;
 dropout changes the losses; --dropout with --manual-backward fails with one line.
 Usage: test_train_context.py TRAIN_GPT MPIEXEC MESH_DIR"""
@@ -60,6 +62,25 @@ class TrainContext(unittest.TestCase):
         run(0, "1x1", SMALL + self.out("c"))
         plain, dropped = curve(os.path.join(self.tmp.name, "c")), curve(os.path.join(self.tmp.name, "a"))
         self.assertNotEqual([l for l, _ in plain], [l for l, _ in dropped])
+
+    def test_sequence_sharded_meshes_agree(self):
+        meshes = {"1x1x2": "{batch: 1, model: 1, seq: 2}", "2x1x2": "{batch: 2, model: 1, seq: 2}",
+                  "1x2x2": "{batch: 1, model: 2, seq: 2}"}
+        for name, dims in meshes.items():
+            with open(os.path.join(self.tmp.name, name + ".yaml"), "w") as f:
+                f.write(f"mesh:\n  name: cpu_{name}\n  device_type: CPU\n  dims: {dims}\n")
+        drop = ["--dropout", "0.1"]
+        run(0, "1x1", SMALL + drop + self.out("ref"))
+        ref = curve(os.path.join(self.tmp.name, "ref"))
+        for name, procs in (("1x1x2", 2), ("2x1x2", 4), ("1x2x2", 4)):
+            mesh = os.path.join(self.tmp.name, name)
+            run(procs, mesh, SMALL + drop + self.out(name))
+            self.close(curve(os.path.join(self.tmp.name, name)), ref, name)
+        llama = ["--arch", "llama", "--kv-heads", "1"]
+        run(0, "1x1", SMALL + drop + llama + self.out("lref"))
+        run(4, os.path.join(self.tmp.name, "1x2x2"), SMALL + drop + llama + self.out("l"))
+        self.close(curve(os.path.join(self.tmp.name, "l")), curve(os.path.join(self.tmp.name, "lref")),
+                   "llama 1x2x2")
 
     def test_tiled_and_untiled_kernels_agree(self):
         run(2, "2x1", SMALL + self.out("t"), env={"DT_ATTENTION_KERNEL": "tiled"})
