@@ -176,22 +176,24 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
                                        const float *dy, float *dq, float *dk, float *dv)
 {
     return dt__attention_tiled_grad_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal,
-                                         q, k, v, dy, dq, dk, dv);
+                                         q, k, v, dy, dq, dk, dv, 0);
 }
 
 dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff,
                                         int64_t kv_seq, int64_t heads, int64_t kv_heads,
                                         int64_t head_dim, int causal, const float *q,
                                         const float *k, const float *v, const float *dy,
-                                        float *dq, float *dk, float *dv)
+                                        float *dq, float *dk, float *dv, int accumulate)
 {
     work w;
     if (!work_new(head_dim, &w))
         return dt__error(DT_ERR_NO_MEMORY, "attention gradient (tiled): out of memory");
     int64_t total = batch * seq * heads * head_dim, ktotal = batch * kv_seq * kv_heads * head_dim;
-    memset(dq, 0, (size_t)total * sizeof *dq);
-    memset(dk, 0, (size_t)ktotal * sizeof *dk);
-    memset(dv, 0, (size_t)ktotal * sizeof *dv);
+    if (!accumulate) {
+        memset(dq, 0, (size_t)total * sizeof *dq);
+        memset(dk, 0, (size_t)ktotal * sizeof *dk);
+        memset(dv, 0, (size_t)ktotal * sizeof *dv);
+    }
     int64_t hd = head_dim, ld = heads * hd, kld = kv_heads * hd, group = heads / kv_heads;
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t b = 0; b < batch; b++)

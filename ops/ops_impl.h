@@ -262,8 +262,9 @@ dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads
                                        const float *q, const float *k, const float *v,
                                        const float *dy, float *dq, float *dk, float *dv);
 /* The same on a slice of seq queries whose first sits at position qoff of kv_seq keys (the
- * sequence-sharded dt_attention: keys and values gathered, queries local); dk, dv [batch,
- * kv_seq, kv_heads * head_dim] get this slice's contributions (overwritten). */
+ * sequence-sharded dt_attention: keys and values gathered, queries local); dq gets the
+ * slice's rows, dk, dv [batch, kv_seq, kv_heads * head_dim] its contributions (overwritten,
+ * or added to with accumulate). */
 dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
                                    int64_t heads, int64_t kv_heads, int64_t head_dim,
                                    int causal, const float *q, const float *k, const float *v,
@@ -272,7 +273,7 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
                                         int64_t kv_seq, int64_t heads, int64_t kv_heads,
                                         int64_t head_dim, int causal, const float *q,
                                         const float *k, const float *v, const float *dy,
-                                        float *dq, float *dk, float *dv);
+                                        float *dq, float *dk, float *dv, int accumulate);
 int dt__attention_use_tiled(int64_t seq);
 /* Sequence-sharded attention (ops/attention_cp.c): the mesh dim sharding q's sequence when the
  * op takes that path (a CPU mesh, the tiled kernel chosen for this length, the dim not also
