@@ -42,8 +42,8 @@ static void fill(float *x, int64_t n, uint64_t seed)
 
 /* The dense reference: per head S = q k^T / sqrt(d) [T, T] (masked above the diagonal),
  * softmax by rows, y = S v. */
-static dt_status dense(int64_t T, int64_t H, int64_t D, int causal, const float *q,
-                       const float *k, const float *v, float *y)
+static dt_status dense(int64_t T, int64_t H, int64_t D, int causal, const float *q, const float *k,
+                       const float *v, float *y)
 {
     float *s = malloc((size_t)(T * T) * sizeof *s);
     if (!s)
@@ -85,7 +85,7 @@ static int run_seq(const opts *o, int64_t T, const char *kernel)
     fill(dy, n, 4);
     memset(y, 0, (size_t)(4 * n) * sizeof *y);
     dt_attention_kernel_set(strcmp(kernel, "tiled") == 0 ? DT_ATTENTION_KERNEL_TILED
-                                                          : DT_ATTENTION_KERNEL_UNTILED);
+                                                         : DT_ATTENTION_KERNEL_UNTILED);
     double fwd[64], bwd[64];
     int reps = o->reps < 64 ? o->reps : 64, ok = 1;
     int64_t base = peak_rss_reset(), peak = base;
@@ -143,8 +143,14 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    opts o = {.seq = {1024, 4096, 16384}, .nseq = 3, .heads = 1, .head_dim = 64, .reps = 1,
-              .causal = 1, .backward = 1, .dense_max_mib = 2048};
+    opts o = {.seq = {1024, 4096, 16384},
+              .nseq = 3,
+              .heads = 1,
+              .head_dim = 64,
+              .reps = 1,
+              .causal = 1,
+              .backward = 1,
+              .dense_max_mib = 2048};
     const char *kernels = "tiled,untiled,dense";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;

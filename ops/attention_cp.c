@@ -65,8 +65,8 @@ static dt_status zeroed(const dt_mesh *mesh, const dt__lspec *pls, const int64_t
 }
 
 dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                                   int64_t heads, int64_t kv_heads, int causal,
-                                   const dt__lspec *ls, int sdim, dt_tensor **out)
+                                   int64_t heads, int64_t kv_heads, int causal, const dt__lspec *ls,
+                                   int sdim, dt_tensor **out)
 {
     const int64_t *s = dt_tensor_shape(q);
     const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(q));
@@ -114,8 +114,8 @@ dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const
 
 dt_status dt__attention_cp_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                                     const dt_tensor *dy, int64_t heads, int64_t kv_heads,
-                                    int causal, const dt__lspec *ls, int sdim,
-                                    dt_tensor **dq_out, dt_tensor **dk_out, dt_tensor **dv_out)
+                                    int causal, const dt__lspec *ls, int sdim, dt_tensor **dq_out,
+                                    dt_tensor **dk_out, dt_tensor **dv_out)
 {
     const int64_t *s = dt_tensor_shape(q), *sk = dt_tensor_shape(k);
     const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(q));

@@ -76,8 +76,8 @@ static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, 
 }
 
 /* The scores of query rows i0.. (nq) against keys j0.. (nk) into w->s [nq, BK]. */
-static void scores(int64_t hd, int64_t ld, int64_t kld, float scale, const float *q,
-                   const float *k, int64_t i0, int64_t nq, int64_t j0, int64_t nk, work *w)
+static void scores(int64_t hd, int64_t ld, int64_t kld, float scale, const float *q, const float *k,
+                   int64_t i0, int64_t nq, int64_t j0, int64_t nk, work *w)
 {
     sgemm(0, 1, nq, nk, hd, scale, q + i0 * ld, ld, k + j0 * kld, kld, 0.0f, w->s, BK);
 }
@@ -87,8 +87,8 @@ static void scores(int64_t hd, int64_t ld, int64_t kld, float scale, const float
  * strides ld for q, kld for k and v). Leaves w->acc normalised (the output rows), w->m, w->l
  * and w->inv the rows' max, sum and 1 / sum (log-sum-exp = m + log l). */
 static void forward_block(int64_t kv_seq, int64_t qoff, int64_t hd, int64_t ld, int64_t kld,
-                          int causal, float scale, const float *q, const float *k,
-                          const float *v, int64_t i0, int64_t nq, work *w)
+                          int causal, float scale, const float *q, const float *k, const float *v,
+                          int64_t i0, int64_t nq, work *w)
 {
     memset(w->acc, 0, (size_t)nq * (size_t)hd * sizeof *w->acc);
     for (int64_t r = 0; r < nq; r++) {
@@ -135,14 +135,14 @@ dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int
                                   int64_t head_dim, int causal, const float *q, const float *k,
                                   const float *v, float *y, float *lse)
 {
-    return dt__attention_tiled_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, q, k,
-                                    v, y, lse);
+    return dt__attention_tiled_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, q, k, v,
+                                    y, lse);
 }
 
 dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
-                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                   int causal, const float *q, const float *k, const float *v,
-                                   float *y, float *lse)
+                                   int64_t heads, int64_t kv_heads, int64_t head_dim, int causal,
+                                   const float *q, const float *k, const float *v, float *y,
+                                   float *lse)
 {
     work w;
     if (!work_new(head_dim, &w))
@@ -155,14 +155,13 @@ dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int
             int64_t kbase = b * kv_seq * kld + (h / group) * head_dim;
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
-                forward_block(kv_seq, qoff, head_dim, ld, kld, causal, scale, q + base,
-                              k + kbase, v + kbase, i0, nq, &w);
+                forward_block(kv_seq, qoff, head_dim, ld, kld, causal, scale, q + base, k + kbase,
+                              v + kbase, i0, nq, &w);
                 for (int64_t r = 0; r < nq; r++) {
                     memcpy(y + base + (i0 + r) * ld, w.acc + r * head_dim,
                            (size_t)head_dim * sizeof *y);
                     if (lse)
-                        lse[(b * heads + h) * seq + i0 + r] =
-                            (float)((double)w.m[r] + log(w.l[r]));
+                        lse[(b * heads + h) * seq + i0 + r] = (float)((double)w.m[r] + log(w.l[r]));
                 }
             }
         }
@@ -170,20 +169,20 @@ dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int
     return DT_OK;
 }
 
-dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads,
-                                       int64_t kv_heads, int64_t head_dim, int causal,
-                                       const float *q, const float *k, const float *v,
-                                       const float *dy, float *dq, float *dk, float *dv)
+dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                       int64_t head_dim, int causal, const float *q, const float *k,
+                                       const float *v, const float *dy, float *dq, float *dk,
+                                       float *dv)
 {
-    return dt__attention_tiled_grad_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal,
-                                         q, k, v, dy, dq, dk, dv, 0);
+    return dt__attention_tiled_grad_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, q,
+                                         k, v, dy, dq, dk, dv, 0);
 }
 
-dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff,
-                                        int64_t kv_seq, int64_t heads, int64_t kv_heads,
-                                        int64_t head_dim, int causal, const float *q,
-                                        const float *k, const float *v, const float *dy,
-                                        float *dq, float *dk, float *dv, int accumulate)
+dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
+                                        int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                        int causal, const float *q, const float *k, const float *v,
+                                        const float *dy, float *dq, float *dk, float *dv,
+                                        int accumulate)
 {
     work w;
     if (!work_new(head_dim, &w))
@@ -205,16 +204,15 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
                 /* The block's row statistics and output again (nothing was saved). */
-                forward_block(kv_seq, qoff, hd, ld, kld, causal, scale, qh, kh, vh, i0, nq,
-                              &w);
+                forward_block(kv_seq, qoff, hd, ld, kld, causal, scale, qh, kh, vh, i0, nq, &w);
                 for (int64_t r = 0; r < nq; r++) /* sum_j p_j (dy . v_j) = dy . y */
                     w.dsum[r] = dt__vdot(hd, dyh + (i0 + r) * ld, w.acc + r * hd);
                 int64_t kend = key_end(causal, kv_seq, qoff + i0 + nq);
                 for (int64_t j0 = 0; j0 < kend; j0 += BK) {
                     int64_t nk = kend - j0 < BK ? kend - j0 : BK;
                     scores(hd, ld, kld, scale, qh, kh, i0, nq, j0, nk, &w);
-                    sgemm(0, 1, nq, nk, hd, 1.0f, dyh + i0 * ld, ld, vh + j0 * kld, kld, 0.0f,
-                          w.dp, BK);
+                    sgemm(0, 1, nq, nk, hd, 1.0f, dyh + i0 * ld, ld, vh + j0 * kld, kld, 0.0f, w.dp,
+                          BK);
                     for (int64_t r = 0; r < nq; r++) {
                         float *sr = w.s + r * BK, *dpr = w.dp + r * BK;
                         int64_t n = row_keys(causal, qoff + i0 + r, j0, nk);
@@ -227,12 +225,12 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
                             dpr[j] = sr[j] * (dpr[j] - w.dsum[r]) * scale;
                     }
                     /* dv += p^T dy, dk += ds^T q, dq += ds k */
-                    sgemm(1, 0, nk, hd, nq, 1.0f, w.s, BK, dyh + i0 * ld, ld, 1.0f,
-                          dvh + j0 * kld, kld);
-                    sgemm(1, 0, nk, hd, nq, 1.0f, w.dp, BK, qh + i0 * ld, ld, 1.0f,
-                          dkh + j0 * kld, kld);
-                    sgemm(0, 0, nq, hd, nk, 1.0f, w.dp, BK, kh + j0 * kld, kld, 1.0f,
-                          dqh + i0 * ld, ld);
+                    sgemm(1, 0, nk, hd, nq, 1.0f, w.s, BK, dyh + i0 * ld, ld, 1.0f, dvh + j0 * kld,
+                          kld);
+                    sgemm(1, 0, nk, hd, nq, 1.0f, w.dp, BK, qh + i0 * ld, ld, 1.0f, dkh + j0 * kld,
+                          kld);
+                    sgemm(0, 0, nq, hd, nk, 1.0f, w.dp, BK, kh + j0 * kld, kld, 1.0f, dqh + i0 * ld,
+                          ld);
                 }
             }
         }
@@ -243,14 +241,14 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
 /* ---- the public entries ----------------------------------------------------------------- */
 
 static dt_status check_tiled(const char *op, int64_t batch, int64_t seq, int64_t heads,
-                             int64_t kv_heads, int64_t head_dim, int nptrs,
-                             const void *const *ptrs)
+                             int64_t kv_heads, int64_t head_dim, int nptrs, const void *const *ptrs)
 {
     if (batch < 0 || seq < 0 || heads < 0 || kv_heads < 0 || head_dim < 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: negative size (batch %lld, seq %lld, "
-                         "heads %lld, kv_heads %lld, head_dim %lld)", op, (long long)batch,
-                         (long long)seq, (long long)heads, (long long)kv_heads,
-                         (long long)head_dim);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "%s: negative size (batch %lld, seq %lld, "
+                         "heads %lld, kv_heads %lld, head_dim %lld)",
+                         op, (long long)batch, (long long)seq, (long long)heads,
+                         (long long)kv_heads, (long long)head_dim);
     if (heads > 0 && (kv_heads == 0 || heads % kv_heads != 0))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: kv_heads %lld does not divide heads %lld",
                          op, (long long)kv_heads, (long long)heads);
@@ -258,16 +256,15 @@ static dt_status check_tiled(const char *op, int64_t batch, int64_t seq, int64_t
 }
 
 dt_status dt_kernel_attention_tiled(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                    int64_t head_dim, int causal, const float *q,
-                                    const float *k, const float *v, float *y, float *lse)
+                                    int64_t head_dim, int causal, const float *q, const float *k,
+                                    const float *v, float *y, float *lse)
 {
     const void *ptrs[] = {q, k, v, y};
-    dt_status st = check_tiled("dt_kernel_attention_tiled", batch, seq, heads, kv_heads,
-                               head_dim, 4, ptrs);
+    dt_status st =
+        check_tiled("dt_kernel_attention_tiled", batch, seq, heads, kv_heads, head_dim, 4, ptrs);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    return dt__attention_tiled_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, y,
-                                   lse);
+    return dt__attention_tiled_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, y, lse);
 }
 
 dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int64_t heads,
@@ -280,6 +277,6 @@ dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int64_t hea
                                head_dim, 7, ptrs);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    return dt__attention_tiled_grad_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v,
-                                        dy, dq, dk, dv);
+    return dt__attention_tiled_grad_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, dy,
+                                        dq, dk, dv);
 }

@@ -52,13 +52,14 @@ void dt__dropout_mask_run(int64_t first, int64_t n, float p, uint64_t seed, uint
     }
 }
 
-dt_status dt_kernel_dropout_mask(int64_t first, int64_t n, float p, uint64_t seed,
-                                 uint64_t stream, float *mask)
+dt_status dt_kernel_dropout_mask(int64_t first, int64_t n, float p, uint64_t seed, uint64_t stream,
+                                 float *mask)
 {
     if (first < 0 || n < 0 || !(p >= 0.0f && p <= 1.0f))
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_dropout_mask: first %lld, n %lld "
-                         "must be >= 0 and p %g in [0, 1]", (long long)first, (long long)n,
-                         (double)p);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "dt_kernel_dropout_mask: first %lld, n %lld "
+                         "must be >= 0 and p %g in [0, 1]",
+                         (long long)first, (long long)n, (double)p);
     const void *ptrs[] = {mask};
     dt_status st = dt__kcheck("dt_kernel_dropout_mask", n, 1, ptrs);
     if (st != DT_OK || n == 0)

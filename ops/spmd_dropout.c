@@ -11,9 +11,8 @@
 
 /* Fills host `buf` with local component i's mask: the component is a box of the global tensor,
  * its rows along the last dim contiguous runs of global indices. */
-static void fill_component(int rank, const int64_t *shape, const int64_t *off,
-                           const int64_t *len, float p, uint64_t seed, uint64_t stream,
-                           float *buf)
+static void fill_component(int rank, const int64_t *shape, const int64_t *off, const int64_t *len,
+                           float p, uint64_t seed, uint64_t stream, float *buf)
 {
     int64_t run = rank > 0 ? len[rank - 1] : 1, rows = 1, idx[DT_MAX_RANK] = {0};
     for (int d = 0; d + 1 < rank; d++)
@@ -75,14 +74,12 @@ dt_status dt_dropout_mask(const dt_layout *layout, const int64_t *shape, float p
     return DT_OK;
 }
 
-dt_status dt_dropout(const dt_tensor *x, float p, uint64_t seed, uint64_t stream,
-                     dt_tensor **out)
+dt_status dt_dropout(const dt_tensor *x, float p, uint64_t seed, uint64_t stream, dt_tensor **out)
 {
     if (!x || !out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_dropout: x and out are required");
     dt_tensor *mask = NULL;
-    dt_status st = dt_dropout_mask(dt_tensor_layout(x), dt_tensor_shape(x), p, seed, stream,
-                                   &mask);
+    dt_status st = dt_dropout_mask(dt_tensor_layout(x), dt_tensor_shape(x), p, seed, stream, &mask);
     if (st == DT_OK)
         st = dt_mul(x, mask, NULL, out);
     dt_tensor_destroy(mask);

@@ -26,10 +26,10 @@ __device__ static void stage(int64_t hd, int64_t kld, int64_t j0, int64_t nk, co
 }
 
 /* One row's forward over the key tiles: its max m, sum l and unnormalised output acc. */
-__device__ static void row_forward(int64_t seq, int64_t hd, int64_t kld, int causal,
-                                   float scale, int64_t t, int active, int64_t kend,
-                                   const float *qt, const float *k, const float *v, float *ks,
-                                   float *vs, float *acc, float *m_out, float *l_out)
+__device__ static void row_forward(int64_t seq, int64_t hd, int64_t kld, int causal, float scale,
+                                   int64_t t, int active, int64_t kend, const float *qt,
+                                   const float *k, const float *v, float *ks, float *vs, float *acc,
+                                   float *m_out, float *l_out)
 {
     float m = -INFINITY, l = 0.0f, sc[TK];
     for (int64_t d = 0; d < hd; d++)
@@ -81,8 +81,8 @@ __global__ static void tiled_kernel(int64_t batch, int64_t seq, int64_t heads, i
     float acc[DT__CU_TILED_MAXD], qt[DT__CU_TILED_MAXD], m, l;
     for (int64_t d = 0; active && d < hd; d++)
         qt[d] = q[base + t * ld + d];
-    row_forward(seq, hd, kld, causal, rsqrtf((float)hd), t, active, kend, qt, k + kbase,
-                v + kbase, ks, vs, acc, &m, &l);
+    row_forward(seq, hd, kld, causal, rsqrtf((float)hd), t, active, kend, qt, k + kbase, v + kbase,
+                ks, vs, acc, &m, &l);
     if (!active)
         return;
     for (int64_t d = 0; d < hd; d++)
@@ -90,9 +90,9 @@ __global__ static void tiled_kernel(int64_t batch, int64_t seq, int64_t heads, i
 }
 
 __global__ static void tiled_grad_kernel(int64_t batch, int64_t seq, int64_t heads,
-                                         int64_t kv_heads, int64_t hd, int causal,
-                                         const float *q, const float *k, const float *v,
-                                         const float *dy, float *dq, float *dk, float *dv)
+                                         int64_t kv_heads, int64_t hd, int causal, const float *q,
+                                         const float *k, const float *v, const float *dy, float *dq,
+                                         float *dk, float *dv)
 {
     extern __shared__ float sh[];
     float *ks = sh, *vs = sh + TK * hd;
@@ -108,8 +108,8 @@ __global__ static void tiled_grad_kernel(int64_t batch, int64_t seq, int64_t hea
         qt[d] = q[base + t * ld + d];
         dyt[d] = dy[base + t * ld + d];
     }
-    row_forward(seq, hd, kld, causal, scale, t, active, kend, qt, k + kbase, v + kbase, ks, vs,
-                acc, &m, &l);
+    row_forward(seq, hd, kld, causal, scale, t, active, kend, qt, k + kbase, v + kbase, ks, vs, acc,
+                &m, &l);
     float dsum = 0.0f; /* dy . y = sum_j p_j dp_j */
     for (int64_t d = 0; active && d < hd; d++) {
         dsum += dyt[d] * (acc[d] / l);
@@ -145,9 +145,9 @@ static unsigned grid_of(int64_t batch, int64_t seq, int64_t heads)
     return (unsigned)(batch * heads * ((seq + TQ - 1) / TQ));
 }
 
-cudaError_t dt__cuda_attention_tiled(int64_t batch, int64_t seq, int64_t heads,
-                                     int64_t kv_heads, int64_t hd, int causal, const float *q,
-                                     const float *k, const float *v, float *y, cudaStream_t s)
+cudaError_t dt__cuda_attention_tiled(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                     int64_t hd, int causal, const float *q, const float *k,
+                                     const float *v, float *y, cudaStream_t s)
 {
     size_t shm = 2 * TK * (size_t)hd * sizeof(float);
     tiled_kernel<<<grid_of(batch, seq, heads), TQ, shm, s>>>(batch, seq, heads, kv_heads, hd,
@@ -156,16 +156,15 @@ cudaError_t dt__cuda_attention_tiled(int64_t batch, int64_t seq, int64_t heads,
 }
 
 cudaError_t dt__cuda_attention_tiled_grad(int64_t batch, int64_t seq, int64_t heads,
-                                          int64_t kv_heads, int64_t hd, int causal,
-                                          const float *q, const float *k, const float *v,
-                                          const float *dy, float *dq, float *dk, float *dv,
-                                          cudaStream_t s)
+                                          int64_t kv_heads, int64_t hd, int causal, const float *q,
+                                          const float *k, const float *v, const float *dy,
+                                          float *dq, float *dk, float *dv, cudaStream_t s)
 {
     size_t kbytes = (size_t)(batch * seq * kv_heads * hd) * sizeof(float);
     cudaMemsetAsync(dk, 0, kbytes, s);
     cudaMemsetAsync(dv, 0, kbytes, s);
     size_t shm = 2 * TK * (size_t)hd * sizeof(float);
-    tiled_grad_kernel<<<grid_of(batch, seq, heads), TQ, shm, s>>>(
-        batch, seq, heads, kv_heads, hd, causal, q, k, v, dy, dq, dk, dv);
+    tiled_grad_kernel<<<grid_of(batch, seq, heads), TQ, shm, s>>>(batch, seq, heads, kv_heads, hd,
+                                                                  causal, q, k, v, dy, dq, dk, dv);
     return cudaGetLastError();
 }

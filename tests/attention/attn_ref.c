@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void attn_ref(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int causal,
-              const float *q, const float *k, const float *v, const float *dy, double *y,
-              double *lse, double *dq, double *dk, double *dv)
+void attn_ref(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int causal, const float *q,
+              const float *k, const float *v, const float *dy, double *y, double *lse, double *dq,
+              double *dk, double *dv)
 {
     int64_t ld = H * D, kld = KV * D, g = H / KV;
     double *p = malloc((size_t)T * sizeof *p), *yr = malloc((size_t)D * sizeof *yr);

@@ -11,8 +11,7 @@
 #include "harness.h"
 #include "../ops/ops_test_util.h"
 
-static void check(dt_mesh *m, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D,
-                  int causal)
+static void check(dt_mesh *m, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int causal)
 {
     int64_t nq = B * T * H * D, nk = B * T * KV * D;
     float *f = malloc((size_t)(3 * nq + 4 * nk) * sizeof *f);
@@ -37,8 +36,8 @@ static void check(dt_mesh *m, int64_t B, int64_t T, int64_t H, int64_t KV, int64
         DT_ASSERT_OK(dt_attention_backward(tq, tk, tv, H, causal, tdy, &g[0], &g[1], &g[2]));
     } else {
         DT_ASSERT_OK(dt_attention_gqa(tq, tk, tv, H, KV, causal, &ty));
-        DT_ASSERT_OK(dt_attention_gqa_backward(tq, tk, tv, H, KV, causal, tdy, &g[0], &g[1],
-                                               &g[2]));
+        DT_ASSERT_OK(
+            dt_attention_gqa_backward(tq, tk, tv, H, KV, causal, tdy, &g[0], &g[1], &g[2]));
     }
     ot_fetch(ty, got);
     double e[4];
@@ -54,8 +53,8 @@ static void check(dt_mesh *m, int64_t B, int64_t T, int64_t H, int64_t KV, int64
         bad |= !(e[i] < 5e-5);
     if (bad)
         printf("T %lld H %lld KV %lld D %lld causal %d: y %.2g dq %.2g dk %.2g dv %.2g\n",
-               (long long)T, (long long)H, (long long)KV, (long long)D, causal, e[0], e[1],
-               e[2], e[3]);
+               (long long)T, (long long)H, (long long)KV, (long long)D, causal, e[0], e[1], e[2],
+               e[3]);
     CU_ASSERT(!bad);
     for (int j = 0; j < 3; j++)
         dt_tensor_destroy(g[j]);

@@ -58,8 +58,10 @@ static void check_layouts(int64_t kv)
         const char *specs[3][3] = {{bd, NULL, w}, {NULL, w, NULL}, {NULL, NULL, NULL}};
         for (int i = 0; i < 3; i++) {
             dt_layout *l = lay3(m, specs[i][0], specs[i][1], specs[i][2]);
-            dt_tensor *tq = ot_tensor(l, DT_DTYPE_F32, sq, q), *tk = ot_tensor(l, DT_DTYPE_F32, sk, k);
-            dt_tensor *tv = ot_tensor(l, DT_DTYPE_F32, sk, v), *tdy = ot_tensor(l, DT_DTYPE_F32, sq, dy);
+            dt_tensor *tq = ot_tensor(l, DT_DTYPE_F32, sq, q),
+                      *tk = ot_tensor(l, DT_DTYPE_F32, sk, k);
+            dt_tensor *tv = ot_tensor(l, DT_DTYPE_F32, sk, v),
+                      *tdy = ot_tensor(l, DT_DTYPE_F32, sq, dy);
             dt_tensor *ty = NULL, *g[3] = {NULL, NULL, NULL};
             if (kv == H)
                 DT_ASSERT_OK(dt_attention(tq, tk, tv, H, 1, &ty));
@@ -77,8 +79,8 @@ static void check_layouts(int64_t kv)
             if (kv == H)
                 DT_ASSERT_OK(dt_attention_backward(tq, tk, tv, H, 1, tdy, &g[0], &g[1], &g[2]));
             else
-                DT_ASSERT_OK(dt_attention_gqa_backward(tq, tk, tv, H, kv, 1, tdy, &g[0], &g[1],
-                                                       &g[2]));
+                DT_ASSERT_OK(
+                    dt_attention_gqa_backward(tq, tk, tv, H, kv, 1, tdy, &g[0], &g[1], &g[2]));
             ot_fetch(g[0], got);
             CU_ASSERT_EQUAL(ot_mismatches("attention dq", got, dq, N, 0, 0), 0);
             float tol = cp ? 1e-5f : 0.0f;
@@ -126,15 +128,15 @@ static void test_the_tape_through_a_sequence_sharded_attention(void)
 {
     dt_attention_kernel was = dt_attention_kernel_set(DT_ATTENTION_KERNEL_TILED);
     float *f = malloc(10 * N * sizeof *f);
-    float *q = f, *k = q + N, *v = k + N, *dy = v + N, *y = dy + N, *want[3] = {y + N, y + 2 * N,
-                                                                                y + 3 * N};
+    float *q = f, *k = q + N, *v = k + N, *dy = v + N, *y = dy + N,
+          *want[3] = {y + N, y + 2 * N, y + 3 * N};
     float *got = y + 4 * N;
     ot_fill_real(q, N, -1.5f, 1.5f, 80);
     ot_fill_real(k, N, -1.5f, 1.5f, 81);
     ot_fill_real(v, N, -1, 1, 82);
     ot_fill_real(dy, N, -1, 1, 83);
-    DT_ASSERT_OK(dt_kernel_attention_tiled_grad(B, T, H, H, D, 1, q, k, v, dy, want[0], want[1],
-                                                want[2]));
+    DT_ASSERT_OK(
+        dt_kernel_attention_tiled_grad(B, T, H, H, D, 1, q, k, v, dy, want[0], want[1], want[2]));
     dt_mesh *m = ot_mesh_2d();
     dt_layout *l = lay3(m, "b", "m", NULL);
     int64_t sq[3] = {B, T, C};

@@ -46,25 +46,25 @@ static void check_shape(shape s, int causal, int ramp)
     attn_ref(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, dy, ry, rlse, rdq, rdk, rdv);
 
     DT_ASSERT_OK(dt_kernel_attention_tiled(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, y, lse));
-    DT_ASSERT_OK(dt_kernel_attention_tiled_grad(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, dy,
-                                                dq, dk, dv));
-    double e[5] = {attn_rel_err(y, ry, nq), attn_rel_err(lse, rlse, nl),
-                   attn_rel_err(dq, rdq, nq), attn_rel_err(dk, rdk, nk),
-                   attn_rel_err(dv, rdv, nk)};
+    DT_ASSERT_OK(
+        dt_kernel_attention_tiled_grad(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, dy, dq, dk, dv));
+    double e[5] = {attn_rel_err(y, ry, nq), attn_rel_err(lse, rlse, nl), attn_rel_err(dq, rdq, nq),
+                   attn_rel_err(dk, rdk, nk), attn_rel_err(dv, rdv, nk)};
     int bad = 0;
     for (int i = 0; i < 5; i++)
         bad |= !(e[i] < 2e-6 * sqrt((double)s.T) + 1e-6);
     if (bad)
         printf("tiled B%lld T%lld H%lld KV%lld D%lld causal %d ramp %d: y %.2g lse %.2g dq %.2g "
-               "dk %.2g dv %.2g\n", (long long)s.B, (long long)s.T, (long long)s.H,
-               (long long)s.KV, (long long)s.D, causal, ramp, e[0], e[1], e[2], e[3], e[4]);
+               "dk %.2g dv %.2g\n",
+               (long long)s.B, (long long)s.T, (long long)s.H, (long long)s.KV, (long long)s.D,
+               causal, ramp, e[0], e[1], e[2], e[3], e[4]);
     CU_ASSERT(!bad);
 
     /* The untiled kernel on the same data agrees with the reference as closely. */
     dt_attention_kernel was = dt_attention_kernel_set(DT_ATTENTION_KERNEL_UNTILED);
     DT_ASSERT_OK(dt_kernel_attention_gqa(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, y2));
-    DT_ASSERT_OK(dt_kernel_attention_gqa_grad(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, dy, dq,
-                                              dk2, dv2));
+    DT_ASSERT_OK(
+        dt_kernel_attention_gqa_grad(s.B, s.T, s.H, s.KV, s.D, causal, q, k, v, dy, dq, dk2, dv2));
     dt_attention_kernel_set(was);
     CU_ASSERT(attn_rel_err(y2, ry, nq) < 2e-6 * sqrt((double)s.T) + 1e-6);
     CU_ASSERT(attn_rel_err(dk2, rdk, nk) < 2e-6 * sqrt((double)s.T) + 1e-6);

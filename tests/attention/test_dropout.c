@@ -16,8 +16,8 @@ static void test_philox_known_answers(void)
     static const uint32_t ctr[3][4] = {{0, 0, 0, 0},
                                        {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
                                        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
-    static const uint32_t key[3][2] = {{0, 0}, {0xffffffffu, 0xffffffffu},
-                                       {0xa4093822u, 0x299f31d0u}};
+    static const uint32_t key[3][2] = {
+        {0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
     static const uint32_t want[3][4] = {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
                                         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
                                         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}};
@@ -45,8 +45,8 @@ static void test_mask_statistics_and_split_independence(void)
     /* Any split gives the same values: odd starts and lengths. */
     int64_t cuts[] = {0, 1, 2, 7, 4096, 4099, 150001, N};
     for (int i = 0; i + 1 < (int)(sizeof cuts / sizeof cuts[0]); i++)
-        DT_ASSERT_OK(dt_kernel_dropout_mask(cuts[i], cuts[i + 1] - cuts[i], 0.1f, 42, 7,
-                                            b + cuts[i]));
+        DT_ASSERT_OK(
+            dt_kernel_dropout_mask(cuts[i], cuts[i + 1] - cuts[i], 0.1f, 42, 7, b + cuts[i]));
     CU_ASSERT_EQUAL(memcmp(a, b, N * sizeof *a), 0);
     /* Another stream, another seed: other masks (nearly half... of the 10%: many differ). */
     DT_ASSERT_OK(dt_kernel_dropout_mask(0, N, 0.1f, 42, 8, b));
@@ -82,7 +82,7 @@ static dt_layout *lay3(const dt_mesh *m, const char *s0, const char *s1, const c
 #define D0 3
 #define D1 7
 #define D2 10
-#define N (D0 * D1 * D2)
+#define N  (D0 * D1 * D2)
 
 static void test_sharded_masks_equal_the_unsharded_one(void)
 {
@@ -147,7 +147,8 @@ static void test_the_tape_gradient_is_dy_times_the_mask(void)
     int64_t shape[3] = {D0, D1, D2};
     dt_mesh *m = ot_mesh_2d();
     dt_layout *l = lay3(m, "b", NULL, "m", NULL);
-    dt_tensor *tx = ot_tensor(l, DT_DTYPE_F32, shape, x), *tdy = ot_tensor(l, DT_DTYPE_F32, shape, dy);
+    dt_tensor *tx = ot_tensor(l, DT_DTYPE_F32, shape, x),
+              *tdy = ot_tensor(l, DT_DTYPE_F32, shape, dy);
     dt_tape *tape = NULL;
     DT_ASSERT_OK(dt_tape_create(NULL, &tape));
     DT_ASSERT_OK(dt_tape_watch(tape, tx, 0));
