@@ -144,6 +144,7 @@ dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int
                                    const float *q, const float *k, const float *v, float *y,
                                    float *lse)
 {
+    dt__blas_threads_once(); /* as dt_kernel_gemm: OpenBLAS threads = cores / clients */
     work w;
     if (!work_new(head_dim, &w))
         return dt__error(DT_ERR_NO_MEMORY, "attention (tiled): out of memory");
@@ -184,6 +185,7 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
                                         const float *dy, float *dq, float *dk, float *dv,
                                         int accumulate)
 {
+    dt__blas_threads_once();
     work w;
     if (!work_new(head_dim, &w))
         return dt__error(DT_ERR_NO_MEMORY, "attention gradient (tiled): out of memory");
