@@ -45,6 +45,10 @@ typedef struct ctx {
     dt_tensor *test_x, *test_y;
     int64_t test_targets;
     dt_data_source *source; /* the training names */
+    int64_t T;              /* tokens per row: NAMES_CONTEXT, or --context (names packed) */
+    int32_t *stream;        /* --context: the training names packed (names_pack) */
+    int64_t rows;           /* examples: training names, or rows of the packed stream */
+    dt_data_field fields[2];
     dt_dataset *data;       /* their global batches: inputs and targets [batch, 16] */
     history hist;
     int64_t step;
@@ -73,9 +77,21 @@ static int setup_mesh(ctx *c)
 /* The source's callback: training name `index` as its input and target rows. */
 static dt_status fill_example(void *arg, int64_t index, void *const *fields)
 {
-    const names *train = arg;
+    const ctx *c = arg;
     int32_t row = (int32_t)index, x[NAMES_CONTEXT], y[NAMES_CONTEXT];
-    names_encode(train, &row, 1, x, y);
+    if (c->stream) { /* --context: row `index` of the packed names */
+        int32_t *w = malloc(2 * (size_t)c->T * sizeof *w);
+        if (!w)
+            return DT_ERR_NO_MEMORY;
+        names_window(c->stream, c->T, index, w, w + c->T);
+        if (fields[0])
+            memcpy(fields[0], w, (size_t)c->T * sizeof *w);
+        if (fields[1])
+            memcpy(fields[1], w + c->T, (size_t)c->T * sizeof *w);
+        free(w);
+        return DT_OK;
+    }
+    names_encode(&c->train, &row, 1, x, y);
     if (fields[0])
         memcpy(fields[0], x, sizeof x);
     if (fields[1])
@@ -92,25 +108,33 @@ static int setup_data(ctx *c)
         snprintf(err, sizeof err, "out of memory");
         bad = 1;
     }
+    c->T = c->o.context ? c->o.context : NAMES_CONTEXT;
+    c->rows = c->train.n;
+    if (!bad && c->o.context) {
+        int64_t len = names_pack(&c->train, &c->stream);
+        if (len < 0)
+            snprintf(err, sizeof err, "out of memory");
+        bad = len < 0;
+        c->rows = bad ? 0 : (len - 1) / c->T;
+    }
     if (job_any_failed(&c->j, bad, err))
         return 1;
     int64_t shards = dt_mesh_dim_size(c->mesh, dt_mesh_dim_index(c->mesh, "batch"));
-    if (c->o.batch < shards || c->o.batch > c->train.n) {
+    if (c->o.batch < shards || c->o.batch > c->rows) {
         if (c->j.me == 0)
             fprintf(stderr, "train_gpt: --batch %lld: must be in %lld..%lld\n",
-                    (long long)c->o.batch, (long long)shards, (long long)c->train.n);
+                    (long long)c->o.batch, (long long)shards, (long long)c->rows);
         return 2;
     }
     /* Epochs of a seeded shuffle of the training names cut into global batches; each
      * process encodes only its devices' rows, on a prefetch thread. */
-    static const dt_data_field fields[2] = {{DT_DTYPE_I32, 1, {NAMES_CONTEXT}},
-                                            {DT_DTYPE_I32, 1, {NAMES_CONTEXT}}};
+    dt_data_field *fields = c->fields;
+    fields[0] = fields[1] = (dt_data_field){DT_DTYPE_I32, 1, {c->T}};
     dt_layout *l = NULL;
     dt_dataset_opts dopts = DT_DATASET_OPTS_INIT;
     dopts.global_batch = c->o.batch;
     dopts.seed = (uint64_t)c->o.seed;
-    dt_status st = dt_data_source_callback(c->train.n, 2, fields, fill_example, &c->train,
-                                           &c->source);
+    dt_status st = dt_data_source_callback(c->rows, 2, fields, fill_example, c, &c->source);
     if (st == DT_OK)
         st = dt_layout_batch_sharded(c->mesh, "batch", 2, 0, &l);
     const dt_layout *ls[2] = {l, l};
@@ -125,20 +149,36 @@ static int setup_model(ctx *c)
     c->dtype = strcmp(c->o.precision, "bf16") == 0  ? DT_DTYPE_BF16
                : strcmp(c->o.precision, "f16") == 0 ? DT_DTYPE_F16
                                                      : DT_DTYPE_F32;
-    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
+    gpt_config cfg = {NAMES_VOCAB, c->T, c->o.width, c->o.heads, c->o.layers,
                       strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
     dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
     if (st != DT_OK)
         return job_fail(&c->j, "model", st, gpt_last_error());
     gpt_set_backward(c->model, (int)c->o.manual_backward, (int)c->o.checkpoint_blocks);
-    int64_t n = c->test.n, T = NAMES_CONTEXT;
+    gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, 0);
+    int64_t n = c->test.n, T = c->T;
+    int32_t *stream = NULL;
+    if (c->o.context) { /* the held-out names packed: every row of T whole */
+        int64_t len = names_pack(&c->test, &stream);
+        n = len > 0 ? (len - 1) / T : 0;
+    }
     int32_t *x = malloc((size_t)(n * T) * sizeof *x), *y = malloc((size_t)(n * T) * sizeof *y);
-    if (job_any_failed(&c->j, !x || !y, "out of memory")) {
+    if (job_any_failed(&c->j, !x || !y || (c->o.context && (!stream || n < 1)),
+                       c->o.context && n < 1 ? "--context: longer than the held-out names"
+                                            : "out of memory")) {
         free(x);
         free(y);
+        free(stream);
         return 1;
     }
-    c->test_targets = names_encode(&c->test, NULL, n, x, y);
+    if (stream) {
+        for (int64_t i = 0; i < n; i++)
+            names_window(stream, T, i, x + i * T, y + i * T);
+        c->test_targets = n * T;
+        free(stream);
+    } else {
+        c->test_targets = names_encode(&c->test, NULL, n, x, y);
+    }
     st = gpt_inputs(c->model, n, x, y, &c->test_x, &c->test_y);
     free(x);
     free(y);
@@ -261,6 +301,7 @@ static int train_step(ctx *c, hist_rec *rec)
     /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
      * reduction then runs in the background while the earlier layers' gradients are made. */
     grad_hand hand = {c->zero, c->dtype};
+    gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, (uint64_t)c->step);
     if ((st = gpt_count_targets(c->model, xy[1], &targets)) != DT_OK ||
         (st = gpt_grads_each(c->model, xy[0], xy[1], targets, (float)scale, &loss, hand_grad,
                              &hand, g)) != DT_OK) {
@@ -293,7 +334,8 @@ static int evaluate(ctx *c, double *loss)
  * the same on every client (one seeded generator, logits gathered), comma-separated. */
 static int sample_names(ctx *c, int64_t count, char *out, size_t outlen)
 {
-    int64_t T = NAMES_CONTEXT, V = NAMES_VOCAB;
+    /* Rows of the model's context T; a name is drawn in at most NAMES_CONTEXT - 1 steps. */
+    int64_t T = c->T, V = NAMES_VOCAB;
     int32_t *x = calloc((size_t)(count * T), sizeof *x);
     float *logits = malloc((size_t)(count * T * V) * sizeof *logits);
     char(*s)[NAMES_CONTEXT + 1] = calloc((size_t)count, sizeof *s);
@@ -306,7 +348,7 @@ static int sample_names(ctx *c, int64_t count, char *out, size_t outlen)
     rng r;
     rng_seed(&r, (uint64_t)c->o.seed * 7919u + 17u);
     int rc = 0;
-    for (int64_t t = 0; t + 1 < T && rc == 0; t++) {
+    for (int64_t t = 0; t + 1 < T && t + 1 < NAMES_CONTEXT && rc == 0; t++) {
         dt_tensor *tx = NULL;
         dt_status st = gpt_inputs(c->model, count, x, NULL, &tx, NULL);
         if (st == DT_OK)
@@ -375,12 +417,12 @@ static int run(ctx *c)
         (long long)c->train.n, (long long)c->test.n, c->o.data_file, (long long)c->o.batch);
     job_say(&c->j, "  model: %lld layers, width %lld, %lld heads, context %d, %lld %s parameters; "
         "ZeRO stage %lld, AdamW lr %g\n", (long long)c->o.layers, (long long)c->o.width,
-        (long long)c->o.heads, NAMES_CONTEXT, (long long)gpt_param_count(c->model),
+        (long long)c->o.heads, (int)c->T, (long long)gpt_param_count(c->model),
         c->o.precision, (long long)c->o.stage, c->o.lr);
     if (c->o.resume && (rc = resume(c)) != 0)
         return rc;
 
-    int64_t b = c->o.batch, T = NAMES_CONTEXT;
+    int64_t b = c->o.batch, T = c->T;
     int64_t last = c->o.stop_after ? c->o.stop_after : c->o.steps;
     double t_start = job_now(), win_time = 0, eloss = NAN;
     int64_t win_steps = 0, win_skipped = 0;
@@ -464,6 +506,7 @@ static void ctx_free(ctx *c)
     names_free(&c->all);
     names_free(&c->train);
     names_free(&c->test);
+    free(c->stream);
 }
 
 int main(int argc, char **argv)

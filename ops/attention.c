@@ -1,7 +1,9 @@
 /* Local scaled dot-product self-attention with an optional causal mask, and its gradient
  * (which recomputes the attention weights instead of storing them); grouped-query attention
- * (ops/llama.c) runs the same code. */
+ * (ops/llama.c) runs the same code. Long sequences go to the tiled kernel
+ * (ops/attention_tiled.c; dt_attention_kernel_set chooses). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +37,46 @@ static int64_t weights(int64_t n, int64_t hd, int64_t ld, float scale, const flo
     return n;
 }
 
+/* The kernel choice: -1 until first read (then DT_ATTENTION_KERNEL from the environment). */
+static _Atomic int kernel_choice = -1;
+
+static int choice(void)
+{
+    int c = atomic_load(&kernel_choice);
+    if (c >= 0)
+        return c;
+    const char *env = getenv("DT_ATTENTION_KERNEL");
+    c = DT_ATTENTION_KERNEL_AUTO;
+    if (env && strcmp(env, "tiled") == 0)
+        c = DT_ATTENTION_KERNEL_TILED;
+    else if (env && strcmp(env, "untiled") == 0)
+        c = DT_ATTENTION_KERNEL_UNTILED;
+    int unread = -1;
+    atomic_compare_exchange_strong(&kernel_choice, &unread, c);
+    return atomic_load(&kernel_choice);
+}
+
+dt_attention_kernel dt_attention_kernel_set(dt_attention_kernel kernel)
+{
+    int old = choice();
+    if (kernel == DT_ATTENTION_KERNEL_AUTO || kernel == DT_ATTENTION_KERNEL_UNTILED ||
+        kernel == DT_ATTENTION_KERNEL_TILED)
+        atomic_store(&kernel_choice, (int)kernel);
+    return (dt_attention_kernel)old;
+}
+
+int dt__attention_cuda_tiled(int64_t head_dim)
+{
+    return choice() == DT_ATTENTION_KERNEL_TILED && head_dim <= DT__CUDA_TILED_MAXD;
+}
+
+int dt__attention_use_tiled(int64_t seq)
+{
+    int c = choice();
+    return c == DT_ATTENTION_KERNEL_TILED ||
+           (c == DT_ATTENTION_KERNEL_AUTO && seq >= DT_ATTENTION_TILED_MIN_SEQ);
+}
+
 /* The kernels proper, for q, y [batch, seq, heads * head_dim] and k, v [batch, seq,
  * kv_heads * head_dim] (query head h reads kv head h / (heads / kv_heads): grouped-query
  * attention; kv_heads == heads is plain attention, so both ops give the same bits). Sizes
@@ -43,6 +85,9 @@ dt_status dt__attention_run(int64_t batch, int64_t seq, int64_t heads, int64_t k
                             int64_t head_dim, int causal, const float *q, const float *k,
                             const float *v, float *y)
 {
+    if (dt__attention_use_tiled(seq))
+        return dt__attention_tiled_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v,
+                                       y, NULL);
     float *p = malloc((size_t)seq * sizeof *p);
     if (!p)
         return dt__error(DT_ERR_NO_MEMORY, "attention: out of memory");
@@ -71,6 +116,9 @@ dt_status dt__attention_grad_run(int64_t batch, int64_t seq, int64_t heads, int6
                                  const float *v, const float *dy, float *dq, float *dk,
                                  float *dv)
 {
+    if (dt__attention_use_tiled(seq))
+        return dt__attention_tiled_grad_run(batch, seq, heads, kv_heads, head_dim, causal, q, k,
+                                            v, dy, dq, dk, dv);
     float *p = malloc(2 * (size_t)seq * sizeof *p);
     if (!p)
         return dt__error(DT_ERR_NO_MEMORY, "attention gradient: out of memory");

@@ -251,4 +251,49 @@ dt_status dt__attention_grad_run(int64_t batch, int64_t seq, int64_t heads, int6
                                  const float *v, const float *dy, float *dq, float *dk,
                                  float *dv);
 
+/* The tiled kernels (ops/attention_tiled.c), same contract; lse [batch, heads, seq] or NULL.
+ * dt__attention_use_tiled: whether dt__attention_run/_grad_run take them for this seq
+ * (dt_attention_kernel_set, DT_ATTENTION_KERNEL). */
+dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, int causal, const float *q, const float *k,
+                                  const float *v, float *y, float *lse);
+dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int causal,
+                                       const float *q, const float *k, const float *v,
+                                       const float *dy, float *dq, float *dk, float *dv);
+/* The same on a slice of seq queries whose first sits at position qoff of kv_seq keys (the
+ * sequence-sharded dt_attention: keys and values gathered, queries local); dq gets the
+ * slice's rows, dk, dv [batch, kv_seq, kv_heads * head_dim] its contributions (overwritten,
+ * or added to with accumulate). */
+dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
+                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   int causal, const float *q, const float *k, const float *v,
+                                   float *y, float *lse);
+dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff,
+                                        int64_t kv_seq, int64_t heads, int64_t kv_heads,
+                                        int64_t head_dim, int causal, const float *q,
+                                        const float *k, const float *v, const float *dy,
+                                        float *dq, float *dk, float *dv, int accumulate);
+int dt__attention_use_tiled(int64_t seq);
+/* Sequence-sharded attention (ops/attention_cp.c): the mesh dim sharding q's sequence when the
+ * op takes that path (a CPU mesh, the tiled kernel chosen for this length, the dim not also
+ * in the working spec ls), else -1; the forward and backward on the working spec ls with the
+ * sequence sharded over sdim (output, dq, dk, dv in that layout). */
+int dt__attention_cp_dim(const dt_tensor *q, const dt__lspec *ls);
+dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                                   int64_t heads, int64_t kv_heads, int causal,
+                                   const dt__lspec *ls, int sdim, dt_tensor **out);
+dt_status dt__attention_cp_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                                    const dt_tensor *dy, int64_t heads, int64_t kv_heads,
+                                    int causal, const dt__lspec *ls, int sdim,
+                                    dt_tensor **dq_out, dt_tensor **dk_out, dt_tensor **dv_out);
+/* The CUDA backend: 1 to run ops/cuda/attention_tiled.cu, only when chosen explicitly
+ * (DT_ATTENTION_KERNEL_TILED; AUTO keeps CUDA on its untiled kernels) and head_dim fits. */
+#define DT__CUDA_TILED_MAXD 128
+int dt__attention_cuda_tiled(int64_t head_dim);
+
+/* dt_kernel_dropout_mask without the checks (ops/philox.c). */
+void dt__dropout_mask_run(int64_t first, int64_t n, float p, uint64_t seed, uint64_t stream,
+                          float *mask);
+
 #endif

@@ -1,6 +1,7 @@
 /* Distributed causal self-attention on q, k, v [batch, seq, heads * head_dim]: the sequence is
  * gathered, batch keeps q's sharding and the heads stay sharded over q's model dim when whole
- * heads fall on each device (Megatron's head-parallel attention: no communication). */
+ * heads fall on each device (Megatron's head-parallel attention: no communication). With the
+ * tiled kernel on a CPU mesh, a sequence-sharded q keeps its sharding (ops/attention_cp.c). */
 #include <string.h>
 
 #include "layout/tensor_dev.h"
@@ -52,6 +53,12 @@ static dt_status attention_run(const dt_tensor *q, const dt_tensor *k, const dt_
     int64_t hd = s[2] / heads;
     dt__lspec ls;
     attn_spec(q, heads, &ls);
+    int sdim = dt__attention_cp_dim(q, &ls);
+    if (sdim >= 0) { /* the sequence stays sharded (ops/attention_cp.c) */
+        dt_tensor *t = NULL;
+        st = dt__attention_cp_forward(q, k, v, heads, heads, causal, &ls, sdim, &t);
+        return dt__ops_finish(be, op, NULL, st, &t, out);
+    }
     dt_tensor *rq = NULL, *rk = NULL, *rv = NULL, *y = NULL;
     st = dt__ensure_layout(q, &ls, &rq);
     if (st == DT_OK)
@@ -106,6 +113,10 @@ dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k, const dt
     int64_t hd = s[2] / heads;
     dt__lspec ls;
     attn_spec(q, heads, &ls);
+    int sdim = dt__attention_cp_dim(q, &ls);
+    if (sdim >= 0) /* the sequence stays sharded (ops/attention_cp.c) */
+        return dt__attention_cp_backward(q, k, v, dy, heads, heads, causal, &ls, sdim, dq_out,
+                                         dk_out, dv_out);
     dt_tensor *in[4] = {NULL, NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
     const dt_tensor *src[4] = {q, k, v, dy};
     for (int j = 0; j < 4 && st == DT_OK; j++)

@@ -329,6 +329,12 @@ static dt_status gqa_run(const dt_tensor *q, const dt_tensor *k, const dt_tensor
     int64_t hd = s[2] / heads, group = heads / kv_heads;
     dt__lspec ls;
     unit_spec(q, 1, kv_heads, &ls);
+    int sdim = dt__attention_cp_dim(q, &ls);
+    if (sdim >= 0) { /* the sequence stays sharded (ops/attention_cp.c) */
+        dt_tensor *t = NULL;
+        st = dt__attention_cp_forward(q, k, v, heads, kv_heads, causal, &ls, sdim, &t);
+        return dt__ops_finish(be, op, NULL, st, &t, out);
+    }
     dt_tensor *rq = NULL, *rk = NULL, *rv = NULL, *y = NULL;
     st = dt__ensure_layout(q, &ls, &rq);
     if (st == DT_OK)
@@ -372,6 +378,10 @@ dt_status dt_attention_gqa_backward(const dt_tensor *q, const dt_tensor *k, cons
     int64_t hd = s[2] / heads, group = heads / kv_heads;
     dt__lspec ls;
     unit_spec(q, 1, kv_heads, &ls);
+    int sdim = dt__attention_cp_dim(q, &ls);
+    if (sdim >= 0) /* the sequence stays sharded (ops/attention_cp.c) */
+        return dt__attention_cp_backward(q, k, v, dy, heads, kv_heads, causal, &ls, sdim, dq_out,
+                                         dk_out, dv_out);
     dt_tensor *in[4] = {NULL, NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
     const dt_tensor *src[4] = {q, k, v, dy};
     for (int j = 0; j < 4 && st == DT_OK; j++)

@@ -35,6 +35,9 @@ struct gpt {
     int manual_backward, checkpoint_blocks; /* gpt_set_backward */
     int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
     uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
+    float dropout;              /* gpt_set_dropout: residual dropout in training passes */
+    uint64_t drop_seed, drop_pass;
+    int drop_on;                /* a training pass (tape_grads) runs */
 };
 
 static char own_error[160];
@@ -244,7 +247,9 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
     m->names = calloc((size_t)m->nparams, sizeof *m->names);
     dt_status st = m->param && m->names ? DT_OK : no_memory();
     const char *tp = dt_mesh_dim_index(mesh, "model") >= 0 ? "model" : DT_UNSHARDED;
-    const char *s_act[3] = {"batch", DT_UNSHARDED, DT_UNSHARDED};
+    /* A `seq` mesh dim shards the sequence of the activations (context parallel attention). */
+    const char *cp = dt_mesh_dim_index(mesh, "seq") >= 0 ? "seq" : DT_UNSHARDED;
+    const char *s_act[3] = {"batch", cp, DT_UNSHARDED};
     const char *s_col[2] = {DT_UNSHARDED, tp}, *s_row[2] = {tp, DT_UNSHARDED};
     if (st == DT_OK &&
         ((st = dt_layout_create(mesh, 3, s_act, &m->l_act)) != DT_OK ||
@@ -598,6 +603,21 @@ static dt_status unit_end(pass *p, int open, dt_status st)
 
 #define K(tp, call, var) ((st = (call)) == DT_OK ? (keep((tp), (var)), DT_OK) : st)
 
+/* Residual dropout (gpt_set_dropout) of a block's branch output *o, site `site` of the pass:
+ * Philox keyed by the global element index (dt_dropout), so every mesh drops the same
+ * elements. Nothing outside training passes or at p = 0. */
+static dt_status drop(const gpt *m, pass *p, int site, dt_tensor **o)
+{
+    if (!m->drop_on || m->dropout <= 0.0f)
+        return DT_OK;
+    dt_tensor *d = NULL;
+    dt_status st = dt_dropout(*o, m->dropout, m->drop_seed, m->drop_pass * 1024u + (uint64_t)site,
+                              &d);
+    if (st == DT_OK)
+        *o = keep(&p->tp, d);
+    return st;
+}
+
 /* Stage 3 with a tape: unit u's gathered parameters watched (after its unit_in). */
 static dt_status watched_in(const gpt *m, pass *p, int u, int next)
 {
@@ -642,6 +662,7 @@ static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
             K(&p->tp, dt_attention_gqa(qr, kr, v, H, KV, 1, &y), y) != DT_OK ||
             K(&p->tp, dt_matmul_nd(y, param_of(m, p_w(m, l, LW_O)), 0, 0, m->l_act, &o), o) !=
                 DT_OK ||
+            (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &x1), x1) != DT_OK ||
             K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK ||
             K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
@@ -651,6 +672,7 @@ static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
             K(&p->tp, dt_swiglu(gt, up, &sw), sw) != DT_OK ||
             K(&p->tp, dt_matmul_nd(sw, param_of(m, p_w(m, l, LW_DOWN)), 0, 0, m->l_act, &mo), mo) !=
                 DT_OK ||
+            (st = drop(m, p, 2 * l + 1, &mo)) != DT_OK ||
             K(&p->tp, dt_add(x1, mo, m->l_act, &x), x) != DT_OK ||
             (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
@@ -716,6 +738,7 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
             K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, m->l_act, &o), o) !=
                 DT_OK ||
+            (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
@@ -723,6 +746,7 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
                 DT_OK ||
+            (st = drop(m, p, 2 * l + 1, &mo)) != DT_OK ||
             K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
             (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
             return st;
@@ -880,6 +904,13 @@ uint64_t gpt_peak_saved(const gpt *m)
     return m->peak_saved;
 }
 
+void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index)
+{
+    m->dropout = p;
+    m->drop_seed = seed;
+    m->drop_pass = pass_index;
+}
+
 void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks)
 {
     m->manual_backward = manual;
@@ -968,7 +999,14 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
     float dloss = targets > 0 ? loss_scale * (float)((double)rows / (double)targets) : 0.0f;
     dt_status st = DT_OK;
     if (!m->manual_backward) {
+        m->drop_on = 1;
         st = tape_grads(m, p, x, y, targets, dloss, loss_out, fn, arg, g);
+        m->drop_on = 0;
+        m->drop_pass++;
+    } else if (m->dropout > 0.0f) {
+        snprintf(own_error, sizeof own_error, "train_gpt: --dropout needs the tape's backward "
+                 "(not --manual-backward)");
+        st = DT_ERR_UNSUPPORTED;
     } else if (m->cfg.llama) {
         snprintf(own_error, sizeof own_error, "train_gpt: --arch llama has no hand-written "
                  "backward (--manual-backward)");

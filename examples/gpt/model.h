@@ -8,7 +8,8 @@
  *   output [C, V]               column parallel: the logits stay vocabulary-sharded and the
  *                               loss is Megatron's vocab-parallel cross-entropy
  *   layer norms                 replicated
- *   activations [B, T, *]       sharded on batch.
+ *   activations [B, T, *]       sharded on batch (and along T on a `seq` mesh dim, if any:
+ *                               context-parallel attention, docs/attention.md).
  * The forward pass is written with libdtensor's distributed ops and recorded on its autograd
  * tape, which runs the backward pass (gpt_set_backward). */
 #ifndef GPT_MODEL_H
@@ -86,6 +87,11 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
  * recomputed in the backward pass: the same bits); manual != 0 uses the hand-written backward
  * pass instead (the reference for tests and bench/gpt.sh). */
 void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks);
+/* Residual dropout with probability p (0: none) on each block's attention and MLP outputs in
+ * the training passes of gpt_grads*, from Philox keyed by (seed, pass, site, global element
+ * index): the same mask on every mesh. `pass_index` numbers the next training pass (then counted
+ * up by one per pass; train_gpt sets it to the step). Needs the tape's backward. */
+void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index);
 /* The most bytes (this client's devices) a tape has held for the backward pass in any
  * gpt_grads so far: the activations kept (0 with the hand-written backward). */
 uint64_t gpt_peak_saved(const gpt *m);

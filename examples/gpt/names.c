@@ -121,3 +121,28 @@ int64_t names_encode(const names *set, const int32_t *rows, int64_t count, int32
     }
     return targets;
 }
+
+int64_t names_pack(const names *set, int32_t **out)
+{
+    int64_t len = 1;
+    for (int64_t i = 0; i < set->n; i++)
+        len += (int64_t)strlen(set->s[i]) + 1;
+    int32_t *s = malloc((size_t)len * sizeof *s);
+    if (!s)
+        return -1;
+    int64_t k = 0;
+    s[k++] = 0;
+    for (int64_t i = 0; i < set->n; i++) {
+        for (const char *c = set->s[i]; *c; c++)
+            s[k++] = names_token(*c);
+        s[k++] = 0;
+    }
+    *out = s;
+    return len;
+}
+
+void names_window(const int32_t *stream, int64_t T, int64_t i, int32_t *x, int32_t *y)
+{
+    memcpy(x, stream + i * T, (size_t)T * sizeof *x);
+    memcpy(y, stream + i * T + 1, (size_t)T * sizeof *y);
+}

@@ -34,4 +34,12 @@ char names_char(int token);
 int64_t names_encode(const names *set, const int32_t *rows, int64_t count, int32_t *x,
                      int32_t *y);
 
+/* --context T (train_gpt): the names of `set` packed one after another, each after a marker
+ * (0 a b 0 c d e ... 0), into *out (malloc'd). Returns the token count, -1 without memory.
+ * names_window: row i of that stream cut into rows of T, inputs x = s[iT .. iT+T-1] and
+ * targets y = s[iT+1 .. iT+T] (every target counts); a stream of len tokens has (len - 1) / T
+ * rows. */
+int64_t names_pack(const names *set, int32_t **out);
+void names_window(const int32_t *stream, int64_t T, int64_t i, int32_t *x, int32_t *y);
+
 #endif

@@ -32,6 +32,7 @@ static const spec specs[] = {
     I("--eval-every", eval_every, 1, 1e6), I("--samples", samples, 0, 1000),
     F("--lr", lr, 0, 10), F("--min-lr", min_lr, 0, 10), F("--weight-decay", weight_decay, 0, 10),
     F("--clip", clip, 0, 1e30), S("--arch", arch), I("--kv-heads", kv_heads, 0, 256),
+    F("--dropout", dropout, 0, 0.95), I("--context", context, 0, 65536),
 };
 
 void gpt_options_usage(FILE *f)
@@ -67,6 +68,10 @@ void gpt_options_usage(FILE *f)
           "  --arch gpt|llama    the model (default gpt; llama: RMS norms, rotary positions,\n"
           "                      SwiGLU MLP, grouped-query attention)\n"
           "  --kv-heads N        llama: key/value heads (default heads / 2)\n"
+          "  --dropout P         residual dropout in training (default 0), the same mask on\n"
+          "                      every mesh (Philox keyed by the global element index)\n"
+          "  --context T         T tokens per row: the names packed one after another\n"
+          "                      (default 0: one name per row, context 16)\n"
           "  --checkpoint-blocks recompute each block's activations in the backward pass\n"
           "                      (activation checkpointing; the same results)\n"
           "  --manual-backward   the hand-written backward pass instead of the autograd\n"

@@ -17,6 +17,8 @@ typedef struct gpt_opts {
     int checkpoint_blocks, manual_backward; /* gpt_set_backward */
     const char *arch;                       /* gpt or llama */
     int64_t kv_heads;                       /* llama: 0 for heads / 2 */
+    double dropout;                         /* --dropout: residual dropout (gpt_set_dropout) */
+    int64_t context;                        /* --context: 0 one name per row, else packed */
 } gpt_opts;
 
 /* Parses argv ("--name value" or "--name=value") into *o, defaults first. Returns 0, or -1

@@ -140,6 +140,49 @@ DT_API dt_status dt_kernel_attention_grad(int64_t batch, int64_t seq, int64_t he
                                           const float *k, const float *v, const float *dy,
                                           float *dq, float *dk, float *dv);
 
+/* Tiled (flash-attention style) attention, grouped-query form (kv_heads dividing heads; equal
+ * for plain attention): blocks of 32 queries against blocks of 64 keys with an online softmax,
+ * masked causal blocks skipped, O(32 x head_dim) scratch whatever seq (never seq x seq). lse,
+ * when not NULL, gets the log-sum-exp of each row's scaled scores, [batch, heads, seq]. The
+ * gradient recomputes each block's probabilities from the rows' log-sum-exp (nothing is kept
+ * between the calls) and overwrites dq, dk, dv. Same results as dt_kernel_attention within
+ * f32 rounding, not the same bits. DT_ERR_INVALID_ARGUMENT, DT_ERR_NO_MEMORY. Local. */
+DT_API dt_status dt_kernel_attention_tiled(int64_t batch, int64_t seq, int64_t heads,
+                                           int64_t kv_heads, int64_t head_dim, int causal,
+                                           const float *q, const float *k, const float *v,
+                                           float *y, float *lse);
+DT_API dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int64_t heads,
+                                                int64_t kv_heads, int64_t head_dim, int causal,
+                                                const float *q, const float *k, const float *v,
+                                                const float *dy, float *dq, float *dk,
+                                                float *dv);
+
+/* Which CPU kernel dt_kernel_attention*, dt_kernel_attention_gqa* and so dt_attention* run (on
+ * CPU meshes and the simulated GPU; CUDA keeps its own): AUTO (the default) takes the tiled
+ * one from seq >= DT_ATTENTION_TILED_MIN_SEQ on and the untiled one below (so short
+ * sequences keep their former bits). The environment variable DT_ATTENTION_KERNEL=tiled,
+ * untiled or auto sets the initial choice. Process-wide; returns the previous choice (an
+ * unknown value changes nothing). Every process of a job must choose alike. */
+typedef enum dt_attention_kernel {
+    DT_ATTENTION_KERNEL_AUTO = 0,
+    DT_ATTENTION_KERNEL_UNTILED = 1,
+    DT_ATTENTION_KERNEL_TILED = 2,
+} dt_attention_kernel;
+#define DT_ATTENTION_TILED_MIN_SEQ 256
+DT_API dt_attention_kernel dt_attention_kernel_set(dt_attention_kernel kernel);
+
+/* Philox-4x32-10 (Salmon et al., SC 2011): out = the 10-round bijection of ctr under key
+ * (Random123's known answers). Local, cannot fail. */
+DT_API void dt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* The dropout mask of the elements with global row-major indices first .. first+n-1 of a
+ * tensor: element g is 0 (dropped) when the top 24 bits of word g % 4 of
+ * dt_philox4x32_10({g / 4 as two words, stream as two words}, {seed as two words}), read as
+ * u in [0, 1), are below p, else 1 / (1 - p). So a mask depends only on (seed, stream, g),
+ * not on how the elements are split. DT_ERR_INVALID_ARGUMENT for a negative first or n, a NULL
+ * mask with n > 0, or p outside [0, 1]. Local. */
+DT_API dt_status dt_kernel_dropout_mask(int64_t first, int64_t n, float p, uint64_t seed,
+                                        uint64_t stream, float *mask);
+
 /* Embedding lookup from the slice of a table holding rows lo .. lo+rows-1 ([rows, dim]):
  * out[i, :] = table[ids[i] - lo, :] for n ids inside the slice, zeros for the others (so the
  * slices' outputs add up to the full lookup). The gradient overwrites dtable [rows, dim] with
@@ -368,13 +411,29 @@ DT_API dt_status dt_softmax_backward(const dt_tensor *y, const dt_tensor *dy, in
  * the width keeps q's sharding when its mesh dim's size divides `heads` (each device then
  * holds whole heads: Megatron's head-parallel attention, no communication), else it is
  * gathered; k and v are relaid out to q's working layout. Output and gradients (dq, dk, dv,
- * all three required) are in that layout. */
+ * all three required) are in that layout. Sequence-sharded q on a CPU mesh with the tiled
+ * kernel (dt_attention_kernel_set; seq >= DT_ATTENTION_TILED_MIN_SEQ under AUTO): the
+ * sequence stays sharded instead (context parallel: k, v all-gathered, each device computes
+ * its own query rows; dk, dv reduce-scattered), docs/attention.md. */
 DT_API dt_status dt_attention(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                               int64_t heads, int causal, dt_tensor **out);
 DT_API dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k,
                                        const dt_tensor *v, int64_t heads, int causal,
                                        const dt_tensor *dy, dt_tensor **dq_out,
                                        dt_tensor **dk_out, dt_tensor **dv_out);
+
+/* Dropout. dt_dropout_mask: a new f32 tensor of `shape` in `layout` (its partial dims
+ * dropped) holding dt_kernel_dropout_mask of every element's global row-major index: the same
+ * values on any mesh and layout as on one device. No communication (each process fills its
+ * own components; on GPU meshes through a host buffer). dt_dropout: x times that mask in x's
+ * layout (dt_mul, so a recording tape records the product and its backward is dy times the
+ * same mask; dt_dropout(dy, ...) with the same p, seed and stream is also the backward).
+ * DT_ERR_INVALID_ARGUMENT for NULL arguments or p outside [0, 1); dt_mul's errors. Use a new
+ * stream (or seed) for every dropout site and step. Collective as dt_mul (dt_dropout). */
+DT_API dt_status dt_dropout_mask(const dt_layout *layout, const int64_t *shape, float p,
+                                 uint64_t seed, uint64_t stream, dt_tensor **out);
+DT_API dt_status dt_dropout(const dt_tensor *x, float p, uint64_t seed, uint64_t stream,
+                            dt_tensor **out);
 
 /* Embedding lookup: table [vocab, dim] (f32), ids i32 of any shape -> [ids' shape..., dim].
  * The table keeps its vocabulary sharding (dim gathered); each device looks up the ids in its
@@ -477,7 +536,8 @@ DT_API dt_status dt_swiglu_backward(const dt_tensor *gate, const dt_tensor *up,
  * batch as q's, the widths sharded over q's width mesh dim when its size divides kv_heads
  * (each device holds whole key/value groups and their query heads: no communication), else
  * gathered; k, v follow q. kv_heads == heads gives dt_attention's bits. The backward gives dq
- * in that layout and dk, dv in the same layout of their shape. */
+ * in that layout and dk, dv in the same layout of their shape. A sequence-sharded q keeps its
+ * sharding under the same conditions as dt_attention's. */
 DT_API dt_status dt_attention_gqa(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
                                   int64_t heads, int64_t kv_heads, int causal,
                                   dt_tensor **out);

@@ -144,6 +144,19 @@ cudaError_t dt__cuda_adam(int64_t n, float beta1, float beta2, float eps, float 
                           float step_size, float inv_sqrt_bc2, float l2, float decay,
                           float *param, const float *grad, float *m, float *v, cudaStream_t s);
 
+/* attention_tiled.cu: tiled (flash-style) attention and its gradient, grouped-query form
+ * (kv_heads == heads: plain attention), head_dim <= DT__CU_TILED_MAXD; the grid is
+ * batch * heads * ceil(seq / 64) blocks (below 2^31). */
+#define DT__CU_TILED_MAXD 128 /* = DT__CUDA_TILED_MAXD of ops/ops_impl.h */
+cudaError_t dt__cuda_attention_tiled(int64_t batch, int64_t seq, int64_t heads,
+                                     int64_t kv_heads, int64_t hd, int causal, const float *q,
+                                     const float *k, const float *v, float *y, cudaStream_t s);
+cudaError_t dt__cuda_attention_tiled_grad(int64_t batch, int64_t seq, int64_t heads,
+                                          int64_t kv_heads, int64_t hd, int causal,
+                                          const float *q, const float *k, const float *v,
+                                          const float *dy, float *dq, float *dk, float *dv,
+                                          cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -101,6 +101,9 @@ dt_status dt__cu_attention_gqa(int64_t batch, int64_t seq, int64_t heads, int64_
     dt_status st = gqa_ok(op, batch, seq, heads, kv_heads, head_dim, 2, pq, 2, pk);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
+    if (dt__attention_cuda_tiled(head_dim)) /* ops/cuda/attention_tiled.cu */
+        return dt__cuda_check(dt__cuda_attention_tiled(batch, seq, heads, kv_heads, head_dim,
+                                                       causal, q, k, v, y, 0), op);
     return dt__cuda_check(dt__cuda_attention_gqa(batch, seq, heads, kv_heads, head_dim, causal,
                                                  q, k, v, y, 0), op);
 }
@@ -115,6 +118,10 @@ dt_status dt__cu_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads,
     dt_status st = gqa_ok(op, batch, seq, heads, kv_heads, head_dim, 3, pq, 4, pk);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
+    if (dt__attention_cuda_tiled(head_dim))
+        return dt__cuda_check(dt__cuda_attention_tiled_grad(batch, seq, heads, kv_heads,
+                                                            head_dim, causal, q, k, v, dy, dq,
+                                                            dk, dv, 0), op);
     return dt__cuda_check(dt__cuda_attention_gqa_grad(batch, seq, heads, kv_heads, head_dim,
                                                       causal, q, k, v, dy, dq, dk, dv, 0), op);
 }

@@ -96,6 +96,9 @@ dt_status dt__cu_attention(int64_t batch, int64_t seq, int64_t heads, int64_t he
         st = ptrs_ok(op, n, 4, p);
     if (st != DT_OK || n == 0)
         return st;
+    if (dt__attention_cuda_tiled(head_dim)) /* ops/cuda/attention_tiled.cu */
+        return dt__cuda_check(dt__cuda_attention_tiled(batch, seq, heads, heads, head_dim,
+                                                       causal, q, k, v, y, 0), op);
     return dt__cuda_check(dt__cuda_attention(batch, seq, heads, head_dim, causal, q, k, v, y, 0),
                           op);
 }
@@ -113,6 +116,10 @@ dt_status dt__cu_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64
         st = ptrs_ok(op, n, 7, p);
     if (st != DT_OK || n == 0)
         return st;
+    if (dt__attention_cuda_tiled(head_dim))
+        return dt__cuda_check(dt__cuda_attention_tiled_grad(batch, seq, heads, heads, head_dim,
+                                                            causal, q, k, v, dy, dq, dk, dv, 0),
+                              op);
     return dt__cuda_check(dt__cuda_attention_grad(batch, seq, heads, head_dim, causal, q, k, v,
                                                   dy, dq, dk, dv, 0), op);
 }
