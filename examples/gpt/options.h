@@ -17,6 +17,8 @@ typedef struct gpt_opts {
     int checkpoint_blocks, manual_backward; /* gpt_set_backward */
     const char *arch;                       /* gpt or llama */
     int64_t kv_heads;                       /* llama: 0 for heads / 2 */
+    int64_t pipe, microbatches;             /* --pipe P (0: off) --microbatches M */
+    const char *schedule;                   /* --schedule gpipe|1f1b|interleaved */
 } gpt_opts;
 
 /* Parses argv ("--name value" or "--name=value") into *o, defaults first. Returns 0, or -1
