@@ -545,7 +545,7 @@ static int run_pipe(ctx *c)
                 wall, wall > 0 ? (double)(c->o.steps * b * T) / wall : 0.0,
                 gpt_pipe_my_stage(gp), (long long)P, (long long)gpt_pipe_param_count(gp));
         if (c->j.me == 0) {
-            printf("result train_loss=%.4f pipe=%lld microbatches=%lld schedule=%s\n", loss,
+            printf("result train_loss=%.9g pipe=%lld microbatches=%lld schedule=%s\n", loss,
                    (long long)P, (long long)c->o.microbatches, c->o.schedule);
             fflush(stdout);
         }
