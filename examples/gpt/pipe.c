@@ -343,12 +343,10 @@ dt_status gpt_pipe_step(gpt_pipe *gp, int64_t rows, const int32_t *x, const int3
     gpt *first = gp->stage == 0 ? gp->chunk[0] : NULL;
     gpt *last = gp->stage == gp->P - 1 ? gp->chunk[gp->V - 1] : NULL;
     for (int i = 0; st == DT_OK && i < gp->M; i++) {
-        dt_tensor *unused = NULL;
         if (first)
             st = gpt_inputs(first, rm, x + i * rm * T, NULL, &gp->x[i], NULL);
         if (st == DT_OK && last)
             st = gpt_inputs(last, rm, y + i * rm * T, NULL, &gp->y[i], NULL);
-        dt_tensor_destroy(unused);
     }
     if (st == DT_OK && gp->pipe) {
         static const char *const specs[3] = {"batch", DT_UNSHARDED, DT_UNSHARDED};
