@@ -18,6 +18,7 @@
 #include "gpt/model.h"
 #include "gpt/names.h"
 #include "gpt/options.h"
+#include "gpt/pipe.h"
 #include "train/hand.h"
 #include "train/history.h"
 #include "train/job.h"
@@ -493,6 +494,112 @@ out:
     return rc;
 }
 
+/* ---- --pipe: the pipelined run (gpt/pipe.c, docs/pipeline.md) ----------------------------- */
+
+/* Trains through the pipeline: the mesh's `pipe` dim (or, at --pipe 1 without one, the whole
+ * mesh with micro-batches accumulated). Batches of seeded random training names from host
+ * arrays; no held-out evaluation, checkpoints or samples yet. */
+static int run_pipe(ctx *c)
+{
+    int rc;
+    if ((rc = setup_mesh(c)) != 0)
+        return rc;
+    int pd = dt_mesh_dim_index(c->mesh, "pipe");
+    int64_t P = pd >= 0 ? dt_mesh_dim_size(c->mesh, pd) : 1;
+    if (P != c->o.pipe || c->o.resume || c->o.ckpt_root || c->o.stop_after || c->o.context ||
+        c->o.dropout > 0 || dt_mesh_dim_index(c->mesh, "seq") >= 0) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "--pipe %lld: the mesh's pipe dim has %lld stages (--pipe 1: "
+                 "none); --resume, --ckpt-root, --stop-after, --context, --dropout and a 'seq' "
+                 "dim are not supported with --pipe", (long long)c->o.pipe, (long long)P);
+        return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
+    }
+    char err[512] = "";
+    int bad = names_load(c->o.data_file, &c->all, err, sizeof err) != 0;
+    if (!bad && names_split(&c->all, c->all.n / HELDOUT_SHARE, SPLIT_SEED, &c->train,
+                            &c->test) != 0) {
+        snprintf(err, sizeof err, "out of memory");
+        bad = 1;
+    }
+    if (job_any_failed(&c->j, bad, err))
+        return 1;
+    c->dtype = strcmp(c->o.precision, "bf16") == 0  ? DT_DTYPE_BF16
+               : strcmp(c->o.precision, "f16") == 0 ? DT_DTYPE_F16
+                                                     : DT_DTYPE_F32;
+    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
+                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
+    gpt_pipe_opts po;
+    memset(&po, 0, sizeof po);
+    dt_status st = dt_pipe_schedule_kind_parse(c->o.schedule, &po.schedule);
+    po.micro = (int)c->o.microbatches;
+    po.chunks = po.schedule == DT_PIPE_INTERLEAVED ? 2 : 1;
+    dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+    zo.stage = (int)c->o.stage;
+    zo.dp_dim = "batch";
+    zo.clip_norm = c->o.clip;
+    if (c->dtype == DT_DTYPE_F16) {
+        zo.scaler.mode = DT_LOSS_SCALE_DYNAMIC;
+        zo.scaler.window = 200;
+    }
+    po.zero = zo;
+    dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
+    hp.lr = (float)c->o.lr;
+    hp.beta2 = 0.99f;
+    hp.weight_decay = (float)c->o.weight_decay;
+    po.hp = hp;
+    gpt_pipe *gp = NULL;
+    if (st == DT_OK)
+        st = gpt_pipe_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &po, &gp);
+    if (st != DT_OK)
+        return job_fail(&c->j, "pipeline model", st, gpt_last_error());
+    int64_t b = c->o.batch, T = NAMES_CONTEXT;
+    job_say(&c->j, "train_gpt: mesh '%s' (%lld devices, %d process%s), --pipe %lld: %s over %lld "
+            "micro-batches of %lld names\n", dt_mesh_name(c->mesh), (long long)dt_mesh_size(c->mesh),
+            c->j.nprocs, c->j.nprocs == 1 ? "" : "es", (long long)P, c->o.schedule,
+            (long long)c->o.microbatches, (long long)(b / c->o.microbatches));
+    int32_t *rows = malloc((size_t)b * sizeof *rows);
+    int32_t *x = malloc((size_t)(b * T) * sizeof *x), *y = malloc((size_t)(b * T) * sizeof *y);
+    rc = job_any_failed(&c->j, !rows || !x || !y, "out of memory");
+    rng r;
+    rng_seed(&r, (uint64_t)c->o.seed * 1000003u + 11u);
+    double loss = NAN, t_start = job_now(), t_win = t_start;
+    for (int64_t step = 0; rc == 0 && step < c->o.steps; step++) {
+        for (int64_t i = 0; i < b; i++)
+            rows[i] = (int32_t)rng_below(&r, (uint64_t)c->train.n);
+        names_encode(&c->train, rows, b, x, y);
+        dt_zero_step_info info;
+        st = gpt_pipe_step(gp, b, x, y, (float)lr_at(&c->o, step), &loss, &info);
+        if (st != DT_OK) {
+            rc = job_fail(&c->j, "pipeline step", st, gpt_last_error());
+            break;
+        }
+        if ((step + 1) % c->o.eval_every == 0 || step + 1 == c->o.steps) {
+            double now = job_now();
+            job_say(&c->j, "step %5lld/%lld  loss %.4f  grad norm %.3f%s\n", (long long)step + 1,
+                    (long long)c->o.steps, loss, info.grad_norm, info.skipped ? "  (skipped)" : "");
+            t_win = now;
+        }
+    }
+    double wall = job_now() - t_start;
+    (void)t_win;
+    if (rc == 0) {
+        job_say(&c->j, "done: %lld steps in %.1f s, %.0f tokens/s; stage %d of %lld holds %lld "
+                "parameters (not saved: no checkpoints with --pipe yet)\n", (long long)c->o.steps,
+                wall, wall > 0 ? (double)(c->o.steps * b * T) / wall : 0.0,
+                gpt_pipe_my_stage(gp), (long long)P, (long long)gpt_pipe_param_count(gp));
+        if (c->j.me == 0) {
+            printf("result train_loss=%.9g pipe=%lld microbatches=%lld schedule=%s\n", loss,
+                   (long long)P, (long long)c->o.microbatches, c->o.schedule);
+            fflush(stdout);
+        }
+    }
+    free(rows);
+    free(x);
+    free(y);
+    gpt_pipe_destroy(gp);
+    return rc;
+}
+
 static void ctx_free(ctx *c)
 {
     dt_zero_destroy(c->zero);
@@ -524,9 +631,10 @@ int main(int argc, char **argv)
     } else if (c.o.help) {
         if (c.j.me == 0)
             gpt_options_usage(stdout);
-    } else if ((rc = job_start(&c.j, c.o.mesh_file, c.o.mesh_name, -1)) == 0) {
+    } else if ((c.j.allow_pipe = c.o.pipe > 0),
+               (rc = job_start(&c.j, c.o.mesh_file, c.o.mesh_name, -1)) == 0) {
         c.j.quiet = c.o.quiet;
-        rc = run(&c);
+        rc = c.o.pipe ? run_pipe(&c) : run(&c);
         job_abort_if_lost(&c.j);
         ctx_free(&c);
     }

@@ -135,6 +135,8 @@ struct dt_zero {
     double clip_norm;
     dt_zero_overflow_fn on_overflow;
     void *on_overflow_arg;
+    dt_zero_combine_fn combine;   /* dt_zero_opts.combine (NULL: none) */
+    void *combine_arg;
     dt__scaler scaler;
     int64_t step;             /* updates applied */
     /* Offload (offload.c): the state in host memory, the update on the host in blocks of

@@ -400,6 +400,13 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     }
     z->t_copy_in = z->t_copy = z->t_sum = 0;
     int overflow = agreed[1] > 0.0;
+    if (z->combine) {
+        /* Other optimizers' values (pipeline stages), before the decision. */
+        st = z->combine(z->combine_arg, &agreed[0], &overflow);
+        if (st != DT_OK)
+            goto out;
+        overflow = overflow != 0 || !isfinite(agreed[0]);
+    }
     double norm = sqrt(agreed[0]) / info.loss_scale;
     if (overflow) {
         dt__scaler_update(&z->scaler, 1);

@@ -117,6 +117,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     z->clip_norm = opts->clip_norm;
     z->on_overflow = opts->on_overflow;
     z->on_overflow_arg = opts->on_overflow_arg;
+    z->combine = opts->combine;
+    z->combine_arg = opts->combine_arg;
     dt__scaler_init(&z->scaler, &opts->scaler);
     z->nlocal = nlocal;
     for (int i = 0; st == DT_OK && i < nlocal; i++) {

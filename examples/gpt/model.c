@@ -38,6 +38,7 @@ struct gpt {
     float dropout;              /* gpt_set_dropout: residual dropout in training passes */
     uint64_t drop_seed, drop_pass;
     int drop_on;                /* a training pass (tape_grads) runs */
+    int u_lo, u_hi;             /* pipeline stage: the units [u_lo, u_hi) (gpt_set_units) */
 };
 
 static char own_error[160];
@@ -235,6 +236,8 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
     }
     m->mesh = dt_mesh_retain(mesh);
     m->cfg = *cfg;
+    m->u_lo = 0;
+    m->u_hi = (int)cfg->layers + 2;
     m->dtype = dtype;
     int L = (int)cfg->layers;
     m->nemb = cfg->llama ? 1 : 2;
@@ -392,6 +395,7 @@ typedef struct pass {
     dt_tensor *xl, *f, *logits;
     unit_hook_arg ha;   /* the segments' hook argument (lives as long as the pass) */
     int head_open;      /* the head's segment is still open (closed after the loss) */
+    const dt_tensor *in; /* pipeline stage without the embeddings: its input activation */
 } pass;
 
 /* Parameter `slot`: the model's own, or (stage 3) the optimizer's gathered one (NULL, with
@@ -638,13 +642,20 @@ static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
     int64_t H = m->cfg.heads, KV = m->cfg.kv_heads;
     dt_tensor *wte = NULL, *x = NULL;
     p->ha = (unit_hook_arg){m, p->tape};
+    if (m->u_lo > 0) { /* a later pipeline stage: the previous stage's activation */
+        x = (dt_tensor *)p->in;
+        goto blocks;
+    }
     if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
         (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
         K(&p->tp, dt_embedding(wte, ids, m->l_act, &x), x) != DT_OK ||
         (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
         return st;
+blocks:
     for (int l = 0; l < L; l++) {
+        if (1 + l < m->u_lo || 1 + l >= m->u_hi)
+            continue; /* another pipeline stage's block */
         dt_tensor *g1, *g2, *a = NULL, *q = NULL, *k = NULL, *v = NULL, *qr = NULL, *kr = NULL;
         dt_tensor *y = NULL, *o = NULL, *x1 = NULL, *b = NULL, *gt = NULL, *up = NULL;
         dt_tensor *sw = NULL, *mo = NULL;
@@ -678,6 +689,8 @@ static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
             return st;
     }
     p->xl = x;
+    if (m->u_hi <= L + 1)
+        return DT_OK; /* the head is on a later pipeline stage */
     dt_tensor *gf;
     if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
@@ -698,6 +711,10 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     int64_t H = m->cfg.heads;
     dt_tensor *wte = NULL, *wpe = NULL, *te = NULL, *pe = NULL, *x = NULL;
     p->ha = (unit_hook_arg){m, p->tape};
+    if (m->u_lo > 0) { /* a later pipeline stage: the previous stage's activation */
+        x = (dt_tensor *)p->in;
+        goto blocks;
+    }
     if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
         (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
@@ -717,7 +734,10 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     keep(&p->tp, x);
     if ((st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
         return st;
+blocks:
     for (int l = 0; l < L; l++) {
+        if (1 + l < m->u_lo || 1 + l >= m->u_hi)
+            continue; /* another pipeline stage's block */
         acts *a = &p->blk[l];
         dt_tensor *g1, *b1, *g2, *b2, *o = NULL, *mo = NULL;
         a->x = x;
@@ -752,6 +772,8 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
             return st;
     }
     p->xl = x;
+    if (m->u_hi <= L + 1)
+        return DT_OK; /* the head is on a later pipeline stage */
     dt_tensor *gf, *bf;
     /* The head stays gathered for the backward pass; its segment stays open for the loss. */
     if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
@@ -1068,4 +1090,80 @@ dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits)
     tape_free(&p->tp);
     free(p);
     return st;
+}
+
+/* ---- pipeline stages (gpt_set_units, gpt_stage_forward; docs/pipeline.md) ------------------ */
+
+int gpt_num_units(const gpt *m) { return (int)m->cfg.layers + 2; }
+
+int gpt_unit_param_slots(const gpt *m, int u, int *slots)
+{
+    return u < 0 || u >= gpt_num_units(m) ? 0 : unit_slots(m, u, slots);
+}
+
+int gpt_holds_slot(const gpt *m, int slot)
+{
+    return slot >= 0 && slot < m->nparams && m->param[slot] != NULL;
+}
+
+dt_status gpt_set_units(gpt *m, int lo, int hi)
+{
+    own_error[0] = '\0';
+    if (m->zero || lo < 0 || hi > gpt_num_units(m) || lo >= hi) {
+        snprintf(own_error, sizeof own_error, "train_gpt: units [%d, %d) of %d (not in stage 3)",
+                 lo, hi, gpt_num_units(m));
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    m->u_lo = lo;
+    m->u_hi = hi;
+    int slots[MAX_PER_LAYER];
+    for (int u = 0; u < gpt_num_units(m); u++) {
+        if (u >= lo && u < hi)
+            continue;
+        int n = unit_slots(m, u, slots);
+        for (int i = 0; i < n; i++) {
+            dt_tensor_destroy(m->param[slots[i]]);
+            m->param[slots[i]] = NULL;
+        }
+    }
+    return DT_OK;
+}
+
+struct gpt_stage_pass {
+    pass p;
+};
+
+void gpt_stage_pass_free(gpt_stage_pass *sp)
+{
+    if (!sp)
+        return;
+    tape_free(&sp->p.tp);
+    free(sp);
+}
+
+dt_status gpt_stage_forward(gpt *m, dt_tape *atape, const dt_tensor *in, const dt_tensor *y,
+                            gpt_stage_pass **pass_out, dt_tensor **out)
+{
+    own_error[0] = '\0';
+    *out = NULL;
+    *pass_out = NULL;
+    gpt_stage_pass *sp = calloc(1, sizeof *sp);
+    if (!sp)
+        return no_memory();
+    pass *p = &sp->p;
+    p->tape = atape;
+    p->in = in;
+    int L = (int)m->cfg.layers;
+    dt_status st = forward(m, p, m->u_lo == 0 ? in : NULL);
+    if (st == DT_OK && m->u_hi == L + 2)
+        st = dt_vocab_xent(p->logits, y, NULL, out);
+    else if (st == DT_OK)
+        *out = dt_tensor_retain(p->xl);
+    p->tape = NULL;
+    if (st != DT_OK) {
+        gpt_stage_pass_free(sp);
+        return st;
+    }
+    *pass_out = sp;
+    return DT_OK;
 }

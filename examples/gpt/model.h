@@ -103,6 +103,29 @@ dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targe
 /* The logits [rows, context, vocab] of a forward pass gathered to host `logits`. */
 dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits);
 
+/* ---- pipeline stages (examples/gpt/pipe.c, docs/pipeline.md) ----
+ * A model's units: 0 the embeddings, 1 + l block l, L + 1 the final norm, head and loss. */
+int gpt_num_units(const gpt *m);
+/* The parameter slots of unit u into slots (at most 16); returns their count. */
+int gpt_unit_param_slots(const gpt *m, int u, int *slots);
+/* 1 when the model holds parameter `slot` (a stage's own units), else 0. */
+int gpt_holds_slot(const gpt *m, int slot);
+/* Restricts the model to units [lo, hi), a pipeline stage's (or chunk's): the parameters of
+ * the other units are freed (gpt_params gives NULL for them) and the passes run only these
+ * units. Not after gpt_attach in stage 3 (DT_ERR_INVALID_ARGUMENT). Local. */
+dt_status gpt_set_units(gpt *m, int lo, int hi);
+/* What one stage's forward keeps for its backward; freed after the tape's backward. */
+typedef struct gpt_stage_pass gpt_stage_pass;
+void gpt_stage_pass_free(gpt_stage_pass *sp);
+/* The forward pass of the model's units recorded on `tape` (which the caller created, began
+ * and watches the parameters on under their slots, and `in` when it is an activation):
+ * `in` the ids [rows, T] when the units start with the embeddings, else the previous stage's
+ * activation [rows, T, C] (f32, sharded on batch); *out the activation after the last unit,
+ * or with the head the mean cross-entropy over all of y's positions (dt_vocab_xent; the
+ * caller seeds the backward with rows / counted targets). Collective over the mesh. */
+dt_status gpt_stage_forward(gpt *m, dt_tape *tape, const dt_tensor *in, const dt_tensor *y,
+                            gpt_stage_pass **pass_out, dt_tensor **out);
+
 /* A message for the last failure: this module's own or dt_last_error(). */
 const char *gpt_last_error(void);
 

@@ -33,6 +33,8 @@ static const spec specs[] = {
     F("--lr", lr, 0, 10), F("--min-lr", min_lr, 0, 10), F("--weight-decay", weight_decay, 0, 10),
     F("--clip", clip, 0, 1e30), S("--arch", arch), I("--kv-heads", kv_heads, 0, 256),
     F("--dropout", dropout, 0, 0.95), I("--context", context, 0, 65536),
+    I("--pipe", pipe, 0, 64), I("--microbatches", microbatches, 1, 1024),
+    S("--schedule", schedule),
 };
 
 void gpt_options_usage(FILE *f)
@@ -76,6 +78,11 @@ void gpt_options_usage(FILE *f)
           "                      (activation checkpointing; the same results)\n"
           "  --manual-backward   the hand-written backward pass instead of the autograd\n"
           "                      tape (the reference; the same results)\n"
+          "  --pipe P            pipeline parallel over the mesh's `pipe` dim of size P (one\n"
+          "                      stage per process; --pipe 1 without a pipe dim: micro-batches\n"
+          "                      accumulated, the reference); docs/pipeline.md\n"
+          "  --microbatches M    micro-batches per step with --pipe (default 1)\n"
+          "  --schedule S        gpipe, 1f1b (default) or interleaved (2 chunks per stage)\n"
           "  --quiet             print only the final `result` line\n",
           f);
 }
@@ -88,7 +95,7 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
                     .warmup = 100, .stage = 1, .seed = 1, .eval_every = 100, .samples = 10,
                     .lr = 0.004, .min_lr = 0.0002, .weight_decay = 0.1, .clip = 1.0,
                     .keep_last = 3, .out_dir = "train_gpt_out",
-                    .arch = "gpt"};
+                    .arch = "gpt", .microbatches = 1, .schedule = "1f1b"};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = NULL;
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -147,6 +154,15 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
     }
     if (strcmp(o->arch, "gpt") && strcmp(o->arch, "llama")) {
         snprintf(err, errlen, "--arch: '%s' is not gpt or llama", o->arch);
+        return -1;
+    }
+    if (strcmp(o->schedule, "gpipe") && strcmp(o->schedule, "1f1b") &&
+        strcmp(o->schedule, "interleaved")) {
+        snprintf(err, errlen, "--schedule: '%s' is not gpipe, 1f1b or interleaved", o->schedule);
+        return -1;
+    }
+    if (!o->pipe && o->microbatches != 1) {
+        snprintf(err, errlen, "--microbatches needs --pipe (--pipe 1: without pipelining)");
         return -1;
     }
     if (ckpt_place_check(o->ckpt_dir, o->ckpt_root, o->resume, err, errlen) != 0)

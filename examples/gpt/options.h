@@ -19,6 +19,8 @@ typedef struct gpt_opts {
     int64_t kv_heads;                       /* llama: 0 for heads / 2 */
     double dropout;                         /* --dropout: residual dropout (gpt_set_dropout) */
     int64_t context;                        /* --context: 0 one name per row, else packed */
+    int64_t pipe, microbatches;             /* --pipe P (0: off) --microbatches M */
+    const char *schedule;                   /* --schedule gpipe|1f1b|interleaved */
 } gpt_opts;
 
 /* Parses argv ("--name value" or "--name=value") into *o, defaults first. Returns 0, or -1

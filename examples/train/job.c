@@ -142,11 +142,11 @@ int job_mesh(job *j, const char *file, const char *name, int device, dt_mesh **o
     }
     for (int d = 0; d < dt_mesh_rank(m); d++) {
         const char *n = dt_mesh_dim_name(m, d);
-        if (strcmp(n, "batch") != 0 && strcmp(n, "model") != 0 && strcmp(n, "seq") != 0) {
+        if (strcmp(n, "batch") != 0 && strcmp(n, "model") != 0 && strcmp(n, "seq") != 0 &&
+            !(j->allow_pipe && strcmp(n, "pipe") == 0)) {
             snprintf(msg, sizeof msg,
-                     "%s: mesh '%s' has a dim '%s'; %s uses 'batch', 'model' and 'seq' only",
-                     file,
-                     dt_mesh_name(m), n, j->prog);
+                     "%s: mesh '%s' has a dim '%s'; %s uses 'batch', 'model', 'seq'%s only",
+                     file, dt_mesh_name(m), n, j->prog, j->allow_pipe ? " and 'pipe'" : "");
             return job_fail(j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
         }
     }

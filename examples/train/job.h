@@ -22,6 +22,7 @@ typedef struct job {
     int quiet;   /* --quiet: job_say prints nothing */
     int lost;    /* a client was lost (DT_ERR_TIMEOUT): the job is aborted */
     int started; /* dt_init succeeded: job_end finalizes the runtime */
+    int allow_pipe; /* job_mesh accepts a `pipe` dim too (train_gpt --pipe) */
 } job;
 
 /* MPI_Init, then this process's rank and the process count into *j. */

@@ -100,6 +100,16 @@ typedef struct dt_zero_step_info {
 /* Called on every client, after the decision, when a step is skipped. */
 typedef void (*dt_zero_overflow_fn)(void *arg, const dt_zero_step_info *info);
 
+/* Combines the step's clipping and overflow inputs with other optimizers' (pipeline stages:
+ * each stage has a dt_zero on its own stage mesh). Called on every client of the optimizer's
+ * mesh, in dt_zero_step, after the values were agreed over that mesh and before the overflow
+ * decision and the clip factor: *sq_sum is this optimizer's sum of squares of its (still
+ * loss-scaled) gradients, *overflow 1 if one of them has an inf/NaN, else 0. The callback
+ * replaces them with the combined values (e.g. sums over all stages, dt_pipe_share_values),
+ * the same on every client of every stage, or returns a status, which dt_zero_step returns
+ * (nothing updated). */
+typedef dt_status (*dt_zero_combine_fn)(void *arg, double *sq_sum, int *overflow);
+
 typedef struct dt_zero_opts {
     /* 0: plain data parallel (all-reduce of gradients, full optimizer state everywhere);
      * 1: optimizer state (fp32 master weights and moments) partitioned along the dp dim;
@@ -157,13 +167,18 @@ typedef struct dt_zero_opts {
      * gradient buffers then take 4 bytes an element instead of 2). f32 parameters: no
      * difference. Not with offload (DT_ERR_UNSUPPORTED). */
     int reduce_dtype;
+    /* Combining the gradient norm and overflow flag with other optimizers before the clip
+     * factor and the skip decision (dt_zero_combine_fn above); NULL (the default): this
+     * optimizer's own values, as before. */
+    dt_zero_combine_fn combine;
+    void *combine_arg;
 } dt_zero_opts;
 
 /* Values of dt_zero_opts.reduce_dtype. */
 enum { DT_ZERO_REDUCE_PARAM = 0, DT_ZERO_REDUCE_F32 = 1 };
 
 #define DT_ZERO_OPTS_INIT \
-    {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000, 0, 0, 0, 0}
+    {1, NULL, 0, DT_LOSS_SCALER_OPTS_INIT, 0.0, NULL, NULL, 500000000, 0, 0, 0, 0, NULL, NULL}
 
 typedef struct dt_zero dt_zero;
 
