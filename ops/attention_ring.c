@@ -1,0 +1,378 @@
+/* Ring attention (context parallelism) on CPU meshes: each device keeps its own query rows (a
+ * contiguous shard of the sequence) and the key/value shards travel around the ring of the
+ * sequence's mesh dim, one hop per block (send to the next coordinate, receive from the
+ * previous, MPI_Isend/Irecv on the runtime communicator, or a copy when both devices are this
+ * client's), the next block's transfer overlapping the current block's compute. Forward: the
+ * tiled kernel on each (query shard, key block) pair with its log-sum-exp, combined by an
+ * online softmax. Backward: the forward again for y and the lse, D = dy . y, then a second ring
+ * where the dk/dv accumulators travel with their k/v block (cp hops: the last brings them
+ * home), dq stays local. Memory per device O(T / cp) rows. docs/attention.md. */
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/attention_ring.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+
+#define BQ 128
+#define BK 128
+/* Tags of the ring's messages: RING_TAG + 2 position (+1 for the gradients) of the receiver. */
+enum { RING_TAG = 12000, RING_MAX_POSITION = 4000 };
+
+typedef struct part {
+    int64_t c, off, len;   /* coordinate along the dim, own query rows */
+    int64_t pos, next_pos; /* mesh positions of this device and the next one on the ring */
+    int next_client, prev_client, next_local; /* next_local: its index here, or -1 */
+    float *buf[2];         /* k | v of the block (packed), then dk | dv at 2 seg */
+    double *lse;           /* [B, lh, len] running log-sum-exp (forward) */
+    float *ytmp, *ltmp;    /* one block's output and lse */
+    float *dsum;           /* [B, lh, len] dy . y (backward) */
+} part;
+
+typedef struct ring {
+    int64_t B, T, cp, lh, lkv, hd, ld, kld, seg, stride;
+    int causal, n, cur;
+    part *p;
+    const dt_tensor *q, *dy;
+    dt_tensor *y, *dq;
+} ring;
+
+static int64_t shard_len(const ring *r, int64_t s)
+{
+    int64_t off, len;
+    dt_shard_range(r->T, r->cp, s, &off, &len);
+    return len;
+}
+
+static int64_t shard_off(const ring *r, int64_t s)
+{
+    int64_t off, len;
+    dt_shard_range(r->T, r->cp, s, &off, &len);
+    return off;
+}
+
+static void ring_free(ring *r)
+{
+    for (int i = 0; r->p && i < r->n; i++) {
+        free(r->p[i].buf[0]);
+        free(r->p[i].buf[1]);
+        free(r->p[i].lse);
+        free(r->p[i].ytmp);
+        free(r->p[i].ltmp);
+        free(r->p[i].dsum);
+    }
+    free(r->p);
+}
+
+static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
+                          int64_t kv_heads, int causal, int sdim, ring *r)
+{
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(q));
+    const int64_t *s = dt_tensor_shape(q);
+    memset(r, 0, sizeof *r);
+    r->T = s[1];
+    r->cp = dt_mesh_dim_size(mesh, sdim);
+    r->hd = s[2] / heads;
+    r->causal = causal;
+    r->n = dt_tensor_num_local(q);
+    r->stride = 1;
+    for (int d = dt_mesh_rank(mesh) - 1; d > sdim; d--)
+        r->stride *= dt_mesh_dim_size(mesh, d);
+    if (dt_mesh_size(mesh) > RING_MAX_POSITION)
+        return dt__error(DT_ERR_UNSUPPORTED, "attention (ring): a mesh of %lld devices (at most "
+                         "%d)", (long long)dt_mesh_size(mesh), RING_MAX_POSITION);
+    r->p = calloc((size_t)(r->n ? r->n : 1), sizeof *r->p);
+    if (!r->p)
+        return dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+    int64_t maxlen = shard_len(r, 0); /* dt_shard_range: the first shards are the longest */
+    for (int i = 0; i < r->n; i++) {
+        const DLTensor *l = dt_tensor_local(q, i), *lk = dt_tensor_local(k, i);
+        part *p = &r->p[i];
+        r->B = l->shape[0];
+        r->ld = l->shape[2];
+        r->kld = lk->shape[2];
+        r->lh = r->ld / r->hd;
+        r->lkv = r->kld / r->hd;
+        p->pos = dt_tensor_local_position(q, i);
+        p->c = (p->pos / r->stride) % r->cp;
+        p->off = shard_off(r, p->c);
+        p->len = shard_len(r, p->c);
+        if (l->shape[1] != p->len || lk->shape[1] != p->len)
+            return dt__error(DT_ERR_UNSUPPORTED, "attention (ring): shard of %lld rows, %lld "
+                             "expected", (long long)l->shape[1], (long long)p->len);
+        int64_t nc = (p->c + 1) % r->cp, pc = (p->c + r->cp - 1) % r->cp;
+        p->next_pos = p->pos + (nc - p->c) * r->stride;
+        int64_t prev_pos = p->pos + (pc - p->c) * r->stride;
+        dt_device_type ty = dt_mesh_device_type(mesh);
+        p->next_client = dt_device_client(ty, dt_mesh_device_id(mesh, p->next_pos));
+        p->prev_client = dt_device_client(ty, dt_mesh_device_id(mesh, prev_pos));
+    }
+    r->seg = r->B * maxlen * r->kld;
+    if (2 * r->seg > INT_MAX)
+        return dt__error(DT_ERR_UNSUPPORTED, "attention (ring): blocks of %lld floats (at most "
+                         "%d per message)", (long long)(2 * r->seg), INT_MAX);
+    size_t rows = (size_t)(r->B * maxlen), nb = (size_t)(4 * r->seg);
+    for (int i = 0; i < r->n; i++) {
+        part *p = &r->p[i];
+        p->next_local = -1;
+        for (int j = 0; j < r->n; j++)
+            if (r->p[j].pos == p->next_pos)
+                p->next_local = j;
+        p->buf[0] = malloc((nb ? nb : 1) * sizeof(float));
+        p->buf[1] = malloc((nb ? nb : 1) * sizeof(float));
+        p->lse = malloc((rows * (size_t)r->lh + 1) * sizeof *p->lse);
+        p->ltmp = malloc((rows * (size_t)r->lh + 1) * sizeof *p->ltmp);
+        p->dsum = malloc((rows * (size_t)r->lh + 1) * sizeof *p->dsum);
+        p->ytmp = malloc((rows * (size_t)r->ld + 1) * sizeof *p->ytmp);
+        if (!p->buf[0] || !p->buf[1] || !p->lse || !p->ltmp || !p->dsum || !p->ytmp)
+            return dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+    }
+    return DT_OK;
+}
+
+/* The block of source coordinate s (its k | v packed, then dk | dv) sits in p->buf[cur]. */
+static int64_t src_of(const ring *r, const part *p, int h)
+{
+    return (p->c - h % r->cp + r->cp) % r->cp;
+}
+
+/* Online softmax: the block's (ytmp, ltmp) merged into (y, lse). */
+static void combine(const ring *r, part *p, float *y, int first)
+{
+    for (int64_t b = 0; b < r->B; b++)
+        for (int64_t h = 0; h < r->lh; h++)
+            for (int64_t t = 0; t < p->len; t++) {
+                int64_t li = (b * r->lh + h) * p->len + t;
+                float *yr = y + (b * p->len + t) * r->ld + h * r->hd;
+                const float *tr = p->ytmp + (b * p->len + t) * r->ld + h * r->hd;
+                double lb = p->ltmp[li];
+                if (first || p->lse[li] == -INFINITY) {
+                    memcpy(yr, tr, (size_t)r->hd * sizeof *yr);
+                    p->lse[li] = lb;
+                    continue;
+                }
+                double la = p->lse[li], m = la > lb ? la : lb;
+                double wa = exp(la - m), wb = exp(lb - m), tot = wa + wb;
+                wa /= tot;
+                wb /= tot;
+                for (int64_t d = 0; d < r->hd; d++)
+                    yr[d] = (float)(wa * yr[d] + wb * tr[d]);
+                p->lse[li] = m + log(tot);
+            }
+}
+
+static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)m, (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* The gradient of one head's nq query rows against nk keys (query row t sees key j when
+ * j <= t + rel under the causal mask) from the rows' final lse and D = dy . y: dq, dk, dv
+ * added to. s, dp: BQ x BK scratch. */
+static void block_grad(const ring *r, int64_t nq, int64_t nk, int64_t rel, float scale,
+                       const float *q, const float *k, const float *v, const float *dy,
+                       const double *lse, const float *dsum, float *dq, float *dk, float *dv,
+                       float *s, float *dp)
+{
+    int64_t hd = r->hd, ld = r->ld, kld = r->kld;
+    for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
+        int64_t mq = nq - i0 < BQ ? nq - i0 : BQ;
+        for (int64_t j0 = 0; j0 < nk; j0 += BK) {
+            int64_t mk = nk - j0 < BK ? nk - j0 : BK;
+            if (r->causal && j0 > i0 + mq - 1 + rel)
+                break;
+            sgemm(0, 1, mq, mk, hd, scale, q + i0 * ld, ld, k + j0 * kld, kld, 0.0f, s, BK);
+            sgemm(0, 1, mq, mk, hd, 1.0f, dy + i0 * ld, ld, v + j0 * kld, kld, 0.0f, dp, BK);
+            for (int64_t t = 0; t < mq; t++) {
+                int64_t lim = r->causal ? i0 + t + rel - j0 + 1 : mk; /* keys seen */
+                float *sr = s + t * BK, *dr = dp + t * BK;
+                for (int64_t j = 0; j < mk; j++) {
+                    float pr = j < lim ? expf((float)(sr[j] - lse[i0 + t])) : 0.0f;
+                    sr[j] = pr;
+                    dr[j] = pr * (dr[j] - dsum[i0 + t]) * scale;
+                }
+            }
+            sgemm(0, 0, mq, hd, mk, 1.0f, dp, BK, k + j0 * kld, kld, 1.0f, dq + i0 * ld, ld);
+            sgemm(1, 0, mk, hd, mq, 1.0f, dp, BK, q + i0 * ld, ld, 1.0f, dk + j0 * kld, kld);
+            sgemm(1, 0, mk, hd, mq, 1.0f, s, BK, dy + i0 * ld, ld, 1.0f, dv + j0 * kld, kld);
+        }
+    }
+}
+
+/* One device's work on the block of hop h: forward (grad 0) or backward. */
+static dt_status compute(ring *r, int i, int h, int grad, float *s, float *dp)
+{
+    part *p = &r->p[i];
+    int64_t src = src_of(r, p, h), koff = shard_off(r, src), klen = shard_len(r, src);
+    if (p->len == 0 || r->lh == 0)
+        return DT_OK;
+    if (klen == 0 || (r->causal && koff >= p->off + p->len)) { /* all masked */
+        if (!grad && h == 0)
+            for (int64_t j = 0; j < r->B * r->lh * p->len; j++)
+                p->lse[j] = -INFINITY;
+        return DT_OK;
+    }
+    const float *qd = dt__local_data(r->q, i), *kb = r->p[i].buf[r->cur],
+                *vb = kb + r->B * klen * r->kld;
+    int64_t rel = p->off - koff;
+    if (!grad) {
+        dt_status st = dt__attention_tiled_part(r->B, p->len, r->causal ? rel : 0, klen, r->lh,
+                                                r->lkv, r->hd, r->causal, qd, kb, vb, p->ytmp,
+                                                p->ltmp);
+        if (st == DT_OK)
+            combine(r, p, dt__local_data(r->y, i), h == 0);
+        return st;
+    }
+    const float *dyd = dt__local_data(r->dy, i);
+    float *dqd = dt__local_data(r->dq, i), *dkb = r->p[i].buf[r->cur] + 2 * r->seg,
+          *dvb = dkb + r->B * klen * r->kld;
+    int64_t group = r->lh / r->lkv;
+    float scale = 1.0f / sqrtf((float)r->hd);
+    for (int64_t b = 0; b < r->B; b++)
+        for (int64_t hh = 0; hh < r->lh; hh++) {
+            int64_t qo = b * p->len * r->ld + hh * r->hd;
+            int64_t ko = b * klen * r->kld + (hh / group) * r->hd;
+            int64_t li = (b * r->lh + hh) * p->len;
+            block_grad(r, p->len, klen, rel, scale, qd + qo, kb + ko, vb + ko, dyd + qo,
+                       p->lse + li, p->dsum + li, dqd + qo, dkb + ko, dvb + ko, s, dp);
+        }
+    return DT_OK;
+}
+
+/* Posts what hop h sends or receives: kv (the k | v block) or the gradients. */
+static dt_status post(ring *r, int h, int grads, MPI_Request *reqs, int *peers, int *nreq)
+{
+    int nxt = 1 - r->cur, off = grads ? (int)(2 * r->seg) : 0;
+    for (int i = 0; i < r->n; i++) { /* receives (from the previous coordinate) */
+        part *p = &r->p[i];
+        if (p->prev_client == dt_client_id())
+            continue;
+        int64_t cnt = 2 * r->B * shard_len(r, src_of(r, p, h + 1)) * r->kld;
+        int rc = MPI_Irecv(p->buf[nxt] + off, (int)cnt, MPI_FLOAT, p->prev_client,
+                           RING_TAG + 2 * (int)p->pos + grads, dt__comm(), &reqs[*nreq]);
+        if (rc != MPI_SUCCESS)
+            return dt__mpi_error(rc, "attention (ring): MPI_Irecv");
+        peers[(*nreq)++] = p->prev_client;
+    }
+    for (int i = 0; i < r->n; i++) { /* sends (to the next) */
+        part *p = &r->p[i];
+        int64_t cnt = 2 * r->B * shard_len(r, src_of(r, p, h)) * r->kld;
+        const float *from = p->buf[r->cur] + off;
+        if (p->next_local >= 0) {
+            memcpy(r->p[p->next_local].buf[nxt] + off, from, (size_t)cnt * sizeof(float));
+            continue;
+        }
+        int rc = MPI_Isend(from, (int)cnt, MPI_FLOAT, p->next_client,
+                           RING_TAG + 2 * (int)p->next_pos + grads, dt__comm(), &reqs[*nreq]);
+        if (rc != MPI_SUCCESS)
+            return dt__mpi_error(rc, "attention (ring): MPI_Isend");
+        peers[(*nreq)++] = p->next_client;
+    }
+    return DT_OK;
+}
+
+/* The cp hops of one pass (forward, or backward with the gradients travelling). */
+static dt_status pass(ring *r, int grad, float *s, float *dp)
+{
+    MPI_Request *reqs = malloc((size_t)(4 * r->n + 1) * sizeof *reqs);
+    int *peers = malloc((size_t)(4 * r->n + 1) * sizeof *peers);
+    if (!reqs || !peers) {
+        free(reqs);
+        free(peers);
+        return dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+    }
+    dt_status st = DT_OK;
+    for (int h = 0; h < r->cp && st == DT_OK; h++) {
+        int nreq = 0, kv = h < r->cp - 1;
+        if (kv) /* the next block travels while this one is computed */
+            st = post(r, h, 0, reqs, peers, &nreq);
+        for (int i = 0; i < r->n && st == DT_OK; i++)
+            st = compute(r, i, h, grad, s, dp);
+        if (st == DT_OK && grad) /* the gradients once their block is done */
+            st = post(r, h, 1, reqs, peers, &nreq);
+        if (st == DT_OK && nreq > 0)
+            st = dt__wait_watched(reqs, peers, nreq, 0, "attention (ring)");
+        if (st == DT_OK && (kv || grad))
+            r->cur = 1 - r->cur;
+    }
+    free(reqs);
+    free(peers);
+    return st;
+}
+
+/* Each device's own k | v block into its current buffer (and the gradients zeroed). */
+static void load(ring *r, const dt_tensor *k, const dt_tensor *v)
+{
+    for (int i = 0; i < r->n; i++) {
+        part *p = &r->p[i];
+        size_t n = (size_t)(r->B * p->len * r->kld);
+        float *b = p->buf[r->cur];
+        if (n) {
+            memcpy(b, dt__local_data(k, i), n * sizeof *b);
+            memcpy(b + n, dt__local_data(v, i), n * sizeof *b);
+        }
+        memset(b + 2 * r->seg, 0, 2 * (size_t)r->seg * sizeof *b);
+    }
+}
+
+dt_status dt__attention_ring(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                             const dt_tensor *dy, int64_t heads, int64_t kv_heads, int causal,
+                             int sdim, dt_tensor *y, dt_tensor *dq, dt_tensor *dk, dt_tensor *dv)
+{
+    ring r;
+    dt_status st = ring_new(q, k, heads, kv_heads, causal, sdim, &r);
+    float *s = malloc(2 * BQ * BK * sizeof *s);
+    if (st == DT_OK && !s)
+        st = dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+    r.q = q;
+    r.dy = dy;
+    r.dq = dq;
+    if (st == DT_OK) {
+        dt__blas_threads_once();
+        load(&r, k, v);
+    }
+    /* Forward: into y, or (backward) into dq's memory, then D = dy . y and dq zeroed. */
+    if (st == DT_OK) {
+        r.y = dy ? dq : y;
+        st = pass(&r, 0, s, s + BQ * BK);
+    }
+    if (st == DT_OK && dy) {
+        for (int i = 0; i < r.n; i++) {
+            part *p = &r.p[i];
+            const float *yd = dt__local_data(dq, i), *dyd = dt__local_data(dy, i);
+            for (int64_t b = 0; b < r.B; b++)
+                for (int64_t h = 0; h < r.lh; h++)
+                    for (int64_t t = 0; t < p->len; t++) {
+                        const float *a = yd + (b * p->len + t) * r.ld + h * r.hd,
+                                    *g = dyd + (b * p->len + t) * r.ld + h * r.hd;
+                        double acc = 0;
+                        for (int64_t d = 0; d < r.hd; d++)
+                            acc += (double)a[d] * g[d];
+                        p->dsum[(b * r.lh + h) * p->len + t] = (float)acc;
+                    }
+            if (p->len && r.ld)
+                memset(dt__local_data(dq, i), 0,
+                       (size_t)(r.B * p->len * r.ld) * sizeof(float));
+        }
+        r.cur = 0;
+        load(&r, k, v);
+        st = pass(&r, 1, s, s + BQ * BK);
+        for (int i = 0; st == DT_OK && i < r.n; i++) { /* the gradients are home */
+            part *p = &r.p[i];
+            size_t n = (size_t)(r.B * p->len * r.kld);
+            const float *g = r.p[i].buf[r.cur] + 2 * r.seg;
+            if (n) {
+                memcpy(dt__local_data(dk, i), g, n * sizeof(float));
+                memcpy(dt__local_data(dv, i), g + n, n * sizeof(float));
+            }
+        }
+    }
+    free(s);
+    ring_free(&r);
+    return st;
+}

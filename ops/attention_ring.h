@@ -1,0 +1,16 @@
+/* Ring attention over the local components of sequence-sharded tensors (ops/attention_ring.c,
+ * docs/attention.md "Ring attention"). Not installed. */
+#ifndef DTENSOR_OPS_ATTENTION_RING_H
+#define DTENSOR_OPS_ATTENTION_RING_H
+
+#include "ops/ops_impl.h"
+
+/* q [B, T, heads * hd], k, v [B, T, kv_heads * hd], all in one layout sharding the sequence
+ * (contiguous shards, dt_shard_range) over mesh dim sdim of a CPU mesh. y (forward) or dq, dk,
+ * dv (backward, dy given) are new tensors of that layout, filled. Collective over the clients
+ * of sdim's lines (point to point with the neighbours only). */
+dt_status dt__attention_ring(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                             const dt_tensor *dy, int64_t heads, int64_t kv_heads, int causal,
+                             int sdim, dt_tensor *y, dt_tensor *dq, dt_tensor *dk, dt_tensor *dv);
+
+#endif
