@@ -22,6 +22,16 @@
 /* Tags of the ring's messages: RING_TAG + 2 position (+1 for the gradients) of the receiver. */
 enum { RING_TAG = 12000, RING_MAX_POSITION = 4000 };
 
+static dt__ring_stats stats; /* dt__attention_ring_stats (main thread only) */
+
+void dt__attention_ring_stats(dt__ring_stats *out, int reset)
+{
+    if (out)
+        *out = stats;
+    if (reset)
+        memset(&stats, 0, sizeof stats);
+}
+
 typedef struct part {
     int64_t c, off, len;   /* coordinate along the dim, own query rows */
     int64_t pos, next_pos; /* mesh positions of this device and the next one on the ring */
@@ -272,6 +282,8 @@ static dt_status post(ring *r, int h, int grads, MPI_Request *reqs, int *peers, 
         if (rc != MPI_SUCCESS)
             return dt__mpi_error(rc, "attention (ring): MPI_Isend");
         peers[(*nreq)++] = p->next_client;
+        stats.bytes += (double)cnt * sizeof(float);
+        stats.messages++;
     }
     return DT_OK;
 }
@@ -295,8 +307,11 @@ static dt_status pass(ring *r, int grad, float *s, float *dp)
             st = compute(r, i, h, grad, s, dp);
         if (st == DT_OK && grad) /* the gradients once their block is done */
             st = post(r, h, 1, reqs, peers, &nreq);
-        if (st == DT_OK && nreq > 0)
+        if (st == DT_OK && nreq > 0) {
+            double t0 = dt__now_seconds();
             st = dt__wait_watched(reqs, peers, nreq, 0, "attention (ring)");
+            stats.wait_s += dt__now_seconds() - t0;
+        }
         if (st == DT_OK && (kv || grad))
             r->cur = 1 - r->cur;
     }

@@ -13,4 +13,13 @@ dt_status dt__attention_ring(const dt_tensor *q, const dt_tensor *k, const dt_te
                              const dt_tensor *dy, int64_t heads, int64_t kv_heads, int causal,
                              int sdim, dt_tensor *y, dt_tensor *dq, dt_tensor *dk, dt_tensor *dv);
 
+/* What the ring did on this client since the last reset: bytes sent to other clients, its
+ * messages, and the seconds its waits on them took (the communication not hidden behind the
+ * compute). For bench/attention_cp.c. Local. */
+typedef struct dt__ring_stats {
+    double bytes, wait_s;
+    long long messages;
+} dt__ring_stats;
+void dt__attention_ring_stats(dt__ring_stats *out, int reset);
+
 #endif
