@@ -1,16 +1,23 @@
 /* bench_attention_cp: dt_attention and its backward with the sequence sharded over a `seq`
- * mesh dim of every process's one CPU device (context parallel, zig-zag balanced:
- * ops/attention_cp.c), against the tiled kernel on the whole sequence (the reference, same
+ * mesh dim of every process's one CPU device (context parallel: the ring of
+ * ops/attention_ring.c), against the tiled kernel on the whole sequence (the reference, same
  * run, every process at once so that both meet the same contention for cores). One key=value line per seq: seq=, ms= and bwd_ms= (the mesh's, the
- * slowest rank), ref_ms=, ref_bwd_ms=, speedup=. Run under mpiexec (bench/run attention --cp N). */
+ * slowest rank), ref_ms=, ref_bwd_ms=, speedup=; and the ring's communication: ring_mib= (bytes each process sent, forward
+ * and backward), ring_msgs=, ring_wait_ms= (the ring's waits on its messages: what the compute did not
+ * hide, including waits on a neighbour still computing; slowest rank), p2p_ms= (the same bytes in the same number of hops of plain MPI_Isend/Irecv
+ * to the next and from the previous process, no compute: the transport's bound, same run),
+ * p2p_gbps=. Run under mpiexec (bench/run attention --cp N). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <mpi.h>
+
 #include "bench_util.h"
 #include "dtensor/dtensor.h"
+#include "ops/attention_ring.h" /* dt__attention_ring_stats */
 
 static double now(void)
 {
@@ -56,6 +63,32 @@ static int fail(const char *what, dt_status st)
     return 1;
 }
 
+/* The transport's bound: `hops` rounds of `bytes` each sent to the next client and received
+ * from the previous one with plain MPI_Isend/Irecv, no compute; the slowest client's seconds,
+ * the best of reps. */
+static double p2p_ring(double bytes, int hops, int reps)
+{
+    int me = dt_client_id(), n = dt_num_clients();
+    int cnt = (int)(bytes / sizeof(float)) + 1;
+    float *a = calloc((size_t)cnt, sizeof *a), *b = calloc((size_t)cnt, sizeof *b);
+    double best = 1e30;
+    for (int r = 0; r < reps && a && b; r++) {
+        bu_max_all(0);
+        double t0 = now();
+        for (int h = 0; h < hops && n > 1; h++) {
+            MPI_Request q[2];
+            MPI_Irecv(b, cnt, MPI_FLOAT, (me + n - 1) % n, 77, MPI_COMM_WORLD, &q[0]);
+            MPI_Isend(a, cnt, MPI_FLOAT, (me + 1) % n, 77, MPI_COMM_WORLD, &q[1]);
+            MPI_Waitall(2, q, MPI_STATUSES_IGNORE);
+        }
+        double t = bu_max_all(now() - t0);
+        best = t < best ? t : best;
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
 static int run_seq(const dt_mesh *mesh, int64_t T, int64_t H, int64_t D, int reps)
 {
     int64_t C = H * D, n = T * C, shape[3] = {1, T, C};
@@ -74,9 +107,11 @@ static int run_seq(const dt_mesh *mesh, int64_t T, int64_t H, int64_t D, int rep
     const float *src[4] = {q, k, v, dy};
     for (int j = 0; j < 4 && st == DT_OK; j++)
         st = make(l, shape, src[j], &t[j]);
-    double fwd = 1e30, bwd = 1e30;
+    double fwd = 1e30, bwd = 1e30, wait = 1e30, bytes = 0;
+    long long msgs = 0;
     for (int r = 0; r <= reps && st == DT_OK; r++) { /* the first is a warm-up */
         dt_tensor *y = NULL, *g[3] = {NULL, NULL, NULL};
+        dt__attention_ring_stats(NULL, 1);
         bu_max_all(0);
         double t0 = now();
         st = dt_attention(t[0], t[1], t[2], H, 1, &y);
@@ -85,9 +120,15 @@ static int run_seq(const dt_mesh *mesh, int64_t T, int64_t H, int64_t D, int rep
         if (st == DT_OK)
             st = dt_attention_backward(t[0], t[1], t[2], H, 1, t[3], &g[0], &g[1], &g[2]);
         double t2 = bu_max_all(now() - t0);
+        dt__ring_stats rs;
+        dt__attention_ring_stats(&rs, 1);
+        double w = bu_max_all(rs.wait_s);
         if (r > 0) {
             fwd = t1 < fwd ? t1 : fwd;
             bwd = t2 < bwd ? t2 : bwd;
+            wait = w < wait ? w : wait;
+            bytes = rs.bytes;
+            msgs = rs.messages;
         }
         dt_tensor_destroy(y);
         for (int j = 0; j < 3; j++)
@@ -109,6 +150,10 @@ static int run_seq(const dt_mesh *mesh, int64_t T, int64_t H, int64_t D, int rep
         rf = t1 < rf ? t1 : rf;
         rb = t2 < rb ? t2 : rb;
     }
+    /* The same bytes in as many hops (each process sends 4 cp - 3 blocks: cp - 1 of k | v in
+     * the forward, again in the backward's recomputed forward and its own pass, cp of dk | dv). */
+    int hops = (int)(msgs > 0 ? msgs : 1);
+    double p2p = st == DT_OK ? p2p_ring(bytes / hops, hops, reps) : 0;
     int ok = bu_ok_all(st == DT_OK);
     if (dt_client_id() == 0) {
         bu_line line;
@@ -124,6 +169,11 @@ static int run_seq(const dt_mesh *mesh, int64_t T, int64_t H, int64_t D, int rep
         bu_line_add(&line, "ref_ms", "%.2f", rf * 1e3);
         bu_line_add(&line, "ref_bwd_ms", "%.2f", rb * 1e3);
         bu_line_add(&line, "speedup", "%.2f", (rf + rb) / (fwd + bwd));
+        bu_line_add(&line, "ring_mib", "%.2f", bytes / (1 << 20));
+        bu_line_add(&line, "ring_msgs", "%lld", msgs);
+        bu_line_add(&line, "ring_wait_ms", "%.2f", wait * 1e3);
+        bu_line_add(&line, "p2p_ms", "%.2f", p2p * 1e3);
+        bu_line_add(&line, "p2p_gbps", "%.2f", p2p > 0 ? bytes / p2p / 1e9 : 0.0);
         if (!ok)
             bu_line_add(&line, "error", "%s", "failed");
         bu_line_print(&line);
