@@ -21,6 +21,8 @@
 #define BK 128
 /* Tags of the ring's messages: RING_TAG + 2 position (+1 for the gradients) of the receiver. */
 enum { RING_TAG = 12000, RING_MAX_POSITION = 4000 };
+/* Zig-zag moves: ZZ_TAG + 2 position (+ which of the two chunks) of the receiver. */
+enum { ZZ_TAG = 21000 };
 
 static dt__ring_stats stats; /* dt__attention_ring_stats (main thread only) */
 
@@ -40,14 +42,21 @@ typedef struct part {
     double *lse;           /* [B, lh, len] running log-sum-exp (forward) */
     float *ytmp, *ltmp;    /* one block's output and lse */
     float *dsum;           /* [B, lh, len] dy . y (backward) */
+    /* The query rows computed here: one segment (the own shard) or, zig-zag, two chunks
+     * (c and 2 cp - 1 - c of 2 cp), each [B, seg_len, ld], lse and dsum by segment. */
+    int nseg;
+    int64_t seg_off[2], seg_len[2];
+    const float *qs[2], *dys[2];
+    float *ys[2], *dqs[2];
+    float *zbuf; /* zig-zag: q, dy, y, dq of the two chunks, 2 B cl ld each */
 } part;
 
 typedef struct ring {
     int64_t B, T, cp, lh, lkv, hd, ld, kld, seg, stride;
-    int causal, n, cur;
+    int causal, n, cur, zigzag;
+    int64_t cl; /* zig-zag: rows of a chunk (T / (2 cp)) */
     part *p;
-    const dt_tensor *q, *dy;
-    dt_tensor *y, *dq;
+    const dt_tensor *q;
 } ring;
 
 static int64_t shard_len(const ring *r, int64_t s)
@@ -73,6 +82,7 @@ static void ring_free(ring *r)
         free(r->p[i].ytmp);
         free(r->p[i].ltmp);
         free(r->p[i].dsum);
+        free(r->p[i].zbuf);
     }
     free(r->p);
 }
@@ -87,6 +97,9 @@ static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
     r->cp = dt_mesh_dim_size(mesh, sdim);
     r->hd = s[2] / heads;
     r->causal = causal;
+    /* Causal work balanced (zig-zag) when the 2 cp chunks are equal; else own shards. */
+    r->zigzag = causal && r->cp > 1 && r->T % (2 * r->cp) == 0;
+    r->cl = r->T / (2 * r->cp);
     r->n = dt_tensor_num_local(q);
     r->stride = 1;
     for (int d = dt_mesh_rank(mesh) - 1; d > sdim; d--)
@@ -149,28 +162,31 @@ static int64_t src_of(const ring *r, const part *p, int h)
     return (p->c - h % r->cp + r->cp) % r->cp;
 }
 
-/* Online softmax: the block's (ytmp, ltmp) merged into (y, lse). */
-static void combine(const ring *r, part *p, float *y, int first)
+/* Online softmax: the block's (ytmp, ltmp) for segment sg merged into its (y, lse). */
+static void combine(const ring *r, part *p, int sg, int first)
 {
+    int64_t len = p->seg_len[sg];
+    double *lse = p->lse + sg * r->B * r->lh * p->seg_len[0];
+    float *y = p->ys[sg];
     for (int64_t b = 0; b < r->B; b++)
         for (int64_t h = 0; h < r->lh; h++)
-            for (int64_t t = 0; t < p->len; t++) {
-                int64_t li = (b * r->lh + h) * p->len + t;
-                float *yr = y + (b * p->len + t) * r->ld + h * r->hd;
-                const float *tr = p->ytmp + (b * p->len + t) * r->ld + h * r->hd;
+            for (int64_t t = 0; t < len; t++) {
+                int64_t li = (b * r->lh + h) * len + t;
+                float *yr = y + (b * len + t) * r->ld + h * r->hd;
+                const float *tr = p->ytmp + (b * len + t) * r->ld + h * r->hd;
                 double lb = p->ltmp[li];
-                if (first || p->lse[li] == -INFINITY) {
+                if (first || lse[li] == -INFINITY) {
                     memcpy(yr, tr, (size_t)r->hd * sizeof *yr);
-                    p->lse[li] = lb;
+                    lse[li] = lb;
                     continue;
                 }
-                double la = p->lse[li], m = la > lb ? la : lb;
+                double la = lse[li], m = la > lb ? la : lb;
                 double wa = exp(la - m), wb = exp(lb - m), tot = wa + wb;
                 wa /= tot;
                 wb /= tot;
                 for (int64_t d = 0; d < r->hd; d++)
                     yr[d] = (float)(wa * yr[d] + wb * tr[d]);
-                p->lse[li] = m + log(tot);
+                lse[li] = m + log(tot);
             }
 }
 
@@ -214,44 +230,54 @@ static void block_grad(const ring *r, int64_t nq, int64_t nk, int64_t rel, float
     }
 }
 
-/* One device's work on the block of hop h: forward (grad 0) or backward. */
-static dt_status compute(ring *r, int i, int h, int grad, float *s, float *dp)
+/* One device's work on the block of hop h, segment sg of its query rows: forward (grad 0)
+ * or backward. */
+static dt_status compute_seg(ring *r, int i, int sg, int h, int grad, float *s, float *dp)
 {
     part *p = &r->p[i];
     int64_t src = src_of(r, p, h), koff = shard_off(r, src), klen = shard_len(r, src);
-    if (p->len == 0 || r->lh == 0)
+    int64_t off = p->seg_off[sg], len = p->seg_len[sg];
+    int64_t lbase = sg * r->B * r->lh * p->seg_len[0];
+    if (len == 0 || r->lh == 0)
         return DT_OK;
-    if (klen == 0 || (r->causal && koff >= p->off + p->len)) { /* all masked */
+    if (klen == 0 || (r->causal && koff >= off + len)) { /* all masked */
         if (!grad && h == 0)
-            for (int64_t j = 0; j < r->B * r->lh * p->len; j++)
-                p->lse[j] = -INFINITY;
+            for (int64_t j = 0; j < r->B * r->lh * len; j++)
+                p->lse[lbase + j] = -INFINITY;
         return DT_OK;
     }
-    const float *qd = dt__local_data(r->q, i), *kb = r->p[i].buf[r->cur],
-                *vb = kb + r->B * klen * r->kld;
-    int64_t rel = p->off - koff;
+    const float *qd = p->qs[sg], *kb = p->buf[r->cur], *vb = kb + r->B * klen * r->kld;
+    int64_t rel = off - koff;
     if (!grad) {
-        dt_status st = dt__attention_tiled_part(r->B, p->len, r->causal ? rel : 0, klen, r->lh,
+        dt_status st = dt__attention_tiled_part(r->B, len, r->causal ? rel : 0, klen, r->lh,
                                                 r->lkv, r->hd, r->causal, qd, kb, vb, p->ytmp,
                                                 p->ltmp);
         if (st == DT_OK)
-            combine(r, p, dt__local_data(r->y, i), h == 0);
+            combine(r, p, sg, h == 0);
         return st;
     }
-    const float *dyd = dt__local_data(r->dy, i);
-    float *dqd = dt__local_data(r->dq, i), *dkb = r->p[i].buf[r->cur] + 2 * r->seg,
+    const float *dyd = p->dys[sg];
+    float *dqd = p->dqs[sg], *dkb = p->buf[r->cur] + 2 * r->seg,
           *dvb = dkb + r->B * klen * r->kld;
     int64_t group = r->lh / r->lkv;
     float scale = 1.0f / sqrtf((float)r->hd);
     for (int64_t b = 0; b < r->B; b++)
         for (int64_t hh = 0; hh < r->lh; hh++) {
-            int64_t qo = b * p->len * r->ld + hh * r->hd;
+            int64_t qo = b * len * r->ld + hh * r->hd;
             int64_t ko = b * klen * r->kld + (hh / group) * r->hd;
-            int64_t li = (b * r->lh + hh) * p->len;
-            block_grad(r, p->len, klen, rel, scale, qd + qo, kb + ko, vb + ko, dyd + qo,
+            int64_t li = lbase + (b * r->lh + hh) * len;
+            block_grad(r, len, klen, rel, scale, qd + qo, kb + ko, vb + ko, dyd + qo,
                        p->lse + li, p->dsum + li, dqd + qo, dkb + ko, dvb + ko, s, dp);
         }
     return DT_OK;
+}
+
+static dt_status compute(ring *r, int i, int h, int grad, float *s, float *dp)
+{
+    dt_status st = DT_OK;
+    for (int sg = 0; sg < r->p[i].nseg && st == DT_OK; sg++)
+        st = compute_seg(r, i, sg, h, grad, s, dp);
+    return st;
 }
 
 /* Posts what hop h sends or receives: kv (the k | v block) or the gradients. */
@@ -320,6 +346,159 @@ static dt_status pass(ring *r, int grad, float *s, float *dp)
     return st;
 }
 
+/* Position of the device at coordinate x of p's line, and its index here (-1: elsewhere). */
+static int64_t line_pos(const ring *r, const part *p, int64_t x)
+{
+    return p->pos + (x - p->c) * r->stride;
+}
+
+static int local_of(const ring *r, int64_t pos)
+{
+    for (int j = 0; j < r->n; j++)
+        if (r->p[j].pos == pos)
+            return j;
+    return -1;
+}
+
+/* Zig-zag: chunk j of 2 cp lies in half j % 2 of device j / 2's shard and is computed on
+ * device holder(j), as its segment slot(j). */
+static int64_t holder(const ring *r, int64_t j)
+{
+    return j < r->cp ? j : 2 * r->cp - 1 - j;
+}
+
+static int slot(const ring *r, int64_t j)
+{
+    return j < r->cp ? 0 : 1;
+}
+
+/* zbuf: units 0-1 q, 2-3 dy, 4-5 y then dq (never live together), 6-7 packing. */
+static int64_t zslot(int which, int k)
+{
+    return (which >= 2 ? 4 : 2 * which) + k;
+}
+
+/* Moves one of the zig-zag arrays (which: 0 q, 1 dy, 2 y, 3 dq in zbuf): back 0, from the
+ * own shards (t's local data) to the chunks' holders; back 1, from the holders to the owners'
+ * shards. Point to point, waited under the watchdog. */
+static dt_status zz_move(ring *r, const dt_tensor *t, int which, int back)
+{
+    int64_t unit = r->B * r->cl * r->ld;
+    MPI_Request *reqs = malloc((size_t)(4 * r->n + 1) * sizeof *reqs);
+    int *peers = malloc((size_t)(4 * r->n + 1) * sizeof *peers);
+    if (!reqs || !peers) {
+        free(reqs);
+        free(peers);
+        return dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+    }
+    dt_status st = DT_OK;
+    int nreq = 0, me = dt_client_id();
+    dt_device_type ty = DT_DEVICE_CPU;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(t));
+    for (int i = 0; i < r->n && st == DT_OK; i++) { /* receives */
+        part *p = &r->p[i];
+        for (int k = 0; k < 2 && st == DT_OK; k++) {
+            /* back 0: my chunk k (c, then 2 cp - 1 - c) from its owner; back 1: my half k
+             * from its holder */
+            int64_t j = back ? 2 * p->c + k : (k ? 2 * r->cp - 1 - p->c : p->c);
+            int64_t from = line_pos(r, p, back ? holder(r, j) : j / 2);
+            int cl = dt_device_client(ty, dt_mesh_device_id(mesh, from));
+            if (cl == me)
+                continue;
+            float *into = back ? p->zbuf + (6 + k) * unit : p->zbuf + zslot(which, k) * unit;
+            int rc = MPI_Irecv(into, (int)unit, MPI_FLOAT, cl, ZZ_TAG + 2 * (int)p->pos + k,
+                               dt__comm(), &reqs[nreq]);
+            if (rc != MPI_SUCCESS)
+                st = dt__mpi_error(rc, "attention (ring): MPI_Irecv");
+            else
+                peers[nreq++] = cl;
+        }
+    }
+    for (int i = 0; i < r->n && st == DT_OK; i++) { /* sends */
+        part *p = &r->p[i];
+        const float *own = dt__local_data(t, i);
+        for (int k = 0; k < 2 && st == DT_OK; k++) {
+            int64_t j = back ? (k ? 2 * r->cp - 1 - p->c : p->c) : 2 * p->c + k;
+            int64_t to = line_pos(r, p, back ? j / 2 : holder(r, j));
+            int tk = back ? (int)(j % 2) : slot(r, j);
+            const float *from = p->zbuf + zslot(which, k) * unit;
+            if (!back) { /* half k of the own shard, packed */
+                float *pk = p->zbuf + (6 + k) * unit;
+                for (int64_t b = 0; b < r->B; b++)
+                    memcpy(pk + b * r->cl * r->ld, own + (b * 2 * r->cl + k * r->cl) * r->ld,
+                           (size_t)(r->cl * r->ld) * sizeof *pk);
+                from = pk;
+            }
+            int li = local_of(r, to);
+            if (li >= 0) {
+                float *into = back ? r->p[li].zbuf + (6 + tk) * unit
+                                   : r->p[li].zbuf + zslot(which, tk) * unit;
+                memcpy(into, from, (size_t)unit * sizeof *into);
+                continue;
+            }
+            int cl = dt_device_client(ty, dt_mesh_device_id(mesh, to));
+            int rc = MPI_Isend(from, (int)unit, MPI_FLOAT, cl, ZZ_TAG + 2 * (int)to + tk,
+                               dt__comm(), &reqs[nreq]);
+            if (rc != MPI_SUCCESS)
+                st = dt__mpi_error(rc, "attention (ring): MPI_Isend");
+            else {
+                peers[nreq++] = cl;
+                stats.bytes += (double)unit * sizeof(float);
+                stats.messages++;
+            }
+        }
+    }
+    if (st == DT_OK && nreq > 0) {
+        double t0 = dt__now_seconds();
+        st = dt__wait_watched(reqs, peers, nreq, 0, "attention (ring, zig-zag)");
+        stats.wait_s += dt__now_seconds() - t0;
+    }
+    for (int i = 0; back && st == DT_OK && i < r->n; i++) { /* unpack into the own shards */
+        part *p = &r->p[i];
+        float *own = dt__local_data(t, i);
+        for (int k = 0; k < 2; k++)
+            for (int64_t b = 0; b < r->B; b++)
+                memcpy(own + (b * 2 * r->cl + k * r->cl) * r->ld,
+                       p->zbuf + (6 + k) * unit + b * r->cl * r->ld,
+                       (size_t)(r->cl * r->ld) * sizeof *own);
+    }
+    free(reqs);
+    free(peers);
+    return st;
+}
+
+/* The query segments of every part: its own shard, or (zig-zag) its two chunks in zbuf. */
+static dt_status segments(ring *r, const dt_tensor *dy, dt_tensor *y, dt_tensor *dq)
+{
+    int64_t unit = r->B * r->cl * r->ld;
+    for (int i = 0; i < r->n; i++) {
+        part *p = &r->p[i];
+        if (!r->zigzag) {
+            p->nseg = 1;
+            p->seg_off[0] = p->off;
+            p->seg_len[0] = p->len;
+            p->qs[0] = dt__local_data(r->q, i);
+            p->dys[0] = dy ? dt__local_data(dy, i) : NULL;
+            p->ys[0] = dt__local_data(y ? y : dq, i);
+            p->dqs[0] = dq ? dt__local_data(dq, i) : NULL;
+            continue;
+        }
+        p->zbuf = malloc((size_t)(8 * unit + 1) * sizeof *p->zbuf);
+        if (!p->zbuf)
+            return dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+        p->nseg = 2;
+        for (int k = 0; k < 2; k++) {
+            p->seg_off[k] = (k ? 2 * r->cp - 1 - p->c : p->c) * r->cl;
+            p->seg_len[k] = r->cl;
+            p->qs[k] = p->zbuf + k * unit;
+            p->dys[k] = p->zbuf + (2 + k) * unit;
+            p->ys[k] = p->zbuf + (4 + k) * unit; /* y, then dq: the two never live together */
+            p->dqs[k] = p->zbuf + (4 + k) * unit;
+        }
+    }
+    return DT_OK;
+}
+
 /* Each device's own k | v block into its current buffer (and the gradients zeroed). */
 static void load(ring *r, const dt_tensor *k, const dt_tensor *v)
 {
@@ -345,34 +524,37 @@ dt_status dt__attention_ring(const dt_tensor *q, const dt_tensor *k, const dt_te
     if (st == DT_OK && !s)
         st = dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
     r.q = q;
-    r.dy = dy;
-    r.dq = dq;
+    if (st == DT_OK)
+        st = segments(&r, dy, y, dq);
+    if (st == DT_OK && r.zigzag) /* the query rows (and dy) to their chunks' devices */
+        st = zz_move(&r, q, 0, 0);
+    if (st == DT_OK && r.zigzag && dy)
+        st = zz_move(&r, dy, 1, 0);
     if (st == DT_OK) {
         dt__blas_threads_once();
         load(&r, k, v);
+        st = pass(&r, 0, s, s + BQ * BK); /* the forward (again, for the backward) */
     }
-    /* Forward: into y, or (backward) into dq's memory, then D = dy . y and dq zeroed. */
-    if (st == DT_OK) {
-        r.y = dy ? dq : y;
-        st = pass(&r, 0, s, s + BQ * BK);
-    }
+    if (st == DT_OK && !dy && r.zigzag)
+        st = zz_move(&r, y, 2, 1); /* the output rows to their owners */
     if (st == DT_OK && dy) {
-        for (int i = 0; i < r.n; i++) {
+        for (int i = 0; i < r.n; i++) { /* D = dy . y by row, then dq zeroed */
             part *p = &r.p[i];
-            const float *yd = dt__local_data(dq, i), *dyd = dt__local_data(dy, i);
-            for (int64_t b = 0; b < r.B; b++)
-                for (int64_t h = 0; h < r.lh; h++)
-                    for (int64_t t = 0; t < p->len; t++) {
-                        const float *a = yd + (b * p->len + t) * r.ld + h * r.hd,
-                                    *g = dyd + (b * p->len + t) * r.ld + h * r.hd;
-                        double acc = 0;
-                        for (int64_t d = 0; d < r.hd; d++)
-                            acc += (double)a[d] * g[d];
-                        p->dsum[(b * r.lh + h) * p->len + t] = (float)acc;
-                    }
-            if (p->len && r.ld)
-                memset(dt__local_data(dq, i), 0,
-                       (size_t)(r.B * p->len * r.ld) * sizeof(float));
+            for (int sg = 0; sg < p->nseg; sg++) {
+                int64_t len = p->seg_len[sg], lbase = sg * r.B * r.lh * p->seg_len[0];
+                for (int64_t b = 0; b < r.B; b++)
+                    for (int64_t h = 0; h < r.lh; h++)
+                        for (int64_t t = 0; t < len; t++) {
+                            const float *a = p->ys[sg] + (b * len + t) * r.ld + h * r.hd,
+                                        *g = p->dys[sg] + (b * len + t) * r.ld + h * r.hd;
+                            double acc = 0;
+                            for (int64_t d = 0; d < r.hd; d++)
+                                acc += (double)a[d] * g[d];
+                            p->dsum[lbase + (b * r.lh + h) * len + t] = (float)acc;
+                        }
+                if (len && r.ld)
+                    memset(p->dqs[sg], 0, (size_t)(r.B * len * r.ld) * sizeof(float));
+            }
         }
         r.cur = 0;
         load(&r, k, v);
@@ -386,6 +568,8 @@ dt_status dt__attention_ring(const dt_tensor *q, const dt_tensor *k, const dt_te
                 memcpy(dt__local_data(dv, i), g + n, n * sizeof(float));
             }
         }
+        if (st == DT_OK && r.zigzag) /* dq back to the rows' owners */
+            st = zz_move(&r, dq, 3, 1);
     }
     free(s);
     ring_free(&r);

@@ -98,8 +98,9 @@ static void check(int64_t T, int64_t kv, int causal, int kind)
     free(f);
 }
 
-/* Odd, not divisible by 2 cp, shorter than 2 cp, two key blocks of 128 and a tail. */
-static const int64_t lengths[] = {7, 203, 261};
+/* Odd, not divisible by 2 cp, shorter than 2 cp, two key blocks of 128 and a tail (own
+ * contiguous shards); divisible by 2 cp for every cp here (causal: zig-zag chunks). */
+static const int64_t lengths[] = {7, 203, 261, 256};
 
 static void run(int64_t kv)
 {
