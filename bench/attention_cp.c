@@ -2,8 +2,8 @@
  * mesh dim of every process's one CPU device (context parallel: the ring of
  * ops/attention_ring.c), against the tiled kernel on the whole sequence (the reference, same
  * run, every process at once so that both meet the same contention for cores). One key=value line per seq: seq=, ms= and bwd_ms= (the mesh's, the
- * slowest rank), ref_ms=, ref_bwd_ms=, speedup=; and the ring's communication: ring_mib= (bytes each process sent, forward
- * and backward), ring_msgs=, ring_wait_ms= (the ring's waits on its messages: what the compute did not
+ * slowest rank), ref_ms=, ref_bwd_ms=, speedup=; and the ring's communication: ring_mib= (bytes the busiest process sent,
+ * forward and backward), ring_msgs=, ring_wait_ms= (the ring's waits on its messages: what the compute did not
  * hide, including waits on a neighbour still computing; slowest rank), p2p_ms= (the same bytes in the same number of hops of plain MPI_Isend/Irecv
  * to the next and from the previous process, no compute: the transport's bound, same run),
  * p2p_gbps=. Run under mpiexec (bench/run attention --cp N). */
@@ -152,6 +152,10 @@ static int run_seq(const dt_mesh *mesh, int64_t T, int64_t H, int64_t D, int rep
     }
     /* The same bytes in as many hops (each process sends 4 cp - 3 blocks: cp - 1 of k | v in
      * the forward, again in the backward's recomputed forward and its own pass, cp of dk | dv). */
+    /* Every process the same hops: the busiest process's count and bytes (the zig-zag moves
+     * differ between processes). */
+    bytes = bu_max_all(bytes);
+    msgs = (long long)bu_max_all((double)msgs);
     int hops = (int)(msgs > 0 ? msgs : 1);
     double p2p = st == DT_OK ? p2p_ring(bytes / hops, hops, reps) : 0;
     int ok = bu_ok_all(st == DT_OK);
