@@ -1,12 +1,14 @@
 /* bench_attention_cp: dt_attention and its backward with the sequence sharded over a `seq`
  * mesh dim of every process's one CPU device (context parallel: the ring of
  * ops/attention_ring.c), against the tiled kernel on the whole sequence (the reference, same
- * run, every process at once so that both meet the same contention for cores). One key=value line per seq: seq=, ms= and bwd_ms= (the mesh's, the
- * slowest rank), ref_ms=, ref_bwd_ms=, speedup=; and the ring's communication: ring_mib= (bytes the busiest process sent,
- * forward and backward), ring_msgs=, ring_wait_ms= (the ring's waits on its messages: what the compute did not
- * hide, including waits on a neighbour still computing; slowest rank), p2p_ms= (the same bytes in the same number of hops of plain MPI_Isend/Irecv
- * to the next and from the previous process, no compute: the transport's bound, same run),
- * p2p_gbps=. Run under mpiexec (bench/run attention --cp N). */
+ * run, every process at once so that both meet the same contention for cores). One key=value line
+ * per seq: seq=, ms= and bwd_ms= (the mesh's, the slowest rank), ref_ms=, ref_bwd_ms=, speedup=;
+ * and the ring's communication: ring_mib= (bytes the busiest process sent, forward and backward),
+ * ring_msgs=, ring_wait_ms= (the ring's waits on its messages: what the compute did not hide,
+ * including waits on a neighbour still computing; slowest rank), p2p_ms= (the same bytes in the
+ * same number of hops of plain MPI_Isend/Irecv to the next and from the previous process, no
+ * compute: the transport's bound, same run), p2p_gbps=. Run under mpiexec (bench/run attention --cp
+ * N). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,8 +60,7 @@ static dt_status make(const dt_layout *layout, const int64_t *shape, const float
 
 static int fail(const char *what, dt_status st)
 {
-    fprintf(stderr, "bench_attention_cp: %s: %s: %s\n", what, dt_status_name(st),
-            dt_last_error());
+    fprintf(stderr, "bench_attention_cp: %s: %s: %s\n", what, dt_status_name(st), dt_last_error());
     return 1;
 }
 

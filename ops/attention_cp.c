@@ -31,9 +31,8 @@ static void seq_spec(const dt__lspec *ls, int sdim, dt__lspec *qls)
 }
 
 /* The inputs in the sequence-sharded layout, the outputs made there (n of each). */
-static dt_status prepare(const dt_tensor *const *src, int n, const dt__lspec *qls,
-                         dt_tensor **in, const int64_t *const *shapes, int nout,
-                         dt_tensor **out)
+static dt_status prepare(const dt_tensor *const *src, int n, const dt__lspec *qls, dt_tensor **in,
+                         const int64_t *const *shapes, int nout, dt_tensor **out)
 {
     dt_status st = DT_OK;
     for (int j = 0; j < n && st == DT_OK; j++)
@@ -55,8 +54,8 @@ dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const
     dt_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL;
     dt_status st = prepare(src, 3, &qls, in, shapes, 1, &y);
     if (st == DT_OK)
-        st = dt__attention_ring(in[0], in[1], in[2], NULL, heads, kv_heads, causal, sdim, y,
-                                NULL, NULL, NULL);
+        st = dt__attention_ring(in[0], in[1], in[2], NULL, heads, kv_heads, causal, sdim, y, NULL,
+                                NULL, NULL);
     for (int j = 0; j < 3; j++)
         dt_tensor_destroy(in[j]);
     if (st != DT_OK) {

@@ -20,9 +20,9 @@
 #define BQ 128
 #define BK 128
 /* Tags of the ring's messages: RING_TAG + 2 position (+1 for the gradients) of the receiver. */
-enum { RING_TAG = 12000, RING_MAX_POSITION = 4000 };
+enum { RING_TAG = 12000, RING_MAX_POSITION = 2048 };
 /* Zig-zag moves: ZZ_TAG + 2 position (+ which of the two chunks) of the receiver. */
-enum { ZZ_TAG = 21000 };
+enum { ZZ_TAG = 16400 }; /* below the staged transport's 24576 and up */
 
 static dt__ring_stats stats; /* dt__attention_ring_stats (main thread only) */
 
@@ -38,10 +38,10 @@ typedef struct part {
     int64_t c, off, len;   /* coordinate along the dim, own query rows */
     int64_t pos, next_pos; /* mesh positions of this device and the next one on the ring */
     int next_client, prev_client, next_local; /* next_local: its index here, or -1 */
-    float *buf[2];         /* k | v of the block (packed), then dk | dv at 2 seg */
-    double *lse;           /* [B, lh, len] running log-sum-exp (forward) */
-    float *ytmp, *ltmp;    /* one block's output and lse */
-    float *dsum;           /* [B, lh, len] dy . y (backward) */
+    float *buf[2];      /* k | v of the block (packed), then dk | dv at 2 seg */
+    double *lse;        /* [B, lh, len] running log-sum-exp (forward) */
+    float *ytmp, *ltmp; /* one block's output and lse */
+    float *dsum;        /* [B, lh, len] dy . y (backward) */
     /* The query rows computed here: one segment (the own shard) or, zig-zag, two chunks
      * (c and 2 cp - 1 - c of 2 cp), each [B, seg_len, ld], lse and dsum by segment. */
     int nseg;
@@ -87,8 +87,8 @@ static void ring_free(ring *r)
     free(r->p);
 }
 
-static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
-                          int64_t kv_heads, int causal, int sdim, ring *r)
+static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads, int64_t kv_heads,
+                          int causal, int sdim, ring *r)
 {
     const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(q));
     const int64_t *s = dt_tensor_shape(q);
@@ -105,8 +105,10 @@ static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
     for (int d = dt_mesh_rank(mesh) - 1; d > sdim; d--)
         r->stride *= dt_mesh_dim_size(mesh, d);
     if (dt_mesh_size(mesh) > RING_MAX_POSITION)
-        return dt__error(DT_ERR_UNSUPPORTED, "attention (ring): a mesh of %lld devices (at most "
-                         "%d)", (long long)dt_mesh_size(mesh), RING_MAX_POSITION);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "attention (ring): a mesh of %lld devices (at most "
+                         "%d)",
+                         (long long)dt_mesh_size(mesh), RING_MAX_POSITION);
     r->p = calloc((size_t)(r->n ? r->n : 1), sizeof *r->p);
     if (!r->p)
         return dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
@@ -124,8 +126,10 @@ static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
         p->off = shard_off(r, p->c);
         p->len = shard_len(r, p->c);
         if (l->shape[1] != p->len || lk->shape[1] != p->len)
-            return dt__error(DT_ERR_UNSUPPORTED, "attention (ring): shard of %lld rows, %lld "
-                             "expected", (long long)l->shape[1], (long long)p->len);
+            return dt__error(DT_ERR_UNSUPPORTED,
+                             "attention (ring): shard of %lld rows, %lld "
+                             "expected",
+                             (long long)l->shape[1], (long long)p->len);
         int64_t nc = (p->c + 1) % r->cp, pc = (p->c + r->cp - 1) % r->cp;
         p->next_pos = p->pos + (nc - p->c) * r->stride;
         int64_t prev_pos = p->pos + (pc - p->c) * r->stride;
@@ -135,8 +139,10 @@ static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
     }
     r->seg = r->B * maxlen * r->kld;
     if (2 * r->seg > INT_MAX)
-        return dt__error(DT_ERR_UNSUPPORTED, "attention (ring): blocks of %lld floats (at most "
-                         "%d per message)", (long long)(2 * r->seg), INT_MAX);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "attention (ring): blocks of %lld floats (at most "
+                         "%d per message)",
+                         (long long)(2 * r->seg), INT_MAX);
     size_t rows = (size_t)(r->B * maxlen), nb = (size_t)(4 * r->seg);
     for (int i = 0; i < r->n; i++) {
         part *p = &r->p[i];
@@ -249,16 +255,14 @@ static dt_status compute_seg(ring *r, int i, int sg, int h, int grad, float *s, 
     const float *qd = p->qs[sg], *kb = p->buf[r->cur], *vb = kb + r->B * klen * r->kld;
     int64_t rel = off - koff;
     if (!grad) {
-        dt_status st = dt__attention_tiled_part(r->B, len, r->causal ? rel : 0, klen, r->lh,
-                                                r->lkv, r->hd, r->causal, qd, kb, vb, p->ytmp,
-                                                p->ltmp);
+        dt_status st = dt__attention_tiled_part(r->B, len, r->causal ? rel : 0, klen, r->lh, r->lkv,
+                                                r->hd, r->causal, qd, kb, vb, p->ytmp, p->ltmp);
         if (st == DT_OK)
             combine(r, p, sg, h == 0);
         return st;
     }
     const float *dyd = p->dys[sg];
-    float *dqd = p->dqs[sg], *dkb = p->buf[r->cur] + 2 * r->seg,
-          *dvb = dkb + r->B * klen * r->kld;
+    float *dqd = p->dqs[sg], *dkb = p->buf[r->cur] + 2 * r->seg, *dvb = dkb + r->B * klen * r->kld;
     int64_t group = r->lh / r->lkv;
     float scale = 1.0f / sqrtf((float)r->hd);
     for (int64_t b = 0; b < r->B; b++)
@@ -266,8 +270,8 @@ static dt_status compute_seg(ring *r, int i, int sg, int h, int grad, float *s, 
             int64_t qo = b * len * r->ld + hh * r->hd;
             int64_t ko = b * klen * r->kld + (hh / group) * r->hd;
             int64_t li = lbase + (b * r->lh + hh) * len;
-            block_grad(r, len, klen, rel, scale, qd + qo, kb + ko, vb + ko, dyd + qo,
-                       p->lse + li, p->dsum + li, dqd + qo, dkb + ko, dvb + ko, s, dp);
+            block_grad(r, len, klen, rel, scale, qd + qo, kb + ko, vb + ko, dyd + qo, p->lse + li,
+                       p->dsum + li, dqd + qo, dkb + ko, dvb + ko, s, dp);
         }
     return DT_OK;
 }

@@ -14,10 +14,10 @@
 #include "harness.h"
 #include "../ops/ops_test_util.h"
 
-#define B 2
-#define H 4
-#define D 8
-#define C (H * D)
+#define B   2
+#define H   4
+#define D   8
+#define C   (H * D)
 #define TOL 1e-5f
 
 /* Mesh: 0 "seq" alone; 1 "b" x "seq"; 2 "seq" x "b" (the ring's neighbours 2 positions apart). */
@@ -30,8 +30,8 @@ static dt_mesh *ring_mesh(int kind)
     if (kind == 0)
         DT_ASSERT_OK(dt_mesh_create("ring", 1, n1, s1, DT_DEVICE_CPU, &m));
     else
-        DT_ASSERT_OK(dt_mesh_create("ring", 2, kind == 1 ? n2 : n3, kind == 1 ? s2 : s3,
-                                    DT_DEVICE_CPU, &m));
+        DT_ASSERT_OK(
+            dt_mesh_create("ring", 2, kind == 1 ? n2 : n3, kind == 1 ? s2 : s3, DT_DEVICE_CPU, &m));
     return m;
 }
 
@@ -49,8 +49,7 @@ static void check(int64_t T, int64_t kv, int causal, int kind)
     ot_fill_real(dy, nq, -1, 1, 93);
     attn_ref(B, T, H, kv, D, causal, q, k, v, dy, ry, NULL, rdq, rdk, rdv);
     DT_ASSERT_OK(dt_kernel_attention_tiled(B, T, H, kv, D, causal, q, k, v, y, NULL));
-    DT_ASSERT_OK(
-        dt_kernel_attention_tiled_grad(B, T, H, kv, D, causal, q, k, v, dy, dq, dk, dv));
+    DT_ASSERT_OK(dt_kernel_attention_tiled_grad(B, T, H, kv, D, causal, q, k, v, dy, dq, dk, dv));
 
     dt_mesh *m = ring_mesh(kind);
     const char *s[3] = {kind ? "b" : DT_UNSHARDED, "seq", DT_UNSHARDED};
