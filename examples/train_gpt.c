@@ -72,6 +72,27 @@ static int setup_mesh(ctx *c)
                  "model=%lld", (long long)c->o.heads, NAMES_VOCAB, (long long)msize);
         return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
     }
+    /* --cp K: context parallelism is the mesh's `seq` dim; this only checks its size. */
+    int sd = dt_mesh_dim_index(c->mesh, "seq");
+    int64_t ssize = sd >= 0 ? dt_mesh_dim_size(c->mesh, sd) : 1;
+    if (c->o.cp && c->o.cp != ssize) {
+        char msg[512];
+        if (sd < 0)
+            snprintf(msg, sizeof msg, "--cp %lld: mesh '%s' has no `seq` dim (add one of size "
+                     "%lld to its dims)", (long long)c->o.cp, dt_mesh_name(c->mesh),
+                     (long long)c->o.cp);
+        else
+            snprintf(msg, sizeof msg, "--cp %lld: mesh '%s' has seq=%lld", (long long)c->o.cp,
+                     dt_mesh_name(c->mesh), (long long)ssize);
+        return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
+    }
+    if (c->o.sequence_parallel && (sd >= 0 || c->o.manual_backward || c->o.pipe)) {
+        return job_fail(&c->j, "mesh", DT_ERR_UNSUPPORTED,
+                        sd >= 0 ? "--sequence-parallel with a `seq` mesh dim is not supported"
+                        : c->o.pipe ? "--sequence-parallel with --pipe is not supported"
+                                    : "--sequence-parallel needs the tape's backward (not "
+                                      "--manual-backward)");
+    }
     return 0;
 }
 
@@ -153,6 +174,8 @@ static int setup_model(ctx *c)
     gpt_config cfg = {NAMES_VOCAB, c->T, c->o.width, c->o.heads, c->o.layers,
                       strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
     dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
+    if (st == DT_OK && c->o.sequence_parallel)
+        st = gpt_set_sequence_parallel(c->model);
     if (st != DT_OK)
         return job_fail(&c->j, "model", st, gpt_last_error());
     gpt_set_backward(c->model, (int)c->o.manual_backward, (int)c->o.checkpoint_blocks);

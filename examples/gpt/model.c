@@ -32,6 +32,7 @@ struct gpt {
     int ngroups;
     int64_t count;
     dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
+    dt_layout *l_gath; /* sequence parallel: the column-parallel matmuls' input, sequence whole */
     int manual_backward, checkpoint_blocks; /* gpt_set_backward */
     int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
     uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
@@ -144,6 +145,7 @@ void gpt_destroy(gpt *m)
     }
     free(m->param);
     free(m->names);
+    dt_layout_destroy(m->l_gath);
     dt_layout *ls[] = {m->l_act, m->l_ids, m->l_col, m->l_row,
                        m->l_vocab, m->l_rep1, m->l_rep2, m->l_rep3};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
@@ -607,6 +609,21 @@ static dt_status unit_end(pass *p, int open, dt_status st)
 
 #define K(tp, call, var) ((st = (call)) == DT_OK ? (keep((tp), (var)), DT_OK) : st)
 
+/* Sequence parallelism: *x (sharded along the sequence over `model`) all-gathered along the
+ * sequence for a column-parallel matmul, recorded on the tape (its backward reduce-scatters
+ * the gradient back to the sequence shards). Otherwise *x as it is. */
+static dt_status gather_seq(const gpt *m, pass *p, dt_tensor **x)
+{
+    if (!m->l_gath)
+        return DT_OK;
+    dt_status st;
+    dt_tensor *g = NULL;
+    if (K(&p->tp, dt_relayout(*x, m->l_gath, &g), g) != DT_OK)
+        return st;
+    *x = g;
+    return DT_OK;
+}
+
 /* Residual dropout (gpt_set_dropout) of a block's branch output *o, site `site` of the pass:
  * Philox keyed by the global element index (dt_dropout), so every mesh drops the same
  * elements. Nothing outside training passes or at p = 0. */
@@ -664,7 +681,7 @@ blocks:
             (st = f32_param(m, p, p_n(m, l, LN_ATTN), &g1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, LN_MLP), &g2)) != DT_OK)
             return st;
-        if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK ||
+        if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK || (st = gather_seq(m, p, &a)) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_Q)), 0, 0, NULL, &q), q) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_K)), 0, 0, NULL, &k), k) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_V)), 0, 0, NULL, &v), v) != DT_OK ||
@@ -675,7 +692,7 @@ blocks:
                 DT_OK ||
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &x1), x1) != DT_OK ||
-            K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK ||
+            K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK || (st = gather_seq(m, p, &b)) != DT_OK ||
             K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
                 DT_OK ||
             K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_UP)), 0, 0, NULL, &up), up) !=
@@ -696,6 +713,7 @@ blocks:
         (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         K(&p->tp, dt_rms_norm(x, gf, EPS, &p->f), p->f) != DT_OK ||
+        (st = gather_seq(m, p, &p->f)) != DT_OK ||
         K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
             DT_OK)
         return st;
@@ -749,6 +767,7 @@ blocks:
             (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
+            (st = gather_seq(m, p, &a->a)) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
                 DT_OK ||
             K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_K)), 0, 0, NULL, &a->k), a->k) !=
@@ -761,6 +780,7 @@ blocks:
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
+            (st = gather_seq(m, p, &a->b)) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
                 DT_OK ||
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
@@ -781,6 +801,7 @@ blocks:
         (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
         K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
+        (st = gather_seq(m, p, &p->f)) != DT_OK ||
         K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
             DT_OK)
         return st;
@@ -924,6 +945,35 @@ dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targ
 uint64_t gpt_peak_saved(const gpt *m)
 {
     return m->peak_saved;
+}
+
+dt_status gpt_set_sequence_parallel(gpt *m)
+{
+    own_error[0] = '\0';
+    if (dt_mesh_dim_index(m->mesh, "seq") >= 0) {
+        snprintf(own_error, sizeof own_error, "train_gpt: --sequence-parallel with a `seq` mesh "
+                 "dim is not supported (the sequence is sharded over seq already)");
+        return DT_ERR_UNSUPPORTED;
+    }
+    const char *tp = dt_mesh_dim_index(m->mesh, "model") >= 0 ? "model" : DT_UNSHARDED;
+    const char *s_act[3] = {"batch", tp, DT_UNSHARDED};
+    const char *s_gath[3] = {"batch", DT_UNSHARDED, DT_UNSHARDED};
+    dt_layout *act = NULL, *ids = NULL, *gath = NULL;
+    dt_status st;
+    if ((st = dt_layout_create(m->mesh, 3, s_act, &act)) != DT_OK ||
+        (st = dt_layout_create(m->mesh, 2, s_act, &ids)) != DT_OK ||
+        (st = dt_layout_create(m->mesh, 3, s_gath, &gath)) != DT_OK) {
+        dt_layout_destroy(act);
+        dt_layout_destroy(ids);
+        return st;
+    }
+    dt_layout_destroy(m->l_act);
+    dt_layout_destroy(m->l_ids);
+    dt_layout_destroy(m->l_gath);
+    m->l_act = act;
+    m->l_ids = ids;
+    m->l_gath = gath;
+    return DT_OK;
 }
 
 void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index)

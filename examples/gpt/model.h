@@ -81,6 +81,13 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
                          float loss_scale, double *loss_out, gpt_grad_fn fn, void *arg,
                          dt_tensor **grads_out);
 
+/* Sequence parallelism (Megatron style, docs/attention.md): outside the tensor-parallel
+ * matmuls the activations are sharded along the sequence over `model`; the column-parallel
+ * matmuls' inputs are all-gathered along it (dt_relayout on the tape) and the row-parallel
+ * outputs reduce-scattered into that layout. Call right after gpt_create, before gpt_inputs;
+ * the tape's backward only. DT_ERR_UNSUPPORTED on a mesh with a `seq` dim. */
+dt_status gpt_set_sequence_parallel(gpt *m);
+
 /* How gpt_grads makes the gradients: by default the forward pass is recorded on an autograd
  * tape (dtensor/autograd.h) and the tape runs it backward; checkpoint_blocks != 0 makes each
  * block a recomputed checkpoint segment (its activations dropped after the forward and

@@ -34,7 +34,7 @@ static const spec specs[] = {
     F("--clip", clip, 0, 1e30), S("--arch", arch), I("--kv-heads", kv_heads, 0, 256),
     F("--dropout", dropout, 0, 0.95), I("--context", context, 0, 65536),
     I("--pipe", pipe, 0, 64), I("--microbatches", microbatches, 1, 1024),
-    S("--schedule", schedule),
+    S("--schedule", schedule), I("--cp", cp, 0, 4096),
 };
 
 void gpt_options_usage(FILE *f)
@@ -83,6 +83,10 @@ void gpt_options_usage(FILE *f)
           "                      accumulated, the reference); docs/pipeline.md\n"
           "  --microbatches M    micro-batches per step with --pipe (default 1)\n"
           "  --schedule S        gpipe, 1f1b (default) or interleaved (2 chunks per stage)\n"
+          "  --sequence-parallel outside the tensor-parallel matmuls the activations are\n"
+          "                      sharded along the sequence over `model` (docs/attention.md)\n"
+          "  --cp K              context parallel over the mesh's `seq` dim, which must have\n"
+          "                      size K (the mesh decides; this checks it)\n"
           "  --quiet             print only the final `result` line\n",
           f);
 }
@@ -108,6 +112,10 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
         }
         if (strcmp(arg, "--checkpoint-blocks") == 0) {
             o->checkpoint_blocks = 1;
+            continue;
+        }
+        if (strcmp(arg, "--sequence-parallel") == 0) {
+            o->sequence_parallel = 1;
             continue;
         }
         if (strcmp(arg, "--manual-backward") == 0) {

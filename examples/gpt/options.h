@@ -21,6 +21,8 @@ typedef struct gpt_opts {
     int64_t context;                        /* --context: 0 one name per row, else packed */
     int64_t pipe, microbatches;             /* --pipe P (0: off) --microbatches M */
     const char *schedule;                   /* --schedule gpipe|1f1b|interleaved */
+    int sequence_parallel;                  /* --sequence-parallel: activations over model */
+    int64_t cp;                             /* --cp K: the mesh's seq dim must be K (0: off) */
 } gpt_opts;
 
 /* Parses argv ("--name value" or "--name=value") into *o, defaults first. Returns 0, or -1
