@@ -78,9 +78,10 @@ static int setup_mesh(ctx *c)
     if (c->o.cp && c->o.cp != ssize) {
         char msg[512];
         if (sd < 0)
-            snprintf(msg, sizeof msg, "--cp %lld: mesh '%s' has no `seq` dim (add one of size "
-                     "%lld to its dims)", (long long)c->o.cp, dt_mesh_name(c->mesh),
-                     (long long)c->o.cp);
+            snprintf(msg, sizeof msg,
+                     "--cp %lld: mesh '%s' has no `seq` dim (add one of size "
+                     "%lld to its dims)",
+                     (long long)c->o.cp, dt_mesh_name(c->mesh), (long long)c->o.cp);
         else
             snprintf(msg, sizeof msg, "--cp %lld: mesh '%s' has seq=%lld", (long long)c->o.cp,
                      dt_mesh_name(c->mesh), (long long)ssize);
@@ -88,7 +89,7 @@ static int setup_mesh(ctx *c)
     }
     if (c->o.sequence_parallel && (sd >= 0 || c->o.manual_backward || c->o.pipe)) {
         return job_fail(&c->j, "mesh", DT_ERR_UNSUPPORTED,
-                        sd >= 0 ? "--sequence-parallel with a `seq` mesh dim is not supported"
+                        sd >= 0     ? "--sequence-parallel with a `seq` mesh dim is not supported"
                         : c->o.pipe ? "--sequence-parallel with --pipe is not supported"
                                     : "--sequence-parallel needs the tape's backward (not "
                                       "--manual-backward)");

@@ -681,7 +681,8 @@ blocks:
             (st = f32_param(m, p, p_n(m, l, LN_ATTN), &g1)) != DT_OK ||
             (st = f32_param(m, p, p_n(m, l, LN_MLP), &g2)) != DT_OK)
             return st;
-        if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK || (st = gather_seq(m, p, &a)) != DT_OK ||
+        if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK ||
+            (st = gather_seq(m, p, &a)) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_Q)), 0, 0, NULL, &q), q) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_K)), 0, 0, NULL, &k), k) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_V)), 0, 0, NULL, &v), v) != DT_OK ||
@@ -692,7 +693,8 @@ blocks:
                 DT_OK ||
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &x1), x1) != DT_OK ||
-            K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK || (st = gather_seq(m, p, &b)) != DT_OK ||
+            K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK ||
+            (st = gather_seq(m, p, &b)) != DT_OK ||
             K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
                 DT_OK ||
             K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_UP)), 0, 0, NULL, &up), up) !=
@@ -951,7 +953,8 @@ dt_status gpt_set_sequence_parallel(gpt *m)
 {
     own_error[0] = '\0';
     if (dt_mesh_dim_index(m->mesh, "seq") >= 0) {
-        snprintf(own_error, sizeof own_error, "train_gpt: --sequence-parallel with a `seq` mesh "
+        snprintf(own_error, sizeof own_error,
+                 "train_gpt: --sequence-parallel with a `seq` mesh "
                  "dim is not supported (the sequence is sharded over seq already)");
         return DT_ERR_UNSUPPORTED;
     }

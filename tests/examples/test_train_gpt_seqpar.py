@@ -81,11 +81,13 @@ class TrainSeqPar(unittest.TestCase):
             args = SMALL + ["--arch", arch]
             plain = run(procs, mesh, args + self.out(what + "a"))
             sp = run(procs, mesh, args + SP + self.out(what + "b"))
-            self.close(self.curve(what + "b"), self.curve(what + "a"), what + " --sequence-parallel")
+            self.close(self.curve(what + "b"), self.curve(what + "a"),
+                       what + " --sequence-parallel")
             if arch == "gpt":
                 self.close(self.curve(what + "a"), ref, what + " against 1x1")
             a, b = tape_bytes(plain), tape_bytes(sp)
-            self.assertLess(b, 0.9 * a, f"{what}: tape bytes {b} with --sequence-parallel, {a} without")
+            self.assertLess(b, 0.9 * a,
+                            f"{what}: tape bytes {b} with --sequence-parallel, {a} without")
 
     def test_cp(self):
         mesh = os.path.join(self.tmp.name, "1x1x2.yaml")
