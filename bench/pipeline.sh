@@ -5,7 +5,7 @@
 # peak activation bytes the tapes held and the step time against data parallel on the same
 # devices (ref_step_s), measured in the same run.
 #   bench/pipeline.sh [--np 2,4] [--micro M] [--layers L] [--width W] [--rows R] [--steps N]
-#                     [--chunks V]
+#                     [--chunks V] [--quick]
 set -euo pipefail
 
 usage() {
@@ -17,6 +17,7 @@ usage: bench/pipeline.sh [options]
   --width W    layer width (default 256)   --rows R   rows per micro-batch (default 64)
   --steps N    timed steps after one warm-up (default 5)
   --chunks V   virtual stages per stage of the interleaved schedule (default 2)
+  --quick      2 timed steps (the same as --steps 2)
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
 }
@@ -29,6 +30,7 @@ while [ $# -gt 0 ]; do
     --micro|--layers|--width|--rows|--steps|--chunks)
       [ $# -ge 2 ] || { usage; exit 2; }; extra+=("$1" "$2"); shift 2 ;;
     --np) [ $# -ge 2 ] || { usage; exit 2; }; nps=$2; shift 2 ;;
+    --quick) extra+=(--steps 2); shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "bench/pipeline.sh: unknown option '$1'" >&2; usage; exit 2 ;;
   esac
