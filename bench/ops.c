@@ -16,7 +16,7 @@
 
 enum { MAX_REPS = 1000 };
 
-#define ALL_CASES "gemm,gemm_tn,gemm_nt,add,mul,scale,axpy,fill,copy,bias_add,relu," \
+#define ALL_CASES "gemm,gemm_tn,gemm_nt,add,mul,scale,axpy,fill,copy,bias_add,relu,adam," \
                   "cast_f32_f16,cast_f16_f32,cast_f32_bf16,cast_bf16_f32"
 
 typedef struct opts {
@@ -101,6 +101,10 @@ static int ew_ours(bcase *c)
         st = dt_kernel_bias_add(n / 1024, 1024, c->y, c->z);
     else if (!strcmp(s, "relu"))
         st = dt_kernel_relu(n, c->x, c->z);
+    else if (!strcmp(s, "adam")) { /* param x, grad y, moments z and z + n */
+        dt_adam_opts o = DT_ADAMW_OPTS_INIT;
+        st = dt_kernel_adam(n, &o, 1, c->x, c->y, c->z, c->z + n);
+    }
     else if (c->from == DT_DTYPE_F32)
         st = dt_kernel_cast(n, c->x, c->from, c->h, c->to);
     else
@@ -229,8 +233,8 @@ static int check_ew(bcase *c)
                 return -1;
         return 0;
     }
-    if (!strcmp(s, "axpy") || !strcmp(s, "bias_add"))
-        return 0; /* accumulate into z: checked by the unit tests */
+    if (!strcmp(s, "axpy") || !strcmp(s, "bias_add") || !strcmp(s, "adam"))
+        return 0; /* update z in place: checked by the unit tests (adam: tests/ops vmath) */
     if (ew_ours(c) != 0)
         return -1;
     for (int i = 0; i < 3; i++) {
@@ -354,16 +358,19 @@ int main(int argc, char **argv)
     for (int s = 0; s < n_ew; s++)
         max_ew = ew_sizes[s] > max_ew ? ew_sizes[s] : max_ew;
     size_t max_floats = (size_t)(max_ew > 4096 * 2048 ? max_ew : 4096 * 2048);
-    /* x and z also serve the memcpy reference, which moves up to 1.5 floats per element. */
-    float *x = malloc(max_floats * 8), *y = malloc(max_floats * 4), *z = malloc(max_floats * 8);
+    /* x and z also serve the memcpy reference, which moves up to 3.5 floats per element
+     * (adam: 4 read, 3 written), and z holds adam's two moments. */
+    float *x = malloc(max_floats * 16), *y = malloc(max_floats * 4), *z = malloc(max_floats * 16);
     void *h = malloc(max_floats * 2);
     if (!x || !y || !z || !h) {
         fprintf(stderr, "bench_ops: no memory for %zu floats\n", max_floats);
         return 1;
     }
-    fill_random(x, 2 * (int64_t)max_floats, 1);
+    fill_random(x, 4 * (int64_t)max_floats, 1);
     fill_random(y, (int64_t)max_floats, 2);
-    fill_random(z, 2 * (int64_t)max_floats, 3);
+    fill_random(z, 4 * (int64_t)max_floats, 3);
+    for (size_t i = 0; i < 4 * max_floats; i++)
+        z[i] = fabsf(z[i]); /* adam's second moment is never negative */
     memset(h, 0, max_floats * 2);
     printf("# bench_ops: single process, OpenBLAS threads as configured "
            "(OPENBLAS_NUM_THREADS=%s)\n", getenv("OPENBLAS_NUM_THREADS") ?
@@ -399,6 +406,7 @@ int main(int argc, char **argv)
         {"copy", 1, 1, DT_DTYPE_F32, DT_DTYPE_F32},
         {"bias_add", 1, 1, DT_DTYPE_F32, DT_DTYPE_F32},
         {"relu", 1, 1, DT_DTYPE_F32, DT_DTYPE_F32},
+        {"adam", 4, 3, DT_DTYPE_F32, DT_DTYPE_F32},
         {"cast_f32_f16", 1, 0.5, DT_DTYPE_F32, DT_DTYPE_F16},
         {"cast_f16_f32", 0.5, 1, DT_DTYPE_F16, DT_DTYPE_F32},
         {"cast_f32_bf16", 1, 0.5, DT_DTYPE_F32, DT_DTYPE_BF16},

@@ -142,6 +142,14 @@ void dt__vexp_scale(int64_t n, const float *x, float shift, float a, float b, fl
 float dt__vdot(int64_t n, const float *a, const float *b);
 /* y += alpha x. */
 void dt__vaxpy(int64_t n, float alpha, const float *x, float *y);
+/* Adam's per-element constants (dt_kernel_adam) and its update of the first n - n % 8
+ * elements, 8 lanes at a time with the scalar loop's operations in its order (the same bits);
+ * returns the count done. */
+typedef struct dt__adam_consts {
+    float grad_scale, l2, b1, b2, decay, step_size, inv_sqrt_bc2, eps;
+} dt__adam_consts;
+int64_t dt__vadam(int64_t n, const dt__adam_consts *k, float *param, const float *grad,
+                  float *m, float *v);
 /* Test hook: caps the instruction set of the loops above (0 portable SSE2, 1 AVX2 where the
  * CPU has it, the default). Tests only. */
 void dt__vmath_tune(int isa_cap);

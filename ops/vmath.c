@@ -8,6 +8,10 @@
 
 #include "ops/ops_impl.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 /* The 8-lane helpers are always inlined: no vector crosses a call, whatever the ABI says. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -226,6 +230,45 @@ INLINE void vaxpy_impl(int64_t n, float alpha, const float *x, float *y)
         y[i] += alpha * x[i];
 }
 
+/* Square roots of 8 lanes, each correctly rounded (as sqrtf): two SSE halves on x86-64, both
+ * paths (sqrtps is exact, so the halves give the bits of the scalar sqrtss). */
+INLINE v8f vsqrt(v8f x)
+{
+#if defined(__x86_64__)
+    __m128 h[2];
+    memcpy(h, &x, sizeof h);
+    h[0] = _mm_sqrt_ps(h[0]);
+    h[1] = _mm_sqrt_ps(h[1]);
+    memcpy(&x, h, sizeof h);
+#else
+    for (int j = 0; j < 8; j++)
+        x[j] = sqrtf(x[j]);
+#endif
+    return x;
+}
+
+/* Adam's update of whole groups of 8 (dt_kernel_adam's scalar loop, operation for operation:
+ * the same bits); returns how many elements it did, the caller does the rest. */
+INLINE int64_t vadam_impl(int64_t n, const dt__adam_consts *k, float *param, const float *grad,
+                          float *m, float *v)
+{
+    v8f gs = SPLAT(k->grad_scale), l2 = SPLAT(k->l2), b1 = SPLAT(k->b1), b2 = SPLAT(k->b2);
+    v8f ob1 = SPLAT(1.0f - k->b1), ob2 = SPLAT(1.0f - k->b2), decay = SPLAT(k->decay);
+    v8f step = SPLAT(k->step_size), ibc2 = SPLAT(k->inv_sqrt_bc2), eps = SPLAT(k->eps);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        v8f w = load8(param + i);
+        v8f g = gs * load8(grad + i) + l2 * w;
+        v8f mi = b1 * load8(m + i) + ob1 * g;
+        v8f vi = b2 * load8(v + i) + ob2 * g * g;
+        store8(m + i, mi);
+        store8(v + i, vi);
+        w = w * decay;
+        store8(param + i, w - step * mi / (vsqrt(vi) * ibc2 + eps));
+    }
+    return i;
+}
+
 /* Each loop twice: for AVX2 (32-byte vectors) where the CPU has it, else in SSE2 pairs. The
  * same operations in the same order either way (no FMA: c11 mode does not contract), so the
  * same bits; tests/ops/test_vmath.c runs both. Chosen by hand, not target_clones, so that the
@@ -281,6 +324,25 @@ PATHS_VOID(vexp_scale, (int64_t n, const float *x, float shift, float a, float b
            (n, x, shift, a, b, y))
 
 PATHS_VOID(vaxpy, (int64_t n, float alpha, const float *x, float *y), (n, alpha, x, y))
+
+AVX2 static int64_t vadam_avx2(int64_t n, const dt__adam_consts *k, float *param,
+                               const float *grad, float *m, float *v)
+{
+    return vadam_impl(n, k, param, grad, m, v);
+}
+
+static int64_t vadam_portable(int64_t n, const dt__adam_consts *k, float *param,
+                              const float *grad, float *m, float *v)
+{
+    return vadam_impl(n, k, param, grad, m, v);
+}
+
+int64_t dt__vadam(int64_t n, const dt__adam_consts *k, float *param, const float *grad,
+                  float *m, float *v)
+{
+    return have_avx2() ? vadam_avx2(n, k, param, grad, m, v)
+                       : vadam_portable(n, k, param, grad, m, v);
+}
 
 AVX2 static float vdot_avx2(int64_t n, const float *a, const float *b)
 {

@@ -263,6 +263,61 @@ static void test_vdot_and_vaxpy_match_references_on_every_path(void)
     dt__vmath_tune(1);
 }
 
+/* dt_kernel_adam (vectorised groups of 8, scalar tail) against PyTorch's Adam/AdamW update
+ * written here element by element in f32, bit for bit, on both paths, every tail length. */
+static void adam_reference(int64_t n, const dt_adam_opts *o, int64_t step, float *p,
+                           const float *g, float *m, float *v)
+{
+    double bc1 = 1.0 - pow((double)o->beta1, (double)step);
+    double bc2 = 1.0 - pow((double)o->beta2, (double)step);
+    float step_size = (float)(o->lr / bc1), ib = (float)(1.0 / sqrt(bc2));
+    for (int64_t i = 0; i < n; i++) {
+        float w = p[i];
+        float gi = o->grad_scale * g[i] + (o->decoupled ? 0.0f : o->weight_decay) * w;
+        m[i] = o->beta1 * m[i] + (1.0f - o->beta1) * gi;
+        v[i] = o->beta2 * v[i] + (1.0f - o->beta2) * gi * gi;
+        if (o->decoupled)
+            w *= 1.0f - o->lr * o->weight_decay;
+        p[i] = w - step_size * m[i] / (sqrtf(v[i]) * ib + o->eps);
+    }
+}
+
+static void test_adam_kernel_matches_the_scalar_update_on_every_path(void)
+{
+    enum { N = 45 };
+    static float p0[N], g[N], m0[N], v0[N], p[2][N], m[2][N], v[2][N];
+    for (int i = 0; i < N; i++) {
+        p0[i] = (float)sin(i * 0.9);
+        g[i] = (float)cos(i * 1.7) * 0.01f * (float)(i % 5);
+        m0[i] = (float)sin(i * 0.3) * 1e-3f;
+        v0[i] = (float)(i % 7) * 1e-6f;
+    }
+    dt_adam_opts opts[2] = {DT_ADAM_OPTS_INIT, DT_ADAMW_OPTS_INIT};
+    opts[0].weight_decay = 0.05f;
+    opts[1].grad_scale = 0.5f;
+    int bad = 0;
+    for (int isa = 1; isa >= 0; isa--) {
+        dt__vmath_tune(isa);
+        for (int k = 0; k < 2; k++)
+            for (int n = 0; n <= N; n++) {
+                for (int s = 0; s < 2; s++) {
+                    memcpy(p[s], p0, sizeof p0);
+                    memcpy(m[s], m0, sizeof m0);
+                    memcpy(v[s], v0, sizeof v0);
+                }
+                for (int64_t step = 1; step <= 3; step++) {
+                    CU_ASSERT_EQUAL(dt_kernel_adam(n, &opts[k], step, p[0], g, m[0], v[0]),
+                                    DT_OK);
+                    adam_reference(n, &opts[k], step, p[1], g, m[1], v[1]);
+                }
+                bad += memcmp(p[0], p[1], sizeof p0) != 0 || memcmp(m[0], m[1], sizeof m0) != 0 ||
+                       memcmp(v[0], v[1], sizeof v0) != 0;
+            }
+    }
+    dt__vmath_tune(1);
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -273,6 +328,7 @@ int main(int argc, char **argv)
         DT_TEST(test_vmath_gives_the_same_bits_on_every_path),
         DT_TEST(test_vexp_sum_and_scale_match_libm),
         DT_TEST(test_vdot_and_vaxpy_match_references_on_every_path),
+        DT_TEST(test_adam_kernel_matches_the_scalar_update_on_every_path),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "vmath", cases, 0);
