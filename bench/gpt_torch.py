@@ -7,6 +7,8 @@ global gradient norm clipped to 1. Random character ids stand in for the names: 
 step does not depend on them. With --procs 2, DistributedDataParallel over gloo (each process
 half the batch, torch threads = cores / processes).
 
+--arch gpt2: examples/train_gpt2's GPT-2 instead (build_gpt2).
+
 Prints one line: torch_tokens_per_s=N (tokens of the timed steps / their wall time)."""
 import argparse
 import math
@@ -75,6 +77,63 @@ def build(torch, width, layers, heads, vocab, context):
     return m
 
 
+def build_gpt2(torch, width, layers, heads, vocab, context):
+    """examples/train_gpt2's model as a PyTorch user writes GPT-2 (HF's module layout): biases
+    in every projection, a fused q/k/v projection, GELU tanh, a final layer norm and the head
+    tied to the token embedding; GPT-2's initialisation (0.02, residual projections
+    0.02 / sqrt(2 L), zero biases)."""
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(width)
+            self.c_attn = nn.Linear(width, 3 * width)
+            self.c_proj = nn.Linear(width, width)
+            self.ln_2 = nn.LayerNorm(width)
+            self.c_fc = nn.Linear(width, 4 * width)
+            self.mlp_proj = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+            shape = (b, t, heads, c // heads)
+            q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // heads))
+            mask = torch.ones(t, t, dtype=torch.bool).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            x = x + self.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT2(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, width)
+            self.wpe = nn.Embedding(context, width)
+            self.h = nn.ModuleList(Block() for _ in range(layers))
+            self.ln_f = nn.LayerNorm(width)
+
+        def forward(self, ids, targets):
+            pos = torch.arange(ids.shape[1])
+            x = self.wte(ids) + self.wpe(pos)
+            for blk in self.h:
+                x = blk(x)
+            logits = F.linear(self.ln_f(x), self.wte.weight)
+            return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+
+    torch.manual_seed(1)
+    m = GPT2()
+    resid = 0.02 / math.sqrt(2.0 * layers)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if p.dim() == 1 and "ln" not in name:
+                p.zero_()
+            elif p.dim() == 2:
+                p.normal_(0, resid if name.endswith("proj.weight") else 0.02)
+    return m
+
+
 def run(rank, args):
     import torch
     procs = args.procs
@@ -85,9 +144,11 @@ def run(rank, args):
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(args.port))
         dist.init_process_group("gloo", rank=rank, world_size=procs)
-    model = build(torch, args.width, args.layers, args.heads, args.vocab, args.context)
-    decay = [p for n, p in model.named_parameters() if "ln" not in n]
-    plain = [p for n, p in model.named_parameters() if "ln" in n]
+    make = build_gpt2 if args.arch == "gpt2" else build
+    model = make(torch, args.width, args.layers, args.heads, args.vocab, args.context)
+    # Decay on the matrices and embeddings (2-D), not on norms and biases.
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    plain = [p for n, p in model.named_parameters() if p.dim() != 2]
     if procs > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -123,6 +184,7 @@ def run(rank, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--arch", choices=("gpt", "gpt2"), default="gpt")
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
