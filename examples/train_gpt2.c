@@ -5,6 +5,7 @@
  *     [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero S] [--heads H]
  *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
+ *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
  * Prints `step N loss L tokens_per_s X` per step, then
  * `result loss=L val_loss=V tokens_per_s=X params=P`. */
 #include <errno.h>
@@ -24,7 +25,7 @@ typedef struct opts {
     int64_t batch, context, steps, layers, width, heads, vocab;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip;
-    int bf16, stage;
+    int bf16, stage, show_layouts;
 } opts;
 
 static int parse(int argc, char **argv, opts *o)
@@ -61,6 +62,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--eps")) o->eps = atof(v);
         else if (!strcmp(a, "--clip")) o->clip = atof(v);
         else if (!strcmp(a, "--zero")) o->stage = atoi(v);
+        else if (!strcmp(a, "--show-layouts")) o->show_layouts = atoi(v);
         else if (!strcmp(a, "--precision")) {
             if (strcmp(v, "f32") && strcmp(v, "bf16")) {
                 fprintf(stderr, "train_gpt2: --precision %s (f32 or bf16)\n", v);
@@ -85,7 +87,7 @@ static int parse(int argc, char **argv, opts *o)
 }
 
 /* The model, from the init file or random. */
-static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
+static dt_status make_model(const job *j, const opts *o, const dt_mesh *mesh, gpt2 **out)
 {
     dt_dtype dt = o->bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
     gpt2_config cfg = {o->layers, o->width, o->heads, o->vocab, o->context};
@@ -110,8 +112,6 @@ static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
         const char *hs = dt_foreign_metadata(src, "n_head");
         if (!o->heads && hs)
             cfg.heads = atoll(hs);
-        if (cfg.heads < 1)
-            st = DT_ERR_INVALID_ARGUMENT;
     }
     if (st == DT_OK)
         st = gpt2_create(mesh, &cfg, dt, out);
@@ -124,12 +124,44 @@ static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
         if (st == DT_OK)
             st = dt_foreign_restore(src, n, views, gpt2_params(*out));
         free(views);
+        /* Each device reads its own boxes only: the tests compare with the local shapes. */
+        for (int k = 0; st == DT_OK && o->show_layouts && k < dt_mesh_num_local_devices(mesh);
+             k++) {
+            int dev = dt_mesh_local_device_id(mesh, k);
+            job_say(j, "read device %d bytes %llu\n", dev,
+                    (unsigned long long)dt_foreign_bytes_read(src, dev));
+        }
         if (st != DT_OK)
             gpt2_destroy(*out);
     }
     dt_foreign_map_free(map, n);
     dt_foreign_close(src);
     return st;
+}
+
+/* --show-layouts 1: a line per parameter, `layout NAME SPECS global RxC local RxC` (specs
+ * the mesh dim sharding each tensor dim, `-` for none; local: this client's first device), so
+ * that the tests see what is sharded. */
+static void show_layouts(const job *j, const gpt2 *m)
+{
+    for (int i = 0; i < gpt2_num_params(m); i++) {
+        const dt_tensor *t = gpt2_params(m)[i];
+        char spec[128] = "", g[64], l[64];
+        for (int d = 0; d < dt_tensor_rank(t); d++) {
+            const char *sd = dt_layout_spec(dt_tensor_layout(t), d);
+            snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%s", d ? "," : "",
+                     strcmp(sd, DT_UNSHARDED) ? sd : "-");
+        }
+        const int64_t *gs = dt_tensor_shape(t), *ls = dt_tensor_local(t, 0)->shape;
+        if (dt_tensor_rank(t) == 2) {
+            snprintf(g, sizeof g, "%lldx%lld", (long long)gs[0], (long long)gs[1]);
+            snprintf(l, sizeof l, "%lldx%lld", (long long)ls[0], (long long)ls[1]);
+        } else {
+            snprintf(g, sizeof g, "%lld", (long long)gs[0]);
+            snprintf(l, sizeof l, "%lld", (long long)ls[0]);
+        }
+        job_say(j, "layout %s %s global %s local %s\n", gpt2_param_names(m)[i], spec, g, l);
+    }
 }
 
 /* Step 0's gradients, one raw f32 file per parameter in dir (client 0 writes). Collective. */
@@ -196,10 +228,12 @@ static int run(job *j, const opts *o)
         dt_mesh_destroy(mesh);
         return 1;
     }
-    if ((st = make_model(o, mesh, &m)) != DT_OK) {
+    if ((st = make_model(j, o, mesh, &m)) != DT_OK) {
         what = "model";
         goto fail;
     }
+    if (o->show_layouts)
+        show_layouts(j, m);
     what = "data";
     if ((st = make_dataset(o->data, o, mesh, &ds)) != DT_OK)
         goto fail;
@@ -213,41 +247,20 @@ static int run(job *j, const opts *o)
     if ((st = dt_zero_create(mesh, &zo, &z)) != DT_OK)
         goto fail;
     {
-        int n = gpt2_num_params(m), nd = 0, nn = 0;
-        dt_tensor **pd = malloc((size_t)n * sizeof *pd), **pn = malloc((size_t)n * sizeof *pn);
-        const char **dn = malloc((size_t)n * sizeof *dn), **nnm = malloc((size_t)n * sizeof *nnm);
-        for (int i = 0; pd && pn && dn && nnm && i < n; i++) {
-            if (gpt2_param_decays(m, i)) {
-                pd[nd] = gpt2_params(m)[i];
-                dn[nd++] = gpt2_param_names(m)[i];
-            } else {
-                pn[nn] = gpt2_params(m)[i];
-                nnm[nn++] = gpt2_param_names(m)[i];
-            }
-        }
         dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
         hp.lr = (float)o->lr;
         hp.beta1 = (float)o->beta1;
         hp.beta2 = (float)o->beta2;
         hp.eps = (float)o->eps;
         hp.weight_decay = (float)o->wd;
-        st = pd && pn && dn && nnm ? dt_zero_add_group(z, nd, dn, pd, &hp, NULL)
-                                   : DT_ERR_NO_MEMORY;
-        hp.weight_decay = 0.0f;
-        if (st == DT_OK)
-            st = dt_zero_add_group(z, nn, nnm, pn, &hp, NULL);
-        free(pd);
-        free(pn);
-        free(dn);
-        free(nnm);
-        if (st != DT_OK)
+        if ((st = gpt2_attach(m, z, &hp, o->stage == 3)) != DT_OK)
             goto fail;
     }
     dt_tape_opts to = DT_TAPE_OPTS_INIT;
     to.accumulate = 0;
     if ((st = dt_tape_create(&to, &tape)) != DT_OK)
         goto fail;
-    /* The optimizer's parameter order: decayed ones first, as added. */
+    /* The optimizer's parameter order (gpt2_attach's groups). */
     int n = gpt2_num_params(m);
     int *order = malloc((size_t)n * sizeof *order);
     dt_tensor **grads = calloc((size_t)n, sizeof *grads), **zg = calloc((size_t)n, sizeof *zg);
@@ -255,13 +268,8 @@ static int run(job *j, const opts *o)
         st = DT_ERR_NO_MEMORY;
         goto fail;
     }
-    {
-        int k = 0;
-        for (int pass = 1; pass >= 0; pass--)
-            for (int i = 0; i < n; i++)
-                if (gpt2_param_decays(m, i) == pass)
-                    order[k++] = i;
-    }
+    for (int k = 0; k < n; k++)
+        order[k] = gpt2_opt_order(m, k);
     double loss = 0, tps = 0, t_all = 0;
     int64_t tokens = o->batch * o->context;
     job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
@@ -322,7 +330,7 @@ static int run(job *j, const opts *o)
     free(zg);
     goto done;
 fail:
-    rc = job_fail(j, what, st, dt_last_error());
+    rc = job_fail(j, what, st, gpt2_last_error());
 done:
     dt_tape_destroy(tape);
     dt_zero_destroy(z);

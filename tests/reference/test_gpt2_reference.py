@@ -7,7 +7,9 @@ over the tensor's max abs value, at least 1e-3 of the step's largest) within 1e-
 import argparse
 import contextlib
 import io
+import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -34,19 +36,68 @@ def losses(text):
     return out
 
 
-def check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g):
-    """One mesh: returns (passed, failed) of its two checks."""
-    out = os.path.join(d, "grads-" + os.path.basename(mesh))
-    cmd = [exe, "--init", init, "--data", toks, "--mesh", mesh, "--grads-out", out] + common
+def model_size(mesh):
+    """The `model` dim of a mesh file (1 without one)."""
+    with open(mesh) as f:
+        m = re.search(r"\bmodel:\s*(\d+)", f.read())
+    return int(m.group(1)) if m else 1
+
+
+# Parameters sharded over `model` (docs/gpt2.md) and the dim: the vocabulary of wte, the
+# columns of q, k, v and fc with their biases, the rows of the attention output and proj.
+SHARDED = [(r"wte", 0), (r"h\.\d+\.(q|k|v|fc)\.w", 1), (r"h\.\d+\.(q|k|v|fc)\.b", 0),
+           (r"h\.\d+\.(o|proj)\.w", 0)]
+
+
+def check_layouts(text, msize):
+    """train_gpt2 --show-layouts: every model-parallel parameter holds 1/msize of its sharded
+    dim on the device, every other one the whole tensor, and each device read from the f32
+    init file exactly the bytes of its own boxes. Returns the failures."""
+    bad, seen, box = [], 0, 0
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) != 7 or f[0] != "layout":
+            continue
+        seen += 1
+        name, glob, loc = f[1], [int(v) for v in f[4].split("x")], [int(v) for v in f[6].split("x")]
+        want = list(glob)
+        for pat, dim in SHARDED:
+            if re.fullmatch(pat, name):
+                want[dim] //= msize
+        if loc != want:
+            bad.append(f"{name}: local {loc}, want {want} (global {glob}, model={msize})")
+        box += math.prod(loc)
+    reads = [line.split() for line in text.splitlines() if line.startswith("read device ")]
+    for f in reads:
+        if int(f[4]) != 4 * box:
+            bad.append(f"device {f[2]} read {f[4]} bytes of the init, its boxes are {4 * box}")
+    if seen == 0 or not reads:
+        bad.append("no layout or read lines")
+    return bad
+
+
+def run(cmd, nprocs, mpiexec):
     if nprocs > 1:
         cmd = [mpiexec, "-n", str(nprocs)] + cmd
     env = dict(os.environ)
     env.pop("DT_CPU_DEVICES", None)
-    ours = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g):
+    """One mesh: returns (passed, failed) of its three checks."""
+    out = os.path.join(d, "grads-" + os.path.basename(mesh))
+    cmd = [exe, "--init", init, "--data", toks, "--mesh", mesh, "--grads-out", out,
+           "--show-layouts", "1"] + common
+    ours = run(cmd, nprocs, mpiexec)
     print(f"== {os.path.basename(mesh)} on {nprocs} process(es)")
     if ours.returncode != 0:
         print(ours.stdout, ours.stderr)
-        return 0, 2
+        return 0, 3
+    lay = check_layouts(ours.stdout, model_size(mesh))
+    print(f"layouts (model={model_size(mesh)}): {'ok' if not lay else 'FAIL'}")
+    for b in lay:
+        print("  FAIL", b)
     lr_, lo = losses(ref), losses(ours.stdout)
     ok = len(lr_) == STEPS and len(lo) == STEPS
     for s in range(min(len(lr_), len(lo))):
@@ -70,12 +121,70 @@ def check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g):
     print(f"step-0 gradients: {len(g)} tensors, worst relative difference {worst:.2e}")
     for b in bad:
         print("  FAIL", b)
-    return int(ok) + int(not bad), int(not ok) + int(bool(bad))
+    return int(ok) + int(not bad) + int(not lay), int(not ok) + int(bool(bad)) + int(bool(lay))
+
+
+def read_grads(out, names_shapes):
+    got = {}
+    for name, shape in names_shapes.items():
+        with open(os.path.join(out, name + ".f32"), "rb") as f:
+            got[name] = torch.frombuffer(bytearray(f.read()), dtype=torch.float32).reshape(shape)
+    return got
+
+
+def check_random_init(exe, mpiexec, meshes, d, toks):
+    """--init random on every mesh against the first: the same global tensors everywhere (drawn
+    globally, each device keeping its box), so step 0's loss and gradients agree (1e-5, the
+    meshes' summation orders differ). Returns (passed, failed)."""
+    cfg = ["--init", "random", "--layers", "2", "--width", "64", "--heads", "4", "--vocab", "128",
+           "--seed", "7", "--data", toks, "--batch", str(B), "--context", str(T), "--steps", "1",
+           "--lr", str(LR)]
+    first, shapes, ok = None, None, True
+    for mesh, nprocs in meshes:
+        out = os.path.join(d, "rgrads-" + os.path.basename(mesh))
+        r = run([exe, "--mesh", mesh, "--grads-out", out] + cfg, nprocs, mpiexec)
+        if r.returncode != 0:
+            print(r.stdout, r.stderr)
+            return 0, 1
+        loss = losses(r.stdout)[0]
+        if first is None:
+            names = [n[:-4] for n in os.listdir(out)]
+            shapes = {}
+            for n in names:
+                shapes[n] = (os.path.getsize(os.path.join(out, n + ".f32")) // 4,)
+            first = (loss, read_grads(out, shapes))
+            continue
+        g = read_grads(out, shapes)
+        floor = 1e-3 * max(t.abs().max().item() for t in first[1].values())
+        worst = max((g[n] - first[1][n]).abs().max().item() / max(first[1][n].abs().max().item(),
+                                                                    floor) for n in shapes)
+        rel = abs(loss - first[0]) / abs(first[0])
+        good = rel <= 1e-5 and worst <= 1e-5
+        ok = ok and good
+        print(f"random init on {os.path.basename(mesh)}: loss rel {rel:.2e}, gradients worst "
+              f"{worst:.2e} against {os.path.basename(meshes[0][0])}: {'ok' if good else 'FAIL'}")
+    return int(ok), int(not ok)
+
+
+def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
+    """3 heads over model=2: refused, naming the divisibility. Returns (passed, failed)."""
+    r = run([exe, "--init", "random", "--layers", "1", "--width", "48", "--heads", "3",
+             "--vocab", "128", "--data", toks, "--batch", str(B), "--context", str(T),
+             "--steps", "1", "--lr", str(LR), "--mesh", mesh], nprocs, mpiexec)
+    text = r.stdout + r.stderr
+    good = r.returncode != 0 and "divide the 3 heads" in text
+    print(f"3 heads on {os.path.basename(mesh)}: {'refused ok' if good else 'FAIL'}: "
+          f"{text.strip().splitlines()[-1] if text.strip() else ''}")
+    return int(good), int(not good)
 
 
 def main():
-    """argv: train_gpt2, mpiexec, then MESH.yaml:PROCESSES for each mesh."""
+    """argv: train_gpt2, mpiexec, then MESH.yaml:PROCESSES for each mesh, and --extras (the
+    random init on every mesh, the refusal of heads model does not divide)."""
     exe, mpiexec = sys.argv[1], sys.argv[2]
+    extras = "--extras" in sys.argv[3:]
+    meshes = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in sys.argv[3:]
+              if not a.startswith("--")]
     d = tempfile.mkdtemp(prefix="gpt2ref-")
     passed = failed = 0
     try:
@@ -95,10 +204,15 @@ def main():
                                               beta1=0.9, beta2=0.999, eps=1e-8, clip=1.0,
                                               grads_out=gpath))
         ref, g = buf.getvalue(), gpt2_ref.st_read(gpath)
-        for arg in sys.argv[3:]:
-            mesh, nprocs = arg.rsplit(":", 1)
-            p, f = check_mesh(exe, mpiexec, mesh, int(nprocs), d, init, toks, common, ref, g)
+        for mesh, nprocs in meshes:
+            p, f = check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g)
             passed, failed = passed + p, failed + f
+        if extras:
+            checks = [check_random_init(exe, mpiexec, meshes, d, toks)]
+            tp = [(m, n) for m, n in meshes if model_size(m) > 1]
+            checks += [check_refusal(exe, mpiexec, tp[0][0], tp[0][1], d, toks)] if tp else []
+            for p, f in checks:
+                passed, failed = passed + p, failed + f
     finally:
         shutil.rmtree(d, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")
