@@ -2,10 +2,11 @@
  * token shards, from an HF safetensors file, an llm.c checkpoint or a random init:
  *   train_gpt2 --init FILE|random --data TRAIN.bin [--val VAL.bin] --batch B --context T
  *     --steps N --lr LR [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E] [--clip C]
- *     [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero S] [--heads H]
+ *     [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero 0-3] [--heads H]
  *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
  *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
+ *     [--params-out DIR]  (the final parameters, one raw f32 file each)
  * Prints `step N loss L tokens_per_s X` per step, then
  * `result loss=L val_loss=V tokens_per_s=X params=P`. */
 #include <errno.h>
@@ -21,7 +22,7 @@
 #include "train/job.h"
 
 typedef struct opts {
-    const char *init, *data, *val, *mesh, *out, *grads_out;
+    const char *init, *data, *val, *mesh, *out, *grads_out, *params_out;
     int64_t batch, context, steps, layers, width, heads, vocab;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip;
@@ -47,6 +48,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--mesh")) o->mesh = v;
         else if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--grads-out")) o->grads_out = v;
+        else if (!strcmp(a, "--params-out")) o->params_out = v;
         else if (!strcmp(a, "--batch")) o->batch = atoll(v);
         else if (!strcmp(a, "--context")) o->context = atoll(v);
         else if (!strcmp(a, "--steps")) o->steps = atoll(v);
@@ -79,8 +81,8 @@ static int parse(int argc, char **argv, opts *o)
                         "--context T --steps N --lr LR [options]\n");
         return 1;
     }
-    if (o->stage < 0 || o->stage > 2) {
-        fprintf(stderr, "train_gpt2: --zero %d (0, 1 or 2)\n", o->stage);
+    if (o->stage < 0 || o->stage > 3) {
+        fprintf(stderr, "train_gpt2: --zero %d (0, 1, 2 or 3)\n", o->stage);
         return 1;
     }
     return 0;
@@ -164,35 +166,57 @@ static void show_layouts(const job *j, const gpt2 *m)
     }
 }
 
-/* Step 0's gradients, one raw f32 file per parameter in dir (client 0 writes). Collective. */
-static dt_status write_grads(const gpt2 *m, const dt_mesh *mesh, dt_tensor *const *grads,
-                             const char *dir)
+/* Tensors t[i] (the parameters' shapes, any layout and dtype), one raw f32 file of the global
+ * tensor per parameter in dir, named as the parameter (client 0 writes). Collective. */
+static dt_status write_tensors(const gpt2 *m, const dt_mesh *mesh, const dt_tensor *const *t,
+                               const char *dir)
 {
     mkdir(dir, 0755);
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < gpt2_num_params(m); i++) {
         dt_layout *rep = NULL;
-        dt_tensor *all = NULL;
-        st = dt_layout_replicated(mesh, dt_tensor_rank(grads[i]), &rep);
+        dt_tensor *all = NULL, *f = NULL;
+        st = t[i] ? dt_layout_replicated(mesh, dt_tensor_rank(t[i]), &rep) : DT_ERR_STATE;
         if (st == DT_OK)
-            st = dt_relayout(grads[i], rep, &all);
+            st = dt_relayout(t[i], rep, &all);
+        if (st == DT_OK && dt_tensor_dtype(all) != DT_DTYPE_F32)
+            st = dt_cast(all, DT_DTYPE_F32, &f);
+        const dt_tensor *w = f ? f : all;
         if (st == DT_OK && dt_client_id() == 0) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.f32", dir, gpt2_param_names(m)[i]);
-            size_t bytes = (size_t)dt_tensor_numel(all) * sizeof(float);
+            size_t bytes = (size_t)dt_tensor_numel(w) * sizeof(float);
             float *buf = malloc(bytes);
-            FILE *f = fopen(path, "wb");
-            if (!buf || !f || dt_tensor_local_read(all, 0, buf, bytes) != DT_OK ||
-                fwrite(buf, 1, bytes, f) != bytes)
+            FILE *fp = fopen(path, "wb");
+            if (!buf || !fp || dt_tensor_local_read(w, 0, buf, bytes) != DT_OK ||
+                fwrite(buf, 1, bytes, fp) != bytes)
                 st = DT_ERR_IO;
-            if (f)
-                fclose(f);
+            if (fp)
+                fclose(fp);
             free(buf);
         }
+        dt_tensor_destroy(f);
         dt_tensor_destroy(all);
         dt_layout_destroy(rep);
     }
     return st;
+}
+
+/* --params-out: the parameters (whole: stage 3 gathers them for the while). Collective. */
+static dt_status write_params(gpt2 *m, const dt_mesh *mesh, const char *dir)
+{
+    int n = gpt2_num_params(m);
+    const dt_tensor **t = malloc((size_t)n * sizeof *t);
+    if (!t)
+        return DT_ERR_NO_MEMORY;
+    dt_status st = gpt2_gather_all(m);
+    for (int i = 0; i < n; i++)
+        t[i] = gpt2_param(m, i);
+    if (st == DT_OK)
+        st = write_tensors(m, mesh, t, dir);
+    dt_status r = gpt2_release_all(m);
+    free(t);
+    return st != DT_OK ? st : r;
 }
 
 static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *mesh,
@@ -287,7 +311,9 @@ static int run(job *j, const opts *o)
         dt_tensor_destroy(b[1]);
         if (st != DT_OK)
             goto fail;
-        if (step == 0 && o->grads_out && (st = write_grads(m, mesh, grads, o->grads_out)) != DT_OK) {
+        const dt_tensor *const *cg = (const dt_tensor *const *)grads;
+        if (step == 0 && o->grads_out &&
+            (st = write_tensors(m, mesh, cg, o->grads_out)) != DT_OK) {
             what = "grads-out";
             goto fail;
         }
@@ -323,6 +349,9 @@ static int run(job *j, const opts *o)
         if (st != DT_OK)
             goto fail;
     }
+    what = "params-out";
+    if (o->params_out && (st = write_params(m, mesh, o->params_out)) != DT_OK)
+        goto fail;
     job_say(j, "result loss=%.6f val_loss=%.6f tokens_per_s=%.1f params=%lld\n", loss, vloss,
             (double)(tokens * o->steps) / t_all, (long long)gpt2_param_count(m));
     free(order);

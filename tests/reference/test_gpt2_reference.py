@@ -166,6 +166,31 @@ def check_random_init(exe, mpiexec, meshes, d, toks):
     return int(ok), int(not ok)
 
 
+def check_zero3(exe, mpiexec, mesh, nprocs, d, init, toks, common):
+    """--zero 3 against --zero 1 on one mesh for 3 steps: the same losses and the same final
+    parameters, bit for bit (stage 3 is stage 2 with the parameters sharded; the gathered
+    values are the master weights cast as stage 1 writes them). Returns (passed, failed)."""
+    steps = ["--steps", "3"] + [a for i, a in enumerate(common)
+                                if a != "--steps" and (i == 0 or common[i - 1] != "--steps")]
+    runs = []
+    for z in ("1", "3"):
+        out = os.path.join(d, f"params-z{z}-" + os.path.basename(mesh))
+        r = run([exe, "--init", init, "--data", toks, "--mesh", mesh, "--zero", z,
+                 "--params-out", out] + steps, nprocs, mpiexec)
+        if r.returncode != 0:
+            print(r.stdout, r.stderr)
+            return 0, 1
+        files = sorted(os.listdir(out))
+        runs.append((losses(r.stdout), {f: open(os.path.join(out, f), "rb").read() for f in files}))
+    (l1, p1), (l3, p3) = runs
+    differ = [f for f in p1 if p1[f] != p3.get(f)]
+    good = l1 == l3 and len(l1) == 3 and not differ and len(p1) == len(p3) > 0
+    print(f"--zero 3 against --zero 1 on {os.path.basename(mesh)}: losses {l3} vs {l1}, "
+          f"{len(p1) - len(differ)}/{len(p1)} parameters equal bit for bit: "
+          f"{'ok' if good else 'FAIL'}")
+    return int(good), int(not good)
+
+
 def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
     """3 heads over model=2: refused, naming the divisibility. Returns (passed, failed)."""
     r = run([exe, "--init", "random", "--layers", "1", "--width", "48", "--heads", "3",
@@ -173,14 +198,16 @@ def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
              "--steps", "1", "--lr", str(LR), "--mesh", mesh], nprocs, mpiexec)
     text = r.stdout + r.stderr
     good = r.returncode != 0 and "divide the 3 heads" in text
+    said = [line for line in text.splitlines() if "train_gpt2:" in line]
     print(f"3 heads on {os.path.basename(mesh)}: {'refused ok' if good else 'FAIL'}: "
-          f"{text.strip().splitlines()[-1] if text.strip() else ''}")
+          f"{said[0] if said else text[-300:]}")
     return int(good), int(not good)
 
 
 def main():
     """argv: train_gpt2, mpiexec, then MESH.yaml:PROCESSES for each mesh, and --extras (the
-    random init on every mesh, the refusal of heads model does not divide)."""
+    random init on every mesh, --zero 3 against --zero 1 on the multi-process meshes, the
+    refusal of heads model does not divide)."""
     exe, mpiexec = sys.argv[1], sys.argv[2]
     extras = "--extras" in sys.argv[3:]
     meshes = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in sys.argv[3:]
@@ -209,6 +236,8 @@ def main():
             passed, failed = passed + p, failed + f
         if extras:
             checks = [check_random_init(exe, mpiexec, meshes, d, toks)]
+            checks += [check_zero3(exe, mpiexec, m, n, d, init, toks, common)
+                       for m, n in meshes if n > 1]
             tp = [(m, n) for m, n in meshes if model_size(m) > 1]
             checks += [check_refusal(exe, mpiexec, tp[0][0], tp[0][1], d, toks)] if tp else []
             for p, f in checks:
