@@ -2,12 +2,12 @@
  * token shards, from an HF safetensors file, an llm.c checkpoint or a random init:
  *   train_gpt2 --init FILE|random --data TRAIN.bin [--val VAL.bin] --batch B --context T
  *     --steps N --lr LR [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E] [--clip C]
- *     [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero 0-3] [--heads H]
+ *     [--warmup N] [--min-lr LR] [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero 0-3] [--heads H]
  *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
  *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
  *     [--params-out DIR]  (the final parameters, one raw f32 file each)
- * Prints `step N loss L tokens_per_s X` per step, then
+ * Prints `step N loss L tokens_per_s X` per step (with ` lr R` under a schedule), then
  * `result loss=L val_loss=V tokens_per_s=X params=P`. */
 #include <errno.h>
 #include <math.h>
@@ -23,9 +23,9 @@
 
 typedef struct opts {
     const char *init, *data, *val, *mesh, *out, *grads_out, *params_out;
-    int64_t batch, context, steps, layers, width, heads, vocab;
+    int64_t batch, context, steps, layers, width, heads, vocab, warmup;
     uint64_t seed;
-    double lr, wd, beta1, beta2, eps, clip;
+    double lr, wd, beta1, beta2, eps, clip, min_lr;
     int bf16, stage, show_layouts;
 } opts;
 
@@ -34,7 +34,7 @@ static int parse(int argc, char **argv, opts *o)
     *o = (opts){.init = NULL, .mesh = TRAIN_EXAMPLES_DIR "/meshes/1x1.yaml", .batch = 0,
                 .context = 0, .steps = 0, .layers = 2, .width = 64, .heads = 0, .vocab = 128,
                 .seed = 1, .lr = -1, .wd = 0.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
-                .clip = 1.0, .stage = 1};
+                .clip = 1.0, .stage = 1, .warmup = 0, .min_lr = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -58,6 +58,8 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--vocab")) o->vocab = atoll(v);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--lr")) o->lr = atof(v);
+        else if (!strcmp(a, "--warmup")) o->warmup = atoll(v);
+        else if (!strcmp(a, "--min-lr")) o->min_lr = atof(v);
         else if (!strcmp(a, "--weight-decay")) o->wd = atof(v);
         else if (!strcmp(a, "--beta1")) o->beta1 = atof(v);
         else if (!strcmp(a, "--beta2")) o->beta2 = atof(v);
@@ -81,11 +83,32 @@ static int parse(int argc, char **argv, opts *o)
                         "--context T --steps N --lr LR [options]\n");
         return 1;
     }
+    if (o->warmup < 0 || (o->min_lr < 0 && o->min_lr != -1)) {
+        fprintf(stderr, "train_gpt2: --warmup %lld and --min-lr %g must not be negative\n",
+                (long long)o->warmup, o->min_lr);
+        return 1;
+    }
     if (o->stage < 0 || o->stage > 3) {
         fprintf(stderr, "train_gpt2: --zero %d (0, 1, 2 or 3)\n", o->stage);
         return 1;
     }
     return 0;
+}
+
+/* The learning rate of step `step` (0-based): llm.c's schedule (llmc/schedulers.h) with an
+ * absolute floor: linear warmup lr (step + 1) / N over the first N = --warmup steps, then
+ * cosine decay min + (lr - min) (1 + cos(pi (step - N) / (steps - N))) / 2, which reaches
+ * min at step `steps` (one after the last). --min-lr defaults to lr (warmup only, as llm.c's
+ * default final fraction 1); with neither option the rate is constant. */
+static double lr_at(const opts *o, int64_t step)
+{
+    double min = o->min_lr >= 0 ? o->min_lr : o->lr;
+    if (step < o->warmup)
+        return o->lr * (double)(step + 1) / (double)o->warmup;
+    if (o->steps <= o->warmup)
+        return o->lr;
+    double ratio = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    return min + 0.5 * (1.0 + cos(acos(-1.0) * ratio)) * (o->lr - min);
 }
 
 /* The model, from the init file or random. */
@@ -295,12 +318,17 @@ static int run(job *j, const opts *o)
     for (int k = 0; k < n; k++)
         order[k] = gpt2_opt_order(m, k);
     double loss = 0, tps = 0, t_all = 0;
+    int sched = o->warmup > 0 || o->min_lr >= 0;
     int64_t tokens = o->batch * o->context;
     job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
             (long long)gpt2_param_count(m), (long long)o->layers, (long long)o->width,
             (long long)o->heads, (long long)o->vocab);
     for (int64_t step = 0; step < o->steps; step++) {
         dt_tensor *b[2] = {NULL, NULL};
+        double lr = lr_at(o, step);
+        what = "learning rate";
+        if (sched && (st = gpt2_set_lr(m, z, (float)lr)) != DT_OK)
+            goto fail;
         what = "batch";
         if ((st = dt_dataset_next(ds, 2, b, NULL)) != DT_OK)
             goto fail;
@@ -331,7 +359,11 @@ static int run(job *j, const opts *o)
         double dt = job_now() - t0;
         t_all += dt;
         tps = (double)tokens / dt;
-        job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss, tps);
+        if (sched)
+            job_say(j, "step %lld loss %.9g tokens_per_s %.1f lr %.9g\n", (long long)step, loss,
+                    tps, (double)(float)lr);
+        else
+            job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss, tps);
     }
     double vloss = NAN;
     if (vs) {

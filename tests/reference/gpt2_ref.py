@@ -8,7 +8,7 @@ with torch.optim.AdamW, printing `step N loss L` per step and writing step 0's g
   gpt2_ref.py make-tokens OUT.bin --tokens N --vocab V --seed S
   gpt2_ref.py train --init IN.safetensors --heads H --data TRAIN.bin --batch B --context T
               --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
-              [--grads-out G.safetensors]
+              [--warmup N] [--min-lr LR] [--grads-out G.safetensors]
 
 Weight decay goes to the 2-D tensors (embeddings and matrices), not to biases and LayerNorm
 (nanoGPT's configure_optimizers), as examples/gpt2 groups them. Everything in f32 (float64
@@ -174,6 +174,22 @@ def make_tokens(a):
     tokens_write(a.out, torch.randint(0, a.vocab, (a.tokens,), generator=gen).tolist())
 
 
+def lr_at(a, step):
+    """llm.c's schedule (llmc/schedulers.h get_learning_rate) with an absolute floor: linear
+    warmup lr * (step + 1) / W over the first W steps, then cosine decay from lr towards
+    min_lr, reached at step `steps` (one past the last); min_lr defaults to lr. Neither given:
+    constant lr."""
+    warmup = getattr(a, "warmup", 0) or 0
+    min_lr = getattr(a, "min_lr", None)
+    min_lr = a.lr if min_lr is None else min_lr
+    if step < warmup:
+        return a.lr * (step + 1) / warmup
+    if a.steps <= warmup:
+        return a.lr
+    ratio = (step - warmup) / (a.steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (a.lr - min_lr)
+
+
 def train(a):
     torch.manual_seed(0)
     w = st_read(a.init)
@@ -196,8 +212,11 @@ def train(a):
             st_write(a.grads_out, our_grads(w, L, C))
         if a.clip > 0:
             torch.nn.utils.clip_grad_norm_(list(w.values()), a.clip)
+        lr = lr_at(a, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
         opt.step()
-        print(f"step {step} loss {loss.item():.9g}", flush=True)
+        print(f"step {step} loss {loss.item():.9g} lr {lr:.9g}", flush=True)
 
 
 def main():
@@ -224,6 +243,8 @@ def main():
     r.add_argument("--beta2", type=float, default=0.999)
     r.add_argument("--eps", type=float, default=1e-8)
     r.add_argument("--clip", type=float, default=1.0)
+    r.add_argument("--warmup", type=int, default=0)
+    r.add_argument("--min-lr", type=float, default=None)
     r.add_argument("--grads-out")
     a = ap.parse_args()
     torch.set_num_threads(1)

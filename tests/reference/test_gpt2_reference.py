@@ -191,6 +191,36 @@ def check_zero3(exe, mpiexec, mesh, nprocs, d, init, toks, common):
     return int(good), int(not good)
 
 
+def lrs(text):
+    return [float(line.split()[-1]) for line in text.splitlines()
+            if line.startswith("step ") and " lr " in line]
+
+
+def check_schedule(exe, mpiexec, mesh, nprocs, d, init, toks, common):
+    """--warmup 3 --min-lr 1e-4 (llm.c's warmup and cosine decay) against PyTorch with the same
+    schedule (gpt2_ref.lr_at): every step's learning rate (1e-6, ours is a float) and loss
+    (TOL). Returns (passed, failed)."""
+    sched = ["--warmup", "3", "--min-lr", "1e-4"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        gpt2_ref.train(argparse.Namespace(init=init, data=toks, heads=CFG["heads"], batch=B,
+                                          context=T, steps=STEPS, lr=LR, weight_decay=WD,
+                                          beta1=0.9, beta2=0.999, eps=1e-8, clip=1.0,
+                                          warmup=3, min_lr=1e-4, grads_out=None))
+    r = run([exe, "--init", init, "--data", toks, "--mesh", mesh] + common + sched, nprocs,
+            mpiexec)
+    if r.returncode != 0:
+        print(r.stdout, r.stderr)
+        return 0, 1
+    lt, lo, rt, ro = losses(buf.getvalue()), losses(r.stdout), lrs(buf.getvalue()), lrs(r.stdout)
+    worst = max([abs(a - b) / abs(b) for a, b in zip(lo, lt)] or [1.0])
+    wlr = max([abs(a - b) / abs(b) for a, b in zip(ro, rt)] or [1.0])
+    good = len(lo) == len(lt) == len(ro) == len(rt) == STEPS and worst <= TOL and wlr <= 1e-6
+    print(f"schedule on {os.path.basename(mesh)}: lr {['%.3g' % v for v in ro]}, worst lr rel "
+          f"{wlr:.2e}, worst loss rel {worst:.2e}: {'ok' if good else 'FAIL'}")
+    return int(good), int(not good)
+
+
 def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
     """3 heads over model=2: refused, naming the divisibility. Returns (passed, failed)."""
     r = run([exe, "--init", "random", "--layers", "1", "--width", "48", "--heads", "3",
@@ -206,8 +236,8 @@ def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
 
 def main():
     """argv: train_gpt2, mpiexec, then MESH.yaml:PROCESSES for each mesh, and --extras (the
-    random init on every mesh, --zero 3 against --zero 1 on the multi-process meshes, the
-    refusal of heads model does not divide)."""
+    random init on every mesh, the learning-rate schedule on the first mesh, --zero 3 against
+    --zero 1 on the multi-process meshes, the refusal of heads model does not divide)."""
     exe, mpiexec = sys.argv[1], sys.argv[2]
     extras = "--extras" in sys.argv[3:]
     meshes = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in sys.argv[3:]
@@ -235,7 +265,9 @@ def main():
             p, f = check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g)
             passed, failed = passed + p, failed + f
         if extras:
-            checks = [check_random_init(exe, mpiexec, meshes, d, toks)]
+            checks = [check_random_init(exe, mpiexec, meshes, d, toks),
+                      check_schedule(exe, mpiexec, meshes[0][0], meshes[0][1], d, init, toks,
+                                     common)]
             checks += [check_zero3(exe, mpiexec, m, n, d, init, toks, common)
                        for m, n in meshes if n > 1]
             tp = [(m, n) for m, n in meshes if model_size(m) > 1]
