@@ -261,6 +261,31 @@ static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *me
     return st;
 }
 
+/* --out DIR: the final state as DIR/checkpoint (the optimizer's parameters under our names,
+ * its state, the data position, the history: resumable, and `dtensor ckpt export --format
+ * hf-gpt2` reads it) and every step's loss as DIR/curves.csv. Returns 0, or 1 (printed).
+ * Collective. */
+static int write_out(job *j, const opts *o, const gpt2 *m, dt_zero *z, dt_dataset *ds,
+                     history *hist, char *ckpt_dir, const char *csv)
+{
+    char config[200], err[JOB_PATH_MAX + 100] = "";
+    const gpt2_config *c = gpt2_cfg(m);
+    snprintf(config, sizeof config,
+             "layers=%lld width=%lld heads=%lld vocab=%lld context=%lld precision=%s",
+             (long long)c->layers, (long long)c->width, (long long)c->heads,
+             (long long)c->vocab, (long long)c->context, o->bf16 ? "bf16" : "f32");
+    dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)}};
+    int64_t steps = o->steps;
+    job_train t = {z, ds, hist, &steps};
+    if (job_save(j, &t, v, 1, NULL, 0, ckpt_dir) != 0)
+        return 1;
+    int bad = j->me == 0 && history_write_csv(hist, csv, err, sizeof err) != 0;
+    if (job_any_failed(j, bad, err))
+        return 1;
+    job_say(j, "out: checkpoint %s, losses %s\n", ckpt_dir, csv);
+    return 0;
+}
+
 static int run(job *j, const opts *o)
 {
     dt_mesh *mesh = NULL;
@@ -271,7 +296,10 @@ static int run(job *j, const opts *o)
     dt_status st;
     int rc = 0;
     const char *what = "mesh";
-    if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0) {
+    history hist = {NULL, 0, 0};
+    char ckpt_dir[JOB_PATH_MAX], csv[JOB_PATH_MAX], png[JOB_PATH_MAX];
+    if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0 ||
+        (o->out && job_places(j, o->out, NULL, NULL, ckpt_dir, csv, png) != 0)) {
         dt_mesh_destroy(mesh);
         return 1;
     }
@@ -364,6 +392,12 @@ static int run(job *j, const opts *o)
                     tps, (double)(float)lr);
         else
             job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss, tps);
+        hist_rec rec = {step, loss, NAN, NAN, (double)o->batch / dt, dt_zero_loss_scale(z),
+                        info.skipped};
+        if (job_any_failed(j, history_add(&hist, &rec) != 0, "out of memory")) {
+            rc = 1;
+            goto done;
+        }
     }
     double vloss = NAN;
     if (vs) {
@@ -381,9 +415,13 @@ static int run(job *j, const opts *o)
         if (st != DT_OK)
             goto fail;
     }
+    if (vs && hist.n > 0)
+        hist.r[hist.n - 1].eval_loss = vloss;
     what = "params-out";
     if (o->params_out && (st = write_params(m, mesh, o->params_out)) != DT_OK)
         goto fail;
+    if (o->out && (rc = write_out(j, o, m, z, ds, &hist, ckpt_dir, csv)) != 0)
+        goto done;
     job_say(j, "result loss=%.6f val_loss=%.6f tokens_per_s=%.1f params=%lld\n", loss, vloss,
             (double)(tokens * o->steps) / t_all, (long long)gpt2_param_count(m));
     free(order);
@@ -399,6 +437,7 @@ done:
     dt_dataset_destroy(vs);
     gpt2_destroy(m);
     dt_mesh_destroy(mesh);
+    history_free(&hist);
     return rc;
 }
 

@@ -40,6 +40,7 @@ const char *gpt2_last_error(void)
     return own_error[0] ? own_error : dt_last_error();
 }
 
+const gpt2_config *gpt2_cfg(const gpt2 *m) { return &m->cfg; }
 int gpt2_num_params(const gpt2 *m) { return m->n; }
 dt_tensor *const *gpt2_params(const gpt2 *m) { return m->p; }
 const char *const *gpt2_param_names(const gpt2 *m) { return (const char *const *)m->names; }

@@ -35,6 +35,9 @@ const char *gpt2_last_error(void);
  * box: the same values on any mesh. Collective. */
 dt_status gpt2_init_random(gpt2 *m, uint64_t seed);
 
+/* The model's sizes (borrowed). */
+const gpt2_config *gpt2_cfg(const gpt2 *m);
+
 int gpt2_num_params(const gpt2 *m);
 /* The model's parameters (borrowed; NULL entries once attached in stage 3: the optimizer
  * holds them then, gpt2_param gives them while gathered). */

@@ -9,6 +9,7 @@ with torch.optim.AdamW, printing `step N loss L` per step and writing step 0's g
   gpt2_ref.py train --init IN.safetensors --heads H --data TRAIN.bin --batch B --context T
               --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
               [--warmup N] [--min-lr LR] [--grads-out G.safetensors]
+              [--final-out W.safetensors]   (the trained weights, HF names)
 
 Weight decay goes to the 2-D tensors (embeddings and matrices), not to biases and LayerNorm
 (nanoGPT's configure_optimizers), as examples/gpt2 groups them. Everything in f32 (float64
@@ -217,6 +218,8 @@ def train(a):
             g["lr"] = lr
         opt.step()
         print(f"step {step} loss {loss.item():.9g} lr {lr:.9g}", flush=True)
+    if getattr(a, "final_out", None):
+        st_write(a.final_out, w, {"format": "pt"})
 
 
 def main():
@@ -246,6 +249,7 @@ def main():
     r.add_argument("--warmup", type=int, default=0)
     r.add_argument("--min-lr", type=float, default=None)
     r.add_argument("--grads-out")
+    r.add_argument("--final-out")
     a = ap.parse_args()
     torch.set_num_threads(1)
     {"make-init": make_init, "make-tokens": make_tokens, "train": train}[a.cmd](a)

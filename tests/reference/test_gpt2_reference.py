@@ -221,6 +221,77 @@ def check_schedule(exe, mpiexec, mesh, nprocs, d, init, toks, common):
     return int(good), int(not good)
 
 
+def hf_of(ours, L, C):
+    """Our parameters (docs/foreign.md names) in HF's form: q, k, v fused into c_attn."""
+    w = {"wte.weight": ours["wte"], "wpe.weight": ours["wpe"]}
+    for l in range(L):
+        o, p = f"h.{l}.", f"h.{l}."
+        w[p + "attn.c_attn.weight"] = torch.cat([ours[o + n + ".w"] for n in "qkv"], dim=1)
+        w[p + "attn.c_attn.bias"] = torch.cat([ours[o + n + ".b"] for n in "qkv"])
+        for mine, hf in [("ln1.g", "ln_1.weight"), ("ln1.b", "ln_1.bias"),
+                         ("o.w", "attn.c_proj.weight"), ("o.b", "attn.c_proj.bias"),
+                         ("ln2.g", "ln_2.weight"), ("ln2.b", "ln_2.bias"),
+                         ("fc.w", "mlp.c_fc.weight"), ("fc.b", "mlp.c_fc.bias"),
+                         ("proj.w", "mlp.c_proj.weight"), ("proj.b", "mlp.c_proj.bias")]:
+            w[p + hf] = ours[o + mine]
+    w["ln_f.weight"], w["ln_f.bias"] = ours["lnf.g"], ours["lnf.b"]
+    return w
+
+
+def check_out(exe, mpiexec, tool, mesh, nprocs, d, init, toks, common, final):
+    """--out DIR with --zero 3 on one mesh: `dtensor ckpt export --format hf-gpt2` of
+    DIR/checkpoint holds exactly HF's tensors (fused c_attn, wte once, no lm_head), each equal
+    bit for bit to the trained parameters (--params-out) and close to PyTorch's trained weights;
+    DIR/curves.csv has every step's loss. Returns (passed, failed)."""
+    out, pout = os.path.join(d, "out-" + os.path.basename(mesh)), os.path.join(d, "pout")
+    hf = os.path.join(d, "export.safetensors")
+    r = run([exe, "--init", init, "--data", toks, "--mesh", mesh, "--zero", "3", "--out", out,
+             "--params-out", pout] + common, nprocs, mpiexec)
+    e = subprocess.run([tool, "ckpt", "export", "--format", "hf-gpt2",
+                        os.path.join(out, "checkpoint"), hf], capture_output=True, text=True) \
+        if r.returncode == 0 else r
+    if e.returncode != 0:
+        print(r.stdout, r.stderr, e.stdout, e.stderr)
+        return 0, 1
+    ours = {}
+    for f in os.listdir(pout):
+        with open(os.path.join(pout, f), "rb") as fh:
+            ours[f[:-4]] = torch.frombuffer(bytearray(fh.read()), dtype=torch.float32)
+    L, C = CFG["layers"], CFG["width"]
+    shapes = {"wte": (CFG["vocab"], C), "wpe": (CFG["context"], C)}
+    for l in range(L):
+        for n, sh in [("q.w", (C, C)), ("k.w", (C, C)), ("v.w", (C, C)), ("o.w", (C, C)),
+                      ("fc.w", (C, 4 * C)), ("proj.w", (4 * C, C))]:
+            shapes[f"h.{l}.{n}"] = sh
+    for n in ours:
+        ours[n] = ours[n].reshape(shapes.get(n, (-1,)))
+    want, got = hf_of(ours, L, C), gpt2_ref.st_read(hf)
+    bad = [n for n in want if n not in got or not torch.equal(got[n], want[n])]
+    bad += [f"{n} (not expected)" for n in got if n not in want]
+    # PyTorch's trained weights: close, except the key bias (its true gradient is zero, both
+    # sides' rounding noise goes through Adam's normalisation), compared on its q and v parts.
+    worst = 0.0
+    for n, t in final.items():
+        a, b = got.get(n), t
+        if a is None:
+            continue
+        if n.endswith("c_attn.bias"):
+            a, b = torch.cat([a[:C], a[2 * C:]]), torch.cat([b[:C], b[2 * C:]])
+        worst = max(worst, (a - b).abs().max().item() / b.abs().max().item())
+    csv = [line.split(",") for line in open(os.path.join(out, "curves.csv")).read().split()[1:]]
+    lo = losses(r.stdout)
+    csv_ok = len(csv) == len(lo) == STEPS and all(
+        int(c[0]) == s and abs(float(c[1]) - lo[s]) <= 1e-5 * abs(lo[s]) for s, c in enumerate(csv))
+    good = not bad and worst <= 5e-4 and csv_ok
+    print(f"--out on {os.path.basename(mesh)} (--zero 3): export {len(got)} tensors, "
+          f"{len(want) - len(bad)} equal to the trained ones bit for bit, worst relative "
+          f"difference to PyTorch's trained weights {worst:.2e}, curves.csv "
+          f"{'ok' if csv_ok else 'FAIL'}: {'ok' if good else 'FAIL'}")
+    for b in bad:
+        print("  FAIL", b)
+    return int(good), int(not good)
+
+
 def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
     """3 heads over model=2: refused, naming the divisibility. Returns (passed, failed)."""
     r = run([exe, "--init", "random", "--layers", "1", "--width", "48", "--heads", "3",
@@ -237,9 +308,11 @@ def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
 def main():
     """argv: train_gpt2, mpiexec, then MESH.yaml:PROCESSES for each mesh, and --extras (the
     random init on every mesh, the learning-rate schedule on the first mesh, --zero 3 against
-    --zero 1 on the multi-process meshes, the refusal of heads model does not divide)."""
+    --zero 1 on the multi-process meshes, the refusal of heads model does not divide, and with
+    --tool=DTENSOR --out and its export on the last tensor-parallel mesh)."""
     exe, mpiexec = sys.argv[1], sys.argv[2]
     extras = "--extras" in sys.argv[3:]
+    tool = next((a[len("--tool="):] for a in sys.argv[3:] if a.startswith("--tool=")), None)
     meshes = [(a.rsplit(":", 1)[0], int(a.rsplit(":", 1)[1])) for a in sys.argv[3:]
               if not a.startswith("--")]
     d = tempfile.mkdtemp(prefix="gpt2ref-")
@@ -254,12 +327,13 @@ def main():
         common = ["--batch", str(B), "--context", str(T), "--steps", str(STEPS), "--lr", str(LR),
                   "--weight-decay", str(WD)]
         gpath = os.path.join(d, "ref_grads.safetensors")
+        fpath = os.path.join(d, "ref_final.safetensors")
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             gpt2_ref.train(argparse.Namespace(init=init, data=toks, heads=CFG["heads"], batch=B,
                                               context=T, steps=STEPS, lr=LR, weight_decay=WD,
                                               beta1=0.9, beta2=0.999, eps=1e-8, clip=1.0,
-                                              grads_out=gpath))
+                                              grads_out=gpath, final_out=fpath))
         ref, g = buf.getvalue(), gpt2_ref.st_read(gpath)
         for mesh, nprocs in meshes:
             p, f = check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g)
@@ -271,6 +345,9 @@ def main():
             checks += [check_zero3(exe, mpiexec, m, n, d, init, toks, common)
                        for m, n in meshes if n > 1]
             tp = [(m, n) for m, n in meshes if model_size(m) > 1]
+            if tool and tp:
+                checks.append(check_out(exe, mpiexec, tool, tp[-1][0], tp[-1][1], d, init, toks,
+                                        common, gpt2_ref.st_read(fpath)))
             checks += [check_refusal(exe, mpiexec, tp[0][0], tp[0][1], d, toks)] if tp else []
             for p, f in checks:
                 passed, failed = passed + p, failed + f
