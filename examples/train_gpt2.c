@@ -348,9 +348,10 @@ static int run(job *j, const opts *o)
     double loss = 0, tps = 0, t_all = 0;
     int sched = o->warmup > 0 || o->min_lr >= 0;
     int64_t tokens = o->batch * o->context;
+    const gpt2_config *mc = gpt2_cfg(m); /* the model's, from the init file or the options */
     job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
-            (long long)gpt2_param_count(m), (long long)o->layers, (long long)o->width,
-            (long long)o->heads, (long long)o->vocab);
+            (long long)gpt2_param_count(m), (long long)mc->layers, (long long)mc->width,
+            (long long)mc->heads, (long long)mc->vocab);
     for (int64_t step = 0; step < o->steps; step++) {
         dt_tensor *b[2] = {NULL, NULL};
         double lr = lr_at(o, step);

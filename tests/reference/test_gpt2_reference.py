@@ -95,7 +95,12 @@ def check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g):
         print(ours.stdout, ours.stderr)
         return 0, 3
     lay = check_layouts(ours.stdout, model_size(mesh))
-    print(f"layouts (model={model_size(mesh)}): {'ok' if not lay else 'FAIL'}")
+    # The banner gives the model's sizes (read from the init file and config.json here).
+    banner = "{layers} layers, width {width}, {heads} heads, vocab {vocab}".format(**CFG)
+    if banner not in ours.stdout:
+        said = [line for line in ours.stdout.splitlines() if line.startswith("train_gpt2:")]
+        lay.append(f"banner without '{banner}': {said[0] if said else 'none'}")
+    print(f"layouts (model={model_size(mesh)}) and banner: {'ok' if not lay else 'FAIL'}")
     for b in lay:
         print("  FAIL", b)
     lr_, lo = losses(ref), losses(ours.stdout)
