@@ -2,7 +2,8 @@
  * token shards, from an HF safetensors file, an llm.c checkpoint or a random init:
  *   train_gpt2 --init FILE|random --data TRAIN.bin [--val VAL.bin] --batch B --context T
  *     --steps N --lr LR [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E] [--clip C]
- *     [--warmup N] [--min-lr LR] [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero 0-3] [--heads H]
+ *     [--warmup N] [--min-lr LR] [--mesh FILE] [--precision f32|bf16] [--out DIR]
+ *     [--zero 0-3] [--heads H]
  *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
  *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
