@@ -61,6 +61,35 @@ def st_read(path):
     return out
 
 
+# ---- llm.c's GPT-2 checkpoint (train_gpt2.c gpt2_build_from_checkpoint) ---------------------
+
+
+def llmc_write(path, w, heads):
+    """HF-named f32 tensors as llm.c's checkpoint: an int32[256] header (magic 20240326,
+    version 3, maxT, V, L, NH, C, Vp = V here), then wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw,
+    attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb (each stacked over the layers, weights
+    [out, in]: HF's Conv1D [in, out] transposed), lnfw, lnfb."""
+    L = layers_of(w)
+    V, C = w["wte.weight"].shape
+    T = w["wpe.weight"].shape[0]
+    head = [0] * 256
+    head[:8] = [20240326, 3, T, V, L, heads, C, V]
+    per = [("ln_1.weight", False), ("ln_1.bias", False), ("attn.c_attn.weight", True),
+           ("attn.c_attn.bias", False), ("attn.c_proj.weight", True), ("attn.c_proj.bias", False),
+           ("ln_2.weight", False), ("ln_2.bias", False), ("mlp.c_fc.weight", True),
+           ("mlp.c_fc.bias", False), ("mlp.c_proj.weight", True), ("mlp.c_proj.bias", False)]
+    parts = [w["wte.weight"], w["wpe.weight"]]
+    for name, transpose in per:
+        for l in range(L):
+            t = w[f"h.{l}.{name}"]
+            parts.append(t.t() if transpose else t)
+    parts += [w["ln_f.weight"], w["ln_f.bias"]]
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *head))
+        for t in parts:
+            f.write(t.detach().to(torch.float32).contiguous().numpy().tobytes())
+
+
 # ---- llm.c token shards -------------------------------------------------------------------
 
 

@@ -344,12 +344,20 @@ def main():
             p, f = check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g)
             passed, failed = passed + p, failed + f
         if extras:
+            # The same init as llm.c's checkpoint, on a tensor-parallel mesh: the same checks
+            # (losses and gradients against PyTorch, each device's boxes read, the banner).
+            tp = [(m, n) for m, n in meshes if model_size(m) > 1]
+            if tp:
+                llmc = os.path.join(d, "init.bin")
+                gpt2_ref.llmc_write(llmc, gpt2_ref.st_read(init), CFG["heads"])
+                print("llm.c checkpoint:", end=" ")
+                p, f = check_mesh(exe, mpiexec, tp[0][0], tp[0][1], d, llmc, toks, common, ref, g)
+                passed, failed = passed + p, failed + f
             checks = [check_random_init(exe, mpiexec, meshes, d, toks),
                       check_schedule(exe, mpiexec, meshes[0][0], meshes[0][1], d, init, toks,
                                      common)]
             checks += [check_zero3(exe, mpiexec, m, n, d, init, toks, common)
                        for m, n in meshes if n > 1]
-            tp = [(m, n) for m, n in meshes if model_size(m) > 1]
             if tool and tp:
                 checks.append(check_out(exe, mpiexec, tool, tp[-1][0], tp[-1][1], d, init, toks,
                                         common, gpt2_ref.st_read(fpath)))
