@@ -84,9 +84,12 @@ static int parse(int argc, char **argv, opts *o)
                         "--context T --steps N --lr LR [options]\n");
         return 1;
     }
-    if (o->warmup < 0 || (o->min_lr < 0 && o->min_lr != -1)) {
-        fprintf(stderr, "train_gpt2: --warmup %lld and --min-lr %g must not be negative\n",
-                (long long)o->warmup, o->min_lr);
+    if (o->warmup < 0) {
+        fprintf(stderr, "train_gpt2: --warmup %lld must not be negative\n", (long long)o->warmup);
+        return 1;
+    }
+    if (o->min_lr < 0 && o->min_lr != -1) { /* -1: not given */
+        fprintf(stderr, "train_gpt2: --min-lr %g must not be negative\n", o->min_lr);
         return 1;
     }
     if (o->stage < 0 || o->stage > 3) {
