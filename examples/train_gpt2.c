@@ -2,10 +2,13 @@
  * token shards, from an HF safetensors file, an llm.c checkpoint or a random init:
  *   train_gpt2 --init FILE|random --data TRAIN.bin [--val VAL.bin] --batch B --context T
  *     --steps N --lr LR [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E] [--clip C]
- *     [--mesh FILE] [--precision f32|bf16] [--out DIR] [--zero S] [--heads H]
+ *     [--warmup N] [--min-lr LR] [--mesh FILE] [--precision f32|bf16] [--out DIR]
+ *     [--zero 0-3] [--heads H]
  *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
- * Prints `step N loss L tokens_per_s X` per step, then
+ *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
+ *     [--params-out DIR]  (the final parameters, one raw f32 file each)
+ * Prints `step N loss L tokens_per_s X` per step (with ` lr R` under a schedule), then
  * `result loss=L val_loss=V tokens_per_s=X params=P`. */
 #include <errno.h>
 #include <math.h>
@@ -20,11 +23,11 @@
 #include "train/job.h"
 
 typedef struct opts {
-    const char *init, *data, *val, *mesh, *out, *grads_out;
-    int64_t batch, context, steps, layers, width, heads, vocab;
+    const char *init, *data, *val, *mesh, *out, *grads_out, *params_out;
+    int64_t batch, context, steps, layers, width, heads, vocab, warmup;
     uint64_t seed;
-    double lr, wd, beta1, beta2, eps, clip;
-    int bf16, stage;
+    double lr, wd, beta1, beta2, eps, clip, min_lr;
+    int bf16, stage, show_layouts;
 } opts;
 
 static int parse(int argc, char **argv, opts *o)
@@ -32,7 +35,7 @@ static int parse(int argc, char **argv, opts *o)
     *o = (opts){.init = NULL, .mesh = TRAIN_EXAMPLES_DIR "/meshes/1x1.yaml", .batch = 0,
                 .context = 0, .steps = 0, .layers = 2, .width = 64, .heads = 0, .vocab = 128,
                 .seed = 1, .lr = -1, .wd = 0.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
-                .clip = 1.0, .stage = 1};
+                .clip = 1.0, .stage = 1, .warmup = 0, .min_lr = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) {
@@ -46,6 +49,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--mesh")) o->mesh = v;
         else if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--grads-out")) o->grads_out = v;
+        else if (!strcmp(a, "--params-out")) o->params_out = v;
         else if (!strcmp(a, "--batch")) o->batch = atoll(v);
         else if (!strcmp(a, "--context")) o->context = atoll(v);
         else if (!strcmp(a, "--steps")) o->steps = atoll(v);
@@ -55,12 +59,15 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--vocab")) o->vocab = atoll(v);
         else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--lr")) o->lr = atof(v);
+        else if (!strcmp(a, "--warmup")) o->warmup = atoll(v);
+        else if (!strcmp(a, "--min-lr")) o->min_lr = atof(v);
         else if (!strcmp(a, "--weight-decay")) o->wd = atof(v);
         else if (!strcmp(a, "--beta1")) o->beta1 = atof(v);
         else if (!strcmp(a, "--beta2")) o->beta2 = atof(v);
         else if (!strcmp(a, "--eps")) o->eps = atof(v);
         else if (!strcmp(a, "--clip")) o->clip = atof(v);
         else if (!strcmp(a, "--zero")) o->stage = atoi(v);
+        else if (!strcmp(a, "--show-layouts")) o->show_layouts = atoi(v);
         else if (!strcmp(a, "--precision")) {
             if (strcmp(v, "f32") && strcmp(v, "bf16")) {
                 fprintf(stderr, "train_gpt2: --precision %s (f32 or bf16)\n", v);
@@ -77,15 +84,39 @@ static int parse(int argc, char **argv, opts *o)
                         "--context T --steps N --lr LR [options]\n");
         return 1;
     }
-    if (o->stage < 0 || o->stage > 2) {
-        fprintf(stderr, "train_gpt2: --zero %d (0, 1 or 2)\n", o->stage);
+    if (o->warmup < 0) {
+        fprintf(stderr, "train_gpt2: --warmup %lld must not be negative\n", (long long)o->warmup);
+        return 1;
+    }
+    if (o->min_lr < 0 && o->min_lr != -1) { /* -1: not given */
+        fprintf(stderr, "train_gpt2: --min-lr %g must not be negative\n", o->min_lr);
+        return 1;
+    }
+    if (o->stage < 0 || o->stage > 3) {
+        fprintf(stderr, "train_gpt2: --zero %d (0, 1, 2 or 3)\n", o->stage);
         return 1;
     }
     return 0;
 }
 
+/* The learning rate of step `step` (0-based): llm.c's schedule (llmc/schedulers.h) with an
+ * absolute floor: linear warmup lr (step + 1) / N over the first N = --warmup steps, then
+ * cosine decay min + (lr - min) (1 + cos(pi (step - N) / (steps - N))) / 2, which reaches
+ * min at step `steps` (one after the last). --min-lr defaults to lr (warmup only, as llm.c's
+ * default final fraction 1); with neither option the rate is constant. */
+static double lr_at(const opts *o, int64_t step)
+{
+    double min = o->min_lr >= 0 ? o->min_lr : o->lr;
+    if (step < o->warmup)
+        return o->lr * (double)(step + 1) / (double)o->warmup;
+    if (o->steps <= o->warmup)
+        return o->lr;
+    double ratio = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    return min + 0.5 * (1.0 + cos(acos(-1.0) * ratio)) * (o->lr - min);
+}
+
 /* The model, from the init file or random. */
-static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
+static dt_status make_model(const job *j, const opts *o, const dt_mesh *mesh, gpt2 **out)
 {
     dt_dtype dt = o->bf16 ? DT_DTYPE_BF16 : DT_DTYPE_F32;
     gpt2_config cfg = {o->layers, o->width, o->heads, o->vocab, o->context};
@@ -110,8 +141,6 @@ static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
         const char *hs = dt_foreign_metadata(src, "n_head");
         if (!o->heads && hs)
             cfg.heads = atoll(hs);
-        if (cfg.heads < 1)
-            st = DT_ERR_INVALID_ARGUMENT;
     }
     if (st == DT_OK)
         st = gpt2_create(mesh, &cfg, dt, out);
@@ -124,6 +153,13 @@ static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
         if (st == DT_OK)
             st = dt_foreign_restore(src, n, views, gpt2_params(*out));
         free(views);
+        /* Each device reads its own boxes only: the tests compare with the local shapes. */
+        for (int k = 0; st == DT_OK && o->show_layouts && k < dt_mesh_num_local_devices(mesh);
+             k++) {
+            int dev = dt_mesh_local_device_id(mesh, k);
+            job_say(j, "read device %d bytes %llu\n", dev,
+                    (unsigned long long)dt_foreign_bytes_read(src, dev));
+        }
         if (st != DT_OK)
             gpt2_destroy(*out);
     }
@@ -132,35 +168,82 @@ static dt_status make_model(const opts *o, const dt_mesh *mesh, gpt2 **out)
     return st;
 }
 
-/* Step 0's gradients, one raw f32 file per parameter in dir (client 0 writes). Collective. */
-static dt_status write_grads(const gpt2 *m, const dt_mesh *mesh, dt_tensor *const *grads,
-                             const char *dir)
+/* --show-layouts 1: a line per parameter, `layout NAME SPECS global RxC local RxC` (specs
+ * the mesh dim sharding each tensor dim, `-` for none; local: this client's first device), so
+ * that the tests see what is sharded. */
+static void show_layouts(const job *j, const gpt2 *m)
+{
+    for (int i = 0; i < gpt2_num_params(m); i++) {
+        const dt_tensor *t = gpt2_params(m)[i];
+        char spec[128] = "", g[64], l[64];
+        for (int d = 0; d < dt_tensor_rank(t); d++) {
+            const char *sd = dt_layout_spec(dt_tensor_layout(t), d);
+            snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%s", d ? "," : "",
+                     strcmp(sd, DT_UNSHARDED) ? sd : "-");
+        }
+        const int64_t *gs = dt_tensor_shape(t), *ls = dt_tensor_local(t, 0)->shape;
+        if (dt_tensor_rank(t) == 2) {
+            snprintf(g, sizeof g, "%lldx%lld", (long long)gs[0], (long long)gs[1]);
+            snprintf(l, sizeof l, "%lldx%lld", (long long)ls[0], (long long)ls[1]);
+        } else {
+            snprintf(g, sizeof g, "%lld", (long long)gs[0]);
+            snprintf(l, sizeof l, "%lld", (long long)ls[0]);
+        }
+        job_say(j, "layout %s %s global %s local %s\n", gpt2_param_names(m)[i], spec, g, l);
+    }
+}
+
+/* Tensors t[i] (the parameters' shapes, any layout and dtype), one raw f32 file of the global
+ * tensor per parameter in dir, named as the parameter (client 0 writes). Collective. */
+static dt_status write_tensors(const gpt2 *m, const dt_mesh *mesh, const dt_tensor *const *t,
+                               const char *dir)
 {
     mkdir(dir, 0755);
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < gpt2_num_params(m); i++) {
         dt_layout *rep = NULL;
-        dt_tensor *all = NULL;
-        st = dt_layout_replicated(mesh, dt_tensor_rank(grads[i]), &rep);
+        dt_tensor *all = NULL, *f = NULL;
+        st = t[i] ? dt_layout_replicated(mesh, dt_tensor_rank(t[i]), &rep) : DT_ERR_STATE;
         if (st == DT_OK)
-            st = dt_relayout(grads[i], rep, &all);
+            st = dt_relayout(t[i], rep, &all);
+        if (st == DT_OK && dt_tensor_dtype(all) != DT_DTYPE_F32)
+            st = dt_cast(all, DT_DTYPE_F32, &f);
+        const dt_tensor *w = f ? f : all;
         if (st == DT_OK && dt_client_id() == 0) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s.f32", dir, gpt2_param_names(m)[i]);
-            size_t bytes = (size_t)dt_tensor_numel(all) * sizeof(float);
+            size_t bytes = (size_t)dt_tensor_numel(w) * sizeof(float);
             float *buf = malloc(bytes);
-            FILE *f = fopen(path, "wb");
-            if (!buf || !f || dt_tensor_local_read(all, 0, buf, bytes) != DT_OK ||
-                fwrite(buf, 1, bytes, f) != bytes)
+            FILE *fp = fopen(path, "wb");
+            if (!buf || !fp || dt_tensor_local_read(w, 0, buf, bytes) != DT_OK ||
+                fwrite(buf, 1, bytes, fp) != bytes)
                 st = DT_ERR_IO;
-            if (f)
-                fclose(f);
+            if (fp)
+                fclose(fp);
             free(buf);
         }
+        dt_tensor_destroy(f);
         dt_tensor_destroy(all);
         dt_layout_destroy(rep);
     }
     return st;
+}
+
+/* --params-out: the parameters (whole: stage 3 gathers them for the while). Collective. */
+static dt_status write_params(gpt2 *m, const dt_mesh *mesh, const char *dir)
+{
+    int n = gpt2_num_params(m);
+    const dt_tensor **t = malloc((size_t)n * sizeof *t);
+    if (!t)
+        return DT_ERR_NO_MEMORY;
+    dt_status st = gpt2_gather_all(m);
+    for (int i = 0; i < n; i++)
+        t[i] = gpt2_param(m, i);
+    if (st == DT_OK)
+        st = write_tensors(m, mesh, t, dir);
+    dt_status r = gpt2_release_all(m);
+    free(t);
+    return st != DT_OK ? st : r;
 }
 
 static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *mesh,
@@ -182,6 +265,31 @@ static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *me
     return st;
 }
 
+/* --out DIR: the final state as DIR/checkpoint (the optimizer's parameters under our names,
+ * its state, the data position, the history: resumable, and `dtensor ckpt export --format
+ * hf-gpt2` reads it) and every step's loss as DIR/curves.csv. Returns 0, or 1 (printed).
+ * Collective. */
+static int write_out(job *j, const opts *o, const gpt2 *m, dt_zero *z, dt_dataset *ds,
+                     history *hist, char *ckpt_dir, const char *csv)
+{
+    char config[200], err[JOB_PATH_MAX + 100] = "";
+    const gpt2_config *c = gpt2_cfg(m);
+    snprintf(config, sizeof config,
+             "layers=%lld width=%lld heads=%lld vocab=%lld context=%lld precision=%s",
+             (long long)c->layers, (long long)c->width, (long long)c->heads,
+             (long long)c->vocab, (long long)c->context, o->bf16 ? "bf16" : "f32");
+    dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)}};
+    int64_t steps = o->steps;
+    job_train t = {z, ds, hist, &steps};
+    if (job_save(j, &t, v, 1, NULL, 0, ckpt_dir) != 0)
+        return 1;
+    int bad = j->me == 0 && history_write_csv(hist, csv, err, sizeof err) != 0;
+    if (job_any_failed(j, bad, err))
+        return 1;
+    job_say(j, "out: checkpoint %s, losses %s\n", ckpt_dir, csv);
+    return 0;
+}
+
 static int run(job *j, const opts *o)
 {
     dt_mesh *mesh = NULL;
@@ -192,14 +300,19 @@ static int run(job *j, const opts *o)
     dt_status st;
     int rc = 0;
     const char *what = "mesh";
-    if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0) {
+    history hist = {NULL, 0, 0};
+    char ckpt_dir[JOB_PATH_MAX], csv[JOB_PATH_MAX], png[JOB_PATH_MAX];
+    if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0 ||
+        (o->out && job_places(j, o->out, NULL, NULL, ckpt_dir, csv, png) != 0)) {
         dt_mesh_destroy(mesh);
         return 1;
     }
-    if ((st = make_model(o, mesh, &m)) != DT_OK) {
+    if ((st = make_model(j, o, mesh, &m)) != DT_OK) {
         what = "model";
         goto fail;
     }
+    if (o->show_layouts)
+        show_layouts(j, m);
     what = "data";
     if ((st = make_dataset(o->data, o, mesh, &ds)) != DT_OK)
         goto fail;
@@ -213,41 +326,20 @@ static int run(job *j, const opts *o)
     if ((st = dt_zero_create(mesh, &zo, &z)) != DT_OK)
         goto fail;
     {
-        int n = gpt2_num_params(m), nd = 0, nn = 0;
-        dt_tensor **pd = malloc((size_t)n * sizeof *pd), **pn = malloc((size_t)n * sizeof *pn);
-        const char **dn = malloc((size_t)n * sizeof *dn), **nnm = malloc((size_t)n * sizeof *nnm);
-        for (int i = 0; pd && pn && dn && nnm && i < n; i++) {
-            if (gpt2_param_decays(m, i)) {
-                pd[nd] = gpt2_params(m)[i];
-                dn[nd++] = gpt2_param_names(m)[i];
-            } else {
-                pn[nn] = gpt2_params(m)[i];
-                nnm[nn++] = gpt2_param_names(m)[i];
-            }
-        }
         dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
         hp.lr = (float)o->lr;
         hp.beta1 = (float)o->beta1;
         hp.beta2 = (float)o->beta2;
         hp.eps = (float)o->eps;
         hp.weight_decay = (float)o->wd;
-        st = pd && pn && dn && nnm ? dt_zero_add_group(z, nd, dn, pd, &hp, NULL)
-                                   : DT_ERR_NO_MEMORY;
-        hp.weight_decay = 0.0f;
-        if (st == DT_OK)
-            st = dt_zero_add_group(z, nn, nnm, pn, &hp, NULL);
-        free(pd);
-        free(pn);
-        free(dn);
-        free(nnm);
-        if (st != DT_OK)
+        if ((st = gpt2_attach(m, z, &hp, o->stage == 3)) != DT_OK)
             goto fail;
     }
     dt_tape_opts to = DT_TAPE_OPTS_INIT;
     to.accumulate = 0;
     if ((st = dt_tape_create(&to, &tape)) != DT_OK)
         goto fail;
-    /* The optimizer's parameter order: decayed ones first, as added. */
+    /* The optimizer's parameter order (gpt2_attach's groups). */
     int n = gpt2_num_params(m);
     int *order = malloc((size_t)n * sizeof *order);
     dt_tensor **grads = calloc((size_t)n, sizeof *grads), **zg = calloc((size_t)n, sizeof *zg);
@@ -255,20 +347,21 @@ static int run(job *j, const opts *o)
         st = DT_ERR_NO_MEMORY;
         goto fail;
     }
-    {
-        int k = 0;
-        for (int pass = 1; pass >= 0; pass--)
-            for (int i = 0; i < n; i++)
-                if (gpt2_param_decays(m, i) == pass)
-                    order[k++] = i;
-    }
+    for (int k = 0; k < n; k++)
+        order[k] = gpt2_opt_order(m, k);
     double loss = 0, tps = 0, t_all = 0;
+    int sched = o->warmup > 0 || o->min_lr >= 0;
     int64_t tokens = o->batch * o->context;
+    const gpt2_config *mc = gpt2_cfg(m); /* the model's, from the init file or the options */
     job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
-            (long long)gpt2_param_count(m), (long long)o->layers, (long long)o->width,
-            (long long)o->heads, (long long)o->vocab);
+            (long long)gpt2_param_count(m), (long long)mc->layers, (long long)mc->width,
+            (long long)mc->heads, (long long)mc->vocab);
     for (int64_t step = 0; step < o->steps; step++) {
         dt_tensor *b[2] = {NULL, NULL};
+        double lr = lr_at(o, step);
+        what = "learning rate";
+        if (sched && (st = gpt2_set_lr(m, z, (float)lr)) != DT_OK)
+            goto fail;
         what = "batch";
         if ((st = dt_dataset_next(ds, 2, b, NULL)) != DT_OK)
             goto fail;
@@ -279,7 +372,9 @@ static int run(job *j, const opts *o)
         dt_tensor_destroy(b[1]);
         if (st != DT_OK)
             goto fail;
-        if (step == 0 && o->grads_out && (st = write_grads(m, mesh, grads, o->grads_out)) != DT_OK) {
+        const dt_tensor *const *cg = (const dt_tensor *const *)grads;
+        if (step == 0 && o->grads_out &&
+            (st = write_tensors(m, mesh, cg, o->grads_out)) != DT_OK) {
             what = "grads-out";
             goto fail;
         }
@@ -297,7 +392,17 @@ static int run(job *j, const opts *o)
         double dt = job_now() - t0;
         t_all += dt;
         tps = (double)tokens / dt;
-        job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss, tps);
+        if (sched)
+            job_say(j, "step %lld loss %.9g tokens_per_s %.1f lr %.9g\n", (long long)step, loss,
+                    tps, (double)(float)lr);
+        else
+            job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss, tps);
+        hist_rec rec = {step, loss, NAN, NAN, (double)o->batch / dt, dt_zero_loss_scale(z),
+                        info.skipped};
+        if (job_any_failed(j, history_add(&hist, &rec) != 0, "out of memory")) {
+            rc = 1;
+            goto done;
+        }
     }
     double vloss = NAN;
     if (vs) {
@@ -315,6 +420,13 @@ static int run(job *j, const opts *o)
         if (st != DT_OK)
             goto fail;
     }
+    if (vs && hist.n > 0)
+        hist.r[hist.n - 1].eval_loss = vloss;
+    what = "params-out";
+    if (o->params_out && (st = write_params(m, mesh, o->params_out)) != DT_OK)
+        goto fail;
+    if (o->out && (rc = write_out(j, o, m, z, ds, &hist, ckpt_dir, csv)) != 0)
+        goto done;
     job_say(j, "result loss=%.6f val_loss=%.6f tokens_per_s=%.1f params=%lld\n", loss, vloss,
             (double)(tokens * o->steps) / t_all, (long long)gpt2_param_count(m));
     free(order);
@@ -322,7 +434,7 @@ static int run(job *j, const opts *o)
     free(zg);
     goto done;
 fail:
-    rc = job_fail(j, what, st, dt_last_error());
+    rc = job_fail(j, what, st, gpt2_last_error());
 done:
     dt_tape_destroy(tape);
     dt_zero_destroy(z);
@@ -330,6 +442,7 @@ done:
     dt_dataset_destroy(vs);
     gpt2_destroy(m);
     dt_mesh_destroy(mesh);
+    history_free(&hist);
     return rc;
 }
 

@@ -28,7 +28,8 @@ static void fix_make(fix *f)
     const char *names[2] = {"batch", "model"};
     int64_t nd = dt_test_num_devices(), sizes[2] = {2, nd / 2};
     DT_ASSERT_OK(dt_mesh_create("grid", 2, names, sizes, dt_test_device_type(), &f->mesh));
-    gpt2_config cfg = {.layers = 1, .width = 8, .heads = 2, .vocab = V, .context = T};
+    /* 4 heads: the model dim (up to 4 devices) must divide them (tensor parallel). */
+    gpt2_config cfg = {.layers = 1, .width = 8, .heads = 4, .vocab = V, .context = T};
     DT_ASSERT_OK(gpt2_create(f->mesh, &cfg, DT_DTYPE_F32, &f->m));
     DT_ASSERT_OK(gpt2_init_random(f->m, 5));
     f->n = gpt2_num_params(f->m);

@@ -8,7 +8,8 @@ with torch.optim.AdamW, printing `step N loss L` per step and writing step 0's g
   gpt2_ref.py make-tokens OUT.bin --tokens N --vocab V --seed S
   gpt2_ref.py train --init IN.safetensors --heads H --data TRAIN.bin --batch B --context T
               --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
-              [--grads-out G.safetensors]
+              [--warmup N] [--min-lr LR] [--grads-out G.safetensors]
+              [--final-out W.safetensors]   (the trained weights, HF names)
 
 Weight decay goes to the 2-D tensors (embeddings and matrices), not to biases and LayerNorm
 (nanoGPT's configure_optimizers), as examples/gpt2 groups them. Everything in f32 (float64
@@ -58,6 +59,35 @@ def st_read(path):
         lo, hi = d["data_offsets"]
         out[name] = torch.frombuffer(bytearray(buf[lo:hi]), dtype=torch.float32).reshape(d["shape"]).clone()
     return out
+
+
+# ---- llm.c's GPT-2 checkpoint (train_gpt2.c gpt2_build_from_checkpoint) ---------------------
+
+
+def llmc_write(path, w, heads):
+    """HF-named f32 tensors as llm.c's checkpoint: an int32[256] header (magic 20240326,
+    version 3, maxT, V, L, NH, C, Vp = V here), then wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw,
+    attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb (each stacked over the layers, weights
+    [out, in]: HF's Conv1D [in, out] transposed), lnfw, lnfb."""
+    L = layers_of(w)
+    V, C = w["wte.weight"].shape
+    T = w["wpe.weight"].shape[0]
+    head = [0] * 256
+    head[:8] = [20240326, 3, T, V, L, heads, C, V]
+    per = [("ln_1.weight", False), ("ln_1.bias", False), ("attn.c_attn.weight", True),
+           ("attn.c_attn.bias", False), ("attn.c_proj.weight", True), ("attn.c_proj.bias", False),
+           ("ln_2.weight", False), ("ln_2.bias", False), ("mlp.c_fc.weight", True),
+           ("mlp.c_fc.bias", False), ("mlp.c_proj.weight", True), ("mlp.c_proj.bias", False)]
+    parts = [w["wte.weight"], w["wpe.weight"]]
+    for name, transpose in per:
+        for l in range(L):
+            t = w[f"h.{l}.{name}"]
+            parts.append(t.t() if transpose else t)
+    parts += [w["ln_f.weight"], w["ln_f.bias"]]
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *head))
+        for t in parts:
+            f.write(t.detach().to(torch.float32).contiguous().numpy().tobytes())
 
 
 # ---- llm.c token shards -------------------------------------------------------------------
@@ -174,6 +204,22 @@ def make_tokens(a):
     tokens_write(a.out, torch.randint(0, a.vocab, (a.tokens,), generator=gen).tolist())
 
 
+def lr_at(a, step):
+    """llm.c's schedule (llmc/schedulers.h get_learning_rate) with an absolute floor: linear
+    warmup lr * (step + 1) / W over the first W steps, then cosine decay from lr towards
+    min_lr, reached at step `steps` (one past the last); min_lr defaults to lr. Neither given:
+    constant lr."""
+    warmup = getattr(a, "warmup", 0) or 0
+    min_lr = getattr(a, "min_lr", None)
+    min_lr = a.lr if min_lr is None else min_lr
+    if step < warmup:
+        return a.lr * (step + 1) / warmup
+    if a.steps <= warmup:
+        return a.lr
+    ratio = (step - warmup) / (a.steps - warmup)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (a.lr - min_lr)
+
+
 def train(a):
     torch.manual_seed(0)
     w = st_read(a.init)
@@ -196,8 +242,13 @@ def train(a):
             st_write(a.grads_out, our_grads(w, L, C))
         if a.clip > 0:
             torch.nn.utils.clip_grad_norm_(list(w.values()), a.clip)
+        lr = lr_at(a, step)
+        for g in opt.param_groups:
+            g["lr"] = lr
         opt.step()
-        print(f"step {step} loss {loss.item():.9g}", flush=True)
+        print(f"step {step} loss {loss.item():.9g} lr {lr:.9g}", flush=True)
+    if getattr(a, "final_out", None):
+        st_write(a.final_out, w, {"format": "pt"})
 
 
 def main():
@@ -224,7 +275,10 @@ def main():
     r.add_argument("--beta2", type=float, default=0.999)
     r.add_argument("--eps", type=float, default=1e-8)
     r.add_argument("--clip", type=float, default=1.0)
+    r.add_argument("--warmup", type=int, default=0)
+    r.add_argument("--min-lr", type=float, default=None)
     r.add_argument("--grads-out")
+    r.add_argument("--final-out")
     a = ap.parse_args()
     torch.set_num_threads(1)
     {"make-init": make_init, "make-tokens": make_tokens, "train": train}[a.cmd](a)
