@@ -33,8 +33,7 @@ case "${1:-}" in
   test)
     configure build
     echo "== unit and MPI tests, and every benchmark at its smallest sizes (build/, suite bench)"
-    # launch_restart: the restart test on namespace hosts, failing since the merge (tests/launch).
-    meson test -C build --print-errorlogs --num-processes "$jobs" --no-suite launch_restart
+    meson test -C build --print-errorlogs --num-processes "$jobs"
     echo "== the same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-asan/)"
     # The black-box crash tests (suite crash: SIGKILL and a full disk) exercise the same code
     # as the round-trip tests and only slow down under the sanitizers; they run once above, as
@@ -45,7 +44,7 @@ case "${1:-}" in
     configure build-asan -Db_sanitize=address,undefined -Db_lundef=false \
       -Dbuildtype=debugoptimized
     meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3 \
-      --no-suite crash --no-suite bench --no-suite np4 --no-suite launch_restart
+      --no-suite crash --no-suite bench --no-suite np4
     echo "== the unit and MPI suites built against MPICH (build-mpich/, -Dmpi=mpich)"
     # The same C code against the other MPI and its launcher; the sanitizer and crash runs
     # above do not depend on which MPI it is (docs/mpi.md). The 4-process runs (suite np4)
