@@ -173,4 +173,9 @@ dt_status dt__rl_trace_begin(const dt_tensor *src, const dt_layout *dst, long *t
 void dt__rl_trace_end(long token, rl_plan *const *plans, int nplans, dt_status st);
 dt_status dt__barrier_trace_begin(const dt_mesh *mesh, const char *name, long *token);
 
+/* The layout's text without its mesh, for messages and the flight recorder: the part of
+ * dt_layout_format's text before ", mesh:" ("sharding_specs:x,unsharded" or
+ * "sharding_specs:x, partial:y=sum"), without formatting the mesh. layout_string.c. */
+void dt__layout_format_specs(const dt_layout *layout, char *buf, size_t len);
+
 #endif

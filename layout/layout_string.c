@@ -31,6 +31,29 @@ static void put(writer *w, const char *s)
     w->pos += n;
 }
 
+/* Everything before "mesh:": the specs, each followed by ",", then " ", then the partial
+ * dims and ", " when there are any. */
+static void put_specs(writer *w, const dt_layout *layout)
+{
+    put(w, SPECS_PREFIX);
+    for (int i = 0; i < layout->rank; i++) {
+        put(w, dt_layout_spec(layout, i));
+        put(w, ",");
+    }
+    put(w, " ");
+    if (layout->npartial > 0) {
+        put(w, PARTIAL_PREFIX);
+        for (int i = 0; i < layout->npartial; i++) {
+            if (i)
+                put(w, ";");
+            put(w, dt_mesh_dim_name(layout->mesh, layout->partial_dim[i]));
+            put(w, "=");
+            put(w, dt_reduce_op_name(layout->partial_op[i]));
+        }
+        put(w, ", ");
+    }
+}
+
 size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len)
 {
     writer w = {buf, buf ? len : 0, 0};
@@ -45,23 +68,7 @@ size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len)
             buf[w.pos < w.len ? w.pos : w.len - 1] = '\0';
         return w.pos;
     }
-    put(&w, SPECS_PREFIX);
-    for (int i = 0; i < layout->rank; i++) {
-        put(&w, dt_layout_spec(layout, i));
-        put(&w, ",");
-    }
-    put(&w, " ");
-    if (layout->npartial > 0) {
-        put(&w, PARTIAL_PREFIX);
-        for (int i = 0; i < layout->npartial; i++) {
-            if (i)
-                put(&w, ";");
-            put(&w, dt_mesh_dim_name(layout->mesh, layout->partial_dim[i]));
-            put(&w, "=");
-            put(&w, dt_reduce_op_name(layout->partial_op[i]));
-        }
-        put(&w, ", ");
-    }
+    put_specs(&w, layout);
     put(&w, MESH_PREFIX);
     /* The mesh writes itself straight into the rest of the buffer. */
     char dummy[1];
@@ -72,6 +79,21 @@ size_t dt_layout_format(const dt_layout *layout, char *buf, size_t len)
     if (w.len)
         buf[w.pos < w.len ? w.pos : w.len - 1] = '\0';
     return w.pos;
+}
+
+void dt__layout_format_specs(const dt_layout *layout, char *buf, size_t len)
+{
+    writer w = {buf, len, 0};
+    if (!len)
+        return;
+    if (!layout || dt_mesh_is_empty(layout->mesh)) {
+        put(&w, layout ? EMPTY_LAYOUT : "");
+    } else {
+        put_specs(&w, layout);
+        /* Without the separator before the mesh: the trailing ", " (or " " at rank 0). */
+        w.pos -= w.pos >= 2 && w.pos <= w.len - 1 && buf[w.pos - 2] == ',' ? 2 : 1;
+    }
+    buf[w.pos < w.len ? w.pos : w.len - 1] = '\0';
 }
 
 /* ---- parse ------------------------------------------------------------------------------- */

@@ -22,21 +22,10 @@ static void mark_clients(const dt_mesh *mesh, unsigned char *seen, int nclients)
     }
 }
 
-/* The layout's text up to its mesh (", mesh:"), into buf. */
-static void layout_specs(const dt_layout *l, char *buf, size_t len)
-{
-    char full[1024];
-    dt_layout_format(l, full, sizeof full);
-    char *m = strstr(full, ", mesh:");
-    if (m)
-        *m = '\0';
-    dt__strlcpy(buf, full, len);
-}
-
 /* Begins the collective `call` over the clients of meshes a and b (b may be NULL), with
- * detail; a client outside them records nothing. */
+ * detail or lazy (taken over); a client outside them records nothing. */
 static dt_status begin_over(const dt_mesh *a, const dt_mesh *b, const char *call,
-                            const char *detail, long *token)
+                            const char *detail, const dt__trace_lazy *lazy, long *token)
 {
     int nclients = dt_num_clients(), me = dt_client_id(), n = 0;
     unsigned char seen_stack[ON_STACK];
@@ -54,9 +43,16 @@ static dt_status begin_over(const dt_mesh *a, const dt_mesh *b, const char *call
     for (int c = 0; c < nclients; c++)
         if (seen[c])
             list[n++] = c;
-    if (me >= 0 && me < nclients && seen[me])
-        st = dt__coll_begin(list, n, call, detail, token);
+    if (me >= 0 && me < nclients && seen[me]) {
+        st = lazy ? dt__coll_begin_lazy(list, n, call, lazy, token)
+                  : dt__coll_begin(list, n, call, detail, token);
+        lazy = NULL;
+    }
 out:
+    if (lazy && lazy->release) {
+        dt__trace_lazy copy = *lazy;
+        lazy->release(copy.payload);
+    }
     if (seen != seen_stack)
         free(seen);
     if (list != list_stack)
@@ -64,24 +60,51 @@ out:
     return st;
 }
 
+/* A relayout's detail, formatted only when the record is written: the two layouts (held
+ * by a reference until then), the dtype and the shape. */
+typedef struct rl_detail {
+    dt_layout *from, *to;
+    int dtype, rank;
+    int64_t shape[DT_MAX_RANK];
+} rl_detail;
+_Static_assert(sizeof(rl_detail) <= DT__TRACE_PAYLOAD, "relayout detail fits the payload");
+
+static void rl_detail_format(const void *payload, char *buf, size_t len)
+{
+    rl_detail d;
+    memcpy(&d, payload, sizeof d);
+    char from[DT__TRACE_DETAIL], to[DT__TRACE_DETAIL], shape[128];
+    const dt_mesh *ms = dt_layout_mesh(d.from), *md = dt_layout_mesh(d.to);
+    dt__layout_format_specs(d.from, from, sizeof from);
+    dt__layout_format_specs(d.to, to, sizeof to);
+    dt__shape_str(d.rank, d.shape, shape, sizeof shape);
+    if (dt_mesh_equal(ms, md))
+        snprintf(buf, len, "%s%s %s -> %s", dt_dtype_name((dt_dtype)d.dtype), shape, from, to);
+    else
+        snprintf(buf, len, "%s%s %s -> %s (mesh '%s' -> '%s')", dt_dtype_name((dt_dtype)d.dtype),
+                 shape, from, to, dt_mesh_name(ms), dt_mesh_name(md));
+}
+
+static void rl_detail_release(void *payload)
+{
+    rl_detail d;
+    memcpy(&d, payload, sizeof d);
+    dt_layout_destroy(d.from);
+    dt_layout_destroy(d.to);
+}
+
 dt_status dt__rl_trace_begin(const dt_tensor *src, const dt_layout *dst, long *token)
 {
     *token = -1;
     if (!dt__trace_on() && !dt__check_on())
         return DT_OK;
-    char from[DT__TRACE_DETAIL], to[DT__TRACE_DETAIL], shape[128], detail[3 * DT__TRACE_DETAIL];
-    const dt_mesh *ms = dt_layout_mesh(dt_tensor_layout(src)), *md = dt_layout_mesh(dst);
-    layout_specs(dt_tensor_layout(src), from, sizeof from);
-    layout_specs(dst, to, sizeof to);
-    dt__shape_str(dt_tensor_rank(src), dt_tensor_shape(src), shape, sizeof shape);
-    if (dt_mesh_equal(ms, md))
-        snprintf(detail, sizeof detail, "%s%s %s -> %s", dt_dtype_name(dt_tensor_dtype(src)),
-                 shape, from, to);
-    else
-        snprintf(detail, sizeof detail, "%s%s %s -> %s (mesh '%s' -> '%s')",
-                 dt_dtype_name(dt_tensor_dtype(src)), shape, from, to, dt_mesh_name(ms),
-                 dt_mesh_name(md));
-    return begin_over(ms, md, "relayout", detail, token);
+    rl_detail d = {dt_layout_retain(dt_tensor_layout(src)), dt_layout_retain(dst),
+                   (int)dt_tensor_dtype(src), dt_tensor_rank(src), {0}};
+    memcpy(d.shape, dt_tensor_shape(src), (size_t)d.rank * sizeof d.shape[0]);
+    dt__trace_lazy lazy = {rl_detail_format, rl_detail_release, {0}};
+    memcpy(lazy.payload, &d, sizeof d);
+    return begin_over(dt_layout_mesh(d.from), dt_layout_mesh(d.to), "relayout", NULL, &lazy,
+                      token);
 }
 
 void dt__rl_trace_end(long token, rl_plan *const *plans, int nplans, dt_status st)
@@ -103,5 +126,5 @@ dt_status dt__barrier_trace_begin(const dt_mesh *mesh, const char *name, long *t
     char detail[DT__TRACE_DETAIL];
     snprintf(detail, sizeof detail, "'%s' on mesh '%s' (%lld devices)", name ? name : "",
              dt_mesh_name(mesh), (long long)dt_mesh_size(mesh));
-    return begin_over(mesh, NULL, "barrier", detail, token);
+    return begin_over(mesh, NULL, "barrier", detail, NULL, token);
 }

@@ -3,6 +3,7 @@
  * failure, a fatal signal, SIGUSR1 or dt_trace_dump (docs/trace.md). */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "dtensor/runtime.h"
+#include "runtime/comm.h"
 #include "runtime/error.h"
 #include "runtime/trace.h"
 #include "runtime/util.h"
@@ -30,6 +32,8 @@ typedef struct op_rec {
     char path[DT__TRACE_PATH];
     char detail[DT__TRACE_DETAIL];
     char error[ERROR_TEXT];
+    int has_lazy;                     /* detail is lazy's text, formatted when written */
+    dt__trace_lazy lazy;
 } op_rec;
 
 typedef struct group_seq {
@@ -135,7 +139,13 @@ static void write_op(writer *w, const op_rec *o)
     w_text(w, ", \"path\": ");
     w_str(w, o->path, sizeof o->path);
     w_text(w, ", \"detail\": ");
-    w_str(w, o->detail, sizeof o->detail);
+    if (o->has_lazy) {
+        char detail[DT__TRACE_DETAIL];
+        o->lazy.format(o->lazy.payload, detail, sizeof detail);
+        w_str(w, detail, sizeof detail);
+    } else {
+        w_str(w, o->detail, sizeof o->detail);
+    }
     w_fmt(w, ", \"enter\": %.6f, \"leave\": ", o->enter);
     if (o->left) {
         w_fmt(w, "%.6f, \"status\": ", o->leave);
@@ -322,26 +332,85 @@ static void write_on_failure(const char *what)
         dump_to(trace_dir, what, 1);
 }
 
-/* Records the operation's entry (when recording); its sequence number into *seq. */
+/* A slot's lazy detail formatted into its text and its payload released. Under lock. */
+static void settle(op_rec *o)
+{
+    if (!o->has_lazy)
+        return;
+    o->lazy.format(o->lazy.payload, o->detail, sizeof o->detail);
+    if (o->lazy.release)
+        o->lazy.release(o->lazy.payload);
+    o->has_lazy = 0;
+}
+
+/* dt_finalize: no payload outlives the runtime (a layout's references), the text stays. */
+static void settle_all(void)
+{
+    pthread_mutex_lock(&lock);
+    for (long i = 0; i < cap; i++)
+        settle(&ring[i]);
+    pthread_mutex_unlock(&lock);
+}
+
+/* Records the operation's entry (when recording), with its detail text or lazy (the ring
+ * takes lazy's payload over; released here when not recorded); its sequence number into
+ * *seq. */
 static long enter(const char *key, const char *call, const char *detail,
-                  unsigned long long *seq)
+                  const dt__trace_lazy *lazy, unsigned long long *seq)
 {
     long token = -1;
     pthread_mutex_lock(&lock);
     if (recording) {
         op_rec *o = &ring[total % cap];
-        memset(o, 0, sizeof *o);
+        if (o->has_lazy && o->lazy.release)
+            o->lazy.release(o->lazy.payload);
+        o->has_lazy = 0;
         o->seq = *seq = next_seq(key);
         o->enter = wall_seconds();
+        o->leave = 0;
+        o->status = o->left = 0;
+        o->path[0] = o->error[0] = '\0';
         dt__strlcpy(o->group, key, sizeof o->group);
         dt__strlcpy(o->call, call, sizeof o->call);
-        dt__strlcpy(o->detail, detail ? detail : "", sizeof o->detail);
+        if (lazy) {
+            o->lazy = *lazy;
+            o->has_lazy = 1;
+            o->detail[0] = '\0';
+        } else {
+            dt__strlcpy(o->detail, detail ? detail : "", sizeof o->detail);
+        }
         token = (long)total++;
     } else {
         *seq = next_seq(key);
+        if (lazy && lazy->release) {
+            dt__trace_lazy copy = *lazy;
+            lazy->release(copy.payload);
+        }
     }
     pthread_mutex_unlock(&lock);
+    static atomic_int hooked;
+    if (lazy && token >= 0 && !atomic_exchange(&hooked, 1))
+        dt__at_finalize(settle_all);
     return token;
+}
+
+/* The group key of clients, remembered for the last list this thread asked about (a step
+ * makes the same collectives over the same groups). */
+static void group_key(const int *clients, int n, char *key, size_t len)
+{
+    enum { KEEP = 64 };
+    static _Thread_local int last_n = -1, last[KEEP];
+    static _Thread_local char last_key[DT__TRACE_GROUP];
+    if (n == last_n && n <= KEEP && memcmp(clients, last, (size_t)n * sizeof *clients) == 0) {
+        dt__strlcpy(key, last_key, len);
+        return;
+    }
+    dt__trace_group_key(clients, n, key, len);
+    if (n <= KEEP) {
+        memcpy(last, clients, (size_t)n * sizeof *clients);
+        last_n = n;
+        dt__strlcpy(last_key, key, sizeof last_key);
+    }
 }
 
 long dt__coll_record(const int *clients, int n, const char *call, const char *detail)
@@ -351,21 +420,30 @@ long dt__coll_record(const int *clients, int n, const char *call, const char *de
         return -1;
     char key[DT__TRACE_GROUP];
     unsigned long long seq;
-    dt__trace_group_key(clients, n, key, sizeof key);
-    return enter(key, call, detail, &seq);
+    group_key(clients, n, key, sizeof key);
+    return enter(key, call, detail, NULL, &seq);
 }
 
-dt_status dt__coll_begin(const int *clients, int n, const char *call, const char *detail,
-                         long *token_out)
+static dt_status begin(const int *clients, int n, const char *call, const char *detail,
+                       const dt__trace_lazy *lazy, long *token_out)
 {
     *token_out = -1;
     pthread_once(&once, configure);
-    if (!recording && !checking)
+    if (!recording && !checking) {
+        if (lazy && lazy->release) {
+            dt__trace_lazy copy = *lazy;
+            lazy->release(copy.payload);
+        }
         return DT_OK;
-    char key[DT__TRACE_GROUP];
+    }
+    char key[DT__TRACE_GROUP], text[DT__TRACE_DETAIL];
     unsigned long long seq = 0;
-    dt__trace_group_key(clients, n, key, sizeof key);
-    *token_out = enter(key, call, detail, &seq);
+    group_key(clients, n, key, sizeof key);
+    if (lazy && checking) { /* the check compares the text: formatted now */
+        lazy->format(lazy->payload, text, sizeof text);
+        detail = text;
+    }
+    *token_out = enter(key, call, detail, lazy, &seq);
     if (!checking)
         return DT_OK;
     dt_status st = dt__trace_check(clients, n, key, seq, call, detail ? detail : "");
@@ -374,6 +452,18 @@ dt_status dt__coll_begin(const int *clients, int n, const char *call, const char
         *token_out = -1;
     }
     return st;
+}
+
+dt_status dt__coll_begin(const int *clients, int n, const char *call, const char *detail,
+                         long *token_out)
+{
+    return begin(clients, n, call, detail, NULL, token_out);
+}
+
+dt_status dt__coll_begin_lazy(const int *clients, int n, const char *call,
+                              const dt__trace_lazy *lazy, long *token_out)
+{
+    return begin(clients, n, call, NULL, lazy, token_out);
 }
 
 void dt__coll_end(long token, const char *path, dt_status st)

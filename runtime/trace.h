@@ -1,6 +1,7 @@
 /* The flight recorder of collectives and the collective check (runtime/trace.c,
- * runtime/trace_check.c, docs/trace.md). Callers pass already-formatted text: the runtime
- * never reads meshes or layouts. Not installed. */
+ * runtime/trace_check.c, docs/trace.md). Callers pass already-formatted text, or a payload
+ * and its formatter (dt__coll_begin_lazy): the runtime never reads meshes or layouts. Not
+ * installed. */
 #ifndef DTENSOR_RUNTIME_TRACE_H
 #define DTENSOR_RUNTIME_TRACE_H
 
@@ -31,6 +32,21 @@ void dt__trace_group_key(const int *clients, int n, char *buf, size_t len);
  * With neither recording nor checking: one branch, DT_OK. */
 dt_status dt__coll_begin(const int *clients, int n, const char *call, const char *detail,
                          long *token_out);
+/* Detail text formatted only when the record is written: `format` writes the text of
+ * `payload` (a copy the ring keeps) into buf; `release` (may be NULL) frees what the payload
+ * holds (references), when the slot is reused or at dt_finalize (after formatting it once
+ * into the slot's text). So a recorded call costs a copy, not a formatting (docs/trace.md). */
+enum { DT__TRACE_PAYLOAD = 96 };
+typedef struct dt__trace_lazy {
+    void (*format)(const void *payload, char *buf, size_t len);
+    void (*release)(void *payload);
+    _Alignas(8) unsigned char payload[DT__TRACE_PAYLOAD];
+} dt__trace_lazy;
+/* dt__coll_begin with the detail as *lazy: the ring takes the payload over, or releases it at
+ * once when nothing is recorded (with the check on, the text is formatted now for it). */
+dt_status dt__coll_begin_lazy(const int *clients, int n, const char *call,
+                              const dt__trace_lazy *lazy, long *token_out);
+
 /* Records a collective without the check (a group agreement whose members may be busy
  * for long, outside any watched wait: a checkpoint's, the optimizer's, a dataset's; or one
  * noted when it starts, as a ZeRO bucket). The token for dt__coll_end, -1 when not

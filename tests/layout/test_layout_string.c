@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "layout/layout_impl.h"
 
 /* TensorFlow's full mesh form for n devices of one task, written here by hand:
  * |dims|0,..,n-1|0,..,n-1|/job:localhost/replica:0/task:0/device:CPU:0,... */
@@ -264,6 +265,33 @@ static void test_layout_partial_extension_round_trips(void)
     DT_ASSERT_ERROR_MENTIONS("partial dim index 2");
     CU_ASSERT_FALSE(dt_layout_is_replicated(l));
     dt_layout_destroy(l);
+}
+
+/* The text without the mesh (error messages, the flight recorder): what precedes ", mesh:",
+ * written by hand; a short buffer gets a terminated prefix. */
+static void test_layout_specs_text_leaves_out_the_mesh(void)
+{
+    static const char *const cases[][2] = {
+        {"sharding_specs:x,unsharded, mesh:", "sharding_specs:x,unsharded"},
+        {"sharding_specs:unsharded, partial:x=max;z=avg, mesh:",
+         "sharding_specs:unsharded, partial:x=max;z=avg"},
+        {"sharding_specs: partial:y=sum, mesh:", "sharding_specs: partial:y=sum"},
+        {"sharding_specs:z,x,y, mesh:", "sharding_specs:z,x,y"},
+        {"sharding_specs: mesh:", "sharding_specs:"},
+    };
+    char mesh[1024], text[2048], got[256];
+    full_mesh(mesh, sizeof mesh, "x=2,y=2,z=2", 8);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_layout *l = NULL;
+        snprintf(text, sizeof text, "%s%s", cases[i][0], mesh);
+        DT_ASSERT_OK(dt_layout_parse(text, &l));
+        dt__layout_format_specs(l, got, sizeof got);
+        CU_ASSERT_STRING_EQUAL(got, cases[i][1]);
+        dt__layout_format_specs(l, got, 10);
+        CU_ASSERT_EQUAL(strlen(got), 9);
+        CU_ASSERT(strncmp(got, cases[i][1], 9) == 0);
+        dt_layout_destroy(l);
+    }
 }
 
 static void test_layout_partial_dims_print_in_mesh_order(void)
@@ -558,6 +586,7 @@ int main(int argc, char **argv)
         DT_TEST(test_layout_placeholders_are_held_and_printed),
         DT_TEST(test_layout_on_the_empty_mesh_prints_empty_layout),
         DT_TEST(test_layout_partial_extension_round_trips),
+        DT_TEST(test_layout_specs_text_leaves_out_the_mesh),
         DT_TEST(test_layout_partial_dims_print_in_mesh_order),
         DT_TEST(test_layout_create_partial_formats_and_parses_back),
         DT_TEST(test_layout_parse_errors_name_column_and_expectation),
