@@ -6,13 +6,16 @@
 # against one device (the scaling efficiency) and the share of the step time spent inside MPI
 # (an LD_PRELOAD shim of the MPI profiling interface, bench/mpi_time.c, averaged over ranks).
 # Then the autograd tape against the hand-written backward on one device (1x1), for the default
-# model and for width 256, 4 layers, 8 heads (the context is train_gpt's fixed 16): tokens/s
-# with the tape against --manual-backward in the same run (tape_vs_manual), the most bytes the
-# tape held for the backward pass with --checkpoint-blocks against without (act_mem_ratio;
-# act_mem_bound = 2/L, i.e. 1/L of the full amount plus one block's worth when the blocks hold
-# the activations) and the step time with recomputation against without (recompute_step_ratio).
+# model and for width 256, 4 layers, 8 heads, context 64 (names packed): tokens/s with the tape
+# against the test-only BUILD/tests/train_gpt_manual --manual-backward (train_gpt's code with
+# the hand-written backward pass of tests/examples/gpt_manual_backward.c) in the same run
+# (tape_vs_manual), the most bytes the tape held for the backward pass with --checkpoint-blocks
+# against without (act_mem_ratio; act_mem_bound = 2/L, i.e. 1/L of the full amount plus one
+# block's worth when the blocks hold the activations) and the step time with recomputation
+# against without (recompute_step_ratio).
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
-#   bench/gpt.sh [--steps N] [--tape-steps N] [--tape-only] [--quick] [-- TRAIN_GPT_OPTIONS...]
+#   bench/gpt.sh [--steps N] [--tape-steps N] [--tape-reps N] [--tape-only] [--quick]
+#                [-- TRAIN_GPT_OPTIONS...]
 set -euo pipefail
 
 usage() {
@@ -20,6 +23,7 @@ usage() {
 usage: bench/gpt.sh [--steps N] [--quick] [-- train_gpt options]
   --steps N   timed steps per mesh: runs of N and 2N steps (default 60; --quick: 20)
   --tape-steps N  steps of each tape/manual/recompute run (default 30; --quick: 10)
+  --tape-reps N   interleaved repeats of the three runs, best of each (default 2)
   --tape-only     only the tape measurements
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
@@ -29,6 +33,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "${1:-}" = --vs-torch ] && { shift; exec "$root/bench/gpt_torch.sh" "$@"; } # against PyTorch
 steps=60
 tape_steps=30
+tape_reps=2
 tape_only=0
 model=()
 while [ $# -gt 0 ]; do
@@ -36,6 +41,7 @@ while [ $# -gt 0 ]; do
     --steps) [ $# -ge 2 ] || { usage; exit 2; }; steps=$2; shift 2 ;;
     --quick) steps=20; tape_steps=10; shift ;;
     --tape-steps) [ $# -ge 2 ] || { usage; exit 2; }; tape_steps=$2; shift 2 ;;
+    --tape-reps) [ $# -ge 2 ] || { usage; exit 2; }; tape_reps=$2; shift 2 ;;
     --tape-only) tape_only=1; shift ;;
     --) shift; model=("$@"); break ;;
     -h|--help) usage; exit 0 ;;
@@ -43,13 +49,15 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$steps" in ''|*[!0-9]*|0) echo "bench/gpt.sh: bad --steps '$steps'" >&2; exit 2 ;; esac
+case "$tape_reps" in ''|*[!0-9]*|0) echo "bench/gpt.sh: bad --tape-reps '$tape_reps'" >&2; exit 2 ;; esac
 
 # shellcheck source=bench/prepare.sh
 . "$root/bench/prepare.sh"
 bench_prepare bench/gpt.sh libdt_bench_mpi_time.so
-[ "${DT_BENCH_NO_BUILD:-0}" = 1 ] || ninja -C "$build" examples/train_gpt >&2
+[ "${DT_BENCH_NO_BUILD:-0}" = 1 ] || ninja -C "$build" examples/train_gpt tests/train_gpt_manual >&2
 shim=$(cd "$build/bench" && pwd)/libdt_bench_mpi_time.so
 train="$build/examples/train_gpt"
+manual="$build/tests/train_gpt_manual" # train_gpt plus --manual-backward (tests/meson.build)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -99,11 +107,11 @@ if [ -n "${per_step[1x1]:-}" ] && [ -n "${per_step[2x2]:-}" ]; then
     printf "case=gpt mesh=2x2 procs=4 steps=%d step_ms=%.2f tokens_per_s=%.0f tokens_per_s_per_process=%.0f scaling_efficiency=%.3f comm_ms_per_step=%.2f comm_share=%.3f\n",
       n, 1000 * s4, tok / s4, tok / s4 / 4, (tok / s4 / 4) / (tok / s1), 1000 * c4, c4 / s4 }'
 fi
-# tape_run NAME ARGS... -> "tokens_per_s held_bytes" of one 1x1 run of tape_steps steps
+# tape_run NAME PROGRAM ARGS... -> "tokens_per_s held_bytes" of one 1x1 run of tape_steps steps
 tape_run() {
-  local out="$tmp/tape-$1"
-  shift
-  DT_CPU_DEVICES=1 "$train" --mesh "$root/examples/meshes/1x1.yaml" --steps "$tape_steps" \
+  local out="$tmp/tape-$1" prog=$2
+  shift 2
+  DT_CPU_DEVICES=1 "$prog" --mesh "$root/examples/meshes/1x1.yaml" --steps "$tape_steps" \
     --eval-every 1000000 --samples 0 --out "$out" "$@" >"$out.log" 2>&1 ||
     { cat "$out.log" >&2; return 1; }
   local tps bytes
@@ -112,7 +120,7 @@ tape_run() {
   echo "$tps $bytes"
 }
 
-for cfg in "default:" "w256_l4_h8:--width 256 --layers 4 --heads 8"; do
+for cfg in "default:" "w256_l4_h8_t64:--width 256 --layers 4 --heads 8 --context 64"; do
   name=${cfg%%:*}
   # shellcheck disable=SC2206
   args=(${cfg#*:})
@@ -120,14 +128,16 @@ for cfg in "default:" "w256_l4_h8:--width 256 --layers 4 --heads 8"; do
   for ((i = 0; i < ${#args[@]}; i++)); do
     [ "${args[$i]}" = --layers ] && layers=${args[$((i + 1))]}
   done
-  # The three runs interleaved twice (best of each), so a load change hits all of them.
+  # The three runs interleaved tape_reps times (best of each), so a load change hits all of them.
   declare -A best=() held=()
-  for rep in 1 2; do
+  for ((rep = 1; rep <= tape_reps; rep++)); do
     for mode in tape manual ckpt; do
       extra=()
-      [ "$mode" = manual ] && extra=(--manual-backward)
+      prog=$train
+      [ "$mode" = manual ] && { prog=$manual; extra=(--manual-backward); }
       [ "$mode" = ckpt ] && extra=(--checkpoint-blocks)
-      read -r t b < <(tape_run "$name-$mode-$rep" ${args[@]+"${args[@]}"} "${extra[@]}") ||
+      read -r t b < <(tape_run "$name-$mode-$rep" "$prog" ${args[@]+"${args[@]}"} \
+        "${extra[@]}") ||
         { status=1; continue; }
       held[$mode]=$b
       best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t="$t" 'BEGIN { print (t > a ? t : a) }')

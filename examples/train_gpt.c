@@ -87,12 +87,10 @@ static int setup_mesh(ctx *c)
                      dt_mesh_name(c->mesh), (long long)ssize);
         return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
     }
-    if (c->o.sequence_parallel && (sd >= 0 || c->o.manual_backward || c->o.pipe)) {
+    if (c->o.sequence_parallel && (sd >= 0 || c->o.pipe)) {
         return job_fail(&c->j, "mesh", DT_ERR_UNSUPPORTED,
-                        sd >= 0     ? "--sequence-parallel with a `seq` mesh dim is not supported"
-                        : c->o.pipe ? "--sequence-parallel with --pipe is not supported"
-                                    : "--sequence-parallel needs the tape's backward (not "
-                                      "--manual-backward)");
+                        sd >= 0 ? "--sequence-parallel with a `seq` mesh dim is not supported"
+                                : "--sequence-parallel with --pipe is not supported");
     }
     return 0;
 }
@@ -179,7 +177,7 @@ static int setup_model(ctx *c)
         st = gpt_set_sequence_parallel(c->model);
     if (st != DT_OK)
         return job_fail(&c->j, "model", st, gpt_last_error());
-    gpt_set_backward(c->model, (int)c->o.manual_backward, (int)c->o.checkpoint_blocks);
+    gpt_set_backward(c->model, (int)c->o.checkpoint_blocks);
     gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, 0);
     int64_t n = c->test.n, T = c->T;
     int32_t *stream = NULL;

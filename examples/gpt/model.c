@@ -1,48 +1,25 @@
-/* gpt/model: parameters, forward and backward of the character-level GPT (see model.h). */
-#include "model.h"
+/* gpt/model: parameters and forward pass of the character-level GPT, its gradients from the
+ * autograd tape (see model.h; model_impl.h for what a test-side backward pass reads). */
+#include "model_impl.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../train/rng.h"
 
-#define MAX_LAYERS 16
-#define EPS 1e-5f
-
-/* Per-layer parameter slots: weights (decayed) and layer norms (not decayed); the Llama
- * variant's: q, k, v, o, gate, up, down and its two RMS norm gains. */
-enum { W_Q, W_K, W_V, W_O, W_FC, W_FC2, W_PER_LAYER };
-enum { N_LN1G, N_LN1B, N_LN2G, N_LN2B, N_PER_LAYER };
-enum { LW_Q, LW_K, LW_V, LW_O, LW_GATE, LW_UP, LW_DOWN, LW_PER_LAYER };
-enum { LN_ATTN, LN_MLP, LN_PER_LAYER };
-#define MAX_PER_LAYER 16
-
-struct gpt {
-    dt_mesh *mesh;
-    gpt_config cfg;
-    dt_dtype dtype;
-    int nparams, ndecay;
-    dt_tensor **param;
-    char **names;
-    /* Stage 3 (gpt_attach): the parameters' owner; the groups are slot ranges, per unit
-     * (0 embeddings, 1 + l block l, L + 1 the head) a weight group and a norm group. */
-    dt_zero *zero;
-    int ngroups;
-    int64_t count;
-    dt_layout *l_act, *l_ids, *l_col, *l_row, *l_vocab, *l_rep1, *l_rep2, *l_rep3;
-    dt_layout *l_gath; /* sequence parallel: the column-parallel matmuls' input, sequence whole */
-    int manual_backward, checkpoint_blocks; /* gpt_set_backward */
-    int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
-    uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
-    float dropout;              /* gpt_set_dropout: residual dropout in training passes */
-    uint64_t drop_seed, drop_pass;
-    int drop_on;                /* a training pass (tape_grads) runs */
-    int u_lo, u_hi;             /* pipeline stage: the units [u_lo, u_hi) (gpt_set_units) */
-};
-
 static char own_error[160];
+static gpt__backward_fn backward_hook; /* gpt__set_backward_hook: what gpt_create installs */
+
+void gpt__set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(own_error, sizeof own_error, fmt, ap);
+    va_end(ap);
+}
 
 const char *gpt_last_error(void)
 {
@@ -54,14 +31,6 @@ static dt_status no_memory(void)
     snprintf(own_error, sizeof own_error, "train_gpt: out of memory");
     return DT_ERR_NO_MEMORY;
 }
-
-/* Slot numbers. */
-static int p_wte(void) { return 0; }
-static int p_wpe(void) { return 1; }
-static int p_w(const gpt *m, int l, int w) { return m->nemb + m->wpl * l + w; }
-static int p_wlm(const gpt *m) { return m->nemb + m->wpl * (int)m->cfg.layers; }
-static int p_n(const gpt *m, int l, int w) { return m->ndecay + m->npl * l + w; }
-static int p_lnf(const gpt *m, int beta) { return m->ndecay + m->npl * (int)m->cfg.layers + beta; }
 
 int gpt_num_params(const gpt *m) { return m->nparams; }
 int gpt_num_decay(const gpt *m) { return m->ndecay; }
@@ -238,6 +207,7 @@ dt_status gpt_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype dtype,
     }
     m->mesh = dt_mesh_retain(mesh);
     m->cfg = *cfg;
+    m->backward = backward_hook;
     m->u_lo = 0;
     m->u_hi = (int)cfg->layers + 2;
     m->dtype = dtype;
@@ -357,52 +327,9 @@ dt_status gpt_count_targets(const gpt *m, const dt_tensor *y, int64_t *count_out
 
 /* ---- forward and backward ------------------------------------------------------------------ */
 
-/* Every tensor of one pass, destroyed together at the end. */
-#define TAPE_MAX 1024
-typedef struct tape {
-    dt_tensor *t[TAPE_MAX];
-    int n;
-} tape;
-
-static dt_tensor *keep(tape *tp, dt_tensor *t)
-{
-    if (t && tp->n < TAPE_MAX)
-        tp->t[tp->n++] = t;
-    return t;
-}
-
-static void tape_free(tape *tp)
-{
-    for (int i = 0; i < tp->n; i++)
-        dt_tensor_destroy(tp->t[i]);
-    tp->n = 0;
-}
-
-typedef struct unit_hook_arg {
-    const gpt *m;
-    dt_tape *tape;
-} unit_hook_arg;
-
-/* The activations of one block kept for the backward pass. */
-typedef struct acts {
-    dt_tensor *x, *a, *q, *k, *v, *y, *x1, *b, *h, *g;
-} acts;
-
-typedef struct pass {
-    tape tp;
-    dt_tape *tape; /* the recording autograd tape (NULL: nothing records) */
-    dt_tensor *pf[4 * MAX_LAYERS + 8]; /* f32 views of the layer norms and embeddings */
-    dt_tensor *pos;                    /* position ids [rows, T] */
-    acts blk[MAX_LAYERS];
-    dt_tensor *xl, *f, *logits;
-    unit_hook_arg ha;   /* the segments' hook argument (lives as long as the pass) */
-    int head_open;      /* the head's segment is still open (closed after the loss) */
-    const dt_tensor *in; /* pipeline stage without the embeddings: its input activation */
-} pass;
-
 /* Parameter `slot`: the model's own, or (stage 3) the optimizer's gathered one (NULL, with
  * the optimizer's message, when its unit is not gathered). */
-static dt_tensor *param_of(const gpt *m, int slot)
+dt_tensor *gpt__param_of(const gpt *m, int slot)
 {
     if (!m->zero)
         return m->param[slot];
@@ -419,7 +346,7 @@ static void unit_groups(const gpt *m, int u, int g[2])
 }
 
 /* Stage 3: unit u's parameters gathered (u >= 0), unit `next`'s (>= 0) prefetched. */
-static dt_status unit_in(const gpt *m, int u, int next)
+dt_status gpt__unit_in(const gpt *m, int u, int next)
 {
     int g[2], n[2];
     dt_status st = DT_OK;
@@ -438,7 +365,7 @@ static dt_status unit_in(const gpt *m, int u, int next)
     return st;
 }
 
-static dt_status unit_out(const gpt *m, int u)
+dt_status gpt__unit_out(const gpt *m, int u)
 {
     int g[2];
     dt_status st = DT_OK;
@@ -496,14 +423,14 @@ dt_status gpt_set_lr(const gpt *m, dt_zero *zero, float lr)
 
 /* Parameter slot as f32 (layer norms and embeddings run in f32; matmuls read bf16/f16
  * weights directly). */
-static dt_status f32_param(const gpt *m, pass *p, int slot, dt_tensor **out)
+dt_status gpt__f32_param(const gpt *m, pass *p, int slot, dt_tensor **out)
 {
     if (m->dtype == DT_DTYPE_F32) {
-        *out = param_of(m, slot);
+        *out = gpt__param_of(m, slot);
         return *out ? DT_OK : DT_ERR_STATE;
     }
     dt_tensor *c = NULL;
-    dt_status st = dt_cast(param_of(m, slot), DT_DTYPE_F32, &c);
+    dt_status st = dt_cast(gpt__param_of(m, slot), DT_DTYPE_F32, &c);
     if (st == DT_OK)
         *out = keep(&p->tp, c);
     return st;
@@ -556,7 +483,7 @@ static dt_status watch_unit(const gpt *m, dt_tape *atape, int u)
     int n = unit_slots(m, u, slots);
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < n; i++) {
-        dt_tensor *t = param_of(m, slots[i]);
+        dt_tensor *t = gpt__param_of(m, slots[i]);
         st = t ? dt_tape_watch(atape, t, slots[i]) : DT_ERR_STATE;
     }
     return st;
@@ -573,8 +500,8 @@ static dt_status unit_hook(void *arg, int u, dt_segment_phase phase)
     if (!m->zero)
         return DT_OK;
     if (phase == DT_SEGMENT_POST)
-        return unit_out(m, u);
-    dt_status st = u == L + 1 ? unit_in(m, -1, L) : unit_in(m, u, u - 1);
+        return gpt__unit_out(m, u);
+    dt_status st = u == L + 1 ? gpt__unit_in(m, -1, L) : gpt__unit_in(m, u, u - 1);
     return st == DT_OK ? watch_unit(m, h->tape, u) : st;
 }
 
@@ -606,8 +533,6 @@ static dt_status unit_end(pass *p, int open, dt_status st)
     }
     return st;
 }
-
-#define K(tp, call, var) ((st = (call)) == DT_OK ? (keep((tp), (var)), DT_OK) : st)
 
 /* Sequence parallelism: *x (sharded along the sequence over `model`) all-gathered along the
  * sequence for a column-parallel matmul, recorded on the tape (its backward reduce-scatters
@@ -642,7 +567,7 @@ static dt_status drop(const gpt *m, pass *p, int site, dt_tensor **o)
 /* Stage 3 with a tape: unit u's gathered parameters watched (after its unit_in). */
 static dt_status watched_in(const gpt *m, pass *p, int u, int next)
 {
-    dt_status st = unit_in(m, u, next);
+    dt_status st = gpt__unit_in(m, u, next);
     if (st == DT_OK && p->tape && m->zero)
         st = watch_unit(m, p->tape, u);
     return st;
@@ -665,9 +590,9 @@ static dt_status llama_forward(gpt *m, pass *p, const dt_tensor *ids)
     }
     if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
-        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        (st = gpt__f32_param(m, p, p_wte(), &wte)) != DT_OK ||
         K(&p->tp, dt_embedding(wte, ids, m->l_act, &x), x) != DT_OK ||
-        (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
+        (st = unit_end(p, open, st)) != DT_OK || (st = gpt__unit_out(m, 0)) != DT_OK)
         return st;
 blocks:
     for (int l = 0; l < L; l++) {
@@ -678,33 +603,36 @@ blocks:
         dt_tensor *sw = NULL, *mo = NULL;
         if ((st = watched_in(m, p, 1 + l, 2 + l)) != DT_OK ||
             (st = unit_begin(m, p, &p->ha, 1 + l, &open)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, LN_ATTN), &g1)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, LN_MLP), &g2)) != DT_OK)
+            (st = gpt__f32_param(m, p, p_n(m, l, LN_ATTN), &g1)) != DT_OK ||
+            (st = gpt__f32_param(m, p, p_n(m, l, LN_MLP), &g2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_rms_norm(x, g1, EPS, &a), a) != DT_OK ||
             (st = gather_seq(m, p, &a)) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_Q)), 0, 0, NULL, &q), q) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_K)), 0, 0, NULL, &k), k) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a, param_of(m, p_w(m, l, LW_V)), 0, 0, NULL, &v), v) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, gpt__param_of(m, p_w(m, l, LW_Q)), 0, 0, NULL, &q), q) !=
+                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, gpt__param_of(m, p_w(m, l, LW_K)), 0, 0, NULL, &k), k) !=
+                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a, gpt__param_of(m, p_w(m, l, LW_V)), 0, 0, NULL, &v), v) !=
+                DT_OK ||
             K(&p->tp, dt_rope(q, H, 0, &qr), qr) != DT_OK ||
             K(&p->tp, dt_rope(k, KV, 0, &kr), kr) != DT_OK ||
             K(&p->tp, dt_attention_gqa(qr, kr, v, H, KV, 1, &y), y) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(y, param_of(m, p_w(m, l, LW_O)), 0, 0, m->l_act, &o), o) !=
+            K(&p->tp, dt_matmul_nd(y, gpt__param_of(m, p_w(m, l, LW_O)), 0, 0, m->l_act, &o), o) !=
                 DT_OK ||
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &x1), x1) != DT_OK ||
             K(&p->tp, dt_rms_norm(x1, g2, EPS, &b), b) != DT_OK ||
             (st = gather_seq(m, p, &b)) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
+            K(&p->tp, dt_matmul_nd(b, gpt__param_of(m, p_w(m, l, LW_GATE)), 0, 0, NULL, &gt), gt) !=
                 DT_OK ||
-            K(&p->tp, dt_matmul_nd(b, param_of(m, p_w(m, l, LW_UP)), 0, 0, NULL, &up), up) !=
+            K(&p->tp, dt_matmul_nd(b, gpt__param_of(m, p_w(m, l, LW_UP)), 0, 0, NULL, &up), up) !=
                 DT_OK ||
             K(&p->tp, dt_swiglu(gt, up, &sw), sw) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(sw, param_of(m, p_w(m, l, LW_DOWN)), 0, 0, m->l_act, &mo), mo) !=
-                DT_OK ||
+            K(&p->tp, dt_matmul_nd(sw, gpt__param_of(m, p_w(m, l, LW_DOWN)), 0, 0, m->l_act, &mo),
+              mo) != DT_OK ||
             (st = drop(m, p, 2 * l + 1, &mo)) != DT_OK ||
             K(&p->tp, dt_add(x1, mo, m->l_act, &x), x) != DT_OK ||
-            (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
+            (st = unit_end(p, open, st)) != DT_OK || (st = gpt__unit_out(m, 1 + l)) != DT_OK)
             return st;
     }
     p->xl = x;
@@ -713,11 +641,11 @@ blocks:
     dt_tensor *gf;
     if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
-        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+        (st = gpt__f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
         K(&p->tp, dt_rms_norm(x, gf, EPS, &p->f), p->f) != DT_OK ||
         (st = gather_seq(m, p, &p->f)) != DT_OK ||
-        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
-            DT_OK)
+        K(&p->tp, dt_matmul_nd(p->f, gpt__param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits),
+          p->logits) != DT_OK)
         return st;
     return DT_OK;
 }
@@ -738,8 +666,8 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     if ((st = watched_in(m, p, 0, 1)) != DT_OK ||
         (st = positions(m, p, dt_tensor_shape(ids)[0])) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, 0, &open)) != DT_OK ||
-        (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
-        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK)
+        (st = gpt__f32_param(m, p, p_wte(), &wte)) != DT_OK ||
+        (st = gpt__f32_param(m, p, p_wpe(), &wpe)) != DT_OK)
         return st;
     /* The vocabulary-sharded lookup is partial over model: all-reduced to the activations'
      * layout. */
@@ -752,7 +680,7 @@ static dt_status forward(gpt *m, pass *p, const dt_tensor *ids)
     if ((st = dt_add(te, pe, m->l_act, &x)) != DT_OK)
         return st;
     keep(&p->tp, x);
-    if ((st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 0)) != DT_OK)
+    if ((st = unit_end(p, open, st)) != DT_OK || (st = gpt__unit_out(m, 0)) != DT_OK)
         return st;
 blocks:
     for (int l = 0; l < L; l++) {
@@ -763,34 +691,34 @@ blocks:
         a->x = x;
         if ((st = watched_in(m, p, 1 + l, 2 + l)) != DT_OK ||
             (st = unit_begin(m, p, &p->ha, 1 + l, &open)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, N_LN1B), &b1)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
+            (st = gpt__f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
+            (st = gpt__f32_param(m, p, p_n(m, l, N_LN1B), &b1)) != DT_OK ||
+            (st = gpt__f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK ||
+            (st = gpt__f32_param(m, p, p_n(m, l, N_LN2B), &b2)) != DT_OK)
             return st;
         if (K(&p->tp, dt_layer_norm(x, g1, b1, EPS, &a->a), a->a) != DT_OK ||
             (st = gather_seq(m, p, &a->a)) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_Q)), 0, 0, NULL, &a->q), a->q) !=
-                DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_K)), 0, 0, NULL, &a->k), a->k) !=
-                DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->a, param_of(m, p_w(m, l, W_V)), 0, 0, NULL, &a->v), a->v) !=
-                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, gpt__param_of(m, p_w(m, l, W_Q)), 0, 0, NULL, &a->q),
+              a->q) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, gpt__param_of(m, p_w(m, l, W_K)), 0, 0, NULL, &a->k),
+              a->k) != DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->a, gpt__param_of(m, p_w(m, l, W_V)), 0, 0, NULL, &a->v),
+              a->v) != DT_OK ||
             K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, m->l_act, &o), o) !=
-                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->y, gpt__param_of(m, p_w(m, l, W_O)), 0, 0, m->l_act, &o),
+              o) != DT_OK ||
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||
             K(&p->tp, dt_add(x, o, m->l_act, &a->x1), a->x1) != DT_OK ||
             K(&p->tp, dt_layer_norm(a->x1, g2, b2, EPS, &a->b), a->b) != DT_OK ||
             (st = gather_seq(m, p, &a->b)) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, NULL, &a->h), a->h) !=
-                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->b, gpt__param_of(m, p_w(m, l, W_FC)), 0, 0, NULL, &a->h),
+              a->h) != DT_OK ||
             K(&p->tp, dt_gelu(a->h, &a->g), a->g) != DT_OK ||
-            K(&p->tp, dt_matmul_nd(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, m->l_act, &mo), mo) !=
-                DT_OK ||
+            K(&p->tp, dt_matmul_nd(a->g, gpt__param_of(m, p_w(m, l, W_FC2)), 0, 0, m->l_act, &mo),
+              mo) != DT_OK ||
             (st = drop(m, p, 2 * l + 1, &mo)) != DT_OK ||
             K(&p->tp, dt_add(a->x1, mo, m->l_act, &x), x) != DT_OK ||
-            (st = unit_end(p, open, st)) != DT_OK || (st = unit_out(m, 1 + l)) != DT_OK)
+            (st = unit_end(p, open, st)) != DT_OK || (st = gpt__unit_out(m, 1 + l)) != DT_OK)
             return st;
     }
     p->xl = x;
@@ -800,12 +728,12 @@ blocks:
     /* The head stays gathered for the backward pass; its segment stays open for the loss. */
     if ((st = watched_in(m, p, L + 1, -1)) != DT_OK ||
         (st = unit_begin(m, p, &p->ha, L + 1, &p->head_open)) != DT_OK ||
-        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
-        (st = f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
+        (st = gpt__f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
+        (st = gpt__f32_param(m, p, p_lnf(m, 1), &bf)) != DT_OK ||
         K(&p->tp, dt_layer_norm(x, gf, bf, EPS, &p->f), p->f) != DT_OK ||
         (st = gather_seq(m, p, &p->f)) != DT_OK ||
-        K(&p->tp, dt_matmul_nd(p->f, param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits), p->logits) !=
-            DT_OK)
+        K(&p->tp, dt_matmul_nd(p->f, gpt__param_of(m, p_wlm(m)), 0, 0, NULL, &p->logits),
+          p->logits) != DT_OK)
         return st;
     return DT_OK;
 }
@@ -825,117 +753,6 @@ static dt_status pass_loss(const gpt *m, pass *p, const dt_tensor *y, int64_t ta
         *loss_out = targets > 0 ? v * (double)rows / (double)targets : 0.0;
     (void)m;
     return st;
-}
-
-/* Where the backward pass puts the gradients: the array, and who hears of each at once. */
-typedef struct grad_sink {
-    dt_tensor **g;
-    gpt_grad_fn fn;
-    void *arg;
-} grad_sink;
-
-/* g (the gradient of a parameter, f32, owned) into slot `slot`, and to the sink's function:
- * every parameter has exactly one contribution, so it is final here. */
-static dt_status put_grad(grad_sink *grads, int slot, dt_tensor *g)
-{
-    grads->g[slot] = g;
-    return grads->fn ? grads->fn(grads->arg, slot, g) : DT_OK;
-}
-
-static dt_status backward(gpt *m, pass *p, const dt_tensor *ids, const dt_tensor *y,
-                          float dloss, grad_sink *grads)
-{
-    dt_status st;
-    int L = (int)m->cfg.layers;
-    int64_t H = m->cfg.heads;
-    tape *tp = &p->tp;
-    dt_tensor *dlogits = NULL, *df = NULL, *dw = NULL, *dx = NULL, *dg = NULL, *db = NULL;
-    dt_tensor *gf = NULL;
-    if ((st = unit_in(m, -1, L)) != DT_OK || /* the last block's (or the embeddings') */
-        K(tp, dt_vocab_xent_backward(p->logits, y, dloss, &dlogits), dlogits) != DT_OK ||
-        (st = dt_matmul_nd_backward(p->f, param_of(m, p_wlm(m)), 0, 0, dlogits, NULL, NULL, &df,
-                                    &dw)) != DT_OK)
-        return st;
-    keep(tp, df);
-    if ((st = put_grad(grads, p_wlm(m), dw)) != DT_OK ||
-        (st = f32_param(m, p, p_lnf(m, 0), &gf)) != DT_OK ||
-        (st = dt_layer_norm_backward(p->xl, gf, df, EPS, &dx, &dg, &db)) != DT_OK ||
-        (st = unit_out(m, L + 1)) != DT_OK)
-        return st;
-    keep(tp, dx);
-    if ((st = put_grad(grads, p_lnf(m, 0), dg)) != DT_OK ||
-        (st = put_grad(grads, p_lnf(m, 1), db)) != DT_OK)
-        return st;
-    for (int l = L - 1; l >= 0; l--) {
-        acts *a = &p->blk[l];
-        dt_tensor *g1 = NULL, *g2 = NULL, *dgl = NULL, *dh = NULL, *dbn = NULL, *dx1p = NULL;
-        dt_tensor *dx1 = NULL, *dy = NULL, *dq = NULL, *dk = NULL, *dv = NULL, *da[3];
-        dt_tensor *das = NULL, *das2 = NULL, *dxp = NULL, *dxn = NULL;
-        if ((st = unit_in(m, 1 + l, l)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, N_LN1G), &g1)) != DT_OK ||
-            (st = f32_param(m, p, p_n(m, l, N_LN2G), &g2)) != DT_OK)
-            return st;
-        /* MLP branch: x2 = x1 + fc2(gelu(fc(ln2(x1)))). */
-        if ((st = dt_matmul_nd_backward(a->g, param_of(m, p_w(m, l, W_FC2)), 0, 0, dx, NULL, NULL,
-                                        &dgl, &dw)) != DT_OK)
-            return st;
-        keep(tp, dgl);
-        if ((st = put_grad(grads, p_w(m, l, W_FC2), dw)) != DT_OK ||
-            K(tp, dt_gelu_backward(a->h, dgl, &dh), dh) != DT_OK ||
-            (st = dt_matmul_nd_backward(a->b, param_of(m, p_w(m, l, W_FC)), 0, 0, dh, NULL, NULL, &dbn,
-                                        &dw)) != DT_OK)
-            return st;
-        keep(tp, dbn);
-        if ((st = put_grad(grads, p_w(m, l, W_FC), dw)) != DT_OK ||
-            (st = dt_layer_norm_backward(a->x1, g2, dbn, EPS, &dx1p, &dg, &db)) != DT_OK)
-            return st;
-        keep(tp, dx1p);
-        if ((st = put_grad(grads, p_n(m, l, N_LN2G), dg)) != DT_OK ||
-            (st = put_grad(grads, p_n(m, l, N_LN2B), db)) != DT_OK ||
-            K(tp, dt_add(dx, dx1p, m->l_act, &dx1), dx1) != DT_OK)
-            return st;
-        /* Attention branch: x1 = x + proj(attn(q, k, v of ln1(x))). */
-        if ((st = dt_matmul_nd_backward(a->y, param_of(m, p_w(m, l, W_O)), 0, 0, dx1, NULL, NULL, &dy,
-                                        &dw)) != DT_OK)
-            return st;
-        keep(tp, dy);
-        if ((st = put_grad(grads, p_w(m, l, W_O), dw)) != DT_OK ||
-            (st = dt_attention_backward(a->q, a->k, a->v, H, 1, dy, &dq, &dk, &dv)) != DT_OK)
-            return st;
-        keep(tp, dq);
-        keep(tp, dk);
-        keep(tp, dv);
-        dt_tensor *dqkv[3] = {dq, dk, dv};
-        for (int j = 0; j < 3; j++) {
-            if ((st = dt_matmul_nd_backward(a->a, param_of(m, p_w(m, l, W_Q + j)), 0, 0, dqkv[j], NULL,
-                                            NULL, &da[j], &dw)) != DT_OK)
-                return st;
-            keep(tp, da[j]);
-            if ((st = put_grad(grads, p_w(m, l, W_Q + j), dw)) != DT_OK)
-                return st;
-        }
-        if (K(tp, dt_add(da[0], da[1], NULL, &das), das) != DT_OK ||
-            K(tp, dt_add(das, da[2], NULL, &das2), das2) != DT_OK ||
-            (st = dt_layer_norm_backward(a->x, g1, das2, EPS, &dxp, &dg, &db)) != DT_OK)
-            return st;
-        keep(tp, dxp);
-        if ((st = put_grad(grads, p_n(m, l, N_LN1G), dg)) != DT_OK ||
-            (st = put_grad(grads, p_n(m, l, N_LN1B), db)) != DT_OK ||
-            K(tp, dt_add(dx1, dxp, m->l_act, &dxn), dxn) != DT_OK ||
-            (st = unit_out(m, 1 + l)) != DT_OK)
-            return st;
-        dx = dxn;
-    }
-    /* Embeddings: x0 = wte[ids] + wpe[pos]. */
-    dt_tensor *wte = NULL, *wpe = NULL;
-    if ((st = unit_in(m, 0, -1)) != DT_OK || (st = f32_param(m, p, p_wte(), &wte)) != DT_OK ||
-        (st = f32_param(m, p, p_wpe(), &wpe)) != DT_OK ||
-        (st = dt_embedding_backward(wte, ids, dx, NULL, &dw)) != DT_OK ||
-        (st = dt_embedding_backward(wpe, p->pos, dx, NULL, &db)) != DT_OK ||
-        (st = unit_out(m, 0)) != DT_OK || (st = put_grad(grads, p_wte(), dw)) != DT_OK ||
-        (st = put_grad(grads, p_wpe(), db)) != DT_OK)
-        return st;
-    return DT_OK;
 }
 
 dt_status gpt_grads(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
@@ -986,10 +803,14 @@ void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index)
     m->drop_pass = pass_index;
 }
 
-void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks)
+void gpt_set_backward(gpt *m, int checkpoint_blocks)
 {
-    m->manual_backward = manual;
     m->checkpoint_blocks = checkpoint_blocks;
+}
+
+void gpt__set_backward_hook(gpt__backward_fn fn)
+{
+    backward_hook = fn;
 }
 
 /* The tape's gradient callback, handed on to the caller's (gpt_grad_fn). */
@@ -1073,27 +894,18 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
     int64_t rows = dt_tensor_numel(y);
     float dloss = targets > 0 ? loss_scale * (float)((double)rows / (double)targets) : 0.0f;
     dt_status st = DT_OK;
-    if (!m->manual_backward) {
+    if (!m->backward) {
         m->drop_on = 1;
         st = tape_grads(m, p, x, y, targets, dloss, loss_out, fn, arg, g);
         m->drop_on = 0;
         m->drop_pass++;
-    } else if (m->dropout > 0.0f) {
-        snprintf(own_error, sizeof own_error, "train_gpt: --dropout needs the tape's backward "
-                 "(not --manual-backward)");
-        st = DT_ERR_UNSUPPORTED;
-    } else if (m->cfg.llama) {
-        snprintf(own_error, sizeof own_error, "train_gpt: --arch llama has no hand-written "
-                 "backward (--manual-backward)");
-        st = DT_ERR_UNSUPPORTED;
     } else {
-        /* The hand-written backward pass (the reference the tape is measured against). */
+        /* A test program's backward pass (gpt__set_backward_hook) over an unrecorded forward. */
         st = forward(m, p, x);
         if (st == DT_OK)
             st = pass_loss(m, p, y, targets, loss_out);
-        grad_sink sink = {g, fn, arg};
         if (st == DT_OK)
-            st = backward(m, p, x, y, dloss, &sink);
+            st = m->backward(m, p, x, y, dloss, g, fn, arg);
     }
     for (int i = 0; i < m->nparams; i++) {
         if (st == DT_OK)
@@ -1116,7 +928,7 @@ dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targe
         return no_memory();
     dt_status st = forward(m, p, x);
     if (st == DT_OK)
-        st = unit_out(m, (int)m->cfg.layers + 1);
+        st = gpt__unit_out(m, (int)m->cfg.layers + 1);
     if (st == DT_OK)
         st = pass_loss(m, p, y, targets, loss_out);
     tape_free(&p->tp);
@@ -1133,7 +945,7 @@ dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits)
     dt_tensor *r = NULL;
     dt_status st = forward(m, p, x);
     if (st == DT_OK)
-        st = unit_out(m, (int)m->cfg.layers + 1);
+        st = gpt__unit_out(m, (int)m->cfg.layers + 1);
     if (st == DT_OK)
         st = dt_relayout(p->logits, m->l_rep3, &r);
     if (st == DT_OK)

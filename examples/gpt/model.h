@@ -88,19 +88,18 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
  * the tape's backward only. DT_ERR_UNSUPPORTED on a mesh with a `seq` dim. */
 dt_status gpt_set_sequence_parallel(gpt *m);
 
-/* How gpt_grads makes the gradients: by default the forward pass is recorded on an autograd
- * tape (dtensor/autograd.h) and the tape runs it backward; checkpoint_blocks != 0 makes each
- * block a recomputed checkpoint segment (its activations dropped after the forward and
- * recomputed in the backward pass: the same bits); manual != 0 uses the hand-written backward
- * pass instead (the reference for tests and bench/gpt.sh). */
-void gpt_set_backward(gpt *m, int manual, int checkpoint_blocks);
+/* How gpt_grads makes the gradients: the forward pass is recorded on an autograd tape
+ * (dtensor/autograd.h) and the tape runs it backward; checkpoint_blocks != 0 makes each block
+ * a recomputed checkpoint segment (its activations dropped after the forward and recomputed in
+ * the backward pass: the same bits). */
+void gpt_set_backward(gpt *m, int checkpoint_blocks);
 /* Residual dropout with probability p (0: none) on each block's attention and MLP outputs in
  * the training passes of gpt_grads*, from Philox keyed by (seed, pass, site, global element
  * index): the same mask on every mesh. `pass_index` numbers the next training pass (then counted
  * up by one per pass; train_gpt sets it to the step). Needs the tape's backward. */
 void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index);
 /* The most bytes (this client's devices) a tape has held for the backward pass in any
- * gpt_grads so far: the activations kept (0 with the hand-written backward). */
+ * gpt_grads so far: the activations kept. */
 uint64_t gpt_peak_saved(const gpt *m);
 
 /* Mean cross-entropy per counted target of a forward pass (no gradients). */

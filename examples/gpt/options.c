@@ -76,8 +76,6 @@ void gpt_options_usage(FILE *f)
           "                      (default 0: one name per row, context 16)\n"
           "  --checkpoint-blocks recompute each block's activations in the backward pass\n"
           "                      (activation checkpointing; the same results)\n"
-          "  --manual-backward   the hand-written backward pass instead of the autograd\n"
-          "                      tape (the reference; the same results)\n"
           "  --pipe P            pipeline parallel over the mesh's `pipe` dim of size P (one\n"
           "                      stage per process; --pipe 1 without a pipe dim: micro-batches\n"
           "                      accumulated, the reference); docs/pipeline.md\n"
@@ -116,10 +114,6 @@ int gpt_options_parse(int argc, char **argv, const char *default_mesh, const cha
         }
         if (strcmp(arg, "--sequence-parallel") == 0) {
             o->sequence_parallel = 1;
-            continue;
-        }
-        if (strcmp(arg, "--manual-backward") == 0) {
-            o->manual_backward = 1;
             continue;
         }
         size_t kl = strcspn(arg, "=");

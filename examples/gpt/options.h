@@ -14,7 +14,7 @@ typedef struct gpt_opts {
     const char *out_dir, *ckpt_dir, *resume; /* resume: a directory, a root or "latest" */
     const char *ckpt_root;                    /* not NULL: manager steps (not ckpt_dir) */
     int quiet, help;
-    int checkpoint_blocks, manual_backward; /* gpt_set_backward */
+    int checkpoint_blocks;                  /* gpt_set_backward */
     const char *arch;                       /* gpt or llama */
     int64_t kv_heads;                       /* llama: 0 for heads / 2 */
     double dropout;                         /* --dropout: residual dropout (gpt_set_dropout) */

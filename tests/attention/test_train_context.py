@@ -5,22 +5,23 @@ the tiled kernel) and --dropout (Philox keyed by the global element index): the 
 so do meshes with a `seq` dim (the activations sharded along the sequence, attention context
 parallel: batch x seq, model x seq, and the Llama variant on model x seq);
 the tiled and untiled kernels (DT_ATTENTION_KERNEL) give the same losses within rounding;
-dropout changes the losses; --dropout with --manual-backward fails with one line.
-Usage: test_train_context.py TRAIN_GPT MPIEXEC MESH_DIR"""
+dropout changes the losses; --dropout with --manual-backward (the test-only TRAIN_GPT_MANUAL)
+fails with one line.
+Usage: test_train_context.py TRAIN_GPT TRAIN_GPT_MANUAL MPIEXEC MESH_DIR"""
 import os
 import subprocess
 import sys
 import tempfile
 import unittest
 
-TRAIN = MPIEXEC = MESHES = None
+TRAIN = TRAIN_MANUAL = MPIEXEC = MESHES = None
 SMALL = ["--layers", "1", "--width", "16", "--heads", "2", "--batch", "4", "--warmup", "2",
          "--eval-every", "3", "--samples", "2", "--steps", "3", "--context", "256", "--quiet"]
 
 
-def run(procs, mesh, args, env=None, expect=0):
+def run(procs, mesh, args, env=None, expect=0, train=None):
     e = dict(os.environ, DT_CPU_DEVICES="1", **(env or {}))
-    cmd = ([MPIEXEC, "-n", str(procs)] if procs else []) + [TRAIN, "--mesh",
+    cmd = ([MPIEXEC, "-n", str(procs)] if procs else []) + [train or TRAIN, "--mesh",
                                                            os.path.join(MESHES, mesh + ".yaml")]
     p = subprocess.run(cmd + args, env=e, capture_output=True, text=True, timeout=240)
     if p.returncode != expect:
@@ -90,10 +91,10 @@ class TrainContext(unittest.TestCase):
 
     def test_dropout_needs_the_tape(self):
         p = run(0, "1x1", SMALL + ["--dropout", "0.1", "--manual-backward"] + self.out("m"),
-                expect=1)
+                expect=1, train=TRAIN_MANUAL)
         self.assertIn("--dropout needs the tape", p.stdout + p.stderr)
 
 
 if __name__ == "__main__":
-    TRAIN, MPIEXEC, MESHES = sys.argv[1:4]
+    TRAIN, TRAIN_MANUAL, MPIEXEC, MESHES = sys.argv[1:5]
     unittest.main(argv=sys.argv[:1], verbosity=2)

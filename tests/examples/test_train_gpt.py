@@ -4,9 +4,11 @@
 saving through the checkpoint manager (--ckpt-root), stopped after step 3, its newest step
 damaged, and resumed with --resume latest on another process count ends bit-identical to an
 uninterrupted one (parameters, ZeRO master weights and moments); the result line, the CSV and
-the PNG are well formed; bad options fail with one line. Checkpoints are read with numpy and
+the PNG are well formed; bad options fail with one line; the tape (with and without
+recomputed blocks) gives the bits of the hand-written backward pass (TRAIN_GPT_MANUAL, the
+test-only train_gpt_manual --manual-backward). Checkpoints are read with numpy and
 tests/ckpt_py/stread.py (never our C code).
-Usage: test_train_gpt.py TRAIN_GPT MPIEXEC MESH_DIR"""
+Usage: test_train_gpt.py TRAIN_GPT TRAIN_GPT_MANUAL MPIEXEC MESH_DIR"""
 import os
 import re
 import sys
@@ -21,7 +23,7 @@ except ImportError as e:  # numpy missing: meson's skip code
     print(f"skipping: {e}")
     sys.exit(77)
 
-TRAIN = MPIEXEC = MESHES = None
+TRAIN = TRAIN_MANUAL = MPIEXEC = MESHES = None
 # One block, width 16, 2 heads (so that model=2 holds one head each), 8 names per batch.
 SMALL = ["--layers", "1", "--width", "16", "--heads", "2", "--batch", "8", "--warmup", "2",
          "--eval-every", "3", "--samples", "3", "--quiet"]
@@ -30,9 +32,10 @@ RESULT = re.compile(r"^result heldout_loss=(\d+\.\d{4}) samples=([a-z\-,]*) chec
                     r"plot=(\S+)$")
 
 
-def run(procs, devices, args, expect=0):
-    """train_mlp's test runner (mpiexec with `procs` processes, 0: none) on train_gpt."""
-    test_train_resume.TRAIN, test_train_resume.MPIEXEC = TRAIN, MPIEXEC
+def run(procs, devices, args, expect=0, train=None):
+    """train_mlp's test runner (mpiexec with `procs` processes, 0: none) on train_gpt (or
+    `train`)."""
+    test_train_resume.TRAIN, test_train_resume.MPIEXEC = train or TRAIN, MPIEXEC
     return test_train_resume.run(procs, devices, args, expect)
 
 
@@ -139,32 +142,54 @@ class TrainGpt(test_train_resume.ExampleCase):
                          losses(os.path.join(s3, "curves.csv")))
 
     def test_tape_gives_the_bits_of_the_hand_written_backward(self):
-        """The forward pass recorded on the autograd tape (the default), the same with every
-        block a recomputed checkpoint segment, and the hand-written backward pass
-        (--manual-backward): the same parameters, optimizer state and losses bit for bit, on
-        the 2x2 mesh in f32 (ZeRO stage 1) and bf16 (stage 3, gathered unit by unit)."""
-        for prec, stage in (("f32", "1"), ("bf16", "3")):
-            common = self.mesh("2x2") + SMALL + ["--layers", "2", "--steps", "3",
-                                                 "--precision", prec, "--stage", stage]
+        """The forward pass recorded on the autograd tape (train_gpt), the same with every
+        block a recomputed checkpoint segment (--checkpoint-blocks), and the hand-written
+        backward pass (train_gpt_manual --manual-backward): the same parameters, optimizer
+        state and losses bit for bit, on the 2x2 mesh in f32 (ZeRO stage 1), bf16 (stage 3,
+        gathered unit by unit) and f16 (stage 2, dynamic loss scaling), and on 1x1 in f16
+        (stage 0)."""
+        cases = (("2x2", 2, "f32", "1", ("tape", "ckpt")), ("2x2", 2, "bf16", "3", ("ckpt",)),
+                 ("2x2", 2, "f16", "2", ("ckpt",)), ("1x1", 0, "f16", "0", ("tape", "ckpt")))
+        for mesh, procs, prec, stage, modes in cases:
+            common = self.mesh(mesh) + SMALL + ["--layers", "2", "--steps", "3",
+                                                "--precision", prec, "--stage", stage]
             got = {}
-            for mode in ("manual", "tape", "ckpt"):
-                d = self.path(f"{prec}-{mode}")
+            for mode in ("manual",) + modes:
+                d = self.path(f"{mesh}-{prec}-{mode}")
                 extra = {"manual": ["--manual-backward"], "tape": [],
                          "ckpt": ["--checkpoint-blocks"]}[mode]
-                if prec == "bf16" and mode == "tape":
-                    continue  # stage 3 with and without recompute: ckpt covers the tape here
-                run(2, 2, common + extra + ["--out", d])
+                run(procs, 2 if procs else 1, common + extra + ["--out", d],
+                    train=TRAIN_MANUAL if mode == "manual" else TRAIN)
                 got[mode] = (read_checkpoint(os.path.join(d, "checkpoint"))[0],
                              losses(os.path.join(d, "curves.csv")))
             ref, ref_curve = got.pop("manual")
             self.assertIn("block1/attn/q", ref)
             for mode, (t, curve) in got.items():
-                self.assertEqual(sorted(t), sorted(ref), mode)
+                what = f"{mesh} {prec} stage {stage} {mode}"
+                self.assertEqual(sorted(t), sorted(ref), what)
                 for name in ref:
                     self.assertTrue(np.array_equal(t[name].view(np.uint8),
-                                                   ref[name].view(np.uint8)),
-                                    f"{prec} {mode}: {name}")
-                self.assertEqual(curve, ref_curve, f"{prec} {mode}")
+                                                   ref[name].view(np.uint8)), f"{what}: {name}")
+                self.assertEqual(curve, ref_curve, what)
+
+    def test_manual_backward_is_only_in_the_test_program(self):
+        """train_gpt has no --manual-backward (unknown option, exit 2); train_gpt_manual runs
+        the hand-written pass (the tape holds nothing) and refuses what it cannot do with one
+        line: --pipe (exit 2), the Llama variant (exit 1)."""
+        _, err = run(0, 1, ["--manual-backward"], expect=2)
+        self.assertIn("unknown option '--manual-backward'", err)
+        d = self.path("m")
+        out, _ = run(0, 1, self.mesh("1x1") + SMALL[:-1] + ["--steps", "1", "--out", d,
+                                                            "--manual-backward"],
+                     train=TRAIN_MANUAL)
+        self.assertIn("tape: at most 0 bytes held", out)
+        _, err = run(0, 1, self.mesh("1x1") + ["--pipe", "1", "--manual-backward"], expect=2,
+                     train=TRAIN_MANUAL)
+        self.assertEqual(err.strip(), "train_gpt: --manual-backward with --pipe is not supported")
+        _, err = run(0, 1, self.mesh("1x1") + SMALL + ["--arch", "llama", "--steps", "1",
+                                                      "--out", d, "--manual-backward"],
+                     expect=1, train=TRAIN_MANUAL)
+        self.assertIn("--arch llama has no hand-written backward", err)
 
     def test_llama_arch_learns_and_its_meshes_agree(self):
         """--arch llama (RMS norms, rotary, SwiGLU, grouped-query attention with 2 kv heads of
@@ -202,6 +227,6 @@ class TrainGpt(test_train_resume.ExampleCase):
 
 
 if __name__ == "__main__":
-    TRAIN, MPIEXEC, MESHES = sys.argv[1:4]
+    TRAIN, TRAIN_MANUAL, MPIEXEC, MESHES = sys.argv[1:5]
     test_train_resume.MESHES = MESHES
     unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -7,9 +7,10 @@ outside the tensor-parallel matmuls) and --cp K (checks the mesh's `seq` dim):
 - it is not a no-op: the tape holds fewer bytes for the backward pass per process (the
   `tape: at most N bytes` line) by at least 10%;
 - --cp 2 on a batch x model x seq mesh with seq=2 runs and gives the losses of the 1x1 run;
-  --cp 2 without a `seq` dim, --cp 4 on seq=2, --sequence-parallel with a `seq` dim and
-  with --manual-backward are refused with one line and exit 1.
-Usage: test_train_gpt_seqpar.py TRAIN_GPT MPIEXEC MESH_DIR"""
+  --cp 2 without a `seq` dim, --cp 4 on seq=2, --sequence-parallel with a `seq` dim, and
+  in the test-only TRAIN_GPT_MANUAL with --manual-backward, are refused with one line and
+  exit 1.
+Usage: test_train_gpt_seqpar.py TRAIN_GPT TRAIN_GPT_MANUAL MPIEXEC MESH_DIR"""
 import os
 import re
 import subprocess
@@ -17,18 +18,18 @@ import sys
 import tempfile
 import unittest
 
-TRAIN = MPIEXEC = MESHES = None
+TRAIN = TRAIN_MANUAL = MPIEXEC = MESHES = None
 SMALL = ["--layers", "2", "--width", "32", "--heads", "2", "--batch", "4", "--warmup", "2",
          "--eval-every", "3", "--samples", "2", "--steps", "3", "--context", "64",
          "--dropout", "0.1"]
 SP = ["--sequence-parallel"]
 
 
-def run(procs, mesh, args, expect=0, devices="1"):
+def run(procs, mesh, args, expect=0, devices="1", train=None):
     e = dict(os.environ, DT_CPU_DEVICES=devices)
     if not mesh.endswith(".yaml"):
         mesh = os.path.join(MESHES, mesh + ".yaml")
-    cmd = ([MPIEXEC, "-n", str(procs)] if procs else []) + [TRAIN, "--mesh", mesh]
+    cmd = ([MPIEXEC, "-n", str(procs)] if procs else []) + [train or TRAIN, "--mesh", mesh]
     p = subprocess.run(cmd + args, env=e, capture_output=True, text=True, timeout=120)
     if p.returncode != expect:
         raise AssertionError(f"{' '.join(cmd + args)}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
@@ -103,12 +104,13 @@ class TrainSeqPar(unittest.TestCase):
         self.assertIn("--cp 4: mesh 'cpu_1x1x2' has seq=2", p.stderr)
         p = run(0, mesh, SMALL + SP + self.out("x"), expect=1, devices="2")
         self.assertIn("--sequence-parallel with a `seq` mesh dim is not supported", p.stderr)
-        p = run(0, "1x1", SMALL + SP + ["--manual-backward"] + self.out("x"), expect=1)
+        p = run(0, "1x1", SMALL + SP + ["--manual-backward"] + self.out("x"), expect=1,
+                train=TRAIN_MANUAL)
         self.assertIn("--sequence-parallel needs the tape's backward", p.stderr)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) != 5:
         sys.exit(__doc__)
-    TRAIN, MPIEXEC, MESHES = sys.argv[1:4]
+    TRAIN, TRAIN_MANUAL, MPIEXEC, MESHES = sys.argv[1:5]
     unittest.main(argv=sys.argv[:1], verbosity=2)
