@@ -1,0 +1,269 @@
+/* The CPU workers: persistent threads that each take one share of an op's per-device work (a
+ * fork-join: the caller is lane 0, the job returns when every lane is done), and carry a
+ * failing share's status and message back to the caller's thread. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/env.h"
+#include "runtime/error.h"
+#include "runtime/util.h"
+#include "runtime/workers.h"
+
+/* How long a waiting side spins before it sleeps on its condition variable: an op's jobs come
+ * back to back (the kernels of one op, then the next op's after a little host work), and a
+ * futex wake costs tens of microseconds, as much as a small kernel. Only when every lane has
+ * a core of its own (otherwise the spinner takes the core the others need). */
+#define SPIN_NS 50000
+
+typedef struct lane {
+    pthread_t thread;
+    int index;
+    int started;
+    uint64_t gen0; /* the pool's gen when the thread was made: its first job comes after */
+    int fail_i; /* the first failing component of this lane's share of the job, or INT_MAX */
+    dt_status st;
+    char msg[1024];
+} lane;
+
+static struct {
+    pthread_mutex_t run_lock; /* one job at a time; a second caller runs its job alone */
+    pthread_mutex_t lock;
+    pthread_cond_t go;   /* gen advanced, or stop */
+    pthread_cond_t done; /* remaining reached 0 */
+    lane *lanes;
+    int nlanes;
+    int ndevices;   /* as given to start, for configure */
+    int auto_lanes; /* what start chose */
+    int spin;
+    _Atomic uint64_t gen;
+    _Atomic int stop;
+    _Atomic int remaining;
+    dt__work_fn fn;
+    void *arg;
+    int n;
+} pool = {
+    .run_lock = PTHREAD_MUTEX_INITIALIZER,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .go = PTHREAD_COND_INITIALIZER,
+    .done = PTHREAD_COND_INITIALIZER,
+    .nlanes = 1,
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Lane k's share: components k, k + lanes, ... in order, up to the first failure. */
+static void run_share(lane *l, int clear)
+{
+    l->fail_i = INT_MAX;
+    for (int i = l->index; i < pool.n; i += pool.nlanes) {
+        if (clear)
+            dt_clear_error();
+        dt_status st = pool.fn(i, pool.arg);
+        if (st != DT_OK) {
+            l->fail_i = i;
+            l->st = st;
+            const char *text = dt_last_error();
+            dt__strlcpy(l->msg, text[0] ? text : dt_status_str(st), sizeof l->msg);
+            return;
+        }
+    }
+}
+
+/* Waits until gen moves past seen (returns the new gen) or stop (returns seen). */
+static uint64_t wait_job(uint64_t seen)
+{
+    if (pool.spin) {
+        int64_t until = now_ns() + SPIN_NS;
+        for (int k = 0;; k++) {
+            uint64_t g = atomic_load_explicit(&pool.gen, memory_order_acquire);
+            if (g != seen || atomic_load_explicit(&pool.stop, memory_order_relaxed))
+                return g;
+            cpu_relax();
+            if ((k & 63) == 63 && now_ns() > until)
+                break;
+        }
+    }
+    pthread_mutex_lock(&pool.lock);
+    uint64_t g;
+    while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen &&
+           !atomic_load_explicit(&pool.stop, memory_order_relaxed))
+        pthread_cond_wait(&pool.go, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    return g;
+}
+
+static void *lane_main(void *p)
+{
+    lane *l = p;
+    uint64_t seen = l->gen0;
+    for (;;) {
+        uint64_t g = wait_job(seen);
+        if (g == seen)
+            break; /* stop */
+        seen = g;
+        run_share(l, 1);
+        if (atomic_fetch_sub_explicit(&pool.remaining, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_broadcast(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
+        }
+    }
+    return NULL;
+}
+
+static void wait_done(void)
+{
+    if (pool.spin) {
+        int64_t until = now_ns() + SPIN_NS;
+        for (int k = 0;; k++) {
+            if (atomic_load_explicit(&pool.remaining, memory_order_acquire) == 0)
+                return;
+            cpu_relax();
+            if ((k & 63) == 63 && now_ns() > until)
+                break;
+        }
+    }
+    pthread_mutex_lock(&pool.lock);
+    while (atomic_load_explicit(&pool.remaining, memory_order_acquire) != 0)
+        pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static dt_status run_serial(int n, dt__work_fn fn, void *arg)
+{
+    for (int i = 0; i < n; i++) {
+        dt_status st = fn(i, arg);
+        if (st != DT_OK)
+            return st;
+    }
+    return DT_OK;
+}
+
+dt_status dt__workers_run(int n, dt__work_fn fn, void *arg)
+{
+    if (pool.nlanes < 2 || n < 2 || pthread_mutex_trylock(&pool.run_lock) != 0)
+        return run_serial(n, fn, arg);
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.n = n;
+    atomic_store_explicit(&pool.remaining, pool.nlanes - 1, memory_order_relaxed);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.lock);
+    run_share(&pool.lanes[0], 0);
+    wait_done();
+    const lane *first = &pool.lanes[0];
+    for (int k = 1; k < pool.nlanes; k++)
+        if (pool.lanes[k].fail_i < first->fail_i)
+            first = &pool.lanes[k];
+    dt_status st = DT_OK;
+    if (first->fail_i != INT_MAX)
+        st = dt__error(first->st, "%s", first->msg);
+    pthread_mutex_unlock(&pool.run_lock);
+    return st;
+}
+
+static void stop_lanes(void)
+{
+    if (!pool.lanes)
+        return;
+    pthread_mutex_lock(&pool.lock);
+    atomic_store(&pool.stop, 1);
+    pthread_cond_broadcast(&pool.go);
+    pthread_mutex_unlock(&pool.lock);
+    for (int k = 1; k < pool.nlanes; k++)
+        if (pool.lanes[k].started)
+            pthread_join(pool.lanes[k].thread, NULL);
+    free(pool.lanes);
+    pool.lanes = NULL;
+    pool.nlanes = 1;
+    pool.spin = 0;
+    atomic_store(&pool.stop, 0);
+}
+
+static int process_cores(void)
+{
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (cores <= 0)
+        cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 0 ? cores : 1;
+}
+
+static dt_status start_lanes(int nlanes)
+{
+    if (nlanes < 2)
+        return DT_OK;
+    pool.lanes = calloc((size_t)nlanes, sizeof *pool.lanes);
+    if (!pool.lanes)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_init: no memory for %d CPU workers", nlanes);
+    pool.nlanes = nlanes;
+    pool.spin = nlanes <= process_cores();
+    for (int k = 0; k < nlanes; k++) {
+        pool.lanes[k].index = k;
+        pool.lanes[k].fail_i = INT_MAX;
+        pool.lanes[k].gen0 = atomic_load(&pool.gen);
+    }
+    for (int k = 1; k < nlanes; k++) {
+        int rc = pthread_create(&pool.lanes[k].thread, NULL, lane_main, &pool.lanes[k]);
+        if (rc != 0) {
+            stop_lanes();
+            return dt__error(DT_ERR_NO_MEMORY, "dt_init: cannot start CPU worker %d of %d: %s",
+                             k, nlanes - 1, strerror(rc));
+        }
+        pool.lanes[k].started = 1;
+    }
+    return DT_OK;
+}
+
+dt_status dt__workers_start(int ndevices)
+{
+    int on = 1;
+    dt_status st = dt__env_flag("DT_CPU_WORKERS", 1, "run the local CPU devices' work at once",
+                                &on);
+    if (st != DT_OK)
+        return st;
+    int cores = process_cores();
+    pool.ndevices = ndevices;
+    pool.auto_lanes = on ? (ndevices < cores ? ndevices : cores) : 1;
+    return start_lanes(pool.auto_lanes);
+}
+
+void dt__workers_stop(void)
+{
+    stop_lanes();
+    pool.ndevices = 0;
+    pool.auto_lanes = 1;
+}
+
+dt_status dt__workers_configure(int lanes)
+{
+    stop_lanes();
+    return start_lanes(lanes < 0 ? pool.auto_lanes : lanes);
+}
+
+int dt__workers_lanes(void)
+{
+    return pool.nlanes;
+}
