@@ -1,6 +1,7 @@
 /* How many threads OpenBLAS runs: the cores this process may use shared among the clients of
- * its host (at least one each), so that processes and BLAS threads do not fight for cores;
- * left to the user when OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set. */
+ * its host and the CPU workers computing at once in each (at least one each), so that
+ * processes, workers and BLAS threads do not fight for cores; left to the user when
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set. */
 #include <cblas.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -10,23 +11,30 @@
 #include "dtensor/runtime.h"
 #include "ops/ops_impl.h"
 #include "runtime/comm.h"
+#include "runtime/workers.h"
 
-static _Atomic int done; /* 1 once set for an initialised runtime */
+/* The worker lanes the count was set for (0: not set since the runtime came up). Set again
+ * when the lanes change (dt__workers_configure), never while BLAS runs on a worker: ops call
+ * this before they fork (dt__ops_each_local). */
+static _Atomic int set_for;
 
-int dt__blas_threads_for(int cores, int clients_on_host)
+int dt__blas_threads_for(int cores, int clients_on_host, int workers)
 {
     if (clients_on_host < 1)
         clients_on_host = 1;
-    int t = cores / clients_on_host;
+    if (workers < 1)
+        workers = 1;
+    int t = cores / (clients_on_host * workers);
     return t < 1 ? 1 : t;
 }
 
 void dt__blas_threads_once(void)
 {
-    if (atomic_load_explicit(&done, memory_order_acquire) || !dt_is_initialized())
+    int lanes = dt__workers_lanes();
+    int have = atomic_load_explicit(&set_for, memory_order_acquire);
+    if (have == lanes || !dt_is_initialized())
         return;
-    int expect = 0;
-    if (!atomic_compare_exchange_strong(&done, &expect, 1))
+    if (!atomic_compare_exchange_strong(&set_for, &have, lanes))
         return;
     const char *env = getenv("OPENBLAS_NUM_THREADS");
     const char *omp = getenv("OMP_NUM_THREADS");
@@ -39,5 +47,5 @@ void dt__blas_threads_once(void)
     int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
     if (cores <= 0)
         cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    openblas_set_num_threads(dt__blas_threads_for(cores, mine));
+    openblas_set_num_threads(dt__blas_threads_for(cores, mine, lanes));
 }

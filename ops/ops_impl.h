@@ -148,10 +148,11 @@ void dt__vaxpy(int64_t n, float alpha, const float *x, float *y);
 void dt__vmath_tune(int isa_cap);
 
 /* ---- BLAS threads (ops/blas_threads.c) ------------------------------------------------ */
-/* Threads for OpenBLAS: cores / clients on the host, at least 1. */
-int dt__blas_threads_for(int cores, int clients_on_host);
-/* Sets OpenBLAS's thread count once the runtime is up (dt__blas_threads_for), unless
- * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set; a no-op after the first time. */
+/* Threads for OpenBLAS: cores / (clients on the host x CPU worker lanes), at least 1. */
+int dt__blas_threads_for(int cores, int clients_on_host, int workers);
+/* Sets OpenBLAS's thread count once the runtime is up (dt__blas_threads_for with this
+ * process's cores, host clients and dt__workers_lanes), unless OPENBLAS_NUM_THREADS or
+ * OMP_NUM_THREADS is set; a no-op until the lanes change. */
 void dt__blas_threads_once(void);
 
 /* ---- shared argument checks of the kernels --------------------------------------------- */

@@ -46,6 +46,7 @@ static struct {
     _Atomic uint64_t gen;
     _Atomic int stop;
     _Atomic int remaining;
+    _Atomic unsigned long long jobs;
     dt__work_fn fn;
     void *arg;
     int n;
@@ -163,6 +164,7 @@ dt_status dt__workers_run(int n, dt__work_fn fn, void *arg)
 {
     if (pool.nlanes < 2 || n < 2 || pthread_mutex_trylock(&pool.run_lock) != 0)
         return run_serial(n, fn, arg);
+    atomic_fetch_add_explicit(&pool.jobs, 1, memory_order_relaxed);
     pool.fn = fn;
     pool.arg = arg;
     pool.n = n;
@@ -266,4 +268,9 @@ dt_status dt__workers_configure(int lanes)
 int dt__workers_lanes(void)
 {
     return pool.nlanes;
+}
+
+unsigned long long dt__workers_jobs(void)
+{
+    return atomic_load_explicit(&pool.jobs, memory_order_relaxed);
 }

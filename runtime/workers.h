@@ -23,8 +23,10 @@ void dt__workers_stop(void);
  * as dt__workers_start decides), for the devices dt_init opened. Not while a job runs. */
 dt_status dt__workers_configure(int lanes);
 
-/* The lanes computing at once (1 when the pool is off). */
+/* The lanes computing at once (1 when the pool is off), and how many jobs ran on the lanes
+ * (not alone on the caller) since the process started: for tests. */
 int dt__workers_lanes(void);
+unsigned long long dt__workers_jobs(void);
 
 /* Runs fn(i, arg) for i in 0..n-1: component i on lane i % lanes, the caller taking lane 0's,
  * each lane its components in order, stopping at its first failure. Returns when all lanes
