@@ -1,8 +1,7 @@
-/* The CPU workers: persistent threads that each take one share of an op's per-device work (a
- * fork-join: the caller is lane 0, the job returns when every lane is done), and carry a
- * failing share's status and message back to the caller's thread. */
+/* The CPU workers: persistent threads that take the per-device shares of an op's work as they
+ * come free (a fork-join in which the caller takes shares too and returns when all are done),
+ * and carry a failing share's status and message back to the caller's thread. */
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -17,18 +16,21 @@
 #include "runtime/util.h"
 #include "runtime/workers.h"
 
-/* How long a waiting side spins before it sleeps on its condition variable: an op's jobs come
- * back to back (the kernels of one op, then the next op's after a little host work), and a
- * futex wake costs tens of microseconds, as much as a small kernel. Only when every lane has
- * a core of its own (otherwise the spinner takes the core the others need). */
-#define SPIN_NS 50000
+/* How long a waiting side polls (yielding the core at each turn) before it sleeps on its
+ * condition variable: an op's jobs come back to back (the kernels of one op, then the next
+ * op's after a little host work), and a futex wake costs tens of microseconds, as much as a
+ * small kernel. Only when every lane has a core of its own. */
+#define SPIN_NS 20000
+
+#define TICKET_CLOSED UINT64_MAX /* between two jobs: nothing to claim */
 
 typedef struct lane {
     pthread_t thread;
     int index;
     int started;
-    uint64_t gen0; /* the pool's gen when the thread was made: its first job comes after */
-    int fail_i; /* the first failing component of this lane's share of the job, or INT_MAX */
+    uint64_t gen0;     /* the pool's gen when the thread was made: its first job comes after */
+    uint64_t fail_gen; /* the job of the failure below (0: none yet) */
+    int fail_i;        /* its first failing component on this lane */
     dt_status st;
     char msg[1024];
 } lane;
@@ -43,19 +45,25 @@ static struct {
     int ndevices;   /* as given to start, for configure */
     int auto_lanes; /* what start chose */
     int spin;
-    _Atomic uint64_t gen;
+    int fixed; /* test hook: component i only on lane i % nlanes, the lanes starting together */
+    _Atomic int arrived; /* fixed: lanes that have started the current job */
+    _Atomic uint64_t gen; /* the current job (from 1) */
     _Atomic int stop;
-    _Atomic int remaining;
+    /* The next component to claim: (gen << 32) | index, TICKET_CLOSED between jobs. Claims go
+     * in index order, so when component i fails every lower one has been claimed. */
+    _Atomic uint64_t ticket;
+    _Atomic int n;         /* components of the current job */
+    _Atomic int remaining; /* components of the current job not done yet */
     _Atomic unsigned long long jobs;
     dt__work_fn fn;
     void *arg;
-    int n;
 } pool = {
     .run_lock = PTHREAD_MUTEX_INITIALIZER,
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .go = PTHREAD_COND_INITIALIZER,
     .done = PTHREAD_COND_INITIALIZER,
     .nlanes = 1,
+    .ticket = TICKET_CLOSED,
 };
 
 static int64_t now_ns(void)
@@ -65,27 +73,47 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void cpu_relax(void)
+/* The next unclaimed component of job g, or -1. A lane that arrives late, or finds the job
+ * done and the next one being set up, claims nothing: the ticket no longer says g. */
+static int claim(uint64_t g)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    uint64_t t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    for (;;) {
+        if (t == TICKET_CLOSED || (t >> 32) != (g & 0xffffffffu) ||
+            (int64_t)(t & 0xffffffffu) >= atomic_load_explicit(&pool.n, memory_order_relaxed))
+            return -1;
+        if (atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return (int)(t & 0xffffffffu);
+    }
 }
 
-/* Lane k's share: components k, k + lanes, ... in order, up to the first failure. */
-static void run_share(lane *l, int clear)
+/* Runs components of job g as long as some are unclaimed (or, fixed, this lane's own);
+ * keeps this lane's first failure. */
+static void run_claims(lane *l, uint64_t g, int clear)
 {
-    l->fail_i = INT_MAX;
-    for (int i = l->index; i < pool.n; i += pool.nlanes) {
+    if (pool.fixed) { /* every lane starts at once, so that the shares overlap (races show) */
+        atomic_fetch_add(&pool.arrived, 1);
+        for (int64_t t0 = now_ns(); atomic_load(&pool.arrived) < pool.nlanes &&
+                                    now_ns() - t0 < 1000000000;)
+            sched_yield();
+    }
+    int i = pool.fixed ? l->index : claim(g);
+    for (; i >= 0 && i < atomic_load(&pool.n); i = pool.fixed ? i + pool.nlanes : claim(g)) {
         if (clear)
             dt_clear_error();
         dt_status st = pool.fn(i, pool.arg);
-        if (st != DT_OK) {
+        if (st != DT_OK && (l->fail_gen != g || i < l->fail_i)) {
+            l->fail_gen = g;
             l->fail_i = i;
             l->st = st;
             const char *text = dt_last_error();
             dt__strlcpy(l->msg, text[0] ? text : dt_status_str(st), sizeof l->msg);
-            return;
+        }
+        if (atomic_fetch_sub_explicit(&pool.remaining, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool.lock);
+            pthread_cond_broadcast(&pool.done);
+            pthread_mutex_unlock(&pool.lock);
         }
     }
 }
@@ -95,13 +123,13 @@ static uint64_t wait_job(uint64_t seen)
 {
     if (pool.spin) {
         int64_t until = now_ns() + SPIN_NS;
-        for (int k = 0;; k++) {
+        for (;;) {
             uint64_t g = atomic_load_explicit(&pool.gen, memory_order_acquire);
             if (g != seen || atomic_load_explicit(&pool.stop, memory_order_relaxed))
-                return g;
-            cpu_relax();
-            if ((k & 63) == 63 && now_ns() > until)
+                return atomic_load(&pool.stop) ? seen : g;
+            if (now_ns() > until)
                 break;
+            sched_yield();
         }
     }
     pthread_mutex_lock(&pool.lock);
@@ -109,8 +137,9 @@ static uint64_t wait_job(uint64_t seen)
     while ((g = atomic_load_explicit(&pool.gen, memory_order_acquire)) == seen &&
            !atomic_load_explicit(&pool.stop, memory_order_relaxed))
         pthread_cond_wait(&pool.go, &pool.lock);
+    int stopping = atomic_load(&pool.stop);
     pthread_mutex_unlock(&pool.lock);
-    return g;
+    return stopping ? seen : g;
 }
 
 static void *lane_main(void *p)
@@ -122,12 +151,7 @@ static void *lane_main(void *p)
         if (g == seen)
             break; /* stop */
         seen = g;
-        run_share(l, 1);
-        if (atomic_fetch_sub_explicit(&pool.remaining, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&pool.lock);
-            pthread_cond_broadcast(&pool.done);
-            pthread_mutex_unlock(&pool.lock);
-        }
+        run_claims(l, g, 1);
     }
     return NULL;
 }
@@ -136,12 +160,12 @@ static void wait_done(void)
 {
     if (pool.spin) {
         int64_t until = now_ns() + SPIN_NS;
-        for (int k = 0;; k++) {
+        for (;;) {
             if (atomic_load_explicit(&pool.remaining, memory_order_acquire) == 0)
                 return;
-            cpu_relax();
-            if ((k & 63) == 63 && now_ns() > until)
+            if (now_ns() > until)
                 break;
+            sched_yield();
         }
     }
     pthread_mutex_lock(&pool.lock);
@@ -165,23 +189,33 @@ dt_status dt__workers_run(int n, dt__work_fn fn, void *arg)
     if (pool.nlanes < 2 || n < 2 || pthread_mutex_trylock(&pool.run_lock) != 0)
         return run_serial(n, fn, arg);
     atomic_fetch_add_explicit(&pool.jobs, 1, memory_order_relaxed);
+    /* Closed first, so that a lane still looking at the last job cannot claim into this one
+     * while its fields change. */
+    atomic_store_explicit(&pool.ticket, TICKET_CLOSED, memory_order_relaxed);
+    uint64_t g = atomic_load_explicit(&pool.gen, memory_order_relaxed) + 1;
     pool.fn = fn;
     pool.arg = arg;
-    pool.n = n;
-    atomic_store_explicit(&pool.remaining, pool.nlanes - 1, memory_order_relaxed);
+    atomic_store_explicit(&pool.n, n, memory_order_relaxed);
+    atomic_store_explicit(&pool.remaining, n, memory_order_relaxed);
+    atomic_store_explicit(&pool.arrived, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool.ticket, (g & 0xffffffffu) << 32, memory_order_release);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.gen, 1, memory_order_release);
+    atomic_store_explicit(&pool.gen, g, memory_order_release);
     pthread_cond_broadcast(&pool.go);
     pthread_mutex_unlock(&pool.lock);
-    run_share(&pool.lanes[0], 0);
+    /* The caller claims too: when no worker is free (a loaded machine) it does every share,
+     * at the cost of one job's set-up over a plain loop. */
+    run_claims(&pool.lanes[0], g, 0);
     wait_done();
-    const lane *first = &pool.lanes[0];
-    for (int k = 1; k < pool.nlanes; k++)
-        if (pool.lanes[k].fail_i < first->fail_i)
-            first = &pool.lanes[k];
+    const lane *first = NULL;
+    for (int k = 0; k < pool.nlanes; k++) {
+        const lane *l = &pool.lanes[k];
+        if (l->fail_gen == g && (!first || l->fail_i < first->fail_i))
+            first = l;
+    }
     dt_status st = DT_OK;
-    if (first->fail_i != INT_MAX)
-        st = dt__error(first->st, "%s", first->msg);
+    if (first)
+        st = dt__error(first->st, "%s", first->msg); /* a later failure may have overwritten it */
     pthread_mutex_unlock(&pool.run_lock);
     return st;
 }
@@ -224,7 +258,6 @@ static dt_status start_lanes(int nlanes)
     pool.spin = nlanes <= process_cores();
     for (int k = 0; k < nlanes; k++) {
         pool.lanes[k].index = k;
-        pool.lanes[k].fail_i = INT_MAX;
         pool.lanes[k].gen0 = atomic_load(&pool.gen);
     }
     for (int k = 1; k < nlanes; k++) {
@@ -255,13 +288,15 @@ dt_status dt__workers_start(int ndevices)
 void dt__workers_stop(void)
 {
     stop_lanes();
+    pool.fixed = 0;
     pool.ndevices = 0;
     pool.auto_lanes = 1;
 }
 
-dt_status dt__workers_configure(int lanes)
+dt_status dt__workers_configure(int lanes, int fixed)
 {
     stop_lanes();
+    pool.fixed = fixed && lanes >= 0;
     return start_lanes(lanes < 0 ? pool.auto_lanes : lanes);
 }
 

@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "ops/ops_impl.h"
@@ -18,81 +20,107 @@
 typedef struct probe {
     pthread_t caller;
     int n;
+    int hold; /* component 0 waits until component 1 is done (on another thread) */
     _Atomic int ran[16];
-    _Atomic int elsewhere[16]; /* 1: ran on another thread than the caller's */
-    int fail_at[2];            /* components that fail (-1: none) */
+    _Atomic int done[16];
+    pthread_t thread[16];
+    int fail_at[2]; /* components that fail (-1: none) */
 } probe;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static dt_status probe_fn(int i, void *arg)
 {
     probe *p = arg;
+    p->thread[i] = pthread_self();
     atomic_fetch_add(&p->ran[i], 1);
-    atomic_store(&p->elsewhere[i], !pthread_equal(pthread_self(), p->caller));
+    /* Holding component 0 until 1 is done makes another thread take 1 (10 s at most, so that
+     * a broken pool fails the test rather than hangs it). */
+    for (double t0 = now_s(); i == 0 && p->hold && !atomic_load(&p->done[1]) &&
+                              now_s() - t0 < 10.0;)
+        sched_yield();
+    dt_status st = DT_OK;
     if (i == p->fail_at[0] || i == p->fail_at[1])
-        return dt__error(i == p->fail_at[0] ? DT_ERR_SHAPE : DT_ERR_IO,
-                         "component %d failed on purpose", i);
-    return DT_OK;
+        st = dt__error(i == p->fail_at[0] ? DT_ERR_SHAPE : DT_ERR_IO,
+                       "component %d failed on purpose", i);
+    atomic_store(&p->done[i], 1);
+    return st;
 }
 
-static void probe_init(probe *p, int n, int f0, int f1)
+static void probe_init(probe *p, int n, int hold, int f0, int f1)
 {
     memset(p, 0, sizeof *p);
     p->caller = pthread_self();
     p->n = n;
+    p->hold = hold;
     p->fail_at[0] = f0;
     p->fail_at[1] = f1;
 }
 
-static void test_workers_run_each_component_once_on_its_lane(void)
+static void test_workers_run_each_component_once_two_at_a_time(void)
 {
-    DT_ASSERT_OK(dt__workers_configure(2));
+    DT_ASSERT_OK(dt__workers_configure(2, 0));
     CU_ASSERT_EQUAL_FATAL(dt__workers_lanes(), 2);
     probe p;
     unsigned long long jobs = dt__workers_jobs();
-    probe_init(&p, 5, -1, -1);
+    probe_init(&p, 5, 1, -1, -1);
     DT_ASSERT_OK(dt__workers_run(5, probe_fn, &p));
     CU_ASSERT_EQUAL(dt__workers_jobs(), jobs + 1);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 5; i++)
         CU_ASSERT_EQUAL(atomic_load(&p.ran[i]), 1);
-        /* Component i on lane i % 2; lane 0 is the caller. */
-        CU_ASSERT_EQUAL(atomic_load(&p.elsewhere[i]), i % 2);
+    /* 1 finished while 0 was running: on another thread, at the same time. */
+    CU_ASSERT(atomic_load(&p.done[1]));
+    CU_ASSERT(!pthread_equal(p.thread[0], p.thread[1]));
+    /* Many small jobs back to back: every component once. */
+    for (int r = 0; r < 2000; r++) {
+        probe_init(&p, 3, 0, -1, -1);
+        DT_ASSERT_OK(dt__workers_run(3, probe_fn, &p));
+        CU_ASSERT_FATAL(p.ran[0] == 1 && p.ran[1] == 1 && p.ran[2] == 1);
     }
     /* Off: everything on the caller, in order. */
-    DT_ASSERT_OK(dt__workers_configure(0));
+    DT_ASSERT_OK(dt__workers_configure(0, 0));
     CU_ASSERT_EQUAL(dt__workers_lanes(), 1);
     jobs = dt__workers_jobs();
-    probe_init(&p, 5, -1, -1);
+    probe_init(&p, 5, 0, -1, -1);
     DT_ASSERT_OK(dt__workers_run(5, probe_fn, &p));
     CU_ASSERT_EQUAL(dt__workers_jobs(), jobs);
     for (int i = 0; i < 5; i++)
-        CU_ASSERT_EQUAL(atomic_load(&p.elsewhere[i]), 0);
-    DT_ASSERT_OK(dt__workers_configure(-1));
+        CU_ASSERT(pthread_equal(p.thread[i], p.caller));
+    DT_ASSERT_OK(dt__workers_configure(-1, 0));
 }
 
 static void test_workers_failure_on_a_worker_reaches_the_caller(void)
 {
-    DT_ASSERT_OK(dt__workers_configure(2));
+    DT_ASSERT_OK(dt__workers_configure(2, 0));
     probe p;
-    /* Component 1 runs on the worker thread: its status and text come back. */
-    probe_init(&p, 4, 1, -1);
+    /* Component 1 fails on the thread that is not holding 0: until that is a worker (the
+     * caller usually takes 0 first), its status and text must come back. */
+    int on_worker = 0;
+    for (int tries = 0; tries < 20 && !on_worker; tries++) {
+        probe_init(&p, 4, 1, 1, -1);
+        dt_clear_error();
+        DT_ASSERT_FAILS(dt__workers_run(4, probe_fn, &p), DT_ERR_SHAPE);
+        DT_ASSERT_ERROR_MENTIONS("component 1 failed on purpose");
+        on_worker = !pthread_equal(p.thread[1], p.caller);
+    }
+    CU_ASSERT(on_worker);
+    /* Two failures: the lowest component's wins, wherever each ran. */
+    probe_init(&p, 4, 1, 1, 2);
     dt_clear_error();
     DT_ASSERT_FAILS(dt__workers_run(4, probe_fn, &p), DT_ERR_SHAPE);
     DT_ASSERT_ERROR_MENTIONS("component 1 failed on purpose");
-    CU_ASSERT_EQUAL(atomic_load(&p.elsewhere[1]), 1);
-    CU_ASSERT_EQUAL(atomic_load(&p.ran[3]), 0); /* the lane stops at its first failure */
-    CU_ASSERT_EQUAL(atomic_load(&p.ran[2]), 1); /* the other lane runs on */
-    /* Two failures: the lowest component's (1, on the worker) wins over 2's (the caller's). */
-    probe_init(&p, 4, 1, 2);
-    dt_clear_error();
-    DT_ASSERT_FAILS(dt__workers_run(4, probe_fn, &p), DT_ERR_SHAPE);
-    DT_ASSERT_ERROR_MENTIONS("component 1 failed on purpose");
-    probe_init(&p, 4, 3, 2);
+    probe_init(&p, 4, 1, 3, 2);
     DT_ASSERT_FAILS(dt__workers_run(4, probe_fn, &p), DT_ERR_IO);
     DT_ASSERT_ERROR_MENTIONS("component 2 failed on purpose");
     /* After a failure the pool runs the next job normally. */
-    probe_init(&p, 4, -1, -1);
+    probe_init(&p, 4, 1, -1, -1);
     DT_ASSERT_OK(dt__workers_run(4, probe_fn, &p));
-    DT_ASSERT_OK(dt__workers_configure(-1));
+    DT_ASSERT_OK(dt__workers_configure(-1, 0));
 }
 
 /* ---- ops on and off -------------------------------------------------------------------- */
@@ -250,15 +278,16 @@ static void test_ops_give_the_same_bits_with_workers_on_and_off(void)
     for (int mi = 0; mi < nm; mi++) {
         int local = dt_mesh_num_local_devices(meshes[mi]);
         vals ref = {0}, got = {0};
-        DT_ASSERT_OK(dt__workers_configure(0));
+        DT_ASSERT_OK(dt__workers_configure(0, 0));
         unsigned long long jobs = dt__workers_jobs();
         run_ops(meshes[mi], &ref);
         CU_ASSERT_EQUAL(dt__workers_jobs(), jobs); /* off: nothing ran on workers */
-        /* Each local device on its own lane, then two lanes shared round-robin. */
-        int lanes[2] = {local, 2};
-        for (int li = 0; li < (local > 2 ? 2 : 1); li++) {
-            DT_ASSERT_OK(dt__workers_configure(lanes[li]));
-            CU_ASSERT_EQUAL_FATAL(dt__workers_lanes(), lanes[li]);
+        /* Each local device on its own lane, two lanes shared round-robin, then two lanes
+         * claiming the shares as they come free (what dt_init runs). */
+        int cfg[3][2] = {{local, 1}, {2, 1}, {2, 0}};
+        for (int ci = local > 2 ? 0 : 1; ci < 3; ci++) {
+            DT_ASSERT_OK(dt__workers_configure(cfg[ci][0], cfg[ci][1]));
+            CU_ASSERT_EQUAL_FATAL(dt__workers_lanes(), cfg[ci][0]);
             jobs = dt__workers_jobs();
             got.n = 0;
             run_ops(meshes[mi], &got);
@@ -268,20 +297,21 @@ static void test_ops_give_the_same_bits_with_workers_on_and_off(void)
             for (int64_t i = 0; i < ref.n; i++)
                 bad += memcmp(&got.v[i], &ref.v[i], sizeof(float)) != 0;
             if (bad)
-                fprintf(stderr, "[rank %d] %s, %d lanes: %lld of %lld values differ\n",
-                        dt_client_id(), dt_mesh_name(meshes[mi]), lanes[li], (long long)bad,
-                        (long long)ref.n);
+                fprintf(stderr, "[rank %d] %s, %d lanes%s: %lld of %lld values differ\n",
+                        dt_client_id(), dt_mesh_name(meshes[mi]), cfg[ci][0],
+                        cfg[ci][1] ? " (fixed)" : "", (long long)bad, (long long)ref.n);
             CU_ASSERT_EQUAL(bad, 0);
         }
         free(ref.v);
         free(got.v);
         dt_mesh_destroy(meshes[mi]);
     }
-    DT_ASSERT_OK(dt__workers_configure(-1));
+    DT_ASSERT_OK(dt__workers_configure(-1, 0));
 }
 
 /* A kernel that fails on device 1 only (a label out of range in its rows): the op returns the
- * kernel's status with its message, with the workers on as off. */
+ * kernel's status with its message, with the workers on (device 1 on the worker thread) as
+ * off. */
 static void test_failing_kernel_on_device_1_returns_its_status_and_message(void)
 {
     if (dt_num_clients() != 1 || dt_test_num_local_devices() < 2)
@@ -298,7 +328,7 @@ static void test_failing_kernel_on_device_1_returns_its_status_and_message(void)
     dt_tensor *logits = rand_t(lrow, slog, 2, 21);
     dt_tensor *labels = ot_tensor(llab, DT_DTYPE_I32, slab, lab);
     for (int lanes = 0; lanes <= 2; lanes += 2) {
-        DT_ASSERT_OK(dt__workers_configure(lanes));
+        DT_ASSERT_OK(dt__workers_configure(lanes, 1)); /* device 1 on the worker thread */
         dt_tensor *loss = NULL, *d = NULL;
         dt_clear_error();
         DT_ASSERT_FAILS(dt_softmax_xent(logits, labels, NULL, &loss), DT_ERR_INVALID_ARGUMENT);
@@ -310,7 +340,7 @@ static void test_failing_kernel_on_device_1_returns_its_status_and_message(void)
         DT_ASSERT_ERROR_MENTIONS("label 77");
         CU_ASSERT_PTR_NULL(d);
     }
-    DT_ASSERT_OK(dt__workers_configure(-1));
+    DT_ASSERT_OK(dt__workers_configure(-1, 0));
     dt_tensor_destroy(labels);
     dt_tensor_destroy(logits);
     dt_layout_destroy(llab);
@@ -331,7 +361,7 @@ static void test_blas_threads_share_cores_among_clients_and_lanes(void)
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
-        DT_TEST(test_workers_run_each_component_once_on_its_lane),
+        DT_TEST(test_workers_run_each_component_once_two_at_a_time),
         DT_TEST(test_workers_failure_on_a_worker_reaches_the_caller),
         DT_TEST(test_ops_give_the_same_bits_with_workers_on_and_off),
         DT_TEST(test_failing_kernel_on_device_1_returns_its_status_and_message),
