@@ -46,7 +46,7 @@ static struct {
     int auto_lanes; /* what start chose */
     int spin;
     int fixed; /* test hook: component i only on lane i % nlanes, the lanes starting together */
-    _Atomic int arrived; /* fixed: lanes that have started the current job */
+    _Atomic int arrived;  /* fixed: lanes that have started the current job */
     _Atomic uint64_t gen; /* the current job (from 1) */
     _Atomic int stop;
     /* The next component to claim: (gen << 32) | index, TICKET_CLOSED between jobs. Claims go
@@ -94,8 +94,8 @@ static void run_claims(lane *l, uint64_t g, int clear)
 {
     if (pool.fixed) { /* every lane starts at once, so that the shares overlap (races show) */
         atomic_fetch_add(&pool.arrived, 1);
-        for (int64_t t0 = now_ns(); atomic_load(&pool.arrived) < pool.nlanes &&
-                                    now_ns() - t0 < 1000000000;)
+        for (int64_t t0 = now_ns();
+             atomic_load(&pool.arrived) < pool.nlanes && now_ns() - t0 < 1000000000;)
             sched_yield();
     }
     int i = pool.fixed ? l->index : claim(g);
@@ -264,8 +264,8 @@ static dt_status start_lanes(int nlanes)
         int rc = pthread_create(&pool.lanes[k].thread, NULL, lane_main, &pool.lanes[k]);
         if (rc != 0) {
             stop_lanes();
-            return dt__error(DT_ERR_NO_MEMORY, "dt_init: cannot start CPU worker %d of %d: %s",
-                             k, nlanes - 1, strerror(rc));
+            return dt__error(DT_ERR_NO_MEMORY, "dt_init: cannot start CPU worker %d of %d: %s", k,
+                             nlanes - 1, strerror(rc));
         }
         pool.lanes[k].started = 1;
     }
@@ -275,8 +275,8 @@ static dt_status start_lanes(int nlanes)
 dt_status dt__workers_start(int ndevices)
 {
     int on = 1;
-    dt_status st = dt__env_flag("DT_CPU_WORKERS", 1, "run the local CPU devices' work at once",
-                                &on);
+    dt_status st =
+        dt__env_flag("DT_CPU_WORKERS", 1, "run the local CPU devices' work at once", &on);
     if (st != DT_OK)
         return st;
     int cores = process_cores();

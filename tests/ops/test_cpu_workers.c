@@ -41,8 +41,8 @@ static dt_status probe_fn(int i, void *arg)
     atomic_fetch_add(&p->ran[i], 1);
     /* Holding component 0 until 1 is done makes another thread take 1 (10 s at most, so that
      * a broken pool fails the test rather than hangs it). */
-    for (double t0 = now_s(); i == 0 && p->hold && !atomic_load(&p->done[1]) &&
-                              now_s() - t0 < 10.0;)
+    for (double t0 = now_s();
+         i == 0 && p->hold && !atomic_load(&p->done[1]) && now_s() - t0 < 10.0;)
         sched_yield();
     dt_status st = DT_OK;
     if (i == p->fail_at[0] || i == p->fail_at[1])
@@ -261,8 +261,7 @@ static void run_ops(const dt_mesh *m, vals *o)
     keep(o, emb), keep(o, dtab);
 
     keep(o, w2);
-    dt_tensor *drop[] = {x, dy, w1, gam, bet, q, k, v, dya, logr, logc, labr, labc, tab,
-                         ids, demb};
+    dt_tensor *drop[] = {x, dy, w1, gam, bet, q, k, v, dya, logr, logc, labr, labc, tab, ids, demb};
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
         dt_tensor_destroy(drop[i]);
     dt_layout *dl[] = {lx, lq, lw1, lw2, l1, lrow, lcol, llab, llab1, ltab, lid};
