@@ -56,7 +56,11 @@ run() {
     sed -n 's/^done: .* \([0-9.]*\) tokens\/s in training steps.*/\1/p'
 }
 
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+median() {
+  sort -g | awk '{v[NR] = $1}
+    END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 load start
 cases="1x1:1:0 1x2:2:0 1x2:2:1 2x2:4:0 2x2:4:1"
@@ -79,8 +83,9 @@ for model in ${models//,/ }; do
   for mesh in 1x2 2x2; do
     off=$(median <"$tmp/$model-$mesh-0")
     on=$(median <"$tmp/$model-$mesh-1")
-    echo "model=$model mesh=$mesh workers=off tokens_per_s=$off vs_1x1=$(awk -v a="$off" -v b="$one" 'BEGIN{printf "%.2f", a / b}')"
-    echo "model=$model mesh=$mesh workers=on tokens_per_s=$on on_vs_off=$(awk -v a="$on" -v b="$off" 'BEGIN{printf "%.2f", a / b}') vs_1x1=$(awk -v a="$on" -v b="$one" 'BEGIN{printf "%.2f", a / b}')"
+    echo "model=$model mesh=$mesh workers=off tokens_per_s=$off vs_1x1=$(ratio "$off" "$one")"
+    echo "model=$model mesh=$mesh workers=on tokens_per_s=$on on_vs_off=$(ratio "$on" "$off")" \
+      "vs_1x1=$(ratio "$on" "$one")"
   done
 done
 load end

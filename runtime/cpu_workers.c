@@ -247,10 +247,27 @@ static int process_cores(void)
     return cores > 0 ? cores : 1;
 }
 
+/* A child of fork() has none of the threads: it runs its jobs alone (the lanes' memory is
+ * left to it, as the rest of the parent's state). */
+static void forget_lanes_in_child(void)
+{
+    pool.lanes = NULL;
+    pool.nlanes = 1;
+    pool.spin = 0;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void register_atfork(void)
+{
+    pthread_atfork(NULL, NULL, forget_lanes_in_child);
+}
+
 static dt_status start_lanes(int nlanes)
 {
     if (nlanes < 2)
         return DT_OK;
+    pthread_once(&atfork_once, register_atfork);
     pool.lanes = calloc((size_t)nlanes, sizeof *pool.lanes);
     if (!pool.lanes)
         return dt__error(DT_ERR_NO_MEMORY, "dt_init: no memory for %d CPU workers", nlanes);
