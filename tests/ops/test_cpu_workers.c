@@ -214,6 +214,11 @@ static void run_ops(const dt_mesh *m, vals *o)
     keep(o, h), keep(o, g), keep(o, y), keep(o, dg), keep(o, dw2), keep(o, dh), keep(o, dx);
     keep(o, dw1), keep(o, mm), keep(o, vv);
 
+    /* A dropout mask (filled on the host per device, then written). */
+    dt_tensor *mask = NULL;
+    DT_ASSERT_OK(dt_dropout_mask(lx, sx, 0.25f, 42, 3, &mask));
+    keep(o, mask);
+
     /* Layer norm and its backward. */
     dt_tensor *gam = rand_t(l1, sc, 1, 5), *bet = rand_t(l1, sc, 1, 6);
     dt_tensor *ln = NULL, *dlx = NULL, *dgam = NULL, *dbet = NULL;
