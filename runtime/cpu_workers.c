@@ -92,10 +92,13 @@ static int claim(uint64_t g)
  * keeps this lane's first failure. */
 static void run_claims(lane *l, uint64_t g, int clear)
 {
-    if (pool.fixed) { /* every lane starts at once, so that the shares overlap (races show) */
+    /* Fixed: the lanes with a share start at once, so that the shares overlap (races show).
+     * One without a share skips this: it might still be here when the next job begins. */
+    int with_share = atomic_load(&pool.n) < pool.nlanes ? atomic_load(&pool.n) : pool.nlanes;
+    if (pool.fixed && l->index < with_share) {
         atomic_fetch_add(&pool.arrived, 1);
         for (int64_t t0 = now_ns();
-             atomic_load(&pool.arrived) < pool.nlanes && now_ns() - t0 < 1000000000;)
+             atomic_load(&pool.arrived) < with_share && now_ns() - t0 < 1000000000;)
             sched_yield();
     }
     int i = pool.fixed ? l->index : claim(g);
