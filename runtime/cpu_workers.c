@@ -16,10 +16,10 @@
 #include "runtime/util.h"
 #include "runtime/workers.h"
 
-/* How long a waiting side polls (yielding the core at each turn) before it sleeps on its
- * condition variable: an op's jobs come back to back (the kernels of one op, then the next
- * op's after a little host work), and a futex wake costs tens of microseconds, as much as a
- * small kernel. Only when every lane has a core of its own. */
+/* How long a waiting side polls (poll_on) before it sleeps on its condition variable: an
+ * op's jobs come back to back (the kernels of one op, then the next op's after a little host
+ * work), and a futex wake costs tens of microseconds, as much as a small kernel. Only when
+ * every lane has a core of its own. */
 #define SPIN_NS 20000
 
 #define TICKET_CLOSED UINT64_MAX /* between two jobs: nothing to claim */
@@ -71,6 +71,20 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One turn of a poll: a pause, and every 64th turn a yield of the core (to whatever else is
+ * runnable: the lane being waited for, another process) and a look at the clock. 0 once
+ * `until` has passed. */
+static int poll_on(unsigned k, int64_t until)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (k % 64)
+        return 1;
+    sched_yield();
+    return now_ns() <= until;
 }
 
 /* The next unclaimed component of job g, or -1. A lane that arrives late, or finds the job
@@ -126,13 +140,12 @@ static uint64_t wait_job(uint64_t seen)
 {
     if (pool.spin) {
         int64_t until = now_ns() + SPIN_NS;
-        for (;;) {
+        for (unsigned k = 1;; k++) {
             uint64_t g = atomic_load_explicit(&pool.gen, memory_order_acquire);
             if (g != seen || atomic_load_explicit(&pool.stop, memory_order_relaxed))
                 return atomic_load(&pool.stop) ? seen : g;
-            if (now_ns() > until)
+            if (!poll_on(k, until))
                 break;
-            sched_yield();
         }
     }
     pthread_mutex_lock(&pool.lock);
@@ -163,12 +176,11 @@ static void wait_done(void)
 {
     if (pool.spin) {
         int64_t until = now_ns() + SPIN_NS;
-        for (;;) {
+        for (unsigned k = 1;; k++) {
             if (atomic_load_explicit(&pool.remaining, memory_order_acquire) == 0)
                 return;
-            if (now_ns() > until)
+            if (!poll_on(k, until))
                 break;
-            sched_yield();
         }
     }
     pthread_mutex_lock(&pool.lock);
