@@ -238,11 +238,11 @@ dt_status dt__widen(const dt_tensor *t, dt_tensor **out);
 dt_status dt__narrow(dt_status st, dt_dtype dtype, dt_tensor **t);
 
 /* Runs fn(i, arg) for every local component i of t: for the CPU backend with CPU workers
- * running (runtime/workers.h) and at least two non-empty components, each component on its
- * device's worker at once; otherwise one after another here, after set_device for each. fn
- * must touch only component i's memory (reads of shared inputs aside) and set no state but
- * its own. Returns DT_OK or the first failing component's status, with its message as this
- * thread's dt_last_error text. The caller still syncs (dt__ops_finish). */
+ * running and at least two non-empty components, the components at once on the worker
+ * lanes (dt__workers_run, runtime/workers.h); otherwise one after another here, after
+ * set_device for each. fn must write only component i's memory (reads of shared inputs
+ * aside) and no shared state. Returns DT_OK or the lowest failing component's status, with
+ * its message as this thread's dt_last_error text. The caller still syncs (dt__ops_finish). */
 dt_status dt__ops_each_local(const dt__ops_backend *be, const dt_tensor *t, dt__work_fn fn,
                              void *arg);
 
