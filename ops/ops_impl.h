@@ -150,10 +150,13 @@ void dt__vmath_tune(int isa_cap);
 /* ---- BLAS threads (ops/blas_threads.c) ------------------------------------------------ */
 /* Threads for OpenBLAS: cores / (clients on the host x CPU worker lanes), at least 1. */
 int dt__blas_threads_for(int cores, int clients_on_host, int workers);
-/* Sets OpenBLAS's thread count once the runtime is up (dt__blas_threads_for with this
- * process's cores, host clients and dt__workers_lanes), unless OPENBLAS_NUM_THREADS or
- * OMP_NUM_THREADS is set; a no-op until the lanes change. */
+/* Sets OpenBLAS's thread count the first time after the runtime is up, for one lane
+ * (dt__blas_threads_for with this process's cores and host clients), unless
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set; a no-op afterwards (the kernels call it). */
 void dt__blas_threads_once(void);
+/* The count for a job on `lanes` lanes at once (1: the plain loop), set when it differs from
+ * the last; called by dt__ops_each_local before the job, on the calling thread only. */
+void dt__blas_threads_job(int lanes);
 
 /* ---- shared argument checks of the kernels --------------------------------------------- */
 

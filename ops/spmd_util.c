@@ -231,14 +231,16 @@ void *dt__local_data(const dt_tensor *t, int i)
 dt_status dt__ops_each_local(const dt__ops_backend *be, const dt_tensor *t, dt__work_fn fn,
                              void *arg)
 {
-    int n = dt_tensor_num_local(t), busy = 0;
-    if (be == dt__ops_cpu_backend() && dt__workers_lanes() > 1)
+    int n = dt_tensor_num_local(t), busy = 0, cpu = be == dt__ops_cpu_backend();
+    if (cpu && dt__workers_lanes() > 1)
         for (int i = 0; i < n && busy < 2; i++)
             busy += dt__local_numel(t, i) > 0;
-    if (busy >= 2) {
-        dt__blas_threads_once(); /* here, not first on a worker while others call BLAS */
+    /* One BLAS thread per lane when the lanes compute at once, all of the process's share
+     * otherwise; set here, before the job, never by a worker while others are in BLAS. */
+    if (cpu)
+        dt__blas_threads_job(busy >= 2 ? dt__workers_lanes() : 1);
+    if (busy >= 2)
         return dt__workers_run(n, fn, arg);
-    }
     for (int i = 0; i < n; i++) {
         dt_status st = dt__set_device_of(be, t, i);
         if (st == DT_OK)

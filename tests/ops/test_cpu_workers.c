@@ -352,6 +352,46 @@ static void test_failing_kernel_on_device_1_returns_its_status_and_message(void)
     dt_mesh_destroy(m);
 }
 
+/* openblas_get_num_threads (cblas.h is not on the tests' include path). */
+int openblas_get_num_threads(void);
+
+/* dt_matmul on w12 (1x2, rows over m: both devices busy) and on w11 (one device). */
+static void one_matmul(const char *name, int64_t m_size)
+{
+    const char *names[2] = {"b", "m"};
+    int64_t sizes[2] = {1, m_size}, sa[2] = {8, 8};
+    dt_mesh *m = NULL;
+    DT_ASSERT_OK(dt_mesh_create(name, 2, names, sizes, DT_DEVICE_CPU, &m));
+    dt_layout *l = dt_test_layout(m, 2, "m", NULL, NULL);
+    dt_tensor *a = rand_t(l, sa, 2, 31), *c = NULL;
+    DT_ASSERT_OK(dt_matmul(a, a, 0, 1, NULL, &c));
+    dt_tensor_destroy(c);
+    dt_tensor_destroy(a);
+    dt_layout_destroy(l);
+    dt_mesh_destroy(m);
+}
+
+/* While the lanes compute at once OpenBLAS runs cores / (clients x lanes) threads per call,
+ * else cores / clients: a 1x1 mesh in a process of several devices keeps all its threads. */
+static void test_blas_threads_follow_the_lanes_of_each_op(void)
+{
+    const char *env = getenv("OPENBLAS_NUM_THREADS"), *omp = getenv("OMP_NUM_THREADS");
+    if (dt_num_clients() != 1 || dt_test_num_local_devices() < 2 || (env && *env) ||
+        (omp && *omp))
+        return; /* one client on the host, the count left to us */
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    DT_ASSERT_OK(dt__workers_configure(2, 0));
+    one_matmul("w12", 2);
+    CU_ASSERT_EQUAL(openblas_get_num_threads(), dt__blas_threads_for(cores, 1, 2));
+    one_matmul("w11", 1);
+    CU_ASSERT_EQUAL(openblas_get_num_threads(), dt__blas_threads_for(cores, 1, 1));
+    DT_ASSERT_OK(dt__workers_configure(0, 0));
+    one_matmul("w12", 2);
+    CU_ASSERT_EQUAL(openblas_get_num_threads(), dt__blas_threads_for(cores, 1, 1));
+    DT_ASSERT_OK(dt__workers_configure(-1, 0));
+}
+
 static void test_blas_threads_share_cores_among_clients_and_lanes(void)
 {
     CU_ASSERT_EQUAL(dt__blas_threads_for(16, 1, 1), 16);
@@ -370,6 +410,7 @@ int main(int argc, char **argv)
         DT_TEST(test_ops_give_the_same_bits_with_workers_on_and_off),
         DT_TEST(test_failing_kernel_on_device_1_returns_its_status_and_message),
         DT_TEST(test_blas_threads_share_cores_among_clients_and_lanes),
+        DT_TEST(test_blas_threads_follow_the_lanes_of_each_op),
         DT_TEST_END,
     };
     return dt_test_main(argc, argv, "cpu_workers", cases, 1);
