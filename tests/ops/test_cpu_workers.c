@@ -376,8 +376,7 @@ static void one_matmul(const char *name, int64_t m_size)
 static void test_blas_threads_follow_the_lanes_of_each_op(void)
 {
     const char *env = getenv("OPENBLAS_NUM_THREADS"), *omp = getenv("OMP_NUM_THREADS");
-    if (dt_num_clients() != 1 || dt_test_num_local_devices() < 2 || (env && *env) ||
-        (omp && *omp))
+    if (dt_num_clients() != 1 || dt_test_num_local_devices() < 2 || (env && *env) || (omp && *omp))
         return; /* one client on the host, the count left to us */
     cpu_set_t set;
     int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
