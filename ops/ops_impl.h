@@ -7,6 +7,7 @@
 
 #include "dtensor/dtensor.h"
 #include "runtime/device.h"
+#include "runtime/workers.h"
 
 /* ---- kernel backends --------------------------------------------------------------------
  * One table per device type. Every entry has exactly the arguments of the public
@@ -155,11 +156,15 @@ int64_t dt__vadam(int64_t n, const dt__adam_consts *k, float *param, const float
 void dt__vmath_tune(int isa_cap);
 
 /* ---- BLAS threads (ops/blas_threads.c) ------------------------------------------------ */
-/* Threads for OpenBLAS: cores / clients on the host, at least 1. */
-int dt__blas_threads_for(int cores, int clients_on_host);
-/* Sets OpenBLAS's thread count once the runtime is up (dt__blas_threads_for), unless
- * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set; a no-op after the first time. */
+/* Threads for OpenBLAS: cores / (clients on the host x CPU worker lanes), at least 1. */
+int dt__blas_threads_for(int cores, int clients_on_host, int workers);
+/* Sets OpenBLAS's thread count the first time after the runtime is up, for one lane
+ * (dt__blas_threads_for with this process's cores and host clients), unless
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set; a no-op afterwards (the kernels call it). */
 void dt__blas_threads_once(void);
+/* The count for a job on `lanes` lanes at once (1: the plain loop), set when it differs from
+ * the last; called by dt__ops_each_local before the job, on the calling thread only. */
+void dt__blas_threads_job(int lanes);
 
 /* ---- shared argument checks of the kernels --------------------------------------------- */
 
@@ -242,6 +247,15 @@ dt_status dt__tensor_view(const dt_tensor *t, const dt__lspec *ls, const int64_t
 int dt__is_half(const dt_tensor *t);
 dt_status dt__widen(const dt_tensor *t, dt_tensor **out);
 dt_status dt__narrow(dt_status st, dt_dtype dtype, dt_tensor **t);
+
+/* Runs fn(i, arg) for every local component i of t: for the CPU backend with CPU workers
+ * running and at least two non-empty components, the components at once on the worker
+ * lanes (dt__workers_run, runtime/workers.h); otherwise one after another here, after
+ * set_device for each. fn must write only component i's memory (reads of shared inputs
+ * aside) and no shared state. Returns DT_OK or the lowest failing component's status, with
+ * its message as this thread's dt_last_error text. The caller still syncs (dt__ops_finish). */
+dt_status dt__ops_each_local(const dt__ops_backend *be, const dt_tensor *t, dt__work_fn fn,
+                             void *arg);
 
 /* set_device for local component i of t (nothing for backends without it). */
 dt_status dt__set_device_of(const dt__ops_backend *be, const dt_tensor *t, int i);

@@ -30,6 +30,40 @@ static dt_status check_qkv(const char *op, const dt_tensor *q, const dt_tensor *
     return DT_OK;
 }
 
+/* The local kernels of attention and its backward on component i (dt__ops_each_local): in
+ * q, k, v (and dy), out y (or dq, dk, dv). */
+typedef struct att_local {
+    const dt__ops_backend *be;
+    const dt_tensor *in[4];
+    const dt_tensor *out[3];
+    int64_t hd;
+    int causal;
+} att_local;
+
+static dt_status att_one(int i, void *arg)
+{
+    const att_local *a = arg;
+    const DLTensor *l = dt_tensor_local(a->out[0], i);
+    if (dt__numel(3, l->shape) == 0)
+        return DT_OK;
+    return a->be->attention(l->shape[0], l->shape[1], l->shape[2] / a->hd, a->hd, a->causal,
+                            dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
+                            dt__local_data(a->in[2], i), dt__local_data(a->out[0], i));
+}
+
+static dt_status att_grad_one(int i, void *arg)
+{
+    const att_local *a = arg;
+    const DLTensor *l = dt_tensor_local(a->in[0], i);
+    if (dt__numel(3, l->shape) == 0)
+        return DT_OK;
+    return a->be->attention_grad(l->shape[0], l->shape[1], l->shape[2] / a->hd, a->hd,
+                                 a->causal, dt__local_data(a->in[0], i),
+                                 dt__local_data(a->in[1], i), dt__local_data(a->in[2], i),
+                                 dt__local_data(a->in[3], i), dt__local_data(a->out[0], i),
+                                 dt__local_data(a->out[1], i), dt__local_data(a->out[2], i));
+}
+
 /* The layout attention runs in: q's batch sharding, the sequence gathered, the width sharded
  * as q's when its mesh dim splits the heads evenly. */
 static void attn_spec(const dt_tensor *q, int64_t heads, dt__lspec *ls)
@@ -67,16 +101,9 @@ static dt_status attention_run(const dt_tensor *q, const dt_tensor *k, const dt_
         st = dt__ensure_layout(v, &ls, &rv);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rq), DT_DTYPE_F32, s, &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        const DLTensor *l = dt_tensor_local(y, i);
-        if (dt__numel(3, l->shape) == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->attention(l->shape[0], l->shape[1], l->shape[2] / hd, hd, causal,
-                               dt__local_data(rq, i), dt__local_data(rk, i),
-                               dt__local_data(rv, i), dt__local_data(y, i));
-    }
+    att_local al = {be, {rq, rk, rv, NULL}, {y, NULL, NULL}, hd, causal};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, att_one, &al);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rv);
     dt_tensor_destroy(rk);
@@ -123,18 +150,9 @@ dt_status dt_attention_backward(const dt_tensor *q, const dt_tensor *k, const dt
         st = dt__ensure_layout(src[j], &ls, &in[j]);
     for (int j = 0; j < 3 && st == DT_OK; j++)
         st = dt__tensor_empty(dt_tensor_layout(in[0]), DT_DTYPE_F32, s, &g[j]);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(in[0]); i++) {
-        const DLTensor *l = dt_tensor_local(in[0], i);
-        if (dt__numel(3, l->shape) == 0)
-            continue;
-        st = dt__set_device_of(be, in[0], i);
-        if (st == DT_OK)
-            st = be->attention_grad(l->shape[0], l->shape[1], l->shape[2] / hd, hd, causal,
-                                    dt__local_data(in[0], i), dt__local_data(in[1], i),
-                                    dt__local_data(in[2], i), dt__local_data(in[3], i),
-                                    dt__local_data(g[0], i), dt__local_data(g[1], i),
-                                    dt__local_data(g[2], i));
-    }
+    att_local al = {be, {in[0], in[1], in[2], in[3]}, {g[0], g[1], g[2]}, hd, causal};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, in[0], att_grad_one, &al);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK) {

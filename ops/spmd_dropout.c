@@ -30,6 +30,32 @@ static void fill_component(int rank, const int64_t *shape, const int64_t *off, c
     }
 }
 
+/* Local component i of the mask: filled in a host buffer, then written (any device). */
+typedef struct mask_local {
+    dt_tensor *t;
+    const int64_t *shape;
+    float p;
+    uint64_t seed, stream;
+} mask_local;
+
+static dt_status mask_one(int i, void *arg)
+{
+    const mask_local *m = arg;
+    const DLTensor *c = dt_tensor_local(m->t, i);
+    int64_t n = dt__numel(c->ndim, c->shape);
+    if (n == 0)
+        return DT_OK;
+    float *buf = malloc((size_t)n * sizeof *buf);
+    if (!buf)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_dropout_mask: no memory for %lld floats",
+                         (long long)n);
+    fill_component(c->ndim, m->shape, dt_tensor_local_offset(m->t, i), c->shape, m->p, m->seed,
+                   m->stream, buf);
+    dt_status st = dt_tensor_local_write(m->t, i, buf, (size_t)n * sizeof *buf);
+    free(buf);
+    return st;
+}
+
 dt_status dt_dropout_mask(const dt_layout *layout, const int64_t *shape, float p, uint64_t seed,
                           uint64_t stream, dt_tensor **out)
 {
@@ -49,23 +75,15 @@ dt_status dt_dropout_mask(const dt_layout *layout, const int64_t *shape, float p
     if (st == DT_OK)
         st = dt__tensor_empty(l, DT_DTYPE_F32, shape, &t);
     dt_layout_destroy(l);
-    float *buf = NULL;
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(t); i++) {
-        const DLTensor *c = dt_tensor_local(t, i);
-        int64_t n = dt__numel(c->ndim, c->shape);
-        if (n == 0)
-            continue;
-        float *nb = realloc(buf, (size_t)n * sizeof *buf);
-        if (!nb) {
-            st = dt__error(DT_ERR_NO_MEMORY, "%s: out of memory", op);
-            break;
-        }
-        buf = nb;
-        fill_component(c->ndim, shape, dt_tensor_local_offset(t, i), c->shape, p, seed, stream,
-                       buf);
-        st = dt_tensor_local_write(t, i, buf, (size_t)n * sizeof *buf);
-    }
-    free(buf);
+    mask_local ml = {t, shape, p, seed, stream};
+    /* CPU devices fill their masks at once (dt__ops_each_local); other kinds one by one. */
+    const dt__ops_backend *be = NULL;
+    if (st == DT_OK && dt_mesh_device_type(dt_layout_mesh(layout)) == DT_DEVICE_CPU)
+        st = dt__ops_backend_for(dt_layout_mesh(layout), op, &be);
+    if (st == DT_OK && be)
+        st = dt__ops_each_local(be, t, mask_one, &ml);
+    for (int i = 0; st == DT_OK && !be && i < dt_tensor_num_local(t); i++)
+        st = mask_one(i, &ml);
     if (st != DT_OK) {
         dt_tensor_destroy(t);
         return st;

@@ -27,30 +27,77 @@ static void strip_nonsum(dt__lspec *ls)
             ls->partial[d] = 0;
 }
 
+/* The local kernels of one op on component i (dt__ops_each_local): c from a and b. */
+typedef struct ew_local {
+    const dt__ops_backend *be;
+    int kind; /* a bin_kind or un_kind */
+    const dt_tensor *a, *b, *c;
+    float alpha;
+    dt_dtype from, to; /* casts */
+} ew_local;
+
+static dt_status bin_one(int i, void *arg)
+{
+    const ew_local *e = arg;
+    const dt__ops_backend *be = e->be;
+    int64_t n = dt__local_numel(e->c, i);
+    const float *x = dt__local_data(e->a, i), *y = dt__local_data(e->b, i);
+    float *z = dt__local_data(e->c, i);
+    if (n == 0)
+        return DT_OK;
+    switch ((bin_kind)e->kind) {
+    case BIN_ADD: return be->add(n, x, y, z);
+    case BIN_SUB: return be->sub(n, x, y, z);
+    case BIN_MUL: return be->mul(n, x, y, z);
+    case BIN_RELU_GRAD: return be->relu_grad(n, x, y, z);
+    case BIN_GELU_GRAD: return be->gelu_grad(n, x, y, z);
+    }
+    return DT_OK;
+}
+
 static dt_status run_binary(const dt__ops_backend *be, bin_kind kind, const dt_tensor *a,
                             const dt_tensor *b, dt_tensor *c)
 {
-    dt_status st = DT_OK;
-    for (int i = 0; i < dt_tensor_num_local(c) && st == DT_OK; i++) {
-        int64_t n = dt__local_numel(c, i);
-        const float *x = dt__local_data(a, i), *y = dt__local_data(b, i);
-        float *z = dt__local_data(c, i);
-        if (n == 0)
-            continue;
-        st = dt__set_device_of(be, c, i);
-        if (st != DT_OK)
-            break;
-        switch (kind) {
-        case BIN_ADD: st = be->add(n, x, y, z); break;
-        case BIN_SUB: st = be->sub(n, x, y, z); break;
-        case BIN_MUL: st = be->mul(n, x, y, z); break;
-        case BIN_RELU_GRAD: st = be->relu_grad(n, x, y, z); break;
-        case BIN_GELU_GRAD: st = be->gelu_grad(n, x, y, z); break;
-        }
-    }
+    ew_local e = {.be = be, .kind = (int)kind, .a = a, .b = b, .c = c};
+    dt_status st = dt__ops_each_local(be, c, bin_one, &e);
     if (st == DT_OK && be->sync)
         st = be->sync();
     return st;
+}
+
+/* y += alpha x in place: c += alpha a. */
+static dt_status axpy_one(int i, void *arg)
+{
+    const ew_local *e = arg;
+    int64_t n = dt__local_numel(e->c, i);
+    if (n == 0)
+        return DT_OK;
+    return e->be->axpy(n, e->alpha, dt__local_data(e->a, i), dt__local_data(e->c, i));
+}
+
+/* c = a + b along a's last dim. */
+static dt_status bias_add_one(int i, void *arg)
+{
+    const ew_local *e = arg;
+    int64_t n = dt__local_numel(e->c, i);
+    if (n == 0)
+        return DT_OK;
+    const DLTensor *ly = dt_tensor_local(e->c, i);
+    int64_t cols = ly->shape[ly->ndim - 1];
+    dt_status st = e->be->copy(n, dt__local_data(e->a, i), dt__local_data(e->c, i));
+    if (st == DT_OK)
+        st = e->be->bias_add(n / cols, cols, dt__local_data(e->b, i), dt__local_data(e->c, i));
+    return st;
+}
+
+/* c = a cast from `from` to `to`. */
+static dt_status cast_one(int i, void *arg)
+{
+    const ew_local *e = arg;
+    int64_t n = dt__local_numel(e->c, i);
+    if (n == 0)
+        return DT_OK;
+    return e->be->cast(n, dt__local_data(e->a, i), e->from, dt__local_data(e->c, i), e->to);
 }
 
 /* Common body of the binary ops: checks, the meeting layout, relayouts, local kernels. */
@@ -214,6 +261,23 @@ dt_status dt_gelu_backward(const dt_tensor *x, const dt_tensor *dy, dt_tensor **
 
 typedef enum { UN_SCALE, UN_RELU, UN_GELU } un_kind;
 
+/* scale, ReLU, GELU: c from a. */
+static dt_status un_one(int i, void *arg)
+{
+    const ew_local *e = arg;
+    int64_t n = dt__local_numel(e->c, i);
+    if (n == 0)
+        return DT_OK;
+    const float *src = dt__local_data(e->a, i);
+    float *dst = dt__local_data(e->c, i);
+    switch ((un_kind)e->kind) {
+    case UN_SCALE: return e->be->scale(n, e->alpha, src, dst);
+    case UN_RELU: return e->be->relu(n, src, dst);
+    case UN_GELU: return e->be->gelu(n, src, dst);
+    }
+    return DT_OK;
+}
+
 static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor **out)
 {
     static const char *const names[] = {"dt_scale", "dt_relu", "dt_gelu"};
@@ -245,18 +309,9 @@ static dt_status unary(un_kind kind, const dt_tensor *x, float alpha, dt_tensor 
     st = dt__ensure_layout(x, &ls, &rx);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &ls, DT_DTYPE_F32, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st != DT_OK)
-            break;
-        const float *src = dt__local_data(rx, i);
-        float *dst = dt__local_data(y, i);
-        st = kind == UN_SCALE ? be->scale(n, alpha, src, dst)
-           : kind == UN_RELU ? be->relu(n, src, dst) : be->gelu(n, src, dst);
-    }
+    ew_local e = {.be = be, .kind = (int)kind, .a = rx, .c = y, .alpha = alpha};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, un_one, &e);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
@@ -333,14 +388,9 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
         return st;
     dt_tensor *rx = NULL;
     st = dt__ensure_layout_l(x, dt_tensor_layout(y), &rx);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->axpy(n, alpha, dt__local_data(rx, i), dt__local_data(y, i));
-    }
+    ew_local e = {.be = be, .a = rx, .c = y, .alpha = alpha};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, axpy_one, &e);
     if (st == DT_OK && be->sync)
         st = be->sync();
     dt_tensor_destroy(rx);
@@ -382,18 +432,9 @@ static dt_status bias_add_run(const dt_tensor *x, const dt_tensor *bias, dt_tens
         st = dt__ensure_layout(bias, &lb, &rb);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lx, DT_DTYPE_F32, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0)
-            continue;
-        const DLTensor *ly = dt_tensor_local(y, i);
-        int64_t cols = ly->shape[r - 1];
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->copy(n, dt__local_data(rx, i), dt__local_data(y, i));
-        if (st == DT_OK)
-            st = be->bias_add(n / cols, cols, dt__local_data(rb, i), dt__local_data(y, i));
-    }
+    ew_local e = {.be = be, .a = rx, .b = rb, .c = y};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, bias_add_one, &e);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rb);
     dt_tensor_destroy(rx);
@@ -435,14 +476,9 @@ static dt_status cast_run(const dt_tensor *x, dt_dtype dtype, dt_tensor **out)
         return st;
     dt_tensor *y = NULL;
     st = dt__tensor_empty(dt_tensor_layout(x), dtype, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->cast(n, dt__local_data(x, i), from, dt__local_data(y, i), dtype);
-    }
+    ew_local e = {.be = be, .a = x, .c = y, .from = from, .to = dtype};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, cast_one, &e);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     return st;
 }

@@ -10,6 +10,98 @@
 #include "runtime/error.h"
 #include "runtime/util.h"
 
+/* The local kernels of component i (dt__ops_each_local): inputs in, outputs out. */
+typedef struct ll_local {
+    const dt__ops_backend *be;
+    const dt_tensor *in[4];
+    const dt_tensor *out[3];
+    int64_t cols, hd, group, pos;
+    float eps;
+    int flag; /* rope: inverse; attention: causal */
+} ll_local;
+
+static dt_status rms_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    int64_t n = dt__local_numel(a->out[0], i);
+    if (n == 0 || a->cols == 0)
+        return DT_OK;
+    return a->be->rms_norm(n / a->cols, a->cols, dt__local_data(a->in[0], i),
+                           dt__local_data(a->in[1], i), a->eps, dt__local_data(a->out[0], i));
+}
+
+/* Also for empty rows: the partial gain gradient is still written (zeros). */
+static dt_status rms_grad_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    int64_t n = dt__local_numel(a->out[0], i);
+    if (a->cols == 0)
+        return DT_OK;
+    return a->be->rms_norm_grad(n / a->cols, a->cols, dt__local_data(a->in[0], i),
+                                dt__local_data(a->in[1], i), dt__local_data(a->in[2], i),
+                                a->eps, dt__local_data(a->out[0], i),
+                                dt__local_data(a->out[1], i));
+}
+
+/* Each block at its own global positions along T. */
+static dt_status rope_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    const DLTensor *l = dt_tensor_local(a->out[0], i);
+    if (dt__numel(3, l->shape) == 0)
+        return DT_OK;
+    int64_t t0 = dt_tensor_local_offset(a->out[0], i)[1];
+    return a->be->rope(l->shape[0], l->shape[1], l->shape[2] / a->hd, a->hd, a->pos + t0,
+                       a->flag, dt__local_data(a->in[0], i), dt__local_data(a->out[0], i));
+}
+
+static dt_status swiglu_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    int64_t n = dt__local_numel(a->out[0], i);
+    if (n == 0)
+        return DT_OK;
+    return a->be->swiglu(n, dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
+                         dt__local_data(a->out[0], i));
+}
+
+static dt_status swiglu_grad_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    int64_t n = dt__local_numel(a->in[0], i);
+    if (n == 0)
+        return DT_OK;
+    return a->be->swiglu_grad(n, dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
+                              dt__local_data(a->in[2], i), dt__local_data(a->out[0], i),
+                              dt__local_data(a->out[1], i));
+}
+
+static dt_status gqa_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    const DLTensor *l = dt_tensor_local(a->out[0], i);
+    if (dt__numel(3, l->shape) == 0)
+        return DT_OK;
+    int64_t lh = l->shape[2] / a->hd;
+    return a->be->attention_gqa(l->shape[0], l->shape[1], lh, lh / a->group, a->hd, a->flag,
+                                dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
+                                dt__local_data(a->in[2], i), dt__local_data(a->out[0], i));
+}
+
+static dt_status gqa_grad_one(int i, void *arg)
+{
+    const ll_local *a = arg;
+    const DLTensor *l = dt_tensor_local(a->in[0], i);
+    if (dt__numel(3, l->shape) == 0)
+        return DT_OK;
+    int64_t lh = l->shape[2] / a->hd;
+    return a->be->attention_gqa_grad(l->shape[0], l->shape[1], lh, lh / a->group, a->hd, a->flag,
+                                     dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
+                                     dt__local_data(a->in[2], i), dt__local_data(a->in[3], i),
+                                     dt__local_data(a->out[0], i), dt__local_data(a->out[1], i),
+                                     dt__local_data(a->out[2], i));
+}
+
 static dt_status check_x(const char *op, const dt_tensor *x, const void *out)
 {
     dt_status st = dt__check_f32(op, "x", x);
@@ -61,15 +153,9 @@ static dt_status rms_norm_run(const dt_tensor *x, const dt_tensor *gain, float e
         st = replicated(gain, &rg);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rx), DT_DTYPE_F32, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0 || cols == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->rms_norm(n / cols, cols, dt__local_data(rx, i), dt__local_data(rg, i), eps,
-                              dt__local_data(y, i));
-    }
+    ll_local a = {.be = be, .in = {rx, rg}, .out = {y}, .cols = cols, .eps = eps};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, rms_one, &a);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rg);
     dt_tensor_destroy(rx);
@@ -110,16 +196,9 @@ dt_status dt_rms_norm_backward(const dt_tensor *x, const dt_tensor *gain, const 
         st = dt__tensor_empty(dt_tensor_layout(rx), DT_DTYPE_F32, dt_tensor_shape(x), &dx);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lp, DT_DTYPE_F32, &cols, &dg);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(dx); i++) {
-        int64_t n = dt__local_numel(dx, i);
-        if (cols == 0)
-            continue;
-        st = dt__set_device_of(be, dx, i);
-        if (st == DT_OK)
-            st = be->rms_norm_grad(n / cols, cols, dt__local_data(rx, i), dt__local_data(rg, i),
-                                   dt__local_data(rdy, i), eps, dt__local_data(dx, i),
-                                   dt__local_data(dg, i));
-    }
+    ll_local a = {.be = be, .in = {rx, rg, rdy}, .out = {dx, dg}, .cols = cols, .eps = eps};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, dx, rms_grad_one, &a);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK) {
@@ -179,17 +258,10 @@ static dt_status rope_common(const char *op, const dt_tensor *x, int64_t heads,
     st = dt__ensure_layout(x, &ls, &rx);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rx), DT_DTYPE_F32, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        const DLTensor *l = dt_tensor_local(y, i);
-        if (dt__numel(3, l->shape) == 0)
-            continue;
-        /* Each block at its own global positions along T. */
-        int64_t t0 = dt_tensor_local_offset(y, i)[1];
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->rope(l->shape[0], l->shape[1], l->shape[2] / hd, hd, pos_offset + t0,
-                          inverse, dt__local_data(rx, i), dt__local_data(y, i));
-    }
+    ll_local a = {.be = be, .in = {rx}, .out = {y}, .hd = hd, .pos = pos_offset,
+                  .flag = inverse};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, rope_one, &a);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
@@ -228,15 +300,9 @@ static dt_status swiglu_run(const dt_tensor *gate, const dt_tensor *up, dt_tenso
         st = dt__ensure_layout(up, &ls, &ru);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rg), DT_DTYPE_F32, dt_tensor_shape(gate), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->swiglu(n, dt__local_data(rg, i), dt__local_data(ru, i),
-                            dt__local_data(y, i));
-    }
+    ll_local a = {.be = be, .in = {rg, ru}, .out = {y}};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, swiglu_one, &a);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(ru);
     dt_tensor_destroy(rg);
@@ -265,16 +331,9 @@ dt_status dt_swiglu_backward(const dt_tensor *gate, const dt_tensor *up, const d
     for (int j = 0; j < 2 && st == DT_OK; j++)
         st = dt__tensor_empty(dt_tensor_layout(in[0]), DT_DTYPE_F32, dt_tensor_shape(gate),
                               &g[j]);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(in[0]); i++) {
-        int64_t n = dt__local_numel(in[0], i);
-        if (n == 0)
-            continue;
-        st = dt__set_device_of(be, in[0], i);
-        if (st == DT_OK)
-            st = be->swiglu_grad(n, dt__local_data(in[0], i), dt__local_data(in[1], i),
-                                 dt__local_data(in[2], i), dt__local_data(g[0], i),
-                                 dt__local_data(g[1], i));
-    }
+    ll_local a = {.be = be, .in = {in[0], in[1], in[2]}, .out = {g[0], g[1]}};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, in[0], swiglu_grad_one, &a);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK) {
@@ -343,17 +402,10 @@ static dt_status gqa_run(const dt_tensor *q, const dt_tensor *k, const dt_tensor
         st = dt__ensure_layout(v, &ls, &rv);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rq), DT_DTYPE_F32, s, &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        const DLTensor *l = dt_tensor_local(y, i);
-        if (dt__numel(3, l->shape) == 0)
-            continue;
-        int64_t lh = l->shape[2] / hd;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->attention_gqa(l->shape[0], l->shape[1], lh, lh / group, hd, causal,
-                                   dt__local_data(rq, i), dt__local_data(rk, i),
-                                   dt__local_data(rv, i), dt__local_data(y, i));
-    }
+    ll_local a = {.be = be, .in = {rq, rk, rv}, .out = {y}, .hd = hd, .group = group,
+                  .flag = causal};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, gqa_one, &a);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rv);
     dt_tensor_destroy(rk);
@@ -389,19 +441,10 @@ dt_status dt_attention_gqa_backward(const dt_tensor *q, const dt_tensor *k, cons
     for (int j = 0; j < 3 && st == DT_OK; j++)
         st = dt__tensor_empty(dt_tensor_layout(in[j]), DT_DTYPE_F32, dt_tensor_shape(src[j]),
                               &g[j]);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(in[0]); i++) {
-        const DLTensor *l = dt_tensor_local(in[0], i);
-        if (dt__numel(3, l->shape) == 0)
-            continue;
-        int64_t lh = l->shape[2] / hd;
-        st = dt__set_device_of(be, in[0], i);
-        if (st == DT_OK)
-            st = be->attention_gqa_grad(l->shape[0], l->shape[1], lh, lh / group, hd, causal,
-                                        dt__local_data(in[0], i), dt__local_data(in[1], i),
-                                        dt__local_data(in[2], i), dt__local_data(in[3], i),
-                                        dt__local_data(g[0], i), dt__local_data(g[1], i),
-                                        dt__local_data(g[2], i));
-    }
+    ll_local a = {.be = be, .in = {in[0], in[1], in[2], in[3]}, .out = {g[0], g[1], g[2]},
+                  .hd = hd, .group = group, .flag = causal};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, in[0], gqa_grad_one, &a);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK) {

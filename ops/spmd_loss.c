@@ -9,6 +9,34 @@
 #include "runtime/util.h"
 #include "autograd/record.h"
 
+/* The local kernels of component i (dt__ops_each_local): logits, labels -> out. */
+typedef struct xent_local {
+    const dt__ops_backend *be;
+    const dt_tensor *logits, *labels, *out;
+    int64_t classes;
+    float scale;
+} xent_local;
+
+/* Every component writes its partial loss, also one without rows (zero). */
+static dt_status xent_one(int i, void *arg)
+{
+    const xent_local *x = arg;
+    return x->be->softmax_xent(dt_tensor_local(x->logits, i)->shape[0], x->classes,
+                               dt__local_data(x->logits, i), dt__local_data(x->labels, i),
+                               x->scale, dt__local_data(x->out, i));
+}
+
+static dt_status xent_grad_one(int i, void *arg)
+{
+    const xent_local *x = arg;
+    int64_t rows = dt_tensor_local(x->logits, i)->shape[0];
+    if (rows == 0)
+        return DT_OK;
+    return x->be->softmax_xent_grad(rows, x->classes, dt__local_data(x->logits, i),
+                                    dt__local_data(x->labels, i), x->scale,
+                                    dt__local_data(x->out, i));
+}
+
 static dt_status prepare(const char *op, const dt_tensor *logits, const dt_tensor *labels,
                          const void *out, const dt__ops_backend **be, dt_tensor **rl,
                          dt_tensor **rt)
@@ -70,13 +98,9 @@ static dt_status softmax_xent_run(const dt_tensor *logits, const dt_tensor *labe
     int64_t none[1] = {0};
     st = dt__tensor_new(mesh, &ly, DT_DTYPE_F32, none, &loss);
     float scale = rows > 0 ? 1.0f / (float)rows : 0.0f;
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(loss); i++) {
-        st = dt__set_device_of(be, loss, i);
-        if (st == DT_OK)
-            st = be->softmax_xent(dt_tensor_local(rl, i)->shape[0], classes,
-                                  dt__local_data(rl, i), dt__local_data(rt, i), scale,
-                                  dt__local_data(loss, i));
-    }
+    xent_local xl = {be, rl, rt, loss, classes, scale};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, rl, xent_one, &xl);
     st = dt__ops_finish(be, op, layout, st, &loss, loss_out);
     dt_tensor_destroy(rt);
     dt_tensor_destroy(rl);
@@ -108,15 +132,9 @@ dt_status dt_softmax_xent_backward(const dt_tensor *logits, const dt_tensor *lab
     int64_t rows = dt_tensor_shape(rl)[0], classes = dt_tensor_shape(rl)[1];
     st = dt__tensor_empty(dt_tensor_layout(rl), DT_DTYPE_F32, dt_tensor_shape(rl), &d);
     float scale = rows > 0 ? dloss / (float)rows : 0.0f;
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(d); i++) {
-        int64_t lrows = dt_tensor_local(rl, i)->shape[0];
-        if (lrows == 0)
-            continue;
-        st = dt__set_device_of(be, d, i);
-        if (st == DT_OK)
-            st = be->softmax_xent_grad(lrows, classes, dt__local_data(rl, i),
-                                       dt__local_data(rt, i), scale, dt__local_data(d, i));
-    }
+    xent_local xl = {be, rl, rt, d, classes, scale};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, d, xent_grad_one, &xl);
     st = dt__ops_finish(be, op, NULL, st, &d, dlogits_out);
     dt_tensor_destroy(rt);
     dt_tensor_destroy(rl);

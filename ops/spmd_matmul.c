@@ -181,6 +181,27 @@ static void choose_plan(const dt_mesh *mesh, const dt_tensor *a, const dt_tensor
     plan_cache[slot].used = 1;
 }
 
+/* One local GEMM of matmul_run, component i (dt__ops_each_local). */
+typedef struct mm_local {
+    const dt__ops_backend *be;
+    const dt_tensor *a, *b, *c;
+    int transa, transb;
+} mm_local;
+
+static dt_status mm_one(int i, void *arg)
+{
+    const mm_local *x = arg;
+    const DLTensor *la = dt_tensor_local(x->a, i), *lb = dt_tensor_local(x->b, i);
+    const DLTensor *lc = dt_tensor_local(x->c, i);
+    int64_t m = lc->shape[0], n = lc->shape[1], k = la->shape[1 - x->transa];
+    if (m == 0 || n == 0)
+        return DT_OK;
+    return x->be->gemm(x->transa, x->transb, m, n, k, 1.0f, dt__local_data(x->a, i),
+                       dt_tensor_dtype(x->a), la->shape[1] > 1 ? la->shape[1] : 1,
+                       dt__local_data(x->b, i), dt_tensor_dtype(x->b),
+                       lb->shape[1] > 1 ? lb->shape[1] : 1, 0.0f, dt__local_data(x->c, i), n);
+}
+
 static dt_status matmul_run(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
                     const dt_layout *layout, dt_tensor **out)
 {
@@ -230,20 +251,8 @@ static dt_status matmul_run(const dt_tensor *a, const dt_tensor *b, int transa, 
     st = dt__tensor_new(mesh, &pl.c, DT_DTYPE_F32, cshape, &c);
     if (st != DT_OK)
         goto done;
-    for (int i = 0; i < dt_tensor_num_local(c) && st == DT_OK; i++) {
-        const DLTensor *la = dt_tensor_local(ra, i), *lb = dt_tensor_local(rb, i);
-        const DLTensor *lc = dt_tensor_local(c, i);
-        int64_t m = lc->shape[0], n = lc->shape[1], k = la->shape[1 - transa];
-        if (m == 0 || n == 0)
-            continue;
-        if (be->set_device)
-            st = be->set_device(lc->device.device_id);
-        if (st == DT_OK)
-            st = be->gemm(transa, transb, m, n, k, 1.0f, dt__local_data(ra, i),
-                          dt_tensor_dtype(ra), la->shape[1] > 1 ? la->shape[1] : 1,
-                          dt__local_data(rb, i), dt_tensor_dtype(rb),
-                          lb->shape[1] > 1 ? lb->shape[1] : 1, 0.0f, dt__local_data(c, i), n);
-    }
+    mm_local ml = {be, ra, rb, c, transa, transb};
+    st = dt__ops_each_local(be, c, mm_one, &ml);
     st = dt__ops_finish(be, op, layout, st, &c, out);
 done:
     dt_tensor_destroy(c);

@@ -89,6 +89,33 @@ static dt_status check_proj(const char *op, const dt_tensor *a, const dt_tensor 
     return DT_OK;
 }
 
+/* The GEMMs of one local component of batched (dt__ops_each_local). */
+typedef struct bmm_local {
+    const dt__ops_backend *be;
+    const dt_tensor *a, *b, *c;
+    int transa, transb;
+    int64_t m, n, k;
+} bmm_local;
+
+static dt_status bmm_one(int i, void *arg)
+{
+    const bmm_local *x = arg;
+    int64_t m = x->m, n = x->n, k = x->k;
+    int64_t count = dt__local_numel(x->c, i) / (m * n > 0 ? m * n : 1);
+    if (m * n == 0 || count == 0)
+        return DT_OK;
+    size_t asz = dt_dtype_size(dt_tensor_dtype(x->a)), bsz = dt_dtype_size(dt_tensor_dtype(x->b));
+    const char *pa = dt__local_data(x->a, i), *pb = dt__local_data(x->b, i);
+    float *pc = dt__local_data(x->c, i);
+    dt_status st = DT_OK;
+    for (int64_t j = 0; st == DT_OK && j < count; j++)
+        st = x->be->gemm(x->transa, x->transb, m, n, k, 1.0f, pa + (size_t)(j * m * k) * asz,
+                         dt_tensor_dtype(x->a), x->transa ? m : k,
+                         pb + (size_t)(j * k * n) * bsz, dt_tensor_dtype(x->b),
+                         x->transb ? k : n, 0.0f, pc + j * m * n, n);
+    return st;
+}
+
 /* Batched: leading dims of a and b equal; b is relaid out to a's batch sharding, the matrix
  * dims of both are gathered; one GEMM per local matrix. */
 static dt_status batched(const char *op, const dt_tensor *a, const dt_tensor *b, int transa,
@@ -123,19 +150,9 @@ static dt_status batched(const char *op, const dt_tensor *a, const dt_tensor *b,
         st = dt__ensure_layout(b, &ls, &rb);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &ls, DT_DTYPE_F32, cshape, &c);
-    size_t asz = dt_dtype_size(dt_tensor_dtype(a)), bsz = dt_dtype_size(dt_tensor_dtype(b));
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(c); i++) {
-        int64_t count = dt__local_numel(c, i) / (m * n > 0 ? m * n : 1);
-        if (m * n == 0 || count == 0)
-            continue;
-        st = dt__set_device_of(be, c, i);
-        const char *pa = dt__local_data(ra, i), *pb = dt__local_data(rb, i);
-        float *pc = dt__local_data(c, i);
-        for (int64_t j = 0; st == DT_OK && j < count; j++)
-            st = be->gemm(transa, transb, m, n, k, 1.0f, pa + (size_t)(j * m * k) * asz,
-                          dt_tensor_dtype(ra), transa ? m : k, pb + (size_t)(j * k * n) * bsz,
-                          dt_tensor_dtype(rb), transb ? k : n, 0.0f, pc + j * m * n, n);
-    }
+    bmm_local bl = {be, ra, rb, c, transa, transb, m, n, k};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, c, bmm_one, &bl);
     st = dt__ops_finish(be, op, layout, st, &c, out);
     dt_tensor_destroy(rb);
     dt_tensor_destroy(ra);

@@ -41,6 +41,40 @@ static dt_status replicated(const dt_tensor *p, dt_tensor **out)
     return dt__ensure_layout(p, &ls, out);
 }
 
+/* The local kernels on component i (dt__ops_each_local). */
+typedef struct norm_local {
+    const dt__ops_backend *be;
+    const dt_tensor *in[3]; /* x, gamma, beta (or dy); softmax: x, dy or NULL */
+    const dt_tensor *out[3];
+    int64_t cols;
+    float eps;
+    int axis;
+} norm_local;
+
+static dt_status ln_one(int i, void *arg)
+{
+    const norm_local *a = arg;
+    int64_t n = dt__local_numel(a->out[0], i);
+    if (n == 0 || a->cols == 0)
+        return DT_OK;
+    return a->be->layer_norm(n / a->cols, a->cols, dt__local_data(a->in[0], i),
+                             dt__local_data(a->in[1], i), dt__local_data(a->in[2], i), a->eps,
+                             dt__local_data(a->out[0], i));
+}
+
+/* Also for empty rows: the partial gain and bias gradients are still written (zeros). */
+static dt_status ln_grad_one(int i, void *arg)
+{
+    const norm_local *a = arg;
+    int64_t n = dt__local_numel(a->out[0], i);
+    if (a->cols == 0)
+        return DT_OK;
+    return a->be->layer_norm_grad(n / a->cols, a->cols, dt__local_data(a->in[0], i),
+                                  dt__local_data(a->in[1], i), dt__local_data(a->in[2], i),
+                                  a->eps, dt__local_data(a->out[0], i),
+                                  dt__local_data(a->out[1], i), dt__local_data(a->out[2], i));
+}
+
 static dt_status layer_norm_run(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
                         float eps, dt_tensor **out)
 {
@@ -66,15 +100,9 @@ static dt_status layer_norm_run(const dt_tensor *x, const dt_tensor *gamma, cons
         st = replicated(beta, &rb);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rx), DT_DTYPE_F32, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(y, i);
-        if (n == 0 || cols == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->layer_norm(n / cols, cols, dt__local_data(rx, i), dt__local_data(rg, i),
-                                dt__local_data(rb, i), eps, dt__local_data(y, i));
-    }
+    norm_local nl = {be, {rx, rg, rb}, {y}, cols, eps, 0};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, ln_one, &nl);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rb);
     dt_tensor_destroy(rg);
@@ -132,17 +160,9 @@ dt_status dt_layer_norm_backward(const dt_tensor *x, const dt_tensor *gamma, con
         st = dt__tensor_new(mesh, &lp, DT_DTYPE_F32, &cols, &dg);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lp, DT_DTYPE_F32, &cols, &db);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(dx); i++) {
-        int64_t n = dt__local_numel(dx, i);
-        if (cols == 0)
-            continue;
-        st = dt__set_device_of(be, dx, i);
-        if (st == DT_OK)
-            st = be->layer_norm_grad(n / cols, cols, dt__local_data(rx, i),
-                                     dt__local_data(rg, i), dt__local_data(rdy, i), eps,
-                                     dt__local_data(dx, i), dt__local_data(dg, i),
-                                     dt__local_data(db, i));
-    }
+    norm_local nl = {be, {rx, rg, rdy}, {dx, dg, db}, cols, eps, 0};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, dx, ln_grad_one, &nl);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK) {
@@ -183,6 +203,21 @@ static dt_status check_axis(const char *op, const dt_tensor *x, int *axis)
     return DT_OK;
 }
 
+static dt_status softmax_one(int i, void *arg)
+{
+    const norm_local *a = arg;
+    const DLTensor *l = dt_tensor_local(a->out[0], i);
+    int64_t outer, len, inner;
+    split3(l->shape, l->ndim, a->axis, &outer, &len, &inner);
+    if (outer * len * inner == 0)
+        return DT_OK;
+    if (a->in[1])
+        return a->be->softmax_grad(outer, len, inner, dt__local_data(a->in[0], i),
+                                   dt__local_data(a->in[1], i), dt__local_data(a->out[0], i));
+    return a->be->softmax(outer, len, inner, dt__local_data(a->in[0], i),
+                          dt__local_data(a->out[0], i));
+}
+
 /* Softmax (dy NULL: of x) or its backward (x is the forward output y), along `axis`. */
 static dt_status softmax_common(const char *op, const dt_tensor *x, const dt_tensor *dy,
                                 int axis, dt_tensor **out)
@@ -204,19 +239,9 @@ static dt_status softmax_common(const char *op, const dt_tensor *x, const dt_ten
         st = dt__ensure_layout(dy, &ls, &rdy);
     if (st == DT_OK)
         st = dt__tensor_empty(dt_tensor_layout(rx), DT_DTYPE_F32, dt_tensor_shape(x), &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        const DLTensor *l = dt_tensor_local(y, i);
-        int64_t outer, len, inner;
-        split3(l->shape, l->ndim, axis, &outer, &len, &inner);
-        if (outer * len * inner == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK && dy)
-            st = be->softmax_grad(outer, len, inner, dt__local_data(rx, i),
-                                  dt__local_data(rdy, i), dt__local_data(y, i));
-        else if (st == DT_OK)
-            st = be->softmax(outer, len, inner, dt__local_data(rx, i), dt__local_data(y, i));
-    }
+    norm_local nl = {be, {rx, rdy}, {y}, 0, 0.0f, axis};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, softmax_one, &nl);
     st = dt__ops_finish(be, op, NULL, st, &y, out);
     dt_tensor_destroy(rdy);
     dt_tensor_destroy(rx);

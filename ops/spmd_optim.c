@@ -22,6 +22,27 @@ typedef struct step_args {
     int64_t step;
 } step_args;
 
+/* The update of local component i, in place (dt__ops_each_local). */
+typedef struct step_local {
+    const dt__ops_backend *be;
+    const step_args *args;
+    const dt_tensor *param, *grad, *s1, *s2;
+} step_local;
+
+static dt_status step_one(int i, void *arg)
+{
+    const step_local *a = arg;
+    int64_t n = dt__local_numel(a->param, i);
+    if (n == 0)
+        return DT_OK;
+    float *p = dt__local_data(a->param, i);
+    const float *gp = dt__local_data(a->grad, i);
+    if (a->args->adam)
+        return a->be->adam(n, a->args->adam, a->args->step, p, gp, dt__local_data(a->s1, i),
+                           dt__local_data(a->s2, i));
+    return a->be->sgd(n, a->args->sgd, p, gp, a->s1 ? dt__local_data(a->s1, i) : NULL);
+}
+
 static dt_status step(const char *op, const step_args *args, dt_tensor *param,
                       const dt_tensor *grad, dt_tensor *s1, dt_tensor *s2)
 {
@@ -42,22 +63,9 @@ static dt_status step(const char *op, const step_args *args, dt_tensor *param,
         return st;
     dt_tensor *g = NULL;
     st = dt__ensure_layout_l(grad, dt_tensor_layout(param), &g);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(param); i++) {
-        int64_t n = dt__local_numel(param, i);
-        if (n == 0)
-            continue;
-        if (be->set_device)
-            st = be->set_device(dt_tensor_local(param, i)->device.device_id);
-        if (st != DT_OK)
-            break;
-        float *p = dt__local_data(param, i);
-        const float *gp = dt__local_data(g, i);
-        if (args->adam)
-            st = be->adam(n, args->adam, args->step, p, gp, dt__local_data(s1, i),
-                          dt__local_data(s2, i));
-        else
-            st = be->sgd(n, args->sgd, p, gp, s1 ? dt__local_data(s1, i) : NULL);
-    }
+    step_local sl = {be, args, param, g, s1, s2};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, param, step_one, &sl);
     if (st == DT_OK && be->sync)
         st = be->sync();
     dt_tensor_destroy(g);

@@ -23,6 +23,65 @@ static dt_status begin(const char *op, const dt_tensor *x, void *out,
                          be);
 }
 
+/* The local kernels of component i (dt__ops_each_local): x -> y. */
+typedef struct red_local {
+    const dt__ops_backend *be;
+    const dt_tensor *x, *y;
+    dt_reduce_op op;
+    int linear, all, axis;
+    int64_t reduced_count;
+} red_local;
+
+static dt_status reduce_one(int i, void *arg)
+{
+    const red_local *a = arg;
+    const DLTensor *lt = dt_tensor_local(a->x, i);
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int j = 0; j < lt->ndim; j++) {
+        if (a->all || j == a->axis)
+            len *= lt->shape[j];
+        else if (j < a->axis)
+            outer *= lt->shape[j];
+        else
+            inner *= lt->shape[j];
+    }
+    if (outer * inner == 0)
+        return DT_OK;
+    float *dst = dt__local_data(a->y, i);
+    dt_status st = a->be->reduce_axis(a->linear ? DT_REDUCE_SUM : a->op, outer, len, inner,
+                                      dt__local_data(a->x, i), dst);
+    /* Mean over the global count, so the partial sums add up to it. */
+    if (st == DT_OK && a->op == DT_REDUCE_AVG)
+        st = a->be->scale(outer * inner,
+                          a->reduced_count ? 1.0f / (float)a->reduced_count : NAN, dst, dst);
+    return st;
+}
+
+static dt_status bias_grad_one(int i, void *arg)
+{
+    const red_local *a = arg;
+    int64_t cols = dt__local_numel(a->y, i);
+    if (cols == 0)
+        return DT_OK;
+    return a->be->bias_grad(dt__local_numel(a->x, i) / cols, cols, dt__local_data(a->x, i),
+                            dt__local_data(a->y, i));
+}
+
+/* Every component writes its partial sum, also an empty one (zero). */
+static dt_status sq_norm_one(int i, void *arg)
+{
+    const red_local *a = arg;
+    return a->be->sq_norm(dt__local_numel(a->x, i), dt__local_data(a->x, i),
+                          dt__local_data(a->y, i));
+}
+
+static dt_status nonfinite_one(int i, void *arg)
+{
+    const red_local *a = arg;
+    return a->be->nonfinite(dt__local_numel(a->x, i), dt__local_data(a->x, i),
+                            dt_tensor_dtype(a->x), dt__local_data(a->y, i));
+}
+
 static dt_status reduce_run(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layout *layout,
                     dt_tensor **out)
 {
@@ -73,29 +132,9 @@ static dt_status reduce_run(const dt_tensor *x, dt_reduce_op op, int axis, const
     st = dt__ensure_layout(x, &lx, &rx);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &ly, DT_DTYPE_F32, yshape, &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        const DLTensor *lt = dt_tensor_local(rx, i);
-        int64_t outer = 1, len = 1, inner = 1;
-        for (int j = 0; j < r; j++) {
-            if (all || j == axis)
-                len *= lt->shape[j];
-            else if (j < axis)
-                outer *= lt->shape[j];
-            else
-                inner *= lt->shape[j];
-        }
-        if (outer * inner == 0)
-            continue;
-        float *dst = dt__local_data(y, i);
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->reduce_axis(linear ? DT_REDUCE_SUM : op, outer, len, inner,
-                                 dt__local_data(rx, i), dst);
-        /* Mean over the global count, so the partial sums add up to it. */
-        if (st == DT_OK && op == DT_REDUCE_AVG)
-            st = be->scale(outer * inner, reduced_count ? 1.0f / (float)reduced_count : NAN,
-                           dst, dst);
-    }
+    red_local rl = {be, rx, y, op, linear, all, axis, reduced_count};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, reduce_one, &rl);
     st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
@@ -140,15 +179,9 @@ dt_status dt_bias_grad(const dt_tensor *dy, const dt_layout *layout, dt_tensor *
     st = dt__ensure_layout(dy, &lx, &rx);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &ly, DT_DTYPE_F32, yshape, &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t cols = dt__local_numel(y, i);
-        if (cols == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->bias_grad(dt__local_numel(rx, i) / cols, cols, dt__local_data(rx, i),
-                               dt__local_data(y, i));
-    }
+    red_local rl = {.be = be, .x = rx, .y = y};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, bias_grad_one, &rl);
     st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
@@ -174,12 +207,9 @@ dt_status dt_sq_norm(const dt_tensor *x, const dt_layout *layout, dt_tensor **ou
     int64_t none[1] = {0};
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &ly, DT_DTYPE_F32, none, &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->sq_norm(dt__local_numel(rx, i), dt__local_data(rx, i),
-                             dt__local_data(y, i));
-    }
+    red_local rl = {.be = be, .x = rx, .y = y};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, rx, sq_norm_one, &rl);
     st = dt__ops_finish(be, name, layout, st, &y, out);
     dt_tensor_destroy(rx);
     return st;
@@ -210,12 +240,9 @@ dt_status dt_nonfinite(const dt_tensor *x, int *found_out)
     dt_tensor *flag = NULL;
     int64_t none[1] = {0};
     st = dt__tensor_new(mesh, &ly, DT_DTYPE_I32, none, &flag);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(flag); i++) {
-        st = dt__set_device_of(be, flag, i);
-        if (st == DT_OK)
-            st = be->nonfinite(dt__local_numel(x, i), dt__local_data(x, i), dt,
-                               dt__local_data(flag, i));
-    }
+    red_local rl = {.be = be, .x = x, .y = flag};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, x, nonfinite_one, &rl);
     if (st == DT_OK && be->sync)
         st = be->sync();
     double v = 0.0;

@@ -228,6 +228,29 @@ void *dt__local_data(const dt_tensor *t, int i)
     return (char *)d->data + d->byte_offset;
 }
 
+dt_status dt__ops_each_local(const dt__ops_backend *be, const dt_tensor *t, dt__work_fn fn,
+                             void *arg)
+{
+    int n = dt_tensor_num_local(t), busy = 0, cpu = be == dt__ops_cpu_backend();
+    if (cpu && dt__workers_lanes() > 1)
+        for (int i = 0; i < n && busy < 2; i++)
+            busy += dt__local_numel(t, i) > 0;
+    /* One BLAS thread per lane when the lanes compute at once, all of the process's share
+     * otherwise; set here, before the job, never by a worker while others are in BLAS. */
+    if (cpu)
+        dt__blas_threads_job(busy >= 2 ? dt__workers_lanes() : 1);
+    if (busy >= 2)
+        return dt__workers_run(n, fn, arg);
+    for (int i = 0; i < n; i++) {
+        dt_status st = dt__set_device_of(be, t, i);
+        if (st == DT_OK)
+            st = fn(i, arg);
+        if (st != DT_OK)
+            return st;
+    }
+    return DT_OK;
+}
+
 int64_t dt__local_numel(const dt_tensor *t, int i)
 {
     const DLTensor *d = dt_tensor_local(t, i);

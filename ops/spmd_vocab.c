@@ -47,6 +47,36 @@ static void emb_plan_of(const dt_tensor *table, const dt_tensor *ids, emb_plan *
     p->out.spec[p->ids.rank] = -1;
 }
 
+/* The local kernels of component i (dt__ops_each_local). */
+typedef struct emb_local {
+    const dt__ops_backend *be;
+    const dt_tensor *table, *ids, *dout, *out;
+    int64_t dim;
+} emb_local;
+
+static dt_status emb_one(int i, void *arg)
+{
+    const emb_local *e = arg;
+    int64_t n = dt__local_numel(e->ids, i);
+    if (n == 0 || e->dim == 0)
+        return DT_OK;
+    return e->be->embedding(n, dt__local_data(e->ids, i), dt_tensor_local_offset(e->table, i)[0],
+                            dt_tensor_local(e->table, i)->shape[0], e->dim,
+                            dt__local_data(e->table, i), dt__local_data(e->out, i));
+}
+
+/* out is the table's gradient: rows of the local slice, from the local ids and dout. */
+static dt_status emb_grad_one(int i, void *arg)
+{
+    const emb_local *e = arg;
+    int64_t rows = dt_tensor_local(e->out, i)->shape[0];
+    if (rows * e->dim == 0)
+        return DT_OK;
+    return e->be->embedding_grad(dt__local_numel(e->ids, i), dt__local_data(e->ids, i),
+                                 dt_tensor_local_offset(e->out, i)[0], rows, e->dim,
+                                 dt__local_data(e->dout, i), dt__local_data(e->out, i));
+}
+
 static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
                        dt_tensor **out)
 {
@@ -72,16 +102,9 @@ static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, con
         st = dt__ensure_layout(ids, &p.ids, &ri);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lo, DT_DTYPE_F32, shape, &y);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(y); i++) {
-        int64_t n = dt__local_numel(ri, i);
-        if (n == 0 || dim == 0)
-            continue;
-        st = dt__set_device_of(be, y, i);
-        if (st == DT_OK)
-            st = be->embedding(n, dt__local_data(ri, i), dt_tensor_local_offset(rt, i)[0],
-                               dt_tensor_local(rt, i)->shape[0], dim, dt__local_data(rt, i),
-                               dt__local_data(y, i));
-    }
+    emb_local el = {be, rt, ri, NULL, y, dim};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, y, emb_one, &el);
     st = dt__ops_finish(be, op, layout, st, &y, out);
     dt_tensor_destroy(ri);
     dt_tensor_destroy(rt);
@@ -151,16 +174,9 @@ dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,
         st = dt__ensure_layout(dout, &p.out, &rd);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lg, DT_DTYPE_F32, dt_tensor_shape(table), &g);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(g); i++) {
-        int64_t rows = dt_tensor_local(g, i)->shape[0];
-        if (rows * dim == 0)
-            continue;
-        st = dt__set_device_of(be, g, i);
-        if (st == DT_OK)
-            st = be->embedding_grad(dt__local_numel(ri, i), dt__local_data(ri, i),
-                                    dt_tensor_local_offset(g, i)[0], rows, dim,
-                                    dt__local_data(rd, i), dt__local_data(g, i));
-    }
+    emb_local el = {be, NULL, ri, rd, g, dim};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, g, emb_grad_one, &el);
     st = dt__ops_finish(be, op, layout, st, &g, dtable_out);
     dt_tensor_destroy(rd);
     dt_tensor_destroy(ri);
@@ -177,6 +193,71 @@ typedef struct xent_state {
     dt_tensor *logits, *labels, *rowmax, *sumexp, *target;
     int64_t vocab, rows;
 } xent_state;
+
+/* The local kernels of component i (dt__ops_each_local) on the state's tensors; out: the
+ * loss or the logits' gradient. */
+typedef struct vx_local {
+    const xent_state *x;
+    const dt_tensor *out;
+    float scale;
+} vx_local;
+
+static int64_t vx_cols(const xent_state *x, int i)
+{
+    const DLTensor *l = dt_tensor_local(x->logits, i);
+    return l->shape[l->ndim - 1];
+}
+
+static int64_t vx_col0(const xent_state *x, int i)
+{
+    return dt_tensor_local_offset(x->logits, i)[dt_tensor_rank(x->logits) - 1];
+}
+
+static dt_status rowmax_one(int i, void *arg)
+{
+    const xent_state *x = ((const vx_local *)arg)->x;
+    int64_t rows = dt__local_numel(x->rowmax, i);
+    if (rows == 0)
+        return DT_OK;
+    return x->be->reduce_axis(DT_REDUCE_MAX, rows, vx_cols(x, i), 1, dt__local_data(x->logits, i),
+                              dt__local_data(x->rowmax, i));
+}
+
+static dt_status stats_one(int i, void *arg)
+{
+    const xent_state *x = ((const vx_local *)arg)->x;
+    int64_t rows = dt__local_numel(x->sumexp, i);
+    if (rows == 0)
+        return DT_OK;
+    return x->be->vocab_xent_stats(rows, vx_cols(x, i), dt__local_data(x->logits, i),
+                                   dt__local_data(x->rowmax, i), vx_col0(x, i), x->vocab,
+                                   dt__local_data(x->labels, i), dt__local_data(x->sumexp, i),
+                                   dt__local_data(x->target, i));
+}
+
+/* Every component writes its partial loss, also one without rows (zero). */
+static dt_status vloss_one(int i, void *arg)
+{
+    const vx_local *v = arg;
+    const xent_state *x = v->x;
+    return x->be->vocab_xent_loss(dt__local_numel(x->rowmax, i), dt__local_data(x->rowmax, i),
+                                  dt__local_data(x->sumexp, i), dt__local_data(x->target, i),
+                                  dt__local_data(x->labels, i), v->scale,
+                                  dt__local_data(v->out, i));
+}
+
+static dt_status vgrad_one(int i, void *arg)
+{
+    const vx_local *v = arg;
+    const xent_state *x = v->x;
+    int64_t rows = dt__local_numel(x->rowmax, i), cols = vx_cols(x, i);
+    if (rows * cols == 0)
+        return DT_OK;
+    return x->be->vocab_xent_grad(rows, cols, dt__local_data(x->logits, i),
+                                  dt__local_data(x->rowmax, i), dt__local_data(x->sumexp, i),
+                                  vx_col0(x, i), dt__local_data(x->labels, i), v->scale,
+                                  dt__local_data(v->out, i));
+}
 
 static void xent_free(xent_state *x)
 {
@@ -249,15 +330,9 @@ static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_
         st = dt__ensure_layout(labels, &lt, &x->labels);
     if (st == DT_OK)
         st = row_tensor(x->labels, vdim, DT_REDUCE_MAX, &x->rowmax);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(x->rowmax); i++) {
-        int64_t rows = dt__local_numel(x->rowmax, i);
-        if (rows == 0)
-            continue;
-        st = dt__set_device_of(be, x->rowmax, i);
-        if (st == DT_OK)
-            st = be->reduce_axis(DT_REDUCE_MAX, rows, dt_tensor_local(x->logits, i)->shape[r - 1],
-                                 1, dt__local_data(x->logits, i), dt__local_data(x->rowmax, i));
-    }
+    vx_local vl = {x, NULL, 0.0f};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, x->rowmax, rowmax_one, &vl);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK)
@@ -266,20 +341,8 @@ static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_
         st = row_tensor(x->labels, vdim, DT_REDUCE_SUM, &x->sumexp);
     if (st == DT_OK)
         st = row_tensor(x->labels, vdim, DT_REDUCE_SUM, &x->target);
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(x->sumexp); i++) {
-        int64_t rows = dt__local_numel(x->sumexp, i);
-        if (rows == 0)
-            continue;
-        st = dt__set_device_of(be, x->sumexp, i);
-        if (st == DT_OK)
-            st = be->vocab_xent_stats(rows, dt_tensor_local(x->logits, i)->shape[r - 1],
-                                      dt__local_data(x->logits, i),
-                                      dt__local_data(x->rowmax, i),
-                                      dt_tensor_local_offset(x->logits, i)[r - 1], x->vocab,
-                                      dt__local_data(x->labels, i),
-                                      dt__local_data(x->sumexp, i),
-                                      dt__local_data(x->target, i));
-    }
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, x->sumexp, stats_one, &vl);
     if (st == DT_OK && be->sync)
         st = be->sync();
     if (st == DT_OK)
@@ -310,15 +373,9 @@ static dt_status vocab_xent_run(const dt_tensor *logits, const dt_tensor *labels
     dt_tensor *loss = NULL;
     st = dt__tensor_new(mesh, &ls, DT_DTYPE_F32, none, &loss);
     float scale = x.rows > 0 ? 1.0f / (float)x.rows : 0.0f;
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(loss); i++) {
-        st = dt__set_device_of(x.be, loss, i);
-        if (st == DT_OK)
-            st = x.be->vocab_xent_loss(dt__local_numel(x.rowmax, i),
-                                       dt__local_data(x.rowmax, i), dt__local_data(x.sumexp, i),
-                                       dt__local_data(x.target, i),
-                                       dt__local_data(x.labels, i), scale,
-                                       dt__local_data(loss, i));
-    }
+    vx_local vl = {&x, loss, scale};
+    if (st == DT_OK)
+        st = dt__ops_each_local(x.be, x.rowmax, vloss_one, &vl);
     st = dt__ops_finish(x.be, op, layout, st, &loss, loss_out);
     xent_free(&x);
     return st;
@@ -345,22 +402,12 @@ dt_status dt_vocab_xent_backward(const dt_tensor *logits, const dt_tensor *label
     dt_status st = xent_prepare(op, logits, labels, dlogits_out, &x);
     if (st != DT_OK)
         return st;
-    int r = dt_tensor_rank(logits);
     dt_tensor *d = NULL;
     st = dt__tensor_empty(dt_tensor_layout(x.logits), DT_DTYPE_F32, dt_tensor_shape(logits), &d);
     float scale = x.rows > 0 ? dloss / (float)x.rows : 0.0f;
-    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(d); i++) {
-        int64_t rows = dt__local_numel(x.rowmax, i);
-        int64_t cols = dt_tensor_local(d, i)->shape[r - 1];
-        if (rows * cols == 0)
-            continue;
-        st = dt__set_device_of(x.be, d, i);
-        if (st == DT_OK)
-            st = x.be->vocab_xent_grad(rows, cols, dt__local_data(x.logits, i),
-                                       dt__local_data(x.rowmax, i), dt__local_data(x.sumexp, i),
-                                       dt_tensor_local_offset(x.logits, i)[r - 1],
-                                       dt__local_data(x.labels, i), scale, dt__local_data(d, i));
-    }
+    vx_local vl = {&x, d, scale};
+    if (st == DT_OK)
+        st = dt__ops_each_local(x.be, d, vgrad_one, &vl);
     st = dt__ops_finish(x.be, op, NULL, st, &d, dlogits_out);
     xent_free(&x);
     return st;

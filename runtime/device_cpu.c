@@ -1,10 +1,12 @@
-/* The CPU device kind: host memory from the pool, synchronous copies and host kernels. */
+/* The CPU device kind: host memory from the pool, synchronous copies and host kernels; its
+ * start and stop run the CPU workers that compute several local devices' kernels at once. */
 #include <string.h>
 
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/shm.h"
 #include "runtime/util.h"
+#include "runtime/workers.h"
 
 /* Tensor memory from the shm pool (runtime/shm.h) while it is up and has room, so that host
  * peers read it directly; else from the host pool. */
@@ -65,6 +67,19 @@ static dt_status cpu_sync(const dt__device *dev)
     return DT_OK;
 }
 
+/* The CPU workers (runtime/cpu_workers.c): ops run one share of their per-device kernels on
+ * each; every entry above stays synchronous for its caller. */
+static dt_status cpu_start(int ndevices, int nordinals)
+{
+    (void)nordinals;
+    return dt__workers_start(ndevices);
+}
+
+static void cpu_stop(void)
+{
+    dt__workers_stop();
+}
+
 static const dt__device_kind cpu_kind = {
     .name = "cpu",
     .dl_type = kDLCPU,
@@ -80,6 +95,8 @@ static const dt__device_kind cpu_kind = {
     .divide = cpu_divide,
     .sync = cpu_sync,
     .ops = dt__ops_cpu_backend,
+    .start = cpu_start,
+    .stop = cpu_stop,
 };
 
 const dt__device_kind *dt__device_kind_cpu(void)
