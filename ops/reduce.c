@@ -92,6 +92,45 @@ static float identity_of(dt_reduce_op op)
     }
 }
 
+/* The max (is_max) or min of n >= 1 contiguous floats, bit for bit what the row-order loop of
+ * dt_kernel_reduce_axis gives: 16 running extremes first; where that loop's answer depends on
+ * the order (a NaN: it keeps the last one's payload; a zero extreme: the first of +0 and -0
+ * it meets) the row-order loop itself. */
+static float row_extreme(int64_t n, const float *x, int is_max)
+{
+    enum { W = 16 };
+    float acc[W];
+    int nan = 0;
+    for (int j = 0; j < W; j++)
+        acc[j] = is_max ? -INFINITY : INFINITY;
+    int64_t i = 0;
+    if (is_max)
+        for (; i + W <= n; i += W)
+            for (int j = 0; j < W; j++) {
+                acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+                nan |= x[i + j] != x[i + j];
+            }
+    else
+        for (; i + W <= n; i += W)
+            for (int j = 0; j < W; j++) {
+                acc[j] = x[i + j] < acc[j] ? x[i + j] : acc[j];
+                nan |= x[i + j] != x[i + j];
+            }
+    float m = acc[0];
+    for (int j = 1; j < W; j++)
+        m = (is_max ? acc[j] > m : acc[j] < m) ? acc[j] : m;
+    for (; i < n; i++) {
+        m = (is_max ? x[i] > m : x[i] < m) ? x[i] : m;
+        nan |= x[i] != x[i];
+    }
+    if (!nan && m != 0.0f)
+        return m;
+    m = is_max ? -INFINITY : INFINITY;
+    for (i = 0; i < n; i++)
+        m = ((is_max ? x[i] > m : x[i] < m) || x[i] != x[i]) ? x[i] : m;
+    return m;
+}
+
 dt_status dt_kernel_reduce_axis(dt_reduce_op op, int64_t outer, int64_t len, int64_t inner,
                                 const float *x, float *y)
 {
@@ -106,6 +145,13 @@ dt_status dt_kernel_reduce_axis(dt_reduce_op op, int64_t outer, int64_t len, int
     if (outer > 0 && inner > 0 && (!y || (len > 0 && !x)))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_reduce_axis: NULL pointer");
     float init = identity_of(op);
+    if (inner == 1 && len > 0 && (op == DT_REDUCE_MAX || op == DT_REDUCE_MIN)) {
+        /* Row extremes (the cross-entropy's row max over the vocabulary): lanes, not one
+         * chain of compares. */
+        for (int64_t o = 0; o < outer; o++)
+            y[o] = row_extreme(len, x + o * len, op == DT_REDUCE_MAX);
+        return DT_OK;
+    }
     for (int64_t o = 0; o < outer; o++) {
         float *yo = y + o * inner;
         const float *xo = x ? x + o * len * inner : NULL;

@@ -30,7 +30,7 @@ void dt__zero_ready_reset(dt_zero *z)
     for (int g = 0; g < z->ngroups; g++)
         for (int c = 0; c < z->groups[g].nchunks; c++) {
             dt__zchunk *ch = &z->groups[g].chunks[c];
-            if (ch->filling != ch->flat)
+            if (ch->filling != ch->flat && ch->filling != ch->gpart)
                 dt_tensor_destroy(ch->filling);
             ch->filling = NULL;
             ch->waiting = 0;
@@ -111,7 +111,7 @@ static dt_status take(dt_zero *z, dt__zgroup *g, const dt__zparam *p, dt_tensor 
     for (int c = 0; st == DT_OK && z->overlap && c < g->nchunks; c++) {
         dt__zchunk *ch = &g->chunks[c];
         if (p->offset < ch->start + ch->len && p->offset + p->n > ch->start && --ch->waiting == 0 &&
-            ch->filling && ch->filling != ch->flat) {
+            ch->filling && ch->filling != ch->flat && ch->filling != ch->gpart) {
             dt_tensor_destroy(ch->filling);
             ch->filling = NULL;
         }
@@ -139,7 +139,7 @@ dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad)
         st = ready_begin(zero);
     dt_tensor *gl = NULL;
     if (st == DT_OK) {
-        if (dt_layout_equal(dt_tensor_layout(grad), p->grad_layout))
+        if (dt__zero_same_placement(dt_tensor_layout(grad), p->grad_layout))
             gl = dt_tensor_retain(grad);
         else
             st = dt_relayout(grad, p->grad_layout, &gl);

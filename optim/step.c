@@ -69,7 +69,10 @@ dt_status dt__zero_flat_for(const dt_zero *z, const dt__zgroup *g, dt__zchunk *c
                             dt_tensor **flat_out)
 {
     *flat_out = ch->flat;
-    if (z->stage == 2)
+    /* One dp rank: the sum is the summand, so stage 2 fills its partition directly. */
+    if (z->stage == 2 && z->dp_size == 1)
+        *flat_out = ch->gpart;
+    else if (z->stage == 2)
         return dt__zero_chunk_tensor(z, z->flat_layout, g->gdtype, ch->len, 0, flat_out);
     return DT_OK;
 }
@@ -78,6 +81,10 @@ dt_status dt__zero_reduce_filled(const dt_zero *z, const dt__zgroup *g, dt__zchu
                                  dt_tensor *flat)
 {
     dt_status st = DT_OK, done;
+    /* One dp rank: nothing to sum, and the partition is the whole chunk, already in place
+     * (the relayouts below would only copy it). */
+    if (z->dp_size == 1 && (flat == ch->flat || flat == ch->gpart))
+        return DT_OK;
     if (z->stage == 2) {
         st = dt_relayout_into(flat, ch->gpart);
         dt_tensor_destroy(flat);
@@ -305,18 +312,23 @@ static dt_status gather_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
         if (st == DT_OK)
             st = done;
     }
-    if (st == DT_OK)
+    /* One dp rank: the partition is the whole chunk; the all-gather would only copy it. */
+    const dt_tensor *from = src;
+    if (st == DT_OK && z->dp_size > 1) {
         st = dt_relayout(src, z->gather_layout, &full);
-    dt_tensor_destroy(tmp);
+        from = full;
+    }
     for (int i = 0; st == DT_OK && i < z->nlocal; i++)
-        st = dt__zero_scatter_out(z, g, i, ch->start, ch->len, dt_tensor_local(full, i)->data,
+        st = dt__zero_scatter_out(z, g, i, ch->start, ch->len, dt_tensor_local(from, i)->data,
                                   g->dtype);
-    done = full ? dt__zero_sync(z) : DT_OK;
+    done = dt__zero_sync(z);
     dt_tensor_destroy(full);
+    dt_tensor_destroy(tmp);
     return st != DT_OK ? st : done;
 }
 
-/* Each gradient in its parameter's gradient layout (a new reference, or a relayout). */
+/* Each gradient in its parameter's gradient layout (a new reference where it is placed alike,
+ * or a relayout). */
 static dt_status grads_in_layout(const dt_zero *z, dt_tensor *const *grads, dt_tensor **out)
 {
     dt_status st = DT_OK;
@@ -324,7 +336,7 @@ static dt_status grads_in_layout(const dt_zero *z, dt_tensor *const *grads, dt_t
         for (int j = 0; st == DT_OK && j < z->groups[g].nparams; j++) {
             const dt__zparam *p = &z->groups[g].params[j];
             const dt_tensor *t = grads[p->index];
-            if (dt_layout_equal(dt_tensor_layout(t), p->grad_layout))
+            if (dt__zero_same_placement(dt_tensor_layout(t), p->grad_layout))
                 out[p->index] = dt_tensor_retain(t);
             else
                 st = dt_relayout(t, p->grad_layout, &out[p->index]);

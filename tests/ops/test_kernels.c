@@ -374,6 +374,71 @@ static void test_reductions_full_and_over_one_axis(void)
     CU_ASSERT(isinf(y[0]) && y[0] < 0);
 }
 
+/* The row-order definition of a max (min) over a contiguous row: a NaN wins and the last
+ * one's payload stays; of +0 and -0 the first met stays. */
+static uint32_t row_order_extreme(int64_t n, const float *x, int is_max)
+{
+    float m = is_max ? -INFINITY : INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        m = ((is_max ? x[i] > m : x[i] < m) || x[i] != x[i]) ? x[i] : m;
+    uint32_t u;
+    memcpy(&u, &m, sizeof u);
+    return u;
+}
+
+static float nan_payload(uint32_t payload)
+{
+    uint32_t u = 0x7fc00000u | payload;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void test_reduce_axis_row_extremes_bit_equal_to_row_order(void)
+{
+    /* Row lengths around the kernel's 16 lanes; rows of random values, of zeros of both signs
+     * (the extreme a zero), with NaNs of different payloads, all -inf. */
+    enum { N = 70 };
+    int lens[] = {1, 5, 15, 16, 17, 31, 32, 33, 64, 70};
+    float x[8 * N], y[8];
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        int64_t n = lens[li];
+        for (int64_t i = 0; i < n; i++) {
+            x[0 * n + i] = rnd_real(-5, 5);
+            x[1 * n + i] = -rnd_real(1, 5);
+            x[2 * n + i] = (i % 3 == 0) ? -0.0f : (i % 3 == 1 ? 0.0f : -1.0f);
+            x[3 * n + i] = (i % 2 == 0) ? 0.0f : -0.0f;
+            x[4 * n + i] = rnd_real(-5, 5);
+            x[5 * n + i] = -INFINITY;
+            x[6 * n + i] = rnd_real(1, 5);
+            x[7 * n + i] = rnd_real(1, 5);
+        }
+        /* Row 7: the extreme a zero, +0 met first (at 1) and -0 after it in the first lane
+         * (at 16): an order over lanes would keep -0. Row 3 with -0 first. */
+        x[7 * n + 1] = 0.0f;
+        if (n > 16)
+            x[7 * n + 16] = -0.0f;
+        for (int64_t i = 0; i < n && li > 0; i++)
+            x[3 * n + i] = i == 1 ? -0.0f : (i == 16 ? 0.0f : -2.0f);
+        x[4 * n + n / 2] = nan_payload(1);
+        x[4 * n + n - 1] = nan_payload(2);
+        x[6 * n] = nan_payload(3);
+        for (int is_max = 0; is_max < 2; is_max++) {
+            dt_reduce_op op = is_max ? DT_REDUCE_MAX : DT_REDUCE_MIN;
+            DT_ASSERT_OK(dt_kernel_reduce_axis(op, 8, n, 1, x, y));
+            for (int r = 0; r < 8; r++) {
+                uint32_t got;
+                memcpy(&got, &y[r], sizeof got);
+                uint32_t want = row_order_extreme(n, x + r * n, is_max);
+                if (got != want)
+                    printf("len %lld row %d %s: %08x, row order %08x\n", (long long)n, r,
+                           is_max ? "max" : "min", got, want);
+                CU_ASSERT_EQUAL(got, want);
+            }
+        }
+    }
+}
+
 static void test_nonfinite_detects_inf_and_nan_in_every_float_dtype(void)
 {
     float f[100];
@@ -576,6 +641,7 @@ int main(int argc, char **argv)
         DT_TEST(test_activations_and_grads_match_formula_and_differences),
         DT_TEST(test_softmax_xent_is_stable_and_its_grad_matches_differences),
         DT_TEST(test_reductions_full_and_over_one_axis),
+        DT_TEST(test_reduce_axis_row_extremes_bit_equal_to_row_order),
         DT_TEST(test_nonfinite_detects_inf_and_nan_in_every_float_dtype),
         DT_TEST(test_cast_special_values),
         DT_TEST(test_cast_sweep_against_reference_rounding),
