@@ -6,8 +6,8 @@
 # against one device (the scaling efficiency) and the share of the step time spent inside MPI
 # (an LD_PRELOAD shim of the MPI profiling interface, bench/mpi_time.c, averaged over ranks).
 # Then the autograd tape against the hand-written backward on one device (1x1), for the default
-# model and for width 256, 4 layers, 8 heads, context 64 (names packed): tokens/s with the tape
-# against the test-only BUILD/tests/train_gpt_manual --manual-backward (train_gpt's code with
+# model and for width 256, 4 layers, 8 heads, context 64 (names packed), each run for N and 2N
+# steps so that the difference is the cost of N steps alone: tokens/s with the tape against the test-only BUILD/tests/train_gpt_manual --manual-backward (train_gpt's code with
 # the hand-written backward pass of tests/examples/gpt_manual_backward.c) in the same run
 # (tape_vs_manual), the most bytes the tape held for the backward pass with --checkpoint-blocks
 # against without (act_mem_ratio; act_mem_bound = 2/L, i.e. 1/L of the full amount plus one
@@ -22,8 +22,9 @@ usage() {
   cat >&2 <<'USAGE'
 usage: bench/gpt.sh [--steps N] [--quick] [-- train_gpt options]
   --steps N   timed steps per mesh: runs of N and 2N steps (default 60; --quick: 20)
-  --tape-steps N  steps of each tape/manual/recompute run (default 30; --quick: 10)
-  --tape-reps N   interleaved repeats of the three runs, best of each (default 2)
+  --tape-steps N  timed steps of each tape/manual/recompute case: runs of N and 2N steps
+                  (default 20; --quick: 5)
+  --tape-reps N   interleaved repeats of the three cases, best of each (default 2)
   --tape-only     only the tape measurements
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
@@ -32,14 +33,14 @@ USAGE
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 [ "${1:-}" = --vs-torch ] && { shift; exec "$root/bench/gpt_torch.sh" "$@"; } # against PyTorch
 steps=60
-tape_steps=30
+tape_steps=20
 tape_reps=2
 tape_only=0
 model=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) [ $# -ge 2 ] || { usage; exit 2; }; steps=$2; shift 2 ;;
-    --quick) steps=20; tape_steps=10; shift ;;
+    --quick) steps=20; tape_steps=5; shift ;;
     --tape-steps) [ $# -ge 2 ] || { usage; exit 2; }; tape_steps=$2; shift 2 ;;
     --tape-reps) [ $# -ge 2 ] || { usage; exit 2; }; tape_reps=$2; shift 2 ;;
     --tape-only) tape_only=1; shift ;;
@@ -107,17 +108,23 @@ if [ -n "${per_step[1x1]:-}" ] && [ -n "${per_step[2x2]:-}" ]; then
     printf "case=gpt mesh=2x2 procs=4 steps=%d step_ms=%.2f tokens_per_s=%.0f tokens_per_s_per_process=%.0f scaling_efficiency=%.3f comm_ms_per_step=%.2f comm_share=%.3f\n",
       n, 1000 * s4, tok / s4, tok / s4 / 4, (tok / s4 / 4) / (tok / s1), 1000 * c4, c4 / s4 }'
 fi
-# tape_run NAME PROGRAM ARGS... -> "tokens_per_s held_bytes" of one 1x1 run of tape_steps steps
+# tape_run NAME STEPS PROGRAM ARGS... -> "train_seconds tokens_per_step held_bytes" of one 1x1
+# run (train_seconds: the steps' own time, from the tokens/s train_gpt prints)
 tape_run() {
-  local out="$tmp/tape-$1" prog=$2
-  shift 2
-  DT_CPU_DEVICES=1 "$prog" --mesh "$root/examples/meshes/1x1.yaml" --steps "$tape_steps" \
+  local out="$tmp/tape-$1" n=$2 prog=$3
+  shift 3
+  DT_CPU_DEVICES=1 "$prog" --mesh "$root/examples/meshes/1x1.yaml" --steps "$n" \
     --eval-every 1000000 --samples 0 --out "$out" "$@" >"$out.log" 2>&1 ||
     { cat "$out.log" >&2; return 1; }
-  local tps bytes
-  tps=$(sed -n 's/.* \([0-9.]*\) tokens\/s in training steps.*/\1/p' "$out.log")
-  bytes=$(sed -n 's/.*tape: at most \([0-9]*\) bytes.*/\1/p' "$out.log")
-  echo "$tps $bytes"
+  awk -v n="$n" '
+    /names per batch/ { b = $0; sub(/ names per batch.*/, "", b); sub(/.* /, "", b) }
+    /^  model:/ { t = $0; sub(/.*context /, "", t); sub(/[^0-9].*/, "", t) }
+    /tokens\/s in training steps/ { tps = $0; sub(/ tokens\/s in training steps.*/, "", tps)
+                                    sub(/.* /, "", tps) }
+    /tape: at most/ { h = $0; sub(/.*at most /, "", h); sub(/ .*/, "", h) }
+    END { if (tps <= 0 || b * t <= 0 || h == "") exit 1
+          printf "%.6f %d %s\n", n * b * t / tps, b * t, h }' "$out.log" ||
+    { echo "bench/gpt.sh: cannot read $out.log" >&2; return 1; }
 }
 
 for cfg in "default:" "w256_l4_h8_t64:--width 256 --layers 4 --heads 8 --context 64"; do
@@ -128,26 +135,30 @@ for cfg in "default:" "w256_l4_h8_t64:--width 256 --layers 4 --heads 8 --context
   for ((i = 0; i < ${#args[@]}; i++)); do
     [ "${args[$i]}" = --layers ] && layers=${args[$((i + 1))]}
   done
-  # The three runs interleaved tape_reps times (best of each), so a load change hits all of them.
+  # The three cases interleaved tape_reps times, each as a run of N then one of 2N steps; the
+  # best (shortest) per-step time of each case over the repeats.
   declare -A best=() held=()
+  tok=0
   for ((rep = 1; rep <= tape_reps; rep++)); do
     for mode in tape manual ckpt; do
       extra=()
       prog=$train
       [ "$mode" = manual ] && { prog=$manual; extra=(--manual-backward); }
       [ "$mode" = ckpt ] && extra=(--checkpoint-blocks)
-      read -r t b < <(tape_run "$name-$mode-$rep" "$prog" ${args[@]+"${args[@]}"} \
-        "${extra[@]}") ||
-        { status=1; continue; }
+      read -r t1 tok b < <(tape_run "$name-$mode-$rep-1" "$tape_steps" "$prog" \
+        ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
+      read -r t2 tok b < <(tape_run "$name-$mode-$rep-2" $((2 * tape_steps)) "$prog" \
+        ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
       held[$mode]=$b
-      best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t="$t" 'BEGIN { print (t > a ? t : a) }')
+      best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t1="$t1" -v t2="$t2" -v n="$tape_steps" \
+        'BEGIN { s = (t2 - t1) / n; if (s <= 0) s = t2 / (2 * n); print (a > 0 && a < s ? a : s) }')
     done
   done
   if [ -n "${best[tape]:-}" ] && [ -n "${best[manual]:-}" ] && [ -n "${best[ckpt]:-}" ]; then
-    awk -v n="$name" -v L="$layers" -v s="$tape_steps" -v tt="${best[tape]}" \
-        -v tm="${best[manual]}" -v tc="${best[ckpt]}" -v bt="${held[tape]}" -v bc="${held[ckpt]}" 'BEGIN {
+    awk -v n="$name" -v L="$layers" -v s="$tape_steps" -v tok="$tok" -v st="${best[tape]}" \
+        -v sm="${best[manual]}" -v sc="${best[ckpt]}" -v bt="${held[tape]}" -v bc="${held[ckpt]}" 'BEGIN {
       printf "case=gpt_tape model=%s mesh=1x1 steps=%d tape_tokens_per_s=%.0f manual_tokens_per_s=%.0f recompute_tokens_per_s=%.0f tape_vs_manual=%.3f held_bytes=%d held_bytes_recompute=%d act_mem_ratio=%.3f act_mem_bound=%.3f recompute_step_ratio=%.3f\n",
-        n, s, tt, tm, tc, tt / tm, bt, bc, bc / bt, 2 / L, tt / tc }'
+        n, s, tok / st, tok / sm, tok / sc, sm / st, bt, bc, bc / bt, 2 / L, sc / st }'
   fi
 done
 load "bench/run gpt end"
