@@ -6,13 +6,16 @@
 # against one device (the scaling efficiency) and the share of the step time spent inside MPI
 # (an LD_PRELOAD shim of the MPI profiling interface, bench/mpi_time.c, averaged over ranks).
 # Then the autograd tape against the hand-written backward on one device (1x1), for the default
-# model and for width 256, 4 layers, 8 heads, context 64 (names packed), each run for N and 2N
-# steps so that the difference is the cost of N steps alone: tokens/s with the tape against the test-only BUILD/tests/train_gpt_manual --manual-backward (train_gpt's code with
+# model and for width 256, 4 layers, 8 heads, context 64 (names packed), each case run for N
+# and 2N steps so that the difference is the cost of N steps alone: tokens/s with the tape
+# against the test-only BUILD/tests/train_gpt_manual --manual-backward (train_gpt's code with
 # the hand-written backward pass of tests/examples/gpt_manual_backward.c) in the same run
 # (tape_vs_manual), the most bytes the tape held for the backward pass with --checkpoint-blocks
 # against without (act_mem_ratio; act_mem_bound = 2/L, i.e. 1/L of the full amount plus one
 # block's worth when the blocks hold the activations) and the step time with recomputation
-# against without (recompute_step_ratio).
+# against without (recompute_step_ratio), and the most tensor memory in use during a step with
+# the tape against the hand-written backward (peak_vs_manual; train_gpt's `memory:` line, the
+# host pool's peak_bytes_requested).
 # Results on stdout as key=value lines; build output and launcher messages on stderr.
 #   bench/gpt.sh [--steps N] [--tape-steps N] [--tape-reps N] [--tape-only] [--quick]
 #                [-- TRAIN_GPT_OPTIONS...]
@@ -22,8 +25,8 @@ usage() {
   cat >&2 <<'USAGE'
 usage: bench/gpt.sh [--steps N] [--quick] [-- train_gpt options]
   --steps N   timed steps per mesh: runs of N and 2N steps (default 60; --quick: 20)
-  --tape-steps N  timed steps of each tape/manual/recompute case: runs of N and 2N steps
-                  (default 20; --quick: 5)
+  --tape-steps N  timed steps of each tape/manual/recompute case at width 256: runs of N and
+                  2N steps (default 20; --quick: 5); the default model runs 5N and 10N
   --tape-reps N   interleaved repeats of the three cases, best of each (default 2)
   --tape-only     only the tape measurements
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
@@ -108,8 +111,9 @@ if [ -n "${per_step[1x1]:-}" ] && [ -n "${per_step[2x2]:-}" ]; then
     printf "case=gpt mesh=2x2 procs=4 steps=%d step_ms=%.2f tokens_per_s=%.0f tokens_per_s_per_process=%.0f scaling_efficiency=%.3f comm_ms_per_step=%.2f comm_share=%.3f\n",
       n, 1000 * s4, tok / s4, tok / s4 / 4, (tok / s4 / 4) / (tok / s1), 1000 * c4, c4 / s4 }'
 fi
-# tape_run NAME STEPS PROGRAM ARGS... -> "train_seconds tokens_per_step held_bytes" of one 1x1
-# run (train_seconds: the steps' own time, from the tokens/s train_gpt prints)
+# tape_run NAME STEPS PROGRAM ARGS... -> "train_seconds tokens_per_step held_bytes peak_bytes" of
+# one 1x1 run (train_seconds: the steps' own time, from the tokens/s train_gpt prints;
+# peak_bytes: the most tensor memory in use during a step)
 tape_run() {
   local out="$tmp/tape-$1" n=$2 prog=$3
   shift 3
@@ -122,13 +126,18 @@ tape_run() {
     /tokens\/s in training steps/ { tps = $0; sub(/ tokens\/s in training steps.*/, "", tps)
                                     sub(/.* /, "", tps) }
     /tape: at most/ { h = $0; sub(/.*at most /, "", h); sub(/ .*/, "", h) }
-    END { if (tps <= 0 || b * t <= 0 || h == "") exit 1
-          printf "%.6f %d %s\n", n * b * t / tps, b * t, h }' "$out.log" ||
+    /memory: at most/ { m = $0; sub(/.*at most /, "", m); sub(/ .*/, "", m) }
+    END { if (tps <= 0 || b * t <= 0 || h == "" || m == "") exit 1
+          printf "%.6f %d %s %s\n", n * b * t / tps, b * t, h, m }' "$out.log" ||
     { echo "bench/gpt.sh: cannot read $out.log" >&2; return 1; }
 }
 
-for cfg in "default:" "w256_l4_h8_t64:--width 256 --layers 4 --heads 8 --context 64"; do
+# The default model's steps are about 60x shorter than width 256's: it runs 5N and 10N steps.
+for cfg in "default:5:" "w256_l4_h8_t64:1:--width 256 --layers 4 --heads 8 --context 64"; do
   name=${cfg%%:*}
+  spec=${cfg#*:}
+  n=$((tape_steps * ${spec%%:*}))
+  cfg=$spec
   # shellcheck disable=SC2206
   args=(${cfg#*:})
   layers=2
@@ -137,7 +146,7 @@ for cfg in "default:" "w256_l4_h8_t64:--width 256 --layers 4 --heads 8 --context
   done
   # The three cases interleaved tape_reps times, each as a run of N then one of 2N steps; the
   # best (shortest) per-step time of each case over the repeats.
-  declare -A best=() held=()
+  declare -A best=() held=() peak=()
   tok=0
   for ((rep = 1; rep <= tape_reps; rep++)); do
     for mode in tape manual ckpt; do
@@ -145,20 +154,22 @@ for cfg in "default:" "w256_l4_h8_t64:--width 256 --layers 4 --heads 8 --context
       prog=$train
       [ "$mode" = manual ] && { prog=$manual; extra=(--manual-backward); }
       [ "$mode" = ckpt ] && extra=(--checkpoint-blocks)
-      read -r t1 tok b < <(tape_run "$name-$mode-$rep-1" "$tape_steps" "$prog" \
+      read -r t1 tok b m < <(tape_run "$name-$mode-$rep-1" "$n" "$prog" \
         ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
-      read -r t2 tok b < <(tape_run "$name-$mode-$rep-2" $((2 * tape_steps)) "$prog" \
+      read -r t2 tok b m < <(tape_run "$name-$mode-$rep-2" $((2 * n)) "$prog" \
         ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
       held[$mode]=$b
-      best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t1="$t1" -v t2="$t2" -v n="$tape_steps" \
+      peak[$mode]=$m
+      best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t1="$t1" -v t2="$t2" -v n="$n" \
         'BEGIN { s = (t2 - t1) / n; if (s <= 0) s = t2 / (2 * n); print (a > 0 && a < s ? a : s) }')
     done
   done
   if [ -n "${best[tape]:-}" ] && [ -n "${best[manual]:-}" ] && [ -n "${best[ckpt]:-}" ]; then
-    awk -v n="$name" -v L="$layers" -v s="$tape_steps" -v tok="$tok" -v st="${best[tape]}" \
-        -v sm="${best[manual]}" -v sc="${best[ckpt]}" -v bt="${held[tape]}" -v bc="${held[ckpt]}" 'BEGIN {
-      printf "case=gpt_tape model=%s mesh=1x1 steps=%d tape_tokens_per_s=%.0f manual_tokens_per_s=%.0f recompute_tokens_per_s=%.0f tape_vs_manual=%.3f held_bytes=%d held_bytes_recompute=%d act_mem_ratio=%.3f act_mem_bound=%.3f recompute_step_ratio=%.3f\n",
-        n, s, tok / st, tok / sm, tok / sc, sm / st, bt, bc, bc / bt, 2 / L, sc / st }'
+    awk -v n="$name" -v L="$layers" -v s="$n" -v tok="$tok" -v st="${best[tape]}" \
+        -v sm="${best[manual]}" -v sc="${best[ckpt]}" -v bt="${held[tape]}" -v bc="${held[ckpt]}" \
+        -v pt="${peak[tape]}" -v pm="${peak[manual]}" -v pc="${peak[ckpt]}" 'BEGIN {
+      printf "case=gpt_tape model=%s mesh=1x1 steps=%d tape_tokens_per_s=%.0f manual_tokens_per_s=%.0f recompute_tokens_per_s=%.0f tape_vs_manual=%.3f held_bytes=%d held_bytes_recompute=%d act_mem_ratio=%.3f act_mem_bound=%.3f recompute_step_ratio=%.3f peak_bytes_tape=%d peak_bytes_manual=%d peak_bytes_recompute=%d peak_vs_manual=%.3f\n",
+        n, s, tok / st, tok / sm, tok / sc, sm / st, bt, bc, bc / bt, 2 / L, sc / st, pt, pm, pc, pt / pm }'
   fi
 done
 load "bench/run gpt end"

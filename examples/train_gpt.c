@@ -55,6 +55,7 @@ typedef struct ctx {
     int64_t step;
     double train_seconds;
     int64_t trained_tokens;
+    uint64_t step_peak_bytes; /* the most tensor memory in use during a training step */
 } ctx;
 
 /* ---- setup --------------------------------------------------------------------------------- */
@@ -452,9 +453,14 @@ static int run(ctx *c)
     while (c->step < last) {
         hist_rec rec;
         double t0 = job_now();
+        dt_host_pool_reset_peak();
         if ((rc = train_step(c, &rec)) != 0)
             goto out;
         double dt = job_now() - t0;
+        dt_pool_stats ps;
+        dt_host_pool_stats(&ps);
+        if (ps.peak_bytes_requested > c->step_peak_bytes)
+            c->step_peak_bytes = ps.peak_bytes_requested;
         rec.samples_per_s = dt > 0 ? (double)(b * T) / dt : 0;
         c->train_seconds += dt;
         c->trained_tokens += b * T;
@@ -504,6 +510,8 @@ static int run(ctx *c)
     job_say(&c->j, "  tape: at most %llu bytes held for the backward pass%s\n",
             (unsigned long long)gpt_peak_saved(c->model),
             c->o.checkpoint_blocks ? " (blocks recomputed)" : "");
+    job_say(&c->j, "  memory: at most %llu bytes of host and CPU tensor memory in use during a "
+            "training step (process 0)\n", (unsigned long long)c->step_peak_bytes);
     job_say(&c->j, "  samples: %s\n", samples);
     job_say(&c->j, "  checkpoint %s, curves %s, plot %s\n", c->ckpt_dir, c->csv_path, c->png_path);
     if (c->j.me == 0) {

@@ -46,7 +46,16 @@ static size_class classes[N_CLASSES];
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t limit_bytes;
 static _Atomic uint64_t n_allocs, n_reuses, n_bad_frees, bytes_cached, bytes_in_use,
-    bytes_requested;
+    bytes_requested, peak_requested;
+
+/* Adds bytes to bytes_requested and raises peak_requested to the new total. */
+static void add_requested(uint64_t bytes)
+{
+    uint64_t now = atomic_fetch_add(&bytes_requested, bytes) + bytes;
+    uint64_t peak = atomic_load(&peak_requested);
+    while (now > peak && !atomic_compare_exchange_weak(&peak_requested, &peak, now))
+        ;
+}
 
 /* Parses DT_POOL_MAX_MB: unset -> default; else a decimal integer 0..MAX_MAX_MB. */
 static dt_status parse_limit(uint64_t *bytes_out)
@@ -147,7 +156,7 @@ dt_status dt_host_alloc(size_t bytes, void **ptr_out)
     h->next = NULL;
     h->requested = bytes;
     atomic_store(&h->magic, MAGIC_LIVE);
-    atomic_fetch_add(&bytes_requested, bytes);
+    add_requested(bytes);
     atomic_fetch_add(&n_allocs, 1);
     atomic_fetch_add(&bytes_in_use, size);
     *ptr_out = (unsigned char *)h + HDR_BYTES;
@@ -190,7 +199,7 @@ void dt__pool_count(size_t size, size_t requested, int live)
     if (live) {
         atomic_fetch_add(&n_allocs, 1);
         atomic_fetch_add(&bytes_in_use, size);
-        atomic_fetch_add(&bytes_requested, requested);
+        add_requested(requested);
     } else {
         atomic_fetch_sub(&bytes_in_use, size);
         atomic_fetch_sub(&bytes_requested, requested);
@@ -208,9 +217,16 @@ void dt_host_pool_stats(dt_pool_stats *stats_out)
     s.bytes_cached = atomic_load(&bytes_cached);
     s.bytes_in_use = atomic_load(&bytes_in_use);
     s.bytes_requested = atomic_load(&bytes_requested);
+    s.peak_bytes_requested = atomic_load(&peak_requested);
     s.bad_frees = atomic_load(&n_bad_frees);
     s.bytes_limit = atomic_load(&limit_bytes);
     *stats_out = s;
+}
+
+void dt_host_pool_reset_peak(void)
+{
+    pthread_once(&pool_once, pool_init);
+    atomic_store(&peak_requested, atomic_load(&bytes_requested));
 }
 
 void dt_host_pool_trim(void)

@@ -122,8 +122,14 @@ typedef struct dt_pool_stats {
     uint64_t bytes_limit;    /* most bytes the free lists may hold (DT_POOL_MAX_MB) */
     uint64_t bytes_requested; /* bytes asked for by the live blocks' holders (what they hold,
                                * without class rounding) */
+    uint64_t peak_bytes_requested; /* the most bytes_requested since the start or the last
+                                    * dt_host_pool_reset_peak */
 } dt_pool_stats;
 DT_API void dt_host_pool_stats(dt_pool_stats *stats_out);
+
+/* Sets peak_bytes_requested to bytes_requested now, so that a caller can measure the peak
+ * of one phase (a training step, say). Local. */
+DT_API void dt_host_pool_reset_peak(void);
 
 /* Returns all cached blocks to the system. Local. */
 DT_API void dt_host_pool_trim(void);

@@ -95,6 +95,32 @@ static void test_pool_accounts_bytes_in_use_and_cached(void)
     CU_ASSERT_EQUAL(s2.bytes_cached, want);
 }
 
+/* The peak of bytes_requested: the most asked for at once, worked out by hand below (a block
+ * freed before the next is taken does not add to it), and reset to the bytes live now. */
+static void test_pool_peak_is_the_most_requested_at_once(void)
+{
+    void *a, *b, *c;
+    dt_host_pool_reset_peak();
+    size_t base = stats().bytes_requested;
+    CU_ASSERT_EQUAL(stats().peak_bytes_requested, base);
+    DT_ASSERT_OK(dt_host_alloc(3000, &a));
+    DT_ASSERT_OK(dt_host_alloc(70000, &b));
+    dt_host_free(a);
+    DT_ASSERT_OK(dt_host_alloc(5000, &c)); /* 75000 live: above the 73000 before */
+    CU_ASSERT_EQUAL(stats().peak_bytes_requested, base + 75000);
+    dt_host_free(b);
+    dt_host_free(c);
+    CU_ASSERT_EQUAL(stats().bytes_requested, base);
+    CU_ASSERT_EQUAL(stats().peak_bytes_requested, base + 75000);
+    DT_ASSERT_OK(dt_host_alloc(100, &a));
+    dt_host_pool_reset_peak();
+    CU_ASSERT_EQUAL(stats().peak_bytes_requested, base + 100);
+    dt_host_free(a);
+    DT_ASSERT_OK(dt_host_alloc(50, &a));
+    CU_ASSERT_EQUAL(stats().peak_bytes_requested, base + 100);
+    dt_host_free(a);
+}
+
 static void test_pool_rounds_large_blocks_to_2mib_multiples_with_bounded_waste(void)
 {
     const size_t sizes[] = {MiB + 1, 2 * MiB, 5 * MiB + 3, 8 * MiB, 8 * MiB + 1, 13 * MiB,
@@ -278,6 +304,7 @@ int main(int argc, char **argv)
         DT_TEST(test_pool_blocks_are_64_byte_aligned_and_writable),
         DT_TEST(test_pool_reuses_a_freed_block_of_the_same_class),
         DT_TEST(test_pool_accounts_bytes_in_use_and_cached),
+        DT_TEST(test_pool_peak_is_the_most_requested_at_once),
         DT_TEST(test_pool_rounds_large_blocks_to_2mib_multiples_with_bounded_waste),
         DT_TEST(test_pool_cache_stays_under_the_cap),
         DT_TEST(test_pool_trim_empties_the_cache),
