@@ -3,10 +3,8 @@
  * each), so that processes, workers and BLAS threads do not fight for cores; left to the user
  * when OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set. */
 #include <cblas.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "dtensor/runtime.h"
 #include "ops/ops_impl.h"
@@ -42,15 +40,7 @@ static void set_for(int lanes)
             atomic_store(&current, -1);
             return;
         }
-        int mine = 0, me = dt__client_host(dt_client_id());
-        for (int c = 0; c < dt_num_clients(); c++)
-            mine += dt__client_host(c) == me;
-        cpu_set_t set;
-        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-        if (cores <= 0)
-            cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-        base_cores = cores;
-        base_clients = mine;
+        dt__host_clients_and_cores(&base_clients, &base_cores);
     }
     int want = dt__blas_threads_for(base_cores, base_clients, lanes);
     if (want != have && atomic_compare_exchange_strong(&current, &have, want))

@@ -29,6 +29,9 @@ MPI_Comm dt__host_comm(void);
 int dt__num_hosts(void);
 int dt__client_host(int client);
 const char *dt__client_hostname(int client);
+/* This host's clients (this one included; 1 before dt_init) and the cores this process may
+ * run on (its affinity mask, else the online count), for sizing threads and waits. */
+void dt__host_clients_and_cores(int *clients_out, int *cores_out);
 
 /* The watchdog (watchdog.c, docs/multihost.md). DT_COMM_TIMEOUT: seconds (> 0) a wait on
  * other clients may go without any of its requests completing, default 300; *bad_out (may be

@@ -3,6 +3,7 @@
  * host's cores. dt_topology reports what was found. */
 #include <errno.h>
 #include <hwloc.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -183,6 +184,19 @@ int dt__client_host(int client)
 const char *dt__client_hostname(int client)
 {
     return client >= 0 && client < nclients_seen ? client_hostname[client] : "?";
+}
+
+void dt__host_clients_and_cores(int *clients_out, int *cores_out)
+{
+    int mine = 0, me = dt__client_host(dt_client_id());
+    for (int c = 0; c < dt_num_clients(); c++)
+        mine += dt__client_host(c) == me;
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (cores <= 0)
+        cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    *clients_out = mine > 0 ? mine : 1;
+    *cores_out = cores > 0 ? cores : 1;
 }
 
 MPI_Comm dt__host_comm(void)

@@ -55,13 +55,8 @@ static int host_full(void)
 {
     static _Thread_local int known = -1;
     if (known < 0) {
-        int mine = 0, me = dt__client_host(dt_client_id());
-        for (int c = 0; c < dt_num_clients(); c++)
-            mine += dt__client_host(c) == me;
-        cpu_set_t set;
-        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-        if (cores <= 0)
-            cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        int mine, cores;
+        dt__host_clients_and_cores(&mine, &cores);
         known = mine > cores;
     }
     return known;

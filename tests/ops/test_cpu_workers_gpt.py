@@ -2,7 +2,10 @@
 """examples/train_gpt on the 1x2 mesh in one process (DT_CPU_DEVICES=2) with the CPU workers off
 (DT_CPU_WORKERS=0) and on (1): the same training and held-out losses to every printed digit
 and bit-identical checkpoint files (parameters, master weights, moments). Needs 2 cores (one
-worker per device); skips otherwise. Usage: test_cpu_workers_gpt.py TRAIN_GPT MESH_DIR"""
+worker per device); skips otherwise. Both runs pin OPENBLAS_NUM_THREADS=1: left to itself the
+runtime gives BLAS cores/lanes threads (2 with the workers off, 1 per worker on), and on some
+CPUs OpenBLAS's sgemm gives other bits with another thread count (seen on an AMD EPYC with
+OpenBLAS 0.3.21, even on one device), which is BLAS's matter, not the workers'. Usage: test_cpu_workers_gpt.py TRAIN_GPT MESH_DIR"""
 import os
 import subprocess
 import sys
@@ -13,7 +16,8 @@ ARGS = ["--batch", "16", "--steps", "4", "--warmup", "2", "--eval-every", "2", "
 
 
 def run(train, mesh, workers, out):
-    env = dict(os.environ, DT_CPU_DEVICES="2", DT_CPU_WORKERS=str(workers), DT_BIND="0")
+    env = dict(os.environ, DT_CPU_DEVICES="2", DT_CPU_WORKERS=str(workers), DT_BIND="0",
+               OPENBLAS_NUM_THREADS="1")
     cmd = [train, "--mesh", mesh, "--out", out] + ARGS
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
