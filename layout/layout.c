@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "layout/layout_impl.h"
+#include "layout/tensor_dev.h"
 #include "runtime/error.h"
 
 const char *dt__layout_mesh_dims(const dt_mesh *mesh, char *buf, size_t len)
@@ -333,6 +334,51 @@ int dt_layout_equal(const dt_layout *a, const dt_layout *b)
             return 0;
     for (int i = 0; i < a->npartial; i++)
         if (a->partial_dim[i] != b->partial_dim[i] || a->partial_op[i] != b->partial_op[i])
+            return 0;
+    return 1;
+}
+
+/* Mesh dim d of l when it splits or sums over more than one device, else -1 (unsharded). */
+static int wide_dim(const dt_layout *l, int d)
+{
+    return d >= 0 && l->mesh_dim_size[d] > 1 ? d : -1;
+}
+
+/* The partial mesh dims of l over more than one device, in increasing order, and their
+ * reductions; returns how many. */
+static int wide_partials(const dt_layout *l, int *dims, dt_reduce_op *ops)
+{
+    int n = 0;
+    for (int i = 0; i < l->npartial; i++)
+        if (wide_dim(l, l->partial_dim[i]) >= 0) {
+            dims[n] = l->partial_dim[i];
+            ops[n++] = l->partial_op[i];
+        }
+    return n;
+}
+
+int dt__layout_same_placement(const dt_layout *a, const dt_layout *b)
+{
+    if (dt_layout_equal(a, b))
+        return 1;
+    if (!a || !b || a->rank != b->rank)
+        return 0;
+    if (a->mesh != b->mesh && !dt_mesh_equal(a->mesh, b->mesh))
+        return 0;
+    for (int i = 0; i < a->rank; i++) {
+        /* A placeholder ("any", "match") places nothing: never the same as anything. */
+        if (a->spec_dim[i] < DT__SPEC_UNSHARDED || b->spec_dim[i] < DT__SPEC_UNSHARDED)
+            return 0;
+        if (wide_dim(a, a->spec_dim[i]) != wide_dim(b, b->spec_dim[i]))
+            return 0;
+    }
+    int da[DT_MESH_MAX_DIMS], db[DT_MESH_MAX_DIMS];
+    dt_reduce_op oa[DT_MESH_MAX_DIMS], ob[DT_MESH_MAX_DIMS];
+    int na = wide_partials(a, da, oa), nb = wide_partials(b, db, ob);
+    if (na != nb)
+        return 0;
+    for (int i = 0; i < na; i++)
+        if (da[i] != db[i] || oa[i] != ob[i])
             return 0;
     return 1;
 }

@@ -337,6 +337,17 @@ dt_status dt_relayout(const dt_tensor *src, const dt_layout *layout, dt_tensor *
     return dt__rec_finish(r, st, &rec, t, out);
 }
 
+dt_status dt__relayout_shared(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
+{
+    if (!src || !layout || !out || !dt__layout_same_placement(dt_tensor_layout(src), layout))
+        return dt_relayout(src, layout, out);
+    if (dt_layout_equal(dt_tensor_layout(src), layout)) {
+        *out = dt_tensor_retain(src);
+        return DT_OK;
+    }
+    return dt__tensor_share(src, layout, out);
+}
+
 dt_status dt_copy_to_mesh(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
 {
     return relayout_new(src, layout, 0, out);

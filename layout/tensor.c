@@ -42,6 +42,7 @@ struct dt_tensor {
     int64_t numel;
     int nlocal;
     component *comps;
+    dt_tensor *base; /* a shared view (dt__tensor_share): the tensor owning the memory */
 };
 
 /* What a unpacked DLManagedTensor points at: the manager context owns the shape array and a
@@ -70,6 +71,7 @@ static void free_tensor(dt_tensor *t)
         free_component_memory(t, &t->comps[i]);
     free(t->comps);
     dt_layout_destroy(t->layout);
+    dt_tensor_destroy(t->base);
     free(t);
 }
 
@@ -441,6 +443,42 @@ dt_status dt_tensor_pack_managed(const dt_layout *layout, const int64_t *shape, 
         c->managed = components[i];
         c->dl.data = x->data ? (char *)x->data + x->byte_offset : NULL;
     }
+    *tensor_out = t;
+    return DT_OK;
+
+err_free_tensor:
+    free_tensor(t);
+    return st;
+}
+
+dt_status dt__tensor_share(const dt_tensor *src, const dt_layout *layout, dt_tensor **tensor_out)
+{
+    static const char fn[] = "relayout";
+    if (!src || !tensor_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, src ? "output" : "source");
+    dt_tensor *t = NULL;
+    dt_status st = make_skeleton(fn, layout, src->dtype, src->shape, &t);
+    if (st != DT_OK)
+        return st;
+    if (t->nlocal != src->nlocal || t->device_type != src->device_type) {
+        st = dt__error(DT_ERR_SHAPE, "%s: cannot share the buffers of a tensor on another mesh",
+                       fn);
+        goto err_free_tensor;
+    }
+    for (int i = 0; i < t->nlocal; i++) {
+        component *c = &t->comps[i];
+        const component *s = &src->comps[i];
+        if (c->device_id != s->device_id || c->bytes != s->bytes ||
+            memcmp(c->offset, s->offset, (size_t)t->rank * sizeof *c->offset) != 0 ||
+            memcmp(c->shape, s->shape, (size_t)t->rank * sizeof *c->shape) != 0) {
+            st = dt__error(DT_ERR_SHAPE, "%s: component %d (device %d) is placed differently "
+                           "by the two layouts, so its buffer cannot be shared", fn, i,
+                           c->device_id);
+            goto err_free_tensor;
+        }
+        c->dl.data = s->dl.data;
+    }
+    t->base = dt_tensor_retain(src->base ? src->base : src);
     *tensor_out = t;
     return DT_OK;
 

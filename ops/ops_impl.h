@@ -192,12 +192,15 @@ int dt__lspec_has_nonsum_partial(const dt__lspec *ls);
 double dt__relayout_cost(const dt_mesh *mesh, const int64_t *shape, const dt__lspec *from,
                          const dt__lspec *to);
 
-/* Relays `t` out to `ls` unless already there: *out gets a new reference either way. */
+/* Relays `t` out to `ls` unless already there: *out gets a new reference either way, and
+ * where the layouts place `t` alike (they differ only over mesh dims of one device) it shares
+ * t's buffers (dt__relayout_shared): read it, do not write into it. */
 dt_status dt__ensure_layout(const dt_tensor *t, const dt__lspec *ls, dt_tensor **out);
 dt_status dt__ensure_layout_l(const dt_tensor *t, const dt_layout *layout, dt_tensor **out);
 
 /* Replaces *t by its relayout to `layout` when `layout` is non-NULL and differs (consumes
- * the reference on success). Checks mesh and rank, naming `op`. */
+ * the reference on success; where the placement agrees, a view sharing its buffers, so *t
+ * must be the op's own result). Checks mesh and rank, naming `op`. */
 dt_status dt__finish_layout(const char *op, const dt_layout *layout, dt_tensor **t);
 
 /* The common end of a distributed op: waits for the backend's work (be->sync), applies the

@@ -103,11 +103,7 @@ double dt__relayout_cost(const dt_mesh *mesh, const int64_t *shape, const dt__ls
 
 dt_status dt__ensure_layout_l(const dt_tensor *t, const dt_layout *layout, dt_tensor **out)
 {
-    if (dt_layout_equal(dt_tensor_layout(t), layout)) {
-        *out = dt_tensor_retain(t);
-        return DT_OK;
-    }
-    return dt_relayout(t, layout, out);
+    return dt__relayout_shared(t, layout, out);
 }
 
 dt_status dt__ensure_layout(const dt_tensor *t, const dt__lspec *ls, dt_tensor **out)
@@ -150,8 +146,9 @@ dt_status dt__finish_layout(const char *op, const dt_layout *layout, dt_tensor *
                          "has rank %d", op, dt_layout_rank(layout), dt_layout_rank(have));
     if (dt_layout_equal(layout, have))
         return DT_OK;
+    /* *t is the op's own result: a view of it (where the placement agrees) is as fresh. */
     dt_tensor *r = NULL;
-    dt_status st = dt_relayout(*t, layout, &r);
+    dt_status st = dt__relayout_shared(*t, layout, &r);
     if (st != DT_OK)
         return st;
     dt_tensor_destroy(*t);

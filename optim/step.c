@@ -127,6 +127,45 @@ static dt_status reduce_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
     return st;
 }
 
+/* One dp rank, gradients given, state in device memory, parameters whole (stages 0-2): the
+ * reduction has nothing to sum, so the norm and the update read each gradient where it lies
+ * (gl, in its gradient layout) instead of a copy in the flat buffer. Only where the copy would
+ * be a plain one: every gradient of its group's gradient dtype, and every local piece filling
+ * its run of the flat buffer (no zero padding). Elementwise kernels over the same elements
+ * and per-piece norms, so the same bits as through the flat buffer. */
+static int direct_grads(const dt_zero *z, dt_tensor *const *gl)
+{
+    if (!gl || z->dp_size != 1 || z->offload || z->sharded_params || z->stage > 2)
+        return 0;
+    for (int gi = 0; gi < z->ngroups; gi++) {
+        const dt__zgroup *g = &z->groups[gi];
+        for (int j = 0; j < g->nparams; j++) {
+            const dt__zparam *p = &g->params[j];
+            const dt_tensor *t = gl[p->index];
+            if (!t || dt_tensor_dtype(t) != g->gdtype || dt_tensor_num_local(t) != z->nlocal)
+                return 0;
+            for (int i = 0; i < z->nlocal; i++) {
+                const DLTensor *d = dt_tensor_local(t, i);
+                if (dt__numel(d->ndim, d->shape) != p->n)
+                    return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* Where element `flat` of group g's gradient lies for device i: in gl (direct_grads), else
+ * at `data`, the partition that starts at flat index lo. */
+static const char *grad_at(const dt__zgroup *g, dt_tensor *const *gl, int i, const dt__zseg *sg,
+                           const char *data, int64_t lo)
+{
+    size_t dsz = dt_dtype_size(g->gdtype);
+    if (gl)
+        return (const char *)dt_tensor_local(gl[sg->param->index], i)->data +
+               (size_t)sg->pos * dsz;
+    return data + (size_t)(sg->flat - lo) * dsz;
+}
+
 /* One device's pieces of the gradient norm: for each parameter piece in its gradient
  * partitions (in group, chunk, piece order) either its f64 sum of squares, when the device
  * counts the parameter, or its inf/NaN flag. The results are in device memory. */
@@ -138,7 +177,7 @@ typedef struct norm_parts {
 
 /* Counts device i's pieces (be NULL), or issues their kernels into np (be non-NULL). */
 static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
-                           norm_parts *np)
+                           dt_tensor *const *gl, norm_parts *np)
 {
     dt_status st = DT_OK;
     int64_t k = 0;
@@ -146,7 +185,6 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
     int32_t *flags = be ? (int32_t *)(sums + np->count) : NULL;
     for (int gi = 0; st == DT_OK && gi < z->ngroups; gi++) {
         const dt__zgroup *g = &z->groups[gi];
-        size_t dsz = dt_dtype_size(g->gdtype);
         dt__zseg *segs = malloc((size_t)g->nparams * sizeof *segs);
         if (!segs)
             return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
@@ -158,7 +196,7 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
             for (int s = 0; st == DT_OK && s < ns; s++, k++) {
                 if (!be)
                     continue;
-                const char *x = data + (size_t)(segs[s].flat - lo) * dsz;
+                const char *x = grad_at(g, gl, i, &segs[s], data, lo);
                 np->counted[k] = (unsigned char)dt__zero_counts(z, segs[s].param, i);
                 if (np->counted[k])
                     st = be->sq_sum_f64(segs[s].len, x, g->gdtype, sums + k);
@@ -201,7 +239,7 @@ static dt_status norm_collect(const dt_zero *z, int i, const norm_parts *np, dou
 }
 
 /* vals[i*2]: this device's counted sum of squares; vals[i*2+1]: 1 if it saw an inf/NaN. */
-static dt_status local_norms(const dt_zero *z, double *vals)
+static dt_status local_norms(const dt_zero *z, dt_tensor *const *gl, double *vals)
 {
     norm_parts *np = calloc((size_t)z->nlocal, sizeof *np);
     if (!np)
@@ -211,7 +249,7 @@ static dt_status local_norms(const dt_zero *z, double *vals)
     for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
         const dt__device *dev = z->devs[i];
         const dt__ops_backend *be = NULL;
-        st = norm_pass(z, i, NULL, &np[i]);
+        st = norm_pass(z, i, NULL, gl, &np[i]);
         size_t bytes = (size_t)np[i].count * (sizeof(double) + sizeof(int32_t));
         np[i].counted = malloc((size_t)np[i].count + 1);
         if (st == DT_OK && !np[i].counted)
@@ -221,7 +259,7 @@ static dt_status local_norms(const dt_zero *z, double *vals)
         if (st == DT_OK)
             st = dt__zero_select(z, i, &be);
         if (st == DT_OK)
-            st = norm_pass(z, i, be, &np[i]);
+            st = norm_pass(z, i, be, gl, &np[i]);
     }
     dt_status done = dt__zero_sync(z);
     if (st == DT_OK)
@@ -242,10 +280,37 @@ static dt_status local_norms(const dt_zero *z, double *vals)
     return st;
 }
 
-/* The inner optimizer on local device i's partition of chunk ch; 16-bit gradients are widened
- * block by block into the device's `scratch` (DT__ZERO_BLOCK floats). */
+/* The inner optimizer on elements [at0, at0 + n) of device i's partition (master p, moments
+ * m, v at those offsets) with their gradients at gp; 16-bit gradients are widened block by
+ * block into `scratch` (DT__ZERO_BLOCK floats). */
+static dt_status update_run(const dt__ops_backend *be, const dt__zgroup *g,
+                            const dt_sgd_opts *so, const dt_adam_opts *ao, int64_t t, int64_t n,
+                            const char *gp, float *p, float *m, float *v, void *scratch)
+{
+    dt_status st = DT_OK;
+    int64_t block = g->gdtype == DT_DTYPE_F32 ? (n > 0 ? n : 1) : DT__ZERO_BLOCK;
+    for (int64_t at = 0; st == DT_OK && at < n; at += block) {
+        int64_t b = n - at < block ? n - at : block;
+        const float *gf = (const float *)gp + at;
+        if (g->gdtype != DT_DTYPE_F32) {
+            st = be->cast(b, gp + (size_t)at * 2, g->gdtype, scratch, DT_DTYPE_F32);
+            gf = scratch;
+        }
+        if (st != DT_OK)
+            break;
+        if (g->hp.kind == DT_OPTIM_SGD)
+            st = be->sgd(b, so, p + at, gf, m ? m + at : NULL);
+        else
+            st = be->adam(b, ao, t, p + at, gf, m + at, v + at);
+    }
+    return st;
+}
+
+/* The inner optimizer on local device i's partition of chunk ch, reading the gradients from
+ * the partition, or piece by piece from gl (direct_grads). */
 static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
-                              float grad_scale, int64_t t, void *const *scratch)
+                              float grad_scale, int64_t t, dt_tensor *const *gl,
+                              void *const *scratch)
 {
     const dt_optim_hparams *hp = &g->hp;
     dt_sgd_opts so = {hp->lr, hp->momentum, hp->dampening, hp->weight_decay, hp->nesterov,
@@ -263,21 +328,21 @@ static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
         float *p = dt_tensor_local(ch->master, i)->data;
         float *m = ch->s1 ? dt_tensor_local(ch->s1, i)->data : NULL;
         float *v = ch->s2 ? dt_tensor_local(ch->s2, i)->data : NULL;
-        int64_t block = g->gdtype == DT_DTYPE_F32 ? (len > 0 ? len : 1) : DT__ZERO_BLOCK;
-        for (int64_t at = 0; st == DT_OK && at < len; at += block) {
-            int64_t b = len - at < block ? len - at : block;
-            const float *gf = (const float *)gp + at;
-            if (g->gdtype != DT_DTYPE_F32) {
-                st = be->cast(b, gp + (size_t)at * 2, g->gdtype, scratch[i], DT_DTYPE_F32);
-                gf = scratch[i];
-            }
-            if (st != DT_OK)
-                break;
-            if (hp->kind == DT_OPTIM_SGD)
-                st = be->sgd(b, &so, p + at, gf, m ? m + at : NULL);
-            else
-                st = be->adam(b, &ao, t, p + at, gf, m + at, v + at);
+        if (!gl) {
+            st = update_run(be, g, &so, &ao, t, len, gp, p, m, v, scratch[i]);
+            continue;
         }
+        int64_t lo = ch->start + off;
+        dt__zseg *segs = malloc((size_t)(g->nparams ? g->nparams : 1) * sizeof *segs);
+        if (!segs)
+            return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
+        int ns = dt__zero_segments(g, lo, lo + len, segs);
+        for (int s = 0; st == DT_OK && s < ns; s++) {
+            int64_t k = segs[s].flat - lo;
+            st = update_run(be, g, &so, &ao, t, segs[s].len, grad_at(g, gl, i, &segs[s], gp, lo),
+                            p + k, m ? m + k : NULL, v ? v + k : NULL, scratch[i]);
+        }
+        free(segs);
     }
     return st;
 }
@@ -379,14 +444,15 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     double t_reduce = MPI_Wtime();
     if (grads)
         st = grads_in_layout(z, grads, gl);
-    for (int g = 0; st == DT_OK && grads && g < z->ngroups; g++)
+    int direct = st == DT_OK && direct_grads(z, grads ? gl : NULL);
+    for (int g = 0; st == DT_OK && grads && !direct && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = reduce_chunk(z, &z->groups[g], &z->groups[g].chunks[c], gl);
     if (st == DT_OK && !grads && z->overlap)
         st = dt__zero_buckets_wait(z);
     t_reduce = MPI_Wtime() - t_reduce;
     dt__zero_ready_reset(z);
-    for (int j = 0; j < z->nparams; j++) {
+    for (int j = 0; !direct && j < z->nparams; j++) {
         dt_tensor_destroy(gl[j]);
         gl[j] = NULL;
     }
@@ -395,7 +461,7 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
 
     /* Overflow and global norm, agreed over the whole mesh. */
     double agreed[2] = {0.0, 0.0};
-    st = local_norms(z, vals);
+    st = local_norms(z, direct ? gl : NULL, vals);
     if (st == DT_OK)
         st = dt__zero_allreduce(z, DT_REDUCE_SUM, 2, vals, agreed);
     if (st != DT_OK)
@@ -445,7 +511,7 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = update_chunk(z, &z->groups[g], &z->groups[g].chunks[c], grad_scale,
-                              z->step + 1, scratch);
+                              z->step + 1, direct ? gl : NULL, scratch);
     dt_status done = dt__zero_sync(z);
     if (st == DT_OK)
         st = done;

@@ -224,6 +224,98 @@ static void run_reference_case(int model, int stage, int64_t allgather, int earl
     dt_mesh_destroy(m);
 }
 
+/* 1 if every local element of t is zero. */
+static int all_zero(const dt_tensor *t)
+{
+    int zero = 1;
+    for (int i = 0; i < dt_tensor_num_local(t); i++) {
+        size_t n = dt_test_local_bytes(t, i);
+        unsigned char *x = dt_test_local_get(t, i);
+        for (size_t k = 0; k < n; k++)
+            zero &= x[k] == 0;
+        free(x);
+    }
+    return zero;
+}
+
+/* One data-parallel rank (batch=1, the model dim over every device): nothing to reduce, so
+ * the step reads the gradients where they lie; the flat gradient buffers are never written
+ * (they would hold the gradients if the copy came back) and the parameters match the host
+ * reference bit for bit, in stages 0-2, f32 and bf16 (widened) gradients. */
+static void test_one_dp_rank_steps_from_the_gradients_without_copying_them(void)
+{
+    const char *mnames[2] = {"batch", "model"};
+    int64_t nd = dt_test_num_devices();
+    int64_t sizes[2] = {1, nd};
+    const pdesc descs[4] = {
+        {"w1", 2, {3, 2 * nd}, NULL, "model"},
+        {"b1", 1, {5, 0}, NULL, NULL},
+        {"w2", 2, {nd, 3}, "model", NULL},
+        {"b2", 1, {4, 0}, NULL, NULL},
+    };
+    for (int stage = 0; stage < 3; stage++) {
+        dt_mesh *m = NULL;
+        DT_ASSERT_OK(dt_mesh_create("one_dp", 2, mnames, sizes, dt_test_device_type(), &m));
+        dt_zero_opts o = DT_ZERO_OPTS_INIT;
+        o.stage = stage;
+        o.allgather_size = 7; /* chunks cut through parameters */
+        o.scaler.mode = DT_LOSS_SCALE_STATIC;
+        o.scaler.init_scale = 4.0;
+        dt_zero *z = NULL;
+        DT_ASSERT_OK(dt_zero_create(m, &o, &z));
+        dt_optim_hparams ha = DT_OPTIM_ADAMW_INIT, hb = DT_OPTIM_SGD_INIT;
+        ha.lr = 0.01f;
+        hb.lr = 0.05f;
+        hb.momentum = 0.9f;
+        dt_tensor *params[4];
+        const char *names[4];
+        ref_param refs[4];
+        gen gens[4];
+        for (int j = 0; j < 4; j++) {
+            dt_dtype dt = j < 2 ? DT_DTYPE_F32 : DT_DTYPE_BF16;
+            params[j] = make_param(m, &descs[j], 1, dt, j);
+            names[j] = descs[j].name;
+            ref_init(&refs[j], &descs[j], j, dt);
+            gens[j] = (gen){j, -1, 0, 0.0f};
+        }
+        int ga = -1, gb = -1;
+        DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &ha, &ga));
+        DT_ASSERT_OK(dt_zero_add_group(z, 2, names + 2, params + 2, &hb, &gb));
+        for (int step = 0; step < 3; step++) {
+            dt_tensor *grads[4];
+            for (int j = 0; j < 4; j++)
+                grads[j] = og_grad(params[j], dt_tensor_dtype(params[j]), grad_value, step,
+                                   4.0f, &gens[j]);
+            dt_zero_step_info info;
+            DT_ASSERT_OK(dt_zero_step(z, grads, &info));
+            CU_ASSERT_EQUAL(info.skipped, 0);
+            for (int j = 0; j < 4; j++) {
+                ref_step(&refs[j], j < 2 ? &ha : &hb, step + 1, 1, &gens[j], step, 4.0f,
+                         dt_tensor_dtype(params[j]), 1.0f / 4.0f);
+                dt_tensor_destroy(grads[j]);
+            }
+            char what[64];
+            for (int j = 0; j < 4; j++) {
+                snprintf(what, sizeof what, "%s stage %d step %d", names[j], stage, step);
+                check_param(what, params[j], &refs[j]);
+            }
+        }
+        /* (Stage 2 casts bf16 masters back through the spent gradient partition.) */
+        for (int g = 0; g < z->ngroups; g++)
+            for (int c = 0; c < z->groups[g].nchunks; c++) {
+                const dt__zchunk *ch = &z->groups[g].chunks[c];
+                if (stage < 2 || z->groups[g].dtype == DT_DTYPE_F32)
+                    CU_ASSERT_TRUE(all_zero(stage == 2 ? ch->gpart : ch->flat));
+            }
+        dt_zero_destroy(z);
+        for (int j = 0; j < 4; j++) {
+            dt_tensor_destroy(params[j]);
+            ref_free(&refs[j]);
+        }
+        dt_mesh_destroy(m);
+    }
+}
+
 static void test_step_matches_host_reference_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
@@ -777,6 +869,7 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_step_matches_host_reference_in_every_stage),
         DT_TEST(test_tiny_allgather_chunks_give_the_same_result),
+        DT_TEST(test_one_dp_rank_steps_from_the_gradients_without_copying_them),
         DT_TEST(test_gradients_handed_over_early_give_the_reference_result_in_every_stage),
         DT_TEST(test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result),
         DT_TEST(test_grad_ready_returns_before_the_other_clients_give_theirs),
