@@ -50,10 +50,14 @@ case "${1:-}" in
     # above do not depend on which MPI it is (docs/mpi.md). The 4-process runs (suite np4)
     # run above under Open MPI: what differs between the MPIs (launcher, error handlers,
     # truncation, the first exit ending the job) shows at 2 processes, and MPICH's ranks
-    # busy-poll, so 4 of them on 2 cores were the slowest part of this pass.
+    # busy-poll, so 4 of them on 2 cores were the slowest part of this pass. Nor the
+    # single-process programs of suite unit (the same code, no launcher, run in both passes
+    # above): suite mpi, everything started through BUILD/mpiexec (its Python tests also run
+    # the examples as one process, MPICH's singleton init), and suite launch, whose
+    # launch_command checks the command of the linked MPI.
     configure build-mpich -Dmpi=mpich
     meson test -C build-mpich --print-errorlogs --num-processes "$jobs" \
-      --suite unit --suite mpi --no-suite crash --no-suite np4
+      --suite mpi --suite launch --no-suite crash --no-suite np4
     echo "== install, then build a separate program with pkg-config (Open MPI, then MPICH)"
     ./tests/install/check_install.sh build
     ./tests/install/check_install.sh build-mpich

@@ -73,7 +73,13 @@ class TrainContext(unittest.TestCase):
         drop = ["--dropout", "0.1"]
         run(0, "1x1", SMALL + drop + self.out("ref"))
         ref = curve(os.path.join(self.tmp.name, "ref"))
-        for name, procs in (("1x1x2", 2), ("2x1x2", 4), ("1x2x2", 4)):
+        # Under the sanitizers (DT_TEST_SANITIZED, tests/meson.build) 1x2x2 alone: `model` x
+        # `seq`, the ring over `seq` inside a tensor-parallel mesh, the llama run's mesh too;
+        # `batch` x `seq` and `seq` alone run the same ring and are the plain pass's.
+        seq_meshes = (("1x1x2", 2), ("2x1x2", 4), ("1x2x2", 4))
+        if os.environ.get("DT_TEST_SANITIZED") == "1":
+            seq_meshes = seq_meshes[2:]
+        for name, procs in seq_meshes:
             mesh = os.path.join(self.tmp.name, name)
             run(procs, mesh, SMALL + drop + self.out(name))
             self.close(curve(os.path.join(self.tmp.name, name)), ref, name)
