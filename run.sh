@@ -45,7 +45,7 @@ case "${1:-}" in
       -Dbuildtype=debugoptimized
     meson test -C build-asan --print-errorlogs --num-processes "$jobs" --timeout-multiplier 3 \
       --no-suite crash --no-suite bench --no-suite np4
-    echo "== the unit and MPI suites built against MPICH (build-mpich/, -Dmpi=mpich)"
+    echo "== the MPI and launch suites built against MPICH (build-mpich/, -Dmpi=mpich)"
     # The same C code against the other MPI and its launcher; the sanitizer and crash runs
     # above do not depend on which MPI it is (docs/mpi.md). The 4-process runs (suite np4)
     # run above under Open MPI: what differs between the MPIs (launcher, error handlers,
@@ -54,10 +54,11 @@ case "${1:-}" in
     # single-process programs of suite unit (the same code, no launcher, run in both passes
     # above): suite mpi, everything started through BUILD/mpiexec (its Python tests also run
     # the examples as one process, MPICH's singleton init), and suite launch, whose
-    # launch_command checks the command of the linked MPI.
+    # launch_command checks the command of the linked MPI (not launch_restart: the multihost
+    # namespaces, run above).
     configure build-mpich -Dmpi=mpich
     meson test -C build-mpich --print-errorlogs --num-processes "$jobs" \
-      --suite mpi --suite launch --no-suite crash --no-suite np4
+      --suite mpi --suite launch --no-suite launch_restart --no-suite crash --no-suite np4
     echo "== install, then build a separate program with pkg-config (Open MPI, then MPICH)"
     ./tests/install/check_install.sh build
     ./tests/install/check_install.sh build-mpich
