@@ -27,7 +27,7 @@ usage: bench/gpt.sh [--steps N] [--quick] [-- train_gpt options]
   --steps N   timed steps per mesh: runs of N and 2N steps (default 60; --quick: 20)
   --tape-steps N  timed steps of each tape/manual/recompute case at width 256: runs of N and
                   2N steps (default 20; --quick: 5); the default model runs 5N and 10N
-  --tape-reps N   interleaved repeats of the three cases, best of each (default 2)
+  --tape-reps N   interleaved repeats of the three cases, times summed (default 2)
   --tape-only     only the tape measurements
 Environment: BUILD_DIR (default build), DT_BIND (default 0), MPIRUN_ARGS (extra launcher args).
 USAGE
@@ -145,8 +145,8 @@ for cfg in "default:5:" "w256_l4_h8_t64:1:--width 256 --layers 4 --heads 8 --con
     [ "${args[$i]}" = --layers ] && layers=${args[$((i + 1))]}
   done
   # The three cases interleaved tape_reps times, each as a run of N then one of 2N steps; the
-  # best (shortest) per-step time of each case over the repeats.
-  declare -A best=() held=() peak=()
+  # per-step time of each case from the sums over the repeats.
+  declare -A best=() held=() peak=() sum1=() sum2=()
   tok=0
   for ((rep = 1; rep <= tape_reps; rep++)); do
     for mode in tape manual ckpt; do
@@ -160,8 +160,12 @@ for cfg in "default:5:" "w256_l4_h8_t64:1:--width 256 --layers 4 --heads 8 --con
         ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
       held[$mode]=$b
       peak[$mode]=$m
-      best[$mode]=$(awk -v a="${best[$mode]:-0}" -v t1="$t1" -v t2="$t2" -v n="$n" \
-        'BEGIN { s = (t2 - t1) / n; if (s <= 0) s = t2 / (2 * n); print (a > 0 && a < s ? a : s) }')
+      # Summed over the repeats: the mean per-step time (a best-of-repeats of differences
+      # would pick the luckiest pair and bias the ratios).
+      sum1[$mode]=$(awk -v a="${sum1[$mode]:-0}" -v t="$t1" 'BEGIN { printf "%.6f", a + t }')
+      sum2[$mode]=$(awk -v a="${sum2[$mode]:-0}" -v t="$t2" 'BEGIN { printf "%.6f", a + t }')
+      best[$mode]=$(awk -v a="${sum1[$mode]}" -v b="${sum2[$mode]}" -v n="$n" -v r="$rep" \
+        'BEGIN { s = (b - a) / (n * r); if (s <= 0) s = b / (2 * n * r); print s }')
     done
   done
   if [ -n "${best[tape]:-}" ] && [ -n "${best[manual]:-}" ] && [ -n "${best[ckpt]:-}" ]; then
