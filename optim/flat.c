@@ -55,48 +55,6 @@ void dt__zero_local_range(const dt_tensor *t, int i, int64_t *off, int64_t *len)
     *len = dt_tensor_local(t, i)->shape[last];
 }
 
-/* Mesh dim d when it has more than one device, else -1: a split or a pending sum over one
- * device changes nothing. */
-static int wide(const dt_mesh *mesh, int d)
-{
-    return d >= 0 && dt_mesh_dim_size(mesh, d) > 1 ? d : -1;
-}
-
-/* Partial mesh dim k of l (in increasing order) among those of more than one device, its
- * reduction in *op; -1 past the last. */
-static int wide_partial(const dt_layout *l, int k, dt_reduce_op *op)
-{
-    const dt_mesh *mesh = dt_layout_mesh(l);
-    for (int i = 0, seen = 0; i < dt_layout_num_partial(l); i++) {
-        int d = -1;
-        if (dt_layout_partial(l, i, &d, op) != DT_OK || wide(mesh, d) < 0)
-            continue;
-        if (seen++ == k)
-            return d;
-    }
-    return -1;
-}
-
-int dt__zero_same_placement(const dt_layout *a, const dt_layout *b)
-{
-    if (dt_layout_equal(a, b))
-        return 1;
-    const dt_mesh *mesh = dt_layout_mesh(a);
-    if (!dt_mesh_equal(mesh, dt_layout_mesh(b)) || dt_layout_rank(a) != dt_layout_rank(b))
-        return 0;
-    for (int d = 0; d < dt_layout_rank(a); d++)
-        if (wide(mesh, dt_layout_spec_mesh_dim(a, d)) != wide(mesh, dt_layout_spec_mesh_dim(b, d)))
-            return 0;
-    for (int k = 0;; k++) {
-        dt_reduce_op oa = DT_REDUCE_SUM, ob = DT_REDUCE_SUM;
-        int da = wide_partial(a, k, &oa), db = wide_partial(b, k, &ob);
-        if (da != db || (da >= 0 && oa != ob))
-            return 0;
-        if (da < 0)
-            return 1;
-    }
-}
-
 /* Elements of [pos, pos + len) present in a local form of `numel` elements. */
 static int64_t present(int64_t numel, int64_t pos, int64_t len)
 {

@@ -230,11 +230,6 @@ typedef struct dt__zbox {
  * boxes (room for DT__ZERO_MAX_BOXES), in order; returns their count. */
 int dt__zero_boxes(int rank, const int64_t *shape, int64_t a, int64_t b, dt__zbox *boxes);
 
-/* 1 if tensors of one shape hold the same local components under layouts a and b: equal,
- * or differing only in splits and pending sums over mesh dims of one device (a relayout
- * between them would only copy). */
-int dt__zero_same_placement(const dt_layout *a, const dt_layout *b);
-
 /* Chunk tensor of `len` elements per model coordinate on one of the zero's layouts. */
 dt_status dt__zero_chunk_tensor(const dt_zero *z, const dt_layout *layout, dt_dtype dtype,
                                 int64_t len, int zeroed, dt_tensor **out);

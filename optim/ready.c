@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "optim/optim_impl.h"
 #include "runtime/error.h"
 
@@ -139,7 +140,7 @@ dt_status dt_zero_grad_ready(dt_zero *zero, int index, const dt_tensor *grad)
         st = ready_begin(zero);
     dt_tensor *gl = NULL;
     if (st == DT_OK) {
-        if (dt__zero_same_placement(dt_tensor_layout(grad), p->grad_layout))
+        if (dt__layout_same_placement(dt_tensor_layout(grad), p->grad_layout))
             gl = dt_tensor_retain(grad);
         else
             st = dt_relayout(grad, p->grad_layout, &gl);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layout/tensor_dev.h"
 #include "optim/optim_impl.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
@@ -401,7 +402,7 @@ static dt_status grads_in_layout(const dt_zero *z, dt_tensor *const *grads, dt_t
         for (int j = 0; st == DT_OK && j < z->groups[g].nparams; j++) {
             const dt__zparam *p = &z->groups[g].params[j];
             const dt_tensor *t = grads[p->index];
-            if (dt__zero_same_placement(dt_tensor_layout(t), p->grad_layout))
+            if (dt__layout_same_placement(dt_tensor_layout(t), p->grad_layout))
                 out[p->index] = dt_tensor_retain(t);
             else
                 st = dt_relayout(t, p->grad_layout, &out[p->index]);
