@@ -155,11 +155,39 @@ static const dt_tensor *replay_input(dt_tape *tape, const ag_segment *seg, int64
     return val->t;
 }
 
-/* Re-runs segment s's forward calls (no recording: the backward flag is set) and gives
+/* Re-runs segment s's live forward calls (no recording: the backward flag is set) and gives
  * each record the tensors its rule saves, as if recorded without checkpointing. */
+/* Marks the records of segment s whose outputs the backward needs (live[n - first] = 1): an
+ * output a record saves, or an input of a live record. The rest (say the last projection of a
+ * block, whose output only a residual add reads) is not re-run: same gradients, less work.
+ * `need` is scratch, one flag per value. */
+static void mark_live(dt_tape *tape, const ag_segment *seg, unsigned char *live,
+                      unsigned char *need)
+{
+    for (int64_t n = seg->last; n >= seg->first; n--) {
+        const ag_node *node = &tape->nodes[n];
+        int kept = node->saved_out != NULL;
+        int l = !kept && (need[node->out] || (node->rule && node->rule->save_out));
+        live[n - seg->first] = (unsigned char)l;
+        for (int i = 0; i < node->nin; i++)
+            if (l || (node->rule && (node->rule->save_in >> i & 1)))
+                need[node->in[i]] = 1;
+    }
+}
+
 static dt_status recompute(dt_tape *tape, int s)
 {
     ag_segment *seg = &tape->segs[s];
+    int64_t len = seg->last - seg->first + 1;
+    unsigned char *live = calloc((size_t)(len > 0 ? len : 1), 1);
+    unsigned char *need = calloc((size_t)(tape->nvalues > 0 ? tape->nvalues : 1), 1);
+    if (!live || !need) {
+        free(live);
+        free(need);
+        return dt__error(DT_ERR_NO_MEMORY, "dt_tape_backward: out of memory");
+    }
+    mark_live(tape, seg, live, need);
+    free(need);
     dt_status st = DT_OK;
     for (int64_t n = seg->first; n <= seg->last && st == DT_OK; n++) {
         ag_node *node = &tape->nodes[n];
@@ -169,11 +197,13 @@ static dt_status recompute(dt_tape *tape, int s)
         ag_value *ov = &tape->values[node->out];
         if (node->saved_out) {
             ov->recomp = dt_tensor_retain(node->saved_out); /* kept (selective) */
-        } else {
-            if (!node->rule || !node->rule->replay)
-                return dt__error(DT_ERR_UNSUPPORTED,
-                                 "dt_tape_backward: %s cannot be re-run for checkpointing",
-                                 dt_op_kind_name(node->kind));
+        } else if (live[n - seg->first]) {
+            if (!node->rule || !node->rule->replay) {
+                st = dt__error(DT_ERR_UNSUPPORTED,
+                               "dt_tape_backward: %s cannot be re-run for checkpointing",
+                               dt_op_kind_name(node->kind));
+                break;
+            }
             dt__ag_ctx c = {.node = node,
                             .layout = node->layout,
                             .iattr = node->iattr,
@@ -184,7 +214,7 @@ static dt_status recompute(dt_tape *tape, int s)
             dt_tensor *o = NULL;
             st = node->rule->replay(&c, in, &o);
             if (st != DT_OK)
-                return st;
+                break;
             ov->recomp = o;
             tape->recomputed++;
         }
@@ -195,11 +225,12 @@ static dt_status recompute(dt_tape *tape, int s)
                 node->saved[i] = dt_tensor_retain(in[i]);
                 dt__ag_hold(tape, node->in[i], in[i]);
             }
-        if (node->rule->save_out && !node->saved_out) {
+        if (node->rule->save_out && !node->saved_out && ov->recomp) {
             node->saved_out = dt_tensor_retain(ov->recomp);
             dt__ag_hold(tape, node->out, ov->recomp);
         }
     }
+    free(live);
     /* The recomputed tensors live on only where a record saved them. */
     for (int64_t n = seg->first; n <= seg->last; n++) {
         ag_value *ov = &tape->values[tape->nodes[n].out];

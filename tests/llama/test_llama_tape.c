@@ -147,7 +147,8 @@ static void chain_grads(int segment, float *dx_out, float *dg_out)
     if (segment) {
         dt_tape_stats st;
         DT_ASSERT_OK(dt_tape_get_stats(tape, &st));
-        CU_ASSERT(st.recomputed >= 5);
+        /* All but swiglu, whose output nothing in the segment reads. */
+        CU_ASSERT_EQUAL(st.recomputed, 4);
     }
     dt_tensor *all[] = {h, q, kv, a, y, tx, tdy, tg};
     for (int i = 0; i < 8; i++)
