@@ -111,9 +111,10 @@ if [ -n "${per_step[1x1]:-}" ] && [ -n "${per_step[2x2]:-}" ]; then
     printf "case=gpt mesh=2x2 procs=4 steps=%d step_ms=%.2f tokens_per_s=%.0f tokens_per_s_per_process=%.0f scaling_efficiency=%.3f comm_ms_per_step=%.2f comm_share=%.3f\n",
       n, 1000 * s4, tok / s4, tok / s4 / 4, (tok / s4 / 4) / (tok / s1), 1000 * c4, c4 / s4 }'
 fi
-# tape_run NAME STEPS PROGRAM ARGS... -> "train_seconds tokens_per_step held_bytes peak_bytes" of
-# one 1x1 run (train_seconds: the steps' own time, from the tokens/s train_gpt prints;
-# peak_bytes: the most tensor memory in use during a step)
+# tape_run NAME STEPS PROGRAM ARGS... -> "train_seconds tokens_per_step held_bytes peak_bytes
+# cpu_seconds" of one 1x1 run (train_seconds: the steps' own time, from the tokens/s train_gpt
+# prints; peak_bytes: the most tensor memory in use during a step; cpu_seconds: the process's
+# CPU time in the steps, which other load on the machine inflates less than wall time)
 tape_run() {
   local out="$tmp/tape-$1" n=$2 prog=$3
   shift 3
@@ -127,8 +128,9 @@ tape_run() {
                                     sub(/.* /, "", tps) }
     /tape: at most/ { h = $0; sub(/.*at most /, "", h); sub(/ .*/, "", h) }
     /memory: at most/ { m = $0; sub(/.*at most /, "", m); sub(/ .*/, "", m) }
-    END { if (tps <= 0 || b * t <= 0 || h == "" || m == "") exit 1
-          printf "%.6f %d %s %s\n", n * b * t / tps, b * t, h, m }' "$out.log" ||
+    /^  cpu: / { c = $2 }
+    END { if (tps <= 0 || b * t <= 0 || h == "" || m == "" || c == "") exit 1
+          printf "%.6f %d %s %s %s\n", n * b * t / tps, b * t, h, m, c }' "$out.log" ||
     { echo "bench/gpt.sh: cannot read $out.log" >&2; return 1; }
 }
 
@@ -146,7 +148,7 @@ for cfg in "default:5:" "w256_l4_h8_t64:1:--width 256 --layers 4 --heads 8 --con
   done
   # The three cases interleaved tape_reps times, each as a run of N then one of 2N steps; the
   # per-step time of each case from the sums over the repeats.
-  declare -A best=() held=() peak=() sum1=() sum2=()
+  declare -A best=() held=() peak=() sum1=() sum2=() cpu=() csum1=() csum2=()
   tok=0
   for ((rep = 1; rep <= tape_reps; rep++)); do
     for mode in tape manual ckpt; do
@@ -154,9 +156,9 @@ for cfg in "default:5:" "w256_l4_h8_t64:1:--width 256 --layers 4 --heads 8 --con
       prog=$train
       [ "$mode" = manual ] && { prog=$manual; extra=(--manual-backward); }
       [ "$mode" = ckpt ] && extra=(--checkpoint-blocks)
-      read -r t1 tok b m < <(tape_run "$name-$mode-$rep-1" "$n" "$prog" \
+      read -r t1 tok b m c1 < <(tape_run "$name-$mode-$rep-1" "$n" "$prog" \
         ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
-      read -r t2 tok b m < <(tape_run "$name-$mode-$rep-2" $((2 * n)) "$prog" \
+      read -r t2 tok b m c2 < <(tape_run "$name-$mode-$rep-2" $((2 * n)) "$prog" \
         ${args[@]+"${args[@]}"} "${extra[@]}") || { status=1; continue; }
       held[$mode]=$b
       peak[$mode]=$m
@@ -166,14 +168,19 @@ for cfg in "default:5:" "w256_l4_h8_t64:1:--width 256 --layers 4 --heads 8 --con
       sum2[$mode]=$(awk -v a="${sum2[$mode]:-0}" -v t="$t2" 'BEGIN { printf "%.6f", a + t }')
       best[$mode]=$(awk -v a="${sum1[$mode]}" -v b="${sum2[$mode]}" -v n="$n" -v r="$rep" \
         'BEGIN { s = (b - a) / (n * r); if (s <= 0) s = b / (2 * n * r); print s }')
+      csum1[$mode]=$(awk -v a="${csum1[$mode]:-0}" -v t="$c1" 'BEGIN { printf "%.6f", a + t }')
+      csum2[$mode]=$(awk -v a="${csum2[$mode]:-0}" -v t="$c2" 'BEGIN { printf "%.6f", a + t }')
+      cpu[$mode]=$(awk -v a="${csum1[$mode]}" -v b="${csum2[$mode]}" -v n="$n" -v r="$rep" \
+        'BEGIN { s = (b - a) / (n * r); if (s <= 0) s = b / (2 * n * r); print s }')
     done
   done
   if [ -n "${best[tape]:-}" ] && [ -n "${best[manual]:-}" ] && [ -n "${best[ckpt]:-}" ]; then
     awk -v n="$name" -v L="$layers" -v s="$n" -v tok="$tok" -v st="${best[tape]}" \
         -v sm="${best[manual]}" -v sc="${best[ckpt]}" -v bt="${held[tape]}" -v bc="${held[ckpt]}" \
-        -v pt="${peak[tape]}" -v pm="${peak[manual]}" -v pc="${peak[ckpt]}" 'BEGIN {
-      printf "case=gpt_tape model=%s mesh=1x1 steps=%d tape_tokens_per_s=%.0f manual_tokens_per_s=%.0f recompute_tokens_per_s=%.0f tape_vs_manual=%.3f held_bytes=%d held_bytes_recompute=%d act_mem_ratio=%.3f act_mem_bound=%.3f recompute_step_ratio=%.3f peak_bytes_tape=%d peak_bytes_manual=%d peak_bytes_recompute=%d peak_vs_manual=%.3f\n",
-        n, s, tok / st, tok / sm, tok / sc, sm / st, bt, bc, bc / bt, 2 / L, sc / st, pt, pm, pc, pt / pm }'
+        -v pt="${peak[tape]}" -v pm="${peak[manual]}" -v pc="${peak[ckpt]}" \
+        -v ct="${cpu[tape]}" -v cm="${cpu[manual]}" -v cc="${cpu[ckpt]}" 'BEGIN {
+      printf "case=gpt_tape model=%s mesh=1x1 steps=%d tape_tokens_per_s=%.0f manual_tokens_per_s=%.0f recompute_tokens_per_s=%.0f tape_vs_manual=%.3f tape_vs_manual_cpu=%.3f held_bytes=%d held_bytes_recompute=%d act_mem_ratio=%.3f act_mem_bound=%.3f recompute_step_ratio=%.3f recompute_step_ratio_cpu=%.3f peak_bytes_tape=%d peak_bytes_manual=%d peak_bytes_recompute=%d peak_vs_manual=%.3f\n",
+        n, s, tok / st, tok / sm, tok / sc, sm / st, cm / ct, bt, bc, bc / bt, 2 / L, sc / st, cc / ct, pt, pm, pc, pt / pm }'
   fi
 done
 load "bench/run gpt end"

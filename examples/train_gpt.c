@@ -54,6 +54,7 @@ typedef struct ctx {
     history hist;
     int64_t step;
     double train_seconds;
+    double train_cpu_seconds; /* this process's CPU time in training steps */
     int64_t trained_tokens;
     uint64_t step_peak_bytes; /* the most tensor memory in use during a training step */
 } ctx;
@@ -452,11 +453,12 @@ static int run(ctx *c)
     int64_t win_steps = 0, win_skipped = 0;
     while (c->step < last) {
         hist_rec rec;
-        double t0 = job_now();
+        double t0 = job_now(), cpu0 = job_cpu_now();
         dt_host_pool_reset_peak();
         if ((rc = train_step(c, &rec)) != 0)
             goto out;
         double dt = job_now() - t0;
+        c->train_cpu_seconds += job_cpu_now() - cpu0;
         dt_pool_stats ps;
         dt_host_pool_stats(&ps);
         if (ps.peak_bytes_requested > c->step_peak_bytes)
@@ -506,10 +508,16 @@ static int run(ctx *c)
     job_say(&c->j, "done: step %lld (%.1f s in this run), %.0f tokens/s in training steps\n",
         (long long)c->step, wall,
         c->train_seconds > 0 ? (double)c->trained_tokens / c->train_seconds : 0.0);
+    job_say(&c->j, "  cpu: %.3f s of process CPU time in training steps (process 0, all its "
+            "threads)\n", c->train_cpu_seconds);
     job_say(&c->j, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
-    job_say(&c->j, "  tape: at most %llu bytes held for the backward pass%s\n",
-            (unsigned long long)gpt_peak_saved(c->model),
-            c->o.checkpoint_blocks ? " (blocks recomputed)" : "");
+    if (c->o.checkpoint_blocks)
+        job_say(&c->j, "  tape: at most %llu bytes held for the backward pass (blocks recomputed: "
+                "%lld calls re-run per step)\n", (unsigned long long)gpt_peak_saved(c->model),
+                (long long)gpt_recomputed(c->model));
+    else
+        job_say(&c->j, "  tape: at most %llu bytes held for the backward pass\n",
+                (unsigned long long)gpt_peak_saved(c->model));
     job_say(&c->j, "  memory: at most %llu bytes of host and CPU tensor memory in use during a "
             "training step (process 0)\n", (unsigned long long)c->step_peak_bytes);
     job_say(&c->j, "  samples: %s\n", samples);

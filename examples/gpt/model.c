@@ -766,6 +766,11 @@ uint64_t gpt_peak_saved(const gpt *m)
     return m->peak_saved;
 }
 
+int64_t gpt_recomputed(const gpt *m)
+{
+    return m->recomputed;
+}
+
 dt_status gpt_set_sequence_parallel(gpt *m)
 {
     own_error[0] = '\0';
@@ -869,8 +874,11 @@ static dt_status tape_grads(gpt *m, pass *p, const dt_tensor *x, const dt_tensor
         m->peak_saved = ts.peak_saved_bytes;
     if (st == DT_OK)
         st = dt_tape_backward(atape, loss, NULL, dloss, &bo);
-    if (st == DT_OK && dt_tape_get_stats(atape, &ts) == DT_OK && ts.peak_saved_bytes > m->peak_saved)
-        m->peak_saved = ts.peak_saved_bytes;
+    if (st == DT_OK && dt_tape_get_stats(atape, &ts) == DT_OK) {
+        if (ts.peak_saved_bytes > m->peak_saved)
+            m->peak_saved = ts.peak_saved_bytes;
+        m->recomputed = ts.recomputed;
+    }
     for (int i = 0; st == DT_OK && i < m->nparams; i++)
         st = dt_tape_take_grad(atape, i, &g[i]);
     dt_tensor_destroy(loss);

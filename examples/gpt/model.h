@@ -101,6 +101,8 @@ void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index);
 /* The most bytes (this client's devices) a tape has held for the backward pass in any
  * gpt_grads so far: the activations kept. */
 uint64_t gpt_peak_saved(const gpt *m);
+/* The forward calls the last tape backward re-ran for its checkpoint segments. */
+int64_t gpt_recomputed(const gpt *m);
 
 /* Mean cross-entropy per counted target of a forward pass (no gradients). */
 dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,

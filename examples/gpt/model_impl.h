@@ -76,6 +76,7 @@ struct gpt {
     gpt__backward_fn backward;  /* NULL: the tape's (gpt__set_backward_hook) */
     int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
     uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
+    int64_t recomputed;         /* calls the last backward re-ran (gpt_recomputed) */
     float dropout;              /* gpt_set_dropout: residual dropout in training passes */
     uint64_t drop_seed, drop_pass;
     int drop_on;    /* a training pass (tape_grads) runs */

@@ -75,6 +75,13 @@ double job_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double job_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* ---- the mesh and the runtime ------------------------------------------------------------- */
 
 dt_status job_load_mesh(const char *file, const char *name, int device, dt_mesh **out)

@@ -52,6 +52,8 @@ int job_any_failed(const job *j, int failed, const char *msg);
 
 /* Seconds on the monotonic clock. */
 double job_now(void);
+/* CPU seconds this process has used (all its threads, user and system). */
+double job_cpu_now(void);
 
 /* The mesh `name` of the YAML file (NULL: its first), on the device type `device`
  * (DT_DEVICE_CPU / DT_DEVICE_GPU; -1: the file's own): the same name and dims on that type.
