@@ -3,11 +3,13 @@
  *   train_gpt2 --init FILE|random --data TRAIN.bin [--val VAL.bin] --batch B --context T
  *     --steps N --lr LR [--weight-decay W] [--beta1 B1] [--beta2 B2] [--eps E] [--clip C]
  *     [--warmup N] [--min-lr LR] [--mesh FILE] [--precision f32|bf16] [--out DIR]
- *     [--zero 0-3] [--heads H]
+ *     [--zero 0-3] [--heads H] [--resume DIR]
  *     [--layers L --width C --heads H --vocab V --seed S]   (with --init random)
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
  *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
  *     [--params-out DIR]  (the final parameters, one raw f32 file each)
+ * --resume DIR goes on from an earlier run's --out DIR (or its DIR/checkpoint): the
+ * parameters, the optimizer state, the data position and the loss history, to --steps.
  * Prints `step N loss L tokens_per_s X` per step (with ` lr R` under a schedule), then
  * `result loss=L val_loss=V tokens_per_s=X params=P`. */
 #include <errno.h>
@@ -23,7 +25,7 @@
 #include "train/job.h"
 
 typedef struct opts {
-    const char *init, *data, *val, *mesh, *out, *grads_out, *params_out;
+    const char *init, *data, *val, *mesh, *out, *grads_out, *params_out, *resume;
     int64_t batch, context, steps, layers, width, heads, vocab, warmup;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, min_lr;
@@ -50,6 +52,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--grads-out")) o->grads_out = v;
         else if (!strcmp(a, "--params-out")) o->params_out = v;
+        else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--batch")) o->batch = atoll(v);
         else if (!strcmp(a, "--context")) o->context = atoll(v);
         else if (!strcmp(a, "--steps")) o->steps = atoll(v);
@@ -265,6 +268,52 @@ static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *me
     return st;
 }
 
+/* The run's model and precision as the checkpoint's train/config value. */
+typedef struct run_config {
+    char text[200];
+} run_config;
+
+static run_config config_of(const opts *o, const gpt2 *m)
+{
+    run_config rc;
+    const gpt2_config *c = gpt2_cfg(m);
+    snprintf(rc.text, sizeof rc.text,
+             "layers=%lld width=%lld heads=%lld vocab=%lld context=%lld precision=%s",
+             (long long)c->layers, (long long)c->width, (long long)c->heads,
+             (long long)c->vocab, (long long)c->context, o->bf16 ? "bf16" : "f32");
+    return rc;
+}
+
+/* --resume: the checkpoint holds this model in this precision (job_check_fn). */
+static int check_config(void *arg, const dt_ckpt *ck, const char *dir, char *err, size_t errlen)
+{
+    const run_config *rc = arg;
+    const void *cd = NULL;
+    size_t cn = 0;
+    if (dt_ckpt_value_bytes(ck, "train/config", &cd, &cn) != DT_OK) {
+        snprintf(err, errlen, "--resume %s: not a train_gpt2 checkpoint: %s", dir,
+                 dt_last_error());
+        return -1;
+    }
+    if (cn != strlen(rc->text) || memcmp(cd, rc->text, cn) != 0) {
+        snprintf(err, errlen, "--resume %s: saved with %.*s; this run has %s", dir,
+                 (int)(cn < 190 ? cn : 190), (const char *)cd, rc->text);
+        return -1;
+    }
+    return 0;
+}
+
+/* --resume DIR: DIR/checkpoint when DIR is an --out directory, else DIR. Collective. */
+static int resume(job *j, const opts *o, const gpt2 *m, const job_train *t)
+{
+    char dir[JOB_PATH_MAX];
+    struct stat sb;
+    snprintf(dir, sizeof dir, "%s/checkpoint", o->resume);
+    run_config rc = config_of(o, m);
+    return job_resume(j, t, stat(dir, &sb) == 0 ? dir : o->resume, NULL, o->steps, 0, 0,
+                      check_config, &rc);
+}
+
 /* --out DIR: the final state as DIR/checkpoint (the optimizer's parameters under our names,
  * its state, the data position, the history: resumable, and `dtensor ckpt export --format
  * hf-gpt2` reads it) and every step's loss as DIR/curves.csv. Returns 0, or 1 (printed).
@@ -272,13 +321,10 @@ static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *me
 static int write_out(job *j, const opts *o, const gpt2 *m, dt_zero *z, dt_dataset *ds,
                      history *hist, char *ckpt_dir, const char *csv)
 {
-    char config[200], err[JOB_PATH_MAX + 100] = "";
-    const gpt2_config *c = gpt2_cfg(m);
-    snprintf(config, sizeof config,
-             "layers=%lld width=%lld heads=%lld vocab=%lld context=%lld precision=%s",
-             (long long)c->layers, (long long)c->width, (long long)c->heads,
-             (long long)c->vocab, (long long)c->context, o->bf16 ? "bf16" : "f32");
-    dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)}};
+    char err[JOB_PATH_MAX + 100] = "";
+    run_config config = config_of(o, m);
+    dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config.text,
+                           strlen(config.text)}};
     int64_t steps = o->steps;
     job_train t = {z, ds, hist, &steps};
     if (job_save(j, &t, v, 1, NULL, 0, ckpt_dir) != 0)
@@ -301,6 +347,8 @@ static int run(job *j, const opts *o)
     int rc = 0;
     const char *what = "mesh";
     history hist = {NULL, 0, 0};
+    int n = 0, *order = NULL;             /* the optimizer's parameter order */
+    dt_tensor **grads = NULL, **zg = NULL; /* a step's gradients, in model and that order */
     char ckpt_dir[JOB_PATH_MAX], csv[JOB_PATH_MAX], png[JOB_PATH_MAX];
     if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0 ||
         (o->out && job_places(j, o->out, NULL, NULL, ckpt_dir, csv, png) != 0)) {
@@ -340,15 +388,22 @@ static int run(job *j, const opts *o)
     if ((st = dt_tape_create(&to, &tape)) != DT_OK)
         goto fail;
     /* The optimizer's parameter order (gpt2_attach's groups). */
-    int n = gpt2_num_params(m);
-    int *order = malloc((size_t)n * sizeof *order);
-    dt_tensor **grads = calloc((size_t)n, sizeof *grads), **zg = calloc((size_t)n, sizeof *zg);
+    n = gpt2_num_params(m);
+    order = malloc((size_t)n * sizeof *order);
+    grads = calloc((size_t)n, sizeof *grads);
+    zg = calloc((size_t)n, sizeof *zg);
     if (!order || !grads || !zg) {
         st = DT_ERR_NO_MEMORY;
         goto fail;
     }
     for (int k = 0; k < n; k++)
         order[k] = gpt2_opt_order(m, k);
+    int64_t first = 0; /* the first step this run makes (after --resume's) */
+    job_train jt = {z, ds, &hist, &first};
+    if (o->resume && resume(j, o, m, &jt) != 0) {
+        rc = 1;
+        goto done;
+    }
     double loss = 0, tps = 0, t_all = 0;
     int sched = o->warmup > 0 || o->min_lr >= 0;
     int64_t tokens = o->batch * o->context;
@@ -356,7 +411,7 @@ static int run(job *j, const opts *o)
     job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
             (long long)gpt2_param_count(m), (long long)mc->layers, (long long)mc->width,
             (long long)mc->heads, (long long)mc->vocab);
-    for (int64_t step = 0; step < o->steps; step++) {
+    for (int64_t step = first; step < o->steps; step++) {
         dt_tensor *b[2] = {NULL, NULL};
         double lr = lr_at(o, step);
         what = "learning rate";
@@ -428,14 +483,17 @@ static int run(job *j, const opts *o)
     if (o->out && (rc = write_out(j, o, m, z, ds, &hist, ckpt_dir, csv)) != 0)
         goto done;
     job_say(j, "result loss=%.6f val_loss=%.6f tokens_per_s=%.1f params=%lld\n", loss, vloss,
-            (double)(tokens * o->steps) / t_all, (long long)gpt2_param_count(m));
-    free(order);
-    free(grads);
-    free(zg);
+            t_all > 0 ? (double)(tokens * (o->steps - first)) / t_all : 0.0,
+            (long long)gpt2_param_count(m));
     goto done;
 fail:
     rc = job_fail(j, what, st, gpt2_last_error());
 done:
+    for (int k = 0; grads && k < n; k++)
+        dt_tensor_destroy(grads[k]);
+    free(order);
+    free(grads);
+    free(zg);
     dt_tape_destroy(tape);
     dt_zero_destroy(z);
     dt_dataset_destroy(ds);

@@ -22,7 +22,9 @@ typedef struct gpt2 gpt2;
 
 /* Parameters of dtype (f32 or bf16) on mesh, zeroed, in their tensor-parallel layouts.
  * DT_ERR_INVALID_ARGUMENT (gpt2_last_error says why) when the heads do not divide the width,
- * or the `model` dim's size does not divide the heads or the vocabulary. Collective (no
+ * or the `model` dim's size does not divide the heads. A vocabulary it does not divide (GPT-2's
+ * 50257) is split unevenly, as every layout may be (the first V % model shards one row
+ * longer), so no padding and no mask in the cross-entropy are needed. Collective (no
  * communication). */
 dt_status gpt2_create(const dt_mesh *mesh, const gpt2_config *cfg, dt_dtype dtype, gpt2 **out);
 void gpt2_destroy(gpt2 *m);

@@ -66,19 +66,23 @@ def st_read(path):
 
 def llmc_write(path, w, heads):
     """HF-named f32 tensors as llm.c's checkpoint: an int32[256] header (magic 20240326,
-    version 3, maxT, V, L, NH, C, Vp = V here), then wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw,
+    version 3, maxT, V, L, NH, C, Vp: V rounded up to a multiple of 128, as llm.c pads 50257 to
+    50304), then wte padded to Vp rows with zeros, wpe, ln1w, ln1b, qkvw, qkvb, attprojw,
     attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb (each stacked over the layers, weights
     [out, in]: HF's Conv1D [in, out] transposed), lnfw, lnfb."""
     L = layers_of(w)
     V, C = w["wte.weight"].shape
+    Vp = (V + 127) // 128 * 128
     T = w["wpe.weight"].shape[0]
     head = [0] * 256
-    head[:8] = [20240326, 3, T, V, L, heads, C, V]
+    head[:8] = [20240326, 3, T, V, L, heads, C, Vp]
     per = [("ln_1.weight", False), ("ln_1.bias", False), ("attn.c_attn.weight", True),
            ("attn.c_attn.bias", False), ("attn.c_proj.weight", True), ("attn.c_proj.bias", False),
            ("ln_2.weight", False), ("ln_2.bias", False), ("mlp.c_fc.weight", True),
            ("mlp.c_fc.bias", False), ("mlp.c_proj.weight", True), ("mlp.c_proj.bias", False)]
-    parts = [w["wte.weight"], w["wpe.weight"]]
+    wte = torch.zeros(Vp, C, dtype=w["wte.weight"].dtype)
+    wte[:V] = w["wte.weight"]
+    parts = [wte, w["wpe.weight"]]
     for name, transpose in per:
         for l in range(L):
             t = w[f"h.{l}.{name}"]

@@ -49,28 +49,41 @@ SHARDED = [(r"wte", 0), (r"h\.\d+\.(q|k|v|fc)\.w", 1), (r"h\.\d+\.(q|k|v|fc)\.b"
            (r"h\.\d+\.(o|proj)\.w", 0)]
 
 
+def shard(n, k, j):
+    """Rows of shard j when n rows split k ways (the library's rule: the first n % k shards
+    one longer)."""
+    return n // k + (1 if j < n % k else 0)
+
+
 def check_layouts(text, msize):
-    """train_gpt2 --show-layouts: every model-parallel parameter holds 1/msize of its sharded
-    dim on the device, every other one the whole tensor, and each device read from the f32
-    init file exactly the bytes of its own boxes. Returns the failures."""
-    bad, seen, box = [], 0, 0
+    """train_gpt2 --show-layouts: every model-parallel parameter holds its shard of its
+    sharded dim on the device (a vocabulary msize does not divide: uneven shards), every other
+    one the whole tensor, and each device read from the f32 init file exactly the bytes of its
+    own boxes (device d of a batch x model mesh is model shard d % msize). Returns the
+    failures."""
+    bad, seen, params = [], 0, []
     for line in text.splitlines():
         f = line.split()
         if len(f) != 7 or f[0] != "layout":
             continue
         seen += 1
         name, glob, loc = f[1], [int(v) for v in f[4].split("x")], [int(v) for v in f[6].split("x")]
+        dim = next((dim for pat, dim in SHARDED if re.fullmatch(pat, name)), None)
         want = list(glob)
-        for pat, dim in SHARDED:
-            if re.fullmatch(pat, name):
-                want[dim] //= msize
+        if dim is not None:
+            want[dim] = shard(glob[dim], msize, 0)  # the line shows process 0's first device
         if loc != want:
             bad.append(f"{name}: local {loc}, want {want} (global {glob}, model={msize})")
-        box += math.prod(loc)
+        params.append((glob, dim))
+
+    def box(j):
+        return sum(math.prod(shard(g, msize, j) if i == dim else g for i, g in enumerate(glob))
+                   for glob, dim in params)
     reads = [line.split() for line in text.splitlines() if line.startswith("read device ")]
     for f in reads:
-        if int(f[4]) != 4 * box:
-            bad.append(f"device {f[2]} read {f[4]} bytes of the init, its boxes are {4 * box}")
+        want = 4 * box(int(f[2]) % msize)
+        if int(f[4]) != want:
+            bad.append(f"device {f[2]} read {f[4]} bytes of the init, its boxes are {want}")
     if seen == 0 or not reads:
         bad.append("no layout or read lines")
     return bad
@@ -297,6 +310,40 @@ def check_out(exe, mpiexec, tool, mesh, nprocs, d, init, toks, common, final):
     return int(good), int(not good)
 
 
+def check_resume(exe, mpiexec, mesh, nprocs, d, init, toks, common):
+    """--resume from --out: 4 steps saved, then resumed to the 10 on the same mesh, gives every
+    later step's loss (9 digits) and the final parameters bit for bit as the uninterrupted
+    run (the same sums in the same order); resumed on 1x1 instead (one process, the state
+    resharded), the same losses within 1e-5. Returns (passed, failed)."""
+    base = os.path.join(d, "resume-" + os.path.basename(mesh))
+    one = os.path.join(os.path.dirname(mesh), "1x1.yaml")
+    short = [a if i == 0 or common[i - 1] != "--steps" else "4" for i, a in enumerate(common)]
+    cmd = [exe, "--init", init, "--data", toks]
+    runs = [(mesh, nprocs, ["--params-out", base + "-full"] + common),
+            (mesh, nprocs, ["--out", base + "-out"] + short),
+            (mesh, nprocs, ["--resume", base + "-out", "--params-out", base + "-res"] + common),
+            (one, 1, ["--resume", base + "-out"] + common)]
+    got = []
+    for m, n, extra in runs:
+        r = run(cmd + ["--mesh", m] + extra, n, mpiexec)
+        if r.returncode != 0:
+            print(r.stdout, r.stderr)
+            return 0, 1
+        got.append(losses(r.stdout))
+    full, res, res1 = got[0], got[2], got[3]
+    files = sorted(os.listdir(base + "-full"))
+    same = [f for f in files if open(os.path.join(base + "-full", f), "rb").read() ==
+            open(os.path.join(base + "-res", f), "rb").read()]
+    worst = max(abs(a - b) / abs(b) for a, b in zip(res1, full[4:])) if res1 else 1.0
+    good = (len(full) == STEPS and got[1] == full[:4] and res == full[4:] and
+            len(same) == len(files) > 0 and len(res1) == STEPS - 4 and worst <= 1e-5)
+    print(f"--resume on {os.path.basename(mesh)} after 4 of {STEPS} steps: losses "
+          f"{'equal' if res == full[4:] else f'{res} vs {full[4:]}'}, {len(same)}/{len(files)} "
+          f"parameters equal bit for bit; resumed on 1x1: worst loss rel {worst:.2e}: "
+          f"{'ok' if good else 'FAIL'}")
+    return int(good), int(not good)
+
+
 def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
     """3 heads over model=2: refused, naming the divisibility. Returns (passed, failed)."""
     r = run([exe, "--init", "random", "--layers", "1", "--width", "48", "--heads", "3",
@@ -308,6 +355,52 @@ def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
     print(f"3 heads on {os.path.basename(mesh)}: {'refused ok' if good else 'FAIL'}: "
           f"{said[0] if said else text[-300:]}")
     return int(good), int(not good)
+
+
+def prepare(d):
+    """In d: CFG's init (safetensors, config.json), the tokens, and PyTorch's 10 steps from
+    them. Returns (init, toks, PyTorch's output, its step-0 gradients, its final weights'
+    path)."""
+    init, toks = os.path.join(d, "init.safetensors"), os.path.join(d, "train.bin")
+    gpt2_ref.make_init(argparse.Namespace(out=init, seed=1, **CFG))
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write('{"n_head": %d}' % CFG["heads"])
+    gpt2_ref.make_tokens(argparse.Namespace(out=toks, tokens=2000, vocab=CFG["vocab"], seed=2))
+    gpath = os.path.join(d, "ref_grads.safetensors")
+    fpath = os.path.join(d, "ref_final.safetensors")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        gpt2_ref.train(argparse.Namespace(init=init, data=toks, heads=CFG["heads"], batch=B,
+                                          context=T, steps=STEPS, lr=LR, weight_decay=WD,
+                                          beta1=0.9, beta2=0.999, eps=1e-8, clip=1.0,
+                                          grads_out=gpath, final_out=fpath))
+    return init, toks, buf.getvalue(), gpt2_ref.st_read(gpath), fpath
+
+
+def check_odd_vocab(exe, mpiexec, tool, tp, d, common):
+    """A vocabulary the model dim does not divide (127 over model=2, as GPT-2's 50257):
+    uneven vocabulary shards. Against PyTorch on the first tensor-parallel mesh from the
+    safetensors init and from llm.c's checkpoint (its vocabulary padded to 128, as llm.c pads
+    50257 to 50304), --out's export on the last, and --resume on a multi-process one.
+    Returns (passed, failed)."""
+    CFG["vocab"] = 127
+    od = os.path.join(d, "odd")
+    os.mkdir(od)
+    init, toks, ref, g, fpath = prepare(od)
+    llmc = os.path.join(od, "init.bin")
+    gpt2_ref.llmc_write(llmc, gpt2_ref.st_read(init), CFG["heads"])
+    passed = failed = 0
+    for source in (init, llmc):
+        print(f"vocabulary 127, {os.path.basename(source)}:", end=" ")
+        p, f = check_mesh(exe, mpiexec, tp[0][0], tp[0][1], od, source, toks, common, ref, g)
+        passed, failed = passed + p, failed + f
+    checks = [check_out(exe, mpiexec, tool, tp[-1][0], tp[-1][1], od, init, toks, common,
+                        gpt2_ref.st_read(fpath))] if tool else []
+    multi = [(m, n) for m, n in tp if n > 1] or tp
+    checks.append(check_resume(exe, mpiexec, multi[0][0], multi[0][1], od, init, toks, common))
+    for p, f in checks:
+        passed, failed = passed + p, failed + f
+    return passed, failed
 
 
 def main():
@@ -322,24 +415,10 @@ def main():
               if not a.startswith("--")]
     d = tempfile.mkdtemp(prefix="gpt2ref-")
     passed = failed = 0
+    common = ["--batch", str(B), "--context", str(T), "--steps", str(STEPS), "--lr", str(LR),
+              "--weight-decay", str(WD)]
     try:
-        init, toks = os.path.join(d, "init.safetensors"), os.path.join(d, "train.bin")
-        a = argparse.Namespace(out=init, seed=1, **CFG)
-        gpt2_ref.make_init(a)
-        with open(os.path.join(d, "config.json"), "w") as f:
-            f.write('{"n_head": %d}' % CFG["heads"])
-        gpt2_ref.make_tokens(argparse.Namespace(out=toks, tokens=2000, vocab=CFG["vocab"], seed=2))
-        common = ["--batch", str(B), "--context", str(T), "--steps", str(STEPS), "--lr", str(LR),
-                  "--weight-decay", str(WD)]
-        gpath = os.path.join(d, "ref_grads.safetensors")
-        fpath = os.path.join(d, "ref_final.safetensors")
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            gpt2_ref.train(argparse.Namespace(init=init, data=toks, heads=CFG["heads"], batch=B,
-                                              context=T, steps=STEPS, lr=LR, weight_decay=WD,
-                                              beta1=0.9, beta2=0.999, eps=1e-8, clip=1.0,
-                                              grads_out=gpath, final_out=fpath))
-        ref, g = buf.getvalue(), gpt2_ref.st_read(gpath)
+        init, toks, ref, g, fpath = prepare(d)
         for mesh, nprocs in meshes:
             p, f = check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g)
             passed, failed = passed + p, failed + f
@@ -363,6 +442,9 @@ def main():
                                         common, gpt2_ref.st_read(fpath)))
             checks += [check_refusal(exe, mpiexec, tp[0][0], tp[0][1], d, toks)] if tp else []
             for p, f in checks:
+                passed, failed = passed + p, failed + f
+            if tp:
+                p, f = check_odd_vocab(exe, mpiexec, tool, tp, d, common)
                 passed, failed = passed + p, failed + f
     finally:
         shutil.rmtree(d, ignore_errors=True)
