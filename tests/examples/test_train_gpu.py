@@ -30,6 +30,7 @@ def run(procs, devices, args, gpu, expect=0, env_more=None):
     """train_mlp under mpiexec with `procs` processes (0: no launcher) of `devices` devices
     each, GPU devices simulated when `gpu`; returns stdout and stderr. The ranks inherit the
     launcher's environment (one host), plus env_more."""
+    tr.skip_np4_sanitized(procs)
     env = dict(os.environ, DT_CPU_DEVICES=str(devices), DT_GPU="sim",
                DT_GPU_DEVICES=str(devices), **(env_more or {}))
     cmd = [tr.TRAIN] + args + ["--device", "gpu" if gpu else "cpu"]

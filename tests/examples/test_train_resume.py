@@ -36,10 +36,22 @@ COMMON = ["--hidden", "32", "--steps", "24", "--eval-every", "8", "--ckpt-every"
 RESULT = re.compile(r"^result accuracy=(\d\.\d{4}) checkpoint=(\S+) plot=(\S+)$")
 
 
+SANITIZED = os.environ.get("DT_TEST_SANITIZED") == "1"
+
+
+def skip_np4_sanitized(procs):
+    """Under the sanitizers (the second pass of ./run.sh test) a run of 4 processes skips its
+    test, as suite np4 is left out there: the same code as at 2 processes, and 4 sanitized
+    processes on 2 cores were the slowest part of these tests. The plain pass runs them."""
+    if SANITIZED and procs >= 4:
+        raise unittest.SkipTest("4 processes: the plain pass runs this (as suite np4)")
+
+
 def run(procs, devices, args, expect=0):
     """Runs train_mlp under mpiexec with `procs` processes (0: no launcher) of `devices` CPU
     devices each; returns stdout. On one host every rank inherits the launcher's environment
     (Open MPI and MPICH alike), so no flag passes DT_CPU_DEVICES."""
+    skip_np4_sanitized(procs)
     env = dict(os.environ, DT_CPU_DEVICES=str(devices))
     cmd = [TRAIN] + args
     if procs:
