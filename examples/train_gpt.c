@@ -57,6 +57,12 @@ typedef struct ctx {
     double train_cpu_seconds; /* this process's CPU time in training steps */
     int64_t trained_tokens;
     uint64_t step_peak_bytes; /* the most tensor memory in use during a training step */
+    /* --pipe (gpt/pipe.c): the model, the seeded draw of each batch's training names, the
+     * held-out rows and a batch on the host (every client holds them whole) */
+    gpt_pipe *gp;
+    rng pick;
+    int32_t *test_hx, *test_hy, *bx, *by, *brows;
+    int64_t test_n;
 } ctx;
 
 /* ---- setup --------------------------------------------------------------------------------- */
@@ -122,7 +128,8 @@ static dt_status fill_example(void *arg, int64_t index, void *const *fields)
     return DT_OK;
 }
 
-static int setup_data(ctx *c)
+/* The names, split into training and held-out ones. */
+static int load_names(ctx *c)
 {
     char err[512] = "";
     int bad = names_load(c->o.data_file, &c->all, err, sizeof err) != 0;
@@ -131,6 +138,15 @@ static int setup_data(ctx *c)
         snprintf(err, sizeof err, "out of memory");
         bad = 1;
     }
+    return job_any_failed(&c->j, bad, err);
+}
+
+static int setup_data(ctx *c)
+{
+    char err[512] = "";
+    int bad = 0;
+    if (load_names(c) != 0)
+        return 1;
     c->T = c->o.context ? c->o.context : NAMES_CONTEXT;
     c->rows = c->train.n;
     if (!bad && c->o.context) {
@@ -167,20 +183,10 @@ static int setup_data(ctx *c)
     return st != DT_OK ? job_fail(&c->j, "dataset", st, dt_last_error()) : 0;
 }
 
-static int setup_model(ctx *c)
+/* The held-out rows on the host (c->test_hx, test_hy, test_n rows of c->T) and the targets
+ * they count. */
+static int load_heldout(ctx *c)
 {
-    c->dtype = strcmp(c->o.precision, "bf16") == 0  ? DT_DTYPE_BF16
-               : strcmp(c->o.precision, "f16") == 0 ? DT_DTYPE_F16
-                                                     : DT_DTYPE_F32;
-    gpt_config cfg = {NAMES_VOCAB, c->T, c->o.width, c->o.heads, c->o.layers,
-                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
-    dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
-    if (st == DT_OK && c->o.sequence_parallel)
-        st = gpt_set_sequence_parallel(c->model);
-    if (st != DT_OK)
-        return job_fail(&c->j, "model", st, gpt_last_error());
-    gpt_set_backward(c->model, (int)c->o.checkpoint_blocks);
-    gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, 0);
     int64_t n = c->test.n, T = c->T;
     int32_t *stream = NULL;
     if (c->o.context) { /* the held-out names packed: every row of T whole */
@@ -204,30 +210,72 @@ static int setup_model(ctx *c)
     } else {
         c->test_targets = names_encode(&c->test, NULL, n, x, y);
     }
-    st = gpt_inputs(c->model, n, x, y, &c->test_x, &c->test_y);
-    free(x);
-    free(y);
-    if (st != DT_OK)
-        return job_fail(&c->j, "held-out data", st, gpt_last_error());
+    c->test_hx = x;
+    c->test_hy = y;
+    c->test_n = n;
+    return 0;
+}
 
+static dt_dtype precision_dtype(const char *precision)
+{
+    return strcmp(precision, "bf16") == 0  ? DT_DTYPE_BF16
+           : strcmp(precision, "f16") == 0 ? DT_DTYPE_F16
+                                           : DT_DTYPE_F32;
+}
+
+/* The optimizer's options as train_gpt sets them (f16: dynamic loss scaling). */
+static dt_zero_opts zero_opts(const ctx *c)
+{
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
     zo.stage = (int)c->o.stage;
-    /* 256 KiB buckets: several per transformer block, so the later blocks' buckets reduce
-     * while the backward pass computes the earlier blocks. */
-    zo.reduce_bucket_size = 262144;
     zo.dp_dim = "batch";
     zo.clip_norm = c->o.clip;
     if (c->dtype == DT_DTYPE_F16) {
         zo.scaler.mode = DT_LOSS_SCALE_DYNAMIC;
         zo.scaler.window = 200;
     }
-    if ((st = dt_zero_create(c->mesh, &zo, &c->zero)) != DT_OK)
-        return job_fail(&c->j, "dt_zero_create", st, dt_last_error());
-    /* Weight matrices and embeddings decay; layer norms do not (GPT-2's grouping). */
+    return zo;
+}
+
+/* AdamW for the decayed parameters (the norms get no decay). */
+static dt_optim_hparams adamw(const ctx *c)
+{
     dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
     hp.lr = (float)c->o.lr;
     hp.beta2 = 0.99f;
     hp.weight_decay = (float)c->o.weight_decay;
+    return hp;
+}
+
+static int setup_model(ctx *c)
+{
+    c->dtype = precision_dtype(c->o.precision);
+    gpt_config cfg = {NAMES_VOCAB, c->T, c->o.width, c->o.heads, c->o.layers,
+                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
+    dt_status st = gpt_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &c->model);
+    if (st == DT_OK && c->o.sequence_parallel)
+        st = gpt_set_sequence_parallel(c->model);
+    if (st != DT_OK)
+        return job_fail(&c->j, "model", st, gpt_last_error());
+    gpt_set_backward(c->model, (int)c->o.checkpoint_blocks);
+    gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, 0);
+    if (load_heldout(c) != 0)
+        return 1;
+    st = gpt_inputs(c->model, c->test_n, c->test_hx, c->test_hy, &c->test_x, &c->test_y);
+    free(c->test_hx);
+    free(c->test_hy);
+    c->test_hx = c->test_hy = NULL;
+    if (st != DT_OK)
+        return job_fail(&c->j, "held-out data", st, gpt_last_error());
+
+    dt_zero_opts zo = zero_opts(c);
+    /* 256 KiB buckets: several per transformer block, so the later blocks' buckets reduce
+     * while the backward pass computes the earlier blocks. */
+    zo.reduce_bucket_size = 262144;
+    if ((st = dt_zero_create(c->mesh, &zo, &c->zero)) != DT_OK)
+        return job_fail(&c->j, "dt_zero_create", st, dt_last_error());
+    /* Weight matrices and embeddings decay; layer norms do not (GPT-2's grouping). */
+    dt_optim_hparams hp = adamw(c);
     if ((st = gpt_attach(c->model, c->zero, &hp, c->o.stage == 3)) != DT_OK)
         return job_fail(&c->j, "dt_zero_add_group", st, dt_last_error());
     return 0;
@@ -245,17 +293,26 @@ static double lr_at(const gpt_opts *o, int64_t step)
 /* ---- checkpoints --------------------------------------------------------------------------- */
 
 /* The optimizer, the data position, the history and the step (job_save, job_resume). */
+static dt_zero *optimizer(const ctx *c)
+{
+    return c->gp ? gpt_pipe_zero(c->gp) : c->zero;
+}
+
+/* --pipe: every stage's optimizer saves into one checkpoint from the whole mesh, its batches'
+ * position is the step (the draws are replayed on a resume). */
 static job_train train_state(ctx *c)
 {
-    return (job_train){c->zero, c->data, &c->hist, &c->step};
+    return (job_train){optimizer(c), c->data, &c->hist, &c->step,
+                       c->gp ? gpt_pipe_save_mesh(c->gp) : NULL};
 }
 
 /* The model and batch a checkpoint was saved with, as one value train/config. */
 static void config_text(const gpt_opts *o, char *buf, size_t len)
 {
-    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s%s",
+    snprintf(buf, len, "layers=%lld width=%lld heads=%lld batch=%lld precision=%s%s%s",
              (long long)o->layers, (long long)o->width, (long long)o->heads,
-             (long long)o->batch, o->precision, strcmp(o->arch, "gpt") ? " arch=llama" : "");
+             (long long)o->batch, o->precision, strcmp(o->arch, "gpt") ? " arch=llama" : "",
+             o->pipe ? " batches=pipe" : "");
 }
 
 static int save_checkpoint(ctx *c)
@@ -297,8 +354,11 @@ static int check_config(void *arg, const dt_ckpt *ck, const char *dir, char *err
 static int resume(ctx *c)
 {
     job_train t = train_state(c);
-    return job_resume(&c->j, &t, c->o.resume, c->o.ckpt_root, c->o.steps, 0, c->o.stop_after,
-                      check_config, c);
+    int rc = job_resume(&c->j, &t, c->o.resume, c->o.ckpt_root, c->o.steps, 0, c->o.stop_after,
+                        check_config, c);
+    for (int64_t i = 0; rc == 0 && c->gp && i < c->step * c->o.batch; i++)
+        (void)rng_below(&c->pick, (uint64_t)c->train.n); /* the batches drawn before */
+    return rc;
 }
 
 /* ---- training ------------------------------------------------------------------------------ */
@@ -349,9 +409,29 @@ out:
     return rc;
 }
 
+/* --pipe: a batch of training names drawn by the seeded generator, through the stages. */
+static int pipe_step(ctx *c, hist_rec *rec)
+{
+    int64_t b = c->o.batch;
+    for (int64_t i = 0; i < b; i++)
+        c->brows[i] = (int32_t)rng_below(&c->pick, (uint64_t)c->train.n);
+    names_encode(&c->train, c->brows, b, c->bx, c->by);
+    double scale = dt_zero_loss_scale(optimizer(c)), loss = 0;
+    dt_zero_step_info info;
+    dt_status st = gpt_pipe_step(c->gp, b, c->bx, c->by, (float)lr_at(&c->o, c->step), &loss,
+                                 &info);
+    if (st != DT_OK)
+        return job_fail(&c->j, "pipeline step", st, gpt_last_error());
+    c->step++;
+    *rec = (hist_rec){c->step, loss, NAN, NAN, 0, scale, info.skipped};
+    return 0;
+}
+
 static int evaluate(ctx *c, double *loss)
 {
-    dt_status st = gpt_loss(c->model, c->test_x, c->test_y, c->test_targets, loss);
+    dt_status st = c->gp ? gpt_pipe_eval(c->gp, c->test_n, c->test_hx, c->test_hy,
+                                         c->test_targets, loss, NULL)
+                         : gpt_loss(c->model, c->test_x, c->test_y, c->test_targets, loss);
     return st != DT_OK ? job_fail(&c->j, "evaluation", st, gpt_last_error()) : 0;
 }
 
@@ -375,8 +455,9 @@ static int sample_names(ctx *c, int64_t count, char *out, size_t outlen)
     int rc = 0;
     for (int64_t t = 0; t + 1 < T && t + 1 < NAMES_CONTEXT && rc == 0; t++) {
         dt_tensor *tx = NULL;
-        dt_status st = gpt_inputs(c->model, count, x, NULL, &tx, NULL);
-        if (st == DT_OK)
+        dt_status st = c->gp ? gpt_pipe_eval(c->gp, count, x, NULL, 0, NULL, logits)
+                             : gpt_inputs(c->model, count, x, NULL, &tx, NULL);
+        if (st == DT_OK && !c->gp)
             st = gpt_logits(c->model, tx, logits);
         dt_tensor_destroy(tx);
         if (st != DT_OK) {
@@ -425,10 +506,14 @@ static int write_outputs(ctx *c)
     return job_any_failed(&c->j, bad, err);
 }
 
+static int setup_pipe(ctx *c);
+
 static int run(ctx *c)
 {
     int rc;
-    if ((rc = setup_mesh(c)) != 0 || (rc = setup_data(c)) != 0 || (rc = setup_model(c)) != 0)
+    if ((rc = setup_mesh(c)) != 0 ||
+        (c->o.pipe ? (rc = setup_pipe(c)) != 0
+                   : ((rc = setup_data(c)) != 0 || (rc = setup_model(c)) != 0)))
         return rc;
     if (job_places(&c->j, c->o.out_dir, c->o.ckpt_dir, c->o.ckpt_root, c->ckpt_dir, c->csv_path,
                    c->png_path) != 0)
@@ -440,10 +525,19 @@ static int run(ctx *c)
         c->j.nprocs == 1 ? "" : "es");
     job_say(&c->j, "  data: %lld training / %lld held-out names (%s), %lld names per batch\n",
         (long long)c->train.n, (long long)c->test.n, c->o.data_file, (long long)c->o.batch);
-    job_say(&c->j, "  model: %lld layers, width %lld, %lld heads, context %d, %lld %s parameters; "
-        "ZeRO stage %lld, AdamW lr %g\n", (long long)c->o.layers, (long long)c->o.width,
-        (long long)c->o.heads, (int)c->T, (long long)gpt_param_count(c->model),
-        c->o.precision, (long long)c->o.stage, c->o.lr);
+    if (c->gp)
+        job_say(&c->j, "  pipeline: %d stages (%s), %lld micro-batches of %lld names; this "
+                "process's stage %d holds %lld %s parameters; ZeRO stage %lld, AdamW lr %g\n",
+                gpt_pipe_stages(c->gp), c->o.schedule, (long long)c->o.microbatches,
+                (long long)(c->o.batch / c->o.microbatches), gpt_pipe_my_stage(c->gp),
+                (long long)gpt_pipe_param_count(c->gp), c->o.precision, (long long)c->o.stage,
+                c->o.lr);
+    else
+        job_say(&c->j, "  model: %lld layers, width %lld, %lld heads, context %d, %lld %s "
+                "parameters; ZeRO stage %lld, AdamW lr %g\n", (long long)c->o.layers,
+                (long long)c->o.width, (long long)c->o.heads, (int)c->T,
+                (long long)gpt_param_count(c->model), c->o.precision, (long long)c->o.stage,
+                c->o.lr);
     if (c->o.resume && (rc = resume(c)) != 0)
         return rc;
 
@@ -455,7 +549,7 @@ static int run(ctx *c)
         hist_rec rec;
         double t0 = job_now(), cpu0 = job_cpu_now();
         dt_host_pool_reset_peak();
-        if ((rc = train_step(c, &rec)) != 0)
+        if ((rc = c->gp ? pipe_step(c, &rec) : train_step(c, &rec)) != 0)
             goto out;
         double dt = job_now() - t0;
         c->train_cpu_seconds += job_cpu_now() - cpu0;
@@ -478,7 +572,7 @@ static int run(ctx *c)
                 (long long)c->step, (long long)c->o.steps, rec.loss, eloss,
                 win_time > 0 ? (double)(win_steps * b * T) / win_time : 0.0);
             if (c->dtype == DT_DTYPE_F16)
-                job_say(&c->j, "  loss scale %g", dt_zero_loss_scale(c->zero));
+                job_say(&c->j, "  loss scale %g", dt_zero_loss_scale(optimizer(c)));
             if (win_skipped)
                 job_say(&c->j, "  (%lld skipped: overflow)", (long long)win_skipped);
             job_say(&c->j, "\n");
@@ -511,7 +605,9 @@ static int run(ctx *c)
     job_say(&c->j, "  cpu: %.3f s of process CPU time in training steps (process 0, all its "
             "threads)\n", c->train_cpu_seconds);
     job_say(&c->j, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
-    if (c->o.checkpoint_blocks)
+    if (c->gp)
+        ; /* the stages' tapes are per micro-batch (docs/pipeline.md) */
+    else if (c->o.checkpoint_blocks)
         job_say(&c->j, "  tape: at most %llu bytes held for the backward pass (blocks recomputed: "
                 "%lld calls re-run per step)\n", (unsigned long long)gpt_peak_saved(c->model),
                 (long long)gpt_recomputed(c->model));
@@ -522,48 +618,44 @@ static int run(ctx *c)
             "training step (process 0)\n", (unsigned long long)c->step_peak_bytes);
     job_say(&c->j, "  samples: %s\n", samples);
     job_say(&c->j, "  checkpoint %s, curves %s, plot %s\n", c->ckpt_dir, c->csv_path, c->png_path);
-    if (c->j.me == 0) {
+    if (c->j.me == 0 && c->gp)
+        printf("result train_loss=%.9g heldout_loss=%.9g pipe=%d microbatches=%lld schedule=%s "
+               "samples=%s checkpoint=%s\n", c->hist.n ? c->hist.r[c->hist.n - 1].loss : NAN,
+               eloss, gpt_pipe_stages(c->gp), (long long)c->o.microbatches, c->o.schedule,
+               samples, c->ckpt_dir);
+    else if (c->j.me == 0)
         printf("result heldout_loss=%.4f samples=%s checkpoint=%s plot=%s\n", eloss, samples,
                c->ckpt_dir, c->png_path);
-        fflush(stdout);
-    }
+    fflush(stdout);
     rc = 0;
 out:
     return rc;
 }
 
-/* ---- --pipe: the pipelined run (gpt/pipe.c, docs/pipeline.md) ----------------------------- */
+/* ---- --pipe: the pipelined model (gpt/pipe.c, docs/pipeline.md) -------------------------- */
 
-/* Trains through the pipeline: the mesh's `pipe` dim (or, at --pipe 1 without one, the whole
- * mesh with micro-batches accumulated). Batches of seeded random training names from host
- * arrays; no held-out evaluation, checkpoints or samples yet. */
-static int run_pipe(ctx *c)
+/* The mesh's `pipe` dim (or, at --pipe 1 without one, the whole mesh with micro-batches
+ * accumulated): batches of seeded random training names from host arrays, the held-out
+ * rows and the samples through the stages' forward passes. */
+static int setup_pipe(ctx *c)
 {
-    int rc;
-    if ((rc = setup_mesh(c)) != 0)
-        return rc;
     int pd = dt_mesh_dim_index(c->mesh, "pipe");
     int64_t P = pd >= 0 ? dt_mesh_dim_size(c->mesh, pd) : 1;
-    if (P != c->o.pipe || c->o.resume || c->o.ckpt_root || c->o.stop_after || c->o.context ||
-        c->o.dropout > 0 || dt_mesh_dim_index(c->mesh, "seq") >= 0) {
+    if (P != c->o.pipe || c->o.context || c->o.dropout > 0 ||
+        dt_mesh_dim_index(c->mesh, "seq") >= 0) {
         char msg[320];
         snprintf(msg, sizeof msg, "--pipe %lld: the mesh's pipe dim has %lld stages (--pipe 1: "
-                 "none); --resume, --ckpt-root, --stop-after, --context, --dropout and a 'seq' "
-                 "dim are not supported with --pipe", (long long)c->o.pipe, (long long)P);
+                 "none); --context, --dropout and a 'seq' dim are not supported with --pipe",
+                 (long long)c->o.pipe, (long long)P);
         return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
     }
-    char err[512] = "";
-    int bad = names_load(c->o.data_file, &c->all, err, sizeof err) != 0;
-    if (!bad && names_split(&c->all, c->all.n / HELDOUT_SHARE, SPLIT_SEED, &c->train,
-                            &c->test) != 0) {
-        snprintf(err, sizeof err, "out of memory");
-        bad = 1;
-    }
-    if (job_any_failed(&c->j, bad, err))
+    if (load_names(c) != 0)
         return 1;
-    c->dtype = strcmp(c->o.precision, "bf16") == 0  ? DT_DTYPE_BF16
-               : strcmp(c->o.precision, "f16") == 0 ? DT_DTYPE_F16
-                                                     : DT_DTYPE_F32;
+    c->T = NAMES_CONTEXT;
+    c->rows = c->train.n;
+    if (load_heldout(c) != 0)
+        return 1;
+    c->dtype = precision_dtype(c->o.precision);
     gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
                       strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
     gpt_pipe_opts po;
@@ -571,75 +663,28 @@ static int run_pipe(ctx *c)
     dt_status st = dt_pipe_schedule_kind_parse(c->o.schedule, &po.schedule);
     po.micro = (int)c->o.microbatches;
     po.chunks = po.schedule == DT_PIPE_INTERLEAVED ? 2 : 1;
-    dt_zero_opts zo = DT_ZERO_OPTS_INIT;
-    zo.stage = (int)c->o.stage;
-    zo.dp_dim = "batch";
-    zo.clip_norm = c->o.clip;
-    if (c->dtype == DT_DTYPE_F16) {
-        zo.scaler.mode = DT_LOSS_SCALE_DYNAMIC;
-        zo.scaler.window = 200;
-    }
-    po.zero = zo;
-    dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
-    hp.lr = (float)c->o.lr;
-    hp.beta2 = 0.99f;
-    hp.weight_decay = (float)c->o.weight_decay;
-    po.hp = hp;
-    gpt_pipe *gp = NULL;
+    po.zero = zero_opts(c);
+    po.hp = adamw(c);
     if (st == DT_OK)
-        st = gpt_pipe_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &po, &gp);
+        st = gpt_pipe_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &po, &c->gp);
     if (st != DT_OK)
         return job_fail(&c->j, "pipeline model", st, gpt_last_error());
-    int64_t b = c->o.batch, T = NAMES_CONTEXT;
-    job_say(&c->j, "train_gpt: mesh '%s' (%lld devices, %d process%s), --pipe %lld: %s over %lld "
-            "micro-batches of %lld names\n", dt_mesh_name(c->mesh), (long long)dt_mesh_size(c->mesh),
-            c->j.nprocs, c->j.nprocs == 1 ? "" : "es", (long long)P, c->o.schedule,
-            (long long)c->o.microbatches, (long long)(b / c->o.microbatches));
-    int32_t *rows = malloc((size_t)b * sizeof *rows);
-    int32_t *x = malloc((size_t)(b * T) * sizeof *x), *y = malloc((size_t)(b * T) * sizeof *y);
-    rc = job_any_failed(&c->j, !rows || !x || !y, "out of memory");
-    rng r;
-    rng_seed(&r, (uint64_t)c->o.seed * 1000003u + 11u);
-    double loss = NAN, t_start = job_now(), t_win = t_start;
-    for (int64_t step = 0; rc == 0 && step < c->o.steps; step++) {
-        for (int64_t i = 0; i < b; i++)
-            rows[i] = (int32_t)rng_below(&r, (uint64_t)c->train.n);
-        names_encode(&c->train, rows, b, x, y);
-        dt_zero_step_info info;
-        st = gpt_pipe_step(gp, b, x, y, (float)lr_at(&c->o, step), &loss, &info);
-        if (st != DT_OK) {
-            rc = job_fail(&c->j, "pipeline step", st, gpt_last_error());
-            break;
-        }
-        if ((step + 1) % c->o.eval_every == 0 || step + 1 == c->o.steps) {
-            double now = job_now();
-            job_say(&c->j, "step %5lld/%lld  loss %.4f  grad norm %.3f%s\n", (long long)step + 1,
-                    (long long)c->o.steps, loss, info.grad_norm, info.skipped ? "  (skipped)" : "");
-            t_win = now;
-        }
-    }
-    double wall = job_now() - t_start;
-    (void)t_win;
-    if (rc == 0) {
-        job_say(&c->j, "done: %lld steps in %.1f s, %.0f tokens/s; stage %d of %lld holds %lld "
-                "parameters (not saved: no checkpoints with --pipe yet)\n", (long long)c->o.steps,
-                wall, wall > 0 ? (double)(c->o.steps * b * T) / wall : 0.0,
-                gpt_pipe_my_stage(gp), (long long)P, (long long)gpt_pipe_param_count(gp));
-        if (c->j.me == 0) {
-            printf("result train_loss=%.9g pipe=%lld microbatches=%lld schedule=%s\n", loss,
-                   (long long)P, (long long)c->o.microbatches, c->o.schedule);
-            fflush(stdout);
-        }
-    }
-    free(rows);
-    free(x);
-    free(y);
-    gpt_pipe_destroy(gp);
-    return rc;
+    int64_t b = c->o.batch, T = c->T;
+    c->brows = malloc((size_t)b * sizeof *c->brows);
+    c->bx = malloc((size_t)(b * T) * sizeof *c->bx);
+    c->by = malloc((size_t)(b * T) * sizeof *c->by);
+    rng_seed(&c->pick, (uint64_t)c->o.seed * 1000003u + 11u);
+    return job_any_failed(&c->j, !c->brows || !c->bx || !c->by, "out of memory");
 }
 
 static void ctx_free(ctx *c)
 {
+    gpt_pipe_destroy(c->gp);
+    free(c->test_hx);
+    free(c->test_hy);
+    free(c->bx);
+    free(c->by);
+    free(c->brows);
     dt_zero_destroy(c->zero);
     dt_tensor_destroy(c->test_x);
     dt_tensor_destroy(c->test_y);
@@ -672,7 +717,7 @@ int main(int argc, char **argv)
     } else if ((c.j.allow_pipe = c.o.pipe > 0),
                (rc = job_start(&c.j, c.o.mesh_file, c.o.mesh_name, -1)) == 0) {
         c.j.quiet = c.o.quiet;
-        rc = c.o.pipe ? run_pipe(&c) : run(&c);
+        rc = run(&c);
         job_abort_if_lost(&c.j);
         ctx_free(&c);
     }

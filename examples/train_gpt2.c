@@ -326,7 +326,7 @@ static int write_out(job *j, const opts *o, const gpt2 *m, dt_zero *z, dt_datase
     dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config.text,
                            strlen(config.text)}};
     int64_t steps = o->steps;
-    job_train t = {z, ds, hist, &steps};
+    job_train t = {z, ds, hist, &steps, NULL};
     if (job_save(j, &t, v, 1, NULL, 0, ckpt_dir) != 0)
         return 1;
     int bad = j->me == 0 && history_write_csv(hist, csv, err, sizeof err) != 0;
@@ -399,7 +399,7 @@ static int run(job *j, const opts *o)
     for (int k = 0; k < n; k++)
         order[k] = gpt2_opt_order(m, k);
     int64_t first = 0; /* the first step this run makes (after --resume's) */
-    job_train jt = {z, ds, &hist, &first};
+    job_train jt = {z, ds, &hist, &first, NULL};
     if (o->resume && resume(j, o, m, &jt) != 0) {
         rc = 1;
         goto done;

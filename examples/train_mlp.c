@@ -154,7 +154,7 @@ static int setup_model(ctx *c)
 /* The optimizer, the data position, the history and the step (job_save, job_resume). */
 static job_train train_state(ctx *c)
 {
-    return (job_train){c->zero, c->data, &c->hist, &c->step};
+    return (job_train){c->zero, c->data, &c->hist, &c->step, NULL};
 }
 
 static int save_checkpoint(ctx *c)

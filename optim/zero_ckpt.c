@@ -58,17 +58,23 @@ typedef struct save_lists {
     int64_t *dims;             /* 3 * DT_MAX_RANK per piece: shape, offsets, sizes */
     int nstrings;
     char **strings;            /* "<name>/<kind>" */
+    int nstaged;
     void **staged;             /* per piece: a host copy of device data, or NULL */
     const dt__device_kind **staged_kind; /* whose host_free releases it */
+    int nhost;
+    void **host;               /* dt_zero_save_joint: host copies of the parameters' shards */
 } save_lists;
 
 static void free_lists(save_lists *s)
 {
-    for (int j = 0; s->staged && j < s->npieces; j++)
+    for (int j = 0; s->staged && j < s->nstaged; j++)
         if (s->staged[j])
             s->staged_kind[j]->host_free(s->staged[j]);
     free(s->staged);
     free(s->staged_kind);
+    for (int j = 0; j < s->nhost; j++)
+        free(s->host[j]);
+    free(s->host);
     for (int j = 0; j < s->nstrings; j++)
         free(s->strings[j]);
     free(s->strings);
@@ -206,6 +212,7 @@ static dt_status stage_pieces(const dt_zero *z, int first, save_lists *s)
     s->staged_kind = calloc((size_t)s->npieces + 1, sizeof *s->staged_kind);
     if (!s->staged || !s->staged_kind)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save: no memory");
+    s->nstaged = s->npieces;
     dt_status st = dt__zero_sync(z);
     for (int j = first; st == DT_OK && j < s->npieces; j++) {
         dt_ckpt_piece *pc = &s->pieces[j];
@@ -286,12 +293,80 @@ static dt_status build_lists(const dt_zero *z, int n_extra, const char *const *e
     return stage_pieces(z, nuser, s);
 }
 
-/* Where a save goes: a directory, or a manager's step under a root (root not NULL). */
+/* Where a save goes: a directory, or a manager's step under a root (root not NULL); from the
+ * optimizer's mesh, or (joint not NULL) from a larger mesh that other optimizers save from in
+ * the same call (dt_zero_save_joint). */
 typedef struct save_target {
     const char *dir, *root;
     int64_t step;
     const dt_ckpt_keep *keep;
+    const dt_mesh *joint;
 } save_target;
+
+/* dt_zero_save_joint: the parameters become pieces too (the other optimizers' clients save
+ * other names, so no tensor list is common to all), and every piece names its device among
+ * the joint mesh's local devices (map: ours -> the joint mesh's). Each parameter box is
+ * written by the device whose coordinates on the dims replicating it (the dp dim included)
+ * are 0, from a host copy kept in s->host until the lists are freed. */
+static dt_status joint_params(const dt_zero *z, const int *map, int nuser, save_lists *s)
+{
+    for (int j = nuser; j < s->npieces; j++)
+        s->pieces[j].device = map[s->pieces[j].device];
+    s->host = calloc((size_t)z->nparams * (size_t)z->nlocal + 1, sizeof *s->host);
+    if (!s->host)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save_joint: no memory");
+    for (int g = 0; g < z->ngroups; g++)
+        for (int n = 0; n < z->groups[g].nparams; n++) {
+            const dt__zparam *p = &z->groups[g].params[n];
+            const dt_tensor *t = s->tensors[p->index];
+            for (int i = 0; i < z->nlocal; i++) {
+                int writes = z->coords[i][z->dp] == 0;
+                for (int d = 0; d < dt_mesh_rank(z->mesh); d++)
+                    writes &= !(p->rep_mask >> d & 1u) || z->coords[i][d] == 0;
+                if (!writes)
+                    continue;
+                const DLTensor *loc = dt_tensor_local(t, i);
+                size_t bytes = (size_t)dt__numel(loc->ndim, loc->shape) *
+                               dt_dtype_size(dt_tensor_dtype(t));
+                void *buf = malloc(bytes ? bytes : 1);
+                if (!buf)
+                    return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save_joint: no memory");
+                s->host[s->nhost++] = buf;
+                dt_status st = dt_tensor_local_read(t, i, buf, bytes);
+                dt_ckpt_piece pc = {p->name, dt_tensor_dtype(t), dt_tensor_rank(t),
+                                    dt_tensor_shape(t), dt_tensor_local_offset(t, i),
+                                    loc->shape, map[i], buf};
+                if (st == DT_OK)
+                    st = add_piece(s, &pc);
+                if (st != DT_OK)
+                    return st;
+            }
+        }
+    return DT_OK;
+}
+
+static dt_status joint_pieces(const dt_zero *z, const dt_mesh *joint, int nuser, save_lists *s)
+{
+    int nj = dt_mesh_num_local_devices(joint);
+    int *map = calloc((size_t)z->nlocal + 1, sizeof *map);
+    if (!map)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save_joint: no memory");
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < z->nlocal; i++) {
+        int id = dt_mesh_local_device_id(z->mesh, i);
+        map[i] = -1;
+        for (int j = 0; j < nj; j++)
+            if (dt_mesh_local_device_id(joint, j) == id)
+                map[i] = j;
+        if (map[i] < 0)
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_save_joint: device %d of mesh '%s' "
+                           "is not in mesh '%s'", id, dt_mesh_name(z->mesh), dt_mesh_name(joint));
+    }
+    if (st == DT_OK)
+        st = joint_params(z, map, nuser, s);
+    free(map);
+    return st;
+}
 
 /* dt_zero_save(_async) and dt_zero_save_step: req_out NULL saves synchronously. */
 static dt_status zero_save(const char *fn, dt_zero *zero, const save_target *t, int n_extra,
@@ -341,7 +416,16 @@ static dt_status zero_save(const char *fn, dt_zero *zero, const save_target *t, 
         o.npieces = s.npieces;
         o.pieces = s.pieces;
         o.save_dtypes = dtypes;
-        if (t->root)
+        if (t->joint) {
+            st = joint_pieces(zero, t->joint, opts->npieces, &s);
+            o.npieces = s.npieces;
+            o.pieces = s.pieces;
+            o.save_dtypes = NULL;
+            if (st == DT_OK && t->root)
+                st = dt_save_step(t->joint, t->root, t->step, t->keep, 0, NULL, NULL, &o);
+            else if (st == DT_OK)
+                st = dt_save(t->joint, t->dir, 0, NULL, NULL, &o);
+        } else if (t->root)
             st = dt_save_step(zero->mesh, t->root, t->step, t->keep, s.nnames, s.names,
                               s.tensors, &o);
         else if (req_out)
@@ -372,6 +456,26 @@ dt_status dt_zero_save_step(dt_zero *zero, const char *root, int64_t step,
     const save_target t = {.root = root, .step = step, .keep = keep};
     return zero_save("dt_zero_save_step", zero, &t, n_extra, extra_names, extra_tensors, opts,
                      NULL);
+}
+
+dt_status dt_zero_save_joint(dt_zero *zero, const dt_mesh *mesh, const char *dir,
+                             const dt_save_opts *opts)
+{
+    if (!mesh)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_save_joint: mesh is required");
+    const save_target t = {.dir = dir, .joint = mesh};
+    return zero_save("dt_zero_save_joint", zero, &t, 0, NULL, NULL, opts, NULL);
+}
+
+dt_status dt_zero_save_joint_step(dt_zero *zero, const dt_mesh *mesh, const char *root,
+                                  int64_t step, const dt_ckpt_keep *keep,
+                                  const dt_save_opts *opts)
+{
+    if (!mesh || !root)
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "dt_zero_save_joint_step: mesh and root are required");
+    const save_target t = {.root = root, .step = step, .keep = keep, .joint = mesh};
+    return zero_save("dt_zero_save_joint_step", zero, &t, 0, NULL, NULL, opts, NULL);
 }
 
 dt_status dt_zero_save_async(dt_zero *zero, const char *dir, int n_extra,

@@ -927,42 +927,43 @@ dt_status gpt_grads_each(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t
     return st;
 }
 
-dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
-                   double *loss_out)
+dt_status gpt_stage_eval(gpt *m, const dt_tensor *in, const dt_tensor *y, int64_t targets,
+                         double *loss_out, float *logits, dt_tensor **act_out)
 {
     own_error[0] = '\0';
     pass *p = calloc(1, sizeof *p);
     if (!p)
         return no_memory();
-    dt_status st = forward(m, p, x);
-    if (st == DT_OK)
-        st = gpt__unit_out(m, (int)m->cfg.layers + 1);
-    if (st == DT_OK)
-        st = pass_loss(m, p, y, targets, loss_out);
+    int L = (int)m->cfg.layers;
+    dt_tensor *r = NULL;
+    p->in = in;
+    dt_status st = forward(m, p, m->u_lo == 0 ? in : NULL);
+    if (st == DT_OK && m->u_hi < L + 2) {
+        *act_out = dt_tensor_retain(p->xl);
+    } else if (st == DT_OK) {
+        st = gpt__unit_out(m, L + 1);
+        if (st == DT_OK && y)
+            st = pass_loss(m, p, y, targets, loss_out);
+        if (st == DT_OK && logits)
+            st = dt_relayout(p->logits, m->l_rep3, &r);
+        if (st == DT_OK && logits)
+            st = dt_tensor_local_read(r, 0, logits, (size_t)dt_tensor_numel(r) * sizeof(float));
+    }
+    dt_tensor_destroy(r);
     tape_free(&p->tp);
     free(p);
     return st;
 }
 
+dt_status gpt_loss(gpt *m, const dt_tensor *x, const dt_tensor *y, int64_t targets,
+                   double *loss_out)
+{
+    return gpt_stage_eval(m, x, y, targets, loss_out, NULL, NULL);
+}
+
 dt_status gpt_logits(gpt *m, const dt_tensor *x, float *logits)
 {
-    own_error[0] = '\0';
-    pass *p = calloc(1, sizeof *p);
-    if (!p)
-        return no_memory();
-    dt_tensor *r = NULL;
-    dt_status st = forward(m, p, x);
-    if (st == DT_OK)
-        st = gpt__unit_out(m, (int)m->cfg.layers + 1);
-    if (st == DT_OK)
-        st = dt_relayout(p->logits, m->l_rep3, &r);
-    if (st == DT_OK)
-        st = dt_tensor_local_read(r, 0, logits,
-                                  (size_t)dt_tensor_numel(r) * sizeof(float));
-    dt_tensor_destroy(r);
-    tape_free(&p->tp);
-    free(p);
-    return st;
+    return gpt_stage_eval(m, x, NULL, 0, NULL, logits, NULL);
 }
 
 /* ---- pipeline stages (gpt_set_units, gpt_stage_forward; docs/pipeline.md) ------------------ */

@@ -134,6 +134,14 @@ void gpt_stage_pass_free(gpt_stage_pass *sp);
 dt_status gpt_stage_forward(gpt *m, dt_tape *tape, const dt_tensor *in, const dt_tensor *y,
                             gpt_stage_pass **pass_out, dt_tensor **out);
 
+/* A forward pass of the model's units without gradients (gpt_loss and gpt_logits are the
+ * whole model's): `in` as gpt_stage_forward's. Units ending before the head give the
+ * activation in *act_out; with the head, y (may be NULL) gives *loss_out, the mean
+ * cross-entropy per counted target (`targets`), and logits (may be NULL) gets the logits
+ * [rows, T, vocab] gathered to the host. Collective over the mesh. */
+dt_status gpt_stage_eval(gpt *m, const dt_tensor *in, const dt_tensor *y, int64_t targets,
+                         double *loss_out, float *logits, dt_tensor **act_out);
+
 /* A message for the last failure: this module's own or dt_last_error(). */
 const char *gpt_last_error(void);
 

@@ -8,8 +8,11 @@
 #define MAX_CHUNKS 4
 #define MAX_STAGES 64
 #define IN_INDEX 100000 /* the tape's index of a stage's input activation */
+#define EVAL_TAG 30000  /* + virtual stage: gpt_pipe_eval's transfers (the executor's are
+                         * all received when a step returns) */
 
 struct gpt_pipe {
+    const dt_mesh *mesh;        /* the whole mesh (borrowed) */
     dt_pipe *pipe;              /* NULL without a pipe dim: the whole model on the mesh */
     dt_pipe_schedule *sched;
     const dt_mesh *smesh;       /* this client's stage mesh (borrowed) */
@@ -40,6 +43,8 @@ const char *gpt_pipe_slot_name(const gpt_pipe *gp, int slot)
 const dt_mesh *gpt_pipe_stage_mesh(const gpt_pipe *gp) { return gp->smesh; }
 int gpt_pipe_my_stage(const gpt_pipe *gp) { return gp->stage; }
 dt_pipe *gpt_pipe_pipe(const gpt_pipe *gp) { return gp->pipe; }
+dt_zero *gpt_pipe_zero(const gpt_pipe *gp) { return gp->zero; }
+const dt_mesh *gpt_pipe_save_mesh(const gpt_pipe *gp) { return gp->pipe ? gp->mesh : NULL; }
 
 int64_t gpt_pipe_param_count(const gpt_pipe *gp)
 {
@@ -132,6 +137,7 @@ dt_status gpt_pipe_create(const dt_mesh *mesh, const gpt_config *cfg, dt_dtype d
         return DT_ERR_NO_MEMORY;
     dt_status st = DT_OK;
     gp->cfg = *cfg;
+    gp->mesh = mesh;
     gp->M = o->micro;
     gp->V = o->chunks < 1 ? 1 : o->chunks;
     gp->P = 1;
@@ -419,4 +425,72 @@ int gpt_pipe_param(gpt_pipe *gp, const char *name, float *out, int64_t count)
         }
     }
     return 0;
+}
+
+/* Forward only, one virtual stage after the other: each stage's activation goes to the next
+ * (kept in memory when the next is this client's own), the last stage's loss and logits to
+ * every client. */
+dt_status gpt_pipe_eval(gpt_pipe *gp, int64_t rows, const int32_t *x, const int32_t *y,
+                        int64_t targets, double *loss_out, float *logits)
+{
+    static const char *const specs[3] = {"batch", DT_UNSHARDED, DT_UNSHARDED};
+    int64_t T = gp->cfg.context, shape[3] = {rows, T, gp->cfg.width};
+    int last = gp->stage == gp->P - 1;
+    dt_tensor *tx = NULL, *ty = NULL, *act = NULL;
+    dt_layout *l = NULL;
+    double loss = 0.0;
+    dt_status st = DT_OK;
+    if (gp->stage == 0)
+        st = gpt_inputs(gp->chunk[0], rows, x, NULL, &tx, NULL);
+    if (st == DT_OK && last && y)
+        st = gpt_inputs(gp->chunk[gp->V - 1], rows, y, NULL, &ty, NULL);
+    if (st == DT_OK && gp->pipe)
+        st = dt_layout_create(gp->smesh, 3, specs, &l);
+    for (int v = 0; st == DT_OK && v < gp->VP; v++) {
+        int s = v % gp->P, prev = (v + gp->P - 1) % gp->P, next = (v + 1) % gp->P;
+        if (s != gp->stage)
+            continue;
+        if (v > 0 && prev != s)
+            st = dt_pipe_recv(gp->pipe, prev, s, l, DT_DTYPE_F32, shape, EVAL_TAG + v, &act);
+        dt_tensor *out = NULL;
+        if (st == DT_OK)
+            st = gpt_stage_eval(gp->chunk[v / gp->P], v == 0 ? tx : act, ty, targets, &loss,
+                                logits, &out);
+        dt_tensor_destroy(act);
+        act = NULL;
+        if (st == DT_OK && out && next != s)
+            st = dt_pipe_send(gp->pipe, s, next, out, EVAL_TAG + v + 1);
+        if (out && next != s)
+            dt_tensor_destroy(out);
+        else
+            act = out;
+    }
+    if (st == DT_OK && gp->pipe)
+        st = dt_pipe_flush(gp->pipe);
+    /* The last stage's results to every client (as doubles: exact for f32). */
+    int64_t n = logits ? rows * T * gp->cfg.vocab : 0;
+    double *vals = calloc((size_t)n + 1, sizeof *vals);
+    int *owner = calloc((size_t)n + 1, sizeof *owner);
+    if (st == DT_OK && (!vals || !owner))
+        st = DT_ERR_NO_MEMORY;
+    if (st == DT_OK && gp->pipe && gp->P > 1) {
+        for (int64_t i = 0; i < n + 1; i++)
+            owner[i] = gp->P - 1;
+        vals[0] = loss;
+        for (int64_t i = 0; last && i < n; i++)
+            vals[1 + i] = logits[i];
+        st = dt_pipe_share_values(gp->pipe, (int)(n + 1), owner, vals);
+        loss = vals[0];
+        for (int64_t i = 0; st == DT_OK && i < n; i++)
+            logits[i] = (float)vals[1 + i];
+    }
+    if (st == DT_OK && loss_out)
+        *loss_out = loss;
+    free(vals);
+    free(owner);
+    dt_tensor_destroy(act);
+    dt_tensor_destroy(tx);
+    dt_tensor_destroy(ty);
+    dt_layout_destroy(l);
+    return st;
 }

@@ -37,6 +37,12 @@ void gpt_pipe_destroy(gpt_pipe *gp);
 dt_status gpt_pipe_step(gpt_pipe *gp, int64_t rows, const int32_t *x, const int32_t *y,
                         float lr, double *loss_out, dt_zero_step_info *info_out);
 
+/* The model's forward pass over host rows (x, y as gpt_pipe_step's; y may be NULL) without
+ * gradients, the stages one after the other: *loss_out (may be NULL) the mean cross-entropy
+ * per counted target (`targets`), logits (may be NULL) the logits [rows, context, vocab], on
+ * every client, the values of the unpipelined model's gpt_loss and gpt_logits. Collective. */
+dt_status gpt_pipe_eval(gpt_pipe *gp, int64_t rows, const int32_t *x, const int32_t *y,
+                        int64_t targets, double *loss_out, float *logits);
 /* Parameter `name` (a model name, "block1/attn/q") gathered to host f32 `out` (its global
  * shape's elements) on every client of the stage holding it: returns 1 when this client
  * holds it, 0 when not, -1 on an error. Collective over that stage's clients. */
@@ -47,6 +53,10 @@ int gpt_pipe_stages(const gpt_pipe *gp);
 int gpt_pipe_my_stage(const gpt_pipe *gp);
 int64_t gpt_pipe_param_count(const gpt_pipe *gp);
 dt_pipe *gpt_pipe_pipe(const gpt_pipe *gp);
+/* This client's stage's optimizer; the mesh a checkpoint is saved from with
+ * dt_zero_save_joint (the whole mesh; NULL without a pipe: dt_zero_save's own). */
+dt_zero *gpt_pipe_zero(const gpt_pipe *gp);
+const dt_mesh *gpt_pipe_save_mesh(const gpt_pipe *gp);
 /* The model's parameter slots (all stages') and their names; this client's stage mesh. */
 int gpt_pipe_num_slots(const gpt_pipe *gp);
 const char *gpt_pipe_slot_name(const gpt_pipe *gp, int slot);

@@ -278,7 +278,7 @@ static int read_state(const job *j, const job_train *t, const char *dir, int64_t
                  stop_after ? " and --stop-after" : "");
         goto out;
     }
-    if (dt_dataset_load_state(t->data, ck, "train/data/") != DT_OK) {
+    if (t->data && dt_dataset_load_state(t->data, ck, "train/data/") != DT_OK) {
         snprintf(err, errlen, "--resume %s: %s", dir, dt_last_error());
         goto out;
     }
@@ -324,15 +324,16 @@ int job_save(job *j, const job_train *t, const dt_ckpt_value *values, int nvalue
     };
     memcpy(v + 2, values, (size_t)nvalues * sizeof *values);
     /* The data position: the next batch a resumed run reads. */
-    dt_status st = dt_dataset_state_values(t->data, "train/data/", v + 2 + nvalues);
+    dt_status st = t->data ? dt_dataset_state_values(t->data, "train/data/", v + 2 + nvalues)
+                           : DT_OK;
     if (st != DT_OK) {
         free(hbuf);
         return job_fail(j, "dataset state", st, dt_last_error());
     }
     dt_save_opts so = DT_SAVE_OPTS_INIT;
     so.values = v;
-    so.nvalues = 2 + nvalues + DT_DATASET_STATE_VALUES;
-    st = save_train_state(t->zero, root, keep_last, *t->step, dir, JOB_PATH_MAX, &so);
+    so.nvalues = 2 + nvalues + (t->data ? DT_DATASET_STATE_VALUES : 0);
+    st = save_train_state(t->zero, t->joint, root, keep_last, *t->step, dir, JOB_PATH_MAX, &so);
     free(hbuf);
     return st != DT_OK ? job_fail(j, "dt_zero_save", st, dt_last_error()) : 0;
 }

@@ -81,9 +81,12 @@ int job_places(job *j, const char *out_dir, const char *ckpt_dir, const char *ck
 /* What every training example checkpoints besides its own values (borrowed). */
 typedef struct job_train {
     dt_zero *zero;    /* the optimizer and its parameters */
-    dt_dataset *data; /* its position: train/data/... */
+    dt_dataset *data; /* its position: train/data/... (NULL: none, the step tells it) */
     history *hist;    /* train/history */
     int64_t *step;    /* train/step: the steps done */
+    /* NULL, or the mesh a checkpoint is saved from by several optimizers together (a
+     * pipeline's stages, each client passing its own: dt_zero_save_joint) */
+    const dt_mesh *joint;
 } job_train;
 
 /* Checks the example's own values in the opened checkpoint `ck` of `dir` against this run

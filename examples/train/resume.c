@@ -37,12 +37,17 @@ int resume_dir(const char *arg, const char *root, char *dir, size_t len, char *e
     return 0;
 }
 
-dt_status save_train_state(dt_zero *zero, const char *root, int64_t keep_last, int64_t step,
-                           char *dir, size_t len, const dt_save_opts *opts)
+dt_status save_train_state(dt_zero *zero, const dt_mesh *joint, const char *root,
+                           int64_t keep_last, int64_t step, char *dir, size_t len,
+                           const dt_save_opts *opts)
 {
     if (!root)
-        return dt_zero_save(zero, dir, 0, NULL, NULL, opts);
+        return joint ? dt_zero_save_joint(zero, joint, dir, opts)
+                     : dt_zero_save(zero, dir, 0, NULL, NULL, opts);
     dt_ckpt_keep keep = {(int)keep_last, 0};
     dt_status st = dt_ckpt_step_dir(root, step, dir, len);
-    return st != DT_OK ? st : dt_zero_save_step(zero, root, step, &keep, 0, NULL, NULL, opts);
+    if (st != DT_OK)
+        return st;
+    return joint ? dt_zero_save_joint_step(zero, joint, root, step, &keep, opts)
+                 : dt_zero_save_step(zero, root, step, &keep, 0, NULL, NULL, opts);
 }

@@ -24,8 +24,10 @@ int resume_dir(const char *arg, const char *root, char *dir, size_t len, char *e
 
 /* Saves the optimizer (and its parameters) with opts: as step `step` under `root` keeping
  * the newest keep_last steps when root is not NULL (dir then gets the step's directory),
- * else into `dir`. Collective; dt_zero_save(_step)'s status. */
-dt_status save_train_state(dt_zero *zero, const char *root, int64_t keep_last, int64_t step,
-                           char *dir, size_t len, const dt_save_opts *opts);
+ * else into `dir`; from `joint` together with the other stages' optimizers when it is not
+ * NULL (dt_zero_save_joint). Collective; dt_zero_save(_step)'s or _joint(_step)'s status. */
+dt_status save_train_state(dt_zero *zero, const dt_mesh *joint, const char *root,
+                           int64_t keep_last, int64_t step, char *dir, size_t len,
+                           const dt_save_opts *opts);
 
 #endif

@@ -309,6 +309,24 @@ DT_API dt_status dt_zero_save_step(dt_zero *zero, const char *root, int64_t step
                                    const dt_tensor *const *extra_tensors,
                                    const dt_save_opts *opts);
 
+/* dt_zero_save for optimizers on disjoint sub-meshes of `mesh` that save one checkpoint
+ * together: a pipeline's stages, one optimizer per stage (docs/pipeline.md). Every client
+ * holding devices of `mesh` calls it with the optimizer whose mesh holds its devices. Each
+ * optimizer's parameters and state are written under their names as dt_zero_save writes
+ * them, the parameters as explicitly placed slices (so they carry no layout and any mesh
+ * reads any box); the counters, the scaler and the learning rates are client 0's (the
+ * optimizers must step together, as a pipeline's do). Parameter names must differ between
+ * the optimizers. dt_zero_load of an optimizer whose parameters are among the saved ones, on
+ * any mesh, restores from it: a pipelined run resumes with another stage count, or without
+ * pipeline. opts as dt_zero_save's (no save_dtypes). dt_zero_save_joint_step saves as
+ * dt_zero_save_step does. Statuses as dt_zero_save's; DT_ERR_INVALID_ARGUMENT when a device
+ * of zero's mesh is not in `mesh`. Collective over mesh's clients. */
+DT_API dt_status dt_zero_save_joint(dt_zero *zero, const dt_mesh *mesh, const char *dir,
+                                    const dt_save_opts *opts);
+DT_API dt_status dt_zero_save_joint_step(dt_zero *zero, const dt_mesh *mesh, const char *root,
+                                         int64_t step, const dt_ckpt_keep *keep,
+                                         const dt_save_opts *opts);
+
 /* dt_zero_save through dt_save_async: returns once the state, parameters and extra tensors
  * are copied to staging memory (the next dt_zero_step may run at once); *req_out is the
  * request whose outcome dt_save_wait gives. Errors of the start are returned here and no
