@@ -506,7 +506,52 @@ static int write_outputs(ctx *c)
     return job_any_failed(&c->j, bad, err);
 }
 
-static int setup_pipe(ctx *c);
+/* ---- --pipe: the pipelined model (gpt/pipe.c, docs/pipeline.md) -------------------------- */
+
+/* The mesh's `pipe` dim (or, at --pipe 1 without one, the whole mesh with micro-batches
+ * accumulated): batches of seeded random training names from host arrays, the held-out
+ * rows and the samples through the stages' forward passes. */
+static int setup_pipe(ctx *c)
+{
+    int pd = dt_mesh_dim_index(c->mesh, "pipe");
+    int64_t P = pd >= 0 ? dt_mesh_dim_size(c->mesh, pd) : 1;
+    if (P != c->o.pipe || c->o.context || c->o.dropout > 0 ||
+        dt_mesh_dim_index(c->mesh, "seq") >= 0) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "--pipe %lld: the mesh's pipe dim has %lld stages (--pipe 1: "
+                 "none); --context, --dropout and a 'seq' dim are not supported with --pipe",
+                 (long long)c->o.pipe, (long long)P);
+        return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
+    }
+    if (load_names(c) != 0)
+        return 1;
+    c->T = NAMES_CONTEXT;
+    c->rows = c->train.n;
+    if (load_heldout(c) != 0)
+        return 1;
+    c->dtype = precision_dtype(c->o.precision);
+    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
+                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
+    gpt_pipe_opts po;
+    memset(&po, 0, sizeof po);
+    dt_status st = dt_pipe_schedule_kind_parse(c->o.schedule, &po.schedule);
+    po.micro = (int)c->o.microbatches;
+    po.chunks = po.schedule == DT_PIPE_INTERLEAVED ? 2 : 1;
+    po.zero = zero_opts(c);
+    po.hp = adamw(c);
+    if (st == DT_OK)
+        st = gpt_pipe_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &po, &c->gp);
+    if (st != DT_OK)
+        return job_fail(&c->j, "pipeline model", st, gpt_last_error());
+    int64_t b = c->o.batch, T = c->T;
+    c->brows = malloc((size_t)b * sizeof *c->brows);
+    c->bx = malloc((size_t)(b * T) * sizeof *c->bx);
+    c->by = malloc((size_t)(b * T) * sizeof *c->by);
+    rng_seed(&c->pick, (uint64_t)c->o.seed * 1000003u + 11u);
+    return job_any_failed(&c->j, !c->brows || !c->bx || !c->by, "out of memory");
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
 
 static int run(ctx *c)
 {
@@ -630,51 +675,6 @@ static int run(ctx *c)
     rc = 0;
 out:
     return rc;
-}
-
-/* ---- --pipe: the pipelined model (gpt/pipe.c, docs/pipeline.md) -------------------------- */
-
-/* The mesh's `pipe` dim (or, at --pipe 1 without one, the whole mesh with micro-batches
- * accumulated): batches of seeded random training names from host arrays, the held-out
- * rows and the samples through the stages' forward passes. */
-static int setup_pipe(ctx *c)
-{
-    int pd = dt_mesh_dim_index(c->mesh, "pipe");
-    int64_t P = pd >= 0 ? dt_mesh_dim_size(c->mesh, pd) : 1;
-    if (P != c->o.pipe || c->o.context || c->o.dropout > 0 ||
-        dt_mesh_dim_index(c->mesh, "seq") >= 0) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "--pipe %lld: the mesh's pipe dim has %lld stages (--pipe 1: "
-                 "none); --context, --dropout and a 'seq' dim are not supported with --pipe",
-                 (long long)c->o.pipe, (long long)P);
-        return job_fail(&c->j, "mesh", DT_ERR_INVALID_ARGUMENT, msg);
-    }
-    if (load_names(c) != 0)
-        return 1;
-    c->T = NAMES_CONTEXT;
-    c->rows = c->train.n;
-    if (load_heldout(c) != 0)
-        return 1;
-    c->dtype = precision_dtype(c->o.precision);
-    gpt_config cfg = {NAMES_VOCAB, NAMES_CONTEXT, c->o.width, c->o.heads, c->o.layers,
-                      strcmp(c->o.arch, "llama") == 0, c->o.kv_heads};
-    gpt_pipe_opts po;
-    memset(&po, 0, sizeof po);
-    dt_status st = dt_pipe_schedule_kind_parse(c->o.schedule, &po.schedule);
-    po.micro = (int)c->o.microbatches;
-    po.chunks = po.schedule == DT_PIPE_INTERLEAVED ? 2 : 1;
-    po.zero = zero_opts(c);
-    po.hp = adamw(c);
-    if (st == DT_OK)
-        st = gpt_pipe_create(c->mesh, &cfg, c->dtype, (uint64_t)c->o.seed, &po, &c->gp);
-    if (st != DT_OK)
-        return job_fail(&c->j, "pipeline model", st, gpt_last_error());
-    int64_t b = c->o.batch, T = c->T;
-    c->brows = malloc((size_t)b * sizeof *c->brows);
-    c->bx = malloc((size_t)(b * T) * sizeof *c->bx);
-    c->by = malloc((size_t)(b * T) * sizeof *c->by);
-    rng_seed(&c->pick, (uint64_t)c->o.seed * 1000003u + 11u);
-    return job_any_failed(&c->j, !c->brows || !c->bx || !c->by, "out of memory");
 }
 
 static void ctx_free(ctx *c)

@@ -312,6 +312,7 @@ static dt_status joint_params(const dt_zero *z, const int *map, int nuser, save_
 {
     for (int j = nuser; j < s->npieces; j++)
         s->pieces[j].device = map[s->pieces[j].device];
+    int first = s->npieces;
     s->host = calloc((size_t)z->nparams * (size_t)z->nlocal + 1, sizeof *s->host);
     if (!s->host)
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero_save_joint: no memory");
@@ -342,6 +343,13 @@ static dt_status joint_params(const dt_zero *z, const int *map, int nuser, save_
                     return st;
             }
         }
+    /* add_piece may have moved the dims the state pieces point at. */
+    for (int j = nuser; j < first; j++) {
+        int64_t *d = s->dims + (size_t)j * 3 * DT_MAX_RANK;
+        s->pieces[j].shape = d;
+        s->pieces[j].offsets = d + DT_MAX_RANK;
+        s->pieces[j].sizes = d + 2 * DT_MAX_RANK;
+    }
     return DT_OK;
 }
 
