@@ -1,8 +1,11 @@
 /* Point-to-point transfers of a dt_tensor's local shards between two stages: shard at stage
- * position q goes from stage `from`'s device q to stage `to`'s device q, through host buffers
- * and MPI on the pipe's own communicator (a local copy when one client holds both), every
- * wait under the watchdog (docs/pipeline.md). */
+ * position q goes from stage `from`'s device q to stage `to`'s device q: between clients of one
+ * host through the sender's shm segment (MPI carries a descriptor; the receiver copies the
+ * shard out), else through host buffers and MPI on the pipe's own communicator, and a local
+ * copy when one client holds both; every wait under the watchdog (docs/pipeline.md). */
 #include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include "pipeline/pipe_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/shm.h"
 
 enum { MAX_TAG = 32767 };
 
@@ -88,6 +92,76 @@ static int grow(void **arr, int *cap, int need, size_t elem)
     return 0;
 }
 
+/* The flag in a shm block's head that its receiver raises once the shard is copied out. */
+static _Atomic uint32_t *shm_flag(void *block) { return (_Atomic uint32_t *)block; }
+
+/* Frees the shm blocks whose receivers are done with them. */
+static void reclaim(dt_pipe *pipe)
+{
+    int kept = 0;
+    for (int i = 0; i < pipe->nshm; i++) {
+        if (atomic_load_explicit(shm_flag(pipe->shm_blocks[i]), memory_order_acquire))
+            dt__shm_free(pipe->shm_blocks[i]);
+        else
+            pipe->shm_blocks[kept++] = pipe->shm_blocks[i];
+    }
+    pipe->nshm = kept;
+}
+
+void dt__pipe_release_shm(dt_pipe *pipe)
+{
+    /* The receivers of the last sends may still be copying: wait a little for them; a block
+     * still unread after that stays allocated (the segment goes at dt_finalize). */
+    double until = dt__now_seconds() + 2.0;
+    while (pipe->nshm > 0 && dt__now_seconds() < until) {
+        reclaim(pipe);
+        if (pipe->nshm > 0)
+            sched_yield();
+    }
+    free(pipe->shm_blocks);
+    pipe->shm_blocks = NULL;
+    pipe->nshm = pipe->cap_shm = 0;
+}
+
+/* The MPI message for shard i of x to `peer`, in *buf_out (*len_out bytes): the shard's bytes,
+ * or to a client of this host a descriptor, with the shard in a new shm block (kept in
+ * pipe->shm_blocks) or, when the pool is full, following the descriptor. */
+static dt_status message(dt_pipe *pipe, const dt_tensor *x, int i, size_t bytes, int peer,
+                         void **buf_out, size_t *len_out)
+{
+    int shm = dt__shm_local(peer) >= 0;
+    void *block = NULL;
+    if (shm && grow((void **)&pipe->shm_blocks, &pipe->cap_shm, pipe->nshm + 1,
+                    sizeof *pipe->shm_blocks) != 0)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_pipe_send: no memory");
+    if (shm && !dt__shm_alloc(DT__PIPE_SHM_HEAD + bytes, &block))
+        block = NULL;
+    dt__pipe_desc d = {-1, bytes};
+    size_t head = shm ? sizeof d : 0, len = head + (block ? 0 : bytes);
+    unsigned char *buf = malloc(len ? len : 1);
+    dt_status st = buf ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "dt_pipe_send: no memory for %zu "
+                                           "bytes", len);
+    if (st == DT_OK)
+        st = dt_tensor_local_read(x, i, block ? (unsigned char *)block + DT__PIPE_SHM_HEAD
+                                              : buf + head, bytes);
+    if (st == DT_OK && block) {
+        atomic_store_explicit(shm_flag(block), 0u, memory_order_relaxed);
+        d.offset = dt__shm_offset(block, DT__PIPE_SHM_HEAD + bytes);
+        pipe->shm_blocks[pipe->nshm++] = block;
+    } else if (block) {
+        dt__shm_free(block);
+    }
+    if (st != DT_OK) {
+        free(buf);
+        return st;
+    }
+    if (shm)
+        memcpy(buf, &d, sizeof d);
+    *buf_out = buf;
+    *len_out = len;
+    return DT_OK;
+}
+
 dt_status dt_pipe_send(dt_pipe *pipe, int from, int to, const dt_tensor *x, int tag)
 {
     if (!pipe || !x)
@@ -109,6 +183,7 @@ dt_status dt_pipe_send(dt_pipe *pipe, int from, int to, const dt_tensor *x, int 
         free(idx);
         return dt__error(DT_ERR_NO_MEMORY, "dt_pipe_send: no memory");
     }
+    reclaim(pipe);
     for (int k = 0; k < n; k++) {
         int i = idx[k];
         int64_t q = dt_tensor_local_position(x, i);
@@ -118,16 +193,19 @@ dt_status dt_pipe_send(dt_pipe *pipe, int from, int to, const dt_tensor *x, int 
                            "per shard)", bytes, INT_MAX);
             break;
         }
-        void *buf = malloc(bytes ? bytes : 1);
-        if (!buf) {
+        int peer = peer_client(pipe, to, q);
+        void *buf = NULL;
+        size_t len = bytes;
+        if (peer == me && !(buf = malloc(bytes ? bytes : 1))) {
             st = dt__error(DT_ERR_NO_MEMORY, "dt_pipe_send: no memory for %zu bytes", bytes);
             break;
         }
-        if ((st = dt_tensor_local_read(x, i, buf, bytes)) != DT_OK) {
+        st = peer == me ? dt_tensor_local_read(x, i, buf, bytes)
+                        : message(pipe, x, i, bytes, peer, &buf, &len);
+        if (st != DT_OK) {
             free(buf);
             break;
         }
-        int peer = peer_client(pipe, to, q);
         count(pipe, peer, bytes, 1);
         if (peer == me) {
             pipe->locals[pipe->nlocals++] = (dt__pipe_local){.from = from, .to = to, .tag = tag,
@@ -136,7 +214,7 @@ dt_status dt_pipe_send(dt_pipe *pipe, int from, int to, const dt_tensor *x, int 
             continue;
         }
         dt__pipe_send *s = &pipe->sends[pipe->nsends];
-        int rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, pipe->client_rank[peer], tag,
+        int rc = MPI_Isend(buf, (int)len, MPI_BYTE, pipe->client_rank[peer], tag,
                            pipe->comm.comm, &s->req);
         if (rc != MPI_SUCCESS) {
             free(buf);
@@ -226,14 +304,16 @@ dt_status dt_pipe_recv(dt_pipe *pipe, int from, int to, const dt_layout *layout,
                 count(pipe, me, sizes[k], 0);
             continue;
         }
-        /* One byte more than expected: a longer message shows as a count, not a truncation. */
-        if (sizes[k] >= INT_MAX || !(bufs[k] = malloc(sizes[k] + 1))) {
-            st = dt__error(sizes[k] >= INT_MAX ? DT_ERR_UNSUPPORTED : DT_ERR_NO_MEMORY,
+        /* One byte more than expected: a longer message shows as a count, not a truncation.
+         * From this host: a descriptor, and the shard only when the sender's pool was full. */
+        size_t head = dt__shm_local(peers[k]) >= 0 ? sizeof(dt__pipe_desc) : 0;
+        if (sizes[k] >= INT_MAX - head || !(bufs[k] = malloc(head + sizes[k] + 1))) {
+            st = dt__error(sizes[k] >= INT_MAX - head ? DT_ERR_UNSUPPORTED : DT_ERR_NO_MEMORY,
                            "dt_pipe_recv: a shard of %zu bytes", sizes[k]);
             break;
         }
-        int rc = MPI_Irecv(bufs[k], (int)sizes[k] + 1, MPI_BYTE, pipe->client_rank[peers[k]],
-                           tag, pipe->comm.comm, &reqs[k]);
+        int rc = MPI_Irecv(bufs[k], (int)(head + sizes[k]) + 1, MPI_BYTE,
+                           pipe->client_rank[peers[k]], tag, pipe->comm.comm, &reqs[k]);
         if (rc != MPI_SUCCESS)
             st = dt__mpi_error(rc, "dt_pipe_recv: MPI_Irecv");
     }
@@ -253,17 +333,31 @@ dt_status dt_pipe_recv(dt_pipe *pipe, int from, int to, const dt_layout *layout,
     for (int k = 0; k < n && st == DT_OK; k++) {
         if (!bufs[k])
             continue;
-        int got = 0;
+        int got = 0, local = dt__shm_local(peers[k]);
         MPI_Get_count(&stat[k], MPI_BYTE, &got);
-        if ((size_t)got != sizes[k]) {
-            st = dt__error(DT_ERR_SHAPE, "dt_pipe_recv: stage %d (client %d) sent %d bytes for "
-                           "stage %d's position %lld, which takes %zu", from, peers[k], got, to,
+        dt__pipe_desc d = {-1, (uint64_t)got};
+        size_t head = local >= 0 ? sizeof d : 0;
+        if (local >= 0 && (size_t)got >= sizeof d)
+            memcpy(&d, bufs[k], sizeof d);
+        unsigned char *block = d.offset >= 0 ? dt__shm_segment(local) + d.offset : NULL;
+        size_t want = block ? sizeof d : head + sizes[k];
+        if ((size_t)got != want || d.bytes != sizes[k]) {
+            st = dt__error(DT_ERR_SHAPE, "dt_pipe_recv: stage %d (client %d) sent %llu bytes for "
+                           "stage %d's position %lld, which takes %zu", from, peers[k],
+                           (unsigned long long)(got < (int)head ? (uint64_t)got : d.bytes), to,
                            (long long)dt_tensor_local_position(t, idx[k]), sizes[k]);
-            break;
+        } else {
+            st = dt_tensor_local_write(t, idx[k], block ? block + DT__PIPE_SHM_HEAD
+                                                        : (unsigned char *)bufs[k] + head,
+                                       sizes[k]);
         }
-        st = dt_tensor_local_write(t, idx[k], bufs[k], sizes[k]);
-        if (st == DT_OK)
-            count(pipe, peers[k], sizes[k], 0);
+        if (block) /* read (or refused): the sender may free it */
+            atomic_store_explicit(shm_flag(block), 1u, memory_order_release);
+        if (st != DT_OK)
+            break;
+        count(pipe, peers[k], sizes[k], 0);
+        if (block)
+            pipe->stats.bytes_received_shm += sizes[k];
     }
 out:
     if (bufs)
@@ -289,6 +383,7 @@ dt_status dt_pipe_flush(dt_pipe *pipe)
 {
     if (!pipe)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_pipe_flush: NULL pipe");
+    reclaim(pipe);
     int n = pipe->nsends;
     if (n == 0)
         return DT_OK;

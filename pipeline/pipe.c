@@ -138,6 +138,7 @@ void dt_pipe_destroy(dt_pipe *pipe)
     if (!pipe)
         return;
     (void)dt_pipe_flush(pipe);
+    dt__pipe_release_shm(pipe);
     free(pipe->sends);
     for (int i = 0; i < pipe->nlocals; i++)
         free(pipe->locals[i].buf);

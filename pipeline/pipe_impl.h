@@ -18,7 +18,18 @@ struct dt_pipe_schedule {
     int64_t length;
 };
 
-/* A send in flight to another client: its buffer is freed once MPI is done with it. */
+/* What a send to another client of this host sends by MPI (p2p.c): where the shard waits in
+ * the sender's shm segment (offset of its block, whose first DT__PIPE_SHM_HEAD bytes hold the
+ * flag the receiver raises once it copied the shard out), or offset -1 and the shard's bytes
+ * following the descriptor in the same message (the pool was full). */
+typedef struct dt__pipe_desc {
+    int64_t offset;
+    uint64_t bytes;
+} dt__pipe_desc;
+enum { DT__PIPE_SHM_HEAD = 64 };
+
+/* A send in flight to another client: its buffer is freed once MPI is done with it; a shard
+ * waiting in the shm segment (shm not NULL) once its receiver raised the block's flag. */
 typedef struct dt__pipe_send {
     MPI_Request req;
     int peer_client;
@@ -45,7 +56,12 @@ struct dt_pipe {
     int nsends, cap_sends;
     dt__pipe_local *locals;
     int nlocals, cap_locals;
+    void **shm_blocks;      /* shards in this client's shm segment not yet copied out */
+    int nshm, cap_shm;
     dt_pipe_stats stats;
 };
+
+/* dt_pipe_destroy: frees the shm blocks of sends (waiting briefly for their receivers). */
+void dt__pipe_release_shm(dt_pipe *pipe);
 
 #endif

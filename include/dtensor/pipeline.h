@@ -135,6 +135,10 @@ typedef struct dt_pipe_stats {
     uint64_t bytes_received_cross_host;
     int64_t messages_sent;     /* dt_pipe_send calls that sent at least one shard */
     int64_t messages_received;
+    /* The part of bytes_received_remote copied straight out of the sender's shared-memory
+     * segment (same host, the shm pool up: docs/pipeline.md, "Transfers between stages"); the
+     * rest came by MPI. */
+    uint64_t bytes_received_shm;
 } dt_pipe_stats;
 
 /* The figures (DT_ERR_INVALID_ARGUMENT for NULL arguments), and their reset. Local. */

@@ -8,6 +8,7 @@
 
 #include "harness.h"
 #include "dtensor/pipeline.h"
+#include "runtime/shm.h"
 
 static dt_mesh *pipe_mesh(int P)
 {
@@ -140,6 +141,9 @@ static void test_tensors_cross_between_stages_intact_and_by_tag(void)
         CU_ASSERT_EQUAL(ps.bytes_sent_remote, ps.bytes_sent); /* each stage on its own clients */
     if (dt_num_clients() == 1)
         CU_ASSERT_EQUAL(ps.bytes_sent_remote, 0);
+    /* One host: with the shm pool up every remote shard was copied out of its sender's
+     * segment (DT_TRANSPORT=mpi keeps the pool down: all by MPI). */
+    CU_ASSERT_EQUAL(ps.bytes_received_shm, dt__shm_up() ? ps.bytes_received_remote : 0);
     CU_ASSERT_EQUAL(ps.messages_received, (got1 ? 2 : 0) + (back ? 1 : 0));
     dt_pipe_reset_stats(p);
     DT_ASSERT_OK(dt_pipe_get_stats(p, &ps));
@@ -149,6 +153,57 @@ static void test_tensors_cross_between_stages_intact_and_by_tag(void)
     dt_tensor_destroy(got2);
     dt_tensor_destroy(back);
     dt_layout_destroy(l0);
+    dt_layout_destroy(l1);
+    dt_pipe_destroy(p);
+    dt_mesh_destroy(m);
+}
+
+/* A sender whose shm pool is full sends the shard after its descriptor by MPI: the same
+ * values arrive, none of them through the segment. */
+static void test_a_full_shm_pool_sends_the_shard_by_mpi(void)
+{
+    dt_mesh *m = pipe_mesh(2);
+    dt_pipe *p = NULL;
+    DT_ASSERT_OK(dt_pipe_create(m, "pipe", &p));
+    int both = dt_pipe_holds_stage(p, 0) && dt_pipe_holds_stage(p, 1);
+    const dt_mesh *m0 = dt_pipe_stage_mesh(p, 0), *m1 = dt_pipe_stage_mesh(p, 1);
+    int64_t rows = 2 * dt_mesh_size(m0) + 1, cols = 64;
+    void **held = NULL;
+    int nheld = 0, cap = 0;
+    if (dt_pipe_holds_stage(p, 0)) {
+        dt_tensor *a = make_tensor(m0, rows, cols, 3);
+        /* Fill the own segment: blocks of 1 MiB, 4 KiB, then 64 bytes, until none fits. */
+        for (size_t size = 1u << 20; !both && size >= 64;
+             size = size > 4096 ? 4096 : size > 64 ? 64 : 0) {
+            void *b = NULL;
+            while (dt__shm_alloc(size, &b)) {
+                if (nheld == cap) {
+                    cap = cap ? 2 * cap : 1024;
+                    held = realloc(held, (size_t)cap * sizeof *held);
+                    CU_ASSERT_PTR_NOT_NULL_FATAL(held);
+                }
+                held[nheld++] = b;
+            }
+        }
+        DT_ASSERT_OK(dt_pipe_send(p, 0, 1, a, 4));
+        dt_tensor_destroy(a);
+        for (int i = 0; i < nheld; i++)
+            dt__shm_free(held[i]);
+        free(held);
+    }
+    const char *specs[2] = {"batch", "unsharded"};
+    dt_layout *l1 = NULL;
+    DT_ASSERT_OK(dt_layout_create(m1, 2, specs, &l1));
+    int64_t shape[2] = {rows, cols};
+    dt_tensor *got = NULL;
+    DT_ASSERT_OK(dt_pipe_recv(p, 0, 1, l1, DT_DTYPE_F32, shape, 4, &got));
+    if (got)
+        CU_ASSERT(holds_values(got, 3));
+    DT_ASSERT_OK(dt_pipe_flush(p));
+    dt_pipe_stats ps;
+    DT_ASSERT_OK(dt_pipe_get_stats(p, &ps));
+    CU_ASSERT_EQUAL(ps.bytes_received_shm, 0);
+    dt_tensor_destroy(got);
     dt_layout_destroy(l1);
     dt_pipe_destroy(p);
     dt_mesh_destroy(m);
@@ -249,6 +304,7 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_stage_meshes_hold_the_devices_of_each_pipe_coordinate),
         DT_TEST(test_tensors_cross_between_stages_intact_and_by_tag),
+        DT_TEST(test_a_full_shm_pool_sends_the_shard_by_mpi),
         DT_TEST(test_a_shard_of_the_wrong_size_is_a_shape_error),
         DT_TEST(test_shared_values_reach_every_stage),
         DT_TEST(test_bad_arguments_give_statuses),
