@@ -11,7 +11,7 @@
 #include "dtensor/tensor.h"
 
 #define DT__REC_MAX_IN   4
-#define DT__REC_MAX_ATTR 4
+#define DT__REC_MAX_ATTR 5
 
 /* One forward call, as an op hands it to the recording tape: kind, inputs (in the op's
  * argument order; tensors only), the output, and the attributes the backward rule and the
@@ -23,7 +23,7 @@ typedef struct dt__op_record {
     const dt_tensor *in[DT__REC_MAX_IN];
     const dt_tensor *out;
     const dt_layout *layout;         /* the op's `layout` argument (may be NULL) */
-    int64_t iattr[DT__REC_MAX_ATTR]; /* transa, transb, axis, heads, causal, dtype, op */
+    int64_t iattr[DT__REC_MAX_ATTR]; /* transa, transb, axis, heads, causal, dtype, op, seed */
     float fattr[DT__REC_MAX_ATTR];   /* eps, alpha */
 } dt__op_record;
 

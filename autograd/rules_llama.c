@@ -58,14 +58,23 @@ static dt_status swiglu_re(const dt__ag_ctx *c, const dt_tensor *const *in, dt_t
 
 const dt__ag_rule dt__ag_rule_swiglu = {"dt_swiglu", 3, 0, swiglu_bw, swiglu_re, 0};
 
-/* ---- attention_gqa: in {q, k, v}; iattr {heads, kv_heads, causal}; saves q, k, v ---------- */
+/* ---- attention_gqa (dt_attention_gqa, dt_attention_ex): in {q, k, v}; iattr {heads,
+ * kv_heads, causal, seed, stream}, fattr {dropout}; saves q, k, v ------------------------- */
+
+static dt_attention_opts gqa_opts(const dt__ag_ctx *c)
+{
+    dt_attention_opts o = {.heads = c->iattr[0], .kv_heads = c->iattr[1],
+                           .causal = (int)c->iattr[2], .dropout = c->fattr[0],
+                           .seed = (uint64_t)c->iattr[3], .stream = (uint64_t)c->iattr[4]};
+    return o;
+}
 
 static dt_status gqa_bw(dt__ag_ctx *c)
 {
     dt_tensor *dq = NULL, *dk = NULL, *dv = NULL;
-    dt_status st = dt_attention_gqa_backward(c->in[0], c->in[1], c->in[2], c->iattr[0],
-                                             c->iattr[1], (int)c->iattr[2], c->dy, &dq, &dk,
-                                             &dv);
+    dt_attention_opts o = gqa_opts(c);
+    dt_status st = dt_attention_ex_backward(c->in[0], c->in[1], c->in[2], &o, c->dy, &dq, &dk,
+                                            &dv);
     if (st != DT_OK)
         return st;
     c->dx[0] = dq;
@@ -76,8 +85,8 @@ static dt_status gqa_bw(dt__ag_ctx *c)
 
 static dt_status gqa_re(const dt__ag_ctx *c, const dt_tensor *const *in, dt_tensor **out)
 {
-    return dt_attention_gqa(in[0], in[1], in[2], c->iattr[0], c->iattr[1], (int)c->iattr[2],
-                            out);
+    dt_attention_opts o = gqa_opts(c);
+    return dt_attention_ex(in[0], in[1], in[2], &o, out);
 }
 
 const dt__ag_rule dt__ag_rule_attention_gqa = {"dt_attention_gqa", 7, 0, gqa_bw, gqa_re, 0};

@@ -44,8 +44,8 @@ static dt_status prepare(const dt_tensor *const *src, int n, const dt__lspec *ql
 }
 
 dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                                   int64_t heads, int64_t kv_heads, int causal, const dt__lspec *ls,
-                                   int sdim, dt_tensor **out)
+                                   const dt_attention_opts *o, const dt__lspec *ls, int sdim,
+                                   dt_tensor **out)
 {
     dt__lspec qls;
     seq_spec(ls, sdim, &qls);
@@ -54,8 +54,7 @@ dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const
     dt_tensor *in[3] = {NULL, NULL, NULL}, *y = NULL;
     dt_status st = prepare(src, 3, &qls, in, shapes, 1, &y);
     if (st == DT_OK)
-        st = dt__attention_ring(in[0], in[1], in[2], NULL, heads, kv_heads, causal, sdim, y, NULL,
-                                NULL, NULL);
+        st = dt__attention_ring(in[0], in[1], in[2], NULL, o, sdim, y, NULL, NULL, NULL);
     for (int j = 0; j < 3; j++)
         dt_tensor_destroy(in[j]);
     if (st != DT_OK) {
@@ -67,8 +66,8 @@ dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const
 }
 
 dt_status dt__attention_cp_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                                    const dt_tensor *dy, int64_t heads, int64_t kv_heads,
-                                    int causal, const dt__lspec *ls, int sdim, dt_tensor **dq_out,
+                                    const dt_tensor *dy, const dt_attention_opts *o,
+                                    const dt__lspec *ls, int sdim, dt_tensor **dq_out,
                                     dt_tensor **dk_out, dt_tensor **dv_out)
 {
     dt__lspec qls;
@@ -78,8 +77,7 @@ dt_status dt__attention_cp_backward(const dt_tensor *q, const dt_tensor *k, cons
     dt_tensor *in[4] = {NULL, NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
     dt_status st = prepare(src, 4, &qls, in, shapes, 3, g);
     if (st == DT_OK)
-        st = dt__attention_ring(in[0], in[1], in[2], in[3], heads, kv_heads, causal, sdim, NULL,
-                                g[0], g[1], g[2]);
+        st = dt__attention_ring(in[0], in[1], in[2], in[3], o, sdim, NULL, g[0], g[1], g[2]);
     for (int j = 0; j < 4; j++)
         dt_tensor_destroy(in[j]);
     if (st != DT_OK) {

@@ -36,6 +36,7 @@ void dt__attention_ring_stats(dt__ring_stats *out, int reset)
 
 typedef struct part {
     int64_t c, off, len;   /* coordinate along the dim, own query rows */
+    int64_t b0, h0;        /* global batch row and head of the local component's first */
     int64_t pos, next_pos; /* mesh positions of this device and the next one on the ring */
     int next_client, prev_client, next_local; /* next_local: its index here, or -1 */
     float *buf[2];      /* k | v of the block (packed), then dk | dv at 2 seg */
@@ -54,6 +55,8 @@ typedef struct part {
 typedef struct ring {
     int64_t B, T, cp, lh, lkv, hd, ld, kld, seg, stride;
     int causal, n, cur, zigzag;
+    dt__attn_drop drop; /* dropout of the probabilities (p 0: none); per block, its offsets */
+    float *z;           /* [BK] a row's keep factors */
     int64_t cl; /* zig-zag: rows of a chunk (T / (2 cp)) */
     part *p;
     const dt_tensor *q;
@@ -87,18 +90,20 @@ static void ring_free(ring *r)
     free(r->p);
 }
 
-static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads, int64_t kv_heads,
-                          int causal, int sdim, ring *r)
+static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, const dt_attention_opts *o,
+                          int sdim, ring *r)
 {
     const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(q));
     const int64_t *s = dt_tensor_shape(q);
     memset(r, 0, sizeof *r);
     r->T = s[1];
     r->cp = dt_mesh_dim_size(mesh, sdim);
-    r->hd = s[2] / heads;
-    r->causal = causal;
+    r->hd = s[2] / o->heads;
+    r->causal = o->causal;
+    r->drop = (dt__attn_drop){.p = o->dropout, .seed = o->seed, .stream = o->stream,
+                              .heads = o->heads, .seq = r->T};
     /* Causal work balanced (zig-zag) when the 2 cp chunks are equal; else own shards. */
-    r->zigzag = causal && r->cp > 1 && r->T % (2 * r->cp) == 0;
+    r->zigzag = r->causal && r->cp > 1 && r->T % (2 * r->cp) == 0;
     r->cl = r->T / (2 * r->cp);
     r->n = dt_tensor_num_local(q);
     r->stride = 1;
@@ -122,6 +127,8 @@ static dt_status ring_new(const dt_tensor *q, const dt_tensor *k, int64_t heads,
         r->lh = r->ld / r->hd;
         r->lkv = r->kld / r->hd;
         p->pos = dt_tensor_local_position(q, i);
+        p->b0 = dt_tensor_local_offset(q, i)[0];
+        p->h0 = dt_tensor_local_offset(q, i)[2] / r->hd;
         p->c = (p->pos / r->stride) % r->cp;
         p->off = shard_off(r, p->c);
         p->len = shard_len(r, p->c);
@@ -207,9 +214,9 @@ static void sgemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, 
  * j <= t + rel under the causal mask) from the rows' final lse and D = dy . y: dq, dk, dv
  * added to. s, dp: BQ x BK scratch. */
 static void block_grad(const ring *r, int64_t nq, int64_t nk, int64_t rel, float scale,
-                       const float *q, const float *k, const float *v, const float *dy,
-                       const double *lse, const float *dsum, float *dq, float *dk, float *dv,
-                       float *s, float *dp)
+                       const dt__attn_drop *drop, const float *q, const float *k, const float *v,
+                       const float *dy, const double *lse, const float *dsum, float *dq,
+                       float *dk, float *dv, float *s, float *dp)
 {
     int64_t hd = r->hd, ld = r->ld, kld = r->kld;
     for (int64_t i0 = 0; i0 < nq; i0 += BQ) {
@@ -223,10 +230,14 @@ static void block_grad(const ring *r, int64_t nq, int64_t nk, int64_t rel, float
             for (int64_t t = 0; t < mq; t++) {
                 int64_t lim = r->causal ? i0 + t + rel - j0 + 1 : mk; /* keys seen */
                 float *sr = s + t * BK, *dr = dp + t * BK;
+                int64_t nz = lim < mk ? (lim > 0 ? lim : 0) : mk;
+                if (drop && nz > 0) /* dL/dp = z (dy . v); dv takes p z */
+                    dt__attn_drop_row(drop, 0, 0, i0 + t, j0, nz, r->z);
                 for (int64_t j = 0; j < mk; j++) {
                     float pr = j < lim ? expf((float)(sr[j] - lse[i0 + t])) : 0.0f;
-                    sr[j] = pr;
-                    dr[j] = pr * (dr[j] - dsum[i0 + t]) * scale;
+                    float zj = drop && j < nz ? r->z[j] : 1.0f;
+                    dr[j] = pr * (zj * dr[j] - dsum[i0 + t]) * scale;
+                    sr[j] = pr * zj;
                 }
             }
             sgemm(0, 0, mq, hd, mk, 1.0f, dp, BK, k + j0 * kld, kld, 1.0f, dq + i0 * ld, ld);
@@ -254,9 +265,16 @@ static dt_status compute_seg(ring *r, int i, int sg, int h, int grad, float *s, 
     }
     const float *qd = p->qs[sg], *kb = p->buf[r->cur], *vb = kb + r->B * klen * r->kld;
     int64_t rel = off - koff;
+    dt__attn_drop d = r->drop; /* this block's rows and keys in the global probabilities */
+    d.b0 = p->b0;
+    d.h0 = p->h0;
+    d.q0 = off;
+    d.k0 = koff;
+    const dt__attn_drop *drop = d.p > 0.0f ? &d : NULL;
     if (!grad) {
         dt_status st = dt__attention_tiled_part(r->B, len, r->causal ? rel : 0, klen, r->lh, r->lkv,
-                                                r->hd, r->causal, qd, kb, vb, p->ytmp, p->ltmp);
+                                                r->hd, r->causal, drop, qd, kb, vb, p->ytmp,
+                                                p->ltmp);
         if (st == DT_OK)
             combine(r, p, sg, h == 0);
         return st;
@@ -270,8 +288,11 @@ static dt_status compute_seg(ring *r, int i, int sg, int h, int grad, float *s, 
             int64_t qo = b * len * r->ld + hh * r->hd;
             int64_t ko = b * klen * r->kld + (hh / group) * r->hd;
             int64_t li = lbase + (b * r->lh + hh) * len;
-            block_grad(r, len, klen, rel, scale, qd + qo, kb + ko, vb + ko, dyd + qo, p->lse + li,
-                       p->dsum + li, dqd + qo, dkb + ko, dvb + ko, s, dp);
+            dt__attn_drop dh = d; /* the head's rows: b and hh in the offsets */
+            dh.b0 += b;
+            dh.h0 += hh;
+            block_grad(r, len, klen, rel, scale, drop ? &dh : NULL, qd + qo, kb + ko, vb + ko,
+                       dyd + qo, p->lse + li, p->dsum + li, dqd + qo, dkb + ko, dvb + ko, s, dp);
         }
     return DT_OK;
 }
@@ -519,14 +540,15 @@ static void load(ring *r, const dt_tensor *k, const dt_tensor *v)
 }
 
 dt_status dt__attention_ring(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                             const dt_tensor *dy, int64_t heads, int64_t kv_heads, int causal,
-                             int sdim, dt_tensor *y, dt_tensor *dq, dt_tensor *dk, dt_tensor *dv)
+                             const dt_tensor *dy, const dt_attention_opts *o, int sdim,
+                             dt_tensor *y, dt_tensor *dq, dt_tensor *dk, dt_tensor *dv)
 {
     ring r;
-    dt_status st = ring_new(q, k, heads, kv_heads, causal, sdim, &r);
-    float *s = malloc(2 * BQ * BK * sizeof *s);
+    dt_status st = ring_new(q, k, o, sdim, &r);
+    float *s = malloc((2 * BQ * BK + BK) * sizeof *s);
     if (st == DT_OK && !s)
         st = dt__error(DT_ERR_NO_MEMORY, "attention (ring): out of memory");
+    r.z = s ? s + 2 * BQ * BK : NULL;
     r.q = q;
     if (st == DT_OK)
         st = segments(&r, dy, y, dq);

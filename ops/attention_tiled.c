@@ -23,12 +23,13 @@ typedef struct work {
     float *m;    /* [BQ] running max of the scaled scores */
     float *inv;  /* [BQ] 1 / l */
     float *dsum; /* [BQ] dy . y (backward) */
+    float *z;    /* [BK] one row's dropout keep factors */
     double *l;   /* [BQ] running sum of exp(score - m) */
 } work;
 
 static int work_new(int64_t hd, work *w)
 {
-    size_t nf = (size_t)BQ * (size_t)hd + 2 * (size_t)BQ * BK + 3 * BQ;
+    size_t nf = (size_t)BQ * (size_t)hd + 2 * (size_t)BQ * BK + 3 * BQ + BK;
     float *f = malloc(nf * sizeof *f);
     double *d = malloc(BQ * sizeof *d);
     if (!f || !d) {
@@ -42,6 +43,7 @@ static int work_new(int64_t hd, work *w)
     w->m = w->dp + (size_t)BQ * BK;
     w->inv = w->m + BQ;
     w->dsum = w->inv + BQ;
+    w->z = w->dsum + BQ;
     w->l = d;
     return 1;
 }
@@ -82,13 +84,15 @@ static void scores(int64_t hd, int64_t ld, int64_t kld, float scale, const float
     sgemm(0, 1, nq, nk, hd, scale, q + i0 * ld, ld, k + j0 * kld, kld, 0.0f, w->s, BK);
 }
 
-/* The forward of query rows i0 .. i0+nq-1 of one (batch, head) of a query slice whose row 0
- * sits at position qoff of the kv_seq keys: q, k, v point at the head's first element (row
- * strides ld for q, kld for k and v). Leaves w->acc normalised (the output rows), w->m, w->l
- * and w->inv the rows' max, sum and 1 / sum (log-sum-exp = m + log l). */
+/* The forward of query rows i0 .. i0+nq-1 of one (batch b, head h) of a query slice whose
+ * row 0 sits at position qoff of the kv_seq keys: q, k, v point at the head's first element
+ * (row strides ld for q, kld for k and v). Leaves w->acc normalised (the output rows), w->m,
+ * w->l and w->inv the rows' max, sum and 1 / sum (log-sum-exp = m + log l). With drop, the
+ * dropped probabilities add nothing to the output (the sums keep them). */
 static void forward_block(int64_t kv_seq, int64_t qoff, int64_t hd, int64_t ld, int64_t kld,
-                          int causal, float scale, const float *q, const float *k, const float *v,
-                          int64_t i0, int64_t nq, work *w)
+                          int causal, float scale, const dt__attn_drop *drop, int64_t b,
+                          int64_t h, const float *q, const float *k, const float *v, int64_t i0,
+                          int64_t nq, work *w)
 {
     memset(w->acc, 0, (size_t)nq * (size_t)hd * sizeof *w->acc);
     for (int64_t r = 0; r < nq; r++) {
@@ -120,6 +124,11 @@ static void forward_block(int64_t kv_seq, int64_t qoff, int64_t hd, int64_t ld, 
             }
             for (int64_t j = n; j < nk; j++)
                 sr[j] = 0.0f; /* masked */
+            if (drop && n > 0) {
+                dt__attn_drop_row(drop, b, h, i0 + r, j0, n, w->z);
+                for (int64_t j = 0; j < n; j++)
+                    sr[j] *= w->z[j];
+            }
         }
         sgemm(0, 0, nq, hd, nk, 1.0f, w->s, BK, v + j0 * kld, kld, 1.0f, w->acc, hd);
     }
@@ -132,17 +141,18 @@ static void forward_block(int64_t kv_seq, int64_t qoff, int64_t hd, int64_t ld, 
 }
 
 dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, int causal, const float *q, const float *k,
-                                  const float *v, float *y, float *lse)
+                                  int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                  const float *q, const float *k, const float *v, float *y,
+                                  float *lse)
 {
-    return dt__attention_tiled_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, q, k, v,
-                                    y, lse);
+    return dt__attention_tiled_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, drop, q,
+                                    k, v, y, lse);
 }
 
 dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
                                    int64_t heads, int64_t kv_heads, int64_t head_dim, int causal,
-                                   const float *q, const float *k, const float *v, float *y,
-                                   float *lse)
+                                   const dt__attn_drop *drop, const float *q, const float *k,
+                                   const float *v, float *y, float *lse)
 {
     dt__blas_threads_once(); /* as dt_kernel_gemm: OpenBLAS threads = cores / clients */
     work w;
@@ -156,8 +166,8 @@ dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int
             int64_t kbase = b * kv_seq * kld + (h / group) * head_dim;
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
-                forward_block(kv_seq, qoff, head_dim, ld, kld, causal, scale, q + base, k + kbase,
-                              v + kbase, i0, nq, &w);
+                forward_block(kv_seq, qoff, head_dim, ld, kld, causal, scale, drop, b, h, q + base,
+                              k + kbase, v + kbase, i0, nq, &w);
                 for (int64_t r = 0; r < nq; r++) {
                     memcpy(y + base + (i0 + r) * ld, w.acc + r * head_dim,
                            (size_t)head_dim * sizeof *y);
@@ -171,19 +181,19 @@ dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int
 }
 
 dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                       int64_t head_dim, int causal, const float *q, const float *k,
-                                       const float *v, const float *dy, float *dq, float *dk,
-                                       float *dv)
+                                       int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                       const float *q, const float *k, const float *v,
+                                       const float *dy, float *dq, float *dk, float *dv)
 {
-    return dt__attention_tiled_grad_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal, q,
-                                         k, v, dy, dq, dk, dv, 0);
+    return dt__attention_tiled_grad_part(batch, seq, 0, seq, heads, kv_heads, head_dim, causal,
+                                         drop, q, k, v, dy, dq, dk, dv, 0);
 }
 
 dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
                                         int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                        int causal, const float *q, const float *k, const float *v,
-                                        const float *dy, float *dq, float *dk, float *dv,
-                                        int accumulate)
+                                        int causal, const dt__attn_drop *drop, const float *q,
+                                        const float *k, const float *v, const float *dy, float *dq,
+                                        float *dk, float *dv, int accumulate)
 {
     dt__blas_threads_once();
     work w;
@@ -206,7 +216,8 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
             for (int64_t i0 = 0; i0 < seq; i0 += BQ) {
                 int64_t nq = seq - i0 < BQ ? seq - i0 : BQ;
                 /* The block's row statistics and output again (nothing was saved). */
-                forward_block(kv_seq, qoff, hd, ld, kld, causal, scale, qh, kh, vh, i0, nq, &w);
+                forward_block(kv_seq, qoff, hd, ld, kld, causal, scale, drop, b, h, qh, kh, vh, i0,
+                              nq, &w);
                 for (int64_t r = 0; r < nq; r++) /* sum_j p_j (dy . v_j) = dy . y */
                     w.dsum[r] = dt__vdot(hd, dyh + (i0 + r) * ld, w.acc + r * hd);
                 int64_t kend = key_end(causal, kv_seq, qoff + i0 + nq);
@@ -222,6 +233,16 @@ dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff
                         dt__vexp_scale(n, sr, w.m[r], w.inv[r], 1.0f, sr);
                         for (int64_t j = n; j < nk; j++)
                             sr[j] = 0.0f;
+                        if (drop && n > 0) { /* dL/dp = z (dy . v); dv takes p z */
+                            dt__attn_drop_row(drop, b, h, i0 + r, j0, n, w.z);
+                            for (int64_t j = 0; j < n; j++) {
+                                dpr[j] = sr[j] * (w.z[j] * dpr[j] - w.dsum[r]) * scale;
+                                sr[j] *= w.z[j];
+                            }
+                            for (int64_t j = n; j < nk; j++)
+                                dpr[j] = 0.0f;
+                            continue;
+                        }
                         /* dp becomes ds = p (dp - D) / sqrt(hd) */
                         for (int64_t j = 0; j < nk; j++)
                             dpr[j] = sr[j] * (dpr[j] - w.dsum[r]) * scale;
@@ -266,7 +287,8 @@ dt_status dt_kernel_attention_tiled(int64_t batch, int64_t seq, int64_t heads, i
         check_tiled("dt_kernel_attention_tiled", batch, seq, heads, kv_heads, head_dim, 4, ptrs);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    return dt__attention_tiled_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, y, lse);
+    return dt__attention_tiled_run(batch, seq, heads, kv_heads, head_dim, causal, NULL, q, k, v, y,
+                                   lse);
 }
 
 dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int64_t heads,
@@ -279,6 +301,6 @@ dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int64_t hea
                                head_dim, 7, ptrs);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    return dt__attention_tiled_grad_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, dy,
-                                        dq, dk, dv);
+    return dt__attention_tiled_grad_run(batch, seq, heads, kv_heads, head_dim, causal, NULL, q, k,
+                                        v, dy, dq, dk, dv);
 }

@@ -52,6 +52,8 @@ static const dt__ops_backend cpu_backend = {
     .swiglu_grad = dt_kernel_swiglu_grad,
     .attention_gqa = dt_kernel_attention_gqa,
     .attention_gqa_grad = dt_kernel_attention_gqa_grad,
+    .attention_drop = dt__kernel_attention_drop,
+    .attention_drop_grad = dt__kernel_attention_drop_grad,
 };
 
 const dt__ops_backend *dt__ops_cpu_backend(void)

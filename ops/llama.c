@@ -168,7 +168,7 @@ dt_status dt_kernel_attention_gqa(int64_t batch, int64_t seq, int64_t heads, int
                              2, pq, 2, pk);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    return dt__attention_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, y);
+    return dt__attention_run(batch, seq, heads, kv_heads, head_dim, causal, NULL, q, k, v, y);
 }
 
 dt_status dt_kernel_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads,
@@ -181,6 +181,6 @@ dt_status dt_kernel_attention_gqa_grad(int64_t batch, int64_t seq, int64_t heads
                              head_dim, 3, pq, 4, pk);
     if (st != DT_OK || batch * seq * heads * head_dim == 0)
         return st;
-    return dt__attention_grad_run(batch, seq, heads, kv_heads, head_dim, causal, q, k, v, dy,
+    return dt__attention_grad_run(batch, seq, heads, kv_heads, head_dim, causal, NULL, q, k, v, dy,
                                   dq, dk, dv);
 }

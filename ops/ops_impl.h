@@ -16,6 +16,17 @@
  * the component's DLTensor device_id (NULL entry: nothing to do); after all local
  * components of one op, sync() (NULL: nothing) so the results are complete before any
  * relayout or host read. */
+/* Dropout of the attention probabilities inside the attention kernels (docs/attention.md,
+ * "Dropout"): probability p (0 < p < 1), Philox (seed, stream) keyed by the element's index in
+ * the global [batch, heads, seq, seq] probabilities; the kernel's local rows sit at global
+ * batch b0, head h0, query position q0 and key position k0. */
+typedef struct dt__attn_drop {
+    float p;
+    uint64_t seed, stream;
+    int64_t heads, seq;
+    int64_t b0, h0, q0, k0;
+} dt__attn_drop;
+
 typedef struct dt__ops_backend {
     const char *name;
     dt_status (*set_device)(int device_id);
@@ -102,6 +113,17 @@ typedef struct dt__ops_backend {
                                     int64_t kv_heads, int64_t head_dim, int causal,
                                     const float *q, const float *k, const float *v,
                                     const float *dy, float *dq, float *dk, float *dv);
+    /* Not public: attention_gqa whose probabilities are dropped as `drop` says (the CPU's
+     * dt__kernel_attention_drop*). NULL where a backend has none (CUDA): the ops then refuse
+     * attention dropout with DT_ERR_UNSUPPORTED. */
+    dt_status (*attention_drop)(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                const float *q, const float *k, const float *v, float *y);
+    dt_status (*attention_drop_grad)(int64_t batch, int64_t seq, int64_t heads,
+                                     int64_t kv_heads, int64_t head_dim, int causal,
+                                     const dt__attn_drop *drop, const float *q,
+                                     const float *k, const float *v, const float *dy,
+                                     float *dq, float *dk, float *dv);
 } dt__ops_backend;
 
 /* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail
@@ -269,34 +291,46 @@ void dt__lspec_gathered(const dt_tensor *t, int dim, dt__lspec *out);
  * checked and non-empty: ops/attention.c, shared by dt_kernel_attention* and
  * dt_kernel_attention_gqa* (ops/llama.c) so that kv_heads == heads gives the same bits. */
 dt_status dt__attention_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                            int64_t head_dim, int causal, const float *q, const float *k,
-                            const float *v, float *y);
+                            int64_t head_dim, int causal, const dt__attn_drop *drop,
+                            const float *q, const float *k, const float *v, float *y);
 dt_status dt__attention_grad_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                 int64_t head_dim, int causal, const float *q, const float *k,
-                                 const float *v, const float *dy, float *dq, float *dk,
-                                 float *dv);
+                                 int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                 const float *q, const float *k, const float *v,
+                                 const float *dy, float *dq, float *dk, float *dv);
+/* The CPU backend's attention_drop entries: dt__attention_run / _grad_run with dropout. */
+dt_status dt__kernel_attention_drop(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                    int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                    const float *q, const float *k, const float *v, float *y);
+dt_status dt__kernel_attention_drop_grad(int64_t batch, int64_t seq, int64_t heads,
+                                         int64_t kv_heads, int64_t head_dim, int causal,
+                                         const dt__attn_drop *drop, const float *q,
+                                         const float *k, const float *v, const float *dy,
+                                         float *dq, float *dk, float *dv);
 
 /* The tiled kernels (ops/attention_tiled.c), same contract; lse [batch, heads, seq] or NULL.
  * dt__attention_use_tiled: whether dt__attention_run/_grad_run take them for this seq
  * (dt_attention_kernel_set, DT_ATTENTION_KERNEL). */
 dt_status dt__attention_tiled_run(int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, int causal, const float *q, const float *k,
-                                  const float *v, float *y, float *lse);
+                                  int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                  const float *q, const float *k, const float *v, float *y,
+                                  float *lse);
 dt_status dt__attention_tiled_grad_run(int64_t batch, int64_t seq, int64_t heads,
                                        int64_t kv_heads, int64_t head_dim, int causal,
-                                       const float *q, const float *k, const float *v,
-                                       const float *dy, float *dq, float *dk, float *dv);
+                                       const dt__attn_drop *drop, const float *q,
+                                       const float *k, const float *v, const float *dy,
+                                       float *dq, float *dk, float *dv);
 /* The same on a slice of seq queries whose first sits at position qoff of kv_seq keys (the
  * sequence-sharded dt_attention: keys and values gathered, queries local); dq gets the
  * slice's rows, dk, dv [batch, kv_seq, kv_heads * head_dim] its contributions (overwritten,
  * or added to with accumulate). */
 dt_status dt__attention_tiled_part(int64_t batch, int64_t seq, int64_t qoff, int64_t kv_seq,
                                    int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                   int causal, const float *q, const float *k, const float *v,
-                                   float *y, float *lse);
+                                   int causal, const dt__attn_drop *drop, const float *q,
+                                   const float *k, const float *v, float *y, float *lse);
 dt_status dt__attention_tiled_grad_part(int64_t batch, int64_t seq, int64_t qoff,
                                         int64_t kv_seq, int64_t heads, int64_t kv_heads,
-                                        int64_t head_dim, int causal, const float *q,
+                                        int64_t head_dim, int causal, const dt__attn_drop *drop,
+                                        const float *q,
                                         const float *k, const float *v, const float *dy,
                                         float *dq, float *dk, float *dv, int accumulate);
 int dt__attention_use_tiled(int64_t seq);
@@ -306,12 +340,12 @@ int dt__attention_use_tiled(int64_t seq);
  * sequence sharded over sdim (output, dq, dk, dv in that layout). */
 int dt__attention_cp_dim(const dt_tensor *q, const dt__lspec *ls);
 dt_status dt__attention_cp_forward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                                   int64_t heads, int64_t kv_heads, int causal,
-                                   const dt__lspec *ls, int sdim, dt_tensor **out);
+                                   const dt_attention_opts *o, const dt__lspec *ls, int sdim,
+                                   dt_tensor **out);
 dt_status dt__attention_cp_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                                    const dt_tensor *dy, int64_t heads, int64_t kv_heads,
-                                    int causal, const dt__lspec *ls, int sdim,
-                                    dt_tensor **dq_out, dt_tensor **dk_out, dt_tensor **dv_out);
+                                    const dt_tensor *dy, const dt_attention_opts *o,
+                                    const dt__lspec *ls, int sdim, dt_tensor **dq_out,
+                                    dt_tensor **dk_out, dt_tensor **dv_out);
 /* The CUDA backend: 1 to run ops/cuda/attention_tiled.cu, only when chosen explicitly
  * (DT_ATTENTION_KERNEL_TILED; AUTO keeps CUDA on its untiled kernels) and head_dim fits. */
 #define DT__CUDA_TILED_MAXD 128
@@ -320,5 +354,16 @@ int dt__attention_cuda_tiled(int64_t head_dim);
 /* dt_kernel_dropout_mask without the checks (ops/philox.c). */
 void dt__dropout_mask_run(int64_t first, int64_t n, float p, uint64_t seed, uint64_t stream,
                           float *mask);
+
+/* The keep factors (0 or 1 / (1 - p)) of the attention probabilities P[b, h, i, j .. j+n-1]
+ * of local batch row b, local head h, local query row i from key row j on: element
+ * ((b0 + b) H + h0 + h) T + q0 + i) T + k0 + j of the global [batch, H, T, T] probabilities'
+ * dt__dropout_mask_run, so every layout drops what one device does. */
+static inline void dt__attn_drop_row(const dt__attn_drop *d, int64_t b, int64_t h, int64_t i,
+                                     int64_t j, int64_t n, float *mask)
+{
+    int64_t g = (((d->b0 + b) * d->heads + d->h0 + h) * d->seq + d->q0 + i) * d->seq + d->k0 + j;
+    dt__dropout_mask_run(g, n, d->p, d->seed, d->stream, mask);
+}
 
 #endif

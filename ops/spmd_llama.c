@@ -1,6 +1,6 @@
 /* Distributed Llama-style ops: RMS normalisation (the last dim gathered, the gain's gradient
  * partial over the row dims), rotary embeddings and SwiGLU in their input's layout, and
- * grouped-query attention head-parallel over whole key/value groups. */
+ * (grouped-query attention is in ops/spmd_attention.c). */
 #include <string.h>
 
 #include "autograd/record.h"
@@ -15,9 +15,9 @@ typedef struct ll_local {
     const dt__ops_backend *be;
     const dt_tensor *in[4];
     const dt_tensor *out[3];
-    int64_t cols, hd, group, pos;
+    int64_t cols, hd, pos;
     float eps;
-    int flag; /* rope: inverse; attention: causal */
+    int flag; /* rope: inverse */
 } ll_local;
 
 static dt_status rms_one(int i, void *arg)
@@ -74,32 +74,6 @@ static dt_status swiglu_grad_one(int i, void *arg)
     return a->be->swiglu_grad(n, dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
                               dt__local_data(a->in[2], i), dt__local_data(a->out[0], i),
                               dt__local_data(a->out[1], i));
-}
-
-static dt_status gqa_one(int i, void *arg)
-{
-    const ll_local *a = arg;
-    const DLTensor *l = dt_tensor_local(a->out[0], i);
-    if (dt__numel(3, l->shape) == 0)
-        return DT_OK;
-    int64_t lh = l->shape[2] / a->hd;
-    return a->be->attention_gqa(l->shape[0], l->shape[1], lh, lh / a->group, a->hd, a->flag,
-                                dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
-                                dt__local_data(a->in[2], i), dt__local_data(a->out[0], i));
-}
-
-static dt_status gqa_grad_one(int i, void *arg)
-{
-    const ll_local *a = arg;
-    const DLTensor *l = dt_tensor_local(a->in[0], i);
-    if (dt__numel(3, l->shape) == 0)
-        return DT_OK;
-    int64_t lh = l->shape[2] / a->hd;
-    return a->be->attention_gqa_grad(l->shape[0], l->shape[1], lh, lh / a->group, a->hd, a->flag,
-                                     dt__local_data(a->in[0], i), dt__local_data(a->in[1], i),
-                                     dt__local_data(a->in[2], i), dt__local_data(a->in[3], i),
-                                     dt__local_data(a->out[0], i), dt__local_data(a->out[1], i),
-                                     dt__local_data(a->out[2], i));
 }
 
 static dt_status check_x(const char *op, const dt_tensor *x, const void *out)
@@ -348,118 +322,6 @@ dt_status dt_swiglu_backward(const dt_tensor *gate, const dt_tensor *up, const d
     return st;
 }
 
-/* q [B, T, heads * D]; k, v [B, T, kv_heads * D], f32 on q's mesh. */
-static dt_status check_gqa(const char *op, const dt_tensor *q, const dt_tensor *k,
-                           const dt_tensor *v, int64_t heads, int64_t kv_heads)
-{
-    dt_status st = dt__check_f32(op, "q", q);
-    if (st == DT_OK)
-        st = dt__check_f32(op, "k", k);
-    if (st == DT_OK)
-        st = dt__check_tensor(op, "k", k, q);
-    if (st == DT_OK)
-        st = dt__check_like(op, "v", v, k);
-    if (st == DT_OK)
-        st = check_heads(op, q, heads, 0);
-    if (st != DT_OK)
-        return st;
-    const int64_t *sq = dt_tensor_shape(q), *sk = dt_tensor_shape(k);
-    if (kv_heads < 1 || heads % kv_heads != 0)
-        return dt__error(DT_ERR_SHAPE, "%s: kv_heads %lld must divide heads %lld", op,
-                         (long long)kv_heads, (long long)heads);
-    if (dt_tensor_rank(k) != 3 || sk[0] != sq[0] || sk[1] != sq[1] ||
-        sk[2] != kv_heads * (sq[2] / heads))
-        return dt__error(DT_ERR_SHAPE, "%s: k and v must be [%lld, %lld, %lld] (kv_heads * "
-                         "head_dim)", op, (long long)sq[0], (long long)sq[1],
-                         (long long)(kv_heads * (sq[2] / heads)));
-    return DT_OK;
-}
-
-static dt_status gqa_run(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                         int64_t heads, int64_t kv_heads, int causal, dt_tensor **out)
-{
-    static const char op[] = "dt_attention_gqa";
-    const dt__ops_backend *be = NULL;
-    dt_status st = dt__ops_begin(op, check_gqa(op, q, k, v, heads, kv_heads), out != NULL,
-                                 "out", q, NULL, &be);
-    if (st != DT_OK)
-        return st;
-    const int64_t *s = dt_tensor_shape(q);
-    int64_t hd = s[2] / heads, group = heads / kv_heads;
-    dt__lspec ls;
-    unit_spec(q, 1, kv_heads, &ls);
-    int sdim = dt__attention_cp_dim(q, &ls);
-    if (sdim >= 0) { /* the sequence stays sharded (ops/attention_cp.c) */
-        dt_tensor *t = NULL;
-        st = dt__attention_cp_forward(q, k, v, heads, kv_heads, causal, &ls, sdim, &t);
-        return dt__ops_finish(be, op, NULL, st, &t, out);
-    }
-    dt_tensor *rq = NULL, *rk = NULL, *rv = NULL, *y = NULL;
-    st = dt__ensure_layout(q, &ls, &rq);
-    if (st == DT_OK)
-        st = dt__ensure_layout(k, &ls, &rk);
-    if (st == DT_OK)
-        st = dt__ensure_layout(v, &ls, &rv);
-    if (st == DT_OK)
-        st = dt__tensor_empty(dt_tensor_layout(rq), DT_DTYPE_F32, s, &y);
-    ll_local a = {.be = be, .in = {rq, rk, rv}, .out = {y}, .hd = hd, .group = group,
-                  .flag = causal};
-    if (st == DT_OK)
-        st = dt__ops_each_local(be, y, gqa_one, &a);
-    st = dt__ops_finish(be, op, NULL, st, &y, out);
-    dt_tensor_destroy(rv);
-    dt_tensor_destroy(rk);
-    dt_tensor_destroy(rq);
-    return st;
-}
-
-dt_status dt_attention_gqa_backward(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                                    int64_t heads, int64_t kv_heads, int causal,
-                                    const dt_tensor *dy, dt_tensor **dq_out,
-                                    dt_tensor **dk_out, dt_tensor **dv_out)
-{
-    static const char op[] = "dt_attention_gqa_backward";
-    dt_status st = check_gqa(op, q, k, v, heads, kv_heads);
-    if (st == DT_OK)
-        st = dt__check_like(op, "dy", dy, q);
-    const dt__ops_backend *be = NULL;
-    st = dt__ops_begin(op, st, dq_out && dk_out && dv_out, "output pointer", q, NULL, &be);
-    if (st != DT_OK)
-        return st;
-    const int64_t *s = dt_tensor_shape(q);
-    int64_t hd = s[2] / heads, group = heads / kv_heads;
-    dt__lspec ls;
-    unit_spec(q, 1, kv_heads, &ls);
-    int sdim = dt__attention_cp_dim(q, &ls);
-    if (sdim >= 0) /* the sequence stays sharded (ops/attention_cp.c) */
-        return dt__attention_cp_backward(q, k, v, dy, heads, kv_heads, causal, &ls, sdim, dq_out,
-                                         dk_out, dv_out);
-    dt_tensor *in[4] = {NULL, NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
-    const dt_tensor *src[4] = {q, k, v, dy};
-    for (int j = 0; j < 4 && st == DT_OK; j++)
-        st = dt__ensure_layout(src[j], &ls, &in[j]);
-    for (int j = 0; j < 3 && st == DT_OK; j++)
-        st = dt__tensor_empty(dt_tensor_layout(in[j]), DT_DTYPE_F32, dt_tensor_shape(src[j]),
-                              &g[j]);
-    ll_local a = {.be = be, .in = {in[0], in[1], in[2], in[3]}, .out = {g[0], g[1], g[2]},
-                  .hd = hd, .group = group, .flag = causal};
-    if (st == DT_OK)
-        st = dt__ops_each_local(be, in[0], gqa_grad_one, &a);
-    if (st == DT_OK && be->sync)
-        st = be->sync();
-    if (st == DT_OK) {
-        *dq_out = g[0];
-        *dk_out = g[1];
-        *dv_out = g[2];
-        g[0] = g[1] = g[2] = NULL;
-    }
-    for (int j = 0; j < 4; j++)
-        dt_tensor_destroy(in[j]);
-    for (int j = 0; j < 3; j++)
-        dt_tensor_destroy(g[j]);
-    return st;
-}
-
 /* ---- the public entries of the forward ops: recorded on a tape (autograd/record.h) ------- */
 
 dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gain, float eps, dt_tensor **out)
@@ -477,16 +339,5 @@ dt_status dt_swiglu(const dt_tensor *gate, const dt_tensor *up, dt_tensor **out)
     dt_tensor *t = NULL;
     dt_status st = swiglu_run(gate, up, out ? &t : NULL);
     dt__op_record rec = {.kind = DT_OP_SWIGLU, .nin = 2, .in = {gate, up}};
-    return dt__rec_finish(r, st, &rec, t, out);
-}
-
-dt_status dt_attention_gqa(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
-                           int64_t heads, int64_t kv_heads, int causal, dt_tensor **out)
-{
-    dt__recorder *r = dt__rec_suspend();
-    dt_tensor *t = NULL;
-    dt_status st = gqa_run(q, k, v, heads, kv_heads, causal, out ? &t : NULL);
-    dt__op_record rec = {.kind = DT_OP_ATTENTION_GQA, .nin = 3, .in = {q, k, v},
-                         .iattr = {heads, kv_heads, causal}};
     return dt__rec_finish(r, st, &rec, t, out);
 }

@@ -157,6 +157,26 @@ DT_API dt_status dt_kernel_attention_tiled_grad(int64_t batch, int64_t seq, int6
                                                 const float *dy, float *dq, float *dk,
                                                 float *dv);
 
+/* Grouped-query attention (dt_kernel_attention_gqa) with dropout of the attention
+ * probabilities: y_t = sum_j P_tj Z_tj v_j, where Z is dt_kernel_dropout_mask(p, seed, stream)
+ * of the [batch, heads, seq, seq] tensor of the probabilities P (element ((b heads + h) seq +
+ * t) seq + j): 0 for a dropped probability, 1 / (1 - p) for a kept one. The untiled or tiled
+ * kernel as dt_attention_kernel_set chooses; p = 0 gives dt_kernel_attention_gqa's bits. The
+ * gradient recomputes P and Z. DT_ERR_INVALID_ARGUMENT for p outside [0, 1), bad sizes or
+ * NULL pointers; DT_ERR_NO_MEMORY. Local. */
+DT_API dt_status dt_kernel_attention_dropout(int64_t batch, int64_t seq, int64_t heads,
+                                             int64_t kv_heads, int64_t head_dim, int causal,
+                                             float p, uint64_t seed, uint64_t stream,
+                                             const float *q, const float *k, const float *v,
+                                             float *y);
+DT_API dt_status dt_kernel_attention_dropout_grad(int64_t batch, int64_t seq, int64_t heads,
+                                                  int64_t kv_heads, int64_t head_dim,
+                                                  int causal, float p, uint64_t seed,
+                                                  uint64_t stream, const float *q,
+                                                  const float *k, const float *v,
+                                                  const float *dy, float *dq, float *dk,
+                                                  float *dv);
+
 /* Which CPU kernel dt_kernel_attention*, dt_kernel_attention_gqa* and so dt_attention* run (on
  * CPU meshes and the simulated GPU; CUDA keeps its own): AUTO (the default) takes the tiled
  * one from seq >= DT_ATTENTION_TILED_MIN_SEQ on and the untiled one below (so short
@@ -546,6 +566,30 @@ DT_API dt_status dt_attention_gqa_backward(const dt_tensor *q, const dt_tensor *
                                            int64_t kv_heads, int causal, const dt_tensor *dy,
                                            dt_tensor **dq_out, dt_tensor **dk_out,
                                            dt_tensor **dv_out);
+
+/* Attention with every option: query heads, key/value heads (grouped-query attention; 0 means
+ * `heads`), the causal mask, and dropout of the attention probabilities with probability
+ * `dropout` in [0, 1) from Philox (seed, stream) keyed by each probability's index in the
+ * global [batch, heads, seq, seq] tensor (dt_kernel_attention_dropout), so every mesh, layout
+ * and process count drops the same probabilities as one device. Layouts as dt_attention_gqa's
+ * (the sequence-sharded ring included). dropout 0 gives dt_attention_gqa's results. A
+ * recording tape records the call; its backward (dt_attention_ex_backward) uses the same
+ * mask. Use a new stream (or seed) for every call site and step. DT_ERR_INVALID_ARGUMENT
+ * (NULL opts, dropout outside [0, 1)), DT_ERR_UNSUPPORTED for dropout on CUDA meshes (not
+ * implemented there), and the errors of dt_attention_gqa. Collective over q's mesh. */
+typedef struct dt_attention_opts {
+    int64_t heads;
+    int64_t kv_heads;
+    int causal;
+    float dropout;
+    uint64_t seed, stream;
+} dt_attention_opts;
+DT_API dt_status dt_attention_ex(const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                                 const dt_attention_opts *opts, dt_tensor **out);
+DT_API dt_status dt_attention_ex_backward(const dt_tensor *q, const dt_tensor *k,
+                                          const dt_tensor *v, const dt_attention_opts *opts,
+                                          const dt_tensor *dy, dt_tensor **dq_out,
+                                          dt_tensor **dk_out, dt_tensor **dv_out);
 
 #ifdef __cplusplus
 }

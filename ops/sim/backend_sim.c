@@ -126,6 +126,16 @@
     A(D, const float *, v) A(D, const float *, dy) A(D, float *, dq) A(D, float *, dk)      \
     A(D, float *, dv)
 
+#define ARGS_attention_drop(A)                                                             \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, kv_heads)   \
+    A(V, int64_t, head_dim) A(V, int, causal) A(H, dt__attn_drop, drop)                    \
+    A(D, const float *, q) A(D, const float *, k) A(D, const float *, v) A(D, float *, y)
+#define ARGS_attention_drop_grad(A)                                                        \
+    A(V, int64_t, batch) A(V, int64_t, seq) A(V, int64_t, heads) A(V, int64_t, kv_heads)   \
+    A(V, int64_t, head_dim) A(V, int, causal) A(H, dt__attn_drop, drop)                    \
+    A(D, const float *, q) A(D, const float *, k) A(D, const float *, v)                   \
+    A(D, const float *, dy) A(D, float *, dq) A(D, float *, dk) A(D, float *, dv)
+
 #define KERNELS(K)                                                                          \
     K(gemm) K(add) K(sub) K(mul) K(scale) K(axpy) K(fill) K(copy) K(bias_add) K(bias_grad)  \
     K(relu) K(relu_grad) K(gelu) K(gelu_grad) K(softmax_xent) K(softmax_xent_grad) K(sum)   \
@@ -135,7 +145,7 @@
     K(attention_grad) K(embedding) K(embedding_grad) K(vocab_xent_stats) K(vocab_xent_loss) \
     K(vocab_xent_grad)                                                                      \
     K(rms_norm) K(rms_norm_grad) K(rope) K(swiglu) K(swiglu_grad) K(attention_gqa)          \
-    K(attention_gqa_grad)
+    K(attention_gqa_grad) K(attention_drop) K(attention_drop_grad)
 
 /* What A(kind, type, name) becomes in each place. */
 #define FIELD(kind, t, n) FIELD_##kind(t, n)
