@@ -10,6 +10,11 @@
 void attn_ref(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int causal,
               const float *q, const float *k, const float *v, const float *dy, double *y,
               double *lse, double *dq, double *dk, double *dv);
+/* The same with the probabilities P [B, H, T, T] multiplied by z (same shape; NULL: none):
+ * y_t = sum_j P_tj z_tj v_j, the dropout of the attention probabilities. */
+void attn_ref_masked(int64_t B, int64_t T, int64_t H, int64_t KV, int64_t D, int causal,
+                     const float *z, const float *q, const float *k, const float *v,
+                     const float *dy, double *y, double *lse, double *dq, double *dk, double *dv);
 /* max |got - want| / max(1, max |want|) over n elements. */
 double attn_rel_err(const float *got, const double *want, int64_t n);
 
