@@ -549,7 +549,8 @@ static dt_status gather_seq(const gpt *m, pass *p, dt_tensor **x)
     return DT_OK;
 }
 
-/* Residual dropout (gpt_set_dropout) of a block's branch output *o, site `site` of the pass:
+/* Residual dropout (gpt_set_dropout) of a block's branch output *o, site `site` (< 512) of the
+ * pass:
  * Philox keyed by the global element index (dt_dropout), so every mesh drops the same
  * elements. Nothing outside training passes or at p = 0. */
 static dt_status drop(const gpt *m, pass *p, int site, dt_tensor **o)
@@ -562,6 +563,23 @@ static dt_status drop(const gpt *m, pass *p, int site, dt_tensor **o)
     if (st == DT_OK)
         *o = keep(&p->tp, d);
     return st;
+}
+
+/* Block l's causal self-attention; in training passes with dropout on, its probabilities are
+ * dropped too (dt_attention_ex, site 512 + l of the pass). gqa: dt_attention_gqa's kernel
+ * when nothing is dropped (the Llama blocks), else dt_attention's. */
+static dt_status attend(const gpt *m, int l, int gqa, const dt_tensor *q, const dt_tensor *k,
+                        const dt_tensor *v, int64_t heads, int64_t kv_heads, dt_tensor **y)
+{
+    if (m->drop_on && m->dropout > 0.0f) {
+        dt_attention_opts o = {.heads = heads, .kv_heads = kv_heads, .causal = 1,
+                               .dropout = m->dropout, .seed = m->drop_seed,
+                               .stream = m->drop_pass * 1024u + 512u + (uint64_t)l};
+        return dt_attention_ex(q, k, v, &o, y);
+    }
+    if (gqa)
+        return dt_attention_gqa(q, k, v, heads, kv_heads, 1, y);
+    return dt_attention(q, k, v, heads, 1, y);
 }
 
 /* Stage 3 with a tape: unit u's gathered parameters watched (after its unit_in). */
@@ -616,7 +634,7 @@ blocks:
                 DT_OK ||
             K(&p->tp, dt_rope(q, H, 0, &qr), qr) != DT_OK ||
             K(&p->tp, dt_rope(k, KV, 0, &kr), kr) != DT_OK ||
-            K(&p->tp, dt_attention_gqa(qr, kr, v, H, KV, 1, &y), y) != DT_OK ||
+            K(&p->tp, attend(m, l, 1, qr, kr, v, H, KV, &y), y) != DT_OK ||
             K(&p->tp, dt_matmul_nd(y, gpt__param_of(m, p_w(m, l, LW_O)), 0, 0, m->l_act, &o), o) !=
                 DT_OK ||
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||
@@ -704,7 +722,7 @@ blocks:
               a->k) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->a, gpt__param_of(m, p_w(m, l, W_V)), 0, 0, NULL, &a->v),
               a->v) != DT_OK ||
-            K(&p->tp, dt_attention(a->q, a->k, a->v, H, 1, &a->y), a->y) != DT_OK ||
+            K(&p->tp, attend(m, l, 0, a->q, a->k, a->v, H, H, &a->y), a->y) != DT_OK ||
             K(&p->tp, dt_matmul_nd(a->y, gpt__param_of(m, p_w(m, l, W_O)), 0, 0, m->l_act, &o),
               o) != DT_OK ||
             (st = drop(m, p, 2 * l, &o)) != DT_OK ||

@@ -93,9 +93,9 @@ dt_status gpt_set_sequence_parallel(gpt *m);
  * a recomputed checkpoint segment (its activations dropped after the forward and recomputed in
  * the backward pass: the same bits). */
 void gpt_set_backward(gpt *m, int checkpoint_blocks);
-/* Residual dropout with probability p (0: none) on each block's attention and MLP outputs in
- * the training passes of gpt_grads*, from Philox keyed by (seed, pass, site, global element
- * index): the same mask on every mesh. `pass_index` numbers the next training pass (then counted
+/* Dropout with probability p (0: none) in the training passes of gpt_grads*: on each block's
+ * attention and MLP outputs (residual) and on its attention probabilities, from Philox keyed
+ * by (seed, pass, site, global element index): the same mask on every mesh. `pass_index` numbers the next training pass (then counted
  * up by one per pass; train_gpt sets it to the step). Needs the tape's backward. */
 void gpt_set_dropout(gpt *m, float p, uint64_t seed, uint64_t pass_index);
 /* The most bytes (this client's devices) a tape has held for the backward pass in any

@@ -77,7 +77,7 @@ struct gpt {
     int nemb, wpl, npl, nfinal; /* slots: embeddings, weights and norms per layer, final norm */
     uint64_t peak_saved;        /* the most bytes a tape held for backward (gpt_peak_saved) */
     int64_t recomputed;         /* calls the last backward re-ran (gpt_recomputed) */
-    float dropout;              /* gpt_set_dropout: residual dropout in training passes */
+    float dropout;              /* gpt_set_dropout: residual and attention dropout */
     uint64_t drop_seed, drop_pass;
     int drop_on;    /* a training pass (tape_grads) runs */
     int u_lo, u_hi; /* pipeline stage: the units [u_lo, u_hi) (gpt_set_units) */

@@ -17,7 +17,7 @@ typedef struct gpt_opts {
     int checkpoint_blocks;                  /* gpt_set_backward */
     const char *arch;                       /* gpt or llama */
     int64_t kv_heads;                       /* llama: 0 for heads / 2 */
-    double dropout;                         /* --dropout: residual dropout (gpt_set_dropout) */
+    double dropout;                         /* --dropout: residual and attention dropout */
     int64_t context;                        /* --context: 0 one name per row, else packed */
     int64_t pipe, microbatches;             /* --pipe P (0: off) --microbatches M */
     const char *schedule;                   /* --schedule gpipe|1f1b|interleaved */

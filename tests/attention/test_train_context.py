@@ -4,7 +4,8 @@ the tiled kernel) and --dropout (Philox keyed by the global element index): the 
 1x1 (one process) and 2x2 (four processes) give the same losses within rounding, dropout on;
 so do meshes with a `seq` dim (the activations sharded along the sequence, attention context
 parallel: batch x seq, model x seq, and the Llama variant on model x seq);
-the tiled and untiled kernels (DT_ATTENTION_KERNEL) give the same losses within rounding;
+the tiled and untiled kernels (DT_ATTENTION_KERNEL) give the same losses within rounding, dropout
+(of the residual branches and of the attention probabilities) on;
 dropout changes the losses; --dropout with --manual-backward (the test-only TRAIN_GPT_MANUAL)
 fails with one line.
 Usage: test_train_context.py TRAIN_GPT TRAIN_GPT_MANUAL MPIEXEC MESH_DIR"""
@@ -90,10 +91,12 @@ class TrainContext(unittest.TestCase):
                    "llama 1x2x2")
 
     def test_tiled_and_untiled_kernels_agree(self):
-        run(2, "2x1", SMALL + self.out("t"), env={"DT_ATTENTION_KERNEL": "tiled"})
-        run(2, "2x1", SMALL + self.out("u"), env={"DT_ATTENTION_KERNEL": "untiled"})
+        # Dropout on: both kernels drop the same attention probabilities.
+        drop = ["--dropout", "0.1"]
+        run(2, "2x1", SMALL + drop + self.out("t"), env={"DT_ATTENTION_KERNEL": "tiled"})
+        run(2, "2x1", SMALL + drop + self.out("u"), env={"DT_ATTENTION_KERNEL": "untiled"})
         self.close(curve(os.path.join(self.tmp.name, "t")), curve(os.path.join(self.tmp.name, "u")),
-                   "tiled against untiled")
+                   "tiled against untiled, dropout 0.1")
 
     def test_dropout_needs_the_tape(self):
         p = run(0, "1x1", SMALL + ["--dropout", "0.1", "--manual-backward"] + self.out("m"),
