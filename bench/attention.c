@@ -2,7 +2,9 @@
  * (docs/attention.md): the tiled kernel against the untiled one (forward and backward) and,
  * as the memory reference, a dense forward that materialises the T x T scores (two sgemm
  * and a softmax) where they fit. One key=value line per kernel and T: seq=, ms= (forward),
- * bwd_ms=, peak_mib= (the resident memory the call adds over its inputs and outputs). */
+ * bwd_ms=, peak_mib= (the resident memory the call adds over its inputs and outputs).
+ * --dropout P runs the tiled and untiled kernels with dropout of the attention probabilities
+ * (dt_kernel_attention_dropout: the mask made inside the kernel), dropout= on each line. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@ typedef struct opts {
     int seq[MAX_SEQ], nseq;
     int heads, head_dim, reps, causal, backward;
     int dense_max_mib; /* the dense reference only when its scores fit in this */
+    float dropout;     /* of the attention probabilities (0: plain attention) */
 } opts;
 
 static double now(void)
@@ -91,13 +94,18 @@ static int run_seq(const opts *o, int64_t T, const char *kernel)
     int64_t base = peak_rss_reset(), peak = base;
     for (int r = 0; r < reps && ok; r++) {
         double t0 = now();
+        int drop = o->dropout > 0.0f;
         dt_status st = is_dense ? dense(T, H, D, o->causal, q, k, v, y)
+                       : drop   ? dt_kernel_attention_dropout(1, T, H, H, D, o->causal, o->dropout,
+                                                              1, 2, q, k, v, y)
                                 : dt_kernel_attention(1, T, H, D, o->causal, q, k, v, y);
         fwd[r] = (now() - t0) * 1e3;
         bwd[r] = 0;
         if (st == DT_OK && o->backward && !is_dense) {
             t0 = now();
-            st = dt_kernel_attention_grad(1, T, H, D, o->causal, q, k, v, dy, dq, dk, dv);
+            st = drop ? dt_kernel_attention_dropout_grad(1, T, H, H, D, o->causal, o->dropout, 1,
+                                                         2, q, k, v, dy, dq, dk, dv)
+                      : dt_kernel_attention_grad(1, T, H, D, o->causal, q, k, v, dy, dq, dk, dv);
             bwd[r] = (now() - t0) * 1e3;
         }
         if (st != DT_OK) {
@@ -120,6 +128,8 @@ static int run_seq(const opts *o, int64_t T, const char *kernel)
     bu_line_add(&line, "heads", "%lld", (long long)H);
     bu_line_add(&line, "head_dim", "%lld", (long long)D);
     bu_line_add(&line, "causal", "%d", o->causal);
+    if (!is_dense)
+        bu_line_add(&line, "dropout", "%g", (double)o->dropout);
     bu_line_add(&line, "reps", "%d", reps);
     bu_line_add(&line, "ms", "%.2f", bu_median(fwd, reps));
     if (o->backward && !is_dense)
@@ -138,7 +148,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: bench_attention [--seq 1024,4096,16384] [--heads N] [--head-dim N] "
                     "[--reps N] [--kernels tiled,untiled,dense] [--no-causal] [--no-backward] "
-                    "[--dense-max-mib N]\n");
+                    "[--dense-max-mib N] [--dropout P]\n");
 }
 
 int main(int argc, char **argv)
@@ -172,6 +182,9 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--dense-max-mib") == 0 && val) {
             o.dense_max_mib = atoi(val);
             i++;
+        } else if (strcmp(a, "--dropout") == 0 && val) {
+            o.dropout = (float)atof(val);
+            i++;
         } else if (strcmp(a, "--no-causal") == 0) {
             o.causal = 0;
         } else if (strcmp(a, "--no-backward") == 0) {
@@ -181,7 +194,8 @@ int main(int argc, char **argv)
             return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0 ? 0 : 2;
         }
     }
-    if (o.nseq < 1 || o.heads < 1 || o.head_dim < 1 || o.reps < 1) {
+    if (o.nseq < 1 || o.heads < 1 || o.head_dim < 1 || o.reps < 1 ||
+        !(o.dropout >= 0.0f && o.dropout < 1.0f)) {
         usage();
         return 2;
     }

@@ -28,6 +28,36 @@ static void test_philox_known_answers(void)
     }
 }
 
+/* Every element against the documented rule on dt_philox4x32_10 (the kernel runs 8 blocks at
+ * once where it can): from 0, from an odd start, and across block 2^32 - 1 (the counter's low
+ * word wrapping), p 0.1 and 0.5. */
+static void test_the_mask_is_the_documented_rule(void)
+{
+    enum { N = 4099 };
+    static const int64_t starts[] = {0, 13, 4 * (((int64_t)1 << 32) - 5) + 2};
+    static const float ps[] = {0.1f, 0.5f};
+    float *got = malloc(N * sizeof *got);
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++) {
+            const uint64_t seed = 0x1234567890abcdefull, stream = 0xfedcba0987654321ull;
+            DT_ASSERT_OK(dt_kernel_dropout_mask(starts[a], N, ps[b], seed, stream, got));
+            const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+            int bad = 0;
+            for (int64_t i = 0; i < N; i++) {
+                uint64_t g = (uint64_t)(starts[a] + i), blk = g / 4;
+                const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), (uint32_t)stream,
+                                         (uint32_t)(stream >> 32)};
+                uint32_t w[4];
+                dt_philox4x32_10(ctr, key, w);
+                double u = (double)(w[g % 4] >> 8) / 16777216.0;
+                float want = u < (double)ps[b] ? 0.0f : 1.0f / (1.0f - ps[b]);
+                bad += memcmp(&got[i], &want, sizeof want) != 0;
+            }
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+    free(got);
+}
+
 static void test_mask_statistics_and_split_independence(void)
 {
     enum { N = 200003 };
@@ -179,6 +209,7 @@ int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_philox_known_answers),
+        DT_TEST(test_the_mask_is_the_documented_rule),
         DT_TEST(test_mask_statistics_and_split_independence),
         DT_TEST(test_sharded_masks_equal_the_unsharded_one),
         DT_TEST(test_the_tape_gradient_is_dy_times_the_mask),
