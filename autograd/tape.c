@@ -366,13 +366,43 @@ dt_status dt_tape_checkpoint_begin(dt_tape *tape, const dt_checkpoint_opts *opts
     return DT_OK;
 }
 
+/* A selective segment (recompute with keep_ops) holds the outputs of the kept kinds as they
+ * are recorded; at its end it lets go of those its backward will not read. Read are: an
+ * output its own rule saves, an input a rule saves, and an input of a record the backward
+ * re-runs (one whose output is read and not kept): the marking of autograd/backward.c's
+ * recompute. Outputs used after the segment are held by the records that use them. */
+static dt_status prune_kept(dt_tape *tape, const ag_segment *seg)
+{
+    unsigned char *need = calloc((size_t)(tape->nvalues > 0 ? tape->nvalues : 1), 1);
+    if (!need)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_tape_checkpoint_end: out of memory");
+    for (int64_t n = seg->last; n >= seg->first; n--) {
+        ag_node *node = &tape->nodes[n];
+        int kept = node->saved_out != NULL;
+        int read = need[node->out] || (node->rule && node->rule->save_out);
+        if (kept && !read) {
+            dt__ag_unhold(tape, node->out);
+            dt_tensor_destroy(node->saved_out);
+            node->saved_out = NULL;
+        }
+        for (int i = 0; i < node->nin; i++)
+            if ((!kept && read) || (node->rule && (node->rule->save_in >> i & 1)))
+                need[node->in[i]] = 1;
+    }
+    free(need);
+    return DT_OK;
+}
+
 dt_status dt_tape_checkpoint_end(dt_tape *tape)
 {
     if (!tape)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tape_checkpoint_end: NULL tape");
     if (tape->open_seg < 0)
         return dt__error(DT_ERR_STATE, "dt_tape_checkpoint_end: no segment is open");
+    const ag_segment *seg = &tape->segs[tape->open_seg];
     tape->open_seg = -1;
+    if (seg->opts.recompute && seg->opts.keep_ops)
+        return prune_kept(tape, seg);
     return DT_OK;
 }
 

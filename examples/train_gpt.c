@@ -652,9 +652,10 @@ static int run(ctx *c)
     job_say(&c->j, "  held-out loss %.4f nats/char (target %.2f)\n", eloss, TARGET);
     if (c->gp)
         ; /* the stages' tapes are per micro-batch (docs/pipeline.md) */
-    else if (c->o.checkpoint_blocks)
-        job_say(&c->j, "  tape: at most %llu bytes held for the backward pass (blocks recomputed: "
-                "%lld calls re-run per step)\n", (unsigned long long)gpt_peak_saved(c->model),
+    else if (c->o.checkpoint_blocks || c->o.sequence_parallel)
+        job_say(&c->j, "  tape: at most %llu bytes held for the backward pass (%s: %lld calls "
+                "re-run per step)\n", (unsigned long long)gpt_peak_saved(c->model),
+                c->o.checkpoint_blocks ? "blocks recomputed" : "sequence gathers recomputed",
                 (long long)gpt_recomputed(c->model));
     else
         job_say(&c->j, "  tape: at most %llu bytes held for the backward pass\n",

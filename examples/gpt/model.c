@@ -507,14 +507,24 @@ static dt_status unit_hook(void *arg, int u, dt_segment_phase phase)
 
 /* Opens unit u's segment on the recording tape (when one records and the unit needs one:
  * stage 3's gathers, or a checkpointed block); *open says whether it did. */
+/* Under sequence parallelism the ops whose outputs a block re-runs in the backward pass
+ * instead of keeping them: the all-gathers along the sequence (relayouts) and the norms that
+ * feed them. So the tape holds no whole-sequence input of a column-parallel matmul (Megatron
+ * gathers it again in its backward too); everything else is kept as needed, never re-run
+ * (the tape lets go of the kept outputs nothing reads at the segment's end). */
+#define SEQPAR_RECOMPUTED \
+    (DT_OP_BIT(DT_OP_RELAYOUT) | DT_OP_BIT(DT_OP_LAYER_NORM) | DT_OP_BIT(DT_OP_RMS_NORM))
+
 static dt_status unit_begin(const gpt *m, pass *p, unit_hook_arg *ha, int u, int *open)
 {
     int L = (int)m->cfg.layers, block = u >= 1 && u <= L;
+    int seqpar = block && m->l_gath && !m->checkpoint_blocks;
     *open = 0;
-    if (!p->tape || (!m->zero && !(block && m->checkpoint_blocks)))
+    if (!p->tape || (!m->zero && !(block && m->checkpoint_blocks) && !seqpar))
         return DT_OK;
     dt_checkpoint_opts co = DT_CHECKPOINT_OPTS_INIT;
-    co.recompute = block && m->checkpoint_blocks;
+    co.recompute = (block && m->checkpoint_blocks) || seqpar;
+    co.keep_ops = seqpar ? ~(uint64_t)SEQPAR_RECOMPUTED : 0;
     co.borrow_watched = m->zero != NULL;
     co.hook = unit_hook;
     co.hook_arg = ha;
