@@ -137,6 +137,13 @@ struct dt_zero {
     void *on_overflow_arg;
     dt_zero_combine_fn combine;   /* dt_zero_opts.combine (NULL: none) */
     void *combine_arg;
+    /* Between dt_zero_step_begin and dt_zero_step_end (step.c): the gradients read in place
+     * (direct, else NULL), the step's info so far. */
+    struct {
+        int open, direct;
+        dt_tensor **gl;
+        dt_zero_step_info info;
+    } pending;
     dt__scaler scaler;
     int64_t step;             /* updates applied */
     /* Offload (offload.c): the state in host memory, the update on the host in blocks of

@@ -410,14 +410,28 @@ static dt_status grads_in_layout(const dt_zero *z, dt_tensor *const *grads, dt_t
     return st;
 }
 
-dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *info_out)
+/* The gradients of the pending step freed (after its end, or a failure). */
+static void pending_close(dt_zero *z)
 {
-    static const char fn[] = "dt_zero_step";
+    for (int j = 0; z->pending.gl && j < z->nparams; j++)
+        dt_tensor_destroy(z->pending.gl[j]);
+    free(z->pending.gl);
+    memset(&z->pending, 0, sizeof z->pending);
+}
+
+/* The step's first half: the checks, the reduction over the dp dim and the sum of squares and
+ * overflow flag agreed over the mesh. Leaves the step pending on success. */
+static dt_status step_begin(const char *fn, dt_zero *z, dt_tensor *const *grads, double *sq_out,
+                            int *overflow_out)
+{
     if (!z || (!grads && z->nparams > 0 && z->nready == 0))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: zero and grads are required (or every "
                          "parameter's dt_zero_grad_ready first)", fn);
     dt_status st = DT_OK;
-    if (grads && z->nready > 0)
+    if (z->pending.open)
+        st = dt__error(DT_ERR_STATE, "%s: a step begun by dt_zero_step_begin is not ended "
+                       "(dt_zero_step_end)", fn);
+    if (st == DT_OK && grads && z->nready > 0)
         st = dt__error(DT_ERR_STATE, "%s: grads given after %d parameters were made ready by "
                        "dt_zero_grad_ready (pass NULL)", fn, z->nready);
     for (int j = 0; st == DT_OK && !grads && j < z->nparams; j++)
@@ -429,16 +443,20 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     if (st == DT_OK && z->sharded_params)
         st = dt__zero_s3_idle(z, fn);
     if (st != DT_OK) {
-        dt__zero_ready_reset(z);
+        if (!z->pending.open)
+            dt__zero_ready_reset(z);
         return st;
     }
     double *vals = calloc((size_t)z->nlocal * 2, sizeof *vals);
     dt_tensor **gl = calloc((size_t)(z->nparams ? z->nparams : 1), sizeof *gl);
-    void **scratch = calloc((size_t)z->nlocal, sizeof *scratch);
-    if (!vals || !gl || !scratch) {
-        st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
-        goto out;
+    if (!vals || !gl) {
+        free(vals);
+        free(gl);
+        dt__zero_ready_reset(z);
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     }
+    z->pending.open = 1;
+    z->pending.gl = gl;
 
     /* Reduction over the dp dim, chunk by chunk (done already after dt_zero_grad_ready, or in
      * flight). */
@@ -457,36 +475,48 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
         dt_tensor_destroy(gl[j]);
         gl[j] = NULL;
     }
-    if (st != DT_OK)
-        goto out;
+    z->pending.direct = direct;
 
     /* Overflow and global norm, agreed over the whole mesh. */
     double agreed[2] = {0.0, 0.0};
-    st = local_norms(z, direct ? gl : NULL, vals);
+    if (st == DT_OK)
+        st = local_norms(z, direct ? gl : NULL, vals);
     if (st == DT_OK)
         st = dt__zero_allreduce(z, DT_REDUCE_SUM, 2, vals, agreed);
-    if (st != DT_OK)
-        goto out;
-    dt_zero_step_info info;
-    memset(&info, 0, sizeof info);
-    info.iteration = z->scaler.iteration;
-    info.loss_scale = dt__scaler_scale(&z->scaler);
-    info.clip_coef = 1.0;
-    info.reduce_wait_s = t_reduce;
+    free(vals);
+    if (st != DT_OK) {
+        pending_close(z);
+        return st;
+    }
+    dt_zero_step_info *info = &z->pending.info;
+    info->iteration = z->scaler.iteration;
+    info->loss_scale = dt__scaler_scale(&z->scaler);
+    info->clip_coef = 1.0;
+    info->reduce_wait_s = t_reduce;
     if (!grads && z->overlap) {
-        info.reduce_copy_s = z->t_copy_in + z->t_copy;
-        info.reduce_sum_s = z->t_sum;
+        info->reduce_copy_s = z->t_copy_in + z->t_copy;
+        info->reduce_sum_s = z->t_sum;
     }
     z->t_copy_in = z->t_copy = z->t_sum = 0;
-    int overflow = agreed[1] > 0.0;
-    if (z->combine) {
-        /* Other optimizers' values (pipeline stages), before the decision. */
-        st = z->combine(z->combine_arg, &agreed[0], &overflow);
-        if (st != DT_OK)
-            goto out;
-        overflow = overflow != 0 || !isfinite(agreed[0]);
+    *sq_out = agreed[0];
+    *overflow_out = agreed[1] > 0.0;
+    return DT_OK;
+}
+
+/* The second half: the overflow decision and clip factor from (sq, overflow), the update and
+ * the all-gather. Ends the pending step whatever happens. */
+static dt_status step_end(dt_zero *z, double sq, int overflow, dt_zero_step_info *info_out)
+{
+    dt_zero_step_info info = z->pending.info;
+    dt_tensor **gl = z->pending.direct ? z->pending.gl : NULL;
+    dt_status st = DT_OK;
+    void **scratch = calloc((size_t)z->nlocal, sizeof *scratch);
+    if (!scratch) {
+        pending_close(z);
+        return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
     }
-    double norm = sqrt(agreed[0]) / info.loss_scale;
+    overflow = overflow != 0 || !isfinite(sq);
+    double norm = sqrt(sq) / info.loss_scale;
     if (overflow) {
         dt__scaler_update(&z->scaler, 1);
         info.step = z->step;
@@ -512,7 +542,7 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
     for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = update_chunk(z, &z->groups[g], &z->groups[g].chunks[c], grad_scale,
-                              z->step + 1, direct ? gl : NULL, scratch);
+                              z->step + 1, gl, scratch);
     dt_status done = dt__zero_sync(z);
     if (st == DT_OK)
         st = done;
@@ -537,15 +567,45 @@ dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *i
         *info_out = info;
 
 out:
-    for (int j = 0; gl && j < z->nparams; j++)
-        dt_tensor_destroy(gl[j]);
-    free(gl);
-    free(vals);
-    for (int i = 0; scratch && i < z->nlocal; i++)
+    pending_close(z);
+    for (int i = 0; i < z->nlocal; i++)
         if (scratch[i])
             z->devs[i]->kind->free(z->devs[i], scratch[i]);
     free(scratch);
     return st;
+}
+
+dt_status dt_zero_step(dt_zero *z, dt_tensor *const *grads, dt_zero_step_info *info_out)
+{
+    double sq = 0.0;
+    int overflow = 0;
+    dt_status st = step_begin("dt_zero_step", z, grads, &sq, &overflow);
+    if (st == DT_OK && z->combine) {
+        /* Other optimizers' values (pipeline stages), before the decision. */
+        st = z->combine(z->combine_arg, &sq, &overflow);
+        if (st != DT_OK)
+            pending_close(z);
+    }
+    if (st != DT_OK)
+        return st;
+    return step_end(z, sq, overflow, info_out);
+}
+
+dt_status dt_zero_step_begin(dt_zero *z, dt_tensor *const *grads, double *sq_sum_out,
+                             int *overflow_out)
+{
+    if (!sq_sum_out || !overflow_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_step_begin: NULL output");
+    return step_begin("dt_zero_step_begin", z, grads, sq_sum_out, overflow_out);
+}
+
+dt_status dt_zero_step_end(dt_zero *z, double sq_sum, int overflow, dt_zero_step_info *info_out)
+{
+    if (!z)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_zero_step_end: NULL zero");
+    if (!z->pending.open)
+        return dt__error(DT_ERR_STATE, "dt_zero_step_end: no step begun (dt_zero_step_begin)");
+    return step_end(z, sq_sum, overflow, info_out);
 }
 
 dt_status dt__zero_cast_master(const dt_zero *z, const dt__zgroup *g, const dt__zchunk *ch,

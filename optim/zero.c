@@ -154,6 +154,9 @@ void dt_zero_destroy(dt_zero *zero)
     if (!zero)
         return;
     dt__zero_ready_reset(zero);
+    for (int j = 0; zero->pending.gl && j < zero->nparams; j++) /* a step begun, not ended */
+        dt_tensor_destroy(zero->pending.gl[j]);
+    free(zero->pending.gl);
     /* Stage 3 gathers in flight are waited for while their communicator exists. */
     for (int g = 0; g < zero->ngroups; g++)
         dt__zero_s3_free_group(zero, &zero->groups[g]);

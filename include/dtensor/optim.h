@@ -244,6 +244,23 @@ DT_API dt_status dt_zero_step(dt_zero *zero, dt_tensor *const *grads,
 /* (grads NULL: every parameter was given by dt_zero_grad_ready, below; DT_ERR_STATE names one
  * that was not, or grads given after some were.) */
 
+/* dt_zero_step in two halves, for a client that steps several optimizers whose clipping and
+ * overflow check must agree and that cannot combine them inside one call: a client holding
+ * several pipeline stages, each with its own optimizer (dt_zero_opts.combine would wait in the
+ * first stage's step for the second's). dt_zero_step_begin checks, reduces the gradients and
+ * gives the sum of squares of the (loss-scaled) gradients and the overflow flag agreed over
+ * this optimizer's mesh: what a combine callback receives. The caller combines them with the
+ * other optimizers' (dt_pipe_share_values over the stages, the sums added in a fixed order)
+ * and passes the combined values to dt_zero_step_end, which decides, clips and updates as
+ * dt_zero_step (begin, then combine, then end) does; combine is not called. Between the two,
+ * grads must stay valid and no other call may use this optimizer; dt_zero_step_end ends the
+ * step whatever it returns, and a failing begin leaves none pending. Collective as
+ * dt_zero_step. DT_ERR_STATE: begin while a step is pending, end without one. */
+DT_API dt_status dt_zero_step_begin(dt_zero *zero, dt_tensor *const *grads, double *sq_sum_out,
+                                    int *overflow_out);
+DT_API dt_status dt_zero_step_end(dt_zero *zero, double sq_sum, int overflow,
+                                  dt_zero_step_info *info_out);
+
 /* Early, overlapped reduction (DeepSpeed's contiguous gradients with overlap_comm): hands the
  * optimizer parameter `index`'s gradient (as dt_zero_step's grads[index]) as soon as the
  * backward pass has made it final. It is copied at once into the parameter's runs of the flat

@@ -5,8 +5,9 @@
  * norm of the same step with both parameters in one dt_zero on the stage's devices
  * (within rounding: the per-stage sums are added in another order), and an inf in stage 1's
  * gradient makes stage 0 skip the step too. Without the callback (the default) stage 0 sees
- * only its own gradient. Needs every client to hold one stage only (np 2 and 4); a client
- * holding both stages (np 1) has nothing to check. */
+ * only its own gradient. Needs every client to hold one stage only (np 2 and 4). A client
+ * holding both stages (np 1) steps them with dt_zero_step_begin / _end instead (the combine
+ * callback would wait in the first stage's step for the second's); that test runs at any np. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,6 +230,98 @@ static void test_a_failing_combine_returns_its_status(void)
  * devices (no pipeline) restores it with dt_zero_load and then has, bit for bit, the
  * parameters and the next step of the same two parameters trained in one optimizer. A mesh
  * without the optimizer's devices is refused before anything is written. */
+/* Whatever stages this client holds (both at np 1): each held stage's optimizer steps in two
+ * halves, the halves' values shared and added in stage order between them. Every stage then
+ * clips by the norm of one optimizer holding both parameters, and an inf in stage 1's
+ * gradient (step 1) makes every stage skip. The halves out of order are refused. */
+static void test_stages_held_by_one_client_step_in_two_halves(void)
+{
+    if (dt_test_num_devices() % 2 != 0)
+        return;
+    const char *dims[2] = {"pipe", "batch"};
+    int64_t sizes[2] = {2, dt_test_num_devices() / 2};
+    dt_mesh *m = NULL;
+    dt_pipe *p = NULL;
+    DT_ASSERT_OK(dt_mesh_create("zp", 2, dims, sizes, dt_test_device_type(), &m));
+    DT_ASSERT_OK(dt_pipe_create(m, "pipe", &p));
+    dt_zero *z[2] = {NULL, NULL}, *rz[2] = {NULL, NULL};
+    dt_tensor *w[2] = {NULL, NULL}, *rw[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    const char *names[2] = {"w0", "w1"};
+    for (int s = 0; s < 2; s++) {
+        if (!dt_pipe_holds_stage(p, s))
+            continue;
+        const dt_mesh *sm = dt_pipe_stage_mesh(p, s);
+        w[s] = weight(sm, s);
+        z[s] = make_zero(sm, NULL);
+        add(z[s], 1, &names[s], &w[s]);
+        rw[s][0] = weight(sm, 0);
+        rw[s][1] = weight(sm, 1);
+        rz[s] = make_zero(sm, NULL);
+        add(rz[s], 2, names, rw[s]);
+    }
+    dt_zero_step_info info;
+    for (int s = 0; s < 2; s++)
+        if (z[s])
+            CU_ASSERT_EQUAL(dt_zero_step_end(z[s], 1.0, 0, &info), DT_ERR_STATE);
+    for (int step = 0; step < STEPS; step++) {
+        int poison = step == 1; /* stage 1's gradient has an inf */
+        double v[4] = {0, 0, 0, 0};
+        int stage_of[4] = {0, 0, 1, 1};
+        dt_tensor *g[2] = {NULL, NULL};
+        for (int s = 0; s < 2; s++) {
+            if (!z[s])
+                continue;
+            g[s] = grad(dt_pipe_stage_mesh(p, s), s, step, poison && s == 1);
+            int of = 0;
+            DT_ASSERT_OK(dt_zero_step_begin(z[s], &g[s], &v[2 * s], &of));
+            v[2 * s + 1] = of;
+            if (step == 0) { /* a second begin while one is pending */
+                double sq;
+                CU_ASSERT_EQUAL(dt_zero_step_begin(z[s], &g[s], &sq, &of), DT_ERR_STATE);
+            }
+        }
+        DT_ASSERT_OK(dt_pipe_share_values(p, 4, stage_of, v));
+        for (int s = 0; s < 2; s++) {
+            if (!z[s])
+                continue;
+            const dt_mesh *sm = dt_pipe_stage_mesh(p, s);
+            dt_tensor *rg[2] = {grad(sm, 0, step, 0), grad(sm, 1, step, poison)};
+            dt_zero_step_info rinfo;
+            DT_ASSERT_OK(dt_zero_step_end(z[s], v[0] + v[2], v[1] != 0.0 || v[3] != 0.0, &info));
+            DT_ASSERT_OK(dt_zero_step(rz[s], rg, &rinfo));
+            CU_ASSERT_EQUAL(info.skipped, poison);
+            CU_ASSERT_EQUAL(info.step, rinfo.step);
+            CU_ASSERT_EQUAL(rinfo.skipped, poison);
+            if (!poison) {
+                CU_ASSERT(rinfo.clip_coef < 1.0);
+                CU_ASSERT(fabs(info.grad_norm - rinfo.grad_norm) <= 1e-12 * rinfo.grad_norm);
+                CU_ASSERT(fabs(info.clip_coef - rinfo.clip_coef) <= 1e-12 * rinfo.clip_coef);
+            }
+            dt_tensor_destroy(rg[0]);
+            dt_tensor_destroy(rg[1]);
+            dt_tensor_destroy(g[s]);
+        }
+    }
+    for (int s = 0; s < 2; s++) {
+        if (!z[s])
+            continue;
+        for (int i = 0; i < dt_tensor_num_local(w[s]); i++) {
+            float *a = dt_test_local_get(w[s], i), *b = dt_test_local_get(rw[s][s], i);
+            for (int k = 0; k < D * D; k++)
+                CU_ASSERT(fabsf(a[k] - b[k]) <= 1e-6f * fabsf(b[k]) + 1e-7f);
+            free(a);
+            free(b);
+        }
+        dt_zero_destroy(z[s]);
+        dt_zero_destroy(rz[s]);
+        dt_tensor_destroy(w[s]);
+        dt_tensor_destroy(rw[s][0]);
+        dt_tensor_destroy(rw[s][1]);
+    }
+    dt_pipe_destroy(p);
+    dt_mesh_destroy(m);
+}
+
 static dt_zero *adamw_zero(const dt_mesh *m, int n, const char *const *names, dt_tensor **w)
 {
     dt_zero_opts zo = DT_ZERO_OPTS_INIT;
@@ -312,6 +405,7 @@ int main(int argc, char **argv)
         DT_TEST(test_stages_clip_by_the_global_norm),
         DT_TEST(test_an_overflow_on_one_stage_skips_every_stage),
         DT_TEST(test_a_failing_combine_returns_its_status),
+        DT_TEST(test_stages_held_by_one_client_step_in_two_halves),
         DT_TEST(test_a_joint_save_restores_into_one_optimizer),
         DT_TEST_END,
     };
