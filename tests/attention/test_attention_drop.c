@@ -184,18 +184,22 @@ static void test_every_layout_drops_what_one_device_drops(void)
 {
     int cpu = dt_test_device_type() == DT_DEVICE_CPU;
     dt_mesh *m1 = ot_mesh_1d(), *m2 = dt_test_num_devices() >= 2 ? ot_mesh_2d() : NULL;
-    dt_layout *ls[5] = {lay(m1, "x", NULL, NULL), lay(m1, NULL, NULL, "x"),
-                        lay(m1, NULL, "x", NULL), m2 ? lay(m2, "b", NULL, "m") : NULL,
-                        m2 ? lay(m2, "b", "m", NULL) : NULL};
+    dt_layout *ls[6] = {lay(m1, "x", NULL, NULL),
+                        lay(m1, NULL, NULL, "x"),
+                        lay(m1, NULL, "x", NULL),
+                        m2 ? lay(m2, "b", NULL, "m") : NULL,
+                        m2 ? lay(m2, "b", "m", NULL) : NULL,
+                        m2 ? lay(m2, NULL, "m", "b") : NULL};
     /* T 64: the untiled kernel, every layout gathers the sequence; T 256: the tiled kernel,
-     * and the sequence-sharded layouts (2, 4) run the ring on CPU meshes. */
+     * and the sequence-sharded layouts (2, 4, 5: heads sharded too) run the ring on CPU
+     * meshes. */
     static const int64_t lengths[2] = {64, 256};
     for (int t = 0; t < 2; t++)
-        for (int i = 0; i < 5; i++)
+        for (int i = 0; i < 6; i++)
             for (int64_t kv = H; ls[i] && kv >= H / 2; kv /= 2)
                 layout_case(ls[i], lengths[t], kv,
-                            cpu && t == 1 && (i == 2 || i == 4) && dt_test_num_devices() > 1);
-    for (int i = 0; i < 5; i++)
+                            cpu && t == 1 && (i == 2 || i >= 4) && dt_test_num_devices() > 1);
+    for (int i = 0; i < 6; i++)
         dt_layout_destroy(ls[i]);
     dt_mesh_destroy(m2);
     dt_mesh_destroy(m1);
