@@ -76,6 +76,179 @@ static dt_status unflatten(dt_tensor *c, const int64_t *lead, int r, dt_tensor *
     return st;
 }
 
+/* ---- projections whose rows are sharded inside (the sequence of context parallelism) ----
+ * A sharded dim 1..r-2 of a (say T of [B, T, C] over `seq`) cannot be a block of the flattened
+ * rows, so flatten() would gather it: every device of that mesh dim would compute all the
+ * rows. Instead each device multiplies the rows it holds: one GEMM per local block, the rows
+ * keeping a's sharding, the output's last dim b's n sharding (where no row dim uses that
+ * mesh dim), partial (sum) over the mesh dim sharding k. */
+
+/* 1 when a (rank >= 3, its partial dims aside) shards one of its dims 1..r-2. */
+static int rows_sharded_inside(const dt_tensor *a)
+{
+    int r = dt_tensor_rank(a);
+    dt__lspec ls;
+    dt__lspec_of(dt_tensor_layout(a), &ls);
+    for (int d = 1; d < r - 1; d++)
+        if (ls.spec[d] >= 0)
+            return 1;
+    return 0;
+}
+
+/* The working layouts: a's rows as they are (partial reduced), k over km; b [k, n] (or
+ * [n, k]) with k over km and n over wn; c [..., n] with n over wn, partial over km. */
+typedef struct rw_plan {
+    dt__lspec a, b, c;
+    int km, wn;
+} rw_plan;
+
+static void rw_plan_of(const dt_tensor *a, const dt_tensor *b, int transb, rw_plan *p)
+{
+    int r = dt_tensor_rank(a);
+    dt__lspec_of(dt_tensor_layout(a), &p->a);
+    memset(p->a.partial, 0, sizeof p->a.partial);
+    p->km = p->a.spec[r - 1];
+    dt__lspec lb;
+    dt__lspec_of(dt_tensor_layout(b), &lb);
+    p->wn = lb.spec[transb ? 0 : 1];
+    for (int d = 0; d < r; d++)
+        if (p->wn >= 0 && p->a.spec[d] == p->wn)
+            p->wn = -1;
+    memset(&p->b, 0, sizeof p->b);
+    p->b.rank = 2;
+    p->b.spec[transb ? 1 : 0] = p->km;
+    p->b.spec[transb ? 0 : 1] = p->wn;
+    p->c = p->a;
+    p->c.spec[r - 1] = p->wn;
+    if (p->km >= 0)
+        p->c.partial[p->km] = 1 + DT_REDUCE_SUM;
+}
+
+/* One local block's GEMM: c = op(x) op(y), x and y row-major with ldx, ldy their row
+ * lengths (x's rows ... as the local shapes give them). */
+typedef struct rw_local {
+    const dt__ops_backend *be;
+    const dt_tensor *x, *y, *c;
+    int tx, ty;
+} rw_local;
+
+static int64_t last_dim(const dt_tensor *t, int i)
+{
+    const DLTensor *l = dt_tensor_local(t, i);
+    return l->shape[l->ndim - 1];
+}
+
+static dt_status rw_one(int i, void *arg)
+{
+    const rw_local *w = arg;
+    int64_t cn = last_dim(w->c, i), cm = cn ? dt__local_numel(w->c, i) / cn : 0;
+    int64_t xn = last_dim(w->x, i), yn = last_dim(w->y, i);
+    /* k: the summed length, from x's layout (its columns, or its rows when transposed) */
+    int64_t k = w->tx ? (xn ? dt__local_numel(w->x, i) / xn : 0) : xn;
+    if (cm == 0 || cn == 0)
+        return DT_OK;
+    if (k == 0) /* no rows here (an uneven shard): a zero summand */
+        return w->be->fill(cm * cn, 0.0f, dt__local_data(w->c, i));
+    return w->be->gemm(w->tx, w->ty, cm, cn, k, 1.0f, dt__local_data(w->x, i),
+                       dt_tensor_dtype(w->x), xn > 1 ? xn : 1, dt__local_data(w->y, i),
+                       dt_tensor_dtype(w->y), yn > 1 ? yn : 1, 0.0f, dt__local_data(w->c, i),
+                       cn);
+}
+
+/* c = x op(y) (or op(x) op(y)) per local block into a new tensor of layout ls, shape shape. */
+static dt_status rw_gemm(const char *op, const dt_tensor *x, const dt_tensor *y, int tx, int ty,
+                         const dt__lspec *ls, const int64_t *shape, dt_tensor **out)
+{
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(x));
+    const dt__ops_backend *be = NULL;
+    dt_status st = dt__ops_backend_for(mesh, op, &be);
+    dt_tensor *c = NULL;
+    if (st == DT_OK)
+        st = dt__tensor_new(mesh, ls, DT_DTYPE_F32, shape, &c);
+    rw_local w = {be, x, y, c, tx, ty};
+    if (st == DT_OK)
+        st = dt__ops_each_local(be, c, rw_one, &w);
+    return dt__ops_finish(be, op, NULL, st, &c, out);
+}
+
+static dt_status rowwise(const char *op, const dt_tensor *a, const dt_tensor *b, int transb,
+                         const dt_layout *layout, dt_tensor **out)
+{
+    int r = dt_tensor_rank(a);
+    const int64_t *as = dt_tensor_shape(a), *bs = dt_tensor_shape(b);
+    if (bs[transb] != as[r - 1])
+        return dt__error(DT_ERR_SHAPE, "%s: inner dims differ (%lld and %lld)", op,
+                         (long long)as[r - 1], (long long)bs[transb]);
+    rw_plan p;
+    rw_plan_of(a, b, transb, &p);
+    int64_t cs[DT_MAX_RANK];
+    memcpy(cs, as, sizeof(int64_t) * (size_t)r);
+    cs[r - 1] = bs[1 - transb];
+    dt_tensor *ra = NULL, *rb = NULL, *c = NULL;
+    dt_status st = dt__ensure_layout(a, &p.a, &ra);
+    if (st == DT_OK)
+        st = dt__ensure_layout(b, &p.b, &rb);
+    if (st == DT_OK)
+        st = rw_gemm(op, ra, rb, 0, transb, &p.c, cs, &c);
+    if (st == DT_OK)
+        st = dt__finish_layout(op, layout, &c);
+    dt_tensor_destroy(ra);
+    dt_tensor_destroy(rb);
+    if (st != DT_OK) {
+        dt_tensor_destroy(c);
+        return st;
+    }
+    *out = c;
+    return DT_OK;
+}
+
+/* dA = dC op(b)^T in a's rows (partial over wn), dB = a^T dC (b [k, n]) or dC^T a ([n, k]),
+ * partial over the mesh dims sharding a's rows. */
+static dt_status rowwise_backward(const char *op, const dt_tensor *a, const dt_tensor *b,
+                                  int transb, const dt_tensor *dc, const dt_layout *da_layout,
+                                  const dt_layout *db_layout, dt_tensor **da_out,
+                                  dt_tensor **db_out)
+{
+    int r = dt_tensor_rank(a);
+    rw_plan p;
+    rw_plan_of(a, b, transb, &p);
+    dt__lspec lc = p.c, la = p.a, lb = p.b;
+    memset(lc.partial, 0, sizeof lc.partial);
+    if (p.wn >= 0)
+        la.partial[p.wn] = 1 + DT_REDUCE_SUM;
+    for (int d = 0; d < r - 1; d++)
+        if (p.a.spec[d] >= 0)
+            lb.partial[p.a.spec[d]] = 1 + DT_REDUCE_SUM;
+    dt_tensor *ra = NULL, *rb = NULL, *rdc = NULL, *da = NULL, *db = NULL;
+    dt_status st = dt__ensure_layout(a, &p.a, &ra);
+    if (st == DT_OK)
+        st = dt__ensure_layout(b, &p.b, &rb);
+    if (st == DT_OK)
+        st = dt__ensure_layout(dc, &lc, &rdc);
+    if (st == DT_OK && da_out)
+        st = rw_gemm(op, rdc, rb, 0, !transb, &la, dt_tensor_shape(a), &da);
+    if (st == DT_OK && da_out)
+        st = dt__finish_layout(op, da_layout, &da);
+    if (st == DT_OK && db_out)
+        st = transb ? rw_gemm(op, rdc, ra, 1, 0, &lb, dt_tensor_shape(b), &db)
+                    : rw_gemm(op, ra, rdc, 1, 0, &lb, dt_tensor_shape(b), &db);
+    if (st == DT_OK && db_out)
+        st = dt__finish_layout(op, db_layout, &db);
+    dt_tensor_destroy(ra);
+    dt_tensor_destroy(rb);
+    dt_tensor_destroy(rdc);
+    if (st != DT_OK) {
+        dt_tensor_destroy(da);
+        dt_tensor_destroy(db);
+        return st;
+    }
+    if (da_out)
+        *da_out = da;
+    if (db_out)
+        *db_out = db;
+    return DT_OK;
+}
+
 static dt_status check_proj(const char *op, const dt_tensor *a, const dt_tensor *b)
 {
     dt_status st = dt__check_tensor(op, "a", a, NULL);
@@ -182,6 +355,8 @@ static dt_status matmul_nd_run(const dt_tensor *a, const dt_tensor *b, int trans
     }
     if (transa)
         return dt__error(DT_ERR_SHAPE, "%s: a projection [..., k] x [k, n] takes no transa", op);
+    if (rows_sharded_inside(a))
+        return rowwise(op, a, b, transb ? 1 : 0, layout, out);
     dt_tensor *a2 = NULL, *c2 = NULL, *c = NULL;
     st = flatten(a, &a2);
     if (st == DT_OK)
@@ -239,6 +414,9 @@ dt_status dt_matmul_nd_backward(const dt_tensor *a, const dt_tensor *b, int tran
     } else {
         if (transa)
             return dt__error(DT_ERR_SHAPE, "%s: a projection takes no transa", op);
+        if (rows_sharded_inside(a))
+            return rowwise_backward(op, a, b, transb ? 1 : 0, dc, da_layout, db_layout, da_out,
+                                    db_out);
         dt_tensor *a2 = NULL, *dc2 = NULL, *da2 = NULL;
         st = flatten(a, &a2);
         if (st == DT_OK)

@@ -355,6 +355,15 @@ static void test_matmul_nd_projection_keeps_the_rows_and_follows_the_2d_rules(vo
                 /* Width sharded like a row-parallel weight: partial over m. */
                 if (two && i == 1 && j == 2)
                     CU_ASSERT(ot_is_partial(y));
+                /* Rows sharded along T (context parallel): computed where they are, T keeps
+                 * its sharding, no gather. */
+                if (two && i >= 3) {
+                    CU_ASSERT_EQUAL(ot_spec(y, 1), i == 3 ? 1 : 0);
+                    if (j == 1 && i == 3)
+                        CU_ASSERT_EQUAL(ot_spec(y, 2), -1); /* m shards T already */
+                    if (j == 1 && i == 4)
+                        CU_ASSERT_EQUAL(ot_spec(y, 0), 1);
+                }
                 dt_tensor *tdy = ot_tensor(dt_tensor_layout(y), DT_DTYPE_F32, ys, dy);
                 dt_tensor *gdx = NULL, *gdw = NULL;
                 DT_ASSERT_OK(dt_matmul_nd_backward(tx, tw, 0, 0, tdy, NULL, NULL, &gdx, &gdw));
