@@ -505,8 +505,6 @@ static dt_status unit_hook(void *arg, int u, dt_segment_phase phase)
     return st == DT_OK ? watch_unit(m, h->tape, u) : st;
 }
 
-/* Opens unit u's segment on the recording tape (when one records and the unit needs one:
- * stage 3's gathers, or a checkpointed block); *open says whether it did. */
 /* Under sequence parallelism the ops whose outputs a block re-runs in the backward pass
  * instead of keeping them: the all-gathers along the sequence (relayouts) and the norms that
  * feed them. So the tape holds no whole-sequence input of a column-parallel matmul (Megatron
@@ -515,6 +513,9 @@ static dt_status unit_hook(void *arg, int u, dt_segment_phase phase)
 #define SEQPAR_RECOMPUTED \
     (DT_OP_BIT(DT_OP_RELAYOUT) | DT_OP_BIT(DT_OP_LAYER_NORM) | DT_OP_BIT(DT_OP_RMS_NORM))
 
+/* Opens unit u's segment on the recording tape (when one records and the unit needs one:
+ * stage 3's gathers, a checkpointed block, or a block under sequence parallelism); *open
+ * says whether it did. */
 static dt_status unit_begin(const gpt *m, pass *p, unit_hook_arg *ha, int u, int *open)
 {
     int L = (int)m->cfg.layers, block = u >= 1 && u <= L;
