@@ -203,11 +203,12 @@ static dt_status rowwise(const char *op, const dt_tensor *a, const dt_tensor *b,
 }
 
 /* dA = dC op(b)^T in a's rows (partial over wn), dB = a^T dC (b [k, n]) or dC^T a ([n, k]),
- * partial over the mesh dims sharding a's rows. */
+ * partial over the mesh dims sharding a's rows; want_da / want_db say which. *da_out and
+ * *db_out get what was made, also on failure (the caller destroys them then). */
 static dt_status rowwise_backward(const char *op, const dt_tensor *a, const dt_tensor *b,
                                   int transb, const dt_tensor *dc, const dt_layout *da_layout,
-                                  const dt_layout *db_layout, dt_tensor **da_out,
-                                  dt_tensor **db_out)
+                                  const dt_layout *db_layout, int want_da, int want_db,
+                                  dt_tensor **da_out, dt_tensor **db_out)
 {
     int r = dt_tensor_rank(a);
     rw_plan p;
@@ -225,28 +226,21 @@ static dt_status rowwise_backward(const char *op, const dt_tensor *a, const dt_t
         st = dt__ensure_layout(b, &p.b, &rb);
     if (st == DT_OK)
         st = dt__ensure_layout(dc, &lc, &rdc);
-    if (st == DT_OK && da_out)
+    if (st == DT_OK && want_da)
         st = rw_gemm(op, rdc, rb, 0, !transb, &la, dt_tensor_shape(a), &da);
-    if (st == DT_OK && da_out)
+    if (st == DT_OK && want_da)
         st = dt__finish_layout(op, da_layout, &da);
-    if (st == DT_OK && db_out)
+    if (st == DT_OK && want_db)
         st = transb ? rw_gemm(op, rdc, ra, 1, 0, &lb, dt_tensor_shape(b), &db)
                     : rw_gemm(op, ra, rdc, 1, 0, &lb, dt_tensor_shape(b), &db);
-    if (st == DT_OK && db_out)
+    if (st == DT_OK && want_db)
         st = dt__finish_layout(op, db_layout, &db);
     dt_tensor_destroy(ra);
     dt_tensor_destroy(rb);
     dt_tensor_destroy(rdc);
-    if (st != DT_OK) {
-        dt_tensor_destroy(da);
-        dt_tensor_destroy(db);
-        return st;
-    }
-    if (da_out)
-        *da_out = da;
-    if (db_out)
-        *db_out = db;
-    return DT_OK;
+    *da_out = da; /* the caller's, destroyed there on failure */
+    *db_out = db;
+    return st;
 }
 
 static dt_status check_proj(const char *op, const dt_tensor *a, const dt_tensor *b)
@@ -411,12 +405,12 @@ dt_status dt_matmul_nd_backward(const dt_tensor *a, const dt_tensor *b, int tran
         if (st == DT_OK && db_out)
             st = transb ? dt_matmul_nd(dc, a, 1, transa, db_layout, &db)
                         : dt_matmul_nd(a, dc, !transa, 0, db_layout, &db);
+    } else if (transa) {
+        return dt__error(DT_ERR_SHAPE, "%s: a projection takes no transa", op);
+    } else if (rows_sharded_inside(a)) {
+        st = rowwise_backward(op, a, b, transb ? 1 : 0, dc, da_layout, db_layout, da_out != NULL,
+                              db_out != NULL, &da, &db);
     } else {
-        if (transa)
-            return dt__error(DT_ERR_SHAPE, "%s: a projection takes no transa", op);
-        if (rows_sharded_inside(a))
-            return rowwise_backward(op, a, b, transb ? 1 : 0, dc, da_layout, db_layout, da_out,
-                                    db_out);
         dt_tensor *a2 = NULL, *dc2 = NULL, *da2 = NULL;
         st = flatten(a, &a2);
         if (st == DT_OK)
