@@ -25,6 +25,8 @@ import torch  # noqa: E402
 CFG = dict(layers=2, width=64, heads=4, vocab=128, context=16)
 B, T, STEPS, LR, WD = 4, 16, 10, 1e-3, 0.1
 TOL = 1e-4
+# Adam's epsilon for the trained-weights check (check_out says why).
+OUT_EPS = 1e-4
 
 
 def losses(text):
@@ -256,15 +258,33 @@ def hf_of(ours, L, C):
     return w
 
 
-def check_out(exe, mpiexec, tool, mesh, nprocs, d, init, toks, common, final):
+def check_out(exe, mpiexec, tool, mesh, nprocs, d, init, toks, common):
     """--out DIR with --zero 3 on one mesh: `dtensor ckpt export --format hf-gpt2` of
     DIR/checkpoint holds exactly HF's tensors (fused c_attn, wte once, no lm_head), each equal
     bit for bit to the trained parameters (--params-out) and close to PyTorch's trained weights;
-    DIR/curves.csv has every step's loss. Returns (passed, failed)."""
+    DIR/curves.csv has every step's loss. Returns (passed, failed).
+
+    Both sides train with Adam's epsilon OUT_EPS here, not 1e-8. Adam's update
+    m/(sqrt(v) + eps) moves by at most 2 |dg| / eps when the gradients move by dg, so rounding
+    dg in the gradients moves a weight by at most STEPS * LR * 2 |dg| / eps after STEPS steps.
+    With eps = 1e-8 that bound is 2000 |dg|: a weight whose true gradient is near zero (the key
+    bias's is exactly zero) takes +-LR steps whose signs the rounding picks, and differed from
+    PyTorch by 1.6e-3 of its tensor's largest value on one OpenBLAS kernel and 1e-4 on
+    another. With eps = 1e-4 it is 0.2 |dg|: the gradients agree within 1e-6 of their largest
+    values (step 0's check), so the weights must agree far inside 5e-4 of theirs on any
+    machine (seen: 6e-7 to 1.3e-6 with OpenBLAS's Prescott, Haswell and SkylakeX kernels). The
+    losses above are compared at eps = 1e-8."""
     out, pout = os.path.join(d, "out-" + os.path.basename(mesh)), os.path.join(d, "pout")
     hf = os.path.join(d, "export.safetensors")
+    fpath = os.path.join(d, "ref_final.safetensors")
+    with contextlib.redirect_stdout(io.StringIO()):
+        gpt2_ref.train(argparse.Namespace(init=init, data=toks, heads=CFG["heads"], batch=B,
+                                          context=T, steps=STEPS, lr=LR, weight_decay=WD,
+                                          beta1=0.9, beta2=0.999, eps=OUT_EPS, clip=1.0,
+                                          grads_out=None, final_out=fpath))
+    final = gpt2_ref.st_read(fpath)
     r = run([exe, "--init", init, "--data", toks, "--mesh", mesh, "--zero", "3", "--out", out,
-             "--params-out", pout] + common, nprocs, mpiexec)
+             "--params-out", pout, "--eps", str(OUT_EPS)] + common, nprocs, mpiexec)
     e = subprocess.run([tool, "ckpt", "export", "--format", "hf-gpt2",
                         os.path.join(out, "checkpoint"), hf], capture_output=True, text=True) \
         if r.returncode == 0 else r
@@ -286,16 +306,12 @@ def check_out(exe, mpiexec, tool, mesh, nprocs, d, init, toks, common, final):
     want, got = hf_of(ours, L, C), gpt2_ref.st_read(hf)
     bad = [n for n in want if n not in got or not torch.equal(got[n], want[n])]
     bad += [f"{n} (not expected)" for n in got if n not in want]
-    # PyTorch's trained weights: close, except the key bias (its true gradient is zero, both
-    # sides' rounding noise goes through Adam's normalisation), compared on its q and v parts.
+    # PyTorch's trained weights, every element (OUT_EPS above says why they must agree).
     worst = 0.0
     for n, t in final.items():
-        a, b = got.get(n), t
-        if a is None:
-            continue
-        if n.endswith("c_attn.bias"):
-            a, b = torch.cat([a[:C], a[2 * C:]]), torch.cat([b[:C], b[2 * C:]])
-        worst = max(worst, (a - b).abs().max().item() / b.abs().max().item())
+        a = got.get(n)
+        if a is not None:
+            worst = max(worst, (a - t).abs().max().item() / t.abs().max().item())
     csv = [line.split(",") for line in open(os.path.join(out, "curves.csv")).read().split()[1:]]
     lo = losses(r.stdout)
     csv_ok = len(csv) == len(lo) == STEPS and all(
@@ -359,22 +375,20 @@ def check_refusal(exe, mpiexec, mesh, nprocs, d, toks):
 
 def prepare(d):
     """In d: CFG's init (safetensors, config.json), the tokens, and PyTorch's 10 steps from
-    them. Returns (init, toks, PyTorch's output, its step-0 gradients, its final weights'
-    path)."""
+    them. Returns (init, toks, PyTorch's output, its step-0 gradients)."""
     init, toks = os.path.join(d, "init.safetensors"), os.path.join(d, "train.bin")
     gpt2_ref.make_init(argparse.Namespace(out=init, seed=1, **CFG))
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write('{"n_head": %d}' % CFG["heads"])
     gpt2_ref.make_tokens(argparse.Namespace(out=toks, tokens=2000, vocab=CFG["vocab"], seed=2))
     gpath = os.path.join(d, "ref_grads.safetensors")
-    fpath = os.path.join(d, "ref_final.safetensors")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         gpt2_ref.train(argparse.Namespace(init=init, data=toks, heads=CFG["heads"], batch=B,
                                           context=T, steps=STEPS, lr=LR, weight_decay=WD,
                                           beta1=0.9, beta2=0.999, eps=1e-8, clip=1.0,
-                                          grads_out=gpath, final_out=fpath))
-    return init, toks, buf.getvalue(), gpt2_ref.st_read(gpath), fpath
+                                          grads_out=gpath))
+    return init, toks, buf.getvalue(), gpt2_ref.st_read(gpath)
 
 
 def check_odd_vocab(exe, mpiexec, tool, tp, d, common):
@@ -386,7 +400,7 @@ def check_odd_vocab(exe, mpiexec, tool, tp, d, common):
     CFG["vocab"] = 127
     od = os.path.join(d, "odd")
     os.mkdir(od)
-    init, toks, ref, g, fpath = prepare(od)
+    init, toks, ref, g = prepare(od)
     llmc = os.path.join(od, "init.bin")
     gpt2_ref.llmc_write(llmc, gpt2_ref.st_read(init), CFG["heads"])
     passed = failed = 0
@@ -394,8 +408,8 @@ def check_odd_vocab(exe, mpiexec, tool, tp, d, common):
         print(f"vocabulary 127, {os.path.basename(source)}:", end=" ")
         p, f = check_mesh(exe, mpiexec, tp[0][0], tp[0][1], od, source, toks, common, ref, g)
         passed, failed = passed + p, failed + f
-    checks = [check_out(exe, mpiexec, tool, tp[-1][0], tp[-1][1], od, init, toks, common,
-                        gpt2_ref.st_read(fpath))] if tool else []
+    checks = [check_out(exe, mpiexec, tool, tp[-1][0], tp[-1][1], od, init, toks, common)] \
+        if tool else []
     multi = [(m, n) for m, n in tp if n > 1] or tp
     checks.append(check_resume(exe, mpiexec, multi[0][0], multi[0][1], od, init, toks, common))
     for p, f in checks:
@@ -403,11 +417,31 @@ def check_odd_vocab(exe, mpiexec, tool, tp, d, common):
     return passed, failed
 
 
+# The CPU flag each OpenBLAS kernel the suite forces (OPENBLAS_CORETYPE, meson.build) needs.
+CORE_FLAGS = {"prescott": "pni", "haswell": "avx2", "skylakex": "avx512f"}
+
+
+def cpu_lacks_core():
+    """The OPENBLAS_CORETYPE this test was given, when this CPU cannot run it (else None)."""
+    core = os.environ.get("OPENBLAS_CORETYPE", "")
+    flag = CORE_FLAGS.get(core.lower())
+    if not flag:
+        return None
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f
+                      if line.startswith("flags")), [])
+    return None if flag in flags else core
+
+
 def main():
     """argv: train_gpt2, mpiexec, then MESH.yaml:PROCESSES for each mesh, and --extras (the
     random init on every mesh, the learning-rate schedule on the first mesh, --zero 3 against
     --zero 1 on the multi-process meshes, the refusal of heads model does not divide, and with
     --tool=DTENSOR --out and its export on the last tensor-parallel mesh)."""
+    lacks = cpu_lacks_core()
+    if lacks:
+        print(f"OPENBLAS_CORETYPE={lacks}: this CPU lacks {CORE_FLAGS[lacks.lower()]}: skipped")
+        return 77
     exe, mpiexec = sys.argv[1], sys.argv[2]
     extras = "--extras" in sys.argv[3:]
     tool = next((a[len("--tool="):] for a in sys.argv[3:] if a.startswith("--tool=")), None)
@@ -418,7 +452,7 @@ def main():
     common = ["--batch", str(B), "--context", str(T), "--steps", str(STEPS), "--lr", str(LR),
               "--weight-decay", str(WD)]
     try:
-        init, toks, ref, g, fpath = prepare(d)
+        init, toks, ref, g = prepare(d)
         for mesh, nprocs in meshes:
             p, f = check_mesh(exe, mpiexec, mesh, nprocs, d, init, toks, common, ref, g)
             passed, failed = passed + p, failed + f
@@ -439,7 +473,7 @@ def main():
                        for m, n in meshes if n > 1]
             if tool and tp:
                 checks.append(check_out(exe, mpiexec, tool, tp[-1][0], tp[-1][1], d, init, toks,
-                                        common, gpt2_ref.st_read(fpath)))
+                                        common))
             checks += [check_refusal(exe, mpiexec, tp[0][0], tp[0][1], d, toks)] if tp else []
             for p, f in checks:
                 passed, failed = passed + p, failed + f
