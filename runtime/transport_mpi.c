@@ -144,8 +144,7 @@ typedef struct tally {
     int64_t nsend, send_bytes, nrecv, recv_bytes;
 } tally;
 
-static const char different[] = "the clients asked for different relayouts (other layouts, "
-                                "shapes or calls; DT_CHECK_COLLECTIVES=1 names both calls)";
+static const char different[] = DT__MISMATCH_HINT;
 
 /* After the wait (st: its outcome, DT_OK or DT_ERR_COMM): each receive got exactly the bytes
  * of its box, else DT_ERR_STATE naming the peer (a sender in another call, or with another
@@ -213,13 +212,19 @@ static dt_status check_tallies(const int *peer, const tally *mine, const tally *
         if (t->nrecv == m->nsend && t->recv_bytes == m->send_bytes && t->nsend == m->nrecv &&
             t->send_bytes == m->recv_bytes)
             continue;
-        return dt__error(DT_ERR_STATE, "relayout exchange: client %d expects %lld bytes in %lld "
-                         "box(es) from this client, which sends it %lld in %lld, and sends %lld "
-                         "bytes in %lld box(es) where this client expects %lld in %lld: %s",
-                         peer[k], (long long)t->recv_bytes, (long long)t->nrecv,
-                         (long long)m->send_bytes, (long long)m->nsend,
-                         (long long)t->send_bytes, (long long)t->nsend,
-                         (long long)m->recv_bytes, (long long)m->nrecv, different);
+        /* Only the directions that disagree, each from the sender's side. */
+        char in[160] = "", out[160] = "";
+        if (t->nsend != m->nrecv || t->send_bytes != m->recv_bytes)
+            snprintf(in, sizeof in, "client %d sends %lld bytes in %lld box(es) where this "
+                     "client expects %lld in %lld", peer[k], (long long)t->send_bytes,
+                     (long long)t->nsend, (long long)m->recv_bytes, (long long)m->nrecv);
+        if (t->nrecv != m->nsend || t->recv_bytes != m->send_bytes)
+            snprintf(out, sizeof out, "this client sends %lld bytes in %lld box(es) where "
+                     "client %d expects %lld in %lld", (long long)m->send_bytes,
+                     (long long)m->nsend, peer[k], (long long)t->recv_bytes,
+                     (long long)t->nrecv);
+        return dt__error(DT_ERR_STATE, "relayout exchange: %s%s%s: %s", in,
+                         in[0] && out[0] ? "; " : "", out, different);
     }
     return DT_OK;
 }
