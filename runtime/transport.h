@@ -121,6 +121,12 @@ typedef struct dt__transport {
     dt_status (*views_done)(void *token);
 } dt__transport;
 
+/* The end of every transport's message for a receive of another size than expected (clients
+ * that asked one relayout for different layouts), so that they all read alike. */
+#define DT__MISMATCH_HINT                                                                  \
+    "the clients asked for different relayouts (other layouts, shapes or calls; "         \
+    "DT_CHECK_COLLECTIVES=1 names both calls)"
+
 /* The MPI transport for host memory (runtime/transport_mpi.c). */
 const dt__transport *dt__transport_mpi(void);
 /* The same-host shared-memory transport (runtime/transport_shm.c), NULL while the shm pool

@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 #include "runtime/group.h"
 #include "runtime/transport.h"
+#include "runtime/util.h"
 
 enum { PACK_RUN_BYTES = 64 << 10 };
 
@@ -132,7 +133,18 @@ static void mpi_release(dt__xfer_cache *cache)
     cache->state = NULL;
 }
 
-enum { RELAYOUT_TAG = 7101 };
+enum { RELAYOUT_TAG = 7101, TALLY_TAG = 7102 };
+
+/* What this client moves with one peer in an exchange: boxes and bytes it sends there and
+ * receives from there. Sent to the peer beside the data (TALLY_TAG), so that both clients of
+ * every pair compare the same two tallies and come to the same verdict in the same round: a
+ * receiver that got fewer or more bytes than it expected fails, and so does its sender, whose
+ * own receives may all have looked right (issue 45). */
+typedef struct tally {
+    int64_t nsend, send_bytes, nrecv, recv_bytes;
+} tally;
+
+static const char different[] = DT__MISMATCH_HINT;
 
 /* After the wait (st: its outcome, DT_OK or DT_ERR_COMM): each receive got exactly the bytes
  * of its box, else DT_ERR_STATE naming the peer (a sender in another call, or with another
@@ -149,19 +161,102 @@ static dt_status check_received(const dt__xfer *recvs, size_t nrecvs, MPI_Status
             if (cls == MPI_ERR_TRUNCATE)
                 return dt__error(DT_ERR_STATE, "relayout exchange: client %d sent more than "
                                  "the %zu bytes this client expected from it (MPI_ERR_TRUNCATE): "
-                                 "the clients are not in the same relayout (DT_CHECK_COLLECTIVES=1 "
-                                 "names both calls)", recvs[i].peer, want);
+                                 "%s", recvs[i].peer, want, different);
             continue;
         }
         int got = 0;
         if (MPI_Get_count(&stats[i], MPI_BYTE, &got) != MPI_SUCCESS || got == MPI_UNDEFINED ||
             (size_t)got != want)
             return dt__error(DT_ERR_STATE, "relayout exchange: client %d sent %d bytes where "
-                             "this client expected %zu: the clients are not in the same relayout "
-                             "(DT_CHECK_COLLECTIVES=1 names both calls)", recvs[i].peer, got,
-                             want);
+                             "this client expected %zu: %s", recvs[i].peer, got, want,
+                             different);
     }
     return st;
+}
+
+/* The peers of an exchange (each once, in order of first appearance) and this client's tally
+ * with each. */
+static size_t exchange_peers(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                             size_t nrecvs, int *peer, tally *mine)
+{
+    size_t np = 0;
+    for (size_t i = 0; i < nsends + nrecvs; i++) {
+        int sending = i >= nrecvs;
+        const dt__xfer *x = sending ? &sends[i - nrecvs] : &recvs[i];
+        size_t k = 0;
+        while (k < np && peer[k] != x->peer)
+            k++;
+        if (k == np) {
+            peer[np] = x->peer;
+            memset(&mine[np++], 0, sizeof *mine);
+        }
+        int64_t bytes = (int64_t)dt__region_bytes(&x->region);
+        if (sending) {
+            mine[k].nsend++;
+            mine[k].send_bytes += bytes;
+        } else {
+            mine[k].nrecv++;
+            mine[k].recv_bytes += bytes;
+        }
+    }
+    return np;
+}
+
+/* DT_ERR_STATE naming the first peer whose tally does not mirror this client's, else DT_OK.
+ * The peer finds the same pair of tallies (mirrored) and fails too. */
+static dt_status check_tallies(const int *peer, const tally *mine, const tally *theirs,
+                               size_t np)
+{
+    for (size_t k = 0; k < np; k++) {
+        const tally *m = &mine[k], *t = &theirs[k];
+        if (t->nrecv == m->nsend && t->recv_bytes == m->send_bytes && t->nsend == m->nrecv &&
+            t->send_bytes == m->recv_bytes)
+            continue;
+        /* Only the directions that disagree, each from the sender's side. */
+        char in[160] = "", out[160] = "";
+        if (t->nsend != m->nrecv || t->send_bytes != m->recv_bytes)
+            snprintf(in, sizeof in, "client %d sends %lld bytes in %lld box(es) where this "
+                     "client expects %lld in %lld", peer[k], (long long)t->send_bytes,
+                     (long long)t->nsend, (long long)m->recv_bytes, (long long)m->nrecv);
+        if (t->nrecv != m->nsend || t->recv_bytes != m->send_bytes)
+            snprintf(out, sizeof out, "this client sends %lld bytes in %lld box(es) where "
+                     "client %d expects %lld in %lld", (long long)m->send_bytes,
+                     (long long)m->nsend, peer[k], (long long)t->recv_bytes,
+                     (long long)t->nrecv);
+        return dt__error(DT_ERR_STATE, "relayout exchange: %s%s%s: %s", in,
+                         in[0] && out[0] ? "; " : "", out, different);
+    }
+    return DT_OK;
+}
+
+/* After a tally mismatch with equal box counts every message still meets a posted receive
+ * (of another size: short, or MPI_ERR_TRUNCATE): each request is waited on alone, so that a
+ * failed one does not drop the others and the next exchange finds nothing left behind. With
+ * other counts messages are left behind: DT_ERR_COMM (tear the runtime down). */
+static dt_status drain_mismatched(MPI_Request *reqs, const int *peers, size_t nreq,
+                                  size_t nrecvs, const tally *mine, const tally *theirs,
+                                  size_t np)
+{
+    char verdict[512];
+    dt__strlcpy(verdict, dt_last_error(), sizeof verdict);
+    for (size_t k = 0; k < np; k++)
+        if (theirs[k].nrecv != mine[k].nsend || theirs[k].nsend != mine[k].nrecv) {
+            for (size_t i = 0; i < nreq; i++) {
+                if (i < nrecvs)
+                    MPI_Cancel(&reqs[i]);
+                MPI_Request_free(&reqs[i]); /* a send goes on, or stays, in MPI's hands */
+            }
+            return dt__error(DT_ERR_COMM, "%s; the numbers of boxes differ too, so messages "
+                             "are left behind: tear the runtime down", verdict);
+        }
+    for (size_t i = 0; i < nreq; i++) {
+        MPI_Status s;
+        dt_status st = dt__wait_watched_status(&reqs[i], &peers[i], 1, 0, "relayout exchange",
+                                               &s);
+        if (st == DT_ERR_TIMEOUT)
+            return st;
+    }
+    return dt__error(DT_ERR_STATE, "%s", verdict);
 }
 
 static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
@@ -190,12 +285,15 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
                              "(client %d)", r->dev->kind->name,
                              i < nrecvs ? recvs[i].peer : sends[i - nrecvs].peer);
     }
-    MPI_Request *reqs = malloc(n * sizeof *reqs);
+    /* Requests: the tallies' 2 * np first (receives, then sends), then the data's n. */
+    MPI_Request *reqs = malloc((3 * n) * sizeof *reqs);
     MPI_Datatype *temps = malloc(n * sizeof *temps);
-    int *peers = malloc(n * sizeof *peers);
+    int *peers = malloc((3 * n) * sizeof *peers);
     void **packed = calloc(n, sizeof *packed);
     MPI_Status *stats = calloc(n, sizeof *stats);
-    if (!reqs || !temps || !peers || !packed || !stats) {
+    tally *tallies = malloc(2 * n * sizeof *tallies);
+    if (!reqs || !temps || !peers || !packed || !stats || !tallies) {
+        free(tallies);
         free(stats);
         free(reqs);
         free(temps);
@@ -203,13 +301,31 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
         free(packed);
         return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu MPI requests", n);
     }
-    size_t nreq = 0, ntemp = 0;
+    tally *mine = tallies, *theirs = tallies + n;
+    size_t np = exchange_peers(sends, nsends, recvs, nrecvs, peers, mine);
+    size_t ntally = 0, ntemp = 0;
+    int rc = MPI_SUCCESS;
+    for (size_t k = 0; k < np && rc == MPI_SUCCESS; k++)
+        if ((rc = MPI_Irecv(&theirs[k], (int)sizeof *theirs, MPI_BYTE, peers[k], TALLY_TAG,
+                            comm, &reqs[ntally])) == MPI_SUCCESS)
+            ntally++;
+    for (size_t k = 0; k < np && rc == MPI_SUCCESS; k++)
+        if ((rc = MPI_Isend(&mine[k], (int)sizeof *mine, MPI_BYTE, peers[k], TALLY_TAG, comm,
+                            &reqs[ntally])) == MPI_SUCCESS)
+            ntally++;
+    for (size_t k = 0; k < np; k++)
+        peers[np + k] = peers[k];
+    if (rc != MPI_SUCCESS)
+        st = mpi_fail(rc, "Isend/Irecv of a tally");
+    MPI_Request *dreqs = reqs + 2 * np;
+    int *dpeers = peers + 2 * np;
+    size_t ndata = 0;
     /* Receives first, so that eager sends find their buffers posted. */
     for (size_t i = 0; i < n && st == DT_OK; i++) {
         const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
         MPI_Datatype type = MPI_DATATYPE_NULL;
         void *buf = x->region.base;
-        int count = 1, owned = 0, rc;
+        int count = 1, owned = 0;
         if (needs_packing(&x->region) && dt__region_bytes(&x->region) > 0 &&
             dt__region_bytes(&x->region) <= (size_t)INT32_MAX) {
             packed[i] = malloc(dt__region_bytes(&x->region));
@@ -231,26 +347,39 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
                 temps[ntemp++] = type;
         }
         if (i < nrecvs)
-            rc = MPI_Irecv(buf, count, type, x->peer, RELAYOUT_TAG, comm, &reqs[nreq]);
+            rc = MPI_Irecv(buf, count, type, x->peer, RELAYOUT_TAG, comm, &dreqs[ndata]);
         else
-            rc = MPI_Isend(buf, count, type, x->peer, RELAYOUT_TAG, comm, &reqs[nreq]);
+            rc = MPI_Isend(buf, count, type, x->peer, RELAYOUT_TAG, comm, &dreqs[ndata]);
         if (rc != MPI_SUCCESS)
             st = mpi_fail(rc, i < nrecvs ? "Irecv" : "Isend");
         else
-            peers[nreq++] = x->peer;
+            dpeers[ndata++] = x->peer;
     }
     if (st == DT_OK && local_work)
         local_work(arg);
-    if (nreq) {
-        dt_status wst = dt__wait_watched_status(reqs, peers, (int)nreq, 0, "relayout exchange",
-                                                stats);
+    /* The tallies first: they went out before the data, and a failed data wait would drop
+     * them. Then the data, waited alike by both clients of each pair. */
+    dt_status tst = ntally ? dt__wait_watched(reqs, peers, (int)ntally, 0,
+                                              "relayout exchange (tallies)")
+                           : DT_OK;
+    if (st == DT_OK)
+        st = tst;
+    dt_status verdict = st == DT_OK ? check_tallies(peers, mine, theirs, np) : DT_OK;
+    if (ndata && verdict != DT_OK) {
+        st = ndata == n ? drain_mismatched(dreqs, dpeers, ndata, nrecvs, mine, theirs, np)
+                        : verdict;
+    } else if (ndata) {
+        dt_status wst = dt__wait_watched_status(dreqs, dpeers, (int)ndata, 0,
+                                                "relayout exchange", stats);
         /* Receives were posted first, so request i < nrecvs is recvs[i]'s when all went. */
         if (wst == DT_OK && st == DT_OK)
             wst = check_received(recvs, nrecvs, stats, DT_OK);
-        else if (wst == DT_ERR_COMM && st == DT_OK && nreq == n)
+        else if (wst == DT_ERR_COMM && st == DT_OK && ndata == n)
             wst = check_received(recvs, nrecvs, stats, wst);
         if (st == DT_OK)
             st = wst;
+    } else if (st == DT_OK) {
+        st = verdict;
     }
     for (size_t i = 0; i < nrecvs && st == DT_OK; i++)
         if (packed[i])
@@ -264,25 +393,73 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     free(peers);
     free(reqs);
     free(stats);
+    free(tallies);
     return st;
 }
 
+/* What a member runs in one of the relayout's collectives, agreed over the line's group
+ * before any data moves: members that asked for different relayouts (an all-gather here, an
+ * all-to-all there, or other blocks) would otherwise run mismatched collectives, which MPI
+ * does not check (a smaller block fits, and the client getting it returns wrong data). */
+typedef struct coll_card {
+    int32_t client, kind;
+    int64_t bytes;
+} coll_card;
+
+static const char *coll_name(int kind)
+{
+    return kind == DT__COLL_ALLGATHER ? "all-gather" : kind == DT__COLL_ALLTOALL ? "all-to-all"
+                                                                                 : "collective";
+}
+
+/* DT_ERR_STATE naming the first member of c whose card differs from this client's. */
+static dt_status check_cards(const dt__coll *c, const coll_card *cards, const char *what)
+{
+    const coll_card *mine = &cards[c->rank];
+    for (int j = 0; j < c->nmembers; j++) {
+        const coll_card *o = &cards[j];
+        if (o->kind == mine->kind && o->bytes == mine->bytes)
+            continue;
+        return dt__error(DT_ERR_STATE, "%s: client %d asked for an %s of %lld-byte blocks where "
+                         "this client asked for an %s of %lld-byte blocks: %s", what, o->client,
+                         coll_name(o->kind), (long long)o->bytes, coll_name(mine->kind),
+                         (long long)mine->bytes, different);
+    }
+    return DT_OK;
+}
+
+static void coll_what(const dt__coll *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "relayout %s over %d clients (group of client %d)", coll_name(c->kind),
+             c->nmembers, c->clients[0]);
+}
+
 /* The relayout's collectives over a mesh dim's line (docs/transports.md, "Collectives"):
- * all started as nonblocking collectives on the line's cached communicator (the caller orders
- * them alike on every member, so lines sharing a communicator match), then each waited under
- * the watchdog. Data only: reductions are summed by the caller in member order. */
+ * each line's members first agree on what they run (coll_card, one small all-gather per
+ * collective, all started at once), then the data collectives whose line agreed are started
+ * as nonblocking collectives on the line's cached communicator (the caller orders them alike
+ * on every member, so lines sharing a communicator match) and each waited under the
+ * watchdog. Data only: reductions are summed by the caller in member order. */
 static dt_status mpi_collective(const dt__coll *colls, size_t n)
 {
-    dt_status st = DT_OK;
+    dt_status st = DT_OK, agreed = DT_OK;
+    size_t ncards = 0;
+    for (size_t i = 0; i < n; i++)
+        ncards += colls[i].nmembers > 0 ? (size_t)colls[i].nmembers : 0;
     MPI_Request *reqs = calloc(n + 1, sizeof *reqs);
     const dt__group **groups = calloc(n + 1, sizeof *groups);
+    coll_card *cards = calloc(ncards + n + 1, sizeof *cards), *mine = cards + ncards;
+    int *ok = calloc(n + 1, sizeof *ok);
     size_t started = 0;
-    if (!reqs || !groups) {
+    if (!reqs || !groups || !cards || !ok) {
+        free(ok);
+        free(cards);
         free(reqs);
         free(groups);
         return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu collectives", n);
     }
-    for (size_t i = 0; i < n && st == DT_OK; i++) {
+    size_t off = 0;
+    for (size_t i = 0; i < n && st == DT_OK; i++, started++) {
         const dt__coll *c = &colls[i];
         int rc;
         if (c->dev && !c->dev->kind->host_visible)
@@ -298,6 +475,46 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
             st = dt__clients_group(c->nmembers, c->clients, &groups[i]);
         if (st != DT_OK)
             break;
+        mine[i] = (coll_card){dt_client_id(), (int32_t)c->kind, (int64_t)c->bytes};
+        rc = MPI_Iallgather(&mine[i], (int)sizeof *mine, MPI_BYTE, &cards[off],
+                            (int)sizeof *mine, MPI_BYTE, groups[i]->comm, &reqs[i]);
+        off += (size_t)c->nmembers;
+        if (rc != MPI_SUCCESS) {
+            reqs[i] = MPI_REQUEST_NULL;
+            st = mpi_fail(rc, "Iallgather (the relayout's agreement)");
+        }
+    }
+    /* Agreements first, each on its line: members of one line come to the same verdict. */
+    off = 0;
+    for (size_t i = 0; i < started; i++) {
+        char what[96];
+        coll_what(&colls[i], what, sizeof what);
+        if (reqs[i] == MPI_REQUEST_NULL) {
+            off += (size_t)colls[i].nmembers;
+            continue;
+        }
+        dt_status wst = dt__wait_watched_group(&reqs[i], colls[i].clients, colls[i].nmembers,
+                                               0, what);
+        if (wst == DT_OK) {
+            wst = check_cards(&colls[i], &cards[off], what);
+            ok[i] = wst == DT_OK;
+            if (agreed == DT_OK && wst != DT_OK)
+                agreed = wst;
+        } else if (st == DT_OK) {
+            st = wst;
+        }
+        off += (size_t)colls[i].nmembers;
+    }
+    int failed = st != DT_OK; /* not only a disagreement: nothing more is started */
+    if (st == DT_OK && agreed != DT_OK)
+        st = agreed;
+    /* The data of every line that agreed: its other members run it too. */
+    for (size_t i = 0; i < started; i++) {
+        const dt__coll *c = &colls[i];
+        int rc;
+        reqs[i] = MPI_REQUEST_NULL;
+        if (!ok[i] || failed)
+            continue;
         MPI_Comm comm = groups[i]->comm;
         if (c->kind == DT__COLL_ALLGATHER)
             rc = MPI_Iallgather(c->send, (int)c->bytes, MPI_BYTE, c->recv, (int)c->bytes,
@@ -305,22 +522,25 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
         else
             rc = MPI_Ialltoall(c->send, (int)c->bytes, MPI_BYTE, c->recv, (int)c->bytes,
                                MPI_BYTE, comm, &reqs[i]);
-        if (rc != MPI_SUCCESS)
-            st = mpi_fail(rc, c->kind == DT__COLL_ALLGATHER ? "Iallgather" : "Ialltoall");
-        else
-            started++;
+        if (rc != MPI_SUCCESS) {
+            reqs[i] = MPI_REQUEST_NULL;
+            if (st == DT_OK)
+                st = mpi_fail(rc, c->kind == DT__COLL_ALLGATHER ? "Iallgather" : "Ialltoall");
+        }
     }
     /* Started collectives are waited for even after a failure: their buffers are in use. */
     for (size_t i = 0; i < started; i++) {
+        if (reqs[i] == MPI_REQUEST_NULL)
+            continue;
         char what[96];
-        snprintf(what, sizeof what, "relayout %s over %d clients (group of client %d)",
-                 colls[i].kind == DT__COLL_ALLGATHER ? "all-gather" : "all-to-all",
-                 colls[i].nmembers, colls[i].clients[0]);
+        coll_what(&colls[i], what, sizeof what);
         dt_status wst = dt__wait_watched_group(&reqs[i], colls[i].clients, colls[i].nmembers,
                                                0, what);
         if (st == DT_OK)
             st = wst;
     }
+    free(ok);
+    free(cards);
     free(reqs);
     free(groups);
     return st;

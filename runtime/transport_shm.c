@@ -240,8 +240,7 @@ static int try_read(run *r, op *o, dt_status *st)
         dt__shape_str(g->rank, g->count, want, sizeof want);
         dt__shape_str(g->rank, d.count, sent_box, sizeof sent_box);
         *st = dt__error(DT_ERR_STATE, "shm transport: client %d offered a box %s of %llu bytes "
-                        "where this client expected %s of %zu: the clients are not in the same "
-                        "relayout (DT_CHECK_COLLECTIVES=1 names both calls)", o->x->peer,
+                        "where this client expected %s of %zu: " DT__MISMATCH_HINT, o->x->peer,
                         sent_box, (unsigned long long)d.bytes, want, dt__region_bytes(g));
         return 1;
     }

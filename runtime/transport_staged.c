@@ -230,8 +230,7 @@ static dt_status complete(live *l, int slot, MPI_Request *req, MPI_Status *statu
         if (MPI_Get_count(status, MPI_BYTE, &got) != MPI_SUCCESS || got == MPI_UNDEFINED ||
             (size_t)got != dt__region_bytes(&box))
             return dt__error(DT_ERR_STATE, "staged transport: client %d sent a chunk of %d "
-                             "bytes where this client expected %zu: the clients are not in the "
-                             "same relayout (DT_CHECK_COLLECTIVES=1 names both calls)",
+                             "bytes where this client expected %zu: " DT__MISMATCH_HINT,
                              l->x->peer, got, dt__region_bytes(&box));
         size_t bytes;
         dt_status st = chunk_copy(l, l->chunk_in[slot], slot, &bytes);
@@ -335,8 +334,8 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
                     MPI_Error_class(stats[j].MPI_ERROR, &cls);
                 if (cls == MPI_ERR_TRUNCATE)
                     st = dt__error(DT_ERR_STATE, "staged transport: client %d sent a larger "
-                                   "chunk than this client expected (MPI_ERR_TRUNCATE): the "
-                                   "clients are not in the same relayout", peers[done[j]]);
+                                   "chunk than this client expected (MPI_ERR_TRUNCATE): "
+                                   DT__MISMATCH_HINT, peers[done[j]]);
             }
             break;
         }
