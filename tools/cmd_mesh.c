@@ -86,7 +86,15 @@ static int show_all(const char *file, int n)
     printf(" (--name NAME shows one)\n");
     for (int i = 0; i < count && i < n && rc == CLI_OK; i++) {
         printf("\n");
-        rc = show_one(file, NULL, names[i]);
+        int seen = 0; /* --name picks the first mesh of a name: a second cannot be shown */
+        for (int k = 0; k < i; k++)
+            seen |= strcmp(names[k], names[i]) == 0;
+        if (seen)
+            printf("mesh %d of %d: %s%s%s as an earlier one: not shown (give it a name of "
+                   "its own)\n", i + 1, count, names[i][0] ? "named '" : "unnamed,",
+                   names[i], names[i][0] ? "'" : "");
+        else
+            rc = show_one(file, NULL, names[i]);
     }
     free(names);
     return rc;
