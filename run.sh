@@ -17,17 +17,27 @@ if [ "${1:-}" = test ]; then ./scripts/setup.sh openmpi mpich slurm; else ./scri
 
 jobs=$(nproc 2>/dev/null || echo 2)
 
-configure() {  # configure DIR [meson options...]
+setup() {  # setup DIR [meson options...]: configure DIR once
   local dir=$1; shift
   if [ ! -f "$dir/build.ninja" ]; then
+    echo "== meson setup $dir $* (log: $dir.setup.log)"
     meson setup "$dir" "$@" >"$dir.setup.log" 2>&1 || { cat "$dir.setup.log" >&2; exit 1; }
   fi
-  ninja -C "$dir" -j "$jobs" >/dev/null || ninja -C "$dir" -j 1
+}
+
+configure() {  # configure DIR [meson options...]: set up and build everything there
+  setup "$@"
+  ninja -C "$1" -j "$jobs" >/dev/null || ninja -C "$1" -j 1
 }
 
 case "${1:-}" in
   example)
-    configure build
+    # Only what the example runs (not the tests and benchmarks), with ninja's progress shown.
+    setup build
+    targets=$(./examples/run_example.sh build --targets)
+    echo "== ninja -C build $targets"
+    # shellcheck disable=SC2086
+    ninja -C build -j "$jobs" $targets
     exec ./examples/run_example.sh build
     ;;
   test)

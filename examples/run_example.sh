@@ -7,10 +7,11 @@
 # checkpoint (the same mesh on another number of processes) and finish at step 2000. Then it
 # verifies the checkpoint with the dtensor tool and prints where the checkpoints, the curves
 # and the plot are (the plot spans both runs).
-# Usage: examples/run_example.sh [BUILD_DIR] [--mlp] [--tour]
+# Usage: examples/run_example.sh [BUILD_DIR] [--mlp] [--tour] [--targets]
 #   --mlp    the quick run instead: the MLP of examples/train_mlp.c on the UCI digits, 2x2
 #            mesh, NP processes (a few seconds)
 #   --tour   afterwards also run the mesh and checkpoint tours (mesh_demo, ckpt_tour)
+#   --targets  print the ninja targets this run needs and exit (./run.sh example builds them)
 # Environment: OUT (default BUILD_DIR/example) is where the run writes; TRAIN_ARGS extra
 # options for the trainer (e.g. "--precision bf16"); NP (--mlp only; default 2) the number of
 # processes. Processes start through BUILD_DIR/mpiexec, the launcher of the MPI that build
@@ -21,13 +22,23 @@ build=${1:-build}
 shift || true
 mlp=0
 tour=0
+list_targets=0
 for a in "$@"; do
   case "$a" in
     --mlp) mlp=1 ;;
     --tour) tour=1 ;;
-    *) echo "usage: examples/run_example.sh [BUILD_DIR] [--mlp] [--tour]" >&2; exit 2 ;;
+    --targets) list_targets=1 ;;
+    *) echo "usage: examples/run_example.sh [BUILD_DIR] [--mlp] [--tour] [--targets]" >&2
+       exit 2 ;;
   esac
 done
+if [ "$list_targets" = 1 ]; then  # what the run below starts (BUILD_DIR/mpiexec: meson setup)
+  targets="tools/dtensor"
+  if [ "$mlp" = 1 ]; then targets+=" examples/train_mlp"; else targets+=" examples/train_gpt"; fi
+  if [ "$tour" = 1 ]; then targets+=" examples/mesh_demo examples/ckpt_tour"; fi
+  echo "$targets"
+  exit 0
+fi
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../scripts/env.sh"
 build=$(cd "$build" && pwd)

@@ -164,6 +164,12 @@ static dt_status parse_specs(const char *text, const char **pp, token *spec, int
             return dt__error(DT_ERR_PARSE,
                              "layout string column %d: expected ' ' before '%.*s:'", col,
                              (int)n, p);
+        if (p[n] == '\0') /* "sharding_specs:x,unsharded": the whole mesh part left out */
+            return dt__error(DT_ERR_PARSE,
+                             "layout string column %d: the mesh is missing: expected ', "
+                             MESH_PREFIX "MESH' after sharding spec '%.*s' (as in "
+                             "'sharding_specs:x,unsharded, mesh:|x=2|*CPU'), found end of text",
+                             col + (int)n, (int)n, p);
         if (p[n] != ',')
             return dt__error(DT_ERR_PARSE,
                              "layout string column %d: expected ',' after sharding spec '%.*s', "

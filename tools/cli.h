@@ -3,6 +3,7 @@
 #ifndef DT_TOOLS_CLI_H
 #define DT_TOOLS_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
@@ -26,7 +27,8 @@ int cli_usage(void);
 char *cli_mesh_string(const dt_mesh *mesh);
 char *cli_layout_string(const dt_layout *layout);
 
-/* Parses "8,6" into shape (up to cap entries); returns the rank, or -1 on bad text. */
-int cli_parse_shape(const char *text, int64_t *shape, int cap);
+/* Parses "8,6" into shape (up to cap entries); returns the rank, or -1 with the reason (a
+ * size that is not a non-negative integer, or out of int64_t's range) in why. */
+int cli_parse_shape(const char *text, int64_t *shape, int cap, char *why, size_t whylen);
 
 #endif

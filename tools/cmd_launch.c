@@ -111,6 +111,10 @@ static int parse(int argc, char **argv, opts *o)
                 o->exclude_lost = 1;
             else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
                 return usage();
+            else if (strcmp(a, "-n") == 0 || strcmp(a, "-np") == 0 || strcmp(a, "--np") == 0)
+                return bad("%s is mpiexec's option: give the count as --nproc-per-node N (on "
+                           "this host alone, the number of processes), then -- PROGRAM ARGS...",
+                           a);
             else if (a[0] == '-')
                 return bad("unknown option '%s' (the program's arguments go after --)", a);
             else
@@ -198,7 +202,23 @@ static int mesh_fits(const launch_argv *prog, int procs, char *why, size_t len)
     return fits;
 }
 
-static void print_command(const launch_plan *p, const launch_argv *cmd)
+/* Open MPI's launcher refuses to start as root (containers run as root) unless
+ * OMPI_ALLOW_RUN_AS_ROOT and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM are both 1: as root, sets them for
+ * the job, saying so once on stderr. 1 when it set them. */
+static int allow_root(void)
+{
+    const char *a = getenv("OMPI_ALLOW_RUN_AS_ROOT"), *c = getenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM");
+    if (strcmp(DT_LAUNCH_MPI, "openmpi") != 0 || geteuid() != 0 ||
+        (a && strcmp(a, "1") == 0 && c && strcmp(c, "1") == 0))
+        return 0;
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    fprintf(stderr, "dtensor launch: running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 "
+            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (Open MPI refuses root without them)\n");
+    return 1;
+}
+
+static void print_command(const launch_plan *p, const launch_argv *cmd, int root_vars)
 {
     if (p->hosts->n && !p->srun) {
         printf("# %s:\n", p->hostfile);
@@ -206,6 +226,8 @@ static void print_command(const launch_plan *p, const launch_argv *cmd)
             printf(strcmp(p->mpi, "mpich") == 0 ? "#   %s:%d\n" : "#   %s slots=%d\n",
                    p->hosts->h[i].name, p->hosts->h[i].slots);
     }
+    if (root_vars) /* what the run would set: the command works as root when pasted */
+        printf("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ");
     for (int i = 0; i < cmd->n; i++) {
         char q[8192];
         launch_quote(cmd->v[i], q, sizeof q);
@@ -225,6 +247,7 @@ static void host_names(const launch_hosts *h, char *buf, size_t len)
 
 static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpdir)
 {
+    int root_vars = allow_root();
     launch_argv prog = {0};
     for (int i = 0; i < o->n_prog; i++)
         if (launch_argv_add(&prog, o->prog[i]) != 0)
@@ -260,7 +283,7 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
             break;
         }
         if (o->dry_run) {
-            print_command(&p, &cmd);
+            print_command(&p, &cmd, root_vars);
             launch_argv_free(&cmd);
             break;
         }

@@ -55,7 +55,13 @@ int cli_layout(int argc, char **argv)
         return cli_fail("layout --shape", st);
     }
     if (shape_text) {
-        int r = cli_parse_shape(shape_text, shape, DT_MAX_RANK);
+        char why[256];
+        int r = cli_parse_shape(shape_text, shape, DT_MAX_RANK, why, sizeof why);
+        if (r < 0) {
+            fprintf(stderr, "dtensor: --shape '%s': %s\n", shape_text, why);
+            dt_layout_destroy(layout);
+            return CLI_BAD_INPUT;
+        }
         if (r != dt_layout_rank(layout)) {
             fprintf(stderr, "dtensor: --shape '%s': expected %d non-negative sizes separated by "
                     "commas (the layout's rank)\n", shape_text, dt_layout_rank(layout));

@@ -1,7 +1,9 @@
-/* `dtensor mesh show`: the canonical mesh string, then a table of dims and devices. */
+/* `dtensor mesh show`: the canonical mesh string, then a table of dims and devices; every mesh
+ * of a file of several unless --name picks one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -42,6 +44,62 @@ static void print_table(const dt_mesh *mesh)
     }
 }
 
+/* Prints one mesh: its canonical string, then its table. */
+static int show(const dt_mesh *mesh)
+{
+    char *text = cli_mesh_string(mesh);
+    if (!text)
+        return cli_fail("mesh", DT_ERR_NO_MEMORY);
+    printf("%s\n", text);
+    print_table(mesh);
+    free(text);
+    return CLI_OK;
+}
+
+static int show_one(const char *file, const char *string, const char *select)
+{
+    dt_mesh *mesh = NULL;
+    dt_status st = string ? dt_mesh_parse(string, &mesh)
+                          : dt_mesh_from_yaml_file(file, select, &mesh);
+    if (st != DT_OK)
+        return cli_fail(string ? "mesh string" : file, st);
+    int rc = show(mesh);
+    dt_mesh_destroy(mesh);
+    return rc;
+}
+
+/* A file of several meshes without --name: a line naming them all, then each one. */
+static int show_all(const char *file, int n)
+{
+    char(*names)[DT_NAME_MAX] = calloc((size_t)n, sizeof *names);
+    if (!names)
+        return cli_fail("mesh", DT_ERR_NO_MEMORY);
+    int count = 0, rc = CLI_OK;
+    dt_status st = dt_mesh_yaml_names(file, n, names, &count);
+    if (st != DT_OK) {
+        free(names);
+        return cli_fail(file, st);
+    }
+    printf("%s: %d meshes:", file, count);
+    for (int i = 0; i < count && i < n; i++)
+        printf(" %s%s", names[i][0] ? names[i] : "(unnamed)", i + 1 < count ? "," : "");
+    printf(" (--name NAME shows one)\n");
+    for (int i = 0; i < count && i < n && rc == CLI_OK; i++) {
+        printf("\n");
+        int seen = 0; /* --name picks the first mesh of a name: a second cannot be shown */
+        for (int k = 0; k < i; k++)
+            seen |= strcmp(names[k], names[i]) == 0;
+        if (seen)
+            printf("mesh %d of %d: %s%s%s as an earlier one: not shown (give it a name of "
+                   "its own)\n", i + 1, count, names[i][0] ? "named '" : "unnamed,",
+                   names[i], names[i][0] ? "'" : "");
+        else
+            rc = show_one(file, NULL, names[i]);
+    }
+    free(names);
+    return rc;
+}
+
 int cli_mesh(int argc, char **argv)
 {
     const char *file = NULL, *string = NULL, *select = NULL;
@@ -60,19 +118,19 @@ int cli_mesh(int argc, char **argv)
     if (!!file == !!string || (string && select))
         return cli_usage();
 
-    dt_mesh *mesh = NULL;
-    dt_status st = string ? dt_mesh_parse(string, &mesh)
-                          : dt_mesh_from_yaml_file(file, select, &mesh);
-    if (st != DT_OK)
-        return cli_fail(string ? "mesh string" : file, st);
-    char *text = cli_mesh_string(mesh);
-    if (!text) {
-        dt_mesh_destroy(mesh);
-        return cli_fail("mesh", DT_ERR_NO_MEMORY);
+    struct stat sb;
+    if (file && stat(file, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "dtensor: %s: is a directory, not a mesh file (dtensor mesh show "
+                "FILE.yaml)\n", file);
+        return CLI_BAD_INPUT;
     }
-    printf("%s\n", text);
-    print_table(mesh);
-    free(text);
-    dt_mesh_destroy(mesh);
-    return CLI_OK;
+    if (file && !select) {
+        int count = 0;
+        dt_status st = dt_mesh_yaml_names(file, 0, NULL, &count);
+        if (st != DT_OK)
+            return cli_fail(file, st);
+        if (count > 1)
+            return show_all(file, count);
+    }
+    return show_one(file, string, select);
 }

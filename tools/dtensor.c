@@ -1,4 +1,5 @@
 /* The `dtensor` tool: dispatch to subcommands, usage text and shared helpers. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ static size_t fmt_layout(const void *l, char *b, size_t n) { return dt_layout_fo
 char *cli_mesh_string(const dt_mesh *mesh) { return format_alloc(fmt_mesh, mesh); }
 char *cli_layout_string(const dt_layout *layout) { return format_alloc(fmt_layout, layout); }
 
-int cli_parse_shape(const char *text, int64_t *shape, int cap)
+int cli_parse_shape(const char *text, int64_t *shape, int cap, char *why, size_t whylen)
 {
     int rank = 0;
     const char *p = text;
@@ -52,14 +53,25 @@ int cli_parse_shape(const char *text, int64_t *shape, int cap)
         return 0;
     for (;;) {
         char *end;
+        size_t len = strcspn(p, ",");
+        errno = 0;
         long long v = strtoll(p, &end, 10);
-        if (end == p || v < 0 || rank == cap)
+        if (end == p || v < 0 || (*end != ',' && *end != '\0')) {
+            snprintf(why, whylen, "'%.*s' is not a size (a non-negative integer)", (int)len, p);
             return -1;
+        }
+        if (errno == ERANGE) { /* strtoll clamps to LLONG_MAX: never take that for the size */
+            snprintf(why, whylen, "size %.*s is out of range (at most %lld)", (int)len, p,
+                     (long long)INT64_MAX);
+            return -1;
+        }
+        if (rank == cap) {
+            snprintf(why, whylen, "more than %d sizes", cap);
+            return -1;
+        }
         shape[rank++] = v;
         if (*end == '\0')
             return rank;
-        if (*end != ',')
-            return -1;
         p = end + 1;
     }
 }

@@ -20,11 +20,35 @@ sed -i "s|^prefix=.*|prefix=$prefix$orig|" "$pc"
 export PKG_CONFIG_PATH=$(dirname "$pc")
 libdir=$(dirname "$(dirname "$pc")")
 
+# Libs.private once per word: pkg-config removes no duplicate, and meson once listed every
+# module's copy of the CUDA libraries (libcudart.so and libnccl.so ten times each).
+dups=$(sed -n 's/^Libs\.private: *//p' "$pc" | tr -s ' ' '\n' | sed '/^$/d' | sort | uniq -d)
+[ -z "$dups" ] ||
+  { echo "install test: dtensor.pc's Libs.private repeats: $(echo $dups)" >&2; exit 1; }
+
+# The README's install commands and its consumer's build line, as this test runs them (the
+# install staged under DESTDIR above; the program built by the README's own line).
+readme="$src/../../README.md"
+grep -qxF 'meson install -C build' "$readme" ||
+  { echo "install test: README.md shows no 'meson install -C build' line" >&2; exit 1; }
+readme_cc=$(grep -m 1 '^cc app\.c ' "$readme" | sed 's/ *#.*//')
+case "$readme_cc" in
+  *'-Wl,-rpath,$(pkg-config --variable=libdir dtensor)'*) ;;
+  *) echo "install test: README.md's 'cc app.c' line sets no rpath: $readme_cc" >&2; exit 1 ;;
+esac
+(cd "$prefix" && cp "$src/consumer.c" app.c && eval "$readme_cc -o consumer" && rm app.c)
+[ "$(pkg-config --variable=libdir dtensor)" = "$libdir" ] ||
+  { echo "install test: pkg-config's libdir is not $libdir" >&2; exit 1; }
+grep -qF "$libdir/libdtensor.so" <<<"$(ldd "$prefix/consumer")" ||
+  { echo "install test: the README's consumer does not load $libdir/libdtensor.so" >&2; exit 1; }
+"$prefix/consumer"
+
+# Without an rpath the loader is told where the library is by LD_LIBRARY_PATH (the README's
+# other way).
 cflags=$(pkg-config --cflags dtensor)
 libs=$(pkg-config --libs dtensor)
-cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer" $libs \
-   -Wl,-rpath,"$libdir"
-"$prefix/consumer"
+cc -std=c11 -Wall -Wextra -Werror $cflags "$src/consumer.c" -o "$prefix/consumer_norpath" $libs
+LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix/consumer_norpath"
 
 # The MPI: dtensor.pc's `mpi` variable and Requires.private against the library ldd loads, and
 # its `mpiexec` against what that launcher says it is.

@@ -5,8 +5,10 @@ hostfile or a Slurm allocation's variables; the job's exit status; restarts (a s
 launcher that reports a lost host once, then succeeds: the relaunch leaves that host out and
 resumes from the latest committed step under the manager's root, or refuses where the mesh
 does not fit); and a real run of train_mlp through it equal bit for bit to one under mpiexec.
-Usage: test_launch.py [--sanitized] MPI DTENSOR TRAIN_MLP MPIEXEC MESH_DIR (--sanitized: not the
-run of train_mlp against mpiexec, whose library code the sanitizer build tests elsewhere)"""
+As root (containers), neither it nor BUILD/mpiexec needs Open MPI's OMPI_ALLOW_RUN_AS_ROOT
+variables. Usage: test_launch.py [--sanitized] MPI DTENSOR TRAIN_MLP MPIEXEC MESH_DIR WRAPPER
+(--sanitized: not the run of train_mlp against mpiexec, whose library code the sanitizer build
+tests elsewhere; WRAPPER: BUILD/mpiexec)"""
 import json
 import os
 import shutil
@@ -17,13 +19,8 @@ import unittest
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "multihost"))
-try:
-    from test_multihost import same_state
-except ImportError as e:  # numpy missing: meson's skip code
-    print(f"skipping: {e}")
-    sys.exit(77)
 
-MPI = DTENSOR = TRAIN = MPIEXEC = MESHES = None
+MPI = DTENSOR = TRAIN = MPIEXEC = MESHES = WRAPPER = None
 SANITIZED = False
 
 # A stand-in launcher: records each call (argv, hostfile, DT_LAUNCH_RESTART) in $FAKE_LOG and
@@ -207,9 +204,45 @@ class Launch(unittest.TestCase):
         self.assertIn("not restarting on fewer hosts: the mesh of", p.stderr)
         self.assertIn("(4 devices) does not fit 3 processes", p.stderr)
 
+    def test_root_needs_no_open_mpi_variables_and_is_told_what_was_set(self):
+        # Containers run as root, where Open MPI's launcher refuses to start unless both
+        # variables are 1: the tool sets them for the job and says so once (Open MPI only).
+        root = os.geteuid() == 0 and MPI == "openmpi"
+        line = ("dtensor launch: running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 "
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (Open MPI refuses root without them)")
+        bare = {k: v for k, v in clean_env().items() if not k.startswith("OMPI_ALLOW_RUN_AS")}
+        p = self.launch(["--nproc-per-node", "2", "--", "/bin/echo", "started"], bare)
+        self.assertEqual(p.stdout.splitlines(), ["started", "started"], p.stderr)
+        self.assertEqual(p.stderr.splitlines().count(line), 1 if root else 0, p.stderr)
+        # --dry-run prints them before the command, so that the line runs as it is.
+        p = self.launch(["--dry-run", "--", "prog"], bare)
+        self.assertEqual(p.stdout.startswith("OMPI_ALLOW_RUN_AS_ROOT=1 "
+                                             "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + MPIEXEC + " "),
+                         root, p.stdout)
+        # Already set (scripts/env.sh, the test harness): nothing to say.
+        p = self.launch(["--nproc-per-node", "2", "--", "/bin/echo", "started"], clean_env(
+            OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+        self.assertEqual(p.stdout.splitlines(), ["started", "started"])
+        self.assertNotIn("running as root", p.stderr)
+
+    def test_build_tree_mpiexec_runs_as_root_without_open_mpi_variables(self):
+        # BUILD/mpiexec, which the README's commands use, does the same as the tool.
+        bare = {k: v for k, v in clean_env().items() if not k.startswith("OMPI_ALLOW_RUN_AS")}
+        p = subprocess.run([WRAPPER, "-n", "2", "/bin/echo", "started"], env=bare,
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual((p.returncode, p.stdout.splitlines()), (0, ["started", "started"]),
+                         p.stderr)
+        root = os.geteuid() == 0 and MPI == "openmpi"
+        self.assertEqual("mpiexec: running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 "
+                         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" in p.stderr, root, p.stderr)
+
     def test_train_mlp_through_launch_equals_mpiexec(self):
         if SANITIZED:
             self.skipTest("the plain build runs it")
+        try:  # (only this case compares checkpoints: numpy)
+            from test_multihost import same_state
+        except ImportError as e:
+            self.skipTest(f"{e}")
         args = ["--mesh", os.path.join(MESHES, "2x2.yaml"), "--hidden", "16", "--steps", "12",
                 "--eval-every", "6", "--quiet"]
         a, b = os.path.join(self.tmp, "mpiexec"), os.path.join(self.tmp, "launch")
@@ -222,11 +255,11 @@ class Launch(unittest.TestCase):
 
 
 def main():
-    global MPI, DTENSOR, TRAIN, MPIEXEC, MESHES, SANITIZED
+    global MPI, DTENSOR, TRAIN, MPIEXEC, MESHES, WRAPPER, SANITIZED
     SANITIZED = sys.argv[1:2] == ["--sanitized"]
     if SANITIZED:
         del sys.argv[1]
-    MPI, DTENSOR, TRAIN, MPIEXEC, MESHES = sys.argv[1:6]
+    MPI, DTENSOR, TRAIN, MPIEXEC, MESHES, WRAPPER = sys.argv[1:7]
     tests = unittest.TestLoader().loadTestsFromTestCase(Launch)
     ok = unittest.TextTestRunner(verbosity=2).run(tests).wasSuccessful()
     sys.exit(0 if ok else 1)

@@ -97,6 +97,38 @@ class MeshShow(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("absent.yaml", err)
 
+    def test_directory_is_bad_input_that_says_so(self):
+        rc, out, err = run("mesh", "show", self.dir.name)
+        self.assertEqual((rc, out), (1, ""))
+        self.assertIn(f"{self.dir.name}: is a directory, not a mesh file", err)
+
+    def test_file_of_two_meshes_without_name_shows_both(self):
+        rc, out, err = run("mesh", "show", self.path)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], f"{self.path}: 2 meshes: train, host (--name NAME shows one)")
+        self.assertIn(expanded("batch=2,model=3", 6, name="train"), lines)
+        self.assertIn(expanded("x=4", 4, name="host"), lines)
+        self.assertIn("mesh 'train': 6 CPU devices, 2 dims", lines)
+        self.assertIn("mesh 'host': 4 CPU devices, 1 dims", lines)
+        # The host mesh's table: 4 rows of position, device and x.
+        host = lines[lines.index("mesh 'host': 4 CPU devices, 1 dims"):]
+        rows = [l.split() for l in host if l.split()[:1] and l.split()[0].isdigit()]
+        self.assertEqual([r[:3] for r in rows], [[str(p)] * 3 for p in range(4)])
+
+    def test_second_unnamed_mesh_is_named_as_not_shown(self):
+        path = os.path.join(self.dir.name, "unnamed.yaml")
+        with open(path, "w") as f:
+            f.write("meshes:\n  - {dims: {x: 2}}\n  - {dims: {y: 4}}\n")
+        rc, out, err = run("mesh", "show", path)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], f"{path}: 2 meshes: (unnamed), (unnamed) "
+                                   "(--name NAME shows one)")
+        self.assertEqual(lines[2], expanded("x=2", 2))
+        self.assertEqual(lines[-1], "mesh 2 of 2: unnamed, as an earlier one: not shown (give "
+                                    "it a name of its own)")
+
     def test_usage_errors_exit_2(self):
         for args in (["mesh"], ["mesh", "show"], ["mesh", "frob"], ["nonsense"], []):
             rc, _, err = run(*args)
@@ -147,6 +179,41 @@ class LayoutShow(unittest.TestCase):
     def test_shape_of_wrong_rank_is_bad_input(self):
         rc, _, err = run("layout", "show", "sharding_specs:x, mesh:|x=2|*CPU", "--shape", "4,4")
         self.assertEqual(rc, 1)
+
+    def test_layout_without_its_mesh_says_the_mesh_is_missing(self):
+        rc, out, err = run("layout", "show", "sharding_specs:batch,unsharded")
+        self.assertEqual((rc, out), (1, ""))
+        self.assertIn("column 31: the mesh is missing: expected ', mesh:MESH' after sharding "
+                      "spec 'unsharded'", err)
+
+    def test_shape_size_out_of_range_is_refused(self):
+        # strtoll clamps it to INT64_MAX, which was taken for the size.
+        rc, out, err = run("layout", "show", "sharding_specs:x,unsharded, mesh:|x=2|*CPU",
+                           "--shape", "99999999999999999999,2")
+        self.assertEqual((rc, out), (1, ""))
+        self.assertIn("--shape '99999999999999999999,2': size 99999999999999999999 is out of "
+                      "range (at most 9223372036854775807)", err)
+
+    def test_shape_size_that_is_not_a_number_is_named(self):
+        for bad, word in (("4,x", "'x'"), ("-4,2", "'-4'"), ("4,2z", "'2z'")):
+            rc, out, err = run("layout", "show", "sharding_specs:x,unsharded, mesh:|x=2|*CPU",
+                               "--shape", bad)
+            self.assertEqual((rc, out), (1, ""), bad)
+            self.assertIn(f"{word} is not a size", err)
+
+
+class Launch(unittest.TestCase):
+    def test_mpiexec_count_option_is_a_usage_error_naming_the_right_one(self):
+        for args in (["-n", "2"], ["-n", "2", "--", "prog"], ["-np", "2", "prog"]):
+            rc, out, err = run("launch", *args)
+            self.assertEqual((rc, out), (2, ""), args)
+            self.assertIn(f"dtensor launch: {args[0]} is mpiexec's option: give the count as "
+                          "--nproc-per-node N", err)
+
+    def test_no_program_says_it_is_missing(self):
+        rc, _, err = run("launch", "--nproc-per-node", "2")
+        self.assertEqual(rc, 2)
+        self.assertIn("no program given", err)
 
 
 class Info(unittest.TestCase):
