@@ -6,7 +6,8 @@
  * new checkpoint is already durable. So its files are opened, unlinked and the directory
  * removed at once (names gone, nothing left for a reader or a crash to find), and the last
  * close, where the blocks are actually freed, happens in a background thread. dt_finalize and
- * dt__ckpt_reap_wait wait for it; a process that exits without finalizing has its descriptors
+ * dt__ckpt_reap_wait wait for it and join it (a thread still ending when the process exits is
+ * what LeakSanitizer reports); a process that exits without finalizing has its descriptors
  * closed by the kernel, which frees the blocks just the same. */
 #include <dirent.h>
 #include <errno.h>
@@ -25,8 +26,19 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int *queue;             /* descriptors waiting to be closed */
 static int nqueue, capqueue;
 static int busy;               /* the worker is closing a batch */
-static int running;            /* a worker thread exists */
+static int running;            /* a worker thread is closing or about to */
+static int joinable;           /* worker was started and not yet joined */
 static pthread_t worker;
+
+/* Joins a worker that has finished its queue. Called with mu held: the worker needs mu no
+ * more once it has cleared `running`. */
+static void join_finished(void)
+{
+    if (joinable && !running) {
+        pthread_join(worker, NULL);
+        joinable = 0;
+    }
+}
 
 static void *reap_main(void *arg)
 {
@@ -55,6 +67,7 @@ void dt__ckpt_reap_wait(void)
     pthread_mutex_lock(&mu);
     while (running || nqueue > 0 || busy)
         pthread_cond_wait(&cv, &mu);
+    join_finished();
     pthread_mutex_unlock(&mu);
 }
 
@@ -85,11 +98,8 @@ static void reap_fd(int fd)
     }
     queue[nqueue++] = fd;
     if (!running) {
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        running = pthread_create(&worker, &attr, reap_main, NULL) == 0;
-        pthread_attr_destroy(&attr);
+        join_finished();
+        running = joinable = pthread_create(&worker, NULL, reap_main, NULL) == 0;
         if (!running) {
             /* No thread: close everything queued now. */
             for (int i = 0; i < nqueue; i++)
