@@ -78,10 +78,11 @@ static int ls_steps(const char *root)
         printf("no complete step\n");
     else if (latest.skipped > 0)
         printf("note: latest is step %" PRId64 ": %" PRId64 " damaged step%s passed over "
-               "(the newest, %" PRId64 ": %s); the next save sets %s aside as "
-               "step-N.damaged\n",
+               "(the newest, %" PRId64 ": %s); a manager save at or above %s sets %s "
+               "aside as step-N.damaged\n",
                latest.step, latest.skipped, latest.skipped == 1 ? "" : "s", latest.skipped_step,
-               latest.skipped_reason, latest.skipped == 1 ? "it" : "them");
+               latest.skipped_reason, latest.skipped == 1 ? "it" : "each",
+               latest.skipped == 1 ? "it" : "them");
     dt_ckpt_steps_free(v);
     return 1;
 }
@@ -115,8 +116,16 @@ static int follow_pointer(const char *arg, char *buf, size_t len, int say)
         fprintf(stderr, "dtensor: %s: path too long\n", arg);
         return -1;
     }
-    if (say)
-        printf("%s -> %s\n", arg, buf);
+    if (!say)
+        return 0;
+    printf("%s -> %s\n", arg, buf);
+    char root[4096];
+    dt_ckpt_latest_info li;
+    snprintf(root, sizeof root, "%.*s", dl, slash ? arg : ".");
+    if (dt_ckpt_find_latest(root, &li, NULL, 0) == DT_OK && li.skipped > 0 &&
+        li.skipped_step == strtoll(line + 5, NULL, 10))
+        printf("note: that step is damaged (%s); the latest complete step is %" PRId64 "\n",
+               li.skipped_reason, li.step);
     return 0;
 }
 
