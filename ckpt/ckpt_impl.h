@@ -529,6 +529,17 @@ dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st);
  * below it that `keep` does not keep are removed. */
 dt_status dt__ckpt_step_publish(const char *root, int64_t step, const dt_ckpt_keep *keep,
                                 int do_fsync);
+/* Client 0: when step directory `dir` is damaged (dt_ckpt_step), renames it to
+ * "<dir>.damaged" (".damaged.2", ... when taken); nothing when it is complete, incomplete or
+ * missing. DT_ERR_IO. */
+dt_status dt__ckpt_step_set_aside(const char *dir, int do_fsync);
+/* 1 when dir holds a checkpoint (or the previous one of a stopped commit) or is a manager's
+ * root (a "latest" pointer): no place to export into. */
+int dt__ckpt_is_checkpoint_place(const char *dir);
+/* Refuses an export target (fn for the message): a directory where one file is asked
+ * (one_file), or a place inside a checkpoint or a manager's root (out itself, or its parent
+ * for one file). DT_ERR_INVALID_ARGUMENT (inspect.c). */
+dt_status dt__ckpt_export_target(const char *fn, const char *out, int one_file);
 /* Checks a keep policy (fn for the message). */
 dt_status dt__ckpt_check_keep(const char *fn, const dt_ckpt_keep *keep);
 

@@ -1,6 +1,6 @@
 /* dt_ckpt_export_hf_gpt2: our GPT-2 checkpoint as one Hugging Face GPT-2 safetensors file:
  * HF names, q, k and v fused back into c_attn, Conv1D orientation [in, out] (ours), the tied
- * head written once as wte, __metadata__ {"format": "pt"}. */
+ * head written once as wte, __metadata__ {"format": "pt"}; and HF's config.json beside it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -229,6 +229,81 @@ static dt_status gather(const dt_ckpt *ck, const hf_out *e, unsigned char *buf)
     return st;
 }
 
+/* The model's heads: opts' (checked against the checkpoint's record when both are there),
+ * else the "heads=H" of the checkpoint's "train/config" value; it must divide C. */
+static dt_status heads_of(const dt_ckpt *ck, int64_t asked, int64_t C, int64_t *heads_out)
+{
+    const void *cd = NULL;
+    size_t cn = 0;
+    int64_t saved = 0;
+    if (dt_ckpt_value_bytes(ck, "train/config", &cd, &cn) == DT_OK) {
+        char text[512];
+        size_t n = cn < sizeof text - 1 ? cn : sizeof text - 1;
+        memcpy(text, cd, n);
+        text[n] = '\0';
+        for (const char *p = strstr(text, "heads="); p; p = strstr(p + 1, "heads="))
+            if (p == text || p[-1] == ' ')
+                saved = strtoll(p + 6, NULL, 10);
+    }
+    if (asked > 0 && saved > 0 && asked != saved)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s: %" PRId64 " heads asked, but the "
+                         "checkpoint was trained with %" PRId64 " (its train/config value)",
+                         FN, dt_ckpt_path(ck), asked, saved);
+    int64_t h = asked > 0 ? asked : saved;
+    if (h <= 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s does not record its number of "
+                         "attention heads (no train/config value with heads=H): give it "
+                         "(opts.heads; `dtensor ckpt export --format hf-gpt2 ... --heads H`)",
+                         FN, dt_ckpt_path(ck));
+    if (C % h != 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s: %" PRId64 " heads do not divide the "
+                         "width %" PRId64, FN, dt_ckpt_path(ck), h, C);
+    *heads_out = h;
+    return DT_OK;
+}
+
+/* Hugging Face's GPT-2 config.json of the planned output (o[0] wte [V, C], o[1] wpe [T, C],
+ * 12 entries per layer) into an owned string. */
+static dt_status config_text(const hf_out *o, int n, int64_t heads, char **text_out)
+{
+    static const char *const torch_dtype[] = {[DT_DTYPE_F32] = "float32",
+                                              [DT_DTYPE_F16] = "float16",
+                                              [DT_DTYPE_BF16] = "bfloat16"};
+    json_t *c = json_object(), *arch = json_array();
+    int bad = !c || !arch || json_array_append_new(arch, json_string("GPT2LMHeadModel"));
+    bad |= json_object_set_new(c, "model_type", json_string("gpt2"));
+    bad |= json_object_set_new(c, "architectures", arch);
+    bad |= json_object_set_new(c, "vocab_size", json_integer((json_int_t)o[0].shape[0]));
+    bad |= json_object_set_new(c, "n_positions", json_integer((json_int_t)o[1].shape[0]));
+    bad |= json_object_set_new(c, "n_ctx", json_integer((json_int_t)o[1].shape[0]));
+    bad |= json_object_set_new(c, "n_embd", json_integer((json_int_t)o[0].shape[1]));
+    bad |= json_object_set_new(c, "n_layer", json_integer((json_int_t)((n - 4) / 12)));
+    bad |= json_object_set_new(c, "n_head", json_integer((json_int_t)heads));
+    bad |= json_object_set_new(c, "n_inner", json_null());
+    bad |= json_object_set_new(c, "activation_function", json_string("gelu_new"));
+    bad |= json_object_set_new(c, "layer_norm_epsilon", json_real(1e-5));
+    bad |= json_object_set_new(c, "tie_word_embeddings", json_true());
+    bad |= json_object_set_new(c, "torch_dtype", json_string(torch_dtype[o[0].dtype]));
+    char *text = bad ? NULL : json_dumps(c, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+                                                JSON_REAL_PRECISION(6));
+    json_decref(c);
+    if (!text)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory for config.json", FN);
+    *text_out = text;
+    return DT_OK;
+}
+
+/* "<directory of out_path>/config.json" and its partial name. */
+static dt_status config_paths(const char *out_path, char *path, char *partial, size_t len)
+{
+    const char *slash = strrchr(out_path, '/');
+    int dl = slash ? (int)(slash - out_path) : 0;
+    if ((size_t)snprintf(path, len, "%.*s%sconfig.json", dl, out_path,
+                         slash ? "/" : "") >= len)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s: path too long", FN, out_path);
+    return dt__ckpt_join(partial, len, path, "", ".partial");
+}
+
 dt_status dt_ckpt_export_hf_gpt2(const dt_ckpt *ck, const char *out_path, int64_t vocab,
                                  const dt_ckpt_export_opts *opts)
 {
@@ -238,13 +313,19 @@ dt_status dt_ckpt_export_hf_gpt2(const dt_ckpt *ck, const char *out_path, int64_
     int do_fsync = opts ? opts->fsync : 1;
     hf_out *o = NULL;
     int n = 0;
-    dt_status st = plan(ck, vocab, &o, &n);
+    dt_status st = dt__ckpt_export_target(FN, out_path, 1);
+    if (st == DT_OK)
+        st = plan(ck, vocab, &o, &n);
     if (st != DT_OK)
         return st;
-    char *hdr = NULL;
+    int64_t heads = 0;
+    char *hdr = NULL, *config = NULL;
     size_t hl = 0;
-    char tmp[CK_PATH_MAX];
-    if ((st = header(o, n, &hdr, &hl)) == DT_OK)
+    char tmp[CK_PATH_MAX], cpath[CK_PATH_MAX], ctmp[CK_PATH_MAX];
+    if ((st = heads_of(ck, opts ? opts->heads : 0, o[0].shape[1], &heads)) == DT_OK &&
+        (st = config_text(o, n, heads, &config)) == DT_OK &&
+        (st = config_paths(out_path, cpath, ctmp, sizeof cpath)) == DT_OK &&
+        (st = header(o, n, &hdr, &hl)) == DT_OK)
         st = dt__ckpt_join(tmp, sizeof tmp, out_path, "", ".partial");
     int fd = -1;
     unsigned char *buf = NULL;
@@ -270,10 +351,25 @@ dt_status dt_ckpt_export_hf_gpt2(const dt_ckpt *ck, const char *out_path, int64_
         st = dt__error(DT_ERR_IO, "%s: %s: %s", FN, tmp, strerror(errno));
     if (fd >= 0 && close(fd) != 0 && st == DT_OK)
         st = dt__error(DT_ERR_IO, "%s: %s: %s", FN, tmp, strerror(errno));
+    /* config.json as the weights: under a partial name, renamed once both are complete. */
+    int cfd = -1;
+    if (st == DT_OK &&
+        ((cfd = open(ctmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0 ||
+         dt__ckpt_pwrite(cfd, config, strlen(config), 0) != 0 ||
+         dt__ckpt_pwrite(cfd, "\n", 1, strlen(config)) != 0 ||
+         (do_fsync && fsync(cfd) != 0)))
+        st = dt__error(DT_ERR_IO, "%s: %s: %s", FN, ctmp, strerror(errno));
+    if (cfd >= 0 && close(cfd) != 0 && st == DT_OK)
+        st = dt__error(DT_ERR_IO, "%s: %s: %s", FN, ctmp, strerror(errno));
     if (st == DT_OK && rename(tmp, out_path) != 0)
         st = dt__error(DT_ERR_IO, "%s: %s: %s", FN, out_path, strerror(errno));
+    if (st == DT_OK && rename(ctmp, cpath) != 0)
+        st = dt__error(DT_ERR_IO, "%s: %s: %s", FN, cpath, strerror(errno));
     if (st != DT_OK && fd >= 0)
         unlink(tmp);
+    if (st != DT_OK && cfd >= 0)
+        unlink(ctmp);
+    free(config);
     free(hdr);
     free(o);
     return st;

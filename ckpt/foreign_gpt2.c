@@ -2,9 +2,11 @@
  * config.json), and the mapping of HF or llm.c tensors onto our GPT-2's parameter names and
  * [in, out] weights, with q, k and v cut from the fused attention weight (docs/foreign.md). */
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_impl.h"
 #include "runtime/error.h"
@@ -31,17 +33,50 @@ static const ck_ftensor *find(const dt_foreign *src, const char *fmt, const char
     return i >= 0 ? &src->tensors[i] : NULL;
 }
 
-static int64_t config_n_head(const dt_foreign *src)
+/* config.json beside an HF source, when there is one: its n_head into c->n_head (0 when it
+ * has none), and every size it gives (Hugging Face's keys) checked against the tensors' c. */
+static dt_status read_config(const dt_foreign *src, dt_foreign_gpt2_config *c)
 {
     char p[CK_PATH_MAX];
-    if (dt__ckpt_join(p, sizeof p, src->dir, "/", "config.json") != DT_OK)
-        return 0;
+    struct stat sb;
+    if (dt__ckpt_join(p, sizeof p, src->dir, "/", "config.json") != DT_OK || stat(p, &sb) != 0)
+        return DT_OK;
     json_error_t jerr;
-    json_t *root = json_load_file(p, 0, &jerr);
-    json_t *h = json_object_get(root, "n_head");
-    int64_t v = json_is_integer(h) && json_integer_value(h) > 0 ? json_integer_value(h) : 0;
+    json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return root ? dt__error(DT_ERR_PARSE, "%s: not a JSON object", p)
+                    : dt__error(DT_ERR_PARSE, "%s:%d:%d: %s", p, jerr.line, jerr.column,
+                                jerr.text);
+    }
+    static const struct {
+        const char *key;
+        size_t at;                 /* offset of the field in the config */
+    } keys[] = {
+        {"n_head", offsetof(dt_foreign_gpt2_config, n_head)},
+        {"n_layer", offsetof(dt_foreign_gpt2_config, n_layer)},
+        {"n_embd", offsetof(dt_foreign_gpt2_config, n_embd)},
+        {"n_positions", offsetof(dt_foreign_gpt2_config, n_ctx)},
+        {"n_ctx", offsetof(dt_foreign_gpt2_config, n_ctx)},
+        {"vocab_size", offsetof(dt_foreign_gpt2_config, vocab)},
+    };
+    dt_status st = DT_OK;
+    for (size_t k = 0; st == DT_OK && k < sizeof keys / sizeof keys[0]; k++) {
+        json_t *v = json_object_get(root, keys[k].key);
+        int64_t *field = (int64_t *)((char *)c + keys[k].at);
+        if (!v || json_is_null(v))
+            continue;
+        if (!json_is_integer(v) || json_integer_value(v) <= 0)
+            st = dt__error(DT_ERR_PARSE, "%s: \"%s\" is not a positive integer", p,
+                           keys[k].key);
+        else if (k == 0)
+            *field = json_integer_value(v);
+        else if (json_integer_value(v) != *field)
+            st = dt__error(DT_ERR_SHAPE, "%s: \"%s\" is %" PRId64 ", but %s holds %" PRId64,
+                           p, keys[k].key, (int64_t)json_integer_value(v), src->shown, *field);
+    }
     json_decref(root);
-    return v;
+    return st;
 }
 
 dt_status dt_foreign_gpt2_config_of(const dt_foreign *src, dt_foreign_gpt2_config *cfg_out)
@@ -74,7 +109,9 @@ dt_status dt_foreign_gpt2_config_of(const dt_foreign *src, dt_foreign_gpt2_confi
     c.n_ctx = wpe->shape[0];
     while (find(src, "%sh.%" PRId64 ".ln_1.weight", p, c.n_layer))
         c.n_layer++;
-    c.n_head = config_n_head(src);
+    dt_status st = read_config(src, &c);
+    if (st != DT_OK)
+        return st;
     *cfg_out = c;
     return DT_OK;
 }

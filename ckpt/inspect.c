@@ -285,11 +285,46 @@ static void out_name(char *buf, size_t len, int64_t f, int64_t nfiles)
                  (long long)nfiles);
 }
 
+/* Where output file `name` is written (partial) and published (final): inside out_dir, or
+ * out_dir itself for a one-file target ("x.safetensors"). */
+static dt_status out_paths(const char *out_dir, int one_file, const char *name, char *partial,
+                           char *final, size_t len)
+{
+    if (one_file) {
+        dt_status st = dt__ckpt_join(partial, len, out_dir, "", ".partial");
+        return st == DT_OK ? dt__ckpt_join(final, len, out_dir, "", "") : st;
+    }
+    char tmp[96];
+    snprintf(tmp, sizeof tmp, ".%s.partial", name);
+    dt_status st = dt__ckpt_join(partial, len, out_dir, "/", tmp);
+    return st == DT_OK ? dt__ckpt_join(final, len, out_dir, "/", name) : st;
+}
+
 static dt_status partial_path(char *buf, size_t len, const char *dir, const char *name)
 {
     char tmp[96];
     snprintf(tmp, sizeof tmp, ".%s.partial", name);
     return dt__ckpt_join(buf, len, dir, "/", tmp);
+}
+
+dt_status dt__ckpt_export_target(const char *fn, const char *out, int one_file)
+{
+    char parent[CK_PATH_MAX];
+    struct stat sb;
+    dt__strlcpy(parent, out, sizeof parent);
+    char *slash = strrchr(parent, '/');
+    if (one_file && !slash)
+        dt__strlcpy(parent, ".", sizeof parent);
+    else if (one_file)
+        slash[slash == parent] = '\0';   /* "/x.safetensors": the parent is "/" */
+    if (one_file && stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s is a directory; a .safetensors "
+                         "target is one file (remove it, or export to another name)", fn, out);
+    if (dt__ckpt_is_checkpoint_place(parent))
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s is a checkpoint directory or a "
+                         "checkpoint manager's root; exporting into it would mix files into "
+                         "it: export somewhere else", fn, parent);
+    return DT_OK;
 }
 
 dt_status dt_ckpt_export(const dt_ckpt *ck, const char *out_dir, const dt_ckpt_export_opts *opts,
@@ -300,7 +335,12 @@ dt_status dt_ckpt_export(const dt_ckpt *ck, const char *out_dir, const dt_ckpt_e
     dt_ckpt_export_opts o = DT_CKPT_EXPORT_OPTS_INIT;
     if (opts)
         o = *opts;
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+    size_t ol = strlen(out_dir), sl = strlen(".safetensors");
+    int one_file = ol > sl && strcmp(out_dir + ol - sl, ".safetensors") == 0;
+    dt_status st = dt__ckpt_export_target("dt_ckpt_export", out_dir, one_file);
+    if (st != DT_OK)
+        return st;
+    if (!one_file && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         return dt__error(DT_ERR_IO, "dt_ckpt_export: mkdir %s: %s", out_dir, strerror(errno));
     /* Group tensors into files in index order; never split a tensor. */
     int64_t n = ck->ntensors, nfiles = 1;
@@ -322,8 +362,15 @@ dt_status dt_ckpt_export(const dt_ckpt *ck, const char *out_dir, const dt_ckpt_e
         total += b;
         file_of[t] = nfiles - 1;
     }
+    if (one_file && nfiles > 1) {
+        free(file_of);
+        free(order);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_ckpt_export: %s names one file, but "
+                         "max_file_bytes %" PRIu64 " splits the tensors into %" PRId64
+                         " files: give a directory", out_dir, o.max_file_bytes, nfiles);
+    }
     ck_reader rd;
-    dt_status st = dt__ckpt_reader_init(&rd, ck);
+    st = dt__ckpt_reader_init(&rd, ck);
     json_t *wmap = json_object();
     char name[64], path[CK_PATH_MAX];
     if (!wmap && st == DT_OK)
@@ -331,7 +378,8 @@ dt_status dt_ckpt_export(const dt_ckpt *ck, const char *out_dir, const dt_ckpt_e
     int64_t written = 0;
     for (int64_t f = 0; st == DT_OK && f < nfiles; f++) {
         out_name(name, sizeof name, f, nfiles);
-        if ((st = partial_path(path, sizeof path, out_dir, name)) != DT_OK)
+        char final[CK_PATH_MAX];
+        if ((st = out_paths(out_dir, one_file, name, path, final, sizeof path)) != DT_OK)
             break;
         written = f + 1;
         int64_t k = 0;
@@ -348,8 +396,7 @@ dt_status dt_ckpt_export(const dt_ckpt *ck, const char *out_dir, const dt_ckpt_e
     for (int64_t f = 0; f < written; f++) {
         char final[CK_PATH_MAX];
         out_name(name, sizeof name, f, nfiles);
-        if (partial_path(path, sizeof path, out_dir, name) != DT_OK ||
-            dt__ckpt_join(final, sizeof final, out_dir, "/", name) != DT_OK)
+        if (out_paths(out_dir, one_file, name, path, final, sizeof path) != DT_OK)
             continue;
         if (st != DT_OK)
             unlink(path);

@@ -183,7 +183,11 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
         j->fin.chunk_crcs = j->chunk_crcs;
     }
     if (st == DT_OK && j->g.rank == 0) {
-        st = dt__ckpt_prepare(j->dir, j->tmp, sizeof j->tmp);
+        /* A manager save over a damaged step keeps it, set aside (docs/ckpt.md). */
+        if (j->publish.active)
+            st = dt__ckpt_step_set_aside(j->dir, j->fin.do_fsync);
+        if (st == DT_OK)
+            st = dt__ckpt_prepare(j->dir, j->tmp, sizeof j->tmp);
         j->fin.made_tmp = st == DT_OK;
     } else if (st == DT_OK) {
         st = dt__ckpt_join(j->tmp, sizeof j->tmp, j->dir, "", CK_SUFFIX_TMP);

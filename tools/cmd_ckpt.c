@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -48,37 +49,111 @@ static void print_values(const dt_ckpt *ck)
     }
 }
 
-/* `ls ROOT` of a manager's root: its steps, which are complete, which is latest. 1 when root
- * holds steps (listed), 0 when it holds none (not a root). */
+/* `ls ROOT` of a manager's root: its steps, which are complete, damaged (and why) or set
+ * aside, which is latest, and what latest passed over. 1 when root holds steps (listed), 0
+ * when it holds none (not a root). */
 static int ls_steps(const char *root)
 {
     dt_ckpt_step *v = NULL;
-    int64_t n = 0, latest = -1;
+    int64_t n = 0;
+    dt_ckpt_latest_info latest = {.step = -1, .skipped_step = -1};
     if (dt_ckpt_list_steps(root, &v, &n) != DT_OK || n == 0) {
         dt_ckpt_steps_free(v);
         return 0;
     }
-    if (dt_ckpt_latest(root, &latest, NULL, 0) != DT_OK)
-        latest = -1;
+    if (dt_ckpt_find_latest(root, &latest, NULL, 0) != DT_OK)
+        latest.step = -1;
     printf("checkpoint steps under %s: %" PRId64 "\n", root, n);
     for (int64_t i = 0; i < n; i++) {
-        char dir[4096];
-        if (dt_ckpt_step_dir(root, v[i].step, dir, sizeof dir) != DT_OK)
-            continue;
-        printf("  step %" PRId64 " %s %s%s\n", v[i].step, strrchr(dir, '/') + 1,
-               v[i].complete ? "complete" : "incomplete",
-               v[i].step == latest ? " latest" : "");
+        const char *state = v[i].complete ? "complete" : "incomplete";
+        if (v[i].set_aside)
+            state = "damaged, set aside";
+        else if (v[i].damaged)
+            state = "damaged";
+        printf("  step %" PRId64 " %s %s%s%s%s\n", v[i].step, v[i].name, state,
+               v[i].complete && v[i].step == latest.step ? " latest" : "",
+               v[i].damaged ? ": " : "", v[i].damaged ? v[i].reason : "");
     }
-    if (latest < 0)
+    if (latest.step < 0)
         printf("no complete step\n");
+    else if (latest.skipped > 0)
+        printf("note: latest is step %" PRId64 ": %" PRId64 " damaged step%s passed over "
+               "(the newest, %" PRId64 ": %s); a manager save at or above %s sets %s "
+               "aside as step-N.damaged\n",
+               latest.step, latest.skipped, latest.skipped == 1 ? "" : "s", latest.skipped_step,
+               latest.skipped_reason, latest.skipped == 1 ? "it" : "each",
+               latest.skipped == 1 ? "it" : "them");
     dt_ckpt_steps_free(v);
     return 1;
+}
+
+/* A checkpoint argument: a manager's "ROOT/latest" pointer file names the step directory
+ * beside it (followed into buf, with a line saying so); anything else is itself. 0, or -1
+ * with a message printed (a pointer that names no step). */
+static int follow_pointer(const char *arg, char *buf, size_t len, int say)
+{
+    struct stat sb;
+    snprintf(buf, len, "%s", arg);
+    if (stat(arg, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return 0;
+    FILE *f = fopen(arg, "r");
+    char line[128] = "";
+    int ok = f && fgets(line, sizeof line, f) != NULL;
+    if (f)
+        fclose(f);
+    size_t ll = strlen(line);
+    ok = ok && ll > 6 && line[ll - 1] == '\n' && strncmp(line, "step-", 5) == 0 &&
+         strspn(line + 5, "0123456789") == ll - 6;
+    if (!ok) {
+        fprintf(stderr, "dtensor: %s: a file, not a checkpoint directory, and not a manager's "
+                        "'latest' pointer (one line \"step-N\")\n", arg);
+        return -1;
+    }
+    line[ll - 1] = '\0';
+    const char *slash = strrchr(arg, '/');
+    int dl = slash ? (int)(slash - arg) : 1;
+    if ((size_t)snprintf(buf, len, "%.*s/%s", dl, slash ? arg : ".", line) >= len) {
+        fprintf(stderr, "dtensor: %s: path too long\n", arg);
+        return -1;
+    }
+    if (!say)
+        return 0;
+    printf("%s -> %s\n", arg, buf);
+    char root[4096];
+    dt_ckpt_latest_info li;
+    snprintf(root, sizeof root, "%.*s", dl, slash ? arg : ".");
+    if (dt_ckpt_find_latest(root, &li, NULL, 0) == DT_OK && li.skipped > 0 &&
+        li.skipped_step == strtoll(line + 5, NULL, 10))
+        printf("note: that step is damaged (%s); the latest complete step is %" PRId64 "\n",
+               li.skipped_reason, li.step);
+    return 0;
+}
+
+/* Opens the checkpoint `arg` names (following a 'latest' pointer); prints why not. */
+static int open_arg(const char *arg, int say, dt_ckpt **ck_out, dt_status *st_out)
+{
+    char dir[4096];
+    *st_out = DT_OK;
+    if (follow_pointer(arg, dir, sizeof dir, say) != 0)
+        return CLI_BAD_INPUT;
+    dt_status st = dt_ckpt_open(dir, ck_out);
+    *st_out = st;
+    if (st != DT_OK && strcmp(dir, arg) != 0) {
+        fprintf(stderr, "dtensor: %s names %s: %s: %s (`dtensor ckpt ls` of its directory "
+                        "lists the steps and which are complete)\n",
+                arg, dir, dt_status_name(st), dt_last_error());
+        return CLI_BAD_INPUT;
+    }
+    return CLI_OK;
 }
 
 static int cmd_ls(const char *dir)
 {
     dt_ckpt *ck = NULL;
-    dt_status st = dt_ckpt_open(dir, &ck);
+    dt_status st;
+    int rc = open_arg(dir, 1, &ck, &st);
+    if (rc != CLI_OK)
+        return rc;
     if (st == DT_ERR_NOT_FOUND && ls_steps(dir))
         return CLI_OK;
     if (st != DT_OK)
@@ -148,7 +223,10 @@ static void report_problem(void *arg, const dt_ckpt_problem *p)
 static int cmd_verify(const char *dir)
 {
     dt_ckpt *ck = NULL;
-    dt_status st = dt_ckpt_open(dir, &ck);
+    dt_status st;
+    int rc = open_arg(dir, 1, &ck, &st);
+    if (rc != CLI_OK)
+        return rc;
     if (st != DT_OK)
         return cli_fail(dir, st);
     int64_t bad = 0;
@@ -174,7 +252,10 @@ static int cmd_verify(const char *dir)
 static int cmd_export(const char *dir, const char *out, uint64_t max_bytes)
 {
     dt_ckpt *ck = NULL;
-    dt_status st = dt_ckpt_open(dir, &ck);
+    dt_status st;
+    int rc = open_arg(dir, 0, &ck, &st);
+    if (rc != CLI_OK)
+        return rc;
     if (st != DT_OK)
         return cli_fail(dir, st);
     dt_ckpt_export_opts opts = DT_CKPT_EXPORT_OPTS_INIT;
@@ -192,43 +273,61 @@ static int cmd_export(const char *dir, const char *out, uint64_t max_bytes)
     return CLI_OK;
 }
 
-/* `export --format hf-gpt2 DIR OUT.safetensors [--vocab V]`: our GPT-2 checkpoint as one
- * Hugging Face GPT-2 file (docs/foreign.md). */
-static int cmd_export_hf_gpt2(const char *dir, const char *out, int64_t vocab)
+/* `export --format hf-gpt2 DIR OUT [--vocab V] [--heads H]`: our GPT-2 checkpoint as one
+ * Hugging Face GPT-2 file with its config.json beside it (docs/foreign.md). */
+static int cmd_export_hf_gpt2(const char *dir, const char *out, int64_t vocab, int64_t heads)
 {
     dt_ckpt *ck = NULL;
-    dt_status st = dt_ckpt_open(dir, &ck);
+    dt_status st;
+    int rc = open_arg(dir, 0, &ck, &st);
+    if (rc != CLI_OK)
+        return rc;
     if (st != DT_OK)
         return cli_fail(dir, st);
-    st = dt_ckpt_export_hf_gpt2(ck, out, vocab, NULL);
+    dt_ckpt_export_opts opts = DT_CKPT_EXPORT_OPTS_INIT;
+    opts.heads = heads;
+    st = dt_ckpt_export_hf_gpt2(ck, out, vocab, &opts);
     if (st != DT_OK) {
         dt_ckpt_close(ck);
         return cli_fail(out, st);
     }
-    printf("exported GPT-2 from %s to %s (Hugging Face names)\n", dt_ckpt_path(ck), out);
+    printf("exported GPT-2 from %s to %s and config.json beside it (Hugging Face names)\n",
+           dt_ckpt_path(ck), out);
     dt_ckpt_close(ck);
     return CLI_OK;
 }
 
+/* A positive count after flag `flag`: 0 and *v_out, else -1 (printed). */
+static int positive_arg(const char *flag, const char *text, int64_t *v_out)
+{
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    if (end == text || *end || v <= 0) {
+        fprintf(stderr, "dtensor: expected %s N with N > 0, not '%s'\n", flag, text);
+        return -1;
+    }
+    *v_out = v;
+    return 0;
+}
+
 static int export_format(int argc, char **argv)
 {
-    /* argv: ckpt export --format FORMAT DIR OUT [--vocab V] */
+    /* argv: ckpt export --format FORMAT DIR OUT [--vocab V] [--heads H] */
     if (strcmp(argv[3], "hf-gpt2") != 0) {
         fprintf(stderr, "dtensor: --format '%s': the formats are hf-gpt2 (the plain form "
                         "exports every tensor as it is)\n", argv[3]);
         return CLI_USAGE;
     }
-    int64_t vocab = 0;
-    if (argc == 8) {
-        char *end;
-        long long v = strtoll(argv[7], &end, 10);
-        if (strcmp(argv[6], "--vocab") != 0 || end == argv[7] || *end || v <= 0) {
-            fprintf(stderr, "dtensor: expected --vocab V with V > 0\n");
+    int64_t vocab = 0, heads = 0;
+    for (int i = 6; i < argc; i += 2) {
+        int64_t *to = !strcmp(argv[i], "--vocab") ? &vocab : !strcmp(argv[i], "--heads") ? &heads
+                                                                                         : NULL;
+        if (!to || i + 1 >= argc)
+            return cli_usage();
+        if (positive_arg(argv[i], argv[i + 1], to) != 0)
             return CLI_USAGE;
-        }
-        vocab = v;
     }
-    return cmd_export_hf_gpt2(argv[4], argv[5], vocab);
+    return cmd_export_hf_gpt2(argv[4], argv[5], vocab, heads);
 }
 
 /* "4096", "64k", "512M", "2G" (binary units); 0 on bad text. */
@@ -263,7 +362,7 @@ int cli_ckpt(int argc, char **argv)
         return cmd_ls(argv[2]);
     if (strcmp(sub, "verify") == 0 && argc == 3)
         return cmd_verify(argv[2]);
-    if (strcmp(sub, "export") == 0 && (argc == 6 || argc == 8) &&
+    if (strcmp(sub, "export") == 0 && (argc == 6 || argc == 8 || argc == 10) &&
         strcmp(argv[2], "--format") == 0)
         return export_format(argc, argv);
     if (strcmp(sub, "export") == 0 && (argc == 4 || argc == 6)) {

@@ -306,6 +306,9 @@ int job_resume(job *j, const job_train *t, const char *arg, const char *root, in
     dt_status st = dt_zero_load(t->zero, dir);
     if (st != DT_OK)
         return job_fail(j, "dt_zero_load", st, dt_last_error());
+    char note[1200];
+    if (resume_note(arg, root, note, sizeof note))
+        job_say(j, "%s\n", note);
     job_say(j, "resumed from %s at step %lld\n", dir, (long long)*t->step);
     return 0;
 }

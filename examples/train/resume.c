@@ -37,6 +37,19 @@ int resume_dir(const char *arg, const char *root, char *dir, size_t len, char *e
     return 0;
 }
 
+int resume_note(const char *arg, const char *root, char *note, size_t len)
+{
+    dt_ckpt_latest_info info;
+    const char *r = strcmp(arg, "latest") == 0 ? root : arg;
+    if (!r || dt_ckpt_find_latest(r, &info, NULL, 0) != DT_OK || info.skipped == 0)
+        return 0;
+    snprintf(note, len, "--resume %s: passed over damaged step %lld (%s)%s; resuming from step "
+             "%lld (a save at or above it sets the damaged step aside as step-N.damaged)",
+             arg, (long long)info.skipped_step, info.skipped_reason,
+             info.skipped > 1 ? " and older damaged ones" : "", (long long)info.step);
+    return 1;
+}
+
 dt_status save_train_state(dt_zero *zero, const dt_mesh *joint, const char *root,
                            int64_t keep_last, int64_t step, char *dir, size_t len,
                            const dt_save_opts *opts)

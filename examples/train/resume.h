@@ -22,6 +22,10 @@ int ckpt_place_check(const char *ckpt_dir, const char *ckpt_root, const char *re
 int resume_dir(const char *arg, const char *root, char *dir, size_t len, char *err,
                size_t errlen);
 
+/* When --resume `arg` (as resume_dir takes it) passed over damaged manager steps: 1 and a
+ * one-line note in `note` saying which and why (for the user), else 0. Local. */
+int resume_note(const char *arg, const char *root, char *note, size_t len);
+
 /* Saves the optimizer (and its parameters) with opts: as step `step` under `root` keeping
  * the newest keep_last steps when root is not NULL (dir then gets the step's directory),
  * else into `dir`; from `joint` together with the other stages' optimizers when it is not

@@ -202,7 +202,9 @@ DT_API dt_status dt_ckpt_step_dir(const char *root, int64_t step, char *buf, siz
  * not keep: beyond the newest keep->last complete ones (this one included), those not a
  * multiple of keep->every, and incomplete ones (a crashed save's). A removal deletes the
  * index first, so a crash during it leaves an incomplete step, never a damaged complete one.
- * Steps above `step` are not touched. Returns dt_save's statuses (the same on every
+ * Damaged steps (dt_ckpt_step) are never removed: client 0 renames the ones below `step`,
+ * and `step`'s own directory when it is damaged (before the save writes), to
+ * "step-N.damaged". Steps above `step` are not touched. Returns dt_save's statuses (the same on every
  * client); DT_ERR_INVALID_ARGUMENT for a negative step or a bad keep; DT_ERR_IO naming the
  * path when the pointer or a removal fails (the step itself is then committed). Collective. */
 DT_API dt_status dt_save_step(const dt_mesh *mesh, const char *root, int64_t step,
@@ -219,18 +221,50 @@ DT_API dt_status dt_save_step_async(const dt_mesh *mesh, const char *root, int64
  * else the highest complete step. Complete: its index opens (checksum and schema valid) and
  * every data file it lists is present with its recorded size; data CRCs are checked by the
  * restore. *step_out (may be NULL) gets the step, dir_buf (may be NULL) its directory.
- * DT_ERR_NOT_FOUND when no step is complete (or no root). Local. */
+ * Damaged steps passed over are not reported here: dt_ckpt_find_latest says which.
+ * DT_ERR_NOT_FOUND when no step is complete (or no root; the message names the newest
+ * damaged step and why, if any). Local. */
 DT_API dt_status dt_ckpt_latest(const char *root, int64_t *step_out, char *dir_buf,
                                 size_t len);
+
+/* Longest reason text kept for a damaged step (with its NUL). */
+#define DT_CKPT_REASON_MAX 512
+
+/* What dt_ckpt_find_latest chose, and the damaged steps it passed over to get there. */
+typedef struct dt_ckpt_latest_info {
+    int64_t step;                 /* the latest complete step */
+    int64_t skipped;              /* damaged steps above it passed over (the one "latest"
+                                   * names, or newer ones when there is no usable pointer) */
+    int64_t skipped_step;         /* the newest of them; -1 when none */
+    char skipped_reason[DT_CKPT_REASON_MAX]; /* why that one is damaged ("" when none) */
+} dt_ckpt_latest_info;
+
+/* dt_ckpt_latest, also saying what it skipped: a caller that resumes from a step should tell
+ * its user when info_out->skipped > 0 (the library never prints), e.g. "step 8 is damaged
+ * (<reason>); resuming from step 7". Damaged: see dt_ckpt_step. info_out and dir_buf (may be
+ * NULL) are written on success only. Statuses of dt_ckpt_latest. Local. */
+DT_API dt_status dt_ckpt_find_latest(const char *root, dt_ckpt_latest_info *info_out,
+                                     char *dir_buf, size_t len);
 
 /* One step directory under a root. */
 typedef struct dt_ckpt_step {
     int64_t step;
     int complete;                 /* as dt_ckpt_latest means it */
+    /* 1 when the step was committed (its directory holds an index) but is not complete now:
+     * a file truncated, missing or altered after the save. Never chosen as latest, never
+     * removed by a manager save: the next one (dt_save_step) renames it to
+     * "step-N.damaged" (".damaged.2", ... when taken) so that it is kept for inspection and
+     * out of the way. A crashed save's leftovers are incomplete, not damaged. */
+    int damaged;
+    int set_aside;                /* 1: this entry is such a "step-N.damaged" directory */
+    char name[64];                /* its directory entry: "step-0000000008", or the aside
+                                   * name */
+    char reason[DT_CKPT_REASON_MAX]; /* damaged: what is wrong, naming the file; else "" */
 } dt_ckpt_step;
 /* Every step found under root (a directory "step-<digits>", or its leftovers of a crashed
  * save), by increasing step, into an owned array (free with dt_ckpt_steps_free; 0 entries
- * possible). DT_ERR_NOT_FOUND (no root), DT_ERR_IO, DT_ERR_NO_MEMORY. Local. */
+ * possible); a step's set-aside directories follow it as entries of their own.
+ * DT_ERR_NOT_FOUND (no root), DT_ERR_IO, DT_ERR_NO_MEMORY. Local. */
 DT_API dt_status dt_ckpt_list_steps(const char *root, dt_ckpt_step **steps_out,
                                     int64_t *count_out);
 DT_API void dt_ckpt_steps_free(dt_ckpt_step *steps);
@@ -379,11 +413,18 @@ typedef struct dt_ckpt_export_opts {
     uint64_t max_file_bytes;
     /* fsync the written files: 1 (default) or 0. */
     int fsync;
+    /* dt_ckpt_export_hf_gpt2: the model's attention heads, for its config.json; 0: as the
+     * checkpoint records them (train_gpt2's "train/config" value, "heads=H"). */
+    int64_t heads;
 } dt_ckpt_export_opts;
-#define DT_CKPT_EXPORT_OPTS_INIT {0, 1}
+#define DT_CKPT_EXPORT_OPTS_INIT {0, 1, 0}
 
 /* Writes every tensor, whole, as standard safetensors into the directory `out_dir` (created
- * if missing): "model.safetensors" when it fits one file, else "model-0000K-of-0000N.safetensors"
+ * if missing), or, when `out_dir` ends in ".safetensors", as that one file (written as
+ * "<out_dir>.partial", then renamed; DT_ERR_INVALID_ARGUMENT when max_file_bytes would split
+ * it or a directory of that name exists). Never into a checkpoint directory or a manager's
+ * root (`out_dir`, or the one file's directory): DT_ERR_INVALID_ARGUMENT, nothing written.
+ * In a directory: "model.safetensors" when it fits one file, else "model-0000K-of-0000N.safetensors"
  * (K from 00001) plus "model.safetensors.index.json" ({"metadata": {"total_size": bytes},
  * "weight_map": {name: file}}), as Hugging Face writes them; loadable by the safetensors
  * library as-is. Named values go into the first file's __metadata__ as strings

@@ -148,9 +148,12 @@ typedef struct dt_foreign_gpt2_config {
 
 /* The config of a GPT-2 source: llm.c's from its header; an HF source's from its tensor
  * shapes (n_layer: the h.{l} blocks present; n_embd, n_ctx, vocab from wte and wpe) and
- * n_head from "config.json" beside the file ("n_head"; 0 when there is none: the caller then
- * knows it). DT_ERR_NOT_FOUND (no wte/wpe, with or without the "transformer." prefix),
- * DT_ERR_SHAPE (inconsistent shapes). Local. */
+ * n_head from Hugging Face's "config.json" beside the file ("n_head"; 0 when there is no file
+ * or no n_head in it: the caller then knows it). The sizes config.json gives (n_layer,
+ * n_embd, n_positions, n_ctx, vocab_size; null or absent: not given) must match the tensors.
+ * DT_ERR_NOT_FOUND (no wte/wpe, with or without the "transformer." prefix), DT_ERR_SHAPE
+ * (inconsistent shapes, or config.json disagreeing with them: names the key), DT_ERR_PARSE
+ * (config.json not JSON, or a size not a positive integer). Local. */
 DT_API dt_status dt_foreign_gpt2_config_of(const dt_foreign *src,
                                            dt_foreign_gpt2_config *cfg_out);
 
@@ -197,9 +200,18 @@ DT_API void dt_foreign_map_free(dt_foreign_map_entry *map, int count);
  * padding rows). Reads our tensors through dt_ckpt_read_box (CRCs checked), holding one output
  * tensor (plus one q/k/v part for c_attn) at a time; writes OUT.partial, then renames it.
  * Tensors of the checkpoint outside the mapping (optimizer state) are left out.
+ * Beside it, in the same directory, "config.json": Hugging Face's GPT-2 config (model_type
+ * "gpt2", architectures ["GPT2LMHeadModel"], vocab_size, n_positions = n_ctx, n_embd,
+ * n_layer, n_head, n_inner null, layer_norm_epsilon 1e-5, activation_function "gelu_new",
+ * tie_word_embeddings true, torch_dtype), replacing one already there (the directory is the
+ * model's, as Hugging Face's save_pretrained has it); dt_foreign_gpt2_config_of reads it back.
+ * n_head: opts->heads, else the checkpoint's "train/config" value ("heads=H", as train_gpt2
+ * saves it), else DT_ERR_INVALID_ARGUMENT asking for it; it must divide n_embd.
  * DT_ERR_NOT_FOUND (a parameter missing: names it), DT_ERR_SHAPE (shapes that do not fit
- * GPT-2 or vocab too large), DT_ERR_CORRUPT, DT_ERR_IO, DT_ERR_NO_MEMORY. opts: NULL or
- * its fsync field (max_file_bytes is ignored: one file). Local. */
+ * GPT-2 or vocab too large), DT_ERR_INVALID_ARGUMENT (heads unknown or not dividing the width;
+ * out_path a directory, or inside a checkpoint directory or a manager's root: nothing
+ * written), DT_ERR_CORRUPT, DT_ERR_IO, DT_ERR_NO_MEMORY. opts: NULL or its fsync and heads
+ * fields (max_file_bytes is ignored: one file). Local. */
 DT_API dt_status dt_ckpt_export_hf_gpt2(const dt_ckpt *ckpt, const char *out_path,
                                         int64_t vocab, const dt_ckpt_export_opts *opts);
 

@@ -458,6 +458,122 @@ class Tool(unittest.TestCase):
             for name, (tid, dtype, shape) in TENSORS.items():
                 self.assertTrue(same_bits(got[name], expected(tid, dtype, shape, step)), name)
 
+    def manager_root(self, steps):
+        root = os.path.join(tempfile.mkdtemp(dir=self.tmp.name), "run")
+        for step in steps:
+            rc, out, err = run([MPIEXEC, "-n", "2", HELPER, "save", root, str(step), "--step"],
+                               env={"DT_CPU_DEVICES": "2"}, timeout=120)
+            self.assertEqual(rc, 0, out + err)
+        return root
+
+    def test_ls_marks_a_damaged_step_and_the_next_save_sets_it_aside(self):
+        root = self.manager_root((5, 8))
+        s8 = os.path.join(root, "step-0000000008")
+        victim = os.path.join(s8, sorted(f for f in os.listdir(s8)
+                                         if f.endswith(".safetensors"))[0])
+        size = os.path.getsize(victim)
+        os.truncate(victim, size - 3)
+        rc, out, err = tool("ckpt", "ls", root)
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[:3], [f"checkpoint steps under {root}: 2",
+                                     "  step 5 step-0000000005 complete latest",
+                                     f"  step 8 step-0000000008 damaged: {victim}: {size - 3} "
+                                     f"bytes, the index records {size} (truncated)"])
+        self.assertTrue(lines[3].startswith("note: latest is step 5: 1 damaged step passed "
+                                            "over (the newest, 8: "), lines[3])
+        # `ls ROOT/latest` follows the pointer (to the damaged step 8) and says so.
+        rc, out, err = tool("ckpt", "ls", os.path.join(root, "latest"))
+        self.assertEqual(rc, 0, err)
+        lines = out.splitlines()
+        self.assertEqual(lines[0], f"{root}/latest -> {s8}")
+        self.assertTrue(lines[1].startswith("note: that step is damaged (") and
+                        lines[1].endswith("; the latest complete step is 5"), lines[1])
+        self.assertEqual(lines[2], f"checkpoint {s8} (format 2)")
+        # The next save (make_ckpt keeps 2 steps) leaves the damaged step aside, untouched.
+        rc, out, err = run([MPIEXEC, "-n", "2", HELPER, "save", root, "9", "--step"],
+                           env={"DT_CPU_DEVICES": "2"}, timeout=120)
+        self.assertEqual(rc, 0, out + err)
+        self.assertEqual(sorted(os.listdir(root)), ["latest", "step-0000000005",
+                                                    "step-0000000008.damaged",
+                                                    "step-0000000009"])
+        aside = os.path.join(root, "step-0000000008.damaged", os.path.basename(victim))
+        self.assertEqual(os.path.getsize(aside), size - 3)
+        rc, out, err = tool("ckpt", "ls", root)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.splitlines(), [
+            f"checkpoint steps under {root}: 3",
+            "  step 5 step-0000000005 complete",
+            f"  step 8 step-0000000008.damaged damaged, set aside: {aside}: {size - 3} bytes, "
+            f"the index records {size} (truncated)",
+            "  step 9 step-0000000009 complete latest"])
+
+    def test_ls_verify_and_export_follow_the_latest_pointer(self):
+        root = self.manager_root((3,))
+        latest, s3 = os.path.join(root, "latest"), os.path.join(root, "step-0000000003")
+        rc, out, err = tool("ckpt", "ls", latest)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.splitlines()[:2], [f"{latest} -> {s3}", f"checkpoint {s3} (format 2)"])
+        self.assertIn("step i64 3", out)
+        rc, out, err = tool("ckpt", "verify", latest)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"ok: {s3}:", out)
+        out_dir = os.path.join(self.tmp.name, "from-latest")
+        rc, out, err = tool("ckpt", "export", latest, out_dir)
+        self.assertEqual(rc, 0, err)
+        st = SafeTensorsFile(os.path.join(out_dir, "model.safetensors"))
+        self.assertEqual(st.metadata.get("dtensor.value.step"), "3")
+        # A pointer naming a step that is not there: the error says where it points.
+        with open(latest, "w") as f:
+            f.write("step-0000000007\n")
+        rc, out, err = tool("ckpt", "ls", latest)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn(f"{latest} names {root}/step-0000000007: DT_ERR_NOT_FOUND", err)
+        # A file that is no pointer is refused, naming what was expected.
+        with open(latest, "w") as f:
+            f.write("garbage\n")
+        rc, out, err = tool("ckpt", "ls", latest)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("not a manager's 'latest' pointer", err)
+
+    def test_export_to_a_safetensors_name_writes_that_one_file(self):
+        d = tempfile.mkdtemp(dir=self.tmp.name)
+        target = os.path.join(d, "out.safetensors")
+        rc, out, err = tool("ckpt", "export", self.dir, target)
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(os.path.isfile(target))
+        self.assertEqual(os.listdir(d), ["out.safetensors"])
+        st = SafeTensorsFile(target)
+        self.check_exported({k: st for k in st.header}, set(TENSORS))
+        # Split into several files it cannot be: refused, nothing written.
+        other = os.path.join(d, "split.safetensors")
+        rc, out, err = tool("ckpt", "export", self.dir, other, "--max-file-bytes", "256")
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("give a directory", err)
+        # A directory of that name (an older export) is not written into.
+        os.mkdir(other)
+        rc, out, err = tool("ckpt", "export", self.dir, other)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("is a directory", err)
+        self.assertEqual(os.listdir(other), [])
+        self.assertEqual(sorted(os.listdir(d)), ["out.safetensors", "split.safetensors"])
+
+    def test_export_into_a_checkpoint_or_a_manager_root_is_refused(self):
+        d = self.copy()
+        before = sorted(os.listdir(d))
+        root = self.manager_root((2,))
+        root_before = sorted(os.listdir(root))
+        for target in (d, os.path.join(d, "x.safetensors"), root,
+                       os.path.join(root, "step-0000000002"),
+                       os.path.join(root, "model.safetensors")):
+            rc, out, err = tool("ckpt", "export", self.dir, target)
+            self.assertEqual(rc, 1, (target, out, err))
+            self.assertIn("exporting into it would mix files into it", err)
+            rc, out, err = tool("ckpt", "export", "--format", "hf-gpt2", self.dir, target)
+            self.assertEqual(rc, 1, (target, out, err))
+        self.assertEqual(sorted(os.listdir(d)), before)
+        self.assertEqual(sorted(os.listdir(root)), root_before)
+
     def test_version_1_index_without_checksum_still_opens_but_version_2_needs_it(self):
         d = self.copy()
         path = os.path.join(d, "dtensor-index.json")

@@ -242,7 +242,10 @@ class TrainResume(ExampleCase):
         out, _ = run(0, 4, self.mesh("2x2") + COMMON[:-1] + every + [
             "--out", b, "--ckpt-root", rb, "--resume", "latest"])
         self.assertIn(f"resumed from {s12} at step 12", out)
-        self.assertEqual(self.steps_under(rb), ["step-0000000020", "step-0000000024"])
+        self.assertIn("--resume latest: passed over damaged step 16 (", out)
+        # The damaged steps were set aside by the saves of steps 16 and 20, never deleted.
+        self.assertEqual(self.steps_under(rb), ["step-0000000016.damaged", "step-0000000020",
+                                                "step-0000000020.damaged", "step-0000000024"])
         with open(os.path.join(rb, "latest")) as fh:
             self.assertEqual(fh.read(), "step-0000000024\n")
         self.assert_same_checkpoints(os.path.join(ra, "step-0000000024"),

@@ -62,11 +62,25 @@ class ExportRoundTrip(unittest.TestCase):
 
     def export(self, source, vocab_arg):
         path = os.path.join(self.tmp.name, "out.safetensors")
-        args = [TOOL, "ckpt", "export", "--format", "hf-gpt2", self.ck[source], path]
+        # These checkpoints (saved by foreign_helper) do not record the heads: given here.
+        args = [TOOL, "ckpt", "export", "--format", "hf-gpt2", self.ck[source], path,
+                "--heads", "2"]
         rc, out, err = run(args + (["--vocab", str(vocab_arg)] if vocab_arg else []))
         self.assertEqual(rc, 0, out + err)
         self.assertFalse(os.path.exists(path + ".partial"))
+        with open(os.path.join(self.tmp.name, "config.json")) as f:
+            cfg = json.load(f)
+        self.assertEqual((cfg["n_head"], cfg["n_layer"], cfg["n_embd"], cfg["n_positions"]),
+                         (2, 2, 8, 6))
         return stread.SafeTensorsFile(path)
+
+    def test_export_of_a_checkpoint_without_recorded_heads_asks_for_them(self):
+        d = tempfile.mkdtemp(dir=self.tmp.name)
+        rc, out, err = run([TOOL, "ckpt", "export", "--format", "hf-gpt2", self.ck["hf_gpt2"],
+                            os.path.join(d, "m.safetensors")])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("--heads H", err)
+        self.assertEqual(os.listdir(d), [])
 
     def check_equal(self, f, wte_rows):
         self.assertEqual(f.metadata, {"format": "pt"})
