@@ -314,7 +314,12 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
         }
         char dir[4096];
         int64_t step = -1;
-        if (root && dt_ckpt_latest(root, &step, dir, sizeof dir) == DT_OK) {
+        dt_ckpt_latest_info latest;
+        if (root && dt_ckpt_find_latest(root, &latest, dir, sizeof dir) == DT_OK) {
+            step = latest.step;
+            if (latest.skipped > 0)
+                fprintf(stderr, "dtensor launch: passed over damaged step %lld (%s)\n",
+                        (long long)latest.skipped_step, latest.skipped_reason);
             if (set_resume(&prog, dir) != 0) {
                 rc = cli_fail("launch", DT_ERR_NO_MEMORY);
                 break;
