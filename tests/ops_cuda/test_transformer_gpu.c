@@ -144,11 +144,11 @@ static void run_ops(void)
 
     /* Vocabulary-sharded embedding and cross-entropy (with ignored rows). */
     dt_tensor *tt = up(lvoc, DT_DTYPE_F32, st, table), *ti = up(lids, DT_DTYPE_I32, si, ids);
-    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, C, table, emb));
+    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, V, C, table, emb));
     DT_ASSERT_OK(dt_embedding(tt, ti, NULL, &out));
     check("embedding", out, emb, N);
     dt_tensor_destroy(out);
-    DT_ASSERT_OK(dt_kernel_embedding_grad(B * T, ids, 0, V, C, dy, dtab));
+    DT_ASSERT_OK(dt_kernel_embedding_grad(B * T, ids, 0, V, V, C, dy, dtab));
     DT_ASSERT_OK(dt_embedding_backward(tt, ti, tdy, NULL, &out));
     check("embedding grad", out, dtab, V * C);
     dt_tensor_destroy(out);
