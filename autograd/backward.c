@@ -391,6 +391,10 @@ dt_status dt_tape_backward(dt_tape *tape, const dt_tensor *root, const dt_tensor
         return dt__error(DT_ERR_NO_MEMORY, "dt_tape_backward: out of memory");
     tape->consumed = 1;
     tape->recomputed = 0;
+    /* Without accumulation every pass starts from no gradients (JAX's fresh gradients): a
+     * watched tensor this pass does not reach keeps none, not the last pass's. */
+    if (!tape->opts.accumulate)
+        dt_tape_zero_grad(tape);
     dt__ag_set_backward(1);
 
     /* The root's gradient: one more contribution after its uses. */

@@ -349,7 +349,9 @@ static double reference(const opts *o)
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
         dt_tape *tape = NULL;
-        ok = ok_or_say(dt_tape_create(NULL, &tape), "tape");
+        dt_tape_opts to = DT_TAPE_OPTS_INIT;
+        to.accumulate = 1; /* the micro-batches' gradients add up */
+        ok = ok_or_say(dt_tape_create(&to, &tape), "tape");
         for (int l = 0; ok && l < o->layers; l++)
             ok = ok_or_say(dt_tape_watch(tape, w[l], l), "watch");
         for (int i = 0; ok && i < o->micro; i++) {

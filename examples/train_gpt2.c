@@ -32,6 +32,28 @@ typedef struct opts {
     int bf16, stage, show_layouts;
 } opts;
 
+static void usage(FILE *f)
+{
+    fputs("usage: train_gpt2 --init FILE|random --data TRAIN.bin --batch B --context T "
+          "--steps N --lr LR [options]\n"
+          "  --init FILE|random   HF safetensors or llm.c checkpoint, or a random init\n"
+          "  --data FILE          llm.c token shard to train on; --val FILE to evaluate on\n"
+          "  --batch B --context T   sequences per step and tokens per sequence (T at most\n"
+          "                       the init's position table, n_ctx)\n"
+          "  --steps N --lr LR    steps to run (to N with --resume) and the learning rate\n"
+          "  --weight-decay W --beta1 B1 --beta2 B2 --eps E --clip C   AdamW, clipping\n"
+          "  --warmup N --min-lr LR   linear warmup, then cosine decay to LR\n"
+          "  --mesh FILE          mesh YAML (default meshes/1x1.yaml)\n"
+          "  --precision f32|bf16 --zero 0-3   parameter precision, ZeRO stage\n"
+          "  --out DIR --resume DIR   checkpoint and losses; go on from an earlier --out\n"
+          "  --layers L --width C --heads H --vocab V --seed S   the model (--init random)\n"
+          "  --grads-out DIR --params-out DIR   step 0's gradients, the final parameters\n"
+          "  --show-layouts 1     each parameter's layout and local shape\n"
+          "  --help, -h           this text\n",
+          f);
+}
+
+/* 0: run; 1: a bad command line (said on stderr); 2: --help. */
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.init = NULL, .mesh = TRAIN_EXAMPLES_DIR "/meshes/1x1.yaml", .batch = 0,
@@ -40,6 +62,8 @@ static int parse(int argc, char **argv, opts *o)
                 .clip = 1.0, .stage = 1, .warmup = 0, .min_lr = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return 2;
         if (!v) {
             fprintf(stderr, "train_gpt2: %s needs a value\n", a);
             return 1;
@@ -83,8 +107,7 @@ static int parse(int argc, char **argv, opts *o)
         }
     }
     if (!o->init || !o->data || o->batch < 1 || o->context < 1 || o->steps < 1 || o->lr < 0) {
-        fprintf(stderr, "usage: train_gpt2 --init FILE|random --data TRAIN.bin --batch B "
-                        "--context T --steps N --lr LR [options]\n");
+        usage(stderr);
         return 1;
     }
     if (o->warmup < 0) {
@@ -359,6 +382,15 @@ static int run(job *j, const opts *o)
         what = "model";
         goto fail;
     }
+    /* Positions past the table would be an error in the first step's lookup: say so now. */
+    if (o->context > gpt2_cfg(m)->context) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--context %lld is longer than the model's position table "
+                 "(%lld rows, n_ctx of %s)", (long long)o->context,
+                 (long long)gpt2_cfg(m)->context, o->init);
+        rc = job_fail(j, "context", DT_ERR_INVALID_ARGUMENT, msg);
+        goto done;
+    }
     if (o->show_layouts)
         show_layouts(j, m);
     what = "data";
@@ -510,7 +542,11 @@ int main(int argc, char **argv)
     job_begin(&j, "train_gpt2", &argc, &argv);
     opts o;
     int rc = parse(argc, argv, &o);
-    if (rc == 0 && (rc = job_start(&j, o.mesh, NULL, -1)) == 0)
+    if (rc == 2) {
+        if (j.me == 0)
+            usage(stdout);
+        rc = 0;
+    } else if (rc == 0 && (rc = job_start(&j, o.mesh, NULL, -1)) == 0)
         rc = run(&j, &o);
     return job_end(&j, rc);
 }

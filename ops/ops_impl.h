@@ -84,9 +84,9 @@ typedef struct dt__ops_backend {
                                 int causal, const float *q, const float *k, const float *v,
                                 const float *dy, float *dq, float *dk, float *dv);
     dt_status (*embedding)(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                           int64_t dim, const float *table, float *out);
+                           int64_t vocab, int64_t dim, const float *table, float *out);
     dt_status (*embedding_grad)(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                int64_t dim, const float *dout, float *dtable);
+                                int64_t vocab, int64_t dim, const float *dout, float *dtable);
     dt_status (*vocab_xent_stats)(int64_t rows, int64_t cols, const float *logits,
                                   const float *rowmax, int64_t lo, int64_t vocab,
                                   const int32_t *labels, float *sumexp, float *target);
@@ -248,6 +248,14 @@ dt_status dt__check_like(const char *op, const char *what, const dt_tensor *t,
 dt_status dt__ops_begin(const char *op, dt_status st, int outs_given, const char *out_name,
                         const dt_tensor *t, const dt_mesh **mesh_out,
                         const dt__ops_backend **be_out);
+
+/* One outcome over the clients of `mesh` for a failure that depends on the data (an id out of
+ * range held by one client only): DT_OK when every client's st is, else the lowest failing
+ * client's status and message (runtime/group.h's dt__group_agree; "client C: ..." on the
+ * others). Call it where every client of the mesh gets in the same order, before the op's
+ * next collective, with the backend synced. Collective over the mesh's clients (no
+ * communication when the mesh has one client). */
+dt_status dt__ops_agree(const dt_mesh *mesh, const char *op, dt_status st);
 
 /* Local component i's data pointer (NULL if empty), its element count. */
 void *dt__local_data(const dt_tensor *t, int i);

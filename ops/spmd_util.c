@@ -1,12 +1,15 @@
 /* Helpers of the distributed ops: layouts as mesh-dim index arrays, the relayout traffic
- * model the ops use to pick the cheapest valid layouts, input checks, local component access. */
+ * model the ops use to pick the cheapest valid layouts, input checks, local component access,
+ * one outcome over the mesh's clients for data-dependent failures. */
 #include <stdio.h>
 #include <string.h>
 
 #include "layout/tensor_dev.h"
+#include "mesh/mesh_group.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 #include "runtime/util.h"
 
 void dt__lspec_of(const dt_layout *layout, dt__lspec *out)
@@ -263,5 +266,21 @@ dt_status dt__tensor_new(const dt_mesh *mesh, const dt__lspec *ls, dt_dtype dtyp
         return st;
     st = dt__tensor_empty(l, dtype, shape, out);
     dt_layout_destroy(l);
+    return st;
+}
+
+/* Two small collectives only where the mesh spans several clients (dt__group_agree returns
+ * st as it is in a group of one). */
+dt_status dt__ops_agree(const dt_mesh *mesh, const char *op, dt_status st)
+{
+    const dt__group *g = NULL;
+    dt_status gst = dt__mesh_group(mesh, &g);
+    if (gst != DT_OK)
+        return st != DT_OK ? st : gst;
+    if (g->comm == MPI_COMM_NULL || g->size <= 1)
+        return st;
+    long tk = dt__coll_record(g->clients, g->size, op, "ops agree");
+    st = dt__group_agree(g, st, op);
+    dt__coll_end(tk, "mpi", st);
     return st;
 }

@@ -51,7 +51,7 @@ static void emb_plan_of(const dt_tensor *table, const dt_tensor *ids, emb_plan *
 typedef struct emb_local {
     const dt__ops_backend *be;
     const dt_tensor *table, *ids, *dout, *out;
-    int64_t dim;
+    int64_t vocab, dim; /* the whole table's rows, against which every id is checked */
 } emb_local;
 
 static dt_status emb_one(int i, void *arg)
@@ -61,7 +61,7 @@ static dt_status emb_one(int i, void *arg)
     if (n == 0 || e->dim == 0)
         return DT_OK;
     return e->be->embedding(n, dt__local_data(e->ids, i), dt_tensor_local_offset(e->table, i)[0],
-                            dt_tensor_local(e->table, i)->shape[0], e->dim,
+                            dt_tensor_local(e->table, i)->shape[0], e->vocab, e->dim,
                             dt__local_data(e->table, i), dt__local_data(e->out, i));
 }
 
@@ -73,8 +73,20 @@ static dt_status emb_grad_one(int i, void *arg)
     if (rows * e->dim == 0)
         return DT_OK;
     return e->be->embedding_grad(dt__local_numel(e->ids, i), dt__local_data(e->ids, i),
-                                 dt_tensor_local_offset(e->out, i)[0], rows, e->dim,
-                                 dt__local_data(e->dout, i), dt__local_data(e->out, i));
+                                 dt_tensor_local_offset(e->out, i)[0], rows, e->vocab,
+                                 e->dim, dt__local_data(e->dout, i), dt__local_data(e->out, i));
+}
+
+/* The local kernels, synced, then one outcome over the clients: a bad id held by one client
+ * (ids sharded over clients) fails the op on all of them, before any of them goes on to the
+ * op's relayouts. */
+static dt_status run_checked(const dt__ops_backend *be, const dt_mesh *mesh, const char *op,
+                             const dt_tensor *t, dt__work_fn fn, void *arg)
+{
+    dt_status st = dt__ops_each_local(be, t, fn, arg);
+    if (st == DT_OK && be->sync)
+        st = be->sync();
+    return dt__ops_agree(mesh, op, st);
 }
 
 static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
@@ -102,9 +114,9 @@ static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, con
         st = dt__ensure_layout(ids, &p.ids, &ri);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lo, DT_DTYPE_F32, shape, &y);
-    emb_local el = {be, rt, ri, NULL, y, dim};
+    emb_local el = {be, rt, ri, NULL, y, dt_tensor_shape(table)[0], dim};
     if (st == DT_OK)
-        st = dt__ops_each_local(be, y, emb_one, &el);
+        st = run_checked(be, mesh, op, y, emb_one, &el);
     st = dt__ops_finish(be, op, layout, st, &y, out);
     dt_tensor_destroy(ri);
     dt_tensor_destroy(rt);
@@ -174,9 +186,9 @@ dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,
         st = dt__ensure_layout(dout, &p.out, &rd);
     if (st == DT_OK)
         st = dt__tensor_new(mesh, &lg, DT_DTYPE_F32, dt_tensor_shape(table), &g);
-    emb_local el = {be, NULL, ri, rd, g, dim};
+    emb_local el = {be, NULL, ri, rd, g, dt_tensor_shape(table)[0], dim};
     if (st == DT_OK)
-        st = dt__ops_each_local(be, g, emb_grad_one, &el);
+        st = run_checked(be, mesh, op, g, emb_grad_one, &el);
     st = dt__ops_finish(be, op, layout, st, &g, dtable_out);
     dt_tensor_destroy(rd);
     dt_tensor_destroy(ri);
@@ -341,10 +353,13 @@ static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_
         st = row_tensor(x->labels, vdim, DT_REDUCE_SUM, &x->sumexp);
     if (st == DT_OK)
         st = row_tensor(x->labels, vdim, DT_REDUCE_SUM, &x->target);
-    if (st == DT_OK)
+    if (st == DT_OK) {
+        /* Labels are checked here: one outcome over the clients (see run_checked). */
         st = dt__ops_each_local(be, x->sumexp, stats_one, &vl);
-    if (st == DT_OK && be->sync)
-        st = be->sync();
+        if (st == DT_OK && be->sync)
+            st = be->sync();
+        st = dt__ops_agree(mesh, op, st);
+    }
     if (st == DT_OK)
         st = reduce_rows(&x->sumexp);
     if (st == DT_OK)

@@ -1,27 +1,43 @@
 /* Local kernels of the vocabulary-sharded layers: embedding lookup of the rows a device holds
- * (ids outside its slice give zeros) and its gradient, and the pieces of Megatron's
- * vocab-parallel cross-entropy (per-row sum of exponentials and target logit of the local
- * slice given the global row max, the loss from the reduced statistics, the gradient). */
+ * (ids of the table outside its slice give zeros, ids outside the table are errors) and its
+ * gradient, and the pieces of Megatron's vocab-parallel cross-entropy (per-row sum of
+ * exponentials and target logit of the local slice given the global row max, the loss from
+ * the reduced statistics, the gradient). */
 #include <math.h>
 #include <string.h>
 
 #include "ops/ops_impl.h"
 #include "runtime/error.h"
 
-static dt_status check_emb(const char *op, int64_t n, int64_t lo, int64_t rows, int64_t dim,
-                           int nptrs, const void *const *ptrs)
+static dt_status check_emb(const char *op, int64_t n, int64_t lo, int64_t rows, int64_t vocab,
+                           int64_t dim, int nptrs, const void *const *ptrs)
 {
-    if (lo < 0 || rows < 0 || dim < 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: bad slice (lo %lld, rows %lld, dim %lld)",
-                         op, (long long)lo, (long long)rows, (long long)dim);
+    if (lo < 0 || rows < 0 || dim < 0 || lo + rows > vocab)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: bad slice (lo %lld, rows %lld of a "
+                         "%lld-row table, dim %lld)", op, (long long)lo, (long long)rows,
+                         (long long)vocab, (long long)dim);
     return dt__kcheck(op, n * (dim > 0 ? 1 : 0), nptrs, ptrs);
 }
 
-dt_status dt_kernel_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                              int64_t dim, const float *table, float *out)
+/* Every id must index the whole table (PyTorch's IndexError), wherever the slice is. */
+static dt_status check_ids(const char *op, int64_t n, const int32_t *ids, int64_t vocab)
 {
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: id %d (position %lld) is outside "
+                             "the table of %lld rows (ids 0..%lld)", op, (int)ids[i],
+                             (long long)i, (long long)vocab, (long long)(vocab - 1));
+    return DT_OK;
+}
+
+dt_status dt_kernel_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                              int64_t vocab, int64_t dim, const float *table, float *out)
+{
+    static const char op[] = "dt_kernel_embedding";
     const void *p[] = {ids, out};
-    dt_status st = check_emb("dt_kernel_embedding", n, lo, rows, dim, 2, p);
+    dt_status st = check_emb(op, n, lo, rows, vocab, dim, 2, p);
+    if (st == DT_OK && dim > 0)
+        st = check_ids(op, n, ids, vocab);
     if (st != DT_OK)
         return st;
     for (int64_t i = 0; i < n; i++) {
@@ -35,12 +51,15 @@ dt_status dt_kernel_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t
 }
 
 dt_status dt_kernel_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                   int64_t dim, const float *dout, float *dtable)
+                                   int64_t vocab, int64_t dim, const float *dout, float *dtable)
 {
+    static const char op[] = "dt_kernel_embedding_grad";
     const void *p[] = {ids, dout};
-    dt_status st = check_emb("dt_kernel_embedding_grad", n, lo, rows, dim, 2, p);
+    dt_status st = check_emb(op, n, lo, rows, vocab, dim, 2, p);
     if (st == DT_OK && rows * dim > 0 && !dtable)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_kernel_embedding_grad: dtable is NULL");
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: dtable is NULL", op);
+    if (st == DT_OK && dim > 0)
+        st = check_ids(op, n, ids, vocab);
     if (st != DT_OK)
         return st;
     if (rows * dim > 0)

@@ -79,12 +79,15 @@ DT_API const char *dt_op_kind_name(dt_op_kind kind);
 /* ---- tapes -------------------------------------------------------------------------- */
 
 typedef struct dt_tape_opts {
-    /* 1 (default): the gradients of successive backward passes add up (old + new, dt_add)
-     * until dt_tape_zero_grad (gradient accumulation over micro-batches); 0: each backward
-     * pass replaces them. */
+    /* 0 (default): each backward pass replaces the watched gradients, so a plain loop
+     * (forward, backward, step, repeat) is right as written (JAX's fresh gradients; a watched
+     * tensor the pass does not reach has none afterwards). 1: gradient accumulation over
+     * micro-batches: the gradients of successive backward passes add up (old + new, dt_add)
+     * until dt_tape_zero_grad, which the loop calls before each step's first micro-batch
+     * (PyTorch's optimizer.zero_grad()). */
     int accumulate;
 } dt_tape_opts;
-#define DT_TAPE_OPTS_INIT {1}
+#define DT_TAPE_OPTS_INIT {0}
 
 /* Creates an empty tape (no recording, no watched tensors). opts may be NULL (defaults).
  * DT_ERR_INVALID_ARGUMENT for a NULL tape_out; DT_ERR_NO_MEMORY. Local. */
@@ -190,7 +193,8 @@ DT_API dt_status dt_tape_grad(const dt_tape *tape, int index, const dt_tensor **
 /* Takes watched index `index`'s gradient: *grad_out (owned by the caller, NULL when none);
  * the tape no longer holds it. Errors as dt_tape_grad. Local. */
 DT_API dt_status dt_tape_take_grad(dt_tape *tape, int index, dt_tensor **grad_out);
-/* Drops every gradient held (the start of a new accumulation). Local. */
+/* Drops every gradient held (the start of a new accumulation; a backward pass without
+ * accumulation does it itself). Local. */
 DT_API void dt_tape_zero_grad(dt_tape *tape);
 /* Drops the recording (saved tensors released) and every gradient; watched tensors stay.
  * DT_ERR_STATE while the tape records. Local. */

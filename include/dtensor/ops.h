@@ -203,15 +203,20 @@ DT_API void dt_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint3
 DT_API dt_status dt_kernel_dropout_mask(int64_t first, int64_t n, float p, uint64_t seed,
                                         uint64_t stream, float *mask);
 
-/* Embedding lookup from the slice of a table holding rows lo .. lo+rows-1 ([rows, dim]):
- * out[i, :] = table[ids[i] - lo, :] for n ids inside the slice, zeros for the others (so the
- * slices' outputs add up to the full lookup). The gradient overwrites dtable [rows, dim] with
- * the sum of dout's rows whose id falls in the slice. */
+/* Embedding lookup from the slice of a table of `vocab` rows holding rows lo .. lo+rows-1
+ * ([rows, dim]): out[i, :] = table[ids[i] - lo, :] for n ids inside the slice, zeros for the
+ * other ids of the table (so the slices' outputs add up to the full lookup). The gradient
+ * overwrites dtable [rows, dim] with the sum of dout's rows whose id falls in the slice.
+ * DT_ERR_INVALID_ARGUMENT for a slice outside 0..vocab-1, and for an id outside 0..vocab-1
+ * (negative or >= vocab, as PyTorch's IndexError), the message naming the id and vocab; the
+ * CUDA backend finds such an id on the device and reports it at the next sync of the ops
+ * (so dt_embedding still returns it). Local. */
 DT_API dt_status dt_kernel_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                     int64_t dim, const float *table, float *out);
+                                     int64_t vocab, int64_t dim, const float *table,
+                                     float *out);
 DT_API dt_status dt_kernel_embedding_grad(int64_t n, const int32_t *ids, int64_t lo,
-                                          int64_t rows, int64_t dim, const float *dout,
-                                          float *dtable);
+                                          int64_t rows, int64_t vocab, int64_t dim,
+                                          const float *dout, float *dtable);
 
 /* Vocab-parallel cross-entropy pieces (Megatron). `logits` [rows, cols] holds classes
  * lo .. lo+cols-1 of `vocab`; rowmax [rows] the max over all classes. stats writes
@@ -459,8 +464,11 @@ DT_API dt_status dt_dropout(const dt_tensor *x, float p, uint64_t seed, uint64_t
  * The table keeps its vocabulary sharding (dim gathered); each device looks up the ids in its
  * slice and writes zeros for the others, so the natural output is partial (sum) over the
  * vocabulary's mesh dim; ids keep their sharding except on that mesh dim. An id outside
- * 0..vocab-1 gives a zero row. The backward gives dtable in the table's layout, partial (sum)
- * over the mesh dims sharding the ids. `layout` asks for another output layout. */
+ * 0..vocab-1 (the whole table's rows, not a device's slice) is DT_ERR_INVALID_ARGUMENT naming
+ * the id and vocab, on every client of the mesh (they agree on the outcome, also when the ids
+ * are sharded over clients and only one of them holds the bad id). The backward gives dtable
+ * in the table's layout, partial (sum) over the mesh dims sharding the ids, and checks the ids
+ * alike. `layout` asks for another output layout. Collective over the mesh's clients. */
 DT_API dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids,
                               const dt_layout *layout, dt_tensor **out);
 DT_API dt_status dt_embedding_backward(const dt_tensor *table, const dt_tensor *ids,

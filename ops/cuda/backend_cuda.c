@@ -17,6 +17,12 @@ static void *scratch_ptr[DT__CU_MAX_DEVICES];
 static size_t scratch_size[DT__CU_MAX_DEVICES];
 /* CUDA devices this thread selected since its last sync (bit per ordinal). */
 static _Thread_local uint64_t touched;
+/* dt__cuda_fault's words (one per device, under scratch_lock), the devices whose word this
+ * thread handed out since its last sync, and what a fault found there is named after. */
+static unsigned long long *fault_word[DT__CU_MAX_DEVICES];
+static _Thread_local uint64_t fault_pending;
+static _Thread_local const char *fault_op;
+static _Thread_local int64_t fault_limit;
 
 dt_status dt__cuda_check(cudaError_t err, const char *what)
 {
@@ -78,6 +84,65 @@ dt_status dt__cuda_scratch(size_t bytes, void **ptr_out)
     return DT_OK;
 }
 
+dt_status dt__cuda_fault(const char *op, int64_t limit, unsigned long long **slot_out)
+{
+    int ord = 0;
+    dt_status st = current_ordinal(op, &ord);
+    if (st != DT_OK)
+        return st;
+    pthread_mutex_lock(&scratch_lock);
+    if (!fault_word[ord]) {
+        void *p = NULL;
+        st = dt__cuda_check(cudaMalloc(&p, sizeof *fault_word[ord]), op);
+        /* Synchronous: the word is all ones before any kernel can see it. */
+        if (st == DT_OK)
+            st = dt__cuda_check(cudaMemset(p, 0xff, sizeof *fault_word[ord]), op);
+        if (st == DT_OK)
+            fault_word[ord] = p;
+        else if (p)
+            cudaFree(p);
+    }
+    pthread_mutex_unlock(&scratch_lock);
+    if (st != DT_OK)
+        return st;
+    fault_pending |= (uint64_t)1 << ord;
+    fault_op = op;
+    fault_limit = limit;
+    *slot_out = fault_word[ord];
+    return DT_OK;
+}
+
+/* After the devices are synced: the fault words handed out since the last sync, each read
+ * and reset (also when st already failed, so that no stale fault is left for a later op); the
+ * first fault found becomes the status unless st is an error already. */
+static dt_status read_faults(dt_status st)
+{
+    uint64_t mask = fault_pending;
+    fault_pending = 0;
+    for (int d = 0; d < DT__CU_MAX_DEVICES && mask; d++) {
+        uint64_t bit = (uint64_t)1 << d;
+        if (!(mask & bit))
+            continue;
+        mask &= ~bit;
+        unsigned long long w = DT__CUDA_FAULT_NONE;
+        cudaError_t err = cudaSetDevice(d);
+        if (err == cudaSuccess)
+            err = cudaMemcpy(&w, fault_word[d], sizeof w, cudaMemcpyDeviceToHost);
+        if (err == cudaSuccess && w != DT__CUDA_FAULT_NONE)
+            err = cudaMemset(fault_word[d], 0xff, sizeof w);
+        if (err != cudaSuccess && st == DT_OK)
+            st = dt__cuda_check(err, "ops (CUDA): reading the kernels' fault word");
+        else if (err != cudaSuccess)
+            cudaGetLastError();
+        if (st == DT_OK && w != DT__CUDA_FAULT_NONE)
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: id %d (position %llu) is outside the "
+                           "table of %lld rows (ids 0..%lld)", fault_op,
+                           (int)(int32_t)(uint32_t)(w & 0xffffffffu), w >> 32,
+                           (long long)fault_limit, (long long)(fault_limit - 1));
+    }
+    return st;
+}
+
 /* dt_finalize: scratch and cuBLAS handles go (the next use recreates them). */
 static void release_all(void)
 {
@@ -90,6 +155,9 @@ static void release_all(void)
             cudaFree(scratch_ptr[d]);
         scratch_ptr[d] = NULL;
         scratch_size[d] = 0;
+        if (fault_word[d] && cudaSetDevice(d) == cudaSuccess)
+            cudaFree(fault_word[d]);
+        fault_word[d] = NULL;
     }
     pthread_mutex_unlock(&scratch_lock);
     dt__cuda_gemm_release();
@@ -133,24 +201,27 @@ static dt_status cuda_set_device(int device_id)
 }
 
 /* Waits for every device this thread selected since the last sync (or the current one), so
- * results are complete and asynchronous kernel faults surface here. */
+ * results are complete and asynchronous kernel faults surface here, then reads the fault
+ * words of the checks launched since (dt__cuda_fault). */
 static dt_status cuda_sync(void)
 {
     dt_status st = DT_OK;
     uint64_t mask = touched;
     touched = 0;
-    if (!mask)
-        return dt__cuda_check(cudaDeviceSynchronize(), "ops (CUDA): cudaDeviceSynchronize");
     int cur = -1;
     if (cudaGetDevice(&cur) != cudaSuccess)
         cudaGetLastError();
-    for (int d = 0; d < DT__CU_MAX_DEVICES && st == DT_OK; d++) {
+    if (!mask)
+        st = dt__cuda_check(cudaDeviceSynchronize(), "ops (CUDA): cudaDeviceSynchronize");
+    for (int d = 0; d < DT__CU_MAX_DEVICES && st == DT_OK && mask; d++) {
         if (!(mask & ((uint64_t)1 << d)))
             continue;
         st = dt__cuda_check(cudaSetDevice(d), "ops (CUDA): cudaSetDevice");
         if (st == DT_OK)
             st = dt__cuda_check(cudaDeviceSynchronize(), "ops (CUDA): cudaDeviceSynchronize");
     }
+    if (fault_pending)
+        st = read_faults(st);
     if (cur >= 0)
         cudaSetDevice(cur);
     return st;

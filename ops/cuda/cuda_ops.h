@@ -115,11 +115,14 @@ cudaError_t dt__cuda_attention_grad(int64_t batch, int64_t seq, int64_t heads, i
                                     int causal, const float *q, const float *k, const float *v,
                                     const float *dy, float *dq, float *dk, float *dv,
                                     cudaStream_t s);
+/* Ids outside 0..vocab-1 give zero rows (no gradient) and lower *fault to their
+ * dt__cuda_fault_word (a dt__cuda_fault slot). */
 cudaError_t dt__cuda_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                               int64_t dim, const float *table, float *out, cudaStream_t s);
+                               int64_t vocab, int64_t dim, const float *table, float *out,
+                               unsigned long long *fault, cudaStream_t s);
 cudaError_t dt__cuda_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                    int64_t dim, const float *dout, float *dtable,
-                                    cudaStream_t s);
+                                    int64_t vocab, int64_t dim, const float *dout,
+                                    float *dtable, unsigned long long *fault, cudaStream_t s);
 cudaError_t dt__cuda_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
                                       const float *rowmax, int64_t lo, const int32_t *labels,
                                       float *sumexp, float *target, cudaStream_t s);
@@ -180,6 +183,15 @@ void dt__cuda_unlock(void);
 /* At least `bytes` of device scratch on the current device (grows, never shrinks), under
  * dt__cuda_lock. DT_ERR_NO_MEMORY / DT_ERR_CUDA. */
 dt_status dt__cuda_scratch(size_t bytes, void **ptr_out);
+/* Errors found by kernels on the device, without a host round trip at launch: the current
+ * device's fault word (device memory, all ones while no fault) into *slot_out, for a kernel
+ * that lowers it with atomicMin to dt__cuda_fault_word(position, id) of each bad id, so the
+ * smallest position wins. The backend's next sync (on this thread) reads the word of every
+ * device it handed out since, resets it, and fails with DT_ERR_INVALID_ARGUMENT: "<op>: id
+ * <id> (position <p>) is outside the table of <limit> rows (ids 0..<limit-1>)". Local.
+ * DT_ERR_NO_MEMORY / DT_ERR_CUDA. */
+dt_status dt__cuda_fault(const char *op, int64_t limit, unsigned long long **slot_out);
+#define DT__CUDA_FAULT_NONE (~0ull)
 
 /* llama_cuda.c: the Llama-style entries of the CUDA table (dt_kernel_* arguments). */
 dt_status dt__cu_rms_norm(int64_t rows, int64_t cols, const float *x, const float *gain,
@@ -213,10 +225,10 @@ dt_status dt__cu_attention(int64_t batch, int64_t seq, int64_t heads, int64_t he
 dt_status dt__cu_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
                                 int causal, const float *q, const float *k, const float *v,
                                 const float *dy, float *dq, float *dk, float *dv);
-dt_status dt__cu_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows, int64_t dim,
-                           const float *table, float *out);
+dt_status dt__cu_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                           int64_t vocab, int64_t dim, const float *table, float *out);
 dt_status dt__cu_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                int64_t dim, const float *dout, float *dtable);
+                                int64_t vocab, int64_t dim, const float *dout, float *dtable);
 dt_status dt__cu_vocab_xent_stats(int64_t rows, int64_t cols, const float *logits,
                                   const float *rowmax, int64_t lo, int64_t vocab,
                                   const int32_t *labels, float *sumexp, float *target);
@@ -247,6 +259,12 @@ static inline unsigned dt__cu_blocks(int64_t n)
 #define DT__CU_FOR(i, n)                                                                    \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
          i += (int64_t)gridDim.x * blockDim.x)
+/* A bad id's word for a dt__cuda_fault slot: position (capped below all ones) high, id low. */
+__device__ static inline unsigned long long dt__cuda_fault_word(int64_t pos, int32_t id)
+{
+    unsigned long long p = pos < 0xfffffffell ? (unsigned long long)pos : 0xfffffffeull;
+    return p << 32 | (unsigned long long)(uint32_t)id;
+}
 #endif
 
 #endif

@@ -240,42 +240,55 @@ cudaError_t dt__cuda_attention_grad(int64_t batch, int64_t seq, int64_t heads, i
 }
 
 __global__ static void embedding_kernel(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                        int64_t dim, const float *table, float *out)
+                                        int64_t vocab, int64_t dim, const float *table,
+                                        float *out, unsigned long long *fault)
 {
     DT__CU_FOR(p, n * dim) {
         int64_t i = p / dim, j = p % dim, r = (int64_t)ids[i] - lo;
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            if (j == 0)
+                atomicMin(fault, dt__cuda_fault_word(i, ids[i]));
+            out[p] = 0.0f;
+            continue;
+        }
         out[p] = r >= 0 && r < rows ? table[r * dim + j] : 0.0f;
     }
 }
 
 __global__ static void embedding_grad_kernel(int64_t n, const int32_t *ids, int64_t lo,
-                                             int64_t rows, int64_t dim, const float *dout,
-                                             float *dtable)
+                                             int64_t rows, int64_t vocab, int64_t dim,
+                                             const float *dout, float *dtable,
+                                             unsigned long long *fault)
 {
     DT__CU_FOR(p, n * dim) {
         int64_t i = p / dim, j = p % dim, r = (int64_t)ids[i] - lo;
+        if (ids[i] < 0 || ids[i] >= vocab) {
+            if (j == 0)
+                atomicMin(fault, dt__cuda_fault_word(i, ids[i]));
+            continue;
+        }
         if (r >= 0 && r < rows)
             atomicAdd(dtable + r * dim + j, dout[p]);
     }
 }
 
 cudaError_t dt__cuda_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                               int64_t dim, const float *table, float *out, cudaStream_t s)
+                               int64_t vocab, int64_t dim, const float *table, float *out,
+                               unsigned long long *fault, cudaStream_t s)
 {
-    embedding_kernel<<<dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s>>>(n, ids, lo, rows, dim,
-                                                                        table, out);
+    embedding_kernel<<<dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s>>>(n, ids, lo, rows, vocab,
+                                                                        dim, table, out, fault);
     return cudaGetLastError();
 }
 
 cudaError_t dt__cuda_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                    int64_t dim, const float *dout, float *dtable,
-                                    cudaStream_t s)
+                                    int64_t vocab, int64_t dim, const float *dout,
+                                    float *dtable, unsigned long long *fault, cudaStream_t s)
 {
     cudaMemsetAsync(dtable, 0, (size_t)(rows * dim) * sizeof(float), s);
     if (n * dim > 0)
-        embedding_grad_kernel<<<dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s>>>(n, ids, lo, rows,
-                                                                                 dim, dout,
-                                                                                 dtable);
+        embedding_grad_kernel<<<dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s>>>(
+            n, ids, lo, rows, vocab, dim, dout, dtable, fault);
     return cudaGetLastError();
 }
 

@@ -124,34 +124,50 @@ dt_status dt__cu_attention_grad(int64_t batch, int64_t seq, int64_t heads, int64
                                                   dy, dq, dk, dv, 0), op);
 }
 
-dt_status dt__cu_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows, int64_t dim,
-                           const float *table, float *out)
+/* The slice must lie in the table; the ids are checked on the device (dt__cuda_fault). */
+static dt_status check_emb(const char *op, int64_t n, int64_t lo, int64_t rows, int64_t vocab,
+                           int64_t dim, const void *ids, const void *p2)
 {
-    static const char op[] = "dt_kernel_embedding (CUDA)";
     const int64_t s[] = {lo, rows, dim};
-    const void *p[] = {ids, out};
+    const void *p[] = {ids, p2};
     dt_status st = sizes_ok(op, 3, s);
+    if (st == DT_OK && lo + rows > vocab)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: bad slice (lo %lld, rows %lld of a "
+                       "%lld-row table)", op, (long long)lo, (long long)rows, (long long)vocab);
     if (st == DT_OK)
         st = ptrs_ok(op, n * (dim > 0 ? 1 : 0), 2, p);
+    return st;
+}
+
+dt_status dt__cu_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
+                           int64_t vocab, int64_t dim, const float *table, float *out)
+{
+    static const char op[] = "dt_kernel_embedding (CUDA)";
+    unsigned long long *fault = NULL;
+    dt_status st = check_emb(op, n, lo, rows, vocab, dim, ids, out);
     if (st != DT_OK || n * dim == 0)
         return st;
-    return dt__cuda_check(dt__cuda_embedding(n, ids, lo, rows, dim, table, out, 0), op);
+    st = dt__cuda_fault(op, vocab, &fault);
+    if (st != DT_OK)
+        return st;
+    return dt__cuda_check(dt__cuda_embedding(n, ids, lo, rows, vocab, dim, table, out, fault,
+                                             0), op);
 }
 
 dt_status dt__cu_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, int64_t rows,
-                                int64_t dim, const float *dout, float *dtable)
+                                int64_t vocab, int64_t dim, const float *dout, float *dtable)
 {
     static const char op[] = "dt_kernel_embedding_grad (CUDA)";
-    const int64_t s[] = {lo, rows, dim};
-    const void *p[] = {ids, dout};
-    dt_status st = sizes_ok(op, 3, s);
-    if (st == DT_OK)
-        st = ptrs_ok(op, n * (dim > 0 ? 1 : 0), 2, p);
+    unsigned long long *fault = NULL;
+    dt_status st = check_emb(op, n, lo, rows, vocab, dim, ids, dout);
     if (st == DT_OK && rows * dim > 0 && !dtable)
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: dtable is NULL", op);
     if (st != DT_OK || rows * dim == 0)
         return st;
-    return dt__cuda_check(dt__cuda_embedding_grad(n, ids, lo, rows, dim, dout, dtable, 0), op);
+    if (n * dim > 0 && (st = dt__cuda_fault(op, vocab, &fault)) != DT_OK)
+        return st;
+    return dt__cuda_check(dt__cuda_embedding_grad(n, ids, lo, rows, vocab, dim, dout, dtable,
+                                                  fault, 0), op);
 }
 
 /* Labels beyond vocab-1 fail naming the first such row (this waits for the device). */

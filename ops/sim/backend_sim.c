@@ -85,10 +85,10 @@
     A(D, const float *, dy) A(D, float *, dq) A(D, float *, dk) A(D, float *, dv)
 #define ARGS_embedding(A)                                                                   \
     A(V, int64_t, n) A(D, const int32_t *, ids) A(V, int64_t, lo) A(V, int64_t, rows)       \
-    A(V, int64_t, dim) A(D, const float *, table) A(D, float *, out)
+    A(V, int64_t, vocab) A(V, int64_t, dim) A(D, const float *, table) A(D, float *, out)
 #define ARGS_embedding_grad(A)                                                              \
     A(V, int64_t, n) A(D, const int32_t *, ids) A(V, int64_t, lo) A(V, int64_t, rows)       \
-    A(V, int64_t, dim) A(D, const float *, dout) A(D, float *, dtable)
+    A(V, int64_t, vocab) A(V, int64_t, dim) A(D, const float *, dout) A(D, float *, dtable)
 #define ARGS_vocab_xent_stats(A)                                                            \
     A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
     A(D, const float *, rowmax) A(V, int64_t, lo) A(V, int64_t, vocab)                      \

@@ -554,7 +554,9 @@ static void test_accumulation_adds_micro_batch_gradients(void)
     dt_tensor *xa = real_tensor(lr, 2, sh, -1, 1, 51), *xb = real_tensor(lr, 2, sh, -1, 1, 52);
     dt_tensor *w = real_tensor(lr, 2, sw, -1, 1, 53);
     dt_tape *tape = NULL;
-    DT_ASSERT_OK(dt_tape_create(NULL, &tape));
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    to.accumulate = 1;
+    DT_ASSERT_OK(dt_tape_create(&to, &tape));
     DT_ASSERT_OK(dt_tape_watch(tape, w, 0));
     dt_tensor *xs[2] = {xa, xb}, *ref[2] = {NULL, NULL};
     int64_t sy[2] = {4, 3};
@@ -573,7 +575,7 @@ static void test_accumulation_adds_micro_batch_gradients(void)
     const dt_tensor *g = NULL;
     DT_ASSERT_OK(dt_tape_grad(tape, 0, &g));
     CU_ASSERT(same_bits(g, sum));
-    /* zero_grad starts again; accumulate 0 replaces. */
+    /* zero_grad starts again. */
     dt_tape_zero_grad(tape);
     DT_ASSERT_OK(dt_tape_grad(tape, 0, &g));
     CU_ASSERT_PTR_NULL(g);

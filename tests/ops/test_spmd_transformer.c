@@ -226,25 +226,55 @@ static void test_embedding_slices_add_up_to_the_lookup(void)
     int32_t ids[NID] = {0, 10, 3, 3, 7, 5, 10};
     ot_fill_real(table, V * DIM, -1, 1, 11);
     ot_fill_real(dout, NID * DIM, -1, 1, 12);
-    DT_ASSERT_OK(dt_kernel_embedding(NID, ids, 0, V, DIM, table, out));
-    DT_ASSERT_OK(dt_kernel_embedding_grad(NID, ids, 0, V, DIM, dout, dt));
+    DT_ASSERT_OK(dt_kernel_embedding(NID, ids, 0, V, V, DIM, table, out));
+    DT_ASSERT_OK(dt_kernel_embedding_grad(NID, ids, 0, V, V, DIM, dout, dt));
     for (int i = 0; i < NID; i++)
         for (int j = 0; j < DIM; j++)
             CU_ASSERT_EQUAL(out[i * DIM + j], table[ids[i] * DIM + j]);
     /* Three slices [0,4) [4,8) [8,11): their outputs add up, their gradients tile. */
     int lo[4] = {0, 4, 8, 11};
     for (int s = 0; s < 3; s++) {
-        DT_ASSERT_OK(dt_kernel_embedding(NID, ids, lo[s], lo[s + 1] - lo[s], DIM,
+        DT_ASSERT_OK(dt_kernel_embedding(NID, ids, lo[s], lo[s + 1] - lo[s], V, DIM,
                                          table + lo[s] * DIM, part));
         for (int i = 0; i < NID * DIM; i++)
             sum[i] += part[i];
-        DT_ASSERT_OK(dt_kernel_embedding_grad(NID, ids, lo[s], lo[s + 1] - lo[s], DIM, dout,
+        DT_ASSERT_OK(dt_kernel_embedding_grad(NID, ids, lo[s], lo[s + 1] - lo[s], V, DIM, dout,
                                               ds + lo[s] * DIM));
     }
     CU_ASSERT_EQUAL(ot_mismatches("embedding slices", sum, out, NID * DIM, 0, 0), 0);
     CU_ASSERT_EQUAL(ot_mismatches("embedding grad slices", ds, dt, V * DIM, 0, 0), 0);
     /* Row 3 was looked up twice: its gradient is the sum of both. */
     CU_ASSERT_EQUAL(dt[3 * DIM], dout[2 * DIM] + dout[3 * DIM]);
+}
+
+/* PyTorch's IndexError: an id outside the whole table fails, also on a slice of it (where
+ * the in-table ids outside the slice still give zeros), naming the id and the table's rows. */
+static void test_embedding_kernels_reject_ids_outside_the_table(void)
+{
+    enum { NID = 5, DIM = 3 };
+    const int32_t bad[3] = {V, -1, INT32_MAX};
+    float table[V * DIM], out[NID * DIM], dout[NID * DIM] = {0}, dt[V * DIM];
+    ot_fill_real(table, V * DIM, -1, 1, 14);
+    for (int b = 0; b < 3; b++) {
+        int32_t ids[NID] = {0, 10, 3, 3, 7};
+        ids[3] = bad[b];
+        char want[64];
+        snprintf(want, sizeof want, "id %d (position 3)", (int)bad[b]);
+        for (int slice = 0; slice < 2; slice++) {
+            int64_t lo = slice ? 4 : 0, rows = slice ? 4 : V;
+            DT_ASSERT_FAILS(dt_kernel_embedding(NID, ids, lo, rows, V, DIM, table + lo * DIM, out),
+                            DT_ERR_INVALID_ARGUMENT);
+            DT_ASSERT_ERROR_MENTIONS(want);
+            DT_ASSERT_ERROR_MENTIONS("table of 11 rows");
+            DT_ASSERT_FAILS(dt_kernel_embedding_grad(NID, ids, lo, rows, V, DIM, dout, dt),
+                            DT_ERR_INVALID_ARGUMENT);
+            DT_ASSERT_ERROR_MENTIONS(want);
+        }
+    }
+    /* A slice reaching past the table is refused too. */
+    int32_t ok[NID] = {0, 1, 2, 3, 4};
+    DT_ASSERT_FAILS(dt_kernel_embedding(NID, ok, 8, 4, V, DIM, table, out),
+                    DT_ERR_INVALID_ARGUMENT);
 }
 
 static void test_vocab_xent_pieces_match_the_full_softmax_cross_entropy(void)
@@ -555,8 +585,8 @@ static void test_embedding_with_the_vocabulary_sharded_is_partial_over_its_dim(v
         ids[i] = (i * 7 + 3) % V;
     ot_fill_real(table, V * C, -1, 1, 50);
     ot_fill_real(dout, N, -1, 1, 51);
-    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, C, table, out));
-    DT_ASSERT_OK(dt_kernel_embedding_grad(B * T, ids, 0, V, C, dout, dtab));
+    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, V, C, table, out));
+    DT_ASSERT_OK(dt_kernel_embedding_grad(B * T, ids, 0, V, V, C, dout, dtab));
     int64_t ts[2] = {V, C}, is[2] = {B, T}, os[3] = {B, T, C};
     for (int two = 0; two < 2; two++) {
         int nl;
@@ -596,6 +626,64 @@ static void test_embedding_with_the_vocabulary_sharded_is_partial_over_its_dim(v
     }
 }
 
+/* One bad id, at the last position (on the last shard when the ids are split over the
+ * batch, so on one client only at np 2 and 4), fails the lookup and its backward on every
+ * client, replicated or vocabulary-sharded table; the next good lookup is exact. */
+static void test_embedding_rejects_ids_outside_the_table_on_every_client(void)
+{
+    const int32_t bad[3] = {V, -1, INT32_MAX};
+    float table[V * C], ref[N], got[N], dout[N] = {0};
+    int32_t ids[B * T];
+    for (int i = 0; i < B * T; i++)
+        ids[i] = (i * 7 + 3) % V;
+    ot_fill_real(table, V * C, -1, 1, 52);
+    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, V, C, table, ref));
+    int64_t ts[2] = {V, C}, is[2] = {B, T}, os[3] = {B, T, C};
+    for (int two = 0; two < 2; two++) {
+        int nl;
+        dt_mesh *m = mesh_of(two, &nl);
+        const char *mdim = two ? "m" : "x";
+        /* {table spec, ids spec}: replicated; vocabulary sharded; ids over the batch. */
+        const char *tspec[3][2] = {{NULL, NULL}, {mdim, NULL}, {two ? mdim : NULL, NULL}};
+        const char *ispec[3][2] = {{NULL, NULL}, {NULL, NULL}, {two ? "b" : "x", NULL}};
+        for (int k = 0; k < 3; k++)
+            for (int b = 0; b < 3; b++) {
+                int32_t wrong[B * T];
+                memcpy(wrong, ids, sizeof ids);
+                wrong[B * T - 1] = bad[b];
+                char want[32];
+                snprintf(want, sizeof want, "id %d", (int)bad[b]);
+                dt_layout *lt = lay(m, 2, tspec[k], NULL), *li = lay(m, 2, ispec[k], NULL);
+                dt_layout *ld = lay(m, 3, NULL, NULL);
+                dt_tensor *tt = ot_tensor(lt, DT_DTYPE_F32, ts, table);
+                dt_tensor *tw = ot_tensor(li, DT_DTYPE_I32, is, wrong);
+                dt_tensor *ti = ot_tensor(li, DT_DTYPE_I32, is, ids);
+                dt_tensor *td = ot_tensor(ld, DT_DTYPE_F32, os, dout), *y = NULL, *g = NULL;
+                DT_ASSERT_FAILS(dt_embedding(tt, tw, NULL, &y), DT_ERR_INVALID_ARGUMENT);
+                DT_ASSERT_ERROR_MENTIONS(want);
+                DT_ASSERT_ERROR_MENTIONS("table of 11 rows");
+                CU_ASSERT_PTR_NULL(y);
+                DT_ASSERT_FAILS(dt_embedding_backward(tt, tw, td, NULL, &g),
+                                DT_ERR_INVALID_ARGUMENT);
+                DT_ASSERT_ERROR_MENTIONS(want);
+                CU_ASSERT_PTR_NULL(g);
+                DT_ASSERT_OK(dt_embedding(tt, ti, NULL, &y));
+                ot_fetch(y, got);
+                CU_ASSERT_EQUAL(ot_mismatches("embedding after a refused one", got, ref, N, 0, 0),
+                                0);
+                dt_tensor_destroy(y);
+                dt_tensor_destroy(td);
+                dt_tensor_destroy(ti);
+                dt_tensor_destroy(tw);
+                dt_tensor_destroy(tt);
+                dt_layout_destroy(ld);
+                dt_layout_destroy(li);
+                dt_layout_destroy(lt);
+            }
+        dt_mesh_destroy(m);
+    }
+}
+
 static void test_vocab_xent_never_gathers_the_vocabulary(void)
 {
     float x[B * T * V], d[B * T * V], got[B * T * V], loss;
@@ -626,6 +714,49 @@ static void test_vocab_xent_never_gathers_the_vocabulary(void)
             dt_tensor_destroy(tloss);
             dt_tensor_destroy(tx);
             dt_tensor_destroy(tl);
+            dt_layout_destroy(lx);
+            dt_layout_destroy(ll);
+        }
+        dt_mesh_destroy(m);
+    }
+}
+
+/* A label past the vocabulary, in the last row only (one client's shard when the rows are
+ * split over clients), fails the loss and its backward on every client, whatever the layout;
+ * the next loss is exact. */
+static void test_vocab_xent_rejects_a_label_past_the_vocabulary_on_every_client(void)
+{
+    float x[B * T * V], loss;
+    int32_t labels[B * T], wrong[B * T];
+    for (int i = 0; i < B * T; i++)
+        labels[i] = (i * 5 + 1) % V;
+    memcpy(wrong, labels, sizeof labels);
+    wrong[B * T - 1] = V;
+    ot_fill_real(x, B * T * V, -4, 4, 61);
+    DT_ASSERT_OK(dt_kernel_softmax_xent(B * T, V, x, labels, 1.0f / (B * T), &loss));
+    int64_t xs[3] = {B, T, V}, ls[2] = {B, T};
+    for (int two = 0; two < 2; two++) {
+        int nl;
+        dt_mesh *m = mesh_of(two, &nl);
+        for (int i = 0; i < nl; i++) {
+            dt_layout *lx = lay(m, 3, act_spec(two, i), NULL), *ll = lay(m, 2, NULL, NULL);
+            dt_tensor *tx = ot_tensor(lx, DT_DTYPE_F32, xs, x);
+            dt_tensor *tl = ot_tensor(ll, DT_DTYPE_I32, ls, labels);
+            dt_tensor *tw = ot_tensor(ll, DT_DTYPE_I32, ls, wrong), *tloss = NULL, *g = NULL;
+            DT_ASSERT_FAILS(dt_vocab_xent(tx, tw, NULL, &tloss), DT_ERR_INVALID_ARGUMENT);
+            DT_ASSERT_ERROR_MENTIONS("label 11");
+            CU_ASSERT_PTR_NULL(tloss);
+            DT_ASSERT_FAILS(dt_vocab_xent_backward(tx, tw, 1.0f, &g), DT_ERR_INVALID_ARGUMENT);
+            DT_ASSERT_ERROR_MENTIONS("label 11");
+            CU_ASSERT_PTR_NULL(g);
+            DT_ASSERT_OK(dt_vocab_xent(tx, tl, NULL, &tloss));
+            double v = 0;
+            DT_ASSERT_OK(dt_item(tloss, &v));
+            CU_ASSERT(fabs(v - loss) < 1e-5);
+            dt_tensor_destroy(tloss);
+            dt_tensor_destroy(tw);
+            dt_tensor_destroy(tl);
+            dt_tensor_destroy(tx);
             dt_layout_destroy(lx);
             dt_layout_destroy(ll);
         }
@@ -722,13 +853,16 @@ int main(int argc, char **argv)
         DT_TEST(test_softmax_kernel_is_stable_along_the_middle_dim),
         DT_TEST(test_attention_kernel_matches_reference_and_finite_differences),
         DT_TEST(test_embedding_slices_add_up_to_the_lookup),
+        DT_TEST(test_embedding_kernels_reject_ids_outside_the_table),
         DT_TEST(test_vocab_xent_pieces_match_the_full_softmax_cross_entropy),
         DT_TEST(test_matmul_nd_projection_keeps_the_rows_and_follows_the_2d_rules),
         DT_TEST(test_matmul_nd_batched_runs_one_gemm_per_matrix),
         DT_TEST(test_layer_norm_and_softmax_gather_only_their_dim),
         DT_TEST(test_attention_keeps_whole_heads_on_each_device),
         DT_TEST(test_embedding_with_the_vocabulary_sharded_is_partial_over_its_dim),
+        DT_TEST(test_embedding_rejects_ids_outside_the_table_on_every_client),
         DT_TEST(test_vocab_xent_never_gathers_the_vocabulary),
+        DT_TEST(test_vocab_xent_rejects_a_label_past_the_vocabulary_on_every_client),
         DT_TEST(test_elementwise_and_reductions_take_16_bit_operands),
         DT_TEST(test_transformer_ops_reject_bad_operands),
         DT_TEST_END,

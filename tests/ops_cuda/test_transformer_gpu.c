@@ -3,6 +3,7 @@
  * softmax, head-parallel attention, vocabulary-sharded embedding and cross-entropy, forward and
  * backward. Exits 77 (skip) without GPU devices. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -144,14 +145,36 @@ static void run_ops(void)
 
     /* Vocabulary-sharded embedding and cross-entropy (with ignored rows). */
     dt_tensor *tt = up(lvoc, DT_DTYPE_F32, st, table), *ti = up(lids, DT_DTYPE_I32, si, ids);
-    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, C, table, emb));
+    DT_ASSERT_OK(dt_kernel_embedding(B * T, ids, 0, V, V, C, table, emb));
     DT_ASSERT_OK(dt_embedding(tt, ti, NULL, &out));
     check("embedding", out, emb, N);
     dt_tensor_destroy(out);
-    DT_ASSERT_OK(dt_kernel_embedding_grad(B * T, ids, 0, V, C, dy, dtab));
+    DT_ASSERT_OK(dt_kernel_embedding_grad(B * T, ids, 0, V, V, C, dy, dtab));
     DT_ASSERT_OK(dt_embedding_backward(tt, ti, tdy, NULL, &out));
     check("embedding grad", out, dtab, V * C);
     dt_tensor_destroy(out);
+    /* Ids outside the table fail (found on the device, reported at the op's sync), forward
+     * and backward; the next lookup is exact again (nothing stale is left behind). */
+    const int32_t bad[2] = {V, -1};
+    for (int j = 0; j < 2; j++) {
+        int32_t wrong[B * T];
+        memcpy(wrong, ids, sizeof wrong);
+        wrong[7] = bad[j];
+        char want[48];
+        snprintf(want, sizeof want, "id %d (position", (int)bad[j]);
+        dt_tensor *tbad = up(lids, DT_DTYPE_I32, si, wrong);
+        out = NULL;
+        DT_ASSERT_FAILS(dt_embedding(tt, tbad, NULL, &out), DT_ERR_INVALID_ARGUMENT);
+        DT_ASSERT_ERROR_MENTIONS(want);
+        DT_ASSERT_ERROR_MENTIONS("table of 12 rows");
+        CU_ASSERT_PTR_NULL(out);
+        DT_ASSERT_FAILS(dt_embedding_backward(tt, tbad, tdy, NULL, &out), DT_ERR_INVALID_ARGUMENT);
+        DT_ASSERT_ERROR_MENTIONS(want);
+        dt_tensor_destroy(tbad);
+        DT_ASSERT_OK(dt_embedding(tt, ti, NULL, &out));
+        check("embedding after a refused one", out, emb, N);
+        dt_tensor_destroy(out);
+    }
     float mx[B * T], se[B * T], tg2[B * T];
     DT_ASSERT_OK(dt_kernel_reduce_axis(DT_REDUCE_MAX, B * T, V, 1, logits, mx));
     DT_ASSERT_OK(dt_kernel_vocab_xent_stats(B * T, V, logits, mx, 0, V, labels, se, tg2));

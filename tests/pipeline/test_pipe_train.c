@@ -225,7 +225,9 @@ static void reference(const dt_mesh *m, dt_tensor **w)
         w[l] = weight(m, l);
     for (int step = 0; step < STEPS; step++) {
         dt_tape *tape = NULL;
-        DT_ASSERT_OK(dt_tape_create(NULL, &tape));
+        dt_tape_opts to = DT_TAPE_OPTS_INIT;
+        to.accumulate = 1; /* the micro-batches' gradients add up */
+        DT_ASSERT_OK(dt_tape_create(&to, &tape));
         for (int l = 0; l < L; l++)
             DT_ASSERT_OK(dt_tape_watch(tape, w[l], l));
         for (int i = 0; i < M; i++) {
