@@ -349,7 +349,7 @@ static int check_tally(run *r, int l, const dt__shm_desc *d)
                               memory_order_release);
         p->stranded = 1;
         disagree(r, DT_ERR_COMM, "shm transport: client %d expects no box from this client, "
-                 "which posted it %u, left in the channel: tear the runtime down; "
+                 "which posted it %u box(es), left in the channel: tear the runtime down; "
                  DT__MISMATCH_HINT, p->client, p->nsend);
     } else if (d->nrecv > 0 && p->nsend == 0) {
         post_marker(r, l);
