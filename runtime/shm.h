@@ -16,23 +16,33 @@
 enum { DT__SHM_RING = 64 }; /* descriptors in flight from one process to one host peer */
 
 /* One transfer offered by the segment's owner: the array holding the box, in its segment
- * (offset of the array's base from the segment's start; -1: the box comes by MPI instead). */
+ * (offset of the array's base from the segment's start; -1: the box comes by MPI instead).
+ * Each also carries the owner's tally with the reader for the exchange, so that a reader
+ * that finds another box or another number of them than it expected knows how many
+ * descriptors to drain (clients in different calls; docs/trace.md). */
 typedef struct dt__shm_desc {
     int64_t offset;
     int64_t shape[DT_MAX_RANK];
     int64_t start[DT_MAX_RANK];
     int64_t count[DT_MAX_RANK];  /* the box, and its bytes: the receiver checks that it */
     uint64_t bytes;              /* expected the same (else both are in different calls) */
+    uint32_t nbox;               /* descriptors the owner posts the reader in this exchange;
+                                  * 0: a marker, no box (the owner sends none, the reader
+                                  * expected some) */
+    uint32_t nrecv;              /* boxes the owner expects from the reader in it */
 } dt__shm_desc;
 
 /* The channel from a segment's owner to one host peer (in the owner's segment). posted:
  * descriptors written; taken: descriptors the reader has read (their ring slots free again);
  * consumed: transfers the reader is done with (the owner may change the memory again). Each
- * counter only grows; both sides count alike since dt_init. */
+ * counter only grows; both sides count alike since dt_init. broken: set (never cleared until
+ * dt_init) when the counts no longer match, descriptors being left that the reader will not
+ * take: every later exchange between the two fails with DT_ERR_COMM. */
 typedef struct dt__shm_chan {
     _Alignas(64) _Atomic uint64_t posted;
     _Alignas(64) _Atomic uint64_t taken;
     _Alignas(64) _Atomic uint64_t consumed;
+    _Alignas(64) _Atomic uint64_t broken;
     _Alignas(64) dt__shm_desc ring[DT__SHM_RING];
 } dt__shm_chan;
 

@@ -6,10 +6,13 @@
  * atomics in shared memory; no MPI in this data path. A box outside the pool, or a peer on
  * another host, goes by MPI (packed) inside the same exchange, so the transport composes with
  * the two-level route across hosts. Waits answer pings and name a lost peer through the
- * watchdog like the other transports'. docs/transports.md, "shm". */
+ * watchdog like the other transports'. A receiver that finds another box or number of boxes
+ * than it expected (clients in different relayouts) drains the whole exchange from that peer
+ * before failing, so that the next exchange starts in step. docs/transports.md, "shm". */
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,15 +71,56 @@ typedef struct op {
     int viewed;           /* a receive read in place: consumed at views_done */
 } op;
 
+/* This exchange with one host peer. */
+typedef struct pair {
+    int client;           /* its client id (when nsend or nrecv) */
+    uint32_t nsend, nrecv; /* boxes this client sends it and expects from it */
+    uint64_t got0;        /* got[] when the exchange began: its first descriptor's number */
+    uint32_t theirs;      /* its nbox, from its first descriptor */
+    int draining;         /* its descriptors are read and dropped until got[] reaches end */
+    uint64_t end;
+    int stranded;         /* it takes none of this client's: they are left (DT_ERR_COMM) */
+    dt__xfer mark;        /* the transfer of a marker (no box) posted to it */
+} pair;
+
+/* What a run found wrong: 0, DT_ERR_STATE (clients in different calls, everything drained)
+ * or DT_ERR_COMM (descriptors left behind); the detail of the first of the worst. */
+typedef struct verdict {
+    dt_status st;
+    char why[512];
+} verdict;
+
 typedef struct run {
-    op *ops;
+    op *ops;              /* room for a marker per host peer after the n transfers */
     size_t n, nrecvs;
     MPI_Request *reqs;
     int *req_peer;
     size_t nreq, cap_req;
     dt__region *views;    /* NULL: copy the receives */
     uint64_t *target;     /* per host peer: sent[] once this exchange's posts are in */
+    pair *pairs;          /* per host peer */
+    verdict v;
 } run;
+
+static void disagree(run *r, dt_status st, const char *fmt, ...)
+{
+    if (r->v.st == DT_ERR_COMM || r->v.st == st)
+        return; /* the first of the worst is kept */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->v.why, sizeof r->v.why, fmt, ap);
+    va_end(ap);
+    r->v.st = st;
+}
+
+/* 1 if the channels with host peer l were left out of step by an earlier exchange. */
+static int chan_broken(int l)
+{
+    return atomic_load_explicit(&dt__shm_chan_of(l, dt__shm_self())->broken,
+                                memory_order_acquire) ||
+           atomic_load_explicit(&dt__shm_chan_of(dt__shm_self(), l)->broken,
+                                memory_order_acquire);
+}
 
 static dt_status counters(void)
 {
@@ -192,8 +236,8 @@ static dt_status start(run *r, op *o)
     return DT_OK;
 }
 
-/* Writes a send's descriptor when its ring slot is free; 1 if it did. */
-static int try_post(op *o)
+/* Writes a send's descriptor (or a marker) when its ring slot is free; 1 if it did. */
+static int try_post(const run *r, op *o)
 {
     dt__shm_chan *ch = dt__shm_chan_of(dt__shm_self(), o->local);
     if (o->seq - atomic_load_explicit(&ch->taken, memory_order_acquire) >= DT__SHM_RING)
@@ -208,6 +252,8 @@ static int try_post(op *o)
     memcpy(d->start, g->start, sizeof d->start);
     memcpy(d->count, g->count, sizeof d->count);
     d->bytes = dt__region_bytes(g);
+    d->nbox = r->pairs[o->local].nsend;
+    d->nrecv = r->pairs[o->local].nrecv;
     atomic_store_explicit(&ch->posted, o->seq + 1, memory_order_release);
     if (o->via_mpi) {
         o->st = ST_MPI; /* its requests were posted by start() */
@@ -217,10 +263,125 @@ static int try_post(op *o)
     return 1;
 }
 
+/* Receives a box sent packed by MPI that nobody wants (a drained descriptor's) and drops it,
+ * so that the sender's request completes and the next MPI receive from it matches its own. */
+static dt_status drop_mpi(int peer, uint64_t bytes)
+{
+    size_t cap = bytes < MPI_PIECE ? (size_t)bytes : MPI_PIECE;
+    void *scratch = malloc(cap ? cap : 1);
+    if (!scratch)
+        return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory to drain %llu bytes",
+                         (unsigned long long)bytes);
+    dt_status st = DT_OK;
+    uint64_t off = 0;
+    do {
+        size_t len = bytes - off < MPI_PIECE ? (size_t)(bytes - off) : MPI_PIECE;
+        MPI_Request q;
+        if (MPI_Irecv(scratch, (int)len, MPI_BYTE, peer, SHM_TAG, dt__comm(), &q) !=
+            MPI_SUCCESS)
+            st = dt__error(DT_ERR_COMM, "shm transport: MPI Irecv from client %d failed", peer);
+        else
+            st = dt__wait_watched(&q, &peer, 1, 0, "shm relayout exchange (drain)");
+        off += len;
+    } while (st == DT_OK && off < bytes);
+    free(scratch);
+    return st;
+}
+
+/* Takes descriptor d of host peer l, read and dropped: counted consumed, so that the sender
+ * does not wait for it. */
+static dt_status drop(const run *r, int l, const dt__shm_desc *d)
+{
+    if (d->nbox && d->offset < 0) {
+        dt_status st = drop_mpi(r->pairs[l].client, d->bytes);
+        if (st != DT_OK)
+            return st;
+    }
+    atomic_fetch_add_explicit(&dt__shm_chan_of(l, dt__shm_self())->consumed, 1,
+                              memory_order_release);
+    return DT_OK;
+}
+
+/* Drains host peer l's remaining descriptors of this exchange as they are posted. */
+static int drain_some(run *r, int l, dt_status *st)
+{
+    pair *p = &r->pairs[l];
+    dt__shm_chan *ch = dt__shm_chan_of(l, dt__shm_self());
+    int moved = 0;
+    while (*st == DT_OK && got[l] < p->end &&
+           atomic_load_explicit(&ch->posted, memory_order_acquire) > got[l]) {
+        dt__shm_desc d = ch->ring[got[l] % DT__SHM_RING];
+        got[l]++;
+        atomic_store_explicit(&ch->taken, got[l], memory_order_release);
+        *st = drop(r, l, &d);
+        moved = 1;
+    }
+    return moved;
+}
+
+/* A marker to host peer l, which expects boxes from this client where it sends none: the
+ * peer's wait ends there, and it drains. */
+static void post_marker(run *r, int l)
+{
+    pair *p = &r->pairs[l];
+    op *m = &r->ops[r->n++];
+    memset(m, 0, sizeof *m);
+    memset(&p->mark, 0, sizeof p->mark);
+    p->mark.peer = p->client;
+    m->x = &p->mark;
+    m->sending = 1;
+    m->local = l;
+    m->seq = sent[l]++;
+    r->target[l] = sent[l];
+    m->st = ST_POST;
+}
+
+/* The first descriptor of this exchange from host peer l: the peer's tally against this
+ * client's. 1 if the peer sends another number of boxes than expected (drain it). */
+static int check_tally(run *r, int l, const dt__shm_desc *d)
+{
+    pair *p = &r->pairs[l];
+    p->theirs = d->nbox;
+    if (d->nrecv == 0 && p->nsend > 0) {
+        /* It reads nothing of this client's in this exchange: what this client posted it
+         * stays in the channel, where its next exchange would take it for its own. */
+        atomic_store_explicit(&dt__shm_chan_of(dt__shm_self(), l)->broken, 1,
+                              memory_order_release);
+        p->stranded = 1;
+        disagree(r, DT_ERR_COMM, "shm transport: client %d expects no box from this client, "
+                 "which posted it %u box(es), left in the channel: tear the runtime down; "
+                 DT__MISMATCH_HINT, p->client, p->nsend);
+    } else if (d->nrecv > 0 && p->nsend == 0) {
+        post_marker(r, l);
+        disagree(r, DT_ERR_STATE, "shm transport: client %d expects %u box(es) from this "
+                 "client, which sends it none: " DT__MISMATCH_HINT, p->client, d->nrecv);
+    } else if (d->nrecv != p->nsend) {
+        disagree(r, DT_ERR_STATE, "shm transport: client %d expects %u box(es) from this "
+                 "client, which sends it %u: " DT__MISMATCH_HINT, p->client, d->nrecv,
+                 p->nsend);
+    }
+    if (d->nbox == p->nrecv)
+        return 0;
+    if (d->nbox == 0)
+        disagree(r, DT_ERR_STATE, "shm transport: client %d sends no box where this client "
+                 "expected %u: " DT__MISMATCH_HINT, p->client, p->nrecv);
+    else
+        disagree(r, DT_ERR_STATE, "shm transport: client %d sends %u box(es) where this "
+                 "client expected %u: " DT__MISMATCH_HINT, p->client, d->nbox, p->nrecv);
+    return 1;
+}
+
 /* Reads a receive's descriptor once posted, in order per peer: copies the box, gives a view
- * of it, or posts the MPI receive of a box sent packed. 1 if it moved on. */
+ * of it, or posts the MPI receive of a box sent packed. 1 if it moved on. Another box, or
+ * another number of them, than expected: the peer's descriptors of this exchange are all
+ * drained instead (its other receives here end unfilled), and the run's verdict says why. */
 static int try_read(run *r, op *o, dt_status *st)
 {
+    pair *p = &r->pairs[o->local];
+    if (p->draining) {
+        o->st = ST_DONE;
+        return 1;
+    }
     dt__shm_chan *ch = dt__shm_chan_of(o->local, dt__shm_self());
     if (got[o->local] != o->seq ||
         atomic_load_explicit(&ch->posted, memory_order_acquire) <= o->seq)
@@ -230,18 +391,22 @@ static int try_read(run *r, op *o, dt_status *st)
     atomic_store_explicit(&ch->taken, o->seq + 1, memory_order_release);
     const dt__region *g = &o->x->region;
     size_t i = (size_t)(o - r->ops);
-    if (d.bytes != dt__region_bytes(g) ||
-        memcmp(d.count, g->count, (size_t)g->rank * sizeof *d.count) != 0) {
-        /* Counted consumed, so the sender does not wait for it: each side fails on its own
-         * (a box sent by MPI is left unreceived: its sender may then time out). */
-        atomic_fetch_add_explicit(&ch->consumed, 1, memory_order_release);
+    int other_count = o->seq == p->got0 && check_tally(r, o->local, &d);
+    int other_box = d.nbox && (d.bytes != dt__region_bytes(g) ||
+                               memcmp(d.count, g->count, (size_t)g->rank * sizeof *d.count) != 0);
+    if (other_count || other_box) {
+        if (other_box && !other_count) {
+            char want[96], sent_box[96];
+            dt__shape_str(g->rank, g->count, want, sizeof want);
+            dt__shape_str(g->rank, d.count, sent_box, sizeof sent_box);
+            disagree(r, DT_ERR_STATE, "shm transport: client %d offered a box %s of %llu bytes "
+                     "where this client expected %s of %zu: " DT__MISMATCH_HINT, o->x->peer,
+                     sent_box, (unsigned long long)d.bytes, want, dt__region_bytes(g));
+        }
+        p->draining = 1;
+        p->end = p->got0 + (p->theirs ? p->theirs : 1); /* a marker is one descriptor */
         o->st = ST_DONE;
-        char want[96], sent_box[96];
-        dt__shape_str(g->rank, g->count, want, sizeof want);
-        dt__shape_str(g->rank, d.count, sent_box, sizeof sent_box);
-        *st = dt__error(DT_ERR_STATE, "shm transport: client %d offered a box %s of %llu bytes "
-                        "where this client expected %s of %zu: " DT__MISMATCH_HINT, o->x->peer,
-                        sent_box, (unsigned long long)d.bytes, want, dt__region_bytes(g));
+        *st = drop(r, o->local, &d);
         return 1;
     }
     if (d.offset < 0) {
@@ -312,7 +477,7 @@ static int sends_consumed(const run *r, int *who_out, int *k_out)
 {
     int done = 1;
     for (int l = 0; l < ncount; l++) {
-        if (l == dt__shm_self() || !r->target[l])
+        if (l == dt__shm_self() || !r->target[l] || r->pairs[l].stranded)
             continue;
         dt__shm_chan *ch = dt__shm_chan_of(dt__shm_self(), l);
         if (atomic_load_explicit(&ch->consumed, memory_order_acquire) < r->target[l]) {
@@ -357,6 +522,14 @@ static int waited_for(const run *r, int finish, int *who, int *dead)
             seen = who[j] == o->x->peer;
         if (!seen)
             who[k++] = o->x->peer;
+    }
+    for (int l = 0; l < ncount; l++) {
+        const pair *p = &r->pairs[l];
+        int seen = !p->draining || got[l] >= p->end;
+        for (int j = 0; j < k && !seen; j++)
+            seen = who[j] == p->client;
+        if (!seen)
+            who[k++] = p->client;
     }
     if (finish) {
         int extra[1024], m = 0;
@@ -413,8 +586,10 @@ static dt_status progress(run *r, int finish, const char *what)
         int moved = 0, left = 0;
         for (size_t i = 0; i < r->n && st == DT_OK; i++) {
             op *o = &r->ops[i];
+            if (o->sending && o->local >= 0 && o->st != ST_DONE && r->pairs[o->local].stranded)
+                o->st = ST_DONE; /* never read: its MPI requests are cancelled at the end */
             if (o->st == ST_POST)
-                moved |= try_post(o);
+                moved |= try_post(r, o);
             else if (o->st == ST_DESC)
                 moved |= try_read(r, o, &st);
             else if (o->st == ST_MPI && requests_done(r, o)) {
@@ -424,6 +599,11 @@ static dt_status progress(run *r, int finish, const char *what)
             if (o->st != ST_DONE && (finish || !o->sending || o->st == ST_POST))
                 left = 1;
         }
+        for (int l = 0; l < ncount && st == DT_OK; l++)
+            if (r->pairs[l].draining && got[l] < r->pairs[l].end) {
+                moved |= drain_some(r, l, &st);
+                left |= got[l] < r->pairs[l].end;
+            }
         if (st != DT_OK)
             break;
         if (r->nreq) {
@@ -494,6 +674,7 @@ static void run_free(run *r)
     free(r->reqs);
     free(r->req_peer);
     free(r->target);
+    free(r->pairs);
     free(r);
 }
 
@@ -517,10 +698,11 @@ static dt_status run_start(const dt__xfer *sends, size_t nsends, const dt__xfer 
         r->n = nsends + nrecvs;
         r->nrecvs = nrecvs;
         r->views = views;
-        r->ops = calloc(r->n + 1, sizeof *r->ops);
+        r->ops = calloc(r->n + (size_t)ncount + 1, sizeof *r->ops);
         r->target = calloc((size_t)ncount + 1, sizeof *r->target);
+        r->pairs = calloc((size_t)ncount + 1, sizeof *r->pairs);
     }
-    if (!r || !r->ops || !r->target) {
+    if (!r || !r->ops || !r->target || !r->pairs) {
         run_free(r);
         return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory for %zu transfers",
                          nsends + nrecvs);
@@ -542,6 +724,26 @@ static dt_status run_start(const dt__xfer *sends, size_t nsends, const dt__xfer 
             break;
         }
         o->local = dt__shm_local(o->x->peer);
+        if (o->local >= 0 && chan_broken(o->local)) {
+            st = dt__error(DT_ERR_COMM, "shm transport: the channels with client %d were left "
+                           "out of step by an earlier exchange (clients in different relayouts "
+                           "whose boxes could not all be drained): tear the runtime down",
+                           o->x->peer);
+            break;
+        }
+        if (o->local >= 0) {
+            pair *p = &r->pairs[o->local];
+            p->client = o->x->peer;
+            p->got0 = got[o->local];
+            if (o->sending)
+                p->nsend++;
+            else
+                p->nrecv++;
+        }
+    }
+    for (size_t i = 0; i < r->n && st == DT_OK; i++) {
+        op *o = &r->ops[i];
+        const dt__region *g = &o->x->region;
         if (o->local >= 0) {
             o->seq = o->sending ? sent[o->local]++ : got[o->local] + 0;
             if (o->sending) {
@@ -572,6 +774,26 @@ static dt_status run_start(const dt__xfer *sends, size_t nsends, const dt__xfer 
     return DT_OK;
 }
 
+/* The run's outcome once its progress ended with st: a hard failure first, else what it
+ * found wrong (everything drained: DT_ERR_STATE; descriptors left: DT_ERR_COMM). */
+static dt_status outcome(const run *r, dt_status st)
+{
+    if (st != DT_OK || !r || r->v.st == DT_OK)
+        return st;
+    return dt__error(r->v.st, "%s", r->v.why);
+}
+
+/* Counts consumed the receives read in place (their views are no longer read). */
+static void release_views(run *r)
+{
+    for (size_t i = 0; i < r->nrecvs; i++)
+        if (r->ops[i].viewed) {
+            r->ops[i].viewed = 0;
+            atomic_fetch_add_explicit(&dt__shm_chan_of(r->ops[i].local, dt__shm_self())->consumed,
+                                      1, memory_order_release);
+        }
+}
+
 static dt_status shm_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
                               size_t nrecvs, void (*local_work)(void *), void *arg)
 {
@@ -582,14 +804,14 @@ static dt_status shm_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
      * a wait for a peer that is late; the receives after. */
     for (size_t i = 0; st == DT_OK && r && i < r->n; i++)
         if (r->ops[i].st == ST_POST)
-            try_post(&r->ops[i]);
+            try_post(r, &r->ops[i]);
     double t1 = dt__now_seconds();
     phase_s[DT__SHM_SETUP] += t1 - t0;
     if (st == DT_OK && local_work)
         local_work(arg);
     phase_s[DT__SHM_LOCAL] += dt__now_seconds() - t1;
     if (st == DT_OK && r)
-        st = progress(r, 1, "shm relayout exchange");
+        st = outcome(r, progress(r, 1, "shm relayout exchange"));
     t0 = dt__now_seconds();
     run_free(r);
     phase_s[DT__SHM_SETUP] += dt__now_seconds() - t0;
@@ -607,6 +829,11 @@ static dt_status shm_exchange_view(const dt__xfer *sends, size_t nsends, const d
         local_work(arg);
     if (st == DT_OK)
         st = progress(r, 0, "shm relayout exchange");
+    if (st == DT_OK && r->v.st != DT_OK) {
+        /* No views_done follows a failure: the sends are seen consumed here. */
+        release_views(r);
+        st = outcome(r, progress(r, 1, "shm relayout exchange"));
+    }
     if (st != DT_OK) {
         run_free(r);
         return st;
@@ -620,11 +847,8 @@ static dt_status shm_views_done(void *token)
     run *r = token;
     if (!r)
         return DT_OK;
-    for (size_t i = 0; i < r->nrecvs; i++)
-        if (r->ops[i].viewed)
-            atomic_fetch_add_explicit(&dt__shm_chan_of(r->ops[i].local, dt__shm_self())->consumed,
-                                      1, memory_order_release);
-    dt_status st = progress(r, 1, "shm relayout exchange");
+    release_views(r);
+    dt_status st = outcome(r, progress(r, 1, "shm relayout exchange"));
     run_free(r);
     return st;
 }
