@@ -115,11 +115,12 @@ DT_API dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out);
 /* Clients outside a mesh. A mesh may hold the devices of only some clients (a pipeline's stage
  * meshes do, as TensorFlow DTensor's meshes may): a client holding none of its devices is
  * outside it. On such a client every call on the mesh that works on its devices (tensor
- * creation, pack with n == 0, relayout, barrier, save, restore, the ops) returns DT_OK at once
+ * creation, relayout, barrier, save, restore, the ops) returns DT_OK at once
  * with no local component and no communication: the collectives are collective over the
  * mesh's clients only, and make their outcome agree among those. Local calls that name a
  * component (dt_tensor_local_read/_write) fail there with DT_ERR_INVALID_ARGUMENT saying the
- * client holds no device of the mesh; objects kept per device (dt_zero, dt_dataset) are
+ * client holds no device of the mesh, and so does dt_tensor_pack (whose dtype comes from a
+ * component: use dt_tensor_zeros there); objects kept per device (dt_zero, dt_dataset) are
  * refused there (their headers say how). A program that wants every client in its mesh calls
  * dt_mesh_check_clients, which answers the same on every client (docs/mesh.md). */
 
