@@ -224,6 +224,46 @@ static void test_zero_create_with_bad_options_on_one_client_fails_on_every_clien
     dt_mesh_destroy(m);
 }
 
+static dt_status fill_index(void *arg, int64_t index, void *const *fields)
+{
+    (void)arg;
+    if (fields[0])
+        *(float *)fields[0] = (float)index;
+    return DT_OK;
+}
+
+/* The last client asks for global_batch 0: every client fails with its message (before, it
+ * alone returned and the others waited in the creation's agreement). */
+static void test_dataset_create_with_bad_options_on_one_client_fails_on_every_client(void)
+{
+    int n = dt_num_clients(), me = dt_client_id(), last = n - 1;
+    dt_mesh *m = line_mesh("all", dt_num_global_devices(DT_DEVICE_CPU));
+    dt_layout *l = NULL;
+    DT_ASSERT_OK(dt_layout_create(m, 1, (const char *const[]){"x"}, &l));
+    const dt_data_field field = {DT_DTYPE_F32, 0, {0}};
+    dt_data_source *src = NULL;
+    DT_ASSERT_OK(dt_data_source_callback(64, 1, &field, fill_index, NULL, &src));
+    dt_dataset_opts opts = DT_DATASET_OPTS_INIT;
+    opts.global_batch = me == last ? 0 : dt_num_global_devices(DT_DEVICE_CPU);
+    dt_dataset *ds = NULL;
+    DT_ASSERT_FAILS(dt_dataset_create(src, 1, (const dt_layout *const[]){l}, &opts, &ds),
+                    DT_ERR_INVALID_ARGUMENT);
+    char who[32], want[128];
+    snprintf(who, sizeof who, "client %d: ", last);
+    snprintf(want, sizeof want, "%sdt_dataset_create: bad options (global_batch 0 >= 1",
+             me == last ? "" : who);
+    DT_ASSERT_ERROR_MENTIONS(want);
+    CU_ASSERT_PTR_NULL(ds);
+
+    /* Still in step: good options make the dataset on every client. */
+    opts.global_batch = dt_num_global_devices(DT_DEVICE_CPU);
+    DT_ASSERT_OK(dt_dataset_create(src, 1, (const dt_layout *const[]){l}, &opts, &ds));
+    dt_dataset_destroy(ds);
+    dt_data_source_destroy(src);
+    dt_layout_destroy(l);
+    dt_mesh_destroy(m);
+}
+
 /* An optimizer on a mesh of the first half of the clients: made there, refused with a clear
  * message on the others (it keeps state per device), without their waiting for anyone. */
 static void test_zero_create_outside_its_mesh_says_the_client_holds_no_device(void)
@@ -253,6 +293,7 @@ int main(int argc, char **argv)
         DT_TEST(test_a_client_outside_the_mesh_gets_ok_and_no_components),
         DT_TEST(test_restore_with_a_bad_argument_on_one_client_fails_on_every_client),
         DT_TEST(test_zero_create_with_bad_options_on_one_client_fails_on_every_client),
+        DT_TEST(test_dataset_create_with_bad_options_on_one_client_fails_on_every_client),
         DT_TEST(test_zero_create_outside_its_mesh_says_the_client_holds_no_device),
         DT_TEST_END,
     };
