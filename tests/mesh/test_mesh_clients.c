@@ -132,9 +132,10 @@ static void test_a_client_outside_the_mesh_gets_ok_and_no_components(void)
     dt_mesh_destroy(m);
 }
 
-/* The last client passes a layout on another mesh, then a NULL name, then a directory without
- * a checkpoint: each time every client fails with its message (before, it alone returned and
- * the others waited for it in the restore's agreement). */
+/* The last client passes a bad name to dt_save and dt_save_async, a bad step to dt_save_step, then to
+ * dt_restore a layout on another mesh, a NULL name and a directory without a checkpoint: each
+ * time every client fails with its message (before, it alone returned and the others waited
+ * for it in the call's agreement). */
 static void test_restore_with_a_bad_argument_on_one_client_fails_on_every_client(void)
 {
     int n = dt_num_clients(), me = dt_client_id(), last = n - 1;
@@ -152,6 +153,31 @@ static void test_restore_with_a_bad_argument_on_one_client_fails_on_every_client
     DT_ASSERT_OK(dt_save(m, ck, 1, names, (const dt_tensor *const[]){t}, NULL));
     char who[32];
     snprintf(who, sizeof who, "client %d: ", last);
+
+    /* dt_save alike: a name bad on the last client alone, then a step below 0 there. */
+    char other_dir[600];
+    snprintf(other_dir, sizeof other_dir, "%s/ck2", dir);
+    const char *bad_name[1] = {""};
+    DT_ASSERT_FAILS(dt_save(m, other_dir, 1, me == last ? bad_name : names,
+                            (const dt_tensor *const[]){t}, NULL),
+                    DT_ERR_INVALID_ARGUMENT);
+    if (me != last) {
+        DT_ASSERT_ERROR_MENTIONS(who);
+    }
+    dt_save_request *req = NULL;
+    DT_ASSERT_FAILS(dt_save_async(m, other_dir, 1, me == last ? bad_name : names,
+                                  (const dt_tensor *const[]){t}, NULL, &req),
+                    DT_ERR_INVALID_ARGUMENT);
+    CU_ASSERT_PTR_NULL(req);
+    if (me != last) {
+        DT_ASSERT_ERROR_MENTIONS(who);
+    }
+    DT_ASSERT_FAILS(dt_save_step(m, other_dir, me == last ? -1 : 1, NULL, 1, names,
+                                 (const dt_tensor *const[]){t}, NULL),
+                    DT_ERR_INVALID_ARGUMENT);
+    if (me != last) {
+        DT_ASSERT_ERROR_MENTIONS(who);
+    }
 
     const dt_layout *mine = me == last ? elsewhere : rep;
     DT_ASSERT_FAILS(dt_restore(m, ck, 1, names, &mine, &back), DT_ERR_INVALID_ARGUMENT);
