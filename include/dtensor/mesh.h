@@ -120,7 +120,8 @@ DT_API dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out);
  * mesh's clients only, and make their outcome agree among those. Local calls that name a
  * component (dt_tensor_local_read/_write) fail there with DT_ERR_INVALID_ARGUMENT saying the
  * client holds no device of the mesh, and so does dt_tensor_pack (whose dtype comes from a
- * component: use dt_tensor_zeros there); objects kept per device (dt_zero, dt_dataset) are
+ * component: use dt_tensor_zeros there) and the calls handing a value to the host (dt_item,
+ * dt_nonfinite: DT_ERR_STATE); objects kept per device (dt_zero, dt_dataset) are
  * refused there (their headers say how). A program that wants every client in its mesh calls
  * dt_mesh_check_clients, which answers the same on every client (docs/mesh.md). */
 

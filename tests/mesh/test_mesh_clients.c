@@ -84,6 +84,16 @@ static void test_a_client_outside_the_mesh_gets_ok_and_no_components(void)
     DT_ASSERT_OK(dt_relayout(t, all, &whole)); /* collective over the mesh's clients only */
     DT_ASSERT_OK(dt_barrier(m, "half", 0.0));
     CU_ASSERT_EQUAL(dt_tensor_num_local(whole), inside ? per_client() : 0);
+    dt_tensor *twice = NULL; /* an op: t + t, sharded as t */
+    DT_ASSERT_OK(dt_add(t, t, NULL, &twice));
+    CU_ASSERT_EQUAL(dt_tensor_num_local(twice), inside ? per_client() : 0);
+    for (int i = 0; i < dt_tensor_num_local(twice); i++) {
+        float v[3];
+        DT_ASSERT_OK(dt_tensor_local_read(twice, i, v, sizeof v));
+        for (int e = 0; e < 3; e++)
+            CU_ASSERT_EQUAL(v[e], 2.0f * (float)(dt_tensor_local_offset(twice, i)[0] + e));
+    }
+    dt_tensor_destroy(twice);
     float *buf = calloc((size_t)shape[0], sizeof *buf);
     CU_ASSERT_FATAL(buf != NULL);
     if (inside) {
