@@ -142,11 +142,11 @@ static void test_a_client_outside_the_mesh_gets_ok_and_no_components(void)
     dt_mesh_destroy(m);
 }
 
-/* The last client passes a bad name to dt_save and dt_save_async, a bad step to dt_save_step, then to
- * dt_restore a layout on another mesh, a NULL name and a directory without a checkpoint: each
- * time every client fails with its message (before, it alone returned and the others waited
- * for it in the call's agreement). */
-static void test_restore_with_a_bad_argument_on_one_client_fails_on_every_client(void)
+/* The last client passes a bad name to dt_save and dt_save_async, a bad step to dt_save_step,
+ * then to dt_restore a layout on another mesh, a NULL name and a directory without a
+ * checkpoint, and to dt_restore_into a NULL target: each time every client fails with its
+ * message (before, it alone returned and the others waited for it in the call's agreement). */
+static void test_save_and_restore_with_a_bad_argument_on_one_client_fail_on_every_client(void)
 {
     int n = dt_num_clients(), me = dt_client_id(), last = n - 1;
     dt_mesh *m = line_mesh("all", dt_num_global_devices(DT_DEVICE_CPU));
@@ -211,6 +211,17 @@ static void test_restore_with_a_bad_argument_on_one_client_fails_on_every_client
         DT_ASSERT_ERROR_MENTIONS(who);
     }
     CU_ASSERT_PTR_NULL(back);
+
+    /* dt_restore_into with a NULL target on the last client alone. */
+    dt_tensor *target = NULL;
+    DT_ASSERT_OK(dt_tensor_zeros(rep, DT_DTYPE_F32, (const int64_t[]){4}, &target));
+    dt_tensor *const targets[2] = {target, me == last ? NULL : target};
+    DT_ASSERT_FAILS(dt_restore_into(ck, 2, (const char *const[]){"w", "w"}, targets),
+                    DT_ERR_INVALID_ARGUMENT);
+    snprintf(want, sizeof want, "%sdt_restore_into: NULL name or layout 1",
+             me == last ? "" : who);
+    DT_ASSERT_ERROR_MENTIONS(want);
+    dt_tensor_destroy(target);
 
     /* The clients are still in step: a good restore works on all of them. */
     DT_ASSERT_OK(dt_restore(m, ck, 1, names, (const dt_layout *const[]){rep}, &back));
@@ -327,7 +338,7 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_a_mesh_on_client_0_alone_is_refused_alike_on_every_client),
         DT_TEST(test_a_client_outside_the_mesh_gets_ok_and_no_components),
-        DT_TEST(test_restore_with_a_bad_argument_on_one_client_fails_on_every_client),
+        DT_TEST(test_save_and_restore_with_a_bad_argument_on_one_client_fail_on_every_client),
         DT_TEST(test_zero_create_with_bad_options_on_one_client_fails_on_every_client),
         DT_TEST(test_dataset_create_with_bad_options_on_one_client_fails_on_every_client),
         DT_TEST(test_zero_create_outside_its_mesh_says_the_client_holds_no_device),
