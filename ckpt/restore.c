@@ -78,8 +78,7 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                            names[t]);
         else if (dt_layout_num_partial(layouts[t]) > 0)
             st = dt__error(DT_ERR_INVALID_ARGUMENT,
-                           "%s: tensor '%s': cannot restore into a partial layout", fn,
-                           names[t]);
+                           "%s: tensor '%s': cannot restore into a partial layout", fn, names[t]);
     }
     const dt__group *g = NULL;
     dt_status gst = dt__mesh_group(mesh, &g);

@@ -110,8 +110,7 @@ static dt_status alloc_crcs(ck_save *j)
  * the mesh: it meets the others at their first sync point and cleanup, as a failing client of
  * theirs would, so that every client returns this failure instead of waiting for this one.
  * Returns st unchanged on a client outside the mesh or where no group can be had. */
-static dt_status fail_alike(const dt_mesh *mesh, const dt_save_opts *opts, int owned,
-                            dt_status st)
+static dt_status fail_alike(const dt_mesh *mesh, const dt_save_opts *opts, int owned, dt_status st)
 {
     const dt__group *g = NULL;
     if (!mesh || !dt_is_initialized() || dt_mesh_num_local_devices(mesh) < 1)

@@ -75,8 +75,8 @@ dt_status dt_mesh_check_clients(const dt_mesh *mesh)
     return dt__error(DT_ERR_DEVICE_MISMATCH,
                      "%s has %lld %s devices, held by %d of the %d clients: client%s %s hold%s "
                      "none of them (the clients hold %d %s devices in all%s)",
-                     label, (long long)dt_mesh_size(mesh), dt_device_type_name(type), n,
-                     nclients, missing == 1 ? "" : "s", out, missing == 1 ? "s" : "",
+                     label, (long long)dt_mesh_size(mesh), dt_device_type_name(type), n, nclients,
+                     missing == 1 ? "" : "s", out, missing == 1 ? "s" : "",
                      dt_num_global_devices(type), dt_device_type_name(type), hint);
 }
 

@@ -89,9 +89,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
         dt_status gst = dt__mesh_group(mesh, &g);
         if (gst != DT_OK)
             return gst;
-        long tk = g->comm != MPI_COMM_NULL
-                      ? dt__coll_record(g->clients, g->size, fn, "zero agree")
-                      : -1;
+        long tk =
+            g->comm != MPI_COMM_NULL ? dt__coll_record(g->clients, g->size, fn, "zero agree") : -1;
         st = dt__group_agree(g, st, fn);
         dt__coll_end(tk, "mpi", st);
     }
@@ -101,9 +100,10 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     int dp = dt_mesh_dim_index(mesh, dp_name);
     int nlocal = dt_mesh_num_local_devices(mesh);
     if (nlocal < 1)
-        return dt__error(DT_ERR_STATE, "%s: this client (%d) holds no device of mesh '%s' (an "
-                         "optimizer is made on the mesh's clients only: docs/mesh.md)", fn,
-                         dt_client_id(), dt_mesh_name(mesh));
+        return dt__error(DT_ERR_STATE,
+                         "%s: this client (%d) holds no device of mesh '%s' (an "
+                         "optimizer is made on the mesh's clients only: docs/mesh.md)",
+                         fn, dt_client_id(), dt_mesh_name(mesh));
 
     dt_zero *z = calloc(1, sizeof *z);
     if (!z)

@@ -38,8 +38,10 @@ static void test_a_mesh_on_client_0_alone_is_refused_alike_on_every_client(void)
     } else {
         DT_ASSERT_FAILS(dt_mesh_check_clients(m), DT_ERR_DEVICE_MISMATCH);
         char want[256];
-        snprintf(want, sizeof want, "mesh 'train' has %d CPU devices, held by 1 of the %d "
-                 "clients: client%s 1", per_client(), n, n == 2 ? "" : "s");
+        snprintf(want, sizeof want,
+                 "mesh 'train' has %d CPU devices, held by 1 of the %d "
+                 "clients: client%s 1",
+                 per_client(), n, n == 2 ? "" : "s");
         DT_ASSERT_ERROR_MENTIONS(want);
         /* The same text on every client: compare with client 0's. */
         char mine[1024] = {0}, first[1024] = {0};
@@ -97,17 +99,18 @@ static void test_a_client_outside_the_mesh_gets_ok_and_no_components(void)
     float *buf = calloc((size_t)shape[0], sizeof *buf);
     CU_ASSERT_FATAL(buf != NULL);
     if (inside) {
-        DT_ASSERT_OK(dt_tensor_local_read(whole, per_client() - 1, buf,
-                                          (size_t)shape[0] * sizeof *buf));
+        DT_ASSERT_OK(
+            dt_tensor_local_read(whole, per_client() - 1, buf, (size_t)shape[0] * sizeof *buf));
         for (int64_t e = 0; e < shape[0]; e++)
             CU_ASSERT_EQUAL(buf[e], (float)e);
     } else {
         DT_ASSERT_FAILS(dt_tensor_local_read(whole, 0, buf, (size_t)shape[0] * sizeof *buf),
                         DT_ERR_INVALID_ARGUMENT);
         char want[160];
-        snprintf(want, sizeof want, "component 0: this client (%d) holds no device of the "
-                 "tensor's mesh 'half' (its %lld devices are on %d of the %d clients)", me,
-                 (long long)size, k, n);
+        snprintf(want, sizeof want,
+                 "component 0: this client (%d) holds no device of the "
+                 "tensor's mesh 'half' (its %lld devices are on %d of the %d clients)",
+                 me, (long long)size, k, n);
         DT_ASSERT_ERROR_MENTIONS(want);
         DT_ASSERT_FAILS(dt_tensor_local_write(t, 0, buf, 12), DT_ERR_INVALID_ARGUMENT);
         DT_ASSERT_ERROR_MENTIONS("holds no device of the tensor's mesh 'half'");
@@ -204,9 +207,9 @@ static void test_save_and_restore_with_a_bad_argument_on_one_client_fail_on_ever
 
     char nowhere[600];
     snprintf(nowhere, sizeof nowhere, "%s/not-a-checkpoint", dir);
-    DT_ASSERT_FAILS(dt_restore(m, me == last ? nowhere : ck, 1, names,
-                               (const dt_layout *const[]){rep}, &back),
-                    DT_ERR_NOT_FOUND);
+    DT_ASSERT_FAILS(
+        dt_restore(m, me == last ? nowhere : ck, 1, names, (const dt_layout *const[]){rep}, &back),
+        DT_ERR_NOT_FOUND);
     if (me != last) {
         DT_ASSERT_ERROR_MENTIONS(who);
     }
@@ -218,8 +221,7 @@ static void test_save_and_restore_with_a_bad_argument_on_one_client_fail_on_ever
     dt_tensor *const targets[2] = {target, me == last ? NULL : target};
     DT_ASSERT_FAILS(dt_restore_into(ck, 2, (const char *const[]){"w", "w"}, targets),
                     DT_ERR_INVALID_ARGUMENT);
-    snprintf(want, sizeof want, "%sdt_restore_into: NULL name or layout 1",
-             me == last ? "" : who);
+    snprintf(want, sizeof want, "%sdt_restore_into: NULL name or layout 1", me == last ? "" : who);
     DT_ASSERT_ERROR_MENTIONS(want);
     dt_tensor_destroy(target);
 
@@ -241,8 +243,7 @@ static void test_zero_create_with_bad_options_on_one_client_fails_on_every_clien
     int n = dt_num_clients(), me = dt_client_id(), last = n - 1;
     dt_mesh *m = NULL;
     int64_t size = dt_num_global_devices(DT_DEVICE_CPU);
-    DT_ASSERT_OK(dt_mesh_create("dp", 1, (const char *const[]){"batch"}, &size, DT_DEVICE_CPU,
-                                &m));
+    DT_ASSERT_OK(dt_mesh_create("dp", 1, (const char *const[]){"batch"}, &size, DT_DEVICE_CPU, &m));
     char who[32], want[256];
     snprintf(who, sizeof who, "client %d: ", last);
     dt_zero_opts opts = DT_ZERO_OPTS_INIT;
@@ -318,8 +319,8 @@ static void test_zero_create_outside_its_mesh_says_the_client_holds_no_device(vo
     int n = dt_num_clients(), me = dt_client_id(), k = n > 1 ? n / 2 : 1;
     dt_mesh *m = NULL;
     int64_t size = (int64_t)k * per_client();
-    DT_ASSERT_OK(dt_mesh_create("half", 1, (const char *const[]){"batch"}, &size,
-                                DT_DEVICE_CPU, &m));
+    DT_ASSERT_OK(
+        dt_mesh_create("half", 1, (const char *const[]){"batch"}, &size, DT_DEVICE_CPU, &m));
     dt_zero *z = NULL;
     if (me < k) {
         DT_ASSERT_OK(dt_zero_create(m, NULL, &z));
