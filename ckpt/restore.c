@@ -67,23 +67,23 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
                          const char *const *names, const dt_layout *const *layouts,
                          dt_tensor *const *targets, dt_tensor **out)
 {
+    /* The arguments are this client's: a failure here goes on to the one agreement below
+     * (every step on the way is skipped), so the others do not wait for it there. */
     dt_status st = dt_mesh_check_devices(mesh);
-    if (st != DT_OK)
-        return st;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; st == DT_OK && t < n; t++) {
         if (!names[t] || !layouts[t])
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL name or layout %d", fn, t);
-        if (!dt_mesh_equal(dt_layout_mesh(layouts[t]), mesh))
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not on the mesh",
-                             fn, names[t]);
-        if (dt_layout_num_partial(layouts[t]) > 0)
-            return dt__error(DT_ERR_INVALID_ARGUMENT,
-                             "%s: tensor '%s': cannot restore into a partial layout", fn,
-                             names[t]);
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL name or layout %d", fn, t);
+        else if (!dt_mesh_equal(dt_layout_mesh(layouts[t]), mesh))
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is not on the mesh", fn,
+                           names[t]);
+        else if (dt_layout_num_partial(layouts[t]) > 0)
+            st = dt__error(DT_ERR_INVALID_ARGUMENT,
+                           "%s: tensor '%s': cannot restore into a partial layout", fn, names[t]);
     }
     const dt__group *g = NULL;
-    if ((st = dt__mesh_group(mesh, &g)) != DT_OK)
-        return st;
+    dt_status gst = dt__mesh_group(mesh, &g);
+    if (gst != DT_OK)
+        return gst;
     dt_ckpt *ck = NULL;
     ck_reader rd;
     int have_rd = 0;
@@ -94,7 +94,7 @@ static dt_status restore(const char *fn, const dt_mesh *mesh, const char *dir, i
     int *copy_from = calloc((size_t)n * (size_t)nlocal + 1, sizeof *copy_from);
     int64_t nfills = 0;
     uint64_t bound = 0;
-    if (!filled || !idx || !fills || !copy_from)
+    if (st == DT_OK && (!filled || !idx || !fills || !copy_from))
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     if (st == DT_OK)
         st = dt_ckpt_open(dir, &ck);
@@ -189,15 +189,19 @@ dt_status dt_restore_into(const char *dir, int n, const char *const *names,
     const dt_layout **layouts = calloc((size_t)n, sizeof *layouts);
     if (!layouts)
         return dt__error(DT_ERR_NO_MEMORY, "dt_restore_into: no memory");
+    /* A NULL tensor on one client goes on to restore's checks, which the mesh's clients agree
+     * on (the mesh from any other tensor): it fails there on all of them. */
+    const dt_mesh *mesh = NULL;
     for (int t = 0; t < n; t++) {
-        if (!tensors[t]) {
-            free(layouts);
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_restore_into: tensor %d is NULL", t);
-        }
-        layouts[t] = dt_tensor_layout(tensors[t]);
+        layouts[t] = tensors[t] ? dt_tensor_layout(tensors[t]) : NULL;
+        if (!mesh && layouts[t])
+            mesh = dt_layout_mesh(layouts[t]);
     }
-    dt_status st = restore("dt_restore_into", dt_layout_mesh(layouts[0]), dir, n, names,
-                           layouts, tensors, NULL);
+    if (!mesh) {
+        free(layouts);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_restore_into: every tensor is NULL");
+    }
+    dt_status st = restore("dt_restore_into", mesh, dir, n, names, layouts, tensors, NULL);
     free(layouts);
     return st;
 }

@@ -106,6 +106,35 @@ static dt_status alloc_crcs(ck_save *j)
     return DT_OK;
 }
 
+/* A save whose own checks failed here (`st`: its dir, options, names, tensors) on a client of
+ * the mesh: it meets the others at their first sync point and cleanup, as a failing client of
+ * theirs would, so that every client returns this failure instead of waiting for this one.
+ * Returns st unchanged on a client outside the mesh or where no group can be had. */
+static dt_status fail_alike(const dt_mesh *mesh, const dt_save_opts *opts, int owned, dt_status st)
+{
+    const dt__group *g = NULL;
+    if (!mesh || !dt_is_initialized() || dt_mesh_num_local_devices(mesh) < 1)
+        return st;
+    char keep[1024];
+    dt__strlcpy(keep, dt_last_error(), sizeof keep);
+    if (dt__mesh_group(mesh, &g) != DT_OK || g->comm == MPI_COMM_NULL)
+        return dt__error(st, "%s", keep);
+    dt__group d = {.comm = MPI_COMM_NULL};
+    dt_mesh *host = NULL;
+    double timeout = opts ? opts->timeout_seconds : 0.0;
+    if (owned && dt__group_dup(g, &d) != DT_OK) /* the others agree over their duplicate */
+        return dt__error(st, "%s", keep);
+    if (timeout > 0 && dt_mesh_host_mesh(mesh, &host) != DT_OK)
+        host = NULL;
+    ck_finish f = {.g = owned ? &d : g, .barrier_mesh = host, .timeout = timeout};
+    dt__error(st, "%s", keep);
+    st = dt__ckpt_sync_point(&f, "dt_save:pieces", st);
+    st = dt__ckpt_save_cleanup(&f, st);
+    dt_mesh_destroy(host);
+    dt__group_free(&d);
+    return st;
+}
+
 /* The collective start of every save, up to the temporary directory being ready on every
  * client. *job_out is NULL (and DT_OK returned) on a client holding no device of the mesh. */
 static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir, int n,
@@ -124,6 +153,10 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK &&
         (st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in)) == DT_OK)
         st = dt__ckpt_check_save_dtypes(fn, opts, &j->in);
+    if (st != DT_OK) {
+        job_free(j);
+        return fail_alike(mesh, opts, owned, st);
+    }
     const dt__group *g = NULL;
     if (st == DT_OK)
         st = dt__mesh_group(mesh, &g);
@@ -479,8 +512,8 @@ dt_status dt_save_step(const dt_mesh *mesh, const char *root, int64_t step,
     ck_publish p;
     char dir[CK_PATH_MAX];
     dt_status st = step_publish("dt_save_step", root, step, keep, &p, dir, sizeof dir);
-    if (st != DT_OK)
-        return st;
+    if (st != DT_OK) /* this client's root or step */
+        return fail_alike(mesh, opts, 0, st);
     drain_inflight();
     ck_save *j = NULL;
     st = save_begin("dt_save_step", mesh, dir, n, names, tensors, opts, &p, 0, &j);

@@ -93,11 +93,22 @@ dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *cons
     if (!opts || !dataset_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL opts or dataset_out", fn);
     dt_status st = check_args(source, n, layouts, opts);
-    if (st != DT_OK)
+    const dt_mesh *mesh = layouts && n >= 1 && layouts[0] ? dt_layout_mesh(layouts[0]) : NULL;
+    if (st == DT_OK)
+        st = dt_mesh_check_devices(mesh);
+    if (st != DT_OK) {
+        /* This client's options or layouts: its failure is every mesh client's, agreed where
+         * the others agree on theirs (below), so that none waits there for it. */
+        const dt__group *g = NULL;
+        if (mesh && dt_is_initialized() && dt__mesh_group(mesh, &g) == DT_OK) {
+            long tk = g->comm != MPI_COMM_NULL
+                          ? dt__coll_record(g->clients, g->size, "dataset create", "agreement")
+                          : -1;
+            st = dt__group_agree(g, st, "dt_dataset_create: agreeing");
+            dt__coll_end(tk, "mpi", st);
+        }
         return st;
-    const dt_mesh *mesh = dt_layout_mesh(layouts[0]);
-    if ((st = dt_mesh_check_devices(mesh)) != DT_OK)
-        return st;
+    }
     if (dt_mesh_num_local_devices(mesh) < 1)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: this client holds no device of the mesh "
                          "(only the mesh's clients call it)", fn);

@@ -22,6 +22,7 @@ int main(int argc, char **argv)
     if (bad(dt_init(&argc, &argv, NULL), "dt_init"))
         return 1;
     if (bad(dt_mesh_from_yaml_string(yaml, "train", &mesh), "dt_mesh_from_yaml_string") ||
+        bad(dt_mesh_check_clients(mesh), "dt_mesh_check_clients") || /* every process in it */
         bad(dt_layout_create(mesh, 2, specs, &rows), "dt_layout_create") ||
         bad(dt_tensor_zeros(rows, DT_DTYPE_F32, (int64_t[]){8, 4}, &t), "dt_tensor_zeros"))
         goto out;

@@ -604,6 +604,16 @@ static dt_status check_host_io(const char *fn, const dt_tensor *t, int i, const 
 {
     if (!t || !buf)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL %s", fn, t ? "buffer" : "tensor");
+    if (t->nlocal == 0) { /* outside the mesh: every call on it gave DT_OK and no component */
+        const dt_mesh *m = dt_layout_mesh(t->layout);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "%s: component %d: this client (%d) holds no "
+                         "device of the tensor's mesh '%s' (its %lld devices are on %d of the "
+                         "%d clients), so it holds no component (dt_mesh_num_local_devices "
+                         "tells; dt_mesh_check_clients refuses such a mesh)",
+                         fn, i, dt_client_id(), dt_mesh_name(m), (long long)dt_mesh_size(m),
+                         dt_mesh_num_clients(m), dt_num_clients());
+    }
     if (i < 0 || i >= t->nlocal)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: component %d out of range 0..%d", fn, i,
                          t->nlocal - 1);

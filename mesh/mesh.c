@@ -835,7 +835,7 @@ err_nomem:
 /* ---- against the runtime -------------------------------------------------------------- */
 
 /* "mesh 'train'" or "unnamed mesh (x=2,y=4)" */
-static void mesh_label(const dt_mesh *m, char *buf, size_t len)
+void dt__mesh_label(const dt_mesh *m, char *buf, size_t len)
 {
     if (m->name[0]) {
         snprintf(buf, len, "mesh '%s'", m->name);
@@ -906,7 +906,7 @@ dt_status dt_mesh_check_devices(const dt_mesh *mesh)
         return dt__error(DT_ERR_INVALID_ARGUMENT,
                          "the empty mesh (TensorFlow's 'empty_mesh') holds no devices, so it "
                          "cannot hold a tensor");
-    mesh_label(mesh, label, sizeof label);
+    dt__mesh_label(mesh, label, sizeof label);
     if (mesh->type != DT_DEVICE_CPU && mesh->type != DT_DEVICE_GPU)
         return dt__error(DT_ERR_UNSUPPORTED,
                          "%s is a %s mesh: libdtensor places tensors on CPU and GPU devices "

@@ -148,4 +148,7 @@ char *dt__device_name_with_type(const char *name, const char *type);
  * the whole of [s, s+n). 0 on success, -1 if malformed or out of int64 range. */
 int dt__mesh_parse_int(const char *s, size_t n, int allow_neg, int64_t *out);
 
+/* "mesh 'train'", or "unnamed mesh (x=2,y=2)": how messages name a mesh (mesh.c). */
+void dt__mesh_label(const dt_mesh *m, char *buf, size_t len);
+
 #endif

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mesh/mesh_group.h"
 #include "optim/optim_impl.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 #include "runtime/util.h"
 
 static dt_status make_layout(const dt_zero *z, const char *last, int partial,
@@ -20,14 +22,10 @@ static dt_status make_layout(const dt_zero *z, const char *last, int partial,
     return dt_layout_create_partial(z->mesh, z->k + 1, specs, partial ? 1 : 0, &pdim, &op, out);
 }
 
-dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero **zero_out)
+/* dt_zero_create's checks of its arguments and of the mesh here, before any communication. */
+static dt_status check_create(const char *fn, const dt_mesh *mesh, const dt_zero_opts *opts)
 {
-    static const char fn[] = "dt_zero_create";
     const dt_zero_opts defaults = DT_ZERO_OPTS_INIT;
-    if (!mesh || !zero_out)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: mesh and zero_out are required", fn);
-    if (!opts)
-        opts = &defaults;
     if (opts->stage < 0 || opts->stage > 3)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: stage %d (0, 1, 2 or 3 expected)", fn,
                          opts->stage);
@@ -71,12 +69,41 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
     dt_status st = dt__scaler_check(fn, &opts->scaler);
     if (st != DT_OK)
         return st;
-    st = dt_mesh_check_devices(mesh);
+    return dt_mesh_check_devices(mesh);
+}
+
+dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero **zero_out)
+{
+    static const char fn[] = "dt_zero_create";
+    const dt_zero_opts defaults = DT_ZERO_OPTS_INIT;
+    if (!mesh || !zero_out)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: mesh and zero_out are required", fn);
+    if (!opts)
+        opts = &defaults;
+    /* The options are this client's: the mesh's clients agree on the checks' outcome before
+     * the first collective (the reduction's communicator), so that a bad option on one of
+     * them fails the call on all of them instead of leaving them waiting there. */
+    dt_status st = check_create(fn, mesh, opts);
+    if (dt_is_initialized()) {
+        const dt__group *g = NULL;
+        dt_status gst = dt__mesh_group(mesh, &g);
+        if (gst != DT_OK)
+            return gst;
+        long tk =
+            g->comm != MPI_COMM_NULL ? dt__coll_record(g->clients, g->size, fn, "zero agree") : -1;
+        st = dt__group_agree(g, st, fn);
+        dt__coll_end(tk, "mpi", st);
+    }
     if (st != DT_OK)
         return st;
+    const char *dp_name = opts->dp_dim ? opts->dp_dim : "batch";
+    int dp = dt_mesh_dim_index(mesh, dp_name);
     int nlocal = dt_mesh_num_local_devices(mesh);
     if (nlocal < 1)
-        return dt__error(DT_ERR_STATE, "%s: this client holds no device of the mesh", fn);
+        return dt__error(DT_ERR_STATE,
+                         "%s: this client (%d) holds no device of mesh '%s' (an "
+                         "optimizer is made on the mesh's clients only: docs/mesh.md)",
+                         fn, dt_client_id(), dt_mesh_name(mesh));
 
     dt_zero *z = calloc(1, sizeof *z);
     if (!z)

@@ -279,8 +279,12 @@ DT_API void dt_ckpt_steps_free(dt_ckpt_step *steps);
  * GPU components are filled through staging memory of at most DT_CKPT_STAGING_MB MiB per
  * client (default 64; DT_ERR_INVALID_ARGUMENT if it is not a positive number), the file read
  * of one piece overlapping the copy of the previous one to its device.
- * Collective over the clients holding devices of `mesh`; every client returns the same status.
- * On success tensors_out[i] are owned handles; on failure nothing is written.
+ * Collective over the clients holding devices of `mesh`; every client returns the same status,
+ * also when only one client's arguments (its dir, a name, a layout) are bad: the others then
+ * report "client C: <its message>". A client holding no device of the mesh reads the index
+ * (the checkpoint must exist by then), communicates with no one and gets tensors without
+ * local components (docs/mesh.md). On success tensors_out[i] are owned handles; on failure
+ * nothing is written.
  * Returns DT_ERR_NOT_FOUND (no checkpoint at `dir`, or no tensor of that name),
  * DT_ERR_CORRUPT (missing, truncated or altered file or index: the message names the file and
  * the tensor), DT_ERR_SHAPE (layout rank differs from the saved rank), DT_ERR_INVALID_ARGUMENT,

@@ -163,7 +163,7 @@ typedef struct dt_dataset_opts {
  * positions [b*B, b*B + rows) of epoch e's order, so the batches are the same whatever the
  * number of clients or devices. The dataset retains the source and the layouts.
  * Collective over the clients holding devices of the mesh (each must hold one); every client
- * returns the same status. DT_ERR_INVALID_ARGUMENT (bad options; global_batch larger than the
+ * returns the same status, also when only one client's options or layouts are bad. DT_ERR_INVALID_ARGUMENT (bad options; global_batch larger than the
  * data set with drop_remainder), DT_ERR_SHAPE (a layout's rank), DT_ERR_UNSUPPORTED,
  * DT_ERR_DEVICE_MISMATCH, DT_ERR_NO_MEMORY, DT_ERR_COMM. Owned handle. */
 DT_API dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *const *layouts,

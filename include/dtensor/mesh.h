@@ -91,7 +91,8 @@ DT_API int dt_mesh_dim_index(const dt_mesh *mesh, const char *dim_name);
 DT_API int dt_mesh_device_id(const dt_mesh *mesh, int64_t position); /* -1 if out of range */
 /* Position of a global device id in the mesh, or -1 if the mesh does not hold it. */
 DT_API int64_t dt_mesh_position(const dt_mesh *mesh, int device_id);
-/* This client's devices in the mesh, as listed in the mesh (parsed) or from the runtime. */
+/* This client's devices in the mesh, as listed in the mesh (parsed) or from the runtime. 0 on
+ * a client outside the mesh (see "Clients outside a mesh" below). */
 DT_API int dt_mesh_num_local_devices(const dt_mesh *mesh);
 DT_API int dt_mesh_local_device_id(const dt_mesh *mesh, int local_index); /* -1 if out of range */
 /* 1 if two meshes have the same dims, device type (by name) and device ids (names may differ). */
@@ -110,6 +111,32 @@ DT_API dt_status dt_mesh_dim_group(const dt_mesh *mesh, int dim, int64_t positio
 /* The CPU mesh of the same shape and device ids (itself, retained, if already CPU); the
  * checkpoint saver writes from it. Owned handle. */
 DT_API dt_status dt_mesh_host_mesh(const dt_mesh *mesh, dt_mesh **host_out);
+
+/* Clients outside a mesh. A mesh may hold the devices of only some clients (a pipeline's stage
+ * meshes do, as TensorFlow DTensor's meshes may): a client holding none of its devices is
+ * outside it. On such a client every call on the mesh that works on its devices (tensor
+ * creation, relayout, barrier, save, restore, the ops) returns DT_OK at once
+ * with no local component and no communication: the collectives are collective over the
+ * mesh's clients only, and make their outcome agree among those. Local calls that name a
+ * component (dt_tensor_local_read/_write) fail there with DT_ERR_INVALID_ARGUMENT saying the
+ * client holds no device of the mesh, and so does dt_tensor_pack (whose dtype comes from a
+ * component: use dt_tensor_zeros there) and the calls handing a value to the host (dt_item,
+ * dt_nonfinite: DT_ERR_STATE); objects kept per device (dt_zero, dt_dataset) are
+ * refused there (their headers say how). A program that wants every client in its mesh calls
+ * dt_mesh_check_clients, which answers the same on every client (docs/mesh.md). */
+
+/* The number of clients holding at least one device of the mesh: the same on every client,
+ * computed without communication from the runtime's device table. 0 before dt_init, for the
+ * empty mesh or NULL; -1 if out of memory. Local. */
+DT_API int dt_mesh_num_clients(const dt_mesh *mesh);
+
+/* dt_mesh_check_devices, then checks that every client holds at least one device of the mesh
+ * (dt_mesh_num_clients == dt_num_clients), else DT_ERR_DEVICE_MISMATCH naming the clients left
+ * out and the devices present (a 4-device mesh under `DT_CPU_DEVICES=4 mpiexec -n 2` lies on
+ * client 0 alone). Every client gets the same answer for the same mesh (unless its own
+ * dt_mesh_check_devices fails), so a program may stop on it without leaving a client waiting
+ * in a collective. DT_ERR_NO_MEMORY. Local. */
+DT_API dt_status dt_mesh_check_clients(const dt_mesh *mesh);
 
 /* Checks that the mesh can hold data here: it is not the empty mesh (DT_ERR_INVALID_ARGUMENT),
  * its devices are CPUs or GPUs (DT_ERR_UNSUPPORTED naming the type, for TPU and OTHER meshes),

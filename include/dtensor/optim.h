@@ -185,7 +185,9 @@ typedef struct dt_zero dt_zero;
 /* Creates an optimizer for parameters on `mesh` (CPU or GPU: the fp32 master weights, moments
  * and flat gradients live in the mesh's device memory; with opts->offload the master weights
  * and moments live in host memory). opts may be NULL for DT_ZERO_OPTS_INIT. Collective over
- * the clients of the mesh. DT_ERR_INVALID_ARGUMENT for a bad stage, unknown dp dim, negative
+ * the clients of the mesh: they agree on the checks' outcome first, so an option bad on one of
+ * them fails the call on all of them (the others' message starts "client C: "). A client
+ * outside the mesh does not communicate (docs/mesh.md). DT_ERR_INVALID_ARGUMENT for a bad stage, unknown dp dim, negative
  * allgather_size or offload_block, offload on a mesh of CPU devices, or bad scaler options
  * (message names the field); DT_ERR_STATE if this client holds no device of the mesh; the mesh check's
  * status (dt_mesh_check_devices) when this client lacks its devices. */
