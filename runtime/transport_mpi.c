@@ -11,6 +11,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/group.h"
+#include "runtime/tally.h"
 #include "runtime/transport.h"
 #include "runtime/util.h"
 
@@ -133,16 +134,11 @@ static void mpi_release(dt__xfer_cache *cache)
     cache->state = NULL;
 }
 
+/* Beside the data each client sends each peer its tally (runtime/tally.h) under TALLY_TAG,
+ * so that both clients of every pair come to the same verdict in the same round: a receiver
+ * that got fewer or more bytes than it expected fails, and so does its sender, whose own
+ * receives may all have looked right (issue 45). */
 enum { RELAYOUT_TAG = 7101, TALLY_TAG = 7102 };
-
-/* What this client moves with one peer in an exchange: boxes and bytes it sends there and
- * receives from there. Sent to the peer beside the data (TALLY_TAG), so that both clients of
- * every pair compare the same two tallies and come to the same verdict in the same round: a
- * receiver that got fewer or more bytes than it expected fails, and so does its sender, whose
- * own receives may all have looked right (issue 45). */
-typedef struct tally {
-    int64_t nsend, send_bytes, nrecv, recv_bytes;
-} tally;
 
 static const char different[] = DT__MISMATCH_HINT;
 
@@ -174,67 +170,12 @@ static dt_status check_received(const dt__xfer *recvs, size_t nrecvs, MPI_Status
     return st;
 }
 
-/* The peers of an exchange (each once, in order of first appearance) and this client's tally
- * with each. */
-static size_t exchange_peers(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
-                             size_t nrecvs, int *peer, tally *mine)
-{
-    size_t np = 0;
-    for (size_t i = 0; i < nsends + nrecvs; i++) {
-        int sending = i >= nrecvs;
-        const dt__xfer *x = sending ? &sends[i - nrecvs] : &recvs[i];
-        size_t k = 0;
-        while (k < np && peer[k] != x->peer)
-            k++;
-        if (k == np) {
-            peer[np] = x->peer;
-            memset(&mine[np++], 0, sizeof *mine);
-        }
-        int64_t bytes = (int64_t)dt__region_bytes(&x->region);
-        if (sending) {
-            mine[k].nsend++;
-            mine[k].send_bytes += bytes;
-        } else {
-            mine[k].nrecv++;
-            mine[k].recv_bytes += bytes;
-        }
-    }
-    return np;
-}
-
-/* DT_ERR_STATE naming the first peer whose tally does not mirror this client's, else DT_OK.
- * The peer finds the same pair of tallies (mirrored) and fails too. */
-static dt_status check_tallies(const int *peer, const tally *mine, const tally *theirs,
-                               size_t np)
-{
-    for (size_t k = 0; k < np; k++) {
-        const tally *m = &mine[k], *t = &theirs[k];
-        if (t->nrecv == m->nsend && t->recv_bytes == m->send_bytes && t->nsend == m->nrecv &&
-            t->send_bytes == m->recv_bytes)
-            continue;
-        /* Only the directions that disagree, each from the sender's side. */
-        char in[160] = "", out[160] = "";
-        if (t->nsend != m->nrecv || t->send_bytes != m->recv_bytes)
-            snprintf(in, sizeof in, "client %d sends %lld bytes in %lld box(es) where this "
-                     "client expects %lld in %lld", peer[k], (long long)t->send_bytes,
-                     (long long)t->nsend, (long long)m->recv_bytes, (long long)m->nrecv);
-        if (t->nrecv != m->nsend || t->recv_bytes != m->send_bytes)
-            snprintf(out, sizeof out, "this client sends %lld bytes in %lld box(es) where "
-                     "client %d expects %lld in %lld", (long long)m->send_bytes,
-                     (long long)m->nsend, peer[k], (long long)t->recv_bytes,
-                     (long long)t->nrecv);
-        return dt__error(DT_ERR_STATE, "relayout exchange: %s%s%s: %s", in,
-                         in[0] && out[0] ? "; " : "", out, different);
-    }
-    return DT_OK;
-}
-
 /* After a tally mismatch with equal box counts every message still meets a posted receive
  * (of another size: short, or MPI_ERR_TRUNCATE): each request is waited on alone, so that a
  * failed one does not drop the others and the next exchange finds nothing left behind. With
  * other counts messages are left behind: DT_ERR_COMM (tear the runtime down). */
 static dt_status drain_mismatched(MPI_Request *reqs, const int *peers, size_t nreq,
-                                  size_t nrecvs, const tally *mine, const tally *theirs,
+                                  size_t nrecvs, const dt__tally *mine, const dt__tally *theirs,
                                   size_t np)
 {
     char verdict[512];
@@ -291,7 +232,7 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
     int *peers = malloc((3 * n) * sizeof *peers);
     void **packed = calloc(n, sizeof *packed);
     MPI_Status *stats = calloc(n, sizeof *stats);
-    tally *tallies = malloc(2 * n * sizeof *tallies);
+    dt__tally *tallies = malloc(2 * n * sizeof *tallies);
     if (!reqs || !temps || !peers || !packed || !stats || !tallies) {
         free(tallies);
         free(stats);
@@ -301,8 +242,8 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
         free(packed);
         return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu MPI requests", n);
     }
-    tally *mine = tallies, *theirs = tallies + n;
-    size_t np = exchange_peers(sends, nsends, recvs, nrecvs, peers, mine);
+    dt__tally *mine = tallies, *theirs = tallies + n;
+    size_t np = dt__tally_peers(sends, nsends, recvs, nrecvs, NULL, NULL, peers, mine);
     size_t ntally = 0, ntemp = 0;
     int rc = MPI_SUCCESS;
     for (size_t k = 0; k < np && rc == MPI_SUCCESS; k++)
@@ -364,7 +305,7 @@ static dt_status mpi_exchange(const dt__xfer *sends, size_t nsends, const dt__xf
                            : DT_OK;
     if (st == DT_OK)
         st = tst;
-    dt_status verdict = st == DT_OK ? check_tallies(peers, mine, theirs, np) : DT_OK;
+    dt_status verdict = st == DT_OK ? dt__tally_check(peers, mine, theirs, np) : DT_OK;
     if (ndata && verdict != DT_OK) {
         st = ndata == n ? drain_mismatched(dreqs, dpeers, ndata, nrecvs, mine, theirs, np)
                         : verdict;
