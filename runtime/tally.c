@@ -6,9 +6,8 @@
 #include "runtime/error.h"
 #include "runtime/tally.h"
 
-size_t dt__tally_peers(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
-                       size_t nrecvs, dt__tally_cut_fn cut, const void *arg, int *peer_out,
-                       dt__tally *mine_out)
+size_t dt__tally_peers(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs, size_t nrecvs,
+                       dt__tally_cut_fn cut, const void *arg, int *peer_out, dt__tally *mine_out)
 {
     size_t np = 0;
     for (size_t i = 0; i < nsends + nrecvs; i++) {
@@ -46,8 +45,7 @@ int dt__tally_agree(const dt__tally *m, const dt__tally *t)
 {
     return t->nrecv == m->nsend && t->recv_bytes == m->send_bytes && t->nsend == m->nrecv &&
            t->send_bytes == m->recv_bytes && t->recv_msgs == m->send_msgs &&
-           t->send_msgs == m->recv_msgs && t->recv_cut == m->send_cut &&
-           t->send_cut == m->recv_cut;
+           t->send_msgs == m->recv_msgs && t->recv_cut == m->send_cut && t->send_cut == m->recv_cut;
 }
 
 /* Which way a pair disagrees, from the sender's side: 1 if `from` sends other than `to`
@@ -70,17 +68,21 @@ dt_status dt__tally_check(const int *peer, const dt__tally *mine, const dt__tall
          * number and bytes that differ only in their sizes or cut say so. */
         char in[200] = "", out[200] = "";
         if (differs(t->nsend, t->send_bytes, t->send_msgs, t->send_cut, m))
-            snprintf(in, sizeof in, "client %d sends %lld bytes in %lld box(es)%s where this "
-                     "client expects %lld in %lld", peer[k], (long long)t->send_bytes,
-                     (long long)t->nsend, t->nsend == m->nrecv && t->send_bytes ==
-                     m->recv_bytes ? " of other sizes" : "", (long long)m->recv_bytes,
-                     (long long)m->nrecv);
+            snprintf(in, sizeof in,
+                     "client %d sends %lld bytes in %lld box(es)%s where this "
+                     "client expects %lld in %lld",
+                     peer[k], (long long)t->send_bytes, (long long)t->nsend,
+                     t->nsend == m->nrecv && t->send_bytes == m->recv_bytes ? " of other sizes"
+                                                                            : "",
+                     (long long)m->recv_bytes, (long long)m->nrecv);
         if (differs(m->nsend, m->send_bytes, m->send_msgs, m->send_cut, t))
-            snprintf(out, sizeof out, "this client sends %lld bytes in %lld box(es)%s where "
-                     "client %d expects %lld in %lld", (long long)m->send_bytes,
-                     (long long)m->nsend, m->nsend == t->nrecv && m->send_bytes ==
-                     t->recv_bytes ? " of other sizes" : "", peer[k],
-                     (long long)t->recv_bytes, (long long)t->nrecv);
+            snprintf(out, sizeof out,
+                     "this client sends %lld bytes in %lld box(es)%s where "
+                     "client %d expects %lld in %lld",
+                     (long long)m->send_bytes, (long long)m->nsend,
+                     m->nsend == t->nrecv && m->send_bytes == t->recv_bytes ? " of other sizes"
+                                                                            : "",
+                     peer[k], (long long)t->recv_bytes, (long long)t->nrecv);
         return dt__error(DT_ERR_STATE, "relayout exchange: %s%s%s: %s", in,
                          in[0] && out[0] ? "; " : "", out, DT__MISMATCH_HINT);
     }

@@ -28,9 +28,8 @@ typedef void (*dt__tally_cut_fn)(const dt__region *r, const void *arg, int64_t *
 /* The peers of an exchange (each once, in order of first appearance in recvs then sends) into
  * peer_out and this client's tally with each into mine_out (both nsends + nrecvs entries of
  * room); cut NULL: one message per box. Returns the number of peers. Local. */
-size_t dt__tally_peers(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
-                       size_t nrecvs, dt__tally_cut_fn cut, const void *arg, int *peer_out,
-                       dt__tally *mine_out);
+size_t dt__tally_peers(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs, size_t nrecvs,
+                       dt__tally_cut_fn cut, const void *arg, int *peer_out, dt__tally *mine_out);
 
 /* 1 if a peer's tally mirrors this client's (what one sends the other expects, both ways);
  * symmetric, so both clients of the pair find the same. Local. */

@@ -174,9 +174,8 @@ static dt_status check_received(const dt__xfer *recvs, size_t nrecvs, MPI_Status
  * (of another size: short, or MPI_ERR_TRUNCATE): each request is waited on alone, so that a
  * failed one does not drop the others and the next exchange finds nothing left behind. With
  * other counts messages are left behind: DT_ERR_COMM (tear the runtime down). */
-static dt_status drain_mismatched(MPI_Request *reqs, const int *peers, size_t nreq,
-                                  size_t nrecvs, const dt__tally *mine, const dt__tally *theirs,
-                                  size_t np)
+static dt_status drain_mismatched(MPI_Request *reqs, const int *peers, size_t nreq, size_t nrecvs,
+                                  const dt__tally *mine, const dt__tally *theirs, size_t np)
 {
     char verdict[512];
     dt__strlcpy(verdict, dt_last_error(), sizeof verdict);

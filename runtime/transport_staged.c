@@ -144,7 +144,7 @@ typedef struct live {
     const dt__xfer *x;
     int sending;
     int tag;
-    size_t pair;                       /* its peer's entry in the exchange's pairs */
+    size_t pair; /* its peer's entry in the exchange's pairs */
     const dt__device *dev;
     cut c;
     staging *s;
@@ -169,11 +169,11 @@ typedef struct xchg {
     live *ls;
     size_t n, nrecvs, np, ndata, nreq;
     MPI_Request *reqs;
-    int *peers;              /* the other client of each request */
+    int *peers; /* the other client of each request */
     pair *pairs;
     dt__tally *mine, *theirs;
     int tag_span;
-    void *scratch;           /* drained chunks land here */
+    void *scratch; /* drained chunks land here */
     size_t scratch_bytes;
 } xchg;
 
@@ -208,8 +208,7 @@ static size_t chunk_bytes_of(const live *l, int64_t k)
 
 /* The tally's view of a box: how many chunks and a digest of their sizes, so that a peer
  * that cuts its box otherwise is found out by the tallies, whatever arrives first. */
-static void tally_cut(const dt__region *r, const void *arg, int64_t *msgs_out,
-                      uint64_t *digest_out)
+static void tally_cut(const dt__region *r, const void *arg, int64_t *msgs_out, uint64_t *digest_out)
 {
     cut c = cut_of(r, *(const size_t *)arg);
     uint64_t h = (uint64_t)c.nchunks;
@@ -309,9 +308,11 @@ static dt_status tally_came(xchg *e, size_t k, const MPI_Status *s)
                          p->peer, got);
     if (dt__tally_agree(&e->mine[k], &e->theirs[k])) {
         if (p->bad)
-            return dt__error(DT_ERR_COMM, "staged transport: client %d sent a chunk of another "
+            return dt__error(DT_ERR_COMM,
+                             "staged transport: client %d sent a chunk of another "
                              "size than this client expected, though their tallies agree: "
-                             "chunks are left behind, tear the runtime down", p->peer);
+                             "chunks are left behind, tear the runtime down",
+                             p->peer);
         return DT_OK;
     }
     dt_status st = p->bad ? DT_OK : stop_receives(e, k);
@@ -341,9 +342,10 @@ static dt_status request_done(xchg *e, size_t r, const MPI_Status *s, int err)
             if (p->bad)
                 return DT_OK;
             dt_status st = stop_receives(e, l->pair);
-            if (st == DT_OK && p->tally_in && dt__tally_agree(&e->mine[l->pair],
-                                                              &e->theirs[l->pair]))
-                st = dt__error(DT_ERR_COMM, "staged transport: client %d sent a chunk of %d "
+            if (st == DT_OK && p->tally_in &&
+                dt__tally_agree(&e->mine[l->pair], &e->theirs[l->pair]))
+                st = dt__error(DT_ERR_COMM,
+                               "staged transport: client %d sent a chunk of %d "
                                "bytes where this client expected %zu, though their tallies "
                                "agree: chunks are left behind, tear the runtime down",
                                l->x->peer, got, chunk_bytes_of(l, l->chunk_in[slot]));
@@ -385,8 +387,10 @@ static dt_status drain_some(xchg *e, size_t k, int *moved)
             if ((size_t)bytes > e->scratch_bytes) {
                 void *grown = realloc(e->scratch, (size_t)bytes);
                 if (!grown)
-                    return dt__error(DT_ERR_NO_MEMORY, "staged transport: no memory to "
-                                     "drain a chunk of %d bytes", bytes);
+                    return dt__error(DT_ERR_NO_MEMORY,
+                                     "staged transport: no memory to "
+                                     "drain a chunk of %d bytes",
+                                     bytes);
                 e->scratch = grown;
                 e->scratch_bytes = (size_t)bytes;
             }
@@ -398,9 +402,10 @@ static dt_status drain_some(xchg *e, size_t k, int *moved)
         }
     }
     if (p->taken > t->send_msgs)
-        return dt__error(DT_ERR_COMM, "staged transport: took %lld chunks from client %d, "
-                         "which sent %lld: tear the runtime down", (long long)p->taken,
-                         p->peer, (long long)t->send_msgs);
+        return dt__error(DT_ERR_COMM,
+                         "staged transport: took %lld chunks from client %d, "
+                         "which sent %lld: tear the runtime down",
+                         (long long)p->taken, p->peer, (long long)t->send_msgs);
     if (p->taken < t->send_msgs)
         return DT_OK;
     p->drained = 1;
@@ -412,8 +417,8 @@ static dt_status drain_some(xchg *e, size_t k, int *moved)
 /* Tags: STAGED_TAG + the transfer's ordinal among this list's transfers with its peer, so
  * sender and receiver (listing them in the same order) pair transfers whatever order their
  * chunks are posted in; chunks of one transfer are posted in order on both sides. */
-static dt_status assign(xchg *e, live *ls, const dt__xfer *xs, size_t n, int sending,
-                        int *seen, size_t chunk)
+static dt_status assign(xchg *e, live *ls, const dt__xfer *xs, size_t n, int sending, int *seen,
+                        size_t chunk)
 {
     for (size_t i = 0; i < n; i++) {
         live *l = &ls[i];
@@ -485,8 +490,7 @@ static dt_status stalled(const xchg *e, double timeout, int *rounds)
         if (!seen)
             who[k++] = peer;
     }
-    dt_status st = dt__watchdog_stalled(who, NULL, k, timeout, rounds,
-                                        "staged relayout exchange");
+    dt_status st = dt__watchdog_stalled(who, NULL, k, timeout, rounds, "staged relayout exchange");
     free(who);
     return st;
 }
@@ -585,8 +589,7 @@ static dt_status staged_exchange(const dt__xfer *sends, size_t nsends, const dt_
     MPI_Comm_get_attr(comm, MPI_TAG_UB, &tag_ub, &flag);
     xchg e = {.n = n, .nrecvs = nrecvs, .ndata = n * STAGED_IN_FLIGHT};
     /* Every MPI allows tags up to 32767, so the span is at least 8191. */
-    e.tag_span = flag && tag_ub && *tag_ub > STAGED_TAG ? *tag_ub - STAGED_TAG
-                                                        : 32767 - STAGED_TAG;
+    e.tag_span = flag && tag_ub && *tag_ub > STAGED_TAG ? *tag_ub - STAGED_TAG : 32767 - STAGED_TAG;
     e.nreq = e.ndata + 4 * n; /* room for 4 per peer, at most n peers */
     e.ls = calloc(n, sizeof *e.ls);
     e.reqs = malloc(e.nreq * sizeof *e.reqs);

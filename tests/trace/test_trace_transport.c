@@ -158,8 +158,7 @@ static dt_status exchange_cols(const dt__transport *t, const int64_t *s0, const 
     }
     dt_status st = t->exchange(sends, (size_t)ns, recvs, (size_t)nr, NULL, NULL);
     if (st != DT_OK)
-        fprintf(stderr, "[client %d] %s transport: %s\n", dt_client_id(), t->name,
-                dt_last_error());
+        fprintf(stderr, "[client %d] %s transport: %s\n", dt_client_id(), t->name, dt_last_error());
     MPI_Barrier(dt__comm());
     for (int i = 0; i < ns; i++)
         if (sends_by_mpi)
@@ -285,8 +284,7 @@ static void staged_fails_then_passes(const int64_t *s0, const int64_t *r0, const
         const char *want = dt_client_id() == 0 ? want0 : want1;
         CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), want));
         if (!strstr(dt_last_error(), want))
-            fprintf(stderr, "[client %d] '%s' lacks '%s'\n", dt_client_id(), dt_last_error(),
-                    want);
+            fprintf(stderr, "[client %d] '%s' lacks '%s'\n", dt_client_id(), dt_last_error(), want);
         CU_ASSERT_PTR_NOT_NULL(strstr(dt_last_error(), "different relayouts"));
         one_box_arrives(dt__transport_staged());
         one_box_arrives(dt__transport_staged());
