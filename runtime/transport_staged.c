@@ -3,7 +3,10 @@
  * k+1 to the host while chunk k is on the wire, a receiver copies chunk k to the device while
  * k+1 arrives, with at most STAGED_IN_FLIGHT chunks of a transfer in flight. Works with any
  * number of clients per GPU and with the simulated accelerator; host memory (a CPU mesh's
- * side of dt_copy_to_mesh) goes through the same chunks. docs/transports.md. */
+ * side of dt_copy_to_mesh) goes through the same chunks. Tallies go beside the chunks
+ * (runtime/tally.h): clients that asked for different relayouts fail alike, and each takes
+ * every chunk its peers sent it in the exchange before returning, so the next one starts in
+ * step. docs/transports.md, docs/trace.md. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
