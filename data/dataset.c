@@ -7,7 +7,6 @@
 #include "data/data_impl.h"
 #include "mesh/mesh_group.h"
 #include "runtime/error.h"
-#include "runtime/trace.h"
 
 static const char fn[] = "dt_dataset_create";
 
@@ -99,14 +98,8 @@ dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *cons
     if (st != DT_OK) {
         /* This client's options or layouts: its failure is every mesh client's, agreed where
          * the others agree on theirs (below), so that none waits there for it. */
-        const dt__group *g = NULL;
-        if (mesh && dt_is_initialized() && dt__mesh_group(mesh, &g) == DT_OK) {
-            long tk = g->comm != MPI_COMM_NULL
-                          ? dt__coll_record(g->clients, g->size, "dataset create", "agreement")
-                          : -1;
-            st = dt__group_agree(g, st, "dt_dataset_create: agreeing");
-            dt__coll_end(tk, "mpi", st);
-        }
+        if (mesh && dt_is_initialized())
+            st = dt__mesh_agree(mesh, st, "dt_dataset_create: agreeing");
         return st;
     }
     if (dt_mesh_num_local_devices(mesh) < 1)
@@ -134,9 +127,7 @@ dt_status dt_dataset_create(dt_data_source *source, int n, const dt_layout *cons
         ds->layouts[k] = dt_layout_retain(layouts[k]);
     st = setup(ds);
     /* A client that failed locally fails the creation everywhere, with its message. */
-    long tk = ds->group->comm != MPI_COMM_NULL ? dt__coll_record(ds->group->clients, ds->group->size, "dataset create", "agreement") : -1;
-    st = dt__group_agree(ds->group, st, "dt_dataset_create: agreeing");
-    dt__coll_end(tk, "mpi", st);
+    st = dt__mesh_agree(mesh, st, "dt_dataset_create: agreeing");
     if (st != DT_OK) {
         dt_dataset_destroy(ds);
         return st;

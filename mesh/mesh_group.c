@@ -8,6 +8,7 @@
 #include "mesh/mesh_group.h"
 #include "mesh/mesh_impl.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
 /* Marks in member[c] (nclients entries, zeroed) each client holding a device of the mesh;
  * returns how many do. Every client computes the same answer: the runtime's table of which
@@ -98,5 +99,19 @@ dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out)
     else
         *group_out = dt__group_outside();
     free(clients);
+    return st;
+}
+
+dt_status dt__mesh_agree(const dt_mesh *mesh, dt_status st, const char *call)
+{
+    const dt__group *g = NULL;
+    dt_status gst = dt__mesh_group(mesh, &g);
+    if (gst != DT_OK)
+        return st != DT_OK ? st : gst;
+    if (g->comm == MPI_COMM_NULL || g->size <= 1)
+        return st;
+    long tk = dt__coll_record(g->clients, g->size, call, "agreement");
+    st = dt__group_agree(g, st, call);
+    dt__coll_end(tk, "mpi", st);
     return st;
 }

@@ -17,4 +17,10 @@
  * DT_ERR_NO_MEMORY, DT_ERR_COMM, DT_ERR_TIMEOUT. */
 dt_status dt__mesh_group(const dt_mesh *mesh, const dt__group **group_out);
 
+/* One outcome over the mesh's clients: every client returns the lowest failing client's status
+ * and message ("client C: ..." on the others; runtime/group.h's dt__group_agree), st when none
+ * failed, recorded in the flight recorder as `call`. Collective over the mesh's clients; st as
+ * it is, without communicating, on a client outside the mesh or on a mesh of one client. */
+dt_status dt__mesh_agree(const dt_mesh *mesh, dt_status st, const char *call);
+
 #endif

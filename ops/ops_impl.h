@@ -249,13 +249,6 @@ dt_status dt__ops_begin(const char *op, dt_status st, int outs_given, const char
                         const dt_tensor *t, const dt_mesh **mesh_out,
                         const dt__ops_backend **be_out);
 
-/* One outcome over the clients of `mesh` for a failure that depends on the data (an id out of
- * range held by one client only): DT_OK when every client's st is, else the lowest failing
- * client's status and message (runtime/group.h's dt__group_agree; "client C: ..." on the
- * others). Call it where every client of the mesh gets in the same order, before the op's
- * next collective, with the backend synced. Collective over the mesh's clients (no
- * communication when the mesh has one client). */
-dt_status dt__ops_agree(const dt_mesh *mesh, const char *op, dt_status st);
 
 /* Local component i's data pointer (NULL if empty), its element count. */
 void *dt__local_data(const dt_tensor *t, int i);

@@ -5,11 +5,9 @@
 #include <string.h>
 
 #include "layout/tensor_dev.h"
-#include "mesh/mesh_group.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "runtime/trace.h"
 #include "runtime/util.h"
 
 void dt__lspec_of(const dt_layout *layout, dt__lspec *out)
@@ -269,18 +267,3 @@ dt_status dt__tensor_new(const dt_mesh *mesh, const dt__lspec *ls, dt_dtype dtyp
     return st;
 }
 
-/* Two small collectives only where the mesh spans several clients (dt__group_agree returns
- * st as it is in a group of one). */
-dt_status dt__ops_agree(const dt_mesh *mesh, const char *op, dt_status st)
-{
-    const dt__group *g = NULL;
-    dt_status gst = dt__mesh_group(mesh, &g);
-    if (gst != DT_OK)
-        return st != DT_OK ? st : gst;
-    if (g->comm == MPI_COMM_NULL || g->size <= 1)
-        return st;
-    long tk = dt__coll_record(g->clients, g->size, op, "ops agree");
-    st = dt__group_agree(g, st, op);
-    dt__coll_end(tk, "mpi", st);
-    return st;
-}

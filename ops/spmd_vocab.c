@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "layout/tensor_dev.h"
+#include "mesh/mesh_group.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
@@ -86,7 +87,7 @@ static dt_status run_checked(const dt__ops_backend *be, const dt_mesh *mesh, con
     dt_status st = dt__ops_each_local(be, t, fn, arg);
     if (st == DT_OK && be->sync)
         st = be->sync();
-    return dt__ops_agree(mesh, op, st);
+    return dt__mesh_agree(mesh, st, op);
 }
 
 static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
@@ -358,7 +359,7 @@ static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_
         st = dt__ops_each_local(be, x->sumexp, stats_one, &vl);
         if (st == DT_OK && be->sync)
             st = be->sync();
-        st = dt__ops_agree(mesh, op, st);
+        st = dt__mesh_agree(mesh, st, op);
     }
     if (st == DT_OK)
         st = reduce_rows(&x->sumexp);

@@ -6,7 +6,6 @@
 #include "optim/optim_impl.h"
 #include "mesh/mesh_group.h"
 #include "runtime/util.h"
-#include "runtime/trace.h"
 
 dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const double *vals,
                              double *out)
@@ -43,12 +42,5 @@ dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const dou
 
 dt_status dt__zero_agree(const dt_zero *z, const char *fn, dt_status st)
 {
-    const dt__group *g = NULL;
-    dt_status gst = dt__mesh_group(z->mesh, &g);
-    if (gst != DT_OK)
-        return gst;
-    long tk = g->comm != MPI_COMM_NULL ? dt__coll_record(g->clients, g->size, fn, "zero agree") : -1;
-    st = dt__group_agree(g, st, fn);
-    dt__coll_end(tk, "mpi", st);
-    return st;
+    return dt__mesh_agree(z->mesh, st, fn);
 }

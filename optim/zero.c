@@ -7,7 +7,6 @@
 #include "mesh/mesh_group.h"
 #include "optim/optim_impl.h"
 #include "runtime/error.h"
-#include "runtime/trace.h"
 #include "runtime/util.h"
 
 static dt_status make_layout(const dt_zero *z, const char *last, int partial,
@@ -84,16 +83,8 @@ dt_status dt_zero_create(const dt_mesh *mesh, const dt_zero_opts *opts, dt_zero 
      * the first collective (the reduction's communicator), so that a bad option on one of
      * them fails the call on all of them instead of leaving them waiting there. */
     dt_status st = check_create(fn, mesh, opts);
-    if (dt_is_initialized()) {
-        const dt__group *g = NULL;
-        dt_status gst = dt__mesh_group(mesh, &g);
-        if (gst != DT_OK)
-            return gst;
-        long tk =
-            g->comm != MPI_COMM_NULL ? dt__coll_record(g->clients, g->size, fn, "zero agree") : -1;
-        st = dt__group_agree(g, st, fn);
-        dt__coll_end(tk, "mpi", st);
-    }
+    if (dt_is_initialized())
+        st = dt__mesh_agree(mesh, st, fn);
     if (st != DT_OK)
         return st;
     const char *dp_name = opts->dp_dim ? opts->dp_dim : "batch";
