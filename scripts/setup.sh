@@ -11,10 +11,13 @@ set -euo pipefail
 pkgs=(
   meson ninja-build pkg-config gcc g++
   libhwloc-dev libyaml-dev libcunit1-dev libdlpack-dev
-  libjansson-dev libopenblas-dev
+  libjansson-dev libopenblas-dev libpcre2-dev
   libudev-dev zlib1g-dev
   python3 python3-numpy
+  nodejs   # tests/text: the JS reference tokenizers (npm, below; installed on first run)
 )
+# Debian's npm package; NodeSource's nodejs carries its own npm and conflicts with it.
+command -v npm >/dev/null || pkgs+=(npm)
 [ $# -gt 0 ] || set -- openmpi
 for mpi in "$@"; do
   case "$mpi" in

@@ -16,6 +16,7 @@
 #include "dtensor/optim.h"
 #include "dtensor/data.h"
 #include "dtensor/trace.h"
+#include "dtensor/tokenizer.h"
 #include "dtensor/version.h"
 
 #endif
