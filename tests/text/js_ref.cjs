@@ -11,7 +11,7 @@ const fs = require('fs');
 const path = require('path');
 
 const [prefix, cmd, ...rest] = process.argv.slice(2);
-const mods = path.join(prefix, 'node_modules');
+const mods = path.resolve(prefix, 'node_modules');
 
 function gpt2() {
   const g = require(path.join(mods, 'gpt-3-encoder'));

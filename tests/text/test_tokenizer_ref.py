@@ -103,6 +103,15 @@ def adversarial(n, seed):
     return out
 
 
+# Characters where regex engines' \s, \p{L}, \p{N} or case folding are known to differ
+# (U+0085, U+FEFF, U+001C..1F, U+180E, U+200B, long s and Kelvin sign after an apostrophe).
+EDGES = ['a\u0085b', 'a \u0085 b', 'x\ufeffy', ' \ufeff\ufeff z', "I'\u017f", "I'\u212a",
+         'a\x1c\x1d b', 'a\u180eb', 'a\u200bb', 'x\u2028\u2029y', '\u00a0\u00a0x',
+         '\u0663\u0664\u0665\u0666', '\u216b \u217b', '\u00b2\u00b3', 'x\u0300\u0301',
+         '\U0001d518\U0001d52b', '\U0001f3fd', "A'S", "I'LL", '   ', '\n', ' ', '1234567',
+         "'", "''s", 'a  \n\n  b\t\t\n', '\r\n\r\n x']
+
+
 def invalid_utf8(n, seed):
     rng = random.Random(seed)
     out = [bytes([b]) for b in range(256)]
@@ -143,7 +152,7 @@ def main():
         if not os.path.exists(tj):
             run(['node', js, prefix, 'export-llama3', tj])
         load = ['--json', tj]
-    samples = repo_samples(root) + adversarial(3000, 48)
+    samples = repo_samples(root) + [e.encode('utf-8') for e in EDGES] + adversarial(3000, 48)
     if family == 'llama3':
         samples += [b'<|begin_of_text|>Hi<|eot_id|>\n', b'a<|start_header_id|>user<|end_header_id|>']
     sample_file = os.path.join(work, 'samples.hex')
