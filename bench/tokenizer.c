@@ -116,8 +116,8 @@ static int bench(const dt_tokenizer *tok, unsigned flags, const char *path, int 
         nids = 0;
         for (size_t c = 0; c + 1 < n_chunks; c++) {
             size_t n;
-            dt_status st = dt_tokenizer_encode(tok, text + cut[c], cut[c + 1] - cut[c], flags,
-                                               ids, (size_t)len, &n);
+            dt_status st = dt_tokenizer_encode(tok, text + cut[c], cut[c + 1] - cut[c], flags, ids,
+                                               (size_t)len, &n);
             if (st != DT_OK)
                 return fail("encode", st);
             nids += n;
@@ -127,8 +127,8 @@ static int bench(const dt_tokenizer *tok, unsigned flags, const char *path, int 
             best = dt;
     }
     free(cut);
-    printf("bytes=%ld tokens=%zu chunks=%zu seconds=%.6f mb_s=%.2f\n", len, nids, n_chunks - 1, best,
-           (double)len / best / 1e6);
+    printf("bytes=%ld tokens=%zu chunks=%zu seconds=%.6f mb_s=%.2f\n", len, nids, n_chunks - 1,
+           best, (double)len / best / 1e6);
     free(text);
     free(ids);
     return 0;

@@ -121,8 +121,14 @@ static int bpe_word(const dt_tokenizer *t, const unsigned char *w, size_t len, i
     return 0;
 }
 
-static int32_t *cached_ids(tk_cached *c) { return (int32_t *)(c + 1); }
-static char *cached_bytes(tk_cached *c) { return (char *)(cached_ids(c) + c->n_ids); }
+static int32_t *cached_ids(tk_cached *c)
+{
+    return (int32_t *)(c + 1);
+}
+static char *cached_bytes(tk_cached *c)
+{
+    return (char *)(cached_ids(c) + c->n_ids);
+}
 
 /* Appends the ids of one word, through the cache. */
 static int encode_word(const dt_tokenizer *tc, const unsigned char *w, size_t len, ids_buf *out,
@@ -233,14 +239,13 @@ static int32_t special_at(const dt_tokenizer *t, const unsigned char *s, size_t 
     return -1;
 }
 
-dt_status dt_tokenizer_encode(const dt_tokenizer *tok, const char *text, size_t len,
-                              unsigned flags, int32_t *ids, size_t cap, size_t *n_out)
+dt_status dt_tokenizer_encode(const dt_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                              int32_t *ids, size_t cap, size_t *n_out)
 {
     if (!tok || !n_out || (!text && len > 0) || (!ids && cap > 0))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tokenizer_encode: NULL argument");
     if (flags & ~(unsigned)DT_TOKENIZER_ENCODE_PLAIN)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tokenizer_encode: unknown flags 0x%x",
-                         flags);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tokenizer_encode: unknown flags 0x%x", flags);
     const unsigned char *s = (const unsigned char *)text;
     ids_buf out = {0};
     uint64_t *scratch = NULL;

@@ -36,8 +36,8 @@ static dt_status vocab_extent(const json_t *vocab, const char *what, int32_t *n_
     {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= INT32_MAX - 1)
-            return dt__error(DT_ERR_PARSE, "%s: token \"%s\": id is not an integer in range",
-                             what, key);
+            return dt__error(DT_ERR_PARSE, "%s: token \"%s\": id is not an integer in range", what,
+                             key);
         if (json_integer_value(v) > max)
             max = json_integer_value(v);
     }
@@ -57,10 +57,9 @@ static dt_status add_vocab(dt_tokenizer *t, const json_t *vocab, const char *wha
         if (!raw)
             return dt__error(DT_ERR_NO_MEMORY, "%s", what);
         long n = dt__tk_unbyte(key, klen, raw);
-        dt_status st = n <= 0 ? dt__error(DT_ERR_CORRUPT,
-                                          "%s: token \"%s\" is not byte-level text", what, key)
-                              : dt__tk_set(t, (int32_t)json_integer_value(v), raw, (size_t)n,
-                                           0, what);
+        dt_status st =
+            n <= 0 ? dt__error(DT_ERR_CORRUPT, "%s: token \"%s\" is not byte-level text", what, key)
+                   : dt__tk_set(t, (int32_t)json_integer_value(v), raw, (size_t)n, 0, what);
         if (raw != stack)
             free(raw);
         if (st != DT_OK)
@@ -107,12 +106,13 @@ static dt_status read_merges_txt(dt_tokenizer *t, const char *path)
         if (n == 0 || (lineno == 1 && strncmp(line, "#version", 8) == 0))
             continue;
         char *sp = memchr(line, ' ', (size_t)n);
-        if (!sp || sp == line || sp + 1 == line + n || memchr(sp + 1, ' ', (size_t)(line + n - sp - 1)))
+        if (!sp || sp == line || sp + 1 == line + n ||
+            memchr(sp + 1, ' ', (size_t)(line + n - sp - 1)))
             st = dt__error(DT_ERR_PARSE, "%s:%ld: not two tokens separated by one space", path,
                            lineno);
         else
-            st = add_merge_text(t, line, (size_t)(sp - line), sp + 1,
-                                (size_t)(line + n - sp - 1), path, lineno);
+            st = add_merge_text(t, line, (size_t)(sp - line), sp + 1, (size_t)(line + n - sp - 1),
+                                path, lineno);
     }
     if (st == DT_OK && ferror(f))
         st = dt__error(DT_ERR_IO, "%s: read error", path);
@@ -184,13 +184,13 @@ static dt_status check_byte_level(const json_t *bl, const char *path, const char
 {
     json_t *aps = json_object_get(bl, "add_prefix_space");
     if (aps && json_is_true(aps))
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: %s.add_prefix_space true: not supported",
-                         path, where);
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: %s.add_prefix_space true: not supported", path,
+                         where);
     json_t *ur = json_object_get(bl, "use_regex");
     int use_regex = !ur || json_is_true(ur); /* HF's default is true */
     if (use_regex != want_regex)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: %s.use_regex %s: not supported here", path,
-                         where, use_regex ? "true" : "false");
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: %s.use_regex %s: not supported here", path, where,
+                         use_regex ? "true" : "false");
     return DT_OK;
 }
 
@@ -201,8 +201,10 @@ static dt_status pre_tokenizer_pattern(const json_t *root, const char *path,
 {
     json_t *pre = json_object_get(root, "pre_tokenizer");
     if (!pre || !json_is_object(pre))
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer missing: a byte-level BPE "
-                                             "needs one", path);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: pre_tokenizer missing: a byte-level BPE "
+                         "needs one",
+                         path);
     const char *type = json_string_value(json_object_get(pre, "type"));
     if (type && strcmp(type, "ByteLevel") == 0) {
         dt_status st = check_byte_level(pre, path, "pre_tokenizer", 1);
@@ -211,31 +213,41 @@ static dt_status pre_tokenizer_pattern(const json_t *root, const char *path,
         return st;
     }
     if (!type || strcmp(type, "Sequence") != 0)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.type \"%s\": not supported",
-                         path, type ? type : "(none)");
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.type \"%s\": not supported", path,
+                         type ? type : "(none)");
     json_t *seq = json_object_get(pre, "pretokenizers");
     if (!json_is_array(seq) || json_array_size(seq) != 2)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.pretokenizers: only [Split, "
-                                             "ByteLevel] is supported", path);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: pre_tokenizer.pretokenizers: only [Split, "
+                         "ByteLevel] is supported",
+                         path);
     json_t *split = json_array_get(seq, 0), *bl = json_array_get(seq, 1);
     const char *t0 = json_string_value(json_object_get(split, "type"));
     const char *t1 = json_string_value(json_object_get(bl, "type"));
     if (!t0 || strcmp(t0, "Split") != 0 || !t1 || strcmp(t1, "ByteLevel") != 0)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.pretokenizers: [%s, %s]: only "
-                         "[Split, ByteLevel] is supported", path, t0 ? t0 : "?", t1 ? t1 : "?");
-    const char *regex = json_string_value(json_object_get(json_object_get(split, "pattern"),
-                                                          "Regex"));
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: pre_tokenizer.pretokenizers: [%s, %s]: only "
+                         "[Split, ByteLevel] is supported",
+                         path, t0 ? t0 : "?", t1 ? t1 : "?");
+    const char *regex =
+        json_string_value(json_object_get(json_object_get(split, "pattern"), "Regex"));
     if (!regex)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.pretokenizers[0].pattern: "
-                                             "only {\"Regex\": ...} is supported", path);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: pre_tokenizer.pretokenizers[0].pattern: "
+                         "only {\"Regex\": ...} is supported",
+                         path);
     const char *behavior = json_string_value(json_object_get(split, "behavior"));
     if (behavior && strcmp(behavior, "Isolated") != 0)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.pretokenizers[0].behavior "
-                                             "\"%s\": only Isolated is supported", path, behavior);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: pre_tokenizer.pretokenizers[0].behavior "
+                         "\"%s\": only Isolated is supported",
+                         path, behavior);
     json_t *inv = json_object_get(split, "invert");
     if (inv && json_is_true(inv))
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: pre_tokenizer.pretokenizers[0].invert true: "
-                                             "not supported", path);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: pre_tokenizer.pretokenizers[0].invert true: "
+                         "not supported",
+                         path);
     dt_status st = check_byte_level(bl, path, "pre_tokenizer.pretokenizers[1]", 0);
     if (st == DT_OK)
         *pattern_out = regex;
@@ -249,8 +261,8 @@ static dt_status check_model(const json_t *root, const char *path, const json_t 
         return dt__error(DT_ERR_PARSE, "%s: model: missing or not an object", path);
     const char *type = json_string_value(json_object_get(model, "type"));
     if (type && strcmp(type, "BPE") != 0)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: model.type \"%s\": only BPE is supported",
-                         path, type);
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: model.type \"%s\": only BPE is supported", path,
+                         type);
     if (!json_is_object(json_object_get(model, "vocab")))
         return dt__error(DT_ERR_PARSE, "%s: model.vocab: missing or not an object", path);
     if (!json_is_array(json_object_get(model, "merges")))
@@ -268,8 +280,10 @@ static dt_status check_model(const json_t *root, const char *path, const json_t 
     json_t *dec = json_object_get(root, "decoder");
     const char *dtype = json_string_value(json_object_get(dec, "type"));
     if (dec && !json_is_null(dec) && (!dtype || strcmp(dtype, "ByteLevel") != 0))
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: decoder.type \"%s\": only ByteLevel is "
-                         "supported", path, dtype ? dtype : "(none)");
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: decoder.type \"%s\": only ByteLevel is "
+                         "supported",
+                         path, dtype ? dtype : "(none)");
     *model_out = model;
     return DT_OK;
 }
@@ -285,10 +299,11 @@ static dt_status add_json_merges(dt_tokenizer *t, const json_t *merges, const ch
             const char *s = json_string_value(m);
             size_t len = json_string_length(m);
             const char *sp = memchr(s, ' ', len);
-            if (!sp || sp == s || sp + 1 == s + len || memchr(sp + 1, ' ', (size_t)(s + len - sp - 1)))
+            if (!sp || sp == s || sp + 1 == s + len ||
+                memchr(sp + 1, ' ', (size_t)(s + len - sp - 1)))
                 return dt__error(DT_ERR_PARSE, "%s: model.merges[%zu]: not \"a b\"", path, i);
-            st = add_merge_text(t, s, (size_t)(sp - s), sp + 1, (size_t)(s + len - sp - 1),
-                                path, (long)i);
+            st = add_merge_text(t, s, (size_t)(sp - s), sp + 1, (size_t)(s + len - sp - 1), path,
+                                (long)i);
         } else if (json_is_array(m) && json_array_size(m) == 2 &&
                    json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
             json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
@@ -312,8 +327,7 @@ static dt_status add_added_tokens(dt_tokenizer *t, const json_t *added, const ch
     {
         json_t *id = json_object_get(a, "id"), *content = json_object_get(a, "content");
         if (!json_is_integer(id) || !json_is_string(content))
-            return dt__error(DT_ERR_PARSE, "%s: added_tokens[%zu]: id or content missing", path,
-                             i);
+            return dt__error(DT_ERR_PARSE, "%s: added_tokens[%zu]: id or content missing", path, i);
         dt_status st = dt__tk_set(t, (int32_t)json_integer_value(id), json_string_value(content),
                                   json_string_length(content), 1, path);
         if (st != DT_OK)

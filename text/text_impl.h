@@ -38,14 +38,14 @@ typedef struct tk_cached {
 } tk_cached;
 
 struct dt_tokenizer {
-    int32_t n_ids;      /* one more than the largest id */
-    char **tok;         /* [n_ids]: token bytes, NULL for an unused id */
-    uint32_t *tok_len;  /* [n_ids] */
-    uint8_t *is_special;/* [n_ids] */
-    tk_str_map vocab;   /* model vocabulary (not the special tokens) */
+    int32_t n_ids;       /* one more than the largest id */
+    char **tok;          /* [n_ids]: token bytes, NULL for an unused id */
+    uint32_t *tok_len;   /* [n_ids] */
+    uint8_t *is_special; /* [n_ids] */
+    tk_str_map vocab;    /* model vocabulary (not the special tokens) */
     int32_t byte_id[256];
     tk_pair_map merges;
-    int32_t *special;   /* ids of the special tokens, longest first */
+    int32_t *special; /* ids of the special tokens, longest first */
     int n_special;
     uint8_t special_first[256]; /* 1 where a special token starts with this byte */
     int ignore_merges;
@@ -67,8 +67,8 @@ dt_status dt__tk_set(dt_tokenizer *t, int32_t id, const char *s, size_t len, int
  * byte has no token. */
 dt_status dt__tk_index(dt_tokenizer *t, const char *what);
 /* Adds merge (a, b) with the next rank; DT_ERR_CORRUPT when a, b or a+b is not a token. */
-dt_status dt__tk_add_merge(dt_tokenizer *t, const char *a, size_t alen, const char *b,
-                           size_t blen, const char *what, long line);
+dt_status dt__tk_add_merge(dt_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
+                           const char *what, long line);
 /* Registers the special tokens (every id with is_special) for matching. */
 dt_status dt__tk_finish_special(dt_tokenizer *t);
 /* Compiles the pre-tokenisation pattern (UTF, UCP, MATCH_INVALID_UTF, JIT when present). */

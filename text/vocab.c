@@ -56,8 +56,7 @@ dt_status dt__tk_set(dt_tokenizer *t, int32_t id, const char *s, size_t len, int
             t->is_special[id] |= (uint8_t)special;
             return DT_OK;
         }
-        return dt__error(DT_ERR_CORRUPT, "%s: id %d given to two different tokens", what,
-                         (int)id);
+        return dt__error(DT_ERR_CORRUPT, "%s: id %d given to two different tokens", what, (int)id);
     }
     if (len == 0)
         return dt__error(DT_ERR_CORRUPT, "%s: id %d is an empty token", what, (int)id);
@@ -141,8 +140,8 @@ static int pair_grow(tk_pair_map *m)
     return 0;
 }
 
-dt_status dt__tk_add_merge(dt_tokenizer *t, const char *a, size_t alen, const char *b,
-                           size_t blen, const char *what, long line)
+dt_status dt__tk_add_merge(dt_tokenizer *t, const char *a, size_t alen, const char *b, size_t blen,
+                           const char *what, long line)
 {
     int32_t ia = dt__tk_lookup(t, a, alen), ib = dt__tk_lookup(t, b, blen);
     char stack[256], *ab = alen + blen <= sizeof stack ? stack : malloc(alen + blen);
@@ -154,9 +153,10 @@ dt_status dt__tk_add_merge(dt_tokenizer *t, const char *a, size_t alen, const ch
     if (ab != stack)
         free(ab);
     if (ia < 0 || ib < 0 || iab < 0)
-        return dt__error(DT_ERR_CORRUPT, "%s: merge %ld: %s is not in the vocabulary", what,
-                         line, ia < 0 ? "its left token" : ib < 0 ? "its right token"
-                                                              : "the merged token");
+        return dt__error(DT_ERR_CORRUPT, "%s: merge %ld: %s is not in the vocabulary", what, line,
+                         ia < 0   ? "its left token"
+                         : ib < 0 ? "its right token"
+                                  : "the merged token");
     if (2 * (t->merges.n + 1) > t->merges.mask + 1 || !t->merges.slot)
         if (pair_grow(&t->merges))
             return dt__error(DT_ERR_NO_MEMORY, "%s: merges", what);

@@ -124,7 +124,10 @@ static void test_tokenizer_encodes_invalid_utf8_as_bytes(void)
     dt_tokenizer *tok = small_files();
     int32_t ids[64];
     CU_ASSERT(enc(tok, "\xff\xfe", 0, ids) == 2 && ids[0] == 0xff && ids[1] == 0xfe);
-    size_t n = enc(tok, "abc\xe6\x97" "abc", 0, ids);
+    size_t n = enc(tok,
+                   "abc\xe6\x97"
+                   "abc",
+                   0, ids);
     CU_ASSERT(n == 4 && ids[0] == 258 && ids[1] == 0xe6 && ids[2] == 0x97 && ids[3] == 258);
     dt_tokenizer_destroy(tok);
 }
@@ -155,8 +158,7 @@ static void test_tokenizer_round_trips_random_bytes(void)
         /* half the strings from a small alphabet, so that merges and specials fire */
         static const char alpha[] = "abc <|endoftext|>\n\t'sé";
         for (size_t i = 0; i < len; i++)
-            text[i] = k % 2 ? (char)rand_r(&seed)
-                            : alpha[rand_r(&seed) % (sizeof alpha - 1)];
+            text[i] = k % 2 ? (char)rand_r(&seed) : alpha[rand_r(&seed) % (sizeof alpha - 1)];
         CU_ASSERT_FATAL(dt_tokenizer_encode(tok, text, len, 0, ids, len, &n) == DT_OK);
         CU_ASSERT_FATAL(dt_tokenizer_decode(tok, ids, n, back, sizeof back, &blen) == DT_OK);
         CU_ASSERT_FATAL(blen == len && memcmp(back, text, len) == 0);
@@ -195,19 +197,20 @@ static void test_tokenizer_rejects_merge_outside_vocabulary(void)
 }
 
 /* A tokenizer.json of the hand-worked vocabulary; merges as strings or as pairs. */
-static void write_json(const char *name, int pairs, const char *model_extra,
-                       const char *root_extra)
+static void write_json(const char *name, int pairs, const char *model_extra, const char *root_extra)
 {
     static const char *const extra[] = {"ab", "bc", "abc", "aa"};
     FILE *f = fopen(path_of(name), "w");
-    fprintf(f, "{%s\"added_tokens\": [{\"id\": 300, \"content\": \"<|eot|>\", \"special\": true}],"
-               "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
-               "\"decoder\": {\"type\": \"ByteLevel\"},"
-               "\"model\": {\"type\": \"BPE\", %s \"vocab\": ",
+    fprintf(f,
+            "{%s\"added_tokens\": [{\"id\": 300, \"content\": \"<|eot|>\", \"special\": true}],"
+            "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false},"
+            "\"decoder\": {\"type\": \"ByteLevel\"},"
+            "\"model\": {\"type\": \"BPE\", %s \"vocab\": ",
             root_extra, model_extra);
     put_vocab(f, extra, 4);
-    fputs(pairs ? ", \"merges\": [[\"b\", \"c\"], [\"a\", \"b\"], [\"a\", \"bc\"], [\"a\", \"a\"]]}}"
-                : ", \"merges\": [\"b c\", \"a b\", \"a bc\", \"a a\"]}}",
+    fputs(pairs
+              ? ", \"merges\": [[\"b\", \"c\"], [\"a\", \"b\"], [\"a\", \"bc\"], [\"a\", \"a\"]]}}"
+              : ", \"merges\": [\"b c\", \"a b\", \"a bc\", \"a a\"]}}",
           f);
     fclose(f);
 }
@@ -245,7 +248,8 @@ static void test_tokenizer_json_ignore_merges_takes_whole_words(void)
     static const char *const extra[] = {"aa", "aab"};
     FILE *f = fopen(path_of("t_im.json"), "w");
     fputs("{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
-          "\"ignore_merges\": true, \"vocab\": ", f);
+          "\"ignore_merges\": true, \"vocab\": ",
+          f);
     put_vocab(f, extra, 2);
     fputs(", \"merges\": [\"a a\"]}}", f);
     fclose(f);
