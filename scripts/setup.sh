@@ -11,7 +11,7 @@ set -euo pipefail
 pkgs=(
   meson ninja-build pkg-config gcc g++
   libhwloc-dev libyaml-dev libcunit1-dev libdlpack-dev
-  libjansson-dev libopenblas-dev libpcre2-dev
+  libjansson-dev libopenblas-dev libpcre2-dev libicu-dev
   libudev-dev zlib1g-dev
   python3 python3-numpy
   nodejs   # tests/text: the JS reference tokenizers (npm, below; installed on first run)

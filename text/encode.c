@@ -196,9 +196,9 @@ static int encode_word(const dt_tokenizer *tc, const unsigned char *w, size_t le
 /* Splits s[0..len) (no special tokens inside) by the pattern and encodes each piece; bytes
  * the pattern does not match (only invalid UTF-8 for the families we load) form pieces of
  * their own. */
-static dt_status encode_text(const dt_tokenizer *t, const unsigned char *s, size_t len,
-                             pcre2_match_data *md, ids_buf *out, uint64_t **scratch,
-                             size_t *scratch_len)
+static dt_status split_text(const dt_tokenizer *t, const unsigned char *s, size_t len,
+                            pcre2_match_data *md, ids_buf *out, uint64_t **scratch,
+                            size_t *scratch_len)
 {
     size_t pos = 0;
     while (pos < len) {
@@ -226,6 +226,26 @@ static dt_status encode_text(const dt_tokenizer *t, const unsigned char *s, size
         pos = b;
     }
     return DT_OK;
+}
+
+/* split_text after the normalizer, when the tokenizer has one (HF normalises the text
+ * between the special tokens, which are matched on the raw text). */
+static dt_status encode_text(const dt_tokenizer *t, const unsigned char *s, size_t len,
+                             pcre2_match_data *md, ids_buf *out, uint64_t **scratch,
+                             size_t *scratch_len)
+{
+    char *norm = NULL;
+    size_t norm_len = 0;
+    if (t->nfc && len > 0) {
+        dt_status st = dt__tk_nfc((const char *)s, len, &norm, &norm_len);
+        if (st != DT_OK)
+            return st;
+    }
+    dt_status st =
+        norm ? split_text(t, (const unsigned char *)norm, norm_len, md, out, scratch, scratch_len)
+             : split_text(t, s, len, md, out, scratch, scratch_len);
+    free(norm);
+    return st;
 }
 
 /* The special token starting at s[0], longest first; -1 when none. */

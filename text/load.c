@@ -274,9 +274,11 @@ static dt_status check_model(const json_t *root, const char *path, const json_t 
         if (st != DT_OK)
             return st;
     }
-    dt_status st = must_be_unset(root, "normalizer", path, "(root)");
-    if (st != DT_OK)
-        return st;
+    json_t *norm = json_object_get(root, "normalizer");
+    const char *ntype = json_string_value(json_object_get(norm, "type"));
+    if (norm && !json_is_null(norm) && (!ntype || strcmp(ntype, "NFC") != 0))
+        return dt__error(DT_ERR_UNSUPPORTED, "%s: normalizer.type \"%s\": only NFC is supported",
+                         path, ntype ? ntype : "(none)");
     json_t *dec = json_object_get(root, "decoder");
     const char *dtype = json_string_value(json_object_get(dec, "type"));
     if (dec && !json_is_null(dec) && (!dtype || strcmp(dtype, "ByteLevel") != 0))
@@ -377,6 +379,8 @@ dt_status dt_tokenizer_from_json(const char *tokenizer_json, dt_tokenizer **tok_
     }
     json_t *im = json_object_get(model, "ignore_merges");
     t->ignore_merges = im && json_is_true(im);
+    t->nfc =
+        json_string_value(json_object_get(json_object_get(root, "normalizer"), "type")) != NULL;
     st = add_vocab(t, json_object_get(model, "vocab"), path);
     if (st == DT_OK && added)
         st = add_added_tokens(t, added, path);

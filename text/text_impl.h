@@ -49,6 +49,7 @@ struct dt_tokenizer {
     int n_special;
     uint8_t special_first[256]; /* 1 where a special token starts with this byte */
     int ignore_merges;
+    int nfc; /* the normalizer: NFC (Qwen2) */
     pcre2_code *re;
     /* Word cache: bytes -> ids; cleared when full. */
     pthread_mutex_t cache_lock;
@@ -78,6 +79,10 @@ int32_t dt__tk_lookup(const dt_tokenizer *t, const char *s, size_t len);
 /* Byte-level text (GPT-2's bytes_to_unicode) to raw bytes: out needs len bytes. Returns the
  * byte count, or -1 when s holds a character outside the mapping or invalid UTF-8. */
 long dt__tk_unbyte(const char *s, size_t len, char *out);
+
+/* NFC of s[0..len) (text/normalize.c): *out NULL when s is ASCII (NFC as it is), else a
+ * malloc'd string of *out_len bytes; invalid UTF-8 bytes pass through. */
+dt_status dt__tk_nfc(const char *s, size_t len, char **out, size_t *out_len);
 
 extern const char dt__tk_gpt2_pattern[];
 

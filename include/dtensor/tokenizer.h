@@ -37,7 +37,8 @@ DT_API dt_status dt_tokenizer_from_files(const char *vocab_json, const char *mer
 
 /* Loads a Hugging Face `tokenizer.json` whose model.type is "BPE": model.vocab,
  * model.merges ("a b" strings or ["a", "b"] pairs), model.ignore_merges, added_tokens
- * (matched before pre-tokenisation), a pre_tokenizer that is ByteLevel (GPT-2's pattern) or a
+ * (matched before pre-tokenisation), an NFC normalizer or none (Qwen2 has NFC), a
+ * pre_tokenizer that is ByteLevel (GPT-2's pattern) or a
  * Sequence of a Split with a Regex pattern (behavior Isolated) and a ByteLevel with
  * use_regex false, and a ByteLevel or absent decoder. The post_processor is not applied
  * (encode adds no BOS). Local.
@@ -53,7 +54,8 @@ DT_API void dt_tokenizer_destroy(dt_tokenizer *tok);
 
 /* Encodes text[0..len) (any bytes; invalid UTF-8 is encoded byte by byte) into token ids:
  * special tokens first (unless DT_TOKENIZER_ENCODE_PLAIN), then the pattern's pieces, each
- * merged by rank. At most `len` ids result, so cap >= len always suffices.
+ * merged by rank. Without a normalizer at most `len` ids result, so cap >= len suffices (NFC
+ * can lengthen a few texts).
  * ids: caller buffer of cap ids; ids == NULL with cap == 0 only counts.
  * n_out: the number of ids, written only on success. Local; thread-safe.
  * Returns DT_ERR_INVALID_ARGUMENT (NULL tok, text or n_out with len > 0, unknown flags, or
@@ -62,7 +64,8 @@ DT_API void dt_tokenizer_destroy(dt_tokenizer *tok);
 DT_API dt_status dt_tokenizer_encode(const dt_tokenizer *tok, const char *text, size_t len,
                                      unsigned flags, int32_t *ids, size_t cap, size_t *n_out);
 
-/* Decodes ids[0..n) into the bytes they stand for: decode(encode(x)) == x for every x.
+/* Decodes ids[0..n) into the bytes they stand for: decode(encode(x)) == x for every x (for a
+ * tokenizer with the NFC normalizer: x with its valid UTF-8 runs in NFC).
  * buf: caller buffer of cap bytes (not NUL-terminated); buf == NULL with cap == 0 only
  * measures. len_out: bytes written, written only on success. Local.
  * Returns DT_ERR_INVALID_ARGUMENT (NULL argument, an id with no token: the detail names its

@@ -261,12 +261,34 @@ static void test_tokenizer_json_ignore_merges_takes_whole_words(void)
     dt_tokenizer_destroy(tok);
 }
 
+static void test_tokenizer_json_nfc_normalizes_between_special_tokens(void)
+{
+    write_json("t_nfc.json", 0, "", "\"normalizer\": {\"type\": \"NFC\"},");
+    write_json("t_raw.json", 0, "", "");
+    dt_tokenizer *nfc = NULL, *raw = NULL;
+    CU_ASSERT_FATAL(dt_tokenizer_from_json(path_of("t_nfc.json"), &nfc) == DT_OK);
+    CU_ASSERT_FATAL(dt_tokenizer_from_json(path_of("t_raw.json"), &raw) == DT_OK);
+    int32_t a[64], b[64];
+    /* e + U+0301 composes to U+00E9 (c3 a9); the invalid byte ff passes through */
+    const char *decomposed = "abc e\xcc\x81<|eot|>\xff\xe1\x84\x80\xe1\x85\xa1";
+    const char *composed = "abc \xc3\xa9<|eot|>\xff\xea\xb0\x80";
+    size_t na = enc(nfc, decomposed, 0, a), nb = enc(raw, composed, 0, b);
+    CU_ASSERT(na == nb && memcmp(a, b, na * sizeof *a) == 0);
+    CU_ASSERT(enc(raw, decomposed, 0, b) != na);
+    /* ASCII and already composed text: unchanged */
+    na = enc(nfc, composed, 0, a);
+    nb = enc(raw, composed, 0, b);
+    CU_ASSERT(na == nb && memcmp(a, b, na * sizeof *a) == 0);
+    dt_tokenizer_destroy(nfc);
+    dt_tokenizer_destroy(raw);
+}
+
 static void test_tokenizer_json_refuses_what_it_does_not_implement(void)
 {
     dt_tokenizer *tok = NULL;
-    write_json("t_norm.json", 0, "", "\"normalizer\": {\"type\": \"NFC\"},");
+    write_json("t_norm.json", 0, "", "\"normalizer\": {\"type\": \"NFKC\"},");
     CU_ASSERT(dt_tokenizer_from_json(path_of("t_norm.json"), &tok) == DT_ERR_UNSUPPORTED);
-    CU_ASSERT(strstr(dt_last_error(), "normalizer") != NULL);
+    CU_ASSERT(strstr(dt_last_error(), "normalizer.type") != NULL);
     write_json("t_bf.json", 0, "\"byte_fallback\": true,", "");
     CU_ASSERT(dt_tokenizer_from_json(path_of("t_bf.json"), &tok) == DT_ERR_UNSUPPORTED);
     CU_ASSERT(strstr(dt_last_error(), "model.byte_fallback") != NULL);
@@ -300,6 +322,7 @@ int main(int argc, char **argv)
         DT_TEST(test_tokenizer_rejects_merge_outside_vocabulary),
         DT_TEST(test_tokenizer_json_reads_both_merge_forms),
         DT_TEST(test_tokenizer_json_ignore_merges_takes_whole_words),
+        DT_TEST(test_tokenizer_json_nfc_normalizes_between_special_tokens),
         DT_TEST(test_tokenizer_json_refuses_what_it_does_not_implement),
         DT_TEST_END,
     };
