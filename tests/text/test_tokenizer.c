@@ -283,6 +283,34 @@ static void test_tokenizer_json_nfc_normalizes_between_special_tokens(void)
     dt_tokenizer_destroy(raw);
 }
 
+static void test_tokenizer_json_loads_qwen2_style_split_and_nfc(void)
+{
+    /* Qwen2's pre-tokenizer: a Split of its pattern (single digits), then ByteLevel. */
+    static const char *const extra[] = {"12", "ab"};
+    FILE *f = fopen(path_of("t_qwen.json"), "w");
+    fputs("{\"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"Sequence\", "
+          "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "
+          "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}| "
+          "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, "
+          "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "
+          "\"add_prefix_space\": false, \"use_regex\": false}]}, "
+          "\"model\": {\"type\": \"BPE\", \"vocab\": ",
+          f);
+    put_vocab(f, extra, 2);
+    fputs(", \"merges\": [\"1 2\", \"a b\"]}}", f);
+    fclose(f);
+    dt_tokenizer *tok = NULL;
+    dt_status st = dt_tokenizer_from_json(path_of("t_qwen.json"), &tok);
+    if (st != DT_OK)
+        fprintf(stderr, "%s\n", dt_last_error());
+    CU_ASSERT_FATAL(st == DT_OK);
+    int32_t ids[64];
+    /* digits one by one: "12" never forms; "ab" does */
+    CU_ASSERT(enc(tok, "12ab", 0, ids) == 3 && ids[0] == '1' && ids[1] == '2' && ids[2] == 257);
+    CU_ASSERT(enc(tok, "A'LL", 0, ids) == 4 && ids[1] == '\'');
+    dt_tokenizer_destroy(tok);
+}
+
 static void test_tokenizer_json_refuses_what_it_does_not_implement(void)
 {
     dt_tokenizer *tok = NULL;
@@ -323,6 +351,7 @@ int main(int argc, char **argv)
         DT_TEST(test_tokenizer_json_reads_both_merge_forms),
         DT_TEST(test_tokenizer_json_ignore_merges_takes_whole_words),
         DT_TEST(test_tokenizer_json_nfc_normalizes_between_special_tokens),
+        DT_TEST(test_tokenizer_json_loads_qwen2_style_split_and_nfc),
         DT_TEST(test_tokenizer_json_refuses_what_it_does_not_implement),
         DT_TEST_END,
     };
