@@ -10,8 +10,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 
 # Open MPI is the default MPI; the test command also checks the build against MPICH.
-# The test command also installs Slurm for the slurm suite (tests/launch, docs/launch.md).
-if [ "${1:-}" = test ]; then ./scripts/setup.sh openmpi mpich slurm; else ./scripts/setup.sh; fi
+# The test command also installs Slurm for the slurm suite (tests/launch, docs/launch.md) and
+# Node.js with npm for the text suite's JS reference tokenizers (tests/text, docs/text.md).
+if [ "${1:-}" = test ]; then ./scripts/setup.sh openmpi mpich slurm node; else ./scripts/setup.sh; fi
 # shellcheck source=scripts/env.sh
 . ./scripts/env.sh
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, the Debian packages libdtensor needs to build, test and run.
 # Idempotent: when everything is present it prints nothing and exits 0.
-# Usage: scripts/setup.sh [openmpi] [mpich] [slurm]
+# Usage: scripts/setup.sh [openmpi] [mpich] [slurm] [node]
 #   which MPI implementations to install (default: openmpi, what `meson setup` picks when both
 #   are present; `-Dmpi=mpich` builds against MPICH, docs/mpi.md). `run.sh test` asks for both,
 #   and for slurm: Debian's Slurm daemons, client and munge for the slurm test suite
-#   (tests/launch, docs/launch.md; the PMIx and PMI2 plugins come with slurm-wlm-basic-plugins).
+#   (tests/launch, docs/launch.md; the PMIx and PMI2 plugins come with slurm-wlm-basic-plugins),
+#   and node: Node.js and npm for the JS reference tokenizers of tests/text (docs/text.md).
 set -euo pipefail
 
 pkgs=(
@@ -14,10 +15,7 @@ pkgs=(
   libjansson-dev libopenblas-dev libpcre2-dev libicu-dev
   libudev-dev zlib1g-dev
   python3 python3-numpy
-  nodejs   # tests/text: the JS reference tokenizers (npm, below; installed on first run)
 )
-# Debian's npm package; NodeSource's nodejs carries its own npm and conflicts with it.
-command -v npm >/dev/null || pkgs+=(npm)
 [ $# -gt 0 ] || set -- openmpi
 for mpi in "$@"; do
   case "$mpi" in
@@ -25,7 +23,11 @@ for mpi in "$@"; do
     # The test command (./run.sh test) asks for both MPIs; its `reference` suite needs torch.
     mpich) pkgs+=(libmpich-dev mpich python3-torch) ;;   # mpiexec.mpich (Hydra), mpich.pc
     slurm) pkgs+=(slurmctld slurmd slurm-client munge) ;;
-    *) echo "setup: unknown '$mpi' (openmpi, mpich or slurm)" >&2; exit 2 ;;
+    # tests/text: the JS reference tokenizers (npm packages, installed by the tests on first
+    # run). Debian's npm only where no npm is on the PATH: NodeSource's nodejs carries its own
+    # and conflicts with Debian's.
+    node) pkgs+=(nodejs); command -v npm >/dev/null || pkgs+=(npm) ;;
+    *) echo "setup: unknown '$mpi' (openmpi, mpich, slurm or node)" >&2; exit 2 ;;
   esac
 done
 
