@@ -5,7 +5,8 @@
 # README.md, docs/*.md and the .c files of text/, mesh/ and layout/, concatenated.
 # Each contestant: the best of REPS encodes of the whole corpus in one process (so both sides'
 # word caches are warm after the first). Results on stdout as key=value lines.
-#   bench/tokenizer.sh [--reps N] [--families gpt2,llama3]
+#   bench/tokenizer.sh [--reps N] [--families gpt2,llama3] [--quick]
+#   --quick  one encode per contestant (--reps 1)
 # Needs node and npm; the packages go into BUILD/npm (exit 77 when they cannot be installed).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -15,7 +16,9 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps=$2; shift 2 ;;
     --families) families=$2; shift 2 ;;
-    -h|--help) echo "usage: bench/tokenizer.sh [--reps N] [--families gpt2,llama3]" >&2; exit 0 ;;
+    --quick) reps=1; shift ;;
+    -h|--help) echo "usage: bench/tokenizer.sh [--reps N] [--families gpt2,llama3] [--quick]" >&2
+               exit 0 ;;
     *) echo "bench/tokenizer.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
