@@ -12,6 +12,8 @@
 #include "dtensor/ckpt.h"
 #include "dtensor/foreign.h"
 #include "dtensor/ops.h"
+#include "dtensor/opdef.h"
+#include "dtensor/ops_general.h"
 #include "dtensor/autograd.h"
 #include "dtensor/optim.h"
 #include "dtensor/data.h"

@@ -1,0 +1,4 @@
+/* ops/def_elem: built-in op definitions of this family (placeholder until they land). */
+#include "ops/opdef_impl.h"
+
+const dt_op_def *const dt__defs_elem[] = {NULL};

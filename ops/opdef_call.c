@@ -1,0 +1,2 @@
+/* ops/opdef_call: (in progress) */
+#include "ops/opdef_impl.h"

@@ -1,0 +1,2 @@
+/* ops/opdef_prop: (in progress) */
+#include "ops/opdef_impl.h"

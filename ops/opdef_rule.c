@@ -1,0 +1,2 @@
+/* ops/opdef_rule: (in progress) */
+#include "ops/opdef_impl.h"
