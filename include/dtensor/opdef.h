@@ -139,8 +139,14 @@ typedef enum dt_op_linearity {
  *  user      handed to every function above.
  *  doc       one line for the docs' table and the validator's messages (may be NULL).
  *  family    the docs' op family ("unary", "binary", "reduction", "shape", "index", ...).
- *  validate  0: the validator's random sweep skips the op (random ops, host transfers);
- *            the validator's inputs come from gen when set (valid index ranges). */
+ *  sample    the validator's random cases (docs/ops.md, "Validator"): for case `seed`, fills
+ *            sig->nin and sig->in[] (dtypes, ranks and shapes; every dim in 1..max_dim) and
+ *            *attrs with a valid call; NULL: the validator skips the op (random ops, host
+ *            transfers).
+ *  fill      the validator's values of input i (n elements of its dtype into host) when they
+ *            are not plain reals (indices in range, masks, positive bases); NULL or DT_OK
+ *            without writing: uniform reals in [-1, 1]. Both may return DT_ERR_UNSUPPORTED for
+ *            a case they do not cover (the validator then draws another). */
 typedef struct dt_op_def {
     const char *name;
     int nin, nin_max;
@@ -157,7 +163,8 @@ typedef struct dt_op_def {
     void *user;
     const char *doc;
     const char *family;
-    int validate;
+    dt_status (*sample)(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs);
+    dt_status (*fill)(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n);
 } dt_op_def;
 
 /* Registers a definition (copied) and hands back its handle. DT_ERR_INVALID_ARGUMENT for a
