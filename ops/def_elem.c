@@ -131,8 +131,7 @@ void dt__elem_fill_mask(uint64_t seed, dt_dtype t, void *host, int64_t n)
 
 static dt_status unary_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
-    const dt_op_def *def = dt_op_definition(sig->op);
-    const char *name = def ? def->name : "unary op";
+    const char *name = sig->user ? (const char *)sig->user : "unary op";
     if (sig->nin != 1 || !dt__elem_is_float(sig->in[0].dtype)) {
         char b[96];
         return dt__error(DT_ERR_SHAPE, "%s: x must be f32 or f64, got %s", name,
@@ -400,6 +399,7 @@ static dt_status mul_scalar_bw(const dt_op_grad *g)
     UN_KERNEL(N, OP)                                                                        \
     const dt_op_def dt__def_##N = {                                                         \
         .name = #N, .nin = 1, .rule = "...->...", .infer = unary_infer, .cpu = k_##N,       \
+        .user = (void *)#N,                                                                 \
         .backward = BW, .linearity = LIN, .linear_in = LIN ? 1u : 0u,                       \
         .reduce = DT_REDUCE_SUM, .save_out = SAVE, .doc = DOC, .family = "unary",           \
         .sample = SAMPLE, .fill = FILL};

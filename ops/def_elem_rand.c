@@ -28,8 +28,7 @@ static dt_status ctor_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status ctor_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
-    const dt_op_def *def = sig->op ? dt_op_definition(sig->op) : NULL;
-    const char *name = def ? def->name : "random";
+    const char *name = sig->user ? (const char *)sig->user : "random";
     int r = (int)sig->attrs->i[A_RANK];
     dt_dtype t = (dt_dtype)sig->attrs->i[A_DTYPE];
     if (sig->nin != 0)
@@ -38,9 +37,9 @@ static dt_status ctor_infer(const dt_op_sig *sig, dt_op_shape *out)
     if (r < 0 || r > DT_MAX_RANK)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: rank %d outside 0..%d", name, r,
                          DT_MAX_RANK);
-    int is_arange = def == &dt__def_arange;
+    int is_arange = strcmp(name, "arange") == 0;
     int ok = dt__elem_is_float(t) || (is_arange && (t == DT_DTYPE_I32 || t == DT_DTYPE_I64)) ||
-             (def == &dt__def_random_bernoulli && t == DT_DTYPE_U8);
+             (strcmp(name, "random_bernoulli") == 0 && t == DT_DTYPE_U8);
     if (!ok)
         return dt__error(DT_ERR_SHAPE, "%s: dtype %s not supported", name, dt_dtype_name(t));
     out->dtype = t;
@@ -60,6 +59,7 @@ static dt_status ctor_infer(const dt_op_sig *sig, dt_op_shape *out)
         return dt__k_random(a, OP);                                                         \
     }                                                                                       \
     const dt_op_def dt__def_##N = {.name = #N, .nin = 0, .rule_fn = ctor_rule,               \
+                                   .user = (void *)#N,                                      \
                                    .infer = ctor_infer, .cpu = k_##N,                       \
                                    .reduce = DT_REDUCE_SUM, .doc = DOC, .family = "random"};
 

@@ -3,6 +3,7 @@
  * The inner loop runs over the merged contiguous last dims with one operand a vector or a
  * scalar, so it vectorises; large float outputs of add/sub/mul/div use streaming stores. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <tgmath.h>
 
@@ -210,16 +211,13 @@ typedef struct bin_run {
     char *o;
     size_t ea, eb, eo;
     inner_fn fn;
-    int sa, sb; /* inner strides (0 or 1) */
-    int nt;     /* streaming: column of dtype, op */
+    int sa, sb; /* vector (1) or scalar (0) operands of the inner loop */
+    int nt;     /* streaming stores */
     int col, op;
 } bin_run;
 
-static void bin_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
+static void call(const bin_run *r, int64_t len, const void *pa, const void *pb, void *po)
 {
-    const bin_run *r = ctx;
-    const void *pa = r->a + (size_t)offs[0] * r->ea, *pb = r->b + (size_t)offs[1] * r->eb;
-    void *po = r->o + (size_t)(row * len) * r->eo;
 #ifdef NT_PATH
     if (r->nt) {
         if (r->col == 0) {
@@ -239,6 +237,90 @@ static void bin_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
     r->fn(len, pa, pb, po);
 }
 
+static void bin_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
+{
+    const bin_run *r = ctx;
+    call(r, len, r->a + (size_t)offs[0] * r->ea, r->b + (size_t)offs[1] * r->eb,
+         r->o + (size_t)(row * len) * r->eo);
+}
+
+static void choose(bin_run *r, const bin_fns *f, int64_t total, int64_t len)
+{
+    r->fn = r->sa && r->sb ? f->vv : r->sa ? f->vs : f->sv;
+#ifdef NT_PATH
+    r->nt = r->op <= DT__BIN_DIV && r->col <= 1 && total * (int64_t)r->eo >= NT_MIN_BYTES &&
+            len * (int64_t)r->eo >= 4096;
+#else
+    (void)total;
+    (void)len;
+#endif
+}
+
+/* Short rows (a bias of a few elements): the two last dims at once, each operand contiguous
+ * through both, a row repeated along the outer one (copied into a tile of K rows), or one
+ * scalar; K rows are then one inner loop. Returns 0 (nothing done) when the shape does not
+ * fit or a tile cannot be had. */
+#define TILE_ELEMS 4096
+static int run_tiled(const dt__ew_plan *p, bin_run *r, const bin_fns *f, int64_t total)
+{
+    int R = p->rank;
+    if (R < 2 || p->n[R - 1] >= 1024)
+        return 0;
+    int64_t len = p->n[R - 1], rows = p->n[R - 2];
+    int64_t K = TILE_ELEMS / len < rows ? TILE_ELEMS / len : rows;
+    if (K < 2)
+        return 0;
+    int kind[2]; /* 0 contiguous, 1 repeated row, 2 scalar */
+    for (int k = 0; k < 2; k++) {
+        int64_t si = p->st[k][R - 1], so = p->st[k][R - 2];
+        kind[k] = si == 1 && so == len ? 0 : si == 1 && so == 0 ? 1 : si == 0 && so == 0 ? 2 : -1;
+        if (kind[k] < 0)
+            return 0;
+    }
+    const char *data[2] = {r->a, r->b};
+    size_t es[2] = {r->ea, r->eb};
+    char *tile[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++)
+        if (kind[k] == 1 && !(tile[k] = malloc((size_t)(K * len) * es[k]))) {
+            free(tile[0]);
+            return 0;
+        }
+    r->sa = kind[0] != 2;
+    r->sb = kind[1] != 2;
+    choose(r, f, total, K * len);
+    int64_t outer = 1, idx[DT_MAX_RANK] = {0}, off[2] = {0, 0};
+    for (int d = 0; d < R - 2; d++)
+        outer *= p->n[d];
+    for (int64_t o = 0; o < outer; o++) {
+        for (int k = 0; k < 2; k++)
+            if (kind[k] == 1)
+                for (int64_t j = 0; j < K; j++)
+                    memcpy(tile[k] + (size_t)(j * len) * es[k], data[k] + (size_t)off[k] * es[k],
+                           (size_t)len * es[k]);
+        for (int64_t j = 0; j < rows; j += K) {
+            int64_t kk = rows - j < K ? rows - j : K;
+            const void *ptr[2];
+            for (int k = 0; k < 2; k++)
+                ptr[k] = kind[k] == 1 ? (const void *)tile[k]
+                         : data[k] + (size_t)(off[k] + (kind[k] == 0 ? j * len : 0)) * es[k];
+            call(r, kk * len, ptr[0], ptr[1], r->o + (size_t)((o * rows + j) * len) * r->eo);
+        }
+        for (int d = R - 3; d >= 0; d--) {
+            idx[d]++;
+            for (int k = 0; k < 2; k++)
+                off[k] += p->st[k][d];
+            if (idx[d] < p->n[d])
+                break;
+            idx[d] = 0;
+            for (int k = 0; k < 2; k++)
+                off[k] -= p->st[k][d] * p->n[d];
+        }
+    }
+    free(tile[0]);
+    free(tile[1]);
+    return 1;
+}
+
 dt_status dt__k_binary(const dt_op_kernel_args *a, dt__bin_op op)
 {
     const dt_op_buf *ia = &a->in[0], *ib = &a->in[1], *o = &a->out;
@@ -254,16 +336,14 @@ dt_status dt__k_binary(const dt_op_kernel_args *a, dt__bin_op op)
     bin_run r = {.a = ia->data, .b = ib->data, .o = o->data,
                  .ea = dt_dtype_size(ia->dtype), .eb = dt_dtype_size(ib->dtype),
                  .eo = dt_dtype_size(o->dtype), .col = col, .op = (int)op};
-    int last = p.rank - 1;
-    r.sa = p.st[0][last] != 0 || p.n[last] == 1;
-    r.sb = p.st[1][last] != 0 || p.n[last] == 1;
     const bin_fns *f = &table[op][col];
-    r.fn = r.sa && r.sb ? f->vv : r.sa ? f->vs : f->sv;
-#ifdef NT_PATH
-    r.nt = op <= DT__BIN_DIV && col <= 1 && total * (int64_t)r.eo >= NT_MIN_BYTES &&
-           p.n[last] * (int64_t)r.eo >= 4096;
-#endif
-    dt__ew_plan_rows(&p, bin_row, &r);
+    if (!run_tiled(&p, &r, f, total)) {
+        int last = p.rank - 1;
+        r.sa = p.st[0][last] != 0 || p.n[last] == 1;
+        r.sb = p.st[1][last] != 0 || p.n[last] == 1;
+        choose(&r, f, total, p.n[last]);
+        dt__ew_plan_rows(&p, bin_row, &r);
+    }
 #ifdef NT_PATH
     if (r.nt)
         _mm_sfence();

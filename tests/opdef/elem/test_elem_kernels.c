@@ -191,6 +191,8 @@ static void test_binary_kernels_broadcast_like_numpy(void)
         {3, {2, 3, 4}, 3, {2, 3, 4}}, {3, {2, 3, 4}, 2, {3, 1}}, {3, {2, 3, 4}, 1, {4}},
         {3, {2, 3, 4}, 0, {0}},       {0, {0}, 3, {2, 3, 4}},    {3, {2, 1, 4}, 3, {1, 3, 1}},
         {2, {3, 1}, 3, {2, 1, 5}},    {1, {1}, 1, {6}},
+        /* short rows run in tiles of many rows, with a remainder; a repeated row per outer */
+        {3, {2, 600, 7}, 3, {2, 1, 7}}, {1, {7}, 3, {2, 600, 7}}, {3, {2, 600, 7}, 1, {1}},
     };
     for (size_t o = 0; o < sizeof names / sizeof *names; o++) {
         const dt_op_def *def = def_of(names[o]);
