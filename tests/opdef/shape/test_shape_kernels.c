@@ -301,7 +301,7 @@ static void test_expand_backward_sums_the_expanded_dims_of_each_block(void)
                 want += dy[(b * 3 + r) * 4 + c];
         CU_ASSERT_EQUAL(dx[r], want);
     }
-    ys.dtype = DT_DTYPE_I32;
+    s.in[0].dtype = DT_DTYPE_I32;
     DT_ASSERT_FAILS(dt__def_expand_backward.infer(&s, &o), DT_ERR_SHAPE);
 }
 
