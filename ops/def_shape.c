@@ -10,7 +10,8 @@
 
 const dt_op_def *const dt__defs_shape[] = {
     &dt__def_reshape, &dt__def_permute,      &dt__def_slice,  &dt__def_slice_backward,
-    &dt__def_concat,  &dt__def_expand,       &dt__def_squeeze, &dt__def_unsqueeze,
+    &dt__def_concat,  &dt__def_expand,       &dt__def_expand_backward, &dt__def_squeeze,
+    &dt__def_unsqueeze,
     &dt__def_gather,  &dt__def_scatter_add,  &dt__def_index_select, &dt__def_index_add,
     &dt__def_one_hot, NULL};
 
@@ -224,14 +225,14 @@ static dt_status permute_shape(const dt_op_sig *sig, dt_op_shape *out)
 {
     const dt_op_shape *x = &sig->in[0];
     int seen[DT_MAX_RANK] = {0};
-    char s[128];
+    char s[128], t[128];
     for (int d = 0; d < x->rank; d++) {
         int p = dt__op_axis((int)sig->attrs->i[d], x->rank);
         if (p < 0 || seen[p]++)
             return dt__error(DT_ERR_INVALID_ARGUMENT, "permute: %s is not a permutation of "
                              "the %d dims of %s",
                              dt__shape_str(x->rank, sig->attrs->i, s, sizeof s), x->rank,
-                             dt__shape_str(x->rank, x->dim, s + 64, 64));
+                             dt__shape_str(x->rank, x->dim, t, sizeof t));
         out->dim[d] = x->dim[p];
     }
     out->dtype = x->dtype;
@@ -558,19 +559,11 @@ static dt_status expand_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     const dt_tensor *x = g->in[0];
-    int rank = dt_tensor_rank(g->dy), lead = rank - dt_tensor_rank(x), axes[DT_MAX_RANK], n = 0;
-    const int64_t *ys = dt_tensor_shape(g->dy), *xs = dt_tensor_shape(x);
-    for (int d = 0; d < rank; d++)
-        if (d < lead || (xs[d - lead] == 1 && ys[d] != 1))
-            axes[n++] = d;
-    if (n == 0)
-        return dt_reshape(g->dy, dt_tensor_rank(x), xs, &g->dx[0]);
-    dt_tensor *sum = NULL;
-    dt_status st = dt_sum(g->dy, axes, n, 1, &sum);
-    if (st == DT_OK)
-        st = dt_reshape(sum, dt_tensor_rank(x), xs, &g->dx[0]);
-    dt_tensor_destroy(sum);
-    return st;
+    dt_op_attrs a = DT_OP_ATTRS_INIT;
+    a.i[0] = dt_tensor_rank(x);
+    for (int d = 0; d < a.i[0]; d++)
+        a.i[1 + d] = dt_tensor_shape(x)[d];
+    return dt__op_run1(&dt__def_expand_backward, g->dy, &a, &g->dx[0]);
 }
 
 static dt_status expand_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -596,6 +589,86 @@ const dt_op_def dt__def_expand = {
     .cpu = dt__k_expand, .backward = expand_backward, .linearity = DT_OP_LINEAR_MULTI,
     .linear_in = 1, .doc = "broadcast to a shape (size-1 dims stretch, new leading dims)",
     .family = "shape", .sample = expand_sample};
+
+/* expand's gradient: dy summed over the expanded dims down to the input's shape. */
+static dt_status expand_bw_shape(const dt_op_sig *sig, dt_op_shape *out)
+{
+    const dt_op_shape *dy = &sig->in[0];
+    const int64_t *a = sig->attrs->i;
+    char s1[64], s2[64];
+    if (dy->dtype != DT_DTYPE_F32 && dy->dtype != DT_DTYPE_F64)
+        return dt__error(DT_ERR_SHAPE, "expand_backward: dtype %s (f32 or f64 wanted)",
+                         dt_dtype_name(dy->dtype));
+    int fits = a[0] >= 0 && a[0] <= dy->rank;
+    for (int d = 0; fits && d < a[0]; d++)
+        fits = a[1 + d] == 1 || a[1 + d] == dy->dim[d + dy->rank - a[0]];
+    if (!fits)
+        return dt__error(DT_ERR_SHAPE, "expand_backward: %s does not sum down to %s",
+                         dt__shape_str(dy->rank, dy->dim, s1, sizeof s1),
+                         dt__shape_str(a[0] > 0 && a[0] <= DT_MAX_RANK ? (int)a[0] : 0, a + 1,
+                                       s2, sizeof s2));
+    out->dtype = dy->dtype;
+    out->rank = (int)a[0];
+    for (int d = 0; d < out->rank; d++)
+        out->dim[d] = a[1 + d];
+    return DT_OK;
+}
+
+/* dy's dims 'a' + d; the output keeps the letters of the dims it keeps, and a size-1 dim
+ * summed from a larger one gets a new uppercase letter: the summed dims contract (sharded,
+ * they leave the output sum-partial). */
+static dt_status expand_bw_rule(const dt_op_sig *sig, char *buf, size_t len)
+{
+    dt_op_shape o;
+    dt_status st = expand_bw_shape(sig, &o);
+    if (st != DT_OK)
+        return st;
+    const dt_op_shape *dy = &sig->in[0];
+    int lead = dy->rank - o.rank;
+    dt__rule_text r = {buf, len, 0};
+    dt__rule_plain(&r, dy->rank, -1, 0, 0);
+    dt__rule_putc(&r, '-');
+    dt__rule_putc(&r, '>');
+    for (int d = 0; d < o.rank; d++)
+        dt__rule_putc(&r, o.dim[d] == dy->dim[d + lead] ? dt__op_letter(d + lead)
+                                                        : (char)('A' + d));
+    return dt__rule_done(&r, "expand_backward");
+}
+
+static dt_status expand_bw_backward(const dt_op_grad *g)
+{
+    if (!g->needs[0])
+        return DT_OK;
+    const dt_tensor *dy = g->in[0];
+    return dt_expand(g->dy, dt_tensor_rank(dy), dt_tensor_shape(dy), &g->dx[0]);
+}
+
+static dt_status expand_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
+                                  dt_op_attrs *attrs)
+{
+    dt_op_attrs e = DT_OP_ATTRS_INIT;
+    dt_op_sig x = *sig;
+    dt_status st = expand_sample(seed, max_dim, &x, &e);
+    dt_op_shape o;
+    x.attrs = &e;
+    if (st == DT_OK)
+        st = expand_shape(&x, &o);
+    if (st != DT_OK)
+        return st;
+    sig->nin = 1;
+    sig->in[0] = o;
+    attrs->i[0] = x.in[0].rank;
+    for (int d = 0; d < x.in[0].rank; d++)
+        attrs->i[1 + d] = x.in[0].dim[d];
+    return DT_OK;
+}
+
+const dt_op_def dt__def_expand_backward = {
+    .name = "expand_backward", .nin = 1, .rule_fn = expand_bw_rule, .infer = expand_bw_shape,
+    .cpu = dt__k_expand_backward, .backward = expand_bw_backward,
+    .linearity = DT_OP_LINEAR_MULTI, .linear_in = 1, .reduce = DT_REDUCE_SUM,
+    .doc = "expand's gradient: dy summed over the expanded dims to the input's shape",
+    .family = "shape", .sample = expand_bw_sample};
 
 /* ---- squeeze, unsqueeze ----------------------------------------------------------------- */
 

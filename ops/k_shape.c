@@ -1,6 +1,7 @@
 /* ops/k_shape: the CPU kernels of the shape ops (reshape, permute, slice and its backward,
  * concat, expand, squeeze / unsqueeze) on local blocks. They move bytes of any dtype; where a
  * rule lets a dim be sharded they place elements by their global coordinates. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/shape_impl.h"
@@ -223,6 +224,42 @@ dt_status dt__k_expand(const dt_op_kernel_args *a)
         memcpy(dst + (size_t)k * es, src + (size_t)li * es, es);
         next_coords(out->rank, out->shape, c);
     }
+    return DT_OK;
+}
+
+dt_status dt__k_expand_backward(const dt_op_kernel_args *a)
+{
+    const dt_op_buf *dy = &a->in[0], *out = &a->out;
+    int lead = dy->rank - out->rank;
+    int64_t ls[DT_MAX_RANK], st[DT_MAX_RANK] = {0}, c[DT_MAX_RANK] = {0};
+    int64_t m = dt__op_numel(out), n = dt__op_numel(dy);
+    dt__strides(out->rank, out->shape, ls);
+    for (int d = 0; d < out->rank; d++) {
+        if (out->shape[d] == dy->shape[d + lead])
+            st[d + lead] = ls[d];
+        else if (out->shape[d] != 1)
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "expand_backward: local blocks do not "
+                             "match at dim %d", d);
+    }
+    /* Sums in f64, in dy's row-major order: the same on every device for its block. */
+    double *acc = calloc((size_t)(m > 0 ? m : 1), sizeof *acc);
+    if (!acc)
+        return dt__error(DT_ERR_NO_MEMORY, "expand_backward: out of memory");
+    int f64 = dy->dtype == DT_DTYPE_F64;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t o = 0;
+        for (int d = lead; d < dy->rank; d++)
+            o += c[d] * st[d];
+        acc[o] += f64 ? ((const double *)dy->data)[k] : (double)((const float *)dy->data)[k];
+        next_coords(dy->rank, dy->shape, c);
+    }
+    for (int64_t k = 0; k < m; k++) {
+        if (f64)
+            ((double *)out->data)[k] = acc[k];
+        else
+            ((float *)out->data)[k] = (float)acc[k];
+    }
+    free(acc);
     return DT_OK;
 }
 

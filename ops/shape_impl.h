@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/opdef_impl.h"
+#include "runtime/util.h" /* dt__shape_str */
 
 /* ---- the definitions (def_shape.c, def_index.c); attribute slots:
  *  reshape         i[0] rank, i[1..rank] the shape (at most one -1)
@@ -17,11 +18,12 @@
  *  slice_backward  as slice, plus i[4] the sliced input's size along the axis
  *  concat          i[0] axis
  *  expand          i[0] rank, i[1..rank] the shape (-1 keeps a dim)
+ *  expand_backward i[0] rank, i[1..rank] the (expanded) input's shape to sum down to
  *  squeeze         i[0] axis; unsqueeze: i[0] axis (0..rank)
  *  gather, scatter_add, index_select, index_add: i[0] axis
  *  one_hot         i[0] classes, i[1] the output dtype (dt_dtype) */
 extern const dt_op_def dt__def_reshape, dt__def_permute, dt__def_slice, dt__def_slice_backward,
-    dt__def_concat, dt__def_expand, dt__def_squeeze, dt__def_unsqueeze;
+    dt__def_concat, dt__def_expand, dt__def_expand_backward, dt__def_squeeze, dt__def_unsqueeze;
 extern const dt_op_def dt__def_gather, dt__def_scatter_add, dt__def_index_select,
     dt__def_index_add, dt__def_one_hot;
 
@@ -33,6 +35,7 @@ dt_status dt__k_slice(const dt_op_kernel_args *a);
 dt_status dt__k_slice_backward(const dt_op_kernel_args *a);
 dt_status dt__k_concat(const dt_op_kernel_args *a);
 dt_status dt__k_expand(const dt_op_kernel_args *a);
+dt_status dt__k_expand_backward(const dt_op_kernel_args *a); /* f32, f64 */
 dt_status dt__k_copy(const dt_op_kernel_args *a); /* squeeze, unsqueeze: same bytes */
 dt_status dt__k_gather(const dt_op_kernel_args *a);
 dt_status dt__k_scatter_add(const dt_op_kernel_args *a);
@@ -46,8 +49,6 @@ void dt__slice_range(int64_t n, int64_t start, int64_t stop, int64_t step, int64
                      int64_t *count_out);
 
 /* ---- helpers (shape_util.c) */
-/* Shape text "[2, 3, 4]" into buf (for messages). */
-const char *dt__shape_str(int rank, const int64_t *dim, char *buf, size_t len);
 /* 1 if dtype is an index dtype (i32, i64). */
 int dt__is_index_dtype(dt_dtype dtype);
 /* Index element i of a buffer of an index dtype. */

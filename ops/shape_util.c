@@ -23,16 +23,6 @@ void dt__slice_range(int64_t n, int64_t start, int64_t stop, int64_t step, int64
     *count_out = stop > start ? (stop - start + step - 1) / step : 0;
 }
 
-const char *dt__shape_str(int rank, const int64_t *dim, char *buf, size_t len)
-{
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < rank && k < len; d++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%lld", d ? ", " : "", (long long)dim[d]);
-    if (k < len)
-        snprintf(buf + k, len - k, "]");
-    return buf;
-}
-
 int dt__is_index_dtype(dt_dtype dtype)
 {
     return dtype == DT_DTYPE_I32 || dtype == DT_DTYPE_I64;
