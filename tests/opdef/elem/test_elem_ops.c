@@ -340,6 +340,23 @@ static void test_random_draws_are_identical_on_every_layout(void)
         }
         dt_layout_destroy(l);
     }
+    /* a mesh of one device (one process: the others hold none of it) draws the same bits */
+    if (dt_num_clients() == 1) {
+        const char *dn[1] = {"one"};
+        int64_t ds[1] = {1};
+        dt_mesh *m1 = NULL;
+        DT_ASSERT_OK(dt_mesh_create("single", 1, dn, ds, dt_test_device_type(), &m1));
+        dt_layout *l1 = NULL;
+        DT_ASSERT_OK(dt_layout_replicated(m1, 2, &l1));
+        dt_tensor *t1 = NULL;
+        DT_ASSERT_OK(dt_random_normal(l1, shape, DT_DTYPE_F32, 0.0, 1.0, 42, 3, &t1));
+        float g1[N];
+        ot_fetch(t1, g1);
+        CU_ASSERT(memcmp(g1, ref[1], sizeof g1) == 0);
+        dt_tensor_destroy(t1);
+        dt_layout_destroy(l1);
+        dt_mesh_destroy(m1);
+    }
     /* another seed or stream draws another tensor */
     dt_layout *l = lay2(m, 3);
     dt_tensor *u = NULL;
