@@ -25,7 +25,6 @@ static int truth(const void *p, dt_dtype t, int64_t i)
 typedef struct sel_run {
     const dt_op_kernel_args *a;
     size_t es[DT_OP_MAX_IN], eo;
-    int cond; /* the input holding the condition */
     int invert;
     unsigned char value[8]; /* masked_fill's value in the output's dtype */
 } sel_run;

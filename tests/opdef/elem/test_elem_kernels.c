@@ -281,6 +281,18 @@ static void test_where_and_masked_fill_pick_by_condition(void)
     DT_ASSERT_OK(run(def_of("where"), NULL, 3, in, buf(y, DT_DTYPE_F64, 2, sb)));
     const double want2[6] = {-1, -1, -1, 1, 2, 3};
     CU_ASSERT(memcmp(y, want2, sizeof want2) == 0);
+    /* integer operands (indices): a u8 condition picks i64 elements */
+    uint8_t c8[2] = {1, 0};
+    int64_t ia[3] = {7, 8, 9}, ib = -1, iy[6];
+    dt_op_buf ii[3] = {buf(c8, DT_DTYPE_U8, 2, sc), buf(ia, DT_DTYPE_I64, 1, sa),
+                       buf(&ib, DT_DTYPE_I64, 0, &one)};
+    DT_ASSERT_OK(run(def_of("where"), NULL, 3, ii, buf(iy, DT_DTYPE_I64, 2, sb)));
+    const int64_t wantl[6] = {7, 8, 9, -1, -1, -1};
+    CU_ASSERT(memcmp(iy, wantl, sizeof wantl) == 0);
+    dt_op_shape ws[3] = {shp(DT_DTYPE_U8, 2, sc), shp(DT_DTYPE_I64, 1, sa),
+                         shp(DT_DTYPE_I64, 0, &one)}, wo;
+    DT_ASSERT_OK(infer(def_of("where"), NULL, 3, ws, &wo));
+    CU_ASSERT_EQUAL(wo.dtype, DT_DTYPE_I64);
     /* masked_fill, plain and inverted, mask u8 broadcast along rows */
     uint8_t mask[3] = {1, 0, 1};
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
