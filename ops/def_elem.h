@@ -114,8 +114,7 @@ dt_status dt__elem_broadcast(const char *op, const dt_op_sig *sig, dt_op_shape *
 uint64_t dt__elem_rng(uint64_t *state);
 void dt__elem_sample_shape(uint64_t *rng, int max_dim, dt_dtype t, dt_op_shape *s);
 void dt__elem_sample_bcast(uint64_t *rng, const dt_op_shape *full, dt_op_shape *s);
-/* Values for the validator: uniform in [lo, hi) (|x| >= lo_abs when lo_abs > 0, random sign
- * when sign), or 0 / 1 masks, into n elements of t. */
+/* Values for the validator: n elements of t uniform in [lo, hi) (f32 or f64), or 0 / 1. */
 void dt__elem_fill_real(uint64_t seed, dt_dtype t, void *host, int64_t n, double lo, double hi);
 void dt__elem_fill_mask(uint64_t seed, dt_dtype t, void *host, int64_t n);
 

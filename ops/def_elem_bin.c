@@ -59,8 +59,8 @@ static dt_status where_infer(const dt_op_sig *sig, dt_op_shape *out)
                                                            sig->in[0].dtype == DT_DTYPE_BF16)
                        ? dt__error(DT_ERR_SHAPE, "where: cond has no valid dtype")
                        : DT_OK;
-    if (st == DT_OK)
-        st = same_dtype("where", sig, 1, 2, 1);
+    if (st == DT_OK) /* a and b of one dtype, integers too (indices, masks) */
+        st = same_dtype("where", sig, 1, 2, 0);
     if (st == DT_OK)
         st = dt__elem_broadcast("where", sig, out);
     out->dtype = sig->in[1].dtype;
@@ -70,8 +70,9 @@ static dt_status where_infer(const dt_op_sig *sig, dt_op_shape *out)
 static dt_status masked_fill_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
     char b0[96], b1[96];
-    if (!dt__elem_is_float(sig->in[0].dtype) || dt_dtype_size(sig->in[1].dtype) == 0)
-        return dt__error(DT_ERR_SHAPE, "masked_fill: x %s must be f32 or f64 (mask %s)",
+    if (dt__elem_col(sig->in[0].dtype) < 0 || dt_dtype_size(sig->in[1].dtype) == 0)
+        return dt__error(DT_ERR_SHAPE, "masked_fill: x %s must be f32, f64, i32, i64 or u8 "
+                         "(mask %s)",
                          dt__elem_shape_str(&sig->in[0], b0, sizeof b0),
                          dt__elem_shape_str(&sig->in[1], b1, sizeof b1));
     dt_status st = dt__elem_broadcast("masked_fill", sig, out);

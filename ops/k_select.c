@@ -25,21 +25,14 @@ static int truth(const void *p, dt_dtype t, int64_t i)
 typedef struct sel_run {
     const dt_op_kernel_args *a;
     size_t es[DT_OP_MAX_IN], eo;
-    int cond; /* the input holding the condition */
+    int64_t inner[DT_OP_MAX_IN]; /* the inputs' strides in the inner loop: 0 or 1 */
     int invert;
     unsigned char value[8]; /* masked_fill's value in the output's dtype */
 } sel_run;
 
-/* Per-row state needs the inner strides: kept beside the run. */
-typedef struct sel_ctx {
-    sel_run r;
-    int64_t inner[DT_OP_MAX_IN]; /* 0 or 1 */
-} sel_ctx;
-
-static void where_row_s(int64_t row, const int64_t *offs, int64_t len, void *ctx)
+static void where_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
 {
-    const sel_ctx *s = ctx;
-    const sel_run *r = &s->r;
+    const sel_run *r = ctx;
     const dt_op_kernel_args *a = r->a;
     const char *c = (const char *)a->in[0].data + (size_t)offs[0] * r->es[0];
     const char *pa = (const char *)a->in[1].data + (size_t)offs[1] * r->es[1];
@@ -47,32 +40,31 @@ static void where_row_s(int64_t row, const int64_t *offs, int64_t len, void *ctx
     char *o = (char *)a->out.data + (size_t)(row * len) * r->eo;
     size_t e = r->eo;
     for (int64_t i = 0; i < len; i++) {
-        int t = truth(c, a->in[0].dtype, i * s->inner[0]);
-        const char *src = t ? pa + (size_t)(i * s->inner[1]) * e : pb + (size_t)(i * s->inner[2]) * e;
+        int t = truth(c, a->in[0].dtype, i * r->inner[0]);
+        const char *src = t ? pa + (size_t)(i * r->inner[1]) * e : pb + (size_t)(i * r->inner[2]) * e;
         memcpy(o + (size_t)i * e, src, e);
     }
 }
 
-static void fill_row_s(int64_t row, const int64_t *offs, int64_t len, void *ctx)
+static void fill_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
 {
-    const sel_ctx *s = ctx;
-    const sel_run *r = &s->r;
+    const sel_run *r = ctx;
     const dt_op_kernel_args *a = r->a;
     const char *x = (const char *)a->in[0].data + (size_t)offs[0] * r->es[0];
     const char *m = (const char *)a->in[1].data + (size_t)offs[1] * r->es[1];
     char *o = (char *)a->out.data + (size_t)(row * len) * r->eo;
     size_t e = r->eo;
     for (int64_t i = 0; i < len; i++) {
-        int t = truth(m, a->in[1].dtype, i * s->inner[1]) != r->invert;
-        memcpy(o + (size_t)i * e, t ? (const char *)r->value : x + (size_t)(i * s->inner[0]) * e, e);
+        int t = truth(m, a->in[1].dtype, i * r->inner[1]) != r->invert;
+        memcpy(o + (size_t)i * e, t ? (const char *)r->value : x + (size_t)(i * r->inner[0]) * e, e);
     }
 }
 
-static void inner_strides(const dt__ew_plan *p, sel_ctx *s)
+static void inner_strides(const dt__ew_plan *p, sel_run *r)
 {
     int last = p->rank - 1;
     for (int k = 0; k < p->nin; k++)
-        s->inner[k] = p->n[last] == 1 ? 0 : p->st[k][last];
+        r->inner[k] = p->n[last] == 1 ? 0 : p->st[k][last];
 }
 
 dt_status dt__k_where(const dt_op_kernel_args *a)
@@ -85,11 +77,11 @@ dt_status dt__k_where(const dt_op_kernel_args *a)
     dt__ew_plan p;
     if (dt__ew_plan_make(a->out.rank, a->out.shape, 3, a->in, &p) == 0)
         return DT_OK;
-    sel_ctx s = {.r = {.a = a, .eo = dt_dtype_size(a->out.dtype)}};
+    sel_run r = {.a = a, .eo = dt_dtype_size(a->out.dtype)};
     for (int k = 0; k < 3; k++)
-        s.r.es[k] = dt_dtype_size(a->in[k].dtype);
-    inner_strides(&p, &s);
-    dt__ew_plan_rows(&p, where_row_s, &s);
+        r.es[k] = dt_dtype_size(a->in[k].dtype);
+    inner_strides(&p, &r);
+    dt__ew_plan_rows(&p, where_row, &r);
     return DT_OK;
 }
 
@@ -102,18 +94,18 @@ dt_status dt__k_masked_fill(const dt_op_kernel_args *a)
     dt__ew_plan p;
     if (dt__ew_plan_make(a->out.rank, a->out.shape, 2, a->in, &p) == 0)
         return DT_OK;
-    sel_ctx s = {.r = {.a = a, .eo = dt_dtype_size(t), .invert = a->attrs.i[0] != 0}};
-    s.r.es[0] = dt_dtype_size(t);
-    s.r.es[1] = dt_dtype_size(a->in[1].dtype);
+    sel_run r = {.a = a, .eo = dt_dtype_size(t), .invert = a->attrs.i[0] != 0};
+    r.es[0] = dt_dtype_size(t);
+    r.es[1] = dt_dtype_size(a->in[1].dtype);
     double v = a->attrs.f[0];
     switch (t) {
-    case DT_DTYPE_F32: { float w = (float)v; memcpy(s.r.value, &w, sizeof w); break; }
-    case DT_DTYPE_F64: memcpy(s.r.value, &v, sizeof v); break;
-    case DT_DTYPE_I32: { int32_t w = (int32_t)v; memcpy(s.r.value, &w, sizeof w); break; }
-    case DT_DTYPE_I64: { int64_t w = (int64_t)v; memcpy(s.r.value, &w, sizeof w); break; }
-    default: { uint8_t w = (uint8_t)v; memcpy(s.r.value, &w, sizeof w); break; }
+    case DT_DTYPE_F32: { float w = (float)v; memcpy(r.value, &w, sizeof w); break; }
+    case DT_DTYPE_F64: memcpy(r.value, &v, sizeof v); break;
+    case DT_DTYPE_I32: { int32_t w = (int32_t)v; memcpy(r.value, &w, sizeof w); break; }
+    case DT_DTYPE_I64: { int64_t w = (int64_t)v; memcpy(r.value, &w, sizeof w); break; }
+    default: { uint8_t w = (uint8_t)v; memcpy(r.value, &w, sizeof w); break; }
     }
-    inner_strides(&p, &s);
-    dt__ew_plan_rows(&p, fill_row_s, &s);
+    inner_strides(&p, &r);
+    dt__ew_plan_rows(&p, fill_row, &r);
     return DT_OK;
 }

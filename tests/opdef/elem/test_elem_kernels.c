@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "elem_ref.h"
 #include "ops/def_elem.h"
 
 static const dt_op_def *def_of(const char *name)
@@ -70,33 +71,6 @@ static dt_op_shape shp(dt_dtype t, int rank, const int64_t *dims)
 
 /* ---- unary --------------------------------------------------------------------------- */
 
-static double ref_unary(const char *n, double x, double p, double q, int f32)
-{
-#define F(fn) (f32 ? (double)fn##f((float)x) : fn(x))
-    if (!strcmp(n, "exp")) return F(exp);
-    if (!strcmp(n, "log")) return F(log);
-    if (!strcmp(n, "log1p")) return F(log1p);
-    if (!strcmp(n, "sqrt")) return F(sqrt);
-    if (!strcmp(n, "rsqrt")) return f32 ? (double)(1.0f / sqrtf((float)x)) : 1.0 / sqrt(x);
-    if (!strcmp(n, "tanh")) return F(tanh);
-    if (!strcmp(n, "sigmoid"))
-        return f32 ? (double)(1.0f / (1.0f + expf(-(float)x))) : 1.0 / (1.0 + exp(-x));
-    if (!strcmp(n, "silu"))
-        return f32 ? (double)((float)x / (1.0f + expf(-(float)x))) : x / (1.0 + exp(-x));
-    if (!strcmp(n, "neg")) return -x;
-    if (!strcmp(n, "abs")) return fabs(x);
-    if (!strcmp(n, "sign")) return x > 0 ? 1 : x < 0 ? -1 : x;
-    if (!strcmp(n, "square")) return f32 ? (double)((float)x * (float)x) : x * x;
-    if (!strcmp(n, "reciprocal")) return f32 ? (double)(1.0f / (float)x) : 1.0 / x;
-    if (!strcmp(n, "pow_scalar"))
-        return f32 ? (double)powf((float)x, (float)p) : pow(x, p);
-    if (!strcmp(n, "clamp")) return x < p ? p : x > q ? q : x;
-    if (!strcmp(n, "add_scalar")) return f32 ? (double)((float)x + (float)p) : x + p;
-    if (!strcmp(n, "mul_scalar")) return f32 ? (double)((float)x * (float)p) : x * p;
-#undef F
-    return NAN;
-}
-
 static void test_unary_kernels_match_libm_in_f32_and_f64(void)
 {
     static const char *names[] = {"exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid",
@@ -146,35 +120,6 @@ static void test_unary_kernels_match_libm_in_f32_and_f64(void)
 }
 
 /* ---- binary ---------------------------------------------------------------------------- */
-
-/* Element of a row-major tensor of shape s (rank r) at output index idx (rank R, aligned). */
-static int64_t bidx(int R, const int64_t *idx, int r, const int64_t *s)
-{
-    int64_t k = 0;
-    for (int d = 0; d < r; d++) {
-        int64_t i = idx[R - r + d];
-        k = k * s[d] + (s[d] == 1 ? 0 : i);
-    }
-    return k;
-}
-
-static double ref_binary(const char *n, double x, double y)
-{
-    if (!strcmp(n, "add")) return x + y;
-    if (!strcmp(n, "sub")) return x - y;
-    if (!strcmp(n, "mul")) return x * y;
-    if (!strcmp(n, "div")) return x / y;
-    if (!strcmp(n, "pow")) return pow(x, y);
-    if (!strcmp(n, "maximum")) return x > y || x != x ? x : y;
-    if (!strcmp(n, "minimum")) return x < y || x != x ? x : y;
-    if (!strcmp(n, "eq")) return x == y;
-    if (!strcmp(n, "ne")) return x != y;
-    if (!strcmp(n, "lt")) return x < y;
-    if (!strcmp(n, "le")) return x <= y;
-    if (!strcmp(n, "gt")) return x > y;
-    if (!strcmp(n, "ge")) return x >= y;
-    return NAN;
-}
 
 typedef struct bcase {
     int ra;
@@ -240,11 +185,11 @@ static void test_binary_kernels_broadcast_like_numpy(void)
                         idx[d] = r % os.dim[d];
                         r /= os.dim[d];
                     }
-                    int64_t ka = bidx(os.rank, idx, bc->ra, bc->sa);
-                    int64_t kb = bidx(os.rank, idx, bc->rb, bc->sb);
+                    int64_t ka = ref_bidx(os.rank, idx, bc->ra, bc->sa);
+                    int64_t kb = ref_bidx(os.rank, idx, bc->rb, bc->sb);
                     double x = f32 ? ((float *)a)[ka] : ((double *)a)[ka];
                     double z = f32 ? ((float *)b)[kb] : ((double *)b)[kb];
-                    double want = ref_binary(names[o], x, z), got;
+                    double want = ref_binary(names[o], x, z, 0), got;
                     if (f32 && !cmp)
                         want = !strcmp(names[o], "pow") ? (double)powf((float)x, (float)z)
                                                          : (double)(float)want;
@@ -336,6 +281,18 @@ static void test_where_and_masked_fill_pick_by_condition(void)
     DT_ASSERT_OK(run(def_of("where"), NULL, 3, in, buf(y, DT_DTYPE_F64, 2, sb)));
     const double want2[6] = {-1, -1, -1, 1, 2, 3};
     CU_ASSERT(memcmp(y, want2, sizeof want2) == 0);
+    /* integer operands (indices): a u8 condition picks i64 elements */
+    uint8_t c8[2] = {1, 0};
+    int64_t ia[3] = {7, 8, 9}, ib = -1, iy[6];
+    dt_op_buf ii[3] = {buf(c8, DT_DTYPE_U8, 2, sc), buf(ia, DT_DTYPE_I64, 1, sa),
+                       buf(&ib, DT_DTYPE_I64, 0, &one)};
+    DT_ASSERT_OK(run(def_of("where"), NULL, 3, ii, buf(iy, DT_DTYPE_I64, 2, sb)));
+    const int64_t wantl[6] = {7, 8, 9, -1, -1, -1};
+    CU_ASSERT(memcmp(iy, wantl, sizeof wantl) == 0);
+    dt_op_shape ws[3] = {shp(DT_DTYPE_U8, 2, sc), shp(DT_DTYPE_I64, 1, sa),
+                         shp(DT_DTYPE_I64, 0, &one)}, wo;
+    DT_ASSERT_OK(infer(def_of("where"), NULL, 3, ws, &wo));
+    CU_ASSERT_EQUAL(wo.dtype, DT_DTYPE_I64);
     /* masked_fill, plain and inverted, mask u8 broadcast along rows */
     uint8_t mask[3] = {1, 0, 1};
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
@@ -388,7 +345,7 @@ static void test_sum_to_sums_the_broadcast_dims(void)
         DT_ASSERT_OK(run(def, &at, 1, &ib, buf(yd, DT_DTYPE_F64, cases[c].r, cases[c].s)));
         for (int k = 0; k < 24; k++) {
             int64_t idx[3] = {k / 12, (k / 4) % 3, k % 4};
-            want[bidx(3, idx, cases[c].r, cases[c].s)] += gd[k];
+            want[ref_bidx(3, idx, cases[c].r, cases[c].s)] += gd[k];
         }
         int64_t no = 1;
         for (int d = 0; d < cases[c].r; d++)
