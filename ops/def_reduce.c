@@ -27,6 +27,18 @@ const char *dt__rd_shape_str(const dt_op_shape *s, char *buf, size_t len)
     return buf;
 }
 
+dt_status dt__rd_dy(const dt_op_grad *g, dt_dtype want, const dt_tensor **dy, dt_tensor **owned)
+{
+    *owned = NULL;
+    *dy = g->dy;
+    if (dt_tensor_dtype(g->dy) == want)
+        return DT_OK;
+    dt_status st = dt_cast(g->dy, want, owned);
+    if (st == DT_OK)
+        *dy = *owned;
+    return st;
+}
+
 static const char *const kind_name[] = {"sum",       "mean", "max",    "min",
                                         "logsumexp", "var",  "argmax", "argmin"};
 
@@ -143,10 +155,17 @@ static dt_status reduce_backward(const dt_op_grad *g)
         return dt__error(DT_ERR_UNSUPPORTED, "%s: not differentiable", kind_name[kind]);
     dt_op_attrs at = *g->attrs;
     at.i[3] = kind;
+    const dt_tensor *dy;
+    dt_tensor *owned;
+    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
+    if (st != DT_OK)
+        return st;
     /* sum, mean and var do not read the forward output: dy stands in for it. */
     int uses_out = kind == RK_MAX || kind == RK_MIN || kind == RK_LOGSUMEXP;
-    const dt_tensor *in[3] = {g->in[0], uses_out ? g->out : g->dy, g->dy};
-    return dt__op_run(&dt__def_reduce_grad, in, 3, &at, NULL, &g->dx[0]);
+    const dt_tensor *in[3] = {g->in[0], uses_out ? g->out : dy, dy};
+    st = dt__op_run(&dt__def_reduce_grad, in, 3, &at, NULL, &g->dx[0]);
+    dt_tensor_destroy(owned);
+    return st;
 }
 
 static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)

@@ -72,6 +72,11 @@ dt_status dt__k_label_count(const dt_op_kernel_args *a);
 dt_status dt__k_cross_entropy(const dt_op_kernel_args *a);
 dt_status dt__k_cross_entropy_grad(const dt_op_kernel_args *a);
 
+/* The backward functions' dy in dtype `want` (the forward output's): the tape seeds a loss
+ * with an f32 scalar whatever its dtype. *owned (to destroy) is the cast, NULL when dy is used
+ * as it is. */
+dt_status dt__rd_dy(const dt_op_grad *g, dt_dtype want, const dt_tensor **dy, dt_tensor **owned);
+
 /* Shared by the kernels: a float element as double, and back. */
 static inline double dt__rd_get(const void *p, dt_dtype t, int64_t i)
 {

@@ -104,8 +104,8 @@ static dt_status einsum_infer(const dt_op_sig *sig, dt_op_shape *out)
  * operand broadcast (size 1 against more) becomes a new size-1 output letter (so the
  * original one is summed), a letter only in operand i a new output letter of its size
  * (attrs i[] carry every output letter's size). */
-static dt_status grad_of(const dt_op_grad *g, const char *eq, const dt__einsum_eq *e,
-                         const int64_t *size, int i, dt_tensor **dx)
+static dt_status grad_of(const dt_op_grad *g, const dt_tensor *dy, const char *eq,
+                         const dt__einsum_eq *e, const int64_t *size, int i, dt_tensor **dx)
 {
     dt_op_attrs at = DT_OP_ATTRS_INIT;
     at.f[0] = g->attrs->f[0];
@@ -149,9 +149,9 @@ static dt_status grad_of(const dt_op_grad *g, const char *eq, const dt__einsum_e
     memcpy(at.s, geq, (size_t)n + 1);
     const dt_tensor *in[2];
     if (e->nin == 1) {
-        in[0] = g->dy;
+        in[0] = dy;
     } else {
-        in[i == 0 ? 0 : 1] = g->dy;
+        in[i == 0 ? 0 : 1] = dy;
         in[i == 0 ? 1 : 0] = g->in[other];
     }
     return dt__op_run(&dt__def_einsum, in, e->nin, &at, NULL, dx);
@@ -175,9 +175,14 @@ static dt_status einsum_backward(const dt_op_grad *g)
     dt_status st = parse_sig(&sig, &eq, mm, &e);
     if (st == DT_OK)
         st = letter_sizes(&sig, eq, &e, size);
+    const dt_tensor *dy = NULL;
+    dt_tensor *owned = NULL;
+    if (st == DT_OK)
+        st = dt__rd_dy(g, sig.in[0].dtype, &dy, &owned);
     for (int i = 0; st == DT_OK && i < g->nin; i++)
         if (g->needs[i])
-            st = grad_of(g, eq, &e, size, i, &g->dx[i]);
+            st = grad_of(g, dy, eq, &e, size, i, &g->dx[i]);
+    dt_tensor_destroy(owned);
     return st;
 }
 

@@ -84,8 +84,14 @@ static dt_status xent_backward(const dt_op_grad *g)
 {
     if (!g->needs[0])
         return DT_OK;
-    const dt_tensor *in[4] = {g->in[0], g->in[1], g->in[2], g->dy};
-    return dt__op_run(&dt__def_cross_entropy_grad, in, 4, g->attrs, NULL, &g->dx[0]);
+    const dt_tensor *dy;
+    dt_tensor *owned;
+    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
+    const dt_tensor *in[4] = {g->in[0], g->in[1], g->in[2], dy};
+    if (st == DT_OK)
+        st = dt__op_run(&dt__def_cross_entropy_grad, in, 4, g->attrs, NULL, &g->dx[0]);
+    dt_tensor_destroy(owned);
+    return st;
 }
 
 static dt_status xent_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)

@@ -93,7 +93,13 @@ static dt_status log_softmax_backward(const dt_op_grad *g)
 {
     if (!g->needs[0])
         return DT_OK;
-    return dt__op_run2(&dt__def_log_softmax_grad, g->out, g->dy, g->attrs, &g->dx[0]);
+    const dt_tensor *dy;
+    dt_tensor *owned;
+    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->out), &dy, &owned);
+    if (st == DT_OK)
+        st = dt__op_run2(&dt__def_log_softmax_grad, g->out, dy, g->attrs, &g->dx[0]);
+    dt_tensor_destroy(owned);
+    return st;
 }
 
 const dt_op_def dt__def_log_softmax = {
@@ -135,7 +141,13 @@ static dt_status cumsum_backward(const dt_op_grad *g)
         return DT_OK;
     dt_op_attrs at = *g->attrs;
     at.i[1] = !at.i[1];
-    return dt__op_run1(&dt__def_cumsum, g->dy, &at, &g->dx[0]);
+    const dt_tensor *dy;
+    dt_tensor *owned;
+    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
+    if (st == DT_OK)
+        st = dt__op_run1(&dt__def_cumsum, dy, &at, &g->dx[0]);
+    dt_tensor_destroy(owned);
+    return st;
 }
 
 const dt_op_def dt__def_cumsum = {
@@ -231,8 +243,14 @@ static dt_status values_backward(const dt_op_grad *g)
 {
     if (!g->needs[0])
         return DT_OK;
-    const dt_tensor *in[3] = {g->in[0], g->in[1], g->dy};
-    return dt__op_run(&dt__def_topk_values_grad, in, 3, g->attrs, NULL, &g->dx[0]);
+    const dt_tensor *dy;
+    dt_tensor *owned;
+    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
+    const dt_tensor *in[3] = {g->in[0], g->in[1], dy};
+    if (st == DT_OK)
+        st = dt__op_run(&dt__def_topk_values_grad, in, 3, g->attrs, NULL, &g->dx[0]);
+    dt_tensor_destroy(owned);
+    return st;
 }
 
 static dt_status values_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
