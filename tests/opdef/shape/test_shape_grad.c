@@ -289,9 +289,9 @@ static void test_expand_squeeze_and_unsqueeze_gradients_match_finite_differences
 static void test_index_op_gradients_match_finite_differences(void)
 {
     double x[12], src[9], s2[12];
-    fill(x, 12, 7);   /* [3, 4] */
-    fill(src, 9, 8);  /* [3, 3] */
-    fill(s2, 12, 9);  /* [3, 4] */
+    fill(x, 12, 7);                              /* [3, 4] */
+    fill(src, 9, 8);                             /* [3, 3] */
+    fill(s2, 12, 9);                             /* [3, 4] */
     int64_t gi[9] = {3, 0, 3, 1, 1, 2, 0, 0, 3}; /* [3, 3] along axis 1 */
     int32_t si[3] = {2, 0, 2};                   /* along axis 0 */
     gcase g = {.name = "gather", .nin = 2, .diff = 1, .call = c_gather, .arg = {1}};
@@ -303,8 +303,7 @@ static void test_index_op_gradients_match_finite_differences(void)
     set_in(&sa, 1, DT_DTYPE_I64, 2, (int64_t[]){3, 3}, gi);
     set_in(&sa, 2, DT_DTYPE_F64, 2, (int64_t[]){3, 3}, src);
     check_grad(&sa);
-    gcase is = {.name = "index_select", .nin = 2, .diff = 1, .call = c_index_select,
-                .arg = {0}};
+    gcase is = {.name = "index_select", .nin = 2, .diff = 1, .call = c_index_select, .arg = {0}};
     set_in(&is, 0, DT_DTYPE_F64, 2, (int64_t[]){3, 4}, x);
     set_in(&is, 1, DT_DTYPE_I32, 1, (int64_t[]){3}, si);
     check_grad(&is);

@@ -97,15 +97,15 @@ static void run_once(const tcase *c, dt_layout *const *lay, const char *where)
     CU_ASSERT_EQUAL_FATAL(st, DT_OK);
     CU_ASSERT_EQUAL(dt_tensor_dtype(out), c->out_dtype);
     CU_ASSERT_EQUAL_FATAL(dt_tensor_rank(out), c->out_rank);
-    CU_ASSERT_EQUAL(memcmp(dt_tensor_shape(out), c->out_shape,
-                           (size_t)c->out_rank * sizeof(int64_t)), 0);
+    CU_ASSERT_EQUAL(
+        memcmp(dt_tensor_shape(out), c->out_shape, (size_t)c->out_rank * sizeof(int64_t)), 0);
     size_t bytes = (size_t)numel_of(c->out_rank, c->out_shape) * dt_dtype_size(c->out_dtype);
     void *got = malloc(bytes ? bytes : 1);
     ot_fetch(out, got);
     int same = bytes == 0 || memcmp(got, c->want, bytes) == 0;
     if (!same)
-        fprintf(stderr, "[rank %d] %s on %s: values differ from the reference\n",
-                dt_client_id(), c->name, where);
+        fprintf(stderr, "[rank %d] %s on %s: values differ from the reference\n", dt_client_id(),
+                c->name, where);
     CU_ASSERT(same);
     free(got);
     dt_tensor_destroy(out);
@@ -262,8 +262,8 @@ static void test_permute_and_transpose_match_the_reference_on_every_layout(void)
                 y[(k * 3 + i) * 4 + j] = x[(i * 4 + j) * 5 + k];
                 t[(k * 4 + j) * 3 + i] = x[(i * 4 + j) * 5 + k]; /* transpose(0, 2) */
             }
-    tcase c = {.name = "permute", .nin = 1, .partial_ok = 1, .call = call_permute,
-               .arg = {2, 0, 1}};
+    tcase c = {
+        .name = "permute", .nin = 1, .partial_ok = 1, .call = call_permute, .arg = {2, 0, 1}};
     set_in(&c, 0, DT_DTYPE_F64, 3, (int64_t[]){3, 4, 5}, x);
     set_out(&c, DT_DTYPE_F64, 3, (int64_t[]){5, 3, 4}, y);
     check_everywhere(&c);
@@ -290,14 +290,15 @@ static void test_slice_matches_python_ranges_on_every_layout(void)
         const int64_t *a = args[k];
         int axis = a[0] < 0 ? (int)a[0] + 2 : (int)a[0];
         int64_t n = axis ? 7 : 6, first = a[1] < 0 ? a[1] + n : a[1];
-        int64_t stop = a[2] > n ? n : a[2], cnt = stop > first ? (stop - first + a[3] - 1) / a[3] : 0;
+        int64_t stop = a[2] > n ? n : a[2],
+                cnt = stop > first ? (stop - first + a[3] - 1) / a[3] : 0;
         int64_t shape[2] = {6, 7};
         shape[axis] = cnt;
         float want[42];
         for (int64_t i = 0; i < shape[0]; i++)
             for (int64_t j = 0; j < shape[1]; j++)
-                want[i * shape[1] + j] = axis == 0 ? x[(first + i * a[3]) * 7 + j]
-                                                   : x[i * 7 + first + j * a[3]];
+                want[i * shape[1] + j] =
+                    axis == 0 ? x[(first + i * a[3]) * 7 + j] : x[i * 7 + first + j * a[3]];
         tcase c = {.name = "slice", .nin = 1, .partial_ok = 1, .call = call_slice};
         memcpy(c.arg, a, sizeof args[0]);
         set_in(&c, 0, DT_DTYPE_F32, 2, (int64_t[]){6, 7}, x);
@@ -381,7 +382,10 @@ static void test_split_gives_each_part_on_every_layout(void)
         for (int i = 0; i < 5; i++)
             for (int j = 0; j < sizes[k]; j++)
                 want[i * sizes[k] + j] = x[i * 8 + off + j];
-        tcase c = {.name = "split", .nin = 1, .partial_ok = 1, .call = call_split_part,
+        tcase c = {.name = "split",
+                   .nin = 1,
+                   .partial_ok = 1,
+                   .call = call_split_part,
                    .arg = {1, k, 3, 0, 5}};
         set_in(&c, 0, DT_DTYPE_F32, 2, (int64_t[]){5, 8}, x);
         set_out(&c, DT_DTYPE_F32, 2, (int64_t[]){5, sizes[k]}, want);
@@ -409,20 +413,19 @@ static void test_expand_squeeze_and_unsqueeze_match_the_reference_on_every_layou
         for (int i = 0; i < 4; i++)
             for (int j = 0; j < 5; j++)
                 want[(b * 4 + i) * 5 + j] = x[i];
-    tcase c = {.name = "expand", .nin = 1, .partial_ok = 1, .call = call_expand,
-               .arg = {3, 2, -1, 5}};
+    tcase c = {
+        .name = "expand", .nin = 1, .partial_ok = 1, .call = call_expand, .arg = {3, 2, -1, 5}};
     set_in(&c, 0, DT_DTYPE_F32, 2, (int64_t[]){4, 1}, x);
     set_out(&c, DT_DTYPE_F32, 3, (int64_t[]){2, 4, 5}, want);
     check_everywhere(&c);
     float y[24];
     fill_f32(y, 24, 10);
-    tcase s = {.name = "squeeze", .nin = 1, .partial_ok = 1, .call = call_squeeze,
-               .arg = {0, 1}};
+    tcase s = {.name = "squeeze", .nin = 1, .partial_ok = 1, .call = call_squeeze, .arg = {0, 1}};
     set_in(&s, 0, DT_DTYPE_F32, 3, (int64_t[]){4, 1, 6}, y);
     set_out(&s, DT_DTYPE_F32, 2, (int64_t[]){4, 6}, y);
     check_everywhere(&s);
-    tcase u = {.name = "unsqueeze", .nin = 1, .partial_ok = 1, .call = call_squeeze,
-               .arg = {1, -1}};
+    tcase u = {
+        .name = "unsqueeze", .nin = 1, .partial_ok = 1, .call = call_squeeze, .arg = {1, -1}};
     set_in(&u, 0, DT_DTYPE_F32, 2, (int64_t[]){4, 6}, y);
     set_out(&u, DT_DTYPE_F32, 3, (int64_t[]){4, 6, 1}, y);
     check_everywhere(&u);
@@ -459,8 +462,8 @@ static void test_gather_and_scatter_add_match_the_reference_on_every_layout(void
     set_in(&c, 1, DT_DTYPE_I64, 2, (int64_t[]){4, 4}, idx);
     set_out(&c, DT_DTYPE_F64, 2, (int64_t[]){4, 4}, g);
     check_everywhere(&c);
-    tcase t = {.name = "scatter_add", .nin = 3, .partial_ok = 5, .call = call_scatter_add,
-               .arg = {1}};
+    tcase t = {
+        .name = "scatter_add", .nin = 3, .partial_ok = 5, .call = call_scatter_add, .arg = {1}};
     set_in(&t, 0, DT_DTYPE_F64, 2, (int64_t[]){4, 6}, x);
     set_in(&t, 1, DT_DTYPE_I64, 2, (int64_t[]){4, 4}, idx);
     set_in(&t, 2, DT_DTYPE_F64, 2, (int64_t[]){4, 4}, src);
@@ -473,8 +476,8 @@ static void test_gather_and_scatter_add_match_the_reference_on_every_layout(void
         i0[k] = (k * 7 + 1) % 4;
         g0[k] = x[i0[k] * 6 + k % 6];
     }
-    tcase c0 = {.name = "gather axis 0", .nin = 2, .partial_ok = 1, .call = call_gather,
-                .arg = {0}};
+    tcase c0 = {
+        .name = "gather axis 0", .nin = 2, .partial_ok = 1, .call = call_gather, .arg = {0}};
     set_in(&c0, 0, DT_DTYPE_F64, 2, (int64_t[]){4, 6}, x);
     set_in(&c0, 1, DT_DTYPE_I32, 2, (int64_t[]){2, 6}, i0);
     set_out(&c0, DT_DTYPE_F64, 2, (int64_t[]){2, 6}, g0);
@@ -494,7 +497,7 @@ static dt_status call_index_add(const tcase *c, const dt_tensor *const *in, dt_t
 static void test_index_select_and_index_add_match_the_reference_on_every_layout(void)
 {
     float x[30], src[36], sel[36], add[30];
-    fill_f32(x, 30, 13); /* [5, 6], axis 0 */
+    fill_f32(x, 30, 13);   /* [5, 6], axis 0 */
     fill_f32(src, 36, 14); /* [6, 6] */
     int32_t idx[6] = {4, 0, 4, 2, 1, 4};
     memcpy(add, x, sizeof add);
@@ -503,14 +506,13 @@ static void test_index_select_and_index_add_match_the_reference_on_every_layout(
             sel[j * 6 + c] = x[idx[j] * 6 + c];
             add[idx[j] * 6 + c] += src[j * 6 + c];
         }
-    tcase c = {.name = "index_select", .nin = 2, .partial_ok = 1, .call = call_index_select,
-               .arg = {0}};
+    tcase c = {
+        .name = "index_select", .nin = 2, .partial_ok = 1, .call = call_index_select, .arg = {0}};
     set_in(&c, 0, DT_DTYPE_F32, 2, (int64_t[]){5, 6}, x);
     set_in(&c, 1, DT_DTYPE_I32, 1, (int64_t[]){6}, idx);
     set_out(&c, DT_DTYPE_F32, 2, (int64_t[]){6, 6}, sel);
     check_everywhere(&c);
-    tcase t = {.name = "index_add", .nin = 3, .partial_ok = 5, .call = call_index_add,
-               .arg = {0}};
+    tcase t = {.name = "index_add", .nin = 3, .partial_ok = 5, .call = call_index_add, .arg = {0}};
     set_in(&t, 0, DT_DTYPE_F32, 2, (int64_t[]){5, 6}, x);
     set_in(&t, 1, DT_DTYPE_I32, 1, (int64_t[]){6}, idx);
     set_in(&t, 2, DT_DTYPE_F32, 2, (int64_t[]){6, 6}, src);
@@ -558,8 +560,7 @@ static void test_bad_calls_fail_on_every_client_with_a_message(void)
         DT_ASSERT_ERROR_MENTIONS("axis 2");
         DT_ASSERT_FAILS(dt_squeeze(t, 0, &out), DT_ERR_SHAPE);
         DT_ASSERT_FAILS(dt_expand(t, 2, (int64_t[]){4, 7}, &out), DT_ERR_SHAPE);
-        DT_ASSERT_FAILS(dt_split(t, 1, (int64_t[]){2, 2}, 2, (dt_tensor *[2]){0}),
-                        DT_ERR_SHAPE);
+        DT_ASSERT_FAILS(dt_split(t, 1, (int64_t[]){2, 2}, 2, (dt_tensor *[2]){0}), DT_ERR_SHAPE);
         const dt_tensor *two[2] = {t, ok};
         DT_ASSERT_FAILS(dt_concat(two, 2, 0, &out), DT_ERR_SHAPE);
         DT_ASSERT_FAILS(dt_index_select(t, 1, bad, &out), DT_ERR_INVALID_ARGUMENT);
@@ -592,8 +593,8 @@ static void test_host_transfers_round_trip_on_every_layout(void)
         if (dt_mesh_num_local_devices(mesh) == 0)
             continue;
         int mr = dt_mesh_rank(mesh);
-        int specs[][3] = {{-1, -1, -1}, {0, -1, -1}, {-1, 0, -1}, {-1, -1, 0}, {0, 1, -1},
-                          {-1, 1, 0}};
+        int specs[][3] = {{-1, -1, -1}, {0, -1, -1}, {-1, 0, -1},
+                          {-1, -1, 0},  {0, 1, -1},  {-1, 1, 0}};
         for (int p = 0; p < 6; p++) {
             for (int part = -1; part < mr; part++) {
                 int ok = 1;
@@ -622,8 +623,7 @@ static void test_host_transfers_round_trip_on_every_layout(void)
                 int last = dt_device_client(dt_test_device_type(),
                                             dt_mesh_device_id(mesh, dt_mesh_size(mesh) - 1));
                 DT_ASSERT_OK(dt_tensor_scatter_from(l, DT_DTYPE_F64, shape,
-                                                    dt_client_id() == last ? x : NULL, last,
-                                                    &b));
+                                                    dt_client_id() == last ? x : NULL, last, &b));
                 memset(got, 0, sizeof got);
                 ot_fetch(b, got);
                 CU_ASSERT_EQUAL(memcmp(got, x, sizeof x), 0);
@@ -655,9 +655,9 @@ static void test_host_transfers_reject_bad_buffers_on_every_client(void)
                         DT_ERR_INVALID_ARGUMENT);
         DT_ASSERT_ERROR_MENTIONS("NULL data");
         CU_ASSERT_PTR_NULL(u);
-        DT_ASSERT_FAILS(dt_tensor_scatter_from(l, DT_DTYPE_F32, (int64_t[]){8}, x,
-                                               dt_num_clients() + 3, &u),
-                        DT_ERR_INVALID_ARGUMENT);
+        DT_ASSERT_FAILS(
+            dt_tensor_scatter_from(l, DT_DTYPE_F32, (int64_t[]){8}, x, dt_num_clients() + 3, &u),
+            DT_ERR_INVALID_ARGUMENT);
         dt_tensor_destroy(t);
         dt_layout_destroy(l);
     }
