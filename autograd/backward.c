@@ -201,13 +201,16 @@ static dt_status recompute(dt_tape *tape, int s)
             if (!node->rule || !node->rule->replay) {
                 st = dt__error(DT_ERR_UNSUPPORTED,
                                "dt_tape_backward: %s cannot be re-run for checkpointing",
-                               dt_op_kind_name(node->kind));
+                               node->rule ? node->rule->name : dt_op_kind_name(node->kind));
                 break;
             }
             dt__ag_ctx c = {.node = node,
                             .layout = node->layout,
                             .iattr = node->iattr,
                             .fattr = node->fattr,
+                            .def = node->def,
+                            .attrs = node->attrs,
+                            .nin = node->nin,
                             .in0_layout = node->in0_layout,
                             .in0_shape = node->in0_shape,
                             .in0_dtype = node->in0_dtype};
@@ -280,6 +283,9 @@ static dt_status run_node(pass *p, int64_t n)
                     .layout = node->layout,
                     .iattr = node->iattr,
                     .fattr = node->fattr,
+                    .def = node->def,
+                    .attrs = node->attrs,
+                    .nin = node->nin,
                     .in0_layout = node->in0_layout,
                     .in0_shape = node->in0_shape,
                     .in0_dtype = node->in0_dtype,

@@ -164,7 +164,7 @@ dt_status dt__ag_record(dt__recorder *self, const dt__op_record *rec)
     dt_tape *tape = (dt_tape *)self;
     int64_t ids[DT__REC_MAX_IN];
     int any = 0;
-    const dt__ag_rule *rule = dt__ag_rule_of(rec->kind);
+    const dt__ag_rule *rule = rec->rule ? rec->rule : dt__ag_rule_of(rec->kind);
     const char *name = rule ? rule->name : dt_op_kind_name(rec->kind);
     for (int i = 0; i < rec->nin; i++) {
         ids[i] = dt__ag_find(tape, rec->in[i]);
@@ -192,12 +192,21 @@ dt_status dt__ag_record(dt__recorder *self, const dt__op_record *rec)
         tape->nodes = nn;
         tape->nodes_cap = cap;
     }
+    dt_op_attrs *attrs = NULL;
+    if (rec->attrs) {
+        attrs = malloc(sizeof *attrs);
+        if (!attrs)
+            return dt__error(DT_ERR_NO_MEMORY, "autograd: cannot keep %s's attributes", name);
+        *attrs = *rec->attrs;
+    }
     int64_t out;
     /* A tensor seen before under the same serial cannot be an op's new output; the ops make
      * new tensors, so this only guards the map. */
     dt_status st = dt__ag_value_add(tape, rec->out, &out);
-    if (st != DT_OK)
+    if (st != DT_OK) {
+        free(attrs);
         return st;
+    }
     int64_t n = tape->nnodes;
     ag_node *node = &tape->nodes[n];
     memset(node, 0, sizeof *node);
@@ -212,6 +221,8 @@ dt_status dt__ag_record(dt__recorder *self, const dt__op_record *rec)
     node->in0_dtype = dt_tensor_dtype(rec->in[0]);
     memcpy(node->iattr, rec->iattr, sizeof node->iattr);
     memcpy(node->fattr, rec->fattr, sizeof node->fattr);
+    node->def = rec->def;
+    node->attrs = attrs;
     node->segment = tape->open_seg;
     ag_segment *seg = tape->open_seg >= 0 ? &tape->segs[tape->open_seg] : NULL;
     tape->nnodes++;
@@ -268,6 +279,7 @@ void dt__ag_drop_recording(dt_tape *tape)
         drop_node(tape, &tape->nodes[n]);
         dt_layout_destroy(tape->nodes[n].layout);
         dt_layout_destroy(tape->nodes[n].in0_layout);
+        free(tape->nodes[n].attrs);
     }
     for (int s = 0; s < tape->nsegs; s++) {
         ag_segment *seg = &tape->segs[s];

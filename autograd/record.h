@@ -7,11 +7,58 @@
 
 #include "dtensor/autograd.h"
 #include "dtensor/layout.h"
+#include "dtensor/opdef.h"
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"
 
-#define DT__REC_MAX_IN   4
+#define DT__REC_MAX_IN   8
 #define DT__REC_MAX_ATTR 5
+
+/* ---- backward rules ---------------------------------------------------------------------
+ * The rule of a recorded call: how its backward runs and how it is replayed. The ops hand
+ * their rule with each record (dt__op_record.rule) or, for the kinds of dt_op_kind, the tape
+ * finds it in its table (autograd/rules.c). */
+
+typedef struct ag_node ag_node;
+
+/* What a backward rule sees: the record's attributes, its saved tensors, the output's
+ * gradient and which inputs need one. It writes dx[i] (owned, NULL for none) for the inputs
+ * with needs[i]; a gradient for an input without needs[i] is dropped. */
+typedef struct dt__ag_ctx {
+    const ag_node *node;
+    const dt_tensor *in[DT__REC_MAX_IN]; /* saved inputs (NULL where the rule saves none) */
+    const dt_tensor *out;                /* saved output (NULL unless the rule saves it) */
+    const dt_layout *layout;             /* the forward call's layout argument */
+    const dt_layout *in0_layout;         /* input 0's layout, shape and dtype (always kept) */
+    const int64_t *in0_shape;
+    dt_dtype in0_dtype;
+    const int64_t *iattr;
+    const float *fattr;
+    const void *def;              /* a defined op's handle (dt_op), else NULL */
+    const dt_op_attrs *attrs;     /* a defined op's attributes, else NULL */
+    int nin;                      /* the record's inputs */
+    int needs[DT__REC_MAX_IN];
+    /* The output's gradient: dy, or (dy NULL) the scalar seed of a rank-0 root. */
+    const dt_tensor *dy;
+    int dy_is_seed;
+    float seed;
+    dt_tensor *dx[DT__REC_MAX_IN];
+} dt__ag_ctx;
+
+typedef struct dt__ag_rule {
+    const char *name; /* the forward function, for messages */
+    unsigned save_in; /* bit i: input i is saved for backward */
+    int save_out;     /* 1: the output is saved */
+    /* NULL: the op has no backward (DT_ERR_UNSUPPORTED if a gradient reaches it). May
+     * return DT_ERR_UNSUPPORTED for an attribute it cannot differentiate. */
+    dt_status (*backward)(dt__ag_ctx *c);
+    /* Re-runs the forward call on `in` (checkpointing): the public op with the record's
+     * attributes. */
+    dt_status (*replay)(const dt__ag_ctx *c, const dt_tensor *const *in, dt_tensor **out);
+    /* 1: the rule takes a rank-0 output's gradient as a float (dt__ag_dy_scalar), so a root's
+     * seed is passed as it is; 0: the seed is made a tensor (ctx.dy) before the rule runs. */
+    int scalar_dy;
+} dt__ag_rule;
 
 /* One forward call, as an op hands it to the recording tape: kind, inputs (in the op's
  * argument order; tensors only), the output, and the attributes the backward rule and the
@@ -25,6 +72,9 @@ typedef struct dt__op_record {
     const dt_layout *layout;         /* the op's `layout` argument (may be NULL) */
     int64_t iattr[DT__REC_MAX_ATTR]; /* transa, transb, axis, heads, causal, dtype, op, seed */
     float fattr[DT__REC_MAX_ATTR];   /* eps, alpha */
+    const dt__ag_rule *rule;         /* NULL: the table's rule of `kind` */
+    const void *def;                 /* a defined op (kind DT_OP_DEFINED): its dt_op handle */
+    const dt_op_attrs *attrs;        /* and its attributes (copied by the tape) */
 } dt__op_record;
 
 /* The recording tape as the ops see it: one function. It returns DT_OK when nothing needs

@@ -28,6 +28,7 @@ static const struct {
     [DT_OP_ROPE] = {"rope", &dt__ag_rule_rope},
     [DT_OP_SWIGLU] = {"swiglu", &dt__ag_rule_swiglu},
     [DT_OP_ATTENTION_GQA] = {"attention_gqa", &dt__ag_rule_attention_gqa},
+    [DT_OP_DEFINED] = {"defined", NULL}, /* each call hands its definition's rule */
 };
 
 const dt__ag_rule *dt__ag_rule_of(dt_op_kind kind)

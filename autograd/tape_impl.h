@@ -8,45 +8,7 @@
 #include "autograd/record.h"
 #include "dtensor/autograd.h"
 
-/* ---- rules ---------------------------------------------------------------------------- */
-
-typedef struct ag_node ag_node;
-
-/* What a backward rule sees: the record's attributes, its saved tensors, the output's
- * gradient and which inputs need one. It writes dx[i] (owned, NULL for none) for the inputs
- * with needs[i]; a gradient for an input without needs[i] is dropped. */
-typedef struct dt__ag_ctx {
-    const ag_node *node;
-    const dt_tensor *in[DT__REC_MAX_IN]; /* saved inputs (NULL where the rule saves none) */
-    const dt_tensor *out;                /* saved output (NULL unless the rule saves it) */
-    const dt_layout *layout;             /* the forward call's layout argument */
-    const dt_layout *in0_layout;         /* input 0's layout, shape and dtype (always kept) */
-    const int64_t *in0_shape;
-    dt_dtype in0_dtype;
-    const int64_t *iattr;
-    const float *fattr;
-    int needs[DT__REC_MAX_IN];
-    /* The output's gradient: dy, or (dy NULL) the scalar seed of a rank-0 root. */
-    const dt_tensor *dy;
-    int dy_is_seed;
-    float seed;
-    dt_tensor *dx[DT__REC_MAX_IN];
-} dt__ag_ctx;
-
-typedef struct dt__ag_rule {
-    const char *name; /* the forward function, for messages */
-    unsigned save_in; /* bit i: input i is saved for backward */
-    int save_out;     /* 1: the output is saved */
-    /* NULL: the op has no backward (DT_ERR_UNSUPPORTED if a gradient reaches it). May
-     * return DT_ERR_UNSUPPORTED for an attribute it cannot differentiate. */
-    dt_status (*backward)(dt__ag_ctx *c);
-    /* Re-runs the forward call on `in` (checkpointing): the public op with the record's
-     * attributes. */
-    dt_status (*replay)(const dt__ag_ctx *c, const dt_tensor *const *in, dt_tensor **out);
-    /* 1: the rule takes a rank-0 output's gradient as a float (dt__ag_dy_scalar), so a root's
-     * seed is passed as it is; 0: the seed is made a tensor (ctx.dy) before the rule runs. */
-    int scalar_dy;
-} dt__ag_rule;
+/* ---- rules (the context and rule types are in autograd/record.h) ---- */
 
 /* The rule of `kind`, NULL when none is registered (autograd/rules.c). */
 const dt__ag_rule *dt__ag_rule_of(dt_op_kind kind);
@@ -103,6 +65,8 @@ struct ag_node {
     dt_dtype in0_dtype;
     int64_t iattr[DT__REC_MAX_ATTR];
     float fattr[DT__REC_MAX_ATTR];
+    const void *def;                  /* a defined op's handle (DT_OP_DEFINED) */
+    dt_op_attrs *attrs;               /* owned copy of its attributes, else NULL */
     dt_tensor *saved[DT__REC_MAX_IN]; /* retained */
     dt_tensor *saved_out;             /* retained (save_out, or kept by selective ckpt) */
     int segment;                      /* index into the segments, or -1 */

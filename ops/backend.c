@@ -4,6 +4,11 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 
+static dt_status cpu_run_def(const dt_op_def *def, const dt_op_kernel_args *args)
+{
+    return def->cpu(args);
+}
+
 static const dt__ops_backend cpu_backend = {
     .name = "cpu",
     .set_device = NULL,
@@ -54,6 +59,7 @@ static const dt__ops_backend cpu_backend = {
     .attention_gqa_grad = dt_kernel_attention_gqa_grad,
     .attention_drop = dt__kernel_attention_drop,
     .attention_drop_grad = dt__kernel_attention_drop_grad,
+    .run_def = cpu_run_def,
 };
 
 const dt__ops_backend *dt__ops_cpu_backend(void)

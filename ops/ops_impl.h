@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "dtensor/dtensor.h"
+#include "dtensor/opdef.h"
 #include "runtime/device.h"
 #include "runtime/workers.h"
 
@@ -124,6 +125,11 @@ typedef struct dt__ops_backend {
                                      const dt__attn_drop *drop, const float *q,
                                      const float *k, const float *v, const float *dy,
                                      float *dq, float *dk, float *dv);
+    /* Runs an op definition's kernel (opdef.h) on this backend's memory for one local
+     * device: the CPU calls def->cpu; the simulated GPU queues def->cpu on its stream with the
+     * buffers translated; CUDA calls def->cuda, or without one stages the blocks through host
+     * memory around def->cpu. */
+    dt_status (*run_def)(const dt_op_def *def, const dt_op_kernel_args *args);
 } dt__ops_backend;
 
 /* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail

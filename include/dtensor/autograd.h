@@ -66,6 +66,7 @@ typedef enum dt_op_kind {
     DT_OP_ROPE,           /* dt_rope */
     DT_OP_SWIGLU,         /* dt_swiglu */
     DT_OP_ATTENTION_GQA,  /* dt_attention_gqa */
+    DT_OP_DEFINED,        /* dt_op_call: an op definition's call (opdef.h), any of them */
     DT_OP_RESERVED_ = 32, /* kinds 22..63 are left for new ops */
     DT_OP_KIND_MAX_ = 64
 } dt_op_kind;

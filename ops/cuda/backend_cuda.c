@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/cuda/cuda_ops.h"
@@ -578,10 +579,49 @@ static dt_status cu_adam(int64_t n, const dt_adam_opts *opts, int64_t step, floa
                                         param, grad, m, v, 0), op);
 }
 
+/* An op definition's kernel: its CUDA kernel, or the CPU kernel on host copies of the blocks
+ * (ordered after the default stream's work by the blocking copies). */
+static dt_status cuda_run_def(const dt_op_def *def, const dt_op_kernel_args *args)
+{
+    if (def->cuda)
+        return def->cuda(args);
+    dt_op_kernel_args *h = malloc(sizeof *h);
+    if (!h)
+        return dt__error(DT_ERR_NO_MEMORY, "%s (CUDA, staged): no memory", def->name);
+    *h = *args;
+    dt_status st = DT_OK;
+    size_t bytes[DT_OP_MAX_IN + 1];
+    for (int i = 0; i <= args->nin; i++) {
+        const dt_op_buf *b = i < args->nin ? &args->in[i] : &args->out;
+        dt_op_buf *hb = i < args->nin ? &h->in[i] : &h->out;
+        size_t n = dt_dtype_size(b->dtype);
+        for (int d = 0; d < b->rank; d++)
+            n *= (size_t)b->shape[d];
+        bytes[i] = n;
+        hb->data = NULL;
+        if (n && !(hb->data = malloc(n)))
+            st = dt__error(DT_ERR_NO_MEMORY, "%s (CUDA, staged): no memory", def->name);
+        if (st == DT_OK && n && i < args->nin)
+            st = dt__cuda_check(cudaMemcpy(hb->data, b->data, n, cudaMemcpyDeviceToHost),
+                                def->name);
+    }
+    if (st == DT_OK)
+        st = def->cpu(h);
+    if (st == DT_OK && bytes[args->nin])
+        st = dt__cuda_check(cudaMemcpy(args->out.data, h->out.data, bytes[args->nin],
+                                       cudaMemcpyHostToDevice), def->name);
+    for (int i = 0; i < args->nin; i++)
+        free(h->in[i].data);
+    free(h->out.data);
+    free(h);
+    return st;
+}
+
 static const dt__ops_backend cuda_backend = {
     .name = "cuda",
     .set_device = cuda_set_device,
     .sync = cuda_sync,
+    .run_def = cuda_run_def,
     .gemm = dt__cuda_gemm,
     .add = cu_add,
     .sub = cu_sub,

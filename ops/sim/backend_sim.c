@@ -2,6 +2,7 @@
  * selected simulated GPU's stream, its device pointers translated there to the arena's shadow
  * view. The entries are generated from one list of the kernels' arguments. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ops/ops_impl.h"
@@ -231,14 +232,51 @@ static dt_status sim_sync(void)
 
 /* A kernel added to dt__ops_backend but not to KERNELS stops the build here. */
 #define COUNT(kn) +1
-_Static_assert(sizeof(dt__ops_backend) == (3 KERNELS(COUNT)) * sizeof(void *),
+_Static_assert(sizeof(dt__ops_backend) == (4 KERNELS(COUNT)) * sizeof(void *),
                "every kernel of dt__ops_backend is in KERNELS");
+
+/* An op definition's kernel: the arguments go to the heap (they outgrow a closure) and the
+ * stream thread translates the blocks' device pointers before it runs the CPU kernel. */
+typedef struct def_closure {
+    const dt_op_def *def;
+    dt_op_kernel_args *args;
+} def_closure;
+
+static dt_status def_run(void *arg)
+{
+    const def_closure *c = arg;
+    dt_op_kernel_args *a = c->args;
+    for (int i = 0; i < a->nin; i++)
+        a->in[i].data = dt__sim_xlate(a->in[i].data);
+    a->out.data = dt__sim_xlate(a->out.data);
+    dt_status st = c->def->cpu(a);
+    free(a);
+    return st;
+}
+
+static dt_status sim_run_def(const dt_op_def *def, const dt_op_kernel_args *args)
+{
+    for (int i = 0; i < args->nin; i++)
+        if (args->in[i].data && !dt__sim_owns(args->in[i].data, 1))
+            return foreign(def->name, "input", args->in[i].data);
+    if (args->out.data && !dt__sim_owns(args->out.data, 1))
+        return foreign(def->name, "output", args->out.data);
+    def_closure c = {def, malloc(sizeof *args)};
+    if (!c.args)
+        return dt__error(DT_ERR_NO_MEMORY, "sim kernel %s: no memory", def->name);
+    *c.args = *args;
+    dt_status st = launch(def_run, &c, sizeof c);
+    if (st != DT_OK)
+        free(c.args);
+    return st;
+}
 
 #define TABLE_ENTRY(kn) .kn = sim_##kn,
 static const dt__ops_backend sim_backend = {
     .name = "sim",
     .set_device = sim_set_device,
     .sync = sim_sync,
+    .run_def = sim_run_def,
     KERNELS(TABLE_ENTRY)
 };
 
