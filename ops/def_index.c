@@ -38,9 +38,10 @@ static dt_status check_axis(const char *op, const dt_op_sig *sig, int *axis)
     if (*axis >= 0)
         return DT_OK;
     char s[128];
-    return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: axis %lld out of range for a tensor of "
-                     "shape %s", op, (long long)sig->attrs->i[0],
-                     dt__shape_str(x->rank, x->dim, s, sizeof s));
+    return dt__error(DT_ERR_INVALID_ARGUMENT,
+                     "%s: axis %lld out of range for a tensor of "
+                     "shape %s",
+                     op, (long long)sig->attrs->i[0], dt__shape_str(x->rank, x->dim, s, sizeof s));
 }
 
 static dt_status check_index_dtype(const char *op, const dt_op_shape *idx)
@@ -51,8 +52,8 @@ static dt_status check_index_dtype(const char *op, const dt_op_shape *idx)
                      dt_dtype_name(idx->dtype));
 }
 
-static dt_status misfit(const char *op, const char *what, const dt_op_shape *a,
-                        const char *other, const dt_op_shape *b)
+static dt_status misfit(const char *op, const char *what, const dt_op_shape *a, const char *other,
+                        const dt_op_shape *b)
 {
     char s1[128], s2[128];
     return dt__error(DT_ERR_SHAPE, "%s: %s %s does not fit %s %s", op, what,
@@ -99,8 +100,8 @@ static dt_status gather_rule(const dt_op_sig *sig, char *buf, size_t len)
     int axis = dt__op_axis((int)sig->attrs->i[0], x->rank);
     dt__rule_text r = {buf, len, 0};
     for (int d = 0; d < x->rank; d++)
-        dt__rule_putc(&r, d != axis && idx->dim[d] == x->dim[d] ? dt__op_letter(d)
-                                                                 : (char)('A' + d));
+        dt__rule_putc(&r,
+                      d != axis && idx->dim[d] == x->dim[d] ? dt__op_letter(d) : (char)('A' + d));
     dt__rule_putc(&r, ',');
     dt__rule_plain(&r, x->rank, -1, 0, 0);
     arrow(&r);
@@ -131,8 +132,8 @@ static dt_status gather_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
     int axis = rand_in(&s, 0, sig->in[0].rank - 1);
     attrs->i[0] = axis;
     for (int d = 0; d < sig->in[0].rank; d++)
-        sig->in[1].dim[d] = d == axis ? rand_in(&s, 1, max_dim)
-                                      : rand_in(&s, 1, (int)sig->in[0].dim[d]);
+        sig->in[1].dim[d] =
+            d == axis ? rand_in(&s, 1, max_dim) : rand_in(&s, 1, (int)sig->in[0].dim[d]);
     return DT_OK;
 }
 
@@ -146,11 +147,18 @@ static dt_status index_fill(const dt_op_sig *sig, int i, uint64_t seed, void *ho
     return DT_OK;
 }
 
-const dt_op_def dt__def_gather = {
-    .name = "gather", .nin = 2, .rule_fn = gather_rule, .infer = gather_shape,
-    .cpu = dt__k_gather, .backward = gather_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "torch.gather: x's elements at index along one axis",
-    .family = "index", .sample = gather_sample, .fill = index_fill};
+const dt_op_def dt__def_gather = {.name = "gather",
+                                  .nin = 2,
+                                  .rule_fn = gather_rule,
+                                  .infer = gather_shape,
+                                  .cpu = dt__k_gather,
+                                  .backward = gather_backward,
+                                  .linearity = DT_OP_LINEAR_MULTI,
+                                  .linear_in = 1,
+                                  .doc = "torch.gather: x's elements at index along one axis",
+                                  .family = "index",
+                                  .sample = gather_sample,
+                                  .fill = index_fill};
 
 /* ---- scatter_add ------------------------------------------------------------------------ */
 
@@ -164,9 +172,10 @@ static dt_status scatter_shape(const dt_op_sig *sig, dt_op_shape *out)
     if (st != DT_OK)
         return st;
     if (!dt__is_addable_dtype(x->dtype) || src->dtype != x->dtype)
-        return dt__error(DT_ERR_SHAPE, "scatter_add: x of %s and src of %s (both f32, f64, "
-                         "i32 or i64, alike)", dt_dtype_name(x->dtype),
-                         dt_dtype_name(src->dtype));
+        return dt__error(DT_ERR_SHAPE,
+                         "scatter_add: x of %s and src of %s (both f32, f64, "
+                         "i32 or i64, alike)",
+                         dt_dtype_name(x->dtype), dt_dtype_name(src->dtype));
     int fits = idx->rank == x->rank;
     for (int d = 0; fits && d < x->rank; d++)
         fits = d == axis || idx->dim[d] <= x->dim[d];
@@ -230,11 +239,18 @@ static dt_status scatter_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_o
 }
 
 const dt_op_def dt__def_scatter_add = {
-    .name = "scatter_add", .nin = 3, .rule_fn = scatter_rule, .infer = scatter_shape,
-    .cpu = dt__k_scatter_add, .backward = scatter_backward,
-    .linearity = DT_OP_LINEAR_ADDITIVE, .linear_in = 1u | 4u,
+    .name = "scatter_add",
+    .nin = 3,
+    .rule_fn = scatter_rule,
+    .infer = scatter_shape,
+    .cpu = dt__k_scatter_add,
+    .backward = scatter_backward,
+    .linearity = DT_OP_LINEAR_ADDITIVE,
+    .linear_in = 1u | 4u,
     .doc = "x with src added at index along one axis (src of the index's shape)",
-    .family = "index", .sample = scatter_sample, .fill = index_fill};
+    .family = "index",
+    .sample = scatter_sample,
+    .fill = index_fill};
 
 /* ---- index_select ----------------------------------------------------------------------- */
 
@@ -293,11 +309,18 @@ static dt_status select_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
     return DT_OK;
 }
 
-const dt_op_def dt__def_index_select = {
-    .name = "index_select", .nin = 2, .rule_fn = select_rule, .infer = select_shape,
-    .cpu = dt__k_index_select, .backward = select_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "x's slices along one axis at a 1-D index", .family = "index",
-    .sample = select_sample, .fill = index_fill};
+const dt_op_def dt__def_index_select = {.name = "index_select",
+                                        .nin = 2,
+                                        .rule_fn = select_rule,
+                                        .infer = select_shape,
+                                        .cpu = dt__k_index_select,
+                                        .backward = select_backward,
+                                        .linearity = DT_OP_LINEAR_MULTI,
+                                        .linear_in = 1,
+                                        .doc = "x's slices along one axis at a 1-D index",
+                                        .family = "index",
+                                        .sample = select_sample,
+                                        .fill = index_fill};
 
 /* ---- index_add -------------------------------------------------------------------------- */
 
@@ -311,9 +334,10 @@ static dt_status iadd_shape(const dt_op_sig *sig, dt_op_shape *out)
     if (st != DT_OK)
         return st;
     if (!dt__is_addable_dtype(x->dtype) || src->dtype != x->dtype)
-        return dt__error(DT_ERR_SHAPE, "index_add: x of %s and src of %s (both f32, f64, "
-                         "i32 or i64, alike)", dt_dtype_name(x->dtype),
-                         dt_dtype_name(src->dtype));
+        return dt__error(DT_ERR_SHAPE,
+                         "index_add: x of %s and src of %s (both f32, f64, "
+                         "i32 or i64, alike)",
+                         dt_dtype_name(x->dtype), dt_dtype_name(src->dtype));
     if (idx->rank != 1)
         return misfit("index_add", "index", idx, "a 1-D index for x", x);
     int same = src->rank == x->rank;
@@ -361,11 +385,19 @@ static dt_status iadd_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_a
     return st;
 }
 
-const dt_op_def dt__def_index_add = {
-    .name = "index_add", .nin = 3, .rule_fn = iadd_rule, .infer = iadd_shape,
-    .cpu = dt__k_index_add, .backward = iadd_backward, .linearity = DT_OP_LINEAR_ADDITIVE,
-    .linear_in = 1u | 4u, .doc = "x with src's slices added at a 1-D index along one axis",
-    .family = "index", .sample = iadd_sample, .fill = index_fill};
+const dt_op_def dt__def_index_add = {.name = "index_add",
+                                     .nin = 3,
+                                     .rule_fn = iadd_rule,
+                                     .infer = iadd_shape,
+                                     .cpu = dt__k_index_add,
+                                     .backward = iadd_backward,
+                                     .linearity = DT_OP_LINEAR_ADDITIVE,
+                                     .linear_in = 1u | 4u,
+                                     .doc =
+                                         "x with src's slices added at a 1-D index along one axis",
+                                     .family = "index",
+                                     .sample = iadd_sample,
+                                     .fill = index_fill};
 
 /* ---- one_hot ---------------------------------------------------------------------------- */
 
@@ -378,8 +410,10 @@ static dt_status onehot_shape(const dt_op_sig *sig, dt_op_shape *out)
     if (st != DT_OK)
         return st;
     if (classes < 1 || idx->rank >= DT_MAX_RANK)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "one_hot: %lld classes for an index of "
-                         "rank %d", (long long)classes, idx->rank);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "one_hot: %lld classes for an index of "
+                         "rank %d",
+                         (long long)classes, idx->rank);
     if (dtype != DT_DTYPE_F32 && dtype != DT_DTYPE_F64)
         return dt__error(DT_ERR_SHAPE, "one_hot: output dtype %s (f32 or f64 wanted)",
                          dt_dtype_name(dtype));
@@ -419,10 +453,15 @@ static dt_status onehot_fill(const dt_op_sig *sig, int i, uint64_t seed, void *h
     return DT_OK;
 }
 
-const dt_op_def dt__def_one_hot = {
-    .name = "one_hot", .nin = 1, .rule_fn = onehot_rule, .infer = onehot_shape,
-    .cpu = dt__k_one_hot, .doc = "[index..., classes] with 1 at each index, 0 elsewhere",
-    .family = "index", .sample = onehot_sample, .fill = onehot_fill};
+const dt_op_def dt__def_one_hot = {.name = "one_hot",
+                                   .nin = 1,
+                                   .rule_fn = onehot_rule,
+                                   .infer = onehot_shape,
+                                   .cpu = dt__k_one_hot,
+                                   .doc = "[index..., classes] with 1 at each index, 0 elsewhere",
+                                   .family = "index",
+                                   .sample = onehot_sample,
+                                   .fill = onehot_fill};
 
 /* ---- public wrappers -------------------------------------------------------------------- */
 
@@ -451,14 +490,13 @@ dt_status dt_gather(const dt_tensor *x, int axis, const dt_tensor *index, dt_ten
     return dt__op_run2(&dt__def_gather, x, index, &a, out);
 }
 
-dt_status dt_scatter_add(const dt_tensor *x, int axis, const dt_tensor *index,
-                         const dt_tensor *src, dt_tensor **out)
+dt_status dt_scatter_add(const dt_tensor *x, int axis, const dt_tensor *index, const dt_tensor *src,
+                         dt_tensor **out)
 {
     return run3(&dt__def_scatter_add, "dt_scatter_add", x, axis, index, src, out);
 }
 
-dt_status dt_index_select(const dt_tensor *x, int axis, const dt_tensor *index,
-                          dt_tensor **out)
+dt_status dt_index_select(const dt_tensor *x, int axis, const dt_tensor *index, dt_tensor **out)
 {
     if (!x || !index || !out)
         return null_arg("dt_index_select");
@@ -467,8 +505,8 @@ dt_status dt_index_select(const dt_tensor *x, int axis, const dt_tensor *index,
     return dt__op_run2(&dt__def_index_select, x, index, &a, out);
 }
 
-dt_status dt_index_add(const dt_tensor *x, int axis, const dt_tensor *index,
-                       const dt_tensor *src, dt_tensor **out)
+dt_status dt_index_add(const dt_tensor *x, int axis, const dt_tensor *index, const dt_tensor *src,
+                       dt_tensor **out)
 {
     return run3(&dt__def_index_add, "dt_index_add", x, axis, index, src, out);
 }

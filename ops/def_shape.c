@@ -9,11 +9,11 @@
 #include "runtime/error.h"
 
 const dt_op_def *const dt__defs_shape[] = {
-    &dt__def_reshape, &dt__def_permute,      &dt__def_slice,  &dt__def_slice_backward,
-    &dt__def_concat,  &dt__def_expand,       &dt__def_expand_backward, &dt__def_squeeze,
-    &dt__def_unsqueeze,
-    &dt__def_gather,  &dt__def_scatter_add,  &dt__def_index_select, &dt__def_index_add,
-    &dt__def_one_hot, NULL};
+    &dt__def_reshape,         &dt__def_permute,     &dt__def_slice,
+    &dt__def_slice_backward,  &dt__def_concat,      &dt__def_expand,
+    &dt__def_expand_backward, &dt__def_squeeze,     &dt__def_unsqueeze,
+    &dt__def_gather,          &dt__def_scatter_add, &dt__def_index_select,
+    &dt__def_index_add,       &dt__def_one_hot,     NULL};
 
 static dt_status bad_axis(const char *op, int64_t axis, const dt_op_shape *x)
 {
@@ -59,8 +59,10 @@ static dt_status reshape_shape(const dt_op_sig *sig, dt_op_shape *out)
         if (a[1 + d] == -1 && infer < 0)
             infer = d;
         else if (a[1 + d] < 0)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "reshape: bad shape %s (one -1 at most, "
-                             "others >= 0)", dt__shape_str(rank, a + 1, s2, sizeof s2));
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "reshape: bad shape %s (one -1 at most, "
+                             "others >= 0)",
+                             dt__shape_str(rank, a + 1, s2, sizeof s2));
         else
             known *= a[1 + d];
     }
@@ -213,11 +215,17 @@ static dt_status reshape_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_o
     return DT_OK;
 }
 
-const dt_op_def dt__def_reshape = {
-    .name = "reshape", .nin = 1, .rule_fn = reshape_rule, .infer = reshape_shape,
-    .cpu = dt__k_reshape, .backward = reshape_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "the same elements in another shape (one -1 inferred)",
-    .family = "shape", .sample = reshape_sample};
+const dt_op_def dt__def_reshape = {.name = "reshape",
+                                   .nin = 1,
+                                   .rule_fn = reshape_rule,
+                                   .infer = reshape_shape,
+                                   .cpu = dt__k_reshape,
+                                   .backward = reshape_backward,
+                                   .linearity = DT_OP_LINEAR_MULTI,
+                                   .linear_in = 1,
+                                   .doc = "the same elements in another shape (one -1 inferred)",
+                                   .family = "shape",
+                                   .sample = reshape_sample};
 
 /* ---- permute ---------------------------------------------------------------------------- */
 
@@ -229,7 +237,8 @@ static dt_status permute_shape(const dt_op_sig *sig, dt_op_shape *out)
     for (int d = 0; d < x->rank; d++) {
         int p = dt__op_axis((int)sig->attrs->i[d], x->rank);
         if (p < 0 || seen[p]++)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "permute: %s is not a permutation of "
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "permute: %s is not a permutation of "
                              "the %d dims of %s",
                              dt__shape_str(x->rank, sig->attrs->i, s, sizeof s), x->rank,
                              dt__shape_str(x->rank, x->dim, t, sizeof t));
@@ -283,11 +292,17 @@ static dt_status permute_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_o
     return DT_OK;
 }
 
-const dt_op_def dt__def_permute = {
-    .name = "permute", .nin = 1, .rule_fn = permute_rule, .infer = permute_shape,
-    .cpu = dt__k_permute, .backward = permute_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "the dims reordered (output dim d is input dim perm[d])",
-    .family = "shape", .sample = permute_sample};
+const dt_op_def dt__def_permute = {.name = "permute",
+                                   .nin = 1,
+                                   .rule_fn = permute_rule,
+                                   .infer = permute_shape,
+                                   .cpu = dt__k_permute,
+                                   .backward = permute_backward,
+                                   .linearity = DT_OP_LINEAR_MULTI,
+                                   .linear_in = 1,
+                                   .doc = "the dims reordered (output dim d is input dim perm[d])",
+                                   .family = "shape",
+                                   .sample = permute_sample};
 
 /* ---- slice and its backward ------------------------------------------------------------- */
 
@@ -364,11 +379,18 @@ static dt_status slice_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_
     return count > 0 ? DT_OK : DT_ERR_UNSUPPORTED;
 }
 
-const dt_op_def dt__def_slice = {
-    .name = "slice", .nin = 1, .rule_fn = slice_rule, .infer = slice_shape,
-    .cpu = dt__k_slice, .backward = slice_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "start:stop:step of one axis (Python's clamping, step >= 1)",
-    .family = "shape", .sample = slice_sample};
+const dt_op_def dt__def_slice = {.name = "slice",
+                                 .nin = 1,
+                                 .rule_fn = slice_rule,
+                                 .infer = slice_shape,
+                                 .cpu = dt__k_slice,
+                                 .backward = slice_backward,
+                                 .linearity = DT_OP_LINEAR_MULTI,
+                                 .linear_in = 1,
+                                 .doc =
+                                     "start:stop:step of one axis (Python's clamping, step >= 1)",
+                                 .family = "shape",
+                                 .sample = slice_sample};
 
 static dt_status slice_bw_shape(const dt_op_sig *sig, dt_op_shape *out)
 {
@@ -385,9 +407,11 @@ static dt_status slice_bw_shape(const dt_op_sig *sig, dt_op_shape *out)
     dt__slice_range(a[4], a[1], a[2], a[3], &first, &count);
     if (count != dy->dim[axis]) {
         char s[128];
-        return dt__error(DT_ERR_SHAPE, "slice_backward: gradient %s has %lld along axis %d, "
-                         "the slice has %lld", dt__shape_str(dy->rank, dy->dim, s, sizeof s),
-                         (long long)dy->dim[axis], axis, (long long)count);
+        return dt__error(DT_ERR_SHAPE,
+                         "slice_backward: gradient %s has %lld along axis %d, "
+                         "the slice has %lld",
+                         dt__shape_str(dy->rank, dy->dim, s, sizeof s), (long long)dy->dim[axis],
+                         axis, (long long)count);
     }
     *out = *dy;
     out->dim[axis] = a[4];
@@ -423,11 +447,17 @@ static dt_status slice_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_
 }
 
 const dt_op_def dt__def_slice_backward = {
-    .name = "slice_backward", .nin = 1, .rule_fn = slice_bw_rule, .infer = slice_bw_shape,
-    .cpu = dt__k_slice_backward, .backward = slice_bw_backward,
-    .linearity = DT_OP_LINEAR_MULTI, .linear_in = 1,
+    .name = "slice_backward",
+    .nin = 1,
+    .rule_fn = slice_bw_rule,
+    .infer = slice_bw_shape,
+    .cpu = dt__k_slice_backward,
+    .backward = slice_bw_backward,
+    .linearity = DT_OP_LINEAR_MULTI,
+    .linear_in = 1,
     .doc = "a slice's gradient: dy placed at start:stop:step of zeros of the input's size",
-    .family = "shape", .sample = slice_bw_sample};
+    .family = "shape",
+    .sample = slice_bw_sample};
 
 /* ---- concat ----------------------------------------------------------------------------- */
 
@@ -445,10 +475,11 @@ static dt_status concat_shape(const dt_op_sig *sig, dt_op_shape *out)
             same = d == axis || y->dim[d] == x->dim[d];
         if (!same) {
             char s1[128], s2[128];
-            return dt__error(DT_ERR_SHAPE, "concat: input %d (%s %s) does not fit input 0 (%s "
-                             "%s) along axis %d", k, dt_dtype_name(y->dtype),
-                             dt__shape_str(y->rank, y->dim, s2, sizeof s2),
-                             dt_dtype_name(x->dtype),
+            return dt__error(DT_ERR_SHAPE,
+                             "concat: input %d (%s %s) does not fit input 0 (%s "
+                             "%s) along axis %d",
+                             k, dt_dtype_name(y->dtype),
+                             dt__shape_str(y->rank, y->dim, s2, sizeof s2), dt_dtype_name(x->dtype),
                              dt__shape_str(x->rank, x->dim, s1, sizeof s1), axis);
         }
         out->dim[axis] += y->dim[axis];
@@ -505,11 +536,18 @@ static dt_status concat_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
     return DT_OK;
 }
 
-const dt_op_def dt__def_concat = {
-    .name = "concat", .nin = 1, .nin_max = DT_OP_MAX_IN, .rule_fn = concat_rule,
-    .infer = concat_shape, .cpu = dt__k_concat, .backward = concat_backward,
-    .linearity = DT_OP_LINEAR_ADDITIVE, .linear_in = (1u << DT_OP_MAX_IN) - 1,
-    .doc = "the inputs joined along one axis", .family = "shape", .sample = concat_sample};
+const dt_op_def dt__def_concat = {.name = "concat",
+                                  .nin = 1,
+                                  .nin_max = DT_OP_MAX_IN,
+                                  .rule_fn = concat_rule,
+                                  .infer = concat_shape,
+                                  .cpu = dt__k_concat,
+                                  .backward = concat_backward,
+                                  .linearity = DT_OP_LINEAR_ADDITIVE,
+                                  .linear_in = (1u << DT_OP_MAX_IN) - 1,
+                                  .doc = "the inputs joined along one axis",
+                                  .family = "shape",
+                                  .sample = concat_sample};
 
 /* ---- expand ----------------------------------------------------------------------------- */
 
@@ -585,10 +623,17 @@ static dt_status expand_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
 }
 
 const dt_op_def dt__def_expand = {
-    .name = "expand", .nin = 1, .rule_fn = expand_rule, .infer = expand_shape,
-    .cpu = dt__k_expand, .backward = expand_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "broadcast to a shape (size-1 dims stretch, new leading dims)",
-    .family = "shape", .sample = expand_sample};
+    .name = "expand",
+    .nin = 1,
+    .rule_fn = expand_rule,
+    .infer = expand_shape,
+    .cpu = dt__k_expand,
+    .backward = expand_backward,
+    .linearity = DT_OP_LINEAR_MULTI,
+    .linear_in = 1,
+    .doc = "broadcast to a shape (size-1 dims stretch, new leading dims)",
+    .family = "shape",
+    .sample = expand_sample};
 
 /* expand's gradient: dy summed over the expanded dims down to the input's shape. */
 static dt_status expand_bw_shape(const dt_op_sig *sig, dt_op_shape *out)
@@ -603,10 +648,10 @@ static dt_status expand_bw_shape(const dt_op_sig *sig, dt_op_shape *out)
     for (int d = 0; fits && d < a[0]; d++)
         fits = a[1 + d] == 1 || a[1 + d] == dy->dim[d + dy->rank - a[0]];
     if (!fits)
-        return dt__error(DT_ERR_SHAPE, "expand_backward: %s does not sum down to %s",
-                         dt__shape_str(dy->rank, dy->dim, s1, sizeof s1),
-                         dt__shape_str(a[0] > 0 && a[0] <= DT_MAX_RANK ? (int)a[0] : 0, a + 1,
-                                       s2, sizeof s2));
+        return dt__error(
+            DT_ERR_SHAPE, "expand_backward: %s does not sum down to %s",
+            dt__shape_str(dy->rank, dy->dim, s1, sizeof s1),
+            dt__shape_str(a[0] > 0 && a[0] <= DT_MAX_RANK ? (int)a[0] : 0, a + 1, s2, sizeof s2));
     out->dtype = dy->dtype;
     out->rank = (int)a[0];
     for (int d = 0; d < out->rank; d++)
@@ -630,8 +675,8 @@ static dt_status expand_bw_rule(const dt_op_sig *sig, char *buf, size_t len)
     dt__rule_putc(&r, '-');
     dt__rule_putc(&r, '>');
     for (int d = 0; d < o.rank; d++)
-        dt__rule_putc(&r, o.dim[d] == dy->dim[d + lead] ? dt__op_letter(d + lead)
-                                                        : (char)('A' + d));
+        dt__rule_putc(&r,
+                      o.dim[d] == dy->dim[d + lead] ? dt__op_letter(d + lead) : (char)('A' + d));
     return dt__rule_done(&r, "expand_backward");
 }
 
@@ -643,8 +688,7 @@ static dt_status expand_bw_backward(const dt_op_grad *g)
     return dt_expand(g->dy, dt_tensor_rank(dy), dt_tensor_shape(dy), &g->dx[0]);
 }
 
-static dt_status expand_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
-                                  dt_op_attrs *attrs)
+static dt_status expand_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {
     dt_op_attrs e = DT_OP_ATTRS_INIT;
     dt_op_sig x = *sig;
@@ -664,11 +708,18 @@ static dt_status expand_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
 }
 
 const dt_op_def dt__def_expand_backward = {
-    .name = "expand_backward", .nin = 1, .rule_fn = expand_bw_rule, .infer = expand_bw_shape,
-    .cpu = dt__k_expand_backward, .backward = expand_bw_backward,
-    .linearity = DT_OP_LINEAR_MULTI, .linear_in = 1, .reduce = DT_REDUCE_SUM,
+    .name = "expand_backward",
+    .nin = 1,
+    .rule_fn = expand_bw_rule,
+    .infer = expand_bw_shape,
+    .cpu = dt__k_expand_backward,
+    .backward = expand_bw_backward,
+    .linearity = DT_OP_LINEAR_MULTI,
+    .linear_in = 1,
+    .reduce = DT_REDUCE_SUM,
     .doc = "expand's gradient: dy summed over the expanded dims to the input's shape",
-    .family = "shape", .sample = expand_bw_sample};
+    .family = "shape",
+    .sample = expand_bw_sample};
 
 /* ---- squeeze, unsqueeze ----------------------------------------------------------------- */
 
@@ -727,11 +778,17 @@ static dt_status squeeze_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_o
     return DT_OK;
 }
 
-const dt_op_def dt__def_squeeze = {
-    .name = "squeeze", .nin = 1, .rule_fn = squeeze_rule, .infer = squeeze_shape,
-    .cpu = dt__k_copy, .backward = squeeze_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "a size-1 axis dropped", .family = "shape",
-    .sample = squeeze_sample};
+const dt_op_def dt__def_squeeze = {.name = "squeeze",
+                                   .nin = 1,
+                                   .rule_fn = squeeze_rule,
+                                   .infer = squeeze_shape,
+                                   .cpu = dt__k_copy,
+                                   .backward = squeeze_backward,
+                                   .linearity = DT_OP_LINEAR_MULTI,
+                                   .linear_in = 1,
+                                   .doc = "a size-1 axis dropped",
+                                   .family = "shape",
+                                   .sample = squeeze_sample};
 
 static dt_status unsqueeze_shape(const dt_op_sig *sig, dt_op_shape *out)
 {
@@ -770,8 +827,7 @@ static dt_status unsqueeze_backward(const dt_op_grad *g)
     return dt_squeeze(g->dy, axis, &g->dx[0]);
 }
 
-static dt_status unsqueeze_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
-                                  dt_op_attrs *attrs)
+static dt_status unsqueeze_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {
     uint64_t s = seed;
     sig->nin = 1;
@@ -780,11 +836,17 @@ static dt_status unsqueeze_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
     return DT_OK;
 }
 
-const dt_op_def dt__def_unsqueeze = {
-    .name = "unsqueeze", .nin = 1, .rule_fn = unsqueeze_rule, .infer = unsqueeze_shape,
-    .cpu = dt__k_copy, .backward = unsqueeze_backward, .linearity = DT_OP_LINEAR_MULTI,
-    .linear_in = 1, .doc = "a size-1 axis inserted", .family = "shape",
-    .sample = unsqueeze_sample};
+const dt_op_def dt__def_unsqueeze = {.name = "unsqueeze",
+                                     .nin = 1,
+                                     .rule_fn = unsqueeze_rule,
+                                     .infer = unsqueeze_shape,
+                                     .cpu = dt__k_copy,
+                                     .backward = unsqueeze_backward,
+                                     .linearity = DT_OP_LINEAR_MULTI,
+                                     .linear_in = 1,
+                                     .doc = "a size-1 axis inserted",
+                                     .family = "shape",
+                                     .sample = unsqueeze_sample};
 
 /* ---- public wrappers -------------------------------------------------------------------- */
 
@@ -825,8 +887,10 @@ dt_status dt_transpose(const dt_tensor *x, int axis0, int axis1, dt_tensor **out
     int rank = dt_tensor_rank(x), perm[DT_MAX_RANK];
     int a0 = dt__op_axis(axis0, rank), a1 = dt__op_axis(axis1, rank);
     if (a0 < 0 || a1 < 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "transpose: axes %d, %d out of range for "
-                         "rank %d", axis0, axis1, rank);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "transpose: axes %d, %d out of range for "
+                         "rank %d",
+                         axis0, axis1, rank);
     for (int d = 0; d < rank; d++)
         perm[d] = d == a0 ? a1 : d == a1 ? a0 : d;
     return dt_permute(x, perm, out);
@@ -882,8 +946,8 @@ dt_status dt_split(const dt_tensor *x, int axis, const int64_t *sizes, int n, dt
         return null_arg("dt_split");
     int rank = dt_tensor_rank(x), ax = dt__op_axis(axis, rank);
     if (ax < 0 || n < 1)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "split: axis %d of rank %d into %d parts",
-                         axis, rank, n);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "split: axis %d of rank %d into %d parts", axis,
+                         rank, n);
     int64_t total = 0, dim = dt_tensor_shape(x)[ax];
     for (int k = 0; k < n; k++) {
         if (sizes[k] < 0)

@@ -132,23 +132,26 @@ dt_status dt_tensor_scatter_from(const dt_layout *layout, dt_dtype dtype, const 
         return dt_tensor_from_host(layout, dtype, shape, NULL, out);
     int groot = group_rank_of(g, root);
     if (groot < 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_scatter_from: root %d holds no "
-                         "device of the mesh", root);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "dt_tensor_scatter_from: root %d holds no "
+                         "device of the mesh",
+                         root);
     int64_t numel = 1;
     for (int d = 0; d < dt_layout_rank(layout); d++)
         numel *= shape[d] > 0 ? shape[d] : 0;
     size_t bytes = (size_t)numel * dt_dtype_size(dtype);
     st = dt_layout_check_concrete(layout);
     if (st == DT_OK && dt_dtype_size(dtype) == 0)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_scatter_from: bad dtype %d",
-                       (int)dtype);
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_scatter_from: bad dtype %d", (int)dtype);
     if (st == DT_OK && g->rank == groot && bytes && !data)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_scatter_from: NULL data on the "
-                       "root client %d", root);
+        st = dt__error(DT_ERR_INVALID_ARGUMENT,
+                       "dt_tensor_scatter_from: NULL data on the "
+                       "root client %d",
+                       root);
     char *buf = NULL;
     if (st == DT_OK && g->rank != groot && !(buf = malloc(bytes ? bytes : 1)))
-        st = dt__error(DT_ERR_NO_MEMORY, "dt_tensor_scatter_from: out of memory (%zu bytes)",
-                       bytes);
+        st =
+            dt__error(DT_ERR_NO_MEMORY, "dt_tensor_scatter_from: out of memory (%zu bytes)", bytes);
     st = dt__mesh_agree(mesh, st, "dt_tensor_scatter_from");
     if (st != DT_OK) {
         free(buf);
@@ -159,9 +162,9 @@ dt_status dt_tensor_scatter_from(const dt_layout *layout, dt_dtype dtype, const 
         size_t chunk = bytes - done < (size_t)INT_MAX ? bytes - done : (size_t)INT_MAX;
         MPI_Request req = MPI_REQUEST_NULL;
         int rc = MPI_Ibcast(p + done, (int)chunk, MPI_BYTE, groot, g->comm, &req);
-        st = rc == MPI_SUCCESS ? dt__wait_watched_group(&req, g->clients, g->size, 0.0,
-                                                        "dt_tensor_scatter_from")
-                               : dt__mpi_error(rc, "dt_tensor_scatter_from: MPI_Ibcast");
+        st = rc == MPI_SUCCESS
+                 ? dt__wait_watched_group(&req, g->clients, g->size, 0.0, "dt_tensor_scatter_from")
+                 : dt__mpi_error(rc, "dt_tensor_scatter_from: MPI_Ibcast");
         done += chunk;
     }
     if (st == DT_OK)
@@ -180,13 +183,17 @@ dt_status dt_tensor_to_host(const dt_tensor *x, int root, void *data, size_t byt
     int here = root < 0 || root == dt_client_id();
     dt_status st = DT_OK;
     if (here && bytes != want)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_to_host: buffer of %zu bytes for "
-                       "%zu", bytes, want);
+        st = dt__error(DT_ERR_INVALID_ARGUMENT,
+                       "dt_tensor_to_host: buffer of %zu bytes for "
+                       "%zu",
+                       bytes, want);
     else if (here && want && !data)
         st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_to_host: NULL data");
     else if (here && want && dt_tensor_num_local(x) == 0)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_tensor_to_host: client %d holds no "
-                       "device of the tensor's mesh", dt_client_id());
+        st = dt__error(DT_ERR_INVALID_ARGUMENT,
+                       "dt_tensor_to_host: client %d holds no "
+                       "device of the tensor's mesh",
+                       dt_client_id());
     /* Every client learns of a bad buffer before the relayout, so none is left waiting. */
     st = dt__mesh_agree(mesh, st, "dt_tensor_to_host");
     if (st != DT_OK)

@@ -17,14 +17,18 @@ static void next_coords(int rank, const int64_t *shape, int64_t *c)
 
 static dt_status out_of_range(const char *op, int64_t v, int64_t n, int axis)
 {
-    return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: index %lld out of range [0, %lld) along "
-                     "axis %d", op, (long long)v, (long long)n, axis);
+    return dt__error(DT_ERR_INVALID_ARGUMENT,
+                     "%s: index %lld out of range [0, %lld) along "
+                     "axis %d",
+                     op, (long long)v, (long long)n, axis);
 }
 
 static dt_status not_local(const char *op)
 {
-    return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: an element outside the local block (a rule "
-                     "bug)", op);
+    return dt__error(DT_ERR_INVALID_ARGUMENT,
+                     "%s: an element outside the local block (a rule "
+                     "bug)",
+                     op);
 }
 
 dt_status dt__k_gather(const dt_op_kernel_args *a)
@@ -154,8 +158,10 @@ dt_status dt__k_one_hot(const dt_op_kernel_args *a)
     for (int64_t p = 0; p < n; p++) {
         int64_t v = dt__index_at(idx->data, idx->dtype, p);
         if (v < 0 || v >= classes)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "one_hot: index %lld out of range "
-                             "[0, %lld)", (long long)v, (long long)classes);
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "one_hot: index %lld out of range "
+                             "[0, %lld)",
+                             (long long)v, (long long)classes);
         for (int64_t c = 0; c < len; c++) {
             double one = off + c == v ? 1.0 : 0.0;
             if (out->dtype == DT_DTYPE_F64)

@@ -52,8 +52,7 @@ dt_status dt__k_reshape(const dt_op_kernel_args *a)
         return DT_OK;
     /* The common case: both blocks are the same run of the global order (whole tensors, or
      * leading-dim shards that stay whole under the reshape). */
-    if (dt__op_numel(in) == n && block_run(in, &s_in) && block_run(out, &s_out) &&
-        s_in == s_out) {
+    if (dt__op_numel(in) == n && block_run(in, &s_in) && block_run(out, &s_out) && s_in == s_out) {
         memcpy(out->data, in->data, (size_t)n * es);
         return DT_OK;
     }
@@ -71,7 +70,8 @@ dt_status dt__k_reshape(const dt_op_kernel_args *a)
             int64_t g = f / gs_in[d] - in->offset[d];
             f %= gs_in[d];
             if (g < 0 || g >= in->shape[d])
-                return dt__error(DT_ERR_INVALID_ARGUMENT, "reshape: output element %lld needs "
+                return dt__error(DT_ERR_INVALID_ARGUMENT,
+                                 "reshape: output element %lld needs "
                                  "an input element outside the local block (a rule bug)",
                                  (long long)k);
             li += g * ls_in[d];
@@ -92,8 +92,10 @@ dt_status dt__k_permute(const dt_op_kernel_args *a)
     for (int d = 0; d < rank; d++) {
         int p = dt__op_axis((int)a->attrs.i[d], rank);
         if (p < 0 || in->shape[p] != out->shape[d])
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "permute: local blocks do not match the "
-                             "permutation at output dim %d", d);
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "permute: local blocks do not match the "
+                             "permutation at output dim %d",
+                             d);
         st[d] = ls_in[p];
     }
     int64_t n = dt__op_numel(out);
@@ -161,8 +163,10 @@ dt_status dt__k_slice_backward(const dt_op_kernel_args *a)
     int64_t first, count, step = a->attrs.i[3], outer, inner, n = out->shape[axis];
     dt__slice_range(n, a->attrs.i[1], a->attrs.i[2], step, &first, &count);
     if (dy->shape[axis] != count)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "slice_backward: input block of %lld, "
-                         "want %lld", (long long)dy->shape[axis], (long long)count);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "slice_backward: input block of %lld, "
+                         "want %lld",
+                         (long long)dy->shape[axis], (long long)count);
     outer_inner(out, axis, &outer, &inner);
     size_t es = dt_dtype_size(out->dtype), row = (size_t)inner * es;
     memset(out->data, 0, (size_t)dt__op_numel(out) * es);
@@ -184,9 +188,10 @@ dt_status dt__k_concat(const dt_op_kernel_args *a)
     for (int k = 0; k < a->nin; k++)
         total += a->in[k].shape[axis];
     if (total != out->shape[axis])
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "concat: input blocks of %lld along the "
-                         "axis, output block of %lld", (long long)total,
-                         (long long)out->shape[axis]);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "concat: input blocks of %lld along the "
+                         "axis, output block of %lld",
+                         (long long)total, (long long)out->shape[axis]);
     size_t es = dt_dtype_size(out->dtype), row = (size_t)inner * es;
     for (int64_t o = 0; o < outer; o++) {
         int64_t pos = 0;
@@ -211,8 +216,10 @@ dt_status dt__k_expand(const dt_op_kernel_args *a)
         if (in->shape[d] == 1 && out->shape[d + lead] != 1)
             ls_in[d] = 0; /* broadcast: every output position reads the one element */
         else if (in->shape[d] != out->shape[d + lead])
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "expand: local blocks do not match at "
-                             "dim %d", d);
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "expand: local blocks do not match at "
+                             "dim %d",
+                             d);
     }
     int64_t n = dt__op_numel(out);
     const char *src = in->data;
@@ -238,8 +245,10 @@ dt_status dt__k_expand_backward(const dt_op_kernel_args *a)
         if (out->shape[d] == dy->shape[d + lead])
             st[d + lead] = ls[d];
         else if (out->shape[d] != 1)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "expand_backward: local blocks do not "
-                             "match at dim %d", d);
+            return dt__error(DT_ERR_INVALID_ARGUMENT,
+                             "expand_backward: local blocks do not "
+                             "match at dim %d",
+                             d);
     }
     /* Sums in f64, in dy's row-major order: the same on every device for its block. */
     double *acc = calloc((size_t)(m > 0 ? m : 1), sizeof *acc);
@@ -267,8 +276,10 @@ dt_status dt__k_copy(const dt_op_kernel_args *a)
 {
     int64_t n = dt__op_numel(&a->out);
     if (dt__op_numel(&a->in[0]) != n)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "reshape: local blocks of %lld and %lld "
-                         "elements", (long long)dt__op_numel(&a->in[0]), (long long)n);
+        return dt__error(DT_ERR_INVALID_ARGUMENT,
+                         "reshape: local blocks of %lld and %lld "
+                         "elements",
+                         (long long)dt__op_numel(&a->in[0]), (long long)n);
     if (n)
         memcpy(a->out.data, a->in[0].data, (size_t)n * dt_dtype_size(a->out.dtype));
     return DT_OK;

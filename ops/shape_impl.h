@@ -24,8 +24,8 @@
  *  one_hot         i[0] classes, i[1] the output dtype (dt_dtype) */
 extern const dt_op_def dt__def_reshape, dt__def_permute, dt__def_slice, dt__def_slice_backward,
     dt__def_concat, dt__def_expand, dt__def_expand_backward, dt__def_squeeze, dt__def_unsqueeze;
-extern const dt_op_def dt__def_gather, dt__def_scatter_add, dt__def_index_select,
-    dt__def_index_add, dt__def_one_hot;
+extern const dt_op_def dt__def_gather, dt__def_scatter_add, dt__def_index_select, dt__def_index_add,
+    dt__def_one_hot;
 
 /* ---- CPU kernels (k_shape.c, k_index.c): on local blocks, any dtype for the data movers,
  * f32 / f64 / i32 / i64 for the ones that add. */
@@ -36,7 +36,7 @@ dt_status dt__k_slice_backward(const dt_op_kernel_args *a);
 dt_status dt__k_concat(const dt_op_kernel_args *a);
 dt_status dt__k_expand(const dt_op_kernel_args *a);
 dt_status dt__k_expand_backward(const dt_op_kernel_args *a); /* f32, f64 */
-dt_status dt__k_copy(const dt_op_kernel_args *a); /* squeeze, unsqueeze: same bytes */
+dt_status dt__k_copy(const dt_op_kernel_args *a);            /* squeeze, unsqueeze: same bytes */
 dt_status dt__k_gather(const dt_op_kernel_args *a);
 dt_status dt__k_scatter_add(const dt_op_kernel_args *a);
 dt_status dt__k_index_select(const dt_op_kernel_args *a);
@@ -62,11 +62,20 @@ int dt__is_addable_dtype(dt_dtype dtype);
 static inline void dt__add_elem(dt_dtype dtype, void *dst, const void *src)
 {
     switch (dtype) {
-    case DT_DTYPE_F32: *(float *)dst += *(const float *)src; break;
-    case DT_DTYPE_F64: *(double *)dst += *(const double *)src; break;
-    case DT_DTYPE_I32: *(int32_t *)dst += *(const int32_t *)src; break;
-    case DT_DTYPE_I64: *(int64_t *)dst += *(const int64_t *)src; break;
-    default: break;
+    case DT_DTYPE_F32:
+        *(float *)dst += *(const float *)src;
+        break;
+    case DT_DTYPE_F64:
+        *(double *)dst += *(const double *)src;
+        break;
+    case DT_DTYPE_I32:
+        *(int32_t *)dst += *(const int32_t *)src;
+        break;
+    case DT_DTYPE_I64:
+        *(int64_t *)dst += *(const int64_t *)src;
+        break;
+    default:
+        break;
     }
 }
 /* Row-major strides of a local shape (elements). */

@@ -56,8 +56,8 @@ dt_status dt__zeros_for(const dt_tensor *x, int axis, dt_tensor **out)
     int rank = dt_tensor_rank(x);
     const char *specs[DT_MAX_RANK];
     for (int d = 0; d < rank; d++)
-        specs[d] = d == axis || dt_layout_spec_mesh_dim(l, d) < 0 ? DT_UNSHARDED
-                                                                  : dt_layout_spec(l, d);
+        specs[d] =
+            d == axis || dt_layout_spec_mesh_dim(l, d) < 0 ? DT_UNSHARDED : dt_layout_spec(l, d);
     dt_layout *z = NULL;
     dt_status st = dt_layout_create(dt_layout_mesh(l), rank, specs, &z);
     if (st == DT_OK)

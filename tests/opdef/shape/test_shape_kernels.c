@@ -28,15 +28,15 @@ static dt_op_shape shp(dt_dtype dtype, int rank, const int64_t *dim)
 }
 
 /* The rule def writes for the call, into buf. */
-static dt_status rule_of(const dt_op_def *def, int nin, const dt_op_shape *in,
-                         const dt_op_attrs *a, char *buf, size_t len)
+static dt_status rule_of(const dt_op_def *def, int nin, const dt_op_shape *in, const dt_op_attrs *a,
+                         char *buf, size_t len)
 {
     dt_op_sig s = sig_of(nin, in, a);
     return def->rule_fn(&s, buf, len);
 }
 
-static void check_rule(const dt_op_def *def, int nin, const dt_op_shape *in,
-                       const dt_op_attrs *a, const char *want)
+static void check_rule(const dt_op_def *def, int nin, const dt_op_shape *in, const dt_op_attrs *a,
+                       const char *want)
 {
     char buf[128];
     DT_ASSERT_OK(rule_of(def, nin, in, a, buf, sizeof buf));
@@ -46,8 +46,8 @@ static void check_rule(const dt_op_def *def, int nin, const dt_op_shape *in,
 }
 
 /* A local block: data, dtype, local shape at offset of the global shape (NULL: whole). */
-static dt_op_buf blk(void *data, dt_dtype dtype, int rank, const int64_t *shape,
-                     const int64_t *off, const int64_t *global)
+static dt_op_buf blk(void *data, dt_dtype dtype, int rank, const int64_t *shape, const int64_t *off,
+                     const int64_t *global)
 {
     dt_op_buf b;
     memset(&b, 0, sizeof b);
@@ -62,8 +62,7 @@ static dt_op_buf blk(void *data, dt_dtype dtype, int rank, const int64_t *shape,
     return b;
 }
 
-static dt_op_kernel_args args_of(const dt_op_attrs *a, int nin, const dt_op_buf *in,
-                                 dt_op_buf out)
+static dt_op_kernel_args args_of(const dt_op_attrs *a, int nin, const dt_op_buf *in, dt_op_buf out)
 {
     dt_op_kernel_args k;
     memset(&k, 0, sizeof k);
@@ -134,18 +133,18 @@ static void test_reshape_kernel_places_sharded_blocks_by_global_index(void)
         in[k] = (float)k;
     dt_op_attrs a = attrs(4, (int64_t[]){3, 2, 3, 4});
     /* Rows 3..5 of [6, 4] are output [1, :, :] of [2, 3, 4]: the copy path. */
-    dt_op_buf i1 = blk(in + 12, DT_DTYPE_F32, 2, (int64_t[]){3, 4}, (int64_t[]){3, 0},
-                       (int64_t[]){6, 4});
-    dt_op_buf o1 = blk(out, DT_DTYPE_F32, 3, (int64_t[]){1, 3, 4}, (int64_t[]){1, 0, 0},
-                       (int64_t[]){2, 3, 4});
+    dt_op_buf i1 =
+        blk(in + 12, DT_DTYPE_F32, 2, (int64_t[]){3, 4}, (int64_t[]){3, 0}, (int64_t[]){6, 4});
+    dt_op_buf o1 =
+        blk(out, DT_DTYPE_F32, 3, (int64_t[]){1, 3, 4}, (int64_t[]){1, 0, 0}, (int64_t[]){2, 3, 4});
     dt_op_kernel_args k = args_of(&a, 1, &i1, o1);
     DT_ASSERT_OK(dt__k_reshape(&k));
     for (int e = 0; e < 12; e++)
         CU_ASSERT_EQUAL(out[e], (float)(12 + e));
     /* Output [:, 1:2, :] from the whole input: element by element. */
     dt_op_buf i2 = blk(in, DT_DTYPE_F32, 2, (int64_t[]){6, 4}, NULL, NULL);
-    dt_op_buf o2 = blk(out, DT_DTYPE_F32, 3, (int64_t[]){2, 1, 4}, (int64_t[]){0, 1, 0},
-                       (int64_t[]){2, 3, 4});
+    dt_op_buf o2 =
+        blk(out, DT_DTYPE_F32, 3, (int64_t[]){2, 1, 4}, (int64_t[]){0, 1, 0}, (int64_t[]){2, 3, 4});
     k = args_of(&a, 1, &i2, o2);
     DT_ASSERT_OK(dt__k_reshape(&k));
     for (int b = 0; b < 2; b++)
@@ -177,8 +176,8 @@ static void test_permute_kernel_matches_naive_transpose_on_whole_and_sharded_blo
     /* The block of input dim 0 = 1 (sharded) is output dim 1 = 1. */
     dt_op_buf in1 = blk(x + 12, DT_DTYPE_F64, 3, (int64_t[]){1, 3, 4}, (int64_t[]){1, 0, 0},
                         (int64_t[]){2, 3, 4});
-    dt_op_buf out1 = blk(y, DT_DTYPE_F64, 3, (int64_t[]){4, 1, 3}, (int64_t[]){0, 1, 0},
-                         (int64_t[]){4, 2, 3});
+    dt_op_buf out1 =
+        blk(y, DT_DTYPE_F64, 3, (int64_t[]){4, 1, 3}, (int64_t[]){0, 1, 0}, (int64_t[]){4, 2, 3});
     k = args_of(&a, 1, &in1, out1);
     DT_ASSERT_OK(dt__k_permute(&k));
     for (int c = 0; c < 4; c++)
@@ -210,10 +209,10 @@ static void test_slice_kernel_takes_python_ranges_and_its_backward_pads_zeros(vo
     for (int r = 0; r < 5; r++)
         for (int c = 0; c < 2; c++)
             xb[r * 2 + c] = x[r * 3 + 1 + c];
-    dt_op_buf in = blk(xb, DT_DTYPE_F32, 2, (int64_t[]){5, 2}, (int64_t[]){0, 1},
-                       (int64_t[]){5, 3});
-    dt_op_buf out = blk(y, DT_DTYPE_F32, 2, (int64_t[]){2, 2}, (int64_t[]){0, 1},
-                        (int64_t[]){2, 3});
+    dt_op_buf in =
+        blk(xb, DT_DTYPE_F32, 2, (int64_t[]){5, 2}, (int64_t[]){0, 1}, (int64_t[]){5, 3});
+    dt_op_buf out =
+        blk(y, DT_DTYPE_F32, 2, (int64_t[]){2, 2}, (int64_t[]){0, 1}, (int64_t[]){2, 3});
     dt_op_kernel_args k = args_of(&a, 1, &in, out);
     DT_ASSERT_OK(dt__k_slice(&k));
     float want[4] = {4, 5, 10, 11};
@@ -269,7 +268,8 @@ static void test_expand_kernel_broadcasts_size_one_and_new_dims(void)
     CU_ASSERT_EQUAL(o.dim[2], 4);
     check_rule(&dt__def_expand, 1, &xs, &a, "bc->abc");
     dt_op_buf in = blk(x, DT_DTYPE_F32, 2, (int64_t[]){3, 1}, NULL, NULL);
-    dt_op_kernel_args k = args_of(&a, 1, &in, blk(y, DT_DTYPE_F32, 3, (int64_t[]){2, 3, 4}, NULL, NULL));
+    dt_op_kernel_args k =
+        args_of(&a, 1, &in, blk(y, DT_DTYPE_F32, 3, (int64_t[]){2, 3, 4}, NULL, NULL));
     DT_ASSERT_OK(dt__k_expand(&k));
     for (int e = 0; e < 24; e++)
         CU_ASSERT_EQUAL(y[e], x[(e / 4) % 3]);
@@ -292,7 +292,8 @@ static void test_expand_backward_sums_the_expanded_dims_of_each_block(void)
     CU_ASSERT_EQUAL(o.dim[0], 3);
     CU_ASSERT_EQUAL(o.dim[1], 1);
     dt_op_buf in = blk(dy, DT_DTYPE_F32, 3, (int64_t[]){2, 3, 4}, NULL, NULL);
-    dt_op_kernel_args k = args_of(&a, 1, &in, blk(dx, DT_DTYPE_F32, 2, (int64_t[]){3, 1}, NULL, NULL));
+    dt_op_kernel_args k =
+        args_of(&a, 1, &in, blk(dx, DT_DTYPE_F32, 2, (int64_t[]){3, 1}, NULL, NULL));
     DT_ASSERT_OK(dt__k_expand_backward(&k));
     for (int r = 0; r < 3; r++) {
         float want = 0;
@@ -354,11 +355,13 @@ static void test_gather_and_scatter_add_kernels_match_hand_worked_values(void)
     double wz[6] = {2, 2, 6, 4, 15, 6};
     CU_ASSERT_EQUAL(memcmp(z, wz, sizeof wz), 0);
     /* Row 1 only (dim 0 sharded): the same values. */
-    dt_op_buf r[3] = {blk(x + 3, DT_DTYPE_F64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 0}, (int64_t[]){2, 3}),
-                      blk(idx + 2, DT_DTYPE_I64, 2, (int64_t[]){1, 2}, (int64_t[]){1, 0}, (int64_t[]){2, 2}),
-                      blk(y + 2, DT_DTYPE_F64, 2, (int64_t[]){1, 2}, (int64_t[]){1, 0}, (int64_t[]){2, 2})};
+    dt_op_buf r[3] = {
+        blk(x + 3, DT_DTYPE_F64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 0}, (int64_t[]){2, 3}),
+        blk(idx + 2, DT_DTYPE_I64, 2, (int64_t[]){1, 2}, (int64_t[]){1, 0}, (int64_t[]){2, 2}),
+        blk(y + 2, DT_DTYPE_F64, 2, (int64_t[]){1, 2}, (int64_t[]){1, 0}, (int64_t[]){2, 2})};
     double z1[3];
-    k = args_of(&a, 3, r, blk(z1, DT_DTYPE_F64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 0}, (int64_t[]){2, 3}));
+    k = args_of(&a, 3, r,
+                blk(z1, DT_DTYPE_F64, 2, (int64_t[]){1, 3}, (int64_t[]){1, 0}, (int64_t[]){2, 3}));
     DT_ASSERT_OK(dt__k_scatter_add(&k));
     CU_ASSERT_EQUAL(memcmp(z1, wz + 3, sizeof z1), 0);
     idx[3] = 3;
@@ -399,8 +402,10 @@ static void test_index_select_and_index_add_kernels_match_hand_worked_values(voi
     float wz[6] = {2, 4, 6, 8, 15, 18};
     CU_ASSERT_EQUAL(memcmp(z, wz, sizeof wz), 0);
     /* The index sharded (its second half) selects output rows 2..3. */
-    dt_op_buf h[2] = {b[0], blk(idx + 2, DT_DTYPE_I32, 1, (int64_t[]){2}, (int64_t[]){2}, (int64_t[]){4})};
-    k = args_of(&a, 2, h, blk(y, DT_DTYPE_F32, 2, (int64_t[]){2, 2}, (int64_t[]){2, 0}, (int64_t[]){4, 2}));
+    dt_op_buf h[2] = {
+        b[0], blk(idx + 2, DT_DTYPE_I32, 1, (int64_t[]){2}, (int64_t[]){2}, (int64_t[]){4})};
+    k = args_of(&a, 2, h,
+                blk(y, DT_DTYPE_F32, 2, (int64_t[]){2, 2}, (int64_t[]){2, 0}, (int64_t[]){4, 2}));
     DT_ASSERT_OK(dt__k_index_select(&k));
     CU_ASSERT_EQUAL(memcmp(y, wy + 4, 4 * sizeof(float)), 0);
     idx[1] = 7;
@@ -429,7 +434,9 @@ static void test_one_hot_kernel_writes_the_class_block_of_each_device(void)
     CU_ASSERT_EQUAL(o.dim[1], 4);
     dt_op_buf b = blk(idx, DT_DTYPE_I64, 1, (int64_t[]){3}, NULL, NULL);
     /* Classes 2..3 of every row. */
-    dt_op_kernel_args k = args_of(&a, 1, &b, blk(y, DT_DTYPE_F64, 2, (int64_t[]){3, 2}, (int64_t[]){0, 2}, (int64_t[]){3, 4}));
+    dt_op_kernel_args k =
+        args_of(&a, 1, &b,
+                blk(y, DT_DTYPE_F64, 2, (int64_t[]){3, 2}, (int64_t[]){0, 2}, (int64_t[]){3, 4}));
     DT_ASSERT_OK(dt__k_one_hot(&k));
     double w[6] = {1, 0, 0, 0, 0, 1};
     CU_ASSERT_EQUAL(memcmp(y, w, sizeof w), 0);
