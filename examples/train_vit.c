@@ -25,7 +25,7 @@ typedef struct opts {
     int64_t steps, batch, eval_every, log_every, warmup;
     vit_config cfg;
     double lr, weight_decay;
-    int stage, shift, quiet, help;
+    int stage, shift, quiet, help, checksums;
     uint64_t seed; /* the data order and the shifts */
 } opts;
 
@@ -65,6 +65,7 @@ static void usage(FILE *f)
             "  --seed N           weights, data order and shifts (default 1)\n"
             "  --eval-every N     held-out evaluation every N steps (default 100)\n"
             "  --log-every N      a loss line every N steps (default 25)\n"
+            "  --checksums        print each parameter's checksum at the end\n"
             "  --quiet            only the result line\n");
 }
 
@@ -81,7 +82,7 @@ static int parse_i64(const char *s, int64_t lo, int64_t *out)
 static int parse_options(int argc, char **argv, opts *o, char *err, size_t errlen)
 {
     *o = (opts){TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml", TRAIN_EXAMPLES_DIR "/data/digits.csv.gz",
-                500, 64, 100, 25, 40, {2, 32, 64, 1, 1}, 0.004, 0.01, 1, 1, 0, 0, 1};
+                500, 64, 100, 25, 40, {2, 32, 64, 1, 1}, 0.004, 0.01, 1, 1, 0, 0, 0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t n = 0;
@@ -94,6 +95,10 @@ static int parse_options(int argc, char **argv, opts *o, char *err, size_t errle
             o->quiet = 1;
             continue;
         }
+        if (!strcmp(a, "--checksums")) {
+            o->checksums = 1;
+            continue;
+        }
         if (!v) {
             snprintf(err, errlen, "unknown option or missing value: '%s'", a);
             return -1;
@@ -104,7 +109,7 @@ static int parse_options(int argc, char **argv, opts *o, char *err, size_t errle
         else if (!strcmp(a, "--data"))
             o->data_file = v;
         else if (!strcmp(a, "--steps"))
-            bad = parse_i64(v, 1, &o->steps);
+            bad = parse_i64(v, 0, &o->steps);
         else if (!strcmp(a, "--batch"))
             bad = parse_i64(v, 2, &o->batch) || o->batch % VIT_SHARDS;
         else if (!strcmp(a, "--patch"))
@@ -269,6 +274,20 @@ static int train_step(ctx *c, int64_t step, double *loss)
         what = "dt_zero_set_lr";
     if (st == DT_OK && (st = vit_grads(c->model, x, y, loss, g)) != DT_OK)
         what = "forward/backward";
+    if (st == DT_OK && getenv("VIT_DUMP_GRADS")) { /* DEBUG */
+        for (int i = 0; i < n; i++) {
+            size_t bytes = (size_t)dt_tensor_numel(g[i]) * 4;
+            unsigned char *buf = malloc(bytes);
+            dt_tensor_to_host(g[i], -1, buf, bytes);
+            uint64_t hp = 0xcbf29ce484222325ULL;
+            for (size_t k = 0; k < bytes; k++)
+                hp = (hp ^ buf[k]) * 0x100000001b3ULL;
+            char ls[256];
+            dt_layout_format(dt_tensor_layout(g[i]), ls, sizeof ls);
+            job_say(&c->j, "grad %-22s %016llx %g %.60s\n", vit_param_names(c->model)[i], (unsigned long long)hp, ((float*)buf)[0], ls);
+            free(buf);
+        }
+    }
     if (st == DT_OK && (st = dt_zero_step(c->zero, g, NULL)) != DT_OK)
         what = "dt_zero_step";
     for (int i = 0; i < n; i++)
@@ -286,11 +305,18 @@ static int evaluate(ctx *c, double *loss, double *acc)
     float *v = malloc((size_t)(rows * VIT_CLASSES) * sizeof *v);
     dt_status st = v ? vit_forward(c->model, c->test_x, &logits) : DT_ERR_NO_MEMORY;
     if (st == DT_OK)
-        st = dt_cross_entropy(logits, c->test_y, -1, &l);
+        st = vit_loss(c->model, logits, c->test_y, &l);
     if (st == DT_OK)
         st = dt_item(l, loss);
     if (st == DT_OK)
         st = dt_tensor_to_host(logits, -1, v, (size_t)(rows * VIT_CLASSES) * sizeof *v);
+    if (st == DT_OK && getenv("VIT_DUMP_GRADS")) { /* DEBUG */
+        uint64_t hp = 0xcbf29ce484222325ULL;
+        const unsigned char *b = (const unsigned char *)v;
+        for (size_t k = 0; k < (size_t)(rows * VIT_CLASSES) * 4; k++)
+            hp = (hp ^ b[k]) * 0x100000001b3ULL;
+        job_say(&c->j, "logits %016llx %.9g %.9g\n", (unsigned long long)hp, v[0], v[1]);
+    }
     if (st == DT_OK) {
         int64_t correct = 0;
         for (int64_t i = 0; i < c->test.n; i++) {
@@ -317,9 +343,15 @@ static int checksum(ctx *c, uint64_t *out)
         size_t bytes = (size_t)dt_tensor_numel(p[i]) * sizeof(float);
         unsigned char *buf = malloc(bytes);
         dt_status st = buf ? dt_tensor_to_host(p[i], -1, buf, bytes) : DT_ERR_NO_MEMORY;
-        for (size_t k = 0; st == DT_OK && k < bytes; k++)
+        uint64_t hp = 0xcbf29ce484222325ULL;
+        for (size_t k = 0; st == DT_OK && k < bytes; k++) {
             h = (h ^ buf[k]) * 0x100000001b3ULL;
+            hp = (hp ^ buf[k]) * 0x100000001b3ULL;
+        }
         free(buf);
+        if (st == DT_OK && c->o.checksums)
+            job_say(&c->j, "checksum %-22s %016llx\n", vit_param_names(c->model)[i],
+                    (unsigned long long)hp);
         if (st != DT_OK)
             return job_fail(&c->j, "checksum", st, dt_last_error());
     }
@@ -369,11 +401,13 @@ static int run(ctx *c)
                     eloss, eacc);
         }
     }
+    if (c->o.steps == 0 && (rc = evaluate(c, &eloss, &eacc)) != 0)
+        return rc;
     uint64_t sum = 0;
     if ((rc = checksum(c, &sum)) != 0)
         return rc;
     job_say(&c->j, "done: %lld steps in %.2f s (%.1f ms a step), %.1f s in all\n",
-            (long long)c->o.steps, train_s, 1e3 * train_s / (double)c->o.steps,
+            (long long)c->o.steps, train_s, c->o.steps ? 1e3 * train_s / (double)c->o.steps : 0.0,
             job_now() - t0);
     if (c->j.me == 0) {
         printf("result accuracy=%.4f heldout_loss=%.9g checksum=%016llx steps=%lld\n", eacc,

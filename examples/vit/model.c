@@ -27,7 +27,8 @@ struct vit {
     char names[P_NGLOBAL + VIT_MAX_LAYERS * B_NPARAMS][NAME_LEN];
     const char *name_ptr[P_NGLOBAL + VIT_MAX_LAYERS * B_NPARAMS];
     dt_tensor *ones, *zeros; /* [D]: the layer norms' fixed gain and bias */
-    dt_layout *l_images, *l_labels;
+    dt_layout *l_images, *l_labels, *l_act; /* [S, b, 8, 8], [S, b], [S, b, P, D] */
+    dt_layout *l_rep3, *l_rep2;             /* replicated: the loss's logits and labels */
     dt_tape *tape;
 };
 
@@ -87,61 +88,100 @@ static dt_tensor *einsum(pool *p, const char *eq, const dt_tensor *a, const dt_t
     if (p->st != DT_OK)
         return NULL;
     const dt_tensor *xs[2] = {a, b};
-    return keep(p, dt_einsum(eq, xs, 2, &t), t);
+    dt_status st = dt_einsum(eq, xs, 2, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *add(pool *p, const dt_tensor *a, const dt_tensor *b)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_add(a, b, NULL, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_add(a, b, NULL, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *reshape(pool *p, const dt_tensor *x, int rank, const int64_t *shape)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_reshape(x, rank, shape, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_reshape(x, rank, shape, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *permute(pool *p, const dt_tensor *x, const int *perm)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_permute(x, perm, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_permute(x, perm, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *expand(pool *p, const dt_tensor *x, int rank, const int64_t *shape)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_expand(x, rank, shape, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_expand(x, rank, shape, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *sum_axis(pool *p, const dt_tensor *x, int axis)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_sum(x, &axis, 1, 0, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_sum(x, &axis, 1, 0, &t);
+    return keep(p, st, t);
+}
+
+/* x [S, M, ...] summed over the groups and reduced at once (dt_add would keep a partial sum
+ * partial by adding its other operand on one device only: another order of the additions). */
+static dt_tensor *sum_groups(pool *p, const vit *m, const dt_tensor *x)
+{
+    dt_tensor *s = sum_axis(p, x, 1), *t = NULL;
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_relayout(s, m->l_act, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *mean_axis(pool *p, const dt_tensor *x, int axis)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_mean(x, &axis, 1, 0, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_mean(x, &axis, 1, 0, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *scale(pool *p, const dt_tensor *x, float alpha)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_scale(x, alpha, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_scale(x, alpha, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *softmax_last(pool *p, const dt_tensor *x)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_softmax(x, -1, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_softmax(x, -1, &t);
+    return keep(p, st, t);
 }
 
 static dt_tensor *gelu(pool *p, const dt_tensor *x)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_gelu(x, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_gelu(x, &t);
+    return keep(p, st, t);
 }
 
 /* Layer norm over the last dim without its own gain and bias (fixed 1 and 0): a gain and bias
@@ -149,7 +189,10 @@ static dt_tensor *gelu(pool *p, const dt_tensor *x)
 static dt_tensor *norm(pool *p, const vit *m, const dt_tensor *x)
 {
     dt_tensor *t = NULL;
-    return p->st != DT_OK ? NULL : keep(p, dt_layer_norm(x, m->ones, m->zeros, LN_EPS, &t), t);
+    if (p->st != DT_OK)
+        return NULL;
+    dt_status st = dt_layer_norm(x, m->ones, m->zeros, LN_EPS, &t);
+    return keep(p, st, t);
 }
 
 /* A parameter as one copy per batch shard: [S, w's shape...] (a new dim, replicated; its
@@ -223,6 +266,9 @@ void vit_destroy(vit *m)
     dt_tensor_destroy(m->zeros);
     dt_layout_destroy(m->l_images);
     dt_layout_destroy(m->l_labels);
+    dt_layout_destroy(m->l_act);
+    dt_layout_destroy(m->l_rep3);
+    dt_layout_destroy(m->l_rep2);
     dt_tape_destroy(m->tape);
     dt_mesh_destroy(m->mesh);
     free(m);
@@ -298,6 +344,12 @@ dt_status vit_create(const dt_mesh *mesh, const vit_config *cfg, vit **out)
     if (st == DT_OK)
         st = dt_layout_create(mesh, 2, s_img, &m->l_labels);
     if (st == DT_OK)
+        st = dt_layout_create(mesh, 4, s_img, &m->l_act);
+    if (st == DT_OK)
+        st = dt_layout_replicated(mesh, 3, &m->l_rep3);
+    if (st == DT_OK)
+        st = dt_layout_replicated(mesh, 2, &m->l_rep2);
+    if (st == DT_OK)
         st = dt_tape_create(NULL, &m->tape);
     for (int i = 0; st == DT_OK && i < m->nparams; i++)
         st = dt_tape_watch(m->tape, m->param[i], i);
@@ -357,9 +409,8 @@ static dt_tensor *attention(pool *p, const vit *m, dt_tensor *const *w, const dt
     dt_tensor *scores = scale(p, einsum(p, "smbpe,smbqe->smbpq", q, k),
                               (float)(1.0 / sqrt((double)m->head_dim)));
     dt_tensor *ctx = einsum(p, "smbpq,smbqe->smbpe", softmax_last(p, scores), v);
-    /* Each group's share of the output projection, summed over the groups: partial over
-     * `model` until the residual sum reduces it. */
-    dt_tensor *o = sum_axis(p, einsum(p, "smbpe,smed->smbpd", ctx, per_shard(p, w[B_O])), 1);
+    /* Each group's share of the output projection, summed over the groups. */
+    dt_tensor *o = sum_groups(p, m, einsum(p, "smbpe,smed->smbpd", ctx, per_shard(p, w[B_O])));
     return add(p, add(p, x, o), per_shard_bias(p, w[B_OB], 4));
 }
 
@@ -372,7 +423,7 @@ static dt_tensor *mlp(pool *p, const vit *m, dt_tensor *const *w, const dt_tenso
     dt_tensor *b1 = expand(p, reshape(p, w[B_B1], 4, b1_shape), 5, b1_rep);
     dt_tensor *y = einsum(p, "smbpf,smfd->smbpd", gelu(p, add(p, u, b1)),
                           per_shard(p, w[B_W2]));
-    return add(p, add(p, x, sum_axis(p, y, 1)), per_shard_bias(p, w[B_B2], 4));
+    return add(p, add(p, x, sum_groups(p, m, y)), per_shard_bias(p, w[B_B2], 4));
 }
 
 dt_status vit_forward(const vit *m, const dt_tensor *images, dt_tensor **logits_out)
@@ -392,9 +443,42 @@ dt_status vit_forward(const vit *m, const dt_tensor *images, dt_tensor **logits_
     dt_tensor *logits = add(&p, einsum(&p, "sbd,sdc->sbc", pooled, per_shard(&p, w[P_HEAD])),
                             per_shard_bias(&p, w[P_HEADB], 3));
     dt_status st = p.st;
+    if (st == DT_OK && getenv("VIT_DUMP_FWD")) { /* DEBUG */
+        for (int i = 0; i < p.n; i++) {
+            size_t bytes = (size_t)dt_tensor_numel(p.t[i]) * 4;
+            unsigned char *buf = malloc(bytes);
+            dt_tensor_to_host(p.t[i], -1, buf, bytes);
+            uint64_t hp = 0xcbf29ce484222325ULL;
+            for (size_t k = 0; k < bytes; k++)
+                hp = (hp ^ buf[k]) * 0x100000001b3ULL;
+            char ls[300];
+            dt_layout_format(dt_tensor_layout(p.t[i]), ls, sizeof ls);
+            char *mp = strstr(ls, " mesh:");
+            if (mp) *mp = 0;
+            printf("fwd %2d rank %d [%lld..] %016llx %s\n", i, dt_tensor_rank(p.t[i]), (long long)dt_tensor_shape(p.t[i])[0], (unsigned long long)hp, ls);
+            free(buf);
+        }
+    }
     if (st == DT_OK)
         *logits_out = dt_tensor_retain(logits);
     pool_free(&p);
+    return st;
+}
+
+dt_status vit_loss(const vit *m, const dt_tensor *logits, const dt_tensor *labels,
+                   dt_tensor **loss_out)
+{
+    /* The rows gathered first: each device then sums every row's loss in row order, as one
+     * device does (sharded rows would leave a sum of per-device sums, rounded otherwise). The
+     * gradient is per row, so the backward pass only slices it back. */
+    dt_tensor *rl = NULL, *ry = NULL;
+    dt_status st = dt_relayout(logits, m->l_rep3, &rl);
+    if (st == DT_OK)
+        st = dt_relayout(labels, m->l_rep2, &ry);
+    if (st == DT_OK)
+        st = dt_cross_entropy(rl, ry, -1, loss_out);
+    dt_tensor_destroy(rl);
+    dt_tensor_destroy(ry);
     return st;
 }
 
@@ -409,7 +493,7 @@ dt_status vit_grads(vit *m, const dt_tensor *images, const dt_tensor *labels, do
         return st;
     st = vit_forward(m, images, &logits);
     if (st == DT_OK)
-        st = dt_cross_entropy(logits, labels, -1, &loss);
+        st = vit_loss(m, logits, labels, &loss);
     dt_status st_end = dt_tape_end(m->tape);
     if (st == DT_OK)
         st = st_end;

@@ -50,6 +50,12 @@ const dt_layout *vit_label_layout(const vit *m);
 /* Logits [S, b, classes] of images [S, b, 8, 8]. Recorded when a tape records. Collective. */
 dt_status vit_forward(const vit *m, const dt_tensor *images, dt_tensor **logits_out);
 
+/* The mean cross-entropy of logits [S, b, classes] against labels [S, b] (labels < 0 are
+ * ignored), a rank-0 tensor whose bits do not depend on the mesh. Recorded when a tape
+ * records. Collective. */
+dt_status vit_loss(const vit *m, const dt_tensor *logits, const dt_tensor *labels,
+                   dt_tensor **loss_out);
+
 /* One training pass: the mean cross-entropy of the batch (labels < 0 ignored) into *loss_out
  * and every parameter's gradient (owned, partial over `batch`) into grads_out[0..n-1].
  * Collective. */
