@@ -25,8 +25,8 @@ typedef struct opts {
     int64_t steps, batch, eval_every, log_every, warmup;
     vit_config cfg;
     double lr, weight_decay;
-    int stage, shift, quiet, help, checksums;
-    uint64_t seed; /* the data order and the shifts */
+    int stage, quiet, help, checksums;
+    uint64_t seed; /* the data order */
 } opts;
 
 typedef struct ctx {
@@ -51,18 +51,17 @@ static void usage(FILE *f)
             "usage: train_vit [options]\n"
             "  --mesh FILE        mesh YAML (dims batch, model; default examples/meshes/2x2.yaml)\n"
             "  --data FILE        digits CSV (default examples/data/digits.csv.gz)\n"
-            "  --steps N          optimizer steps (default 500)\n"
+            "  --steps N          optimizer steps (default 300)\n"
             "  --batch N          global batch, even (default 64)\n"
-            "  --patch P          patch side, 2 or 4 (default 2: 16 tokens)\n"
+            "  --patch P          patch side, 4 (4 tokens, the default) or 2 (16 tokens)\n"
             "  --dim D            token width (default 32)\n"
             "  --mlp F            MLP hidden width (default 64)\n"
             "  --layers L         transformer blocks (default 1)\n"
-            "  --lr X             peak learning rate, AdamW (default 0.004)\n"
+            "  --lr X             peak learning rate, AdamW (default 0.01)\n"
             "  --weight-decay X   AdamW's decoupled decay (default 0.01)\n"
             "  --warmup N         linear warm-up steps, then cosine decay (default 40)\n"
-            "  --shift 0|1        random 1-pixel shifts of the training images (default 1)\n"
             "  --stage S          ZeRO stage 0, 1 or 2 (default 1)\n"
-            "  --seed N           weights, data order and shifts (default 1)\n"
+            "  --seed N           the initial weights and the data order (default 1)\n"
             "  --eval-every N     held-out evaluation every N steps (default 100)\n"
             "  --log-every N      a loss line every N steps (default 25)\n"
             "  --checksums        print each parameter's checksum at the end\n"
@@ -82,7 +81,7 @@ static int parse_i64(const char *s, int64_t lo, int64_t *out)
 static int parse_options(int argc, char **argv, opts *o, char *err, size_t errlen)
 {
     *o = (opts){TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml", TRAIN_EXAMPLES_DIR "/data/digits.csv.gz",
-                500, 64, 100, 25, 40, {2, 32, 64, 1, 1}, 0.004, 0.01, 1, 1, 0, 0, 0, 1};
+                300, 64, 100, 25, 40, {4, 32, 64, 1, 1}, 0.01, 0.01, 1, 0, 0, 0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t n = 0;
@@ -128,8 +127,6 @@ static int parse_options(int argc, char **argv, opts *o, char *err, size_t errle
             bad = parse_i64(v, 1, &o->log_every);
         else if (!strcmp(a, "--stage"))
             bad = parse_i64(v, 0, &n) || n > 2 || ((o->stage = (int)n), 0);
-        else if (!strcmp(a, "--shift"))
-            bad = parse_i64(v, 0, &n) || n > 1 || ((o->shift = (int)n), 0);
         else if (!strcmp(a, "--seed"))
             bad = parse_i64(v, 0, &n) || ((o->seed = o->cfg.seed = (uint64_t)n), 0);
         else if (!strcmp(a, "--lr"))
@@ -184,8 +181,7 @@ static int setup_test(ctx *c)
 }
 
 /* Global batch `step` (0-based): the next rows of a seeded shuffle of the training rows, a new
- * shuffle each epoch (the remainder dropped), each image shifted by -1, 0 or 1 pixel in each
- * direction when --shift is on. The same on every client and mesh. */
+ * shuffle each epoch (the remainder dropped). The same on every client and mesh. */
 static void next_batch(ctx *c, int64_t step)
 {
     int64_t per_epoch = c->train.n / c->o.batch, k = step % per_epoch;
@@ -195,18 +191,7 @@ static void next_batch(ctx *c, int64_t step)
         int64_t row = c->order[k * c->o.batch + i];
         const float *src = c->train.x + row * DIGITS_FEATURES;
         float *dst = c->bx + i * DIGITS_FEATURES;
-        int dy = 0, dx = 0;
-        if (c->o.shift) {
-            dy = (int)rng_below(&c->r, 3) - 1;
-            dx = (int)rng_below(&c->r, 3) - 1;
-        }
-        for (int yy = 0; yy < VIT_SIDE; yy++)
-            for (int xx = 0; xx < VIT_SIDE; xx++) {
-                int sy = yy - dy, sx = xx - dx;
-                dst[yy * VIT_SIDE + xx] = sy >= 0 && sy < VIT_SIDE && sx >= 0 && sx < VIT_SIDE
-                                              ? src[sy * VIT_SIDE + sx]
-                                              : 0.0f;
-            }
+        memcpy(dst, src, DIGITS_FEATURES * sizeof *dst);
         c->by[i] = c->train.y[row];
     }
 }
@@ -274,20 +259,6 @@ static int train_step(ctx *c, int64_t step, double *loss)
         what = "dt_zero_set_lr";
     if (st == DT_OK && (st = vit_grads(c->model, x, y, loss, g)) != DT_OK)
         what = "forward/backward";
-    if (st == DT_OK && getenv("VIT_DUMP_GRADS")) { /* DEBUG */
-        for (int i = 0; i < n; i++) {
-            size_t bytes = (size_t)dt_tensor_numel(g[i]) * 4;
-            unsigned char *buf = malloc(bytes);
-            dt_tensor_to_host(g[i], -1, buf, bytes);
-            uint64_t hp = 0xcbf29ce484222325ULL;
-            for (size_t k = 0; k < bytes; k++)
-                hp = (hp ^ buf[k]) * 0x100000001b3ULL;
-            char ls[256];
-            dt_layout_format(dt_tensor_layout(g[i]), ls, sizeof ls);
-            job_say(&c->j, "grad %-22s %016llx %g %.60s\n", vit_param_names(c->model)[i], (unsigned long long)hp, ((float*)buf)[0], ls);
-            free(buf);
-        }
-    }
     if (st == DT_OK && (st = dt_zero_step(c->zero, g, NULL)) != DT_OK)
         what = "dt_zero_step";
     for (int i = 0; i < n; i++)
@@ -310,13 +281,6 @@ static int evaluate(ctx *c, double *loss, double *acc)
         st = dt_item(l, loss);
     if (st == DT_OK)
         st = dt_tensor_to_host(logits, -1, v, (size_t)(rows * VIT_CLASSES) * sizeof *v);
-    if (st == DT_OK && getenv("VIT_DUMP_GRADS")) { /* DEBUG */
-        uint64_t hp = 0xcbf29ce484222325ULL;
-        const unsigned char *b = (const unsigned char *)v;
-        for (size_t k = 0; k < (size_t)(rows * VIT_CLASSES) * 4; k++)
-            hp = (hp ^ b[k]) * 0x100000001b3ULL;
-        job_say(&c->j, "logits %016llx %.9g %.9g\n", (unsigned long long)hp, v[0], v[1]);
-    }
     if (st == DT_OK) {
         int64_t correct = 0;
         for (int64_t i = 0; i < c->test.n; i++) {
@@ -376,9 +340,8 @@ static int run(ctx *c)
             dt_mesh_name(c->mesh), dims, (long long)dt_mesh_size(c->mesh), c->j.nprocs,
             c->j.nprocs == 1 ? "" : "es", dt_num_local_devices(DT_DEVICE_CPU));
     job_say(&c->j, "  data: %lld training / %lld held-out digits, global batch %lld (%d shards "
-            "of %lld)%s\n", (long long)c->train.n, (long long)c->test.n, (long long)c->o.batch,
-            VIT_SHARDS, (long long)(c->o.batch / VIT_SHARDS),
-            c->o.shift ? ", random 1-pixel shifts" : "");
+            "of %lld)\n", (long long)c->train.n, (long long)c->test.n, (long long)c->o.batch,
+            VIT_SHARDS, (long long)(c->o.batch / VIT_SHARDS));
     job_say(&c->j, "  model: ViT, %lld patches of %lldx%lld, width %lld, %d heads, MLP %lld, "
             "%lld block%s, %lld parameters; ZeRO stage %d, AdamW lr %g\n",
             (long long)((VIT_SIDE / g->patch) * (VIT_SIDE / g->patch)), (long long)g->patch,

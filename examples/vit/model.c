@@ -443,22 +443,6 @@ dt_status vit_forward(const vit *m, const dt_tensor *images, dt_tensor **logits_
     dt_tensor *logits = add(&p, einsum(&p, "sbd,sdc->sbc", pooled, per_shard(&p, w[P_HEAD])),
                             per_shard_bias(&p, w[P_HEADB], 3));
     dt_status st = p.st;
-    if (st == DT_OK && getenv("VIT_DUMP_FWD")) { /* DEBUG */
-        for (int i = 0; i < p.n; i++) {
-            size_t bytes = (size_t)dt_tensor_numel(p.t[i]) * 4;
-            unsigned char *buf = malloc(bytes);
-            dt_tensor_to_host(p.t[i], -1, buf, bytes);
-            uint64_t hp = 0xcbf29ce484222325ULL;
-            for (size_t k = 0; k < bytes; k++)
-                hp = (hp ^ buf[k]) * 0x100000001b3ULL;
-            char ls[300];
-            dt_layout_format(dt_tensor_layout(p.t[i]), ls, sizeof ls);
-            char *mp = strstr(ls, " mesh:");
-            if (mp) *mp = 0;
-            printf("fwd %2d rank %d [%lld..] %016llx %s\n", i, dt_tensor_rank(p.t[i]), (long long)dt_tensor_shape(p.t[i])[0], (unsigned long long)hp, ls);
-            free(buf);
-        }
-    }
     if (st == DT_OK)
         *logits_out = dt_tensor_retain(logits);
     pool_free(&p);
