@@ -144,7 +144,7 @@ static dt_status unary_infer(const dt_op_sig *sig, dt_op_shape *out)
 static dt_status unary_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {
     sig->nin = 1;
-    dt__elem_sample_shape(&seed, max_dim, DT_DTYPE_F64, &sig->in[0]);
+    dt__elem_sample_shape(&seed, max_dim, seed % 3 == 2 ? DT_DTYPE_F32 : DT_DTYPE_F64, &sig->in[0]);
     (void)attrs;
     return DT_OK;
 }

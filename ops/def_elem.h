@@ -109,7 +109,8 @@ int dt__elem_is_float(dt_dtype t);
 /* The NumPy broadcast of sig's nin inputs' shapes into out->rank / out->dim (dtype left
  * alone); DT_ERR_SHAPE naming `op` and the shapes when they do not broadcast. */
 dt_status dt__elem_broadcast(const char *op, const dt_op_sig *sig, dt_op_shape *out);
-/* The validator's helpers: a generator, a random shape (rank 0..3, dims 1..max_dim), a
+/* The validator's helpers (the samples draw f64, f32 for one seed in three): a generator, a
+ * random shape (rank 0..3, dims 1..max_dim), a
  * shape broadcast-compatible with `full` (leading dims dropped, dims set to 1 at random). */
 uint64_t dt__elem_rng(uint64_t *state);
 void dt__elem_sample_shape(uint64_t *rng, int max_dim, dt_dtype t, dt_op_shape *s);

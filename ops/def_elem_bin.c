@@ -90,7 +90,7 @@ static dt_status masked_fill_infer(const dt_op_sig *sig, dt_op_shape *out)
 static dt_status binary_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {
     dt_op_shape full;
-    dt__elem_sample_shape(&seed, max_dim, DT_DTYPE_F64, &full);
+    dt__elem_sample_shape(&seed, max_dim, seed % 3 == 2 ? DT_DTYPE_F32 : DT_DTYPE_F64, &full);
     sig->nin = 2;
     dt__elem_sample_bcast(&seed, &full, &sig->in[0]);
     dt__elem_sample_bcast(&seed, &full, &sig->in[1]);
@@ -101,7 +101,7 @@ static dt_status binary_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
 static dt_status where_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {
     dt_op_shape full;
-    dt__elem_sample_shape(&seed, max_dim, DT_DTYPE_F64, &full);
+    dt__elem_sample_shape(&seed, max_dim, seed % 3 == 2 ? DT_DTYPE_F32 : DT_DTYPE_F64, &full);
     sig->nin = 3;
     dt__elem_sample_bcast(&seed, &full, &sig->in[0]);
     sig->in[0].dtype = DT_DTYPE_U8;
@@ -115,7 +115,7 @@ static dt_status masked_fill_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
                                     dt_op_attrs *attrs)
 {
     sig->nin = 2;
-    dt__elem_sample_shape(&seed, max_dim, DT_DTYPE_F64, &sig->in[0]);
+    dt__elem_sample_shape(&seed, max_dim, seed % 3 == 2 ? DT_DTYPE_F32 : DT_DTYPE_F64, &sig->in[0]);
     dt__elem_sample_bcast(&seed, &sig->in[0], &sig->in[1]);
     sig->in[1].dtype = DT_DTYPE_U8;
     attrs->f[0] = -0.25;
@@ -126,7 +126,7 @@ static dt_status masked_fill_sample(uint64_t seed, int max_dim, dt_op_sig *sig,
 static dt_status fill_div(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n)
 {
     if (i != 1)
-        return DT_OK;
+        return DT_ERR_UNSUPPORTED; /* plain reals */
     dt__elem_fill_real(seed, sig->in[i].dtype, host, n, 0.5, 2.0);
     return DT_OK;
 }
@@ -134,7 +134,7 @@ static dt_status fill_div(const dt_op_sig *sig, int i, uint64_t seed, void *host
 static dt_status fill_pow(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n)
 {
     if (i != 0)
-        return DT_OK;
+        return DT_ERR_UNSUPPORTED; /* plain reals */
     dt__elem_fill_real(seed, sig->in[i].dtype, host, n, 0.5, 2.0);
     return DT_OK;
 }
@@ -143,7 +143,7 @@ static dt_status fill_pow(const dt_op_sig *sig, int i, uint64_t seed, void *host
 static dt_status fill_cond(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n)
 {
     if (i != (sig->nin == 3 ? 0 : 1))
-        return DT_OK;
+        return DT_ERR_UNSUPPORTED; /* plain reals */
     dt__elem_fill_mask(seed, sig->in[i].dtype, host, n);
     return DT_OK;
 }
@@ -462,7 +462,7 @@ static dt_status sum_to_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
 {
     dt_op_shape t;
     sig->nin = 1;
-    dt__elem_sample_shape(&seed, max_dim, DT_DTYPE_F64, &sig->in[0]);
+    dt__elem_sample_shape(&seed, max_dim, seed % 3 == 2 ? DT_DTYPE_F32 : DT_DTYPE_F64, &sig->in[0]);
     dt__elem_sample_bcast(&seed, &sig->in[0], &t);
     attrs->i[0] = t.rank;
     for (int d = 0; d < t.rank; d++)

@@ -257,7 +257,7 @@ static dt_status mse_bw(const dt_op_grad *g)
 static dt_status mse_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {
     sig->nin = 2;
-    dt__elem_sample_shape(&seed, max_dim, DT_DTYPE_F64, &sig->in[0]);
+    dt__elem_sample_shape(&seed, max_dim, seed % 3 == 2 ? DT_DTYPE_F32 : DT_DTYPE_F64, &sig->in[0]);
     sig->in[1] = sig->in[0];
     (void)attrs;
     return DT_OK;

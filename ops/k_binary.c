@@ -194,8 +194,10 @@ static const bin_fns table[DT__BIN_COUNT_][5] = {
             o[i] = EXPR;                                                                    \
         }                                                                                   \
     }
-#define NT_F32(N, OP, E) NT_FNS(N##_f32, float, __m128, 4, _mm_loadu_ps, _mm_set1_ps, OP, _mm_stream_ps, E)
-#define NT_F64(N, OP, E) NT_FNS(N##_f64, double, __m128d, 2, _mm_loadu_pd, _mm_set1_pd, OP, _mm_stream_pd, E)
+#define NT_F32(N, OP, E)                                                                    \
+    NT_FNS(N##_f32, float, __m128, 4, _mm_loadu_ps, _mm_set1_ps, OP, _mm_stream_ps, E)
+#define NT_F64(N, OP, E)                                                                    \
+    NT_FNS(N##_f64, double, __m128d, 2, _mm_loadu_pd, _mm_set1_pd, OP, _mm_stream_pd, E)
 NT_F32(add, _mm_add_ps, x + y)
 NT_F32(sub, _mm_sub_ps, x - y)
 NT_F32(mul, _mm_mul_ps, x * y)

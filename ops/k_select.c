@@ -41,7 +41,8 @@ static void where_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
     size_t e = r->eo;
     for (int64_t i = 0; i < len; i++) {
         int t = truth(c, a->in[0].dtype, i * r->inner[0]);
-        const char *src = t ? pa + (size_t)(i * r->inner[1]) * e : pb + (size_t)(i * r->inner[2]) * e;
+        const char *src = t ? pa + (size_t)(i * r->inner[1]) * e
+                            : pb + (size_t)(i * r->inner[2]) * e;
         memcpy(o + (size_t)i * e, src, e);
     }
 }
@@ -56,7 +57,8 @@ static void fill_row(int64_t row, const int64_t *offs, int64_t len, void *ctx)
     size_t e = r->eo;
     for (int64_t i = 0; i < len; i++) {
         int t = truth(m, a->in[1].dtype, i * r->inner[1]) != r->invert;
-        memcpy(o + (size_t)i * e, t ? (const char *)r->value : x + (size_t)(i * r->inner[0]) * e, e);
+        const char *src = t ? (const char *)r->value : x + (size_t)(i * r->inner[0]) * e;
+        memcpy(o + (size_t)i * e, src, e);
     }
 }
 

@@ -182,10 +182,13 @@ U1(minimum, dt_minimum(in[0], in[1], out))
 U1(where, dt_where(in[0], in[1], in[2], out))
 U1(masked_fill, dt_masked_fill(in[0], in[1], 2.0, out))
 U1(mse, dt_mse(in[0], in[1], out))
+/* x used twice: the tape sums the two f64 contributions with dt_add */
+U1(mul_self, dt_mul(in[0], in[0], NULL, out))
 
 #define F64 DT_DTYPE_F64
 #define POS {0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6}
-#define MIX {-0.935, -0.765, -0.595, -0.425, -0.255, -0.085, 0.085, 0.255, 0.425, 0.595, 0.765, 0.935}
+#define MIX                                                                                 \
+    {-0.935, -0.765, -0.595, -0.425, -0.255, -0.085, 0.085, 0.255, 0.425, 0.595, 0.765, 0.935}
 #define ROW {0.1, -0.3, 0.5}
 #define COL {0.1, -0.3, 0.5, 0.2}
 #define DROW {0.8, -1.2, 1.5}
@@ -201,7 +204,7 @@ static const gcase cases[] = {
     UN(exp, MIX), UN(log, POS), UN(log1p, POS), UN(sqrt, POS), UN(rsqrt, POS), UN(tanh, MIX),
     UN(sigmoid, MIX), UN(silu, MIX), UN(neg, MIX), UN(abs, MIX), UN(sign, MIX),
     UN(square, MIX), UN(reciprocal, POS), UN(pow_scalar, POS), UN(clamp, MIX),
-    UN(add_scalar, MIX),
+    UN(add_scalar, MIX), UN(mul_self, MIX),
     BR(add, MIX, ROW), BC(add, MIX, COL), BR(sub, MIX, ROW), BC(sub, MIX, COL),
     BR(mul, MIX, ROW), BC(mul, MIX, COL), BR(div, MIX, DROW), BC(div, MIX, DCOL),
     BR(pow, POS, PROW), BC(pow, POS, PCOL), BR(maximum, MIX, ROW), BC(maximum, MIX, COL),

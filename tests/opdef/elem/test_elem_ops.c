@@ -254,7 +254,8 @@ static void test_where_and_masked_fill_match_the_reference_on_every_layout(void)
     for (int li = 0; li < NLAY; li++) {
         dt_layout *l = lay2(m, li), *lc = dt_test_layout(m, 2, li % 2 ? "b" : NULL, NULL, NULL);
         dt_layout *lm = dt_test_layout(m, 1, li % 3 ? "m" : NULL, NULL, NULL);
-        dt_tensor *ta = make(l, DT_DTYPE_F64, shape, x, N), *tb = make(l, DT_DTYPE_F64, shape, y, N);
+        dt_tensor *ta = make(l, DT_DTYPE_F64, shape, x, N);
+        dt_tensor *tb = make(l, DT_DTYPE_F64, shape, y, N);
         dt_tensor *tc = make(lc, DT_DTYPE_F32, col, c, R);
         dt_tensor *tm = ot_tensor(lm, DT_DTYPE_U8, mshape, mask);
         dt_tensor *w = NULL, *f = NULL;
