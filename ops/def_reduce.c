@@ -168,9 +168,10 @@ static dt_status reduce_backward(const dt_op_grad *g)
     return st;
 }
 
-static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+/* The validator's sig carries no user pointer: one sample function per kind of axes. */
+static dt_status sample_kind(int kind, uint64_t seed, int max_dim, dt_op_sig *sig,
+                             dt_op_attrs *attrs)
 {
-    int kind = kind_of(sig->user);
     uint64_t s = seed;
     sig->nin = 1;
     sig->in[0].dtype = DT_DTYPE_F64;
@@ -182,9 +183,28 @@ static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
     else
         attrs->i[0] = dt__rd_randint(&s, 1, (INT64_C(1) << sig->in[0].rank) - 1);
     attrs->i[1] = dt__rd_randint(&s, 0, 1);
-    if (kind == RK_VAR)
-        attrs->i[2] = dt__rd_randint(&s, 0, 1);
+    if (kind == RK_VAR) { /* unbiased only over two or more elements (else NaN) */
+        int64_t n = 1;
+        for (int d = 0; d < sig->in[0].rank; d++)
+            n *= attrs->i[0] >> d & 1 ? sig->in[0].dim[d] : 1;
+        attrs->i[2] = n > 1 ? dt__rd_randint(&s, 0, 1) : 0;
+    }
     return DT_OK;
+}
+
+static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+{
+    return sample_kind(RK_SUM, seed, max_dim, sig, attrs);
+}
+
+static dt_status var_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+{
+    return sample_kind(RK_VAR, seed, max_dim, sig, attrs);
+}
+
+static dt_status arg_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+{
+    return sample_kind(RK_ARGMAX, seed, max_dim, sig, attrs);
 }
 
 #define REDUCTION(var, nm, k, lin, red, save, text)                                             \
@@ -202,7 +222,9 @@ static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
                            .user = (void *)(intptr_t)(k),                                      \
                            .doc = text,                                                        \
                            .family = "reduction",                                              \
-                           .sample = reduce_sample}
+                           .sample = (k) == RK_VAR ? var_sample                             \
+                                     : (k) == RK_ARGMAX || (k) == RK_ARGMIN ? arg_sample          \
+                                                                            : reduce_sample}
 
 REDUCTION(dt__def_sum, "sum", RK_SUM, DT_OP_LINEAR_MULTI, DT_REDUCE_SUM, 0,
           "sum over axes (a sharded axis: partial sum)");

@@ -19,7 +19,7 @@
  *   backward's broadcasts; 0 otherwise, and the public dt_einsum leaves them 0); f[0] a scale
  *   of the result (0 means 1). matmul_broadcast: the same slots, the equation derived from the
  *   ranks (i[] and f[] zero).
- * label_count: i[0] ignore_index, i[1] the output dtype. cross_entropy, cross_entropy_grad:
+ * label_count (i64 out), cross_entropy (its count input i64), cross_entropy_grad:
  *   i[0] ignore_index. */
 
 /* The forward op of a reduction (attrs i[3] of reduce_grad). */

@@ -267,7 +267,7 @@ static dt_status values_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
 static dt_status values_fill(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n)
 {
     if (i != 1)
-        return DT_OK;
+        return DT_ERR_UNSUPPORTED; /* x: plain reals */
     uint64_t s = seed;
     int64_t len = sig->in[0].dim[sig->attrs->i[0]];
     for (int64_t e = 0; e < n; e++)
