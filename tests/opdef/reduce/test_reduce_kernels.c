@@ -404,7 +404,11 @@ static void test_einsum_ij_jk_runs_at_sgemm_speed(void)
     CU_ASSERT(memcmp(c, d, sizeof(float) * N * N) == 0);
     fprintf(stderr, "einsum ij,jk->ik 512: %.3f ms, sgemm %.3f ms (ratio %.3f)\n", best_e * 1e3,
             best_g * 1e3, best_g / best_e);
-    CU_ASSERT(best_g / best_e > 0.8); /* the same sgemm: only noise on a shared machine */
+    /* The same sgemm on the caller's data (no copy): the ratio is only noise on a shared
+     * machine, so it is asserted where the timing is trusted (DT_TEST_TIMING=1). */
+    const char *timing = getenv("DT_TEST_TIMING");
+    if (timing && timing[0] == '1')
+        CU_ASSERT(best_g / best_e > 0.95);
     free(a);
     free(b);
     free(c);
