@@ -377,6 +377,84 @@ static void test_cross_entropy_matches_naive_with_ignored_rows_on_every_layout(v
     rt_check_layouts(&c);
 }
 
+/* ---- rules: what stays sharded or partial ------------------------------------------------ */
+
+/* The pending reduction of t's only partial mesh dim, -1 when it has none. */
+static int partial_op(const dt_tensor *t)
+{
+    const dt_layout *l = dt_tensor_layout(t);
+    if (dt_layout_num_partial(l) != 1)
+        return -1;
+    int md = -1;
+    dt_reduce_op op = DT_REDUCE_SUM;
+    DT_ASSERT_OK(dt_layout_partial(l, 0, &md, &op));
+    return (int)op;
+}
+
+static void test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_gathered(void)
+{
+    make_inputs();
+    dt_mesh *m = rt_mesh(1);
+    const char *s1[3] = {DT_UNSHARDED, "x", DT_UNSHARDED}, *s2[3] = {DT_UNSHARDED,
+                                                                   DT_UNSHARDED, "x"};
+    const char *sy[2] = {"x", DT_UNSHARDED}, *pd[1] = {"x"};
+    dt_reduce_op sum = DT_REDUCE_SUM;
+    dt_layout *l1 = NULL, *l2 = NULL, *ly = NULL, *lp = NULL;
+    DT_ASSERT_OK(dt_layout_create(m, 3, s1, &l1));
+    DT_ASSERT_OK(dt_layout_create(m, 3, s2, &l2));
+    DT_ASSERT_OK(dt_layout_create(m, 2, sy, &ly));
+    const char *rep3[3] = {DT_UNSHARDED, DT_UNSHARDED, DT_UNSHARDED};
+    DT_ASSERT_OK(dt_layout_create_partial(m, 3, rep3, 1, pd, &sum, &lp));
+    static const int64_t ysh[2] = {S2, S1};
+    dt_tensor *x = rt_tensor(l1, DT_DTYPE_F32, 3, xshape, xr);
+    dt_tensor *xc = rt_tensor(l2, DT_DTYPE_F32, 3, xshape, xi);
+    dt_tensor *xp = rt_tensor(lp, DT_DTYPE_F32, 3, xshape, xi);
+    dt_tensor *y = rt_tensor(ly, DT_DTYPE_F32, 2, ysh, xt);
+    dt_tensor *o = NULL;
+    int ax1[1] = {1}, ax0[1] = {0};
+    int here = rt_here(m);
+    DT_ASSERT_OK(dt_sum(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_mean(x, ax1, 1, 1, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_max(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_MAX);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_min(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_MIN);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_sum(x, ax0, 1, 0, &o)); /* a kept sharded axis stays sharded */
+    CU_ASSERT(!here || (partial_op(o) == -1 && ot_spec(o, 0) == 0));
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_sum(xp, ax0, 1, 0, &o)); /* a partial input stays partial */
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_logsumexp(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || dt_layout_num_partial(dt_tensor_layout(o)) == 0);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_argmax(x, 1, 0, &o));
+    CU_ASSERT(!here || dt_layout_num_partial(dt_tensor_layout(o)) == 0);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_log_softmax(x, 0, &o)); /* the other axis keeps its sharding */
+    CU_ASSERT(!here || ot_spec(o, 1) == 0);
+    dt_tensor_destroy(o);
+    const dt_tensor *ab[2] = {xc, y}; /* c sharded in both: a partial product */
+    DT_ASSERT_OK(dt_einsum("abc,cd->abd", ab, 2, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    dt_tensor_destroy(x);
+    dt_tensor_destroy(xc);
+    dt_tensor_destroy(xp);
+    dt_tensor_destroy(y);
+    dt_layout_destroy(l1);
+    dt_layout_destroy(l2);
+    dt_layout_destroy(ly);
+    dt_layout_destroy(lp);
+    dt_mesh_destroy(m);
+}
+
 /* ---- errors -------------------------------------------------------------------------------- */
 
 static void test_bad_axes_shapes_and_labels_fail_with_a_message(void)
@@ -443,6 +521,7 @@ static const dt_test_case cases[] = {
     DT_TEST(test_topk_and_sort_match_naive_with_ties_on_every_layout),
     DT_TEST(test_einsum_and_matmul_broadcast_match_naive_on_every_layout),
     DT_TEST(test_cross_entropy_matches_naive_with_ignored_rows_on_every_layout),
+    DT_TEST(test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_gathered),
     DT_TEST(test_bad_axes_shapes_and_labels_fail_with_a_message),
     DT_TEST_END,
 };
