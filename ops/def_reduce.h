@@ -26,8 +26,8 @@
 enum { RK_SUM = 0, RK_MEAN, RK_MAX, RK_MIN, RK_LOGSUMEXP, RK_VAR, RK_ARGMAX, RK_ARGMIN };
 
 /* The definitions. */
-extern const dt_op_def dt__def_sum, dt__def_mean, dt__def_max, dt__def_min,
-    dt__def_logsumexp, dt__def_var, dt__def_argmax, dt__def_argmin, dt__def_reduce_grad;
+extern const dt_op_def dt__def_sum, dt__def_mean, dt__def_max, dt__def_min, dt__def_logsumexp,
+    dt__def_var, dt__def_argmax, dt__def_argmin, dt__def_reduce_grad;
 extern const dt_op_def dt__def_log_softmax, dt__def_log_softmax_grad, dt__def_cumsum,
     dt__def_topk_indices, dt__def_topk_values, dt__def_topk_values_grad;
 extern const dt_op_def dt__def_einsum, dt__def_matmul_broadcast;

@@ -62,15 +62,15 @@ static dt_status xent_infer(const dt_op_sig *sig, dt_op_shape *out)
     for (int d = 0; ok && d < lb->rank; d++)
         ok = lb->dim[d] == x->dim[d];
     if (!ok)
-        return dt__error(DT_ERR_SHAPE, "%s: labels %s (%s) do not fit logits %s (i32 or i64 of "
-                         "the logits' shape without the class dim)", name,
-                         dt__rd_shape_str(lb, s, sizeof(s)), dt_dtype_name(lb->dtype),
+        return dt__error(DT_ERR_SHAPE,
+                         "%s: labels %s (%s) do not fit logits %s (i32 or i64 of "
+                         "the logits' shape without the class dim)",
+                         name, dt__rd_shape_str(lb, s, sizeof(s)), dt_dtype_name(lb->dtype),
                          dt__rd_shape_str(x, t, sizeof(t)));
     if (sig->in[2].rank != 0 || sig->in[2].dtype != DT_DTYPE_I64)
         return dt__error(DT_ERR_SHAPE, "%s: the count (input 2) must be a rank-0 i64", name);
     if (sig->nin == 4 && (sig->in[3].rank != 0 || sig->in[3].dtype != x->dtype))
-        return dt__error(DT_ERR_SHAPE, "%s: dy must be a rank-0 %s", name,
-                         dt_dtype_name(x->dtype));
+        return dt__error(DT_ERR_SHAPE, "%s: dy must be a rank-0 %s", name, dt_dtype_name(x->dtype));
     if (sig->nin == 4) {
         *out = *x;
     } else {
@@ -118,8 +118,9 @@ static dt_status xent_fill(const dt_op_sig *sig, int i, uint64_t seed, void *hos
     const dt_op_shape *x = &sig->in[0];
     if (i == 1) {
         for (int64_t e = 0; e < n; e++) /* one label in five ignored */
-            ((int64_t *)host)[e] = dt__rd_randint(&s, 0, 4) ? dt__rd_randint(&s, 0, x->dim[x->rank - 1] - 1)
-                                                         : sig->attrs->i[0];
+            ((int64_t *)host)[e] = dt__rd_randint(&s, 0, 4)
+                                       ? dt__rd_randint(&s, 0, x->dim[x->rank - 1] - 1)
+                                       : sig->attrs->i[0];
     } else if (i == 2) {
         ((int64_t *)host)[0] = dt__rd_randint(&s, 1, 8); /* any positive count */
     } else {
@@ -163,8 +164,8 @@ const dt_op_def dt__def_cross_entropy_grad = {
     .family = "loss",
 };
 
-dt_status dt_cross_entropy(const dt_tensor *logits, const dt_tensor *labels,
-                           int64_t ignore_index, dt_tensor **out)
+dt_status dt_cross_entropy(const dt_tensor *logits, const dt_tensor *labels, int64_t ignore_index,
+                           dt_tensor **out)
 {
     if (!logits || !labels || !out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "cross_entropy: NULL argument");

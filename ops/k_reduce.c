@@ -18,8 +18,8 @@ typedef struct offsets {
     int64_t *red, nred, len, step;
 } offsets;
 
-#define FOR_RED(o, base, i)                                                                    \
-    for (int64_t r_ = 0; r_ < (o)->nred; r_++)                                                 \
+#define FOR_RED(o, base, i)                                                                        \
+    for (int64_t r_ = 0; r_ < (o)->nred; r_++)                                                     \
         for (int64_t j_ = 0, i = (base) + (o)->red[r_]; j_ < (o)->len; j_++, i += (o)->step)
 
 static dt_status offsets_make(const dt_op_buf *x, uint64_t mask, offsets *o)
@@ -111,7 +111,8 @@ static double global_count(const dt_op_buf *x, uint64_t mask)
 static double extreme(const void *x, dt_dtype t, int64_t base, const offsets *o, int is_max)
 {
     double m = is_max ? -INFINITY : INFINITY;
-    FOR_RED(o, base, i) {
+    FOR_RED(o, base, i)
+    {
         double v = dt__rd_get(x, t, i);
         if (isnan(v))
             return v;
@@ -131,7 +132,7 @@ static double reduce_one(const dt_op_kernel_args *a, int kind, int64_t base, con
     case RK_SUM:
     case RK_MEAN:
         FOR_RED(o, base, i)
-            acc += dt__rd_get(x, t, i);
+        acc += dt__rd_get(x, t, i);
         return kind == RK_MEAN ? acc / count : acc;
     case RK_MAX:
     case RK_MIN:
@@ -141,15 +142,16 @@ static double reduce_one(const dt_op_kernel_args *a, int kind, int64_t base, con
         if (isnan(m) || isinf(m))
             return m;
         FOR_RED(o, base, i)
-            acc += exp(dt__rd_get(x, t, i) - m);
+        acc += exp(dt__rd_get(x, t, i) - m);
         return m + log(acc);
     }
     case RK_VAR: {
         double mean = 0;
         FOR_RED(o, base, i)
-            mean += dt__rd_get(x, t, i);
+        mean += dt__rd_get(x, t, i);
         mean /= count;
-        FOR_RED(o, base, i) {
+        FOR_RED(o, base, i)
+        {
             double d = dt__rd_get(x, t, i) - mean;
             acc += d * d;
         }
@@ -168,7 +170,8 @@ static int64_t arg_one(const dt_op_kernel_args *a, int is_max, int64_t base, con
     dt_dtype t = a->in[0].dtype;
     int64_t best = 0, r = 0;
     double m = 0;
-    FOR_RED(o, base, i) { /* one reduced axis: r is its index */
+    FOR_RED(o, base, i)
+    { /* one reduced axis: r is its index */
         double v = dt__rd_get(x, t, i);
         if (isnan(v))
             return r;
@@ -232,16 +235,17 @@ dt_status dt__k_reduce_grad(const dt_op_kernel_args *a)
         if (kind == RK_MAX || kind == RK_MIN) {
             int64_t ties = 0;
             FOR_RED(&o, base, i)
-                ties += dt__rd_get(x->data, t, i) == yk;
+            ties += dt__rd_get(x->data, t, i) == yk;
             scale = ties ? g / (double)ties : 0;
         }
         if (kind == RK_VAR) {
             FOR_RED(&o, base, i)
-                mean += dt__rd_get(x->data, t, i);
+            mean += dt__rd_get(x->data, t, i);
             mean /= count;
             scale = 2 * g / (count - (double)a->attrs.i[2]);
         }
-        FOR_RED(&o, base, i) {
+        FOR_RED(&o, base, i)
+        {
             double v = dt__rd_get(x->data, t, i), d;
             switch (kind) {
             case RK_MAX:

@@ -61,8 +61,8 @@ dt_status dt__k_cross_entropy(const dt_op_kernel_args *a)
         if (st != DT_OK)
             return st;
         if (l >= 0)
-            acc += row_lse(x, r * classes, classes) -
-                   dt__rd_get(x->data, x->dtype, r * classes + l);
+            acc +=
+                row_lse(x, r * classes, classes) - dt__rd_get(x->data, x->dtype, r * classes + l);
     }
     dt__rd_set(a->out.data, a->out.dtype, 0, acc / count);
     return DT_OK;

@@ -99,8 +99,7 @@ static const gcase gcases[] = {
     {"topk values", g_topk, 1, {3}, {{2, 3, 4}}, 0},
     {"sort values", g_sort, 1, {3}, {{2, 3, 4}}, 0},
     {"einsum abc,cd->abd", g_einsum2, 2, {3, 2}, {{2, 3, 4}, {4, 2}}, 0},
-    {"einsum ...bc,...cd->...db (broadcast)", g_einsum_batch, 2, {3, 3}, {{2, 3, 4}, {1, 4, 2}},
-     0},
+    {"einsum ...bc,...cd->...db (broadcast)", g_einsum_batch, 2, {3, 3}, {{2, 3, 4}, {1, 4, 2}}, 0},
     {"einsum abc->ca", g_einsum1, 1, {3}, {{2, 3, 4}}, 0},
     {"matmul_broadcast [2,3,4] x [4]", g_matmul, 2, {3, 1}, {{2, 3, 4}, {4}}, 0},
     {"matmul_broadcast [4] x [2,4,3]", g_matmul, 2, {1, 3}, {{4}, {2, 4, 3}}, 0},
@@ -209,8 +208,7 @@ static void fill_distinct(double *x, int64_t n, uint64_t seed)
 {
     /* distinct values (no ties: max, min, topk and sort are differentiable there) */
     for (int64_t e = 0; e < n; e++)
-        x[e] = -1.0 + 2.0 * (double)((e * 7 + (int64_t)seed) % n) / (double)n +
-               0.001 * (double)e;
+        x[e] = -1.0 + 2.0 * (double)((e * 7 + (int64_t)seed) % n) / (double)n + 0.001 * (double)e;
 }
 
 static void test_gradients_match_central_differences_in_f64(void)
@@ -241,8 +239,8 @@ static void test_gradients_match_central_differences_in_f64(void)
                 x[i][e] = keep;
                 double fd = (lp - lm) / (2 * h);
                 if (!(fabs(g[i][e] - fd) <= 1e-6 * (1 + fabs(fd))) && bad++ < 3)
-                    fprintf(stderr, "%s: d input %d [%lld] is %.12g, differences %.12g\n",
-                            c->what, i, (long long)e, g[i][e], fd);
+                    fprintf(stderr, "%s: d input %d [%lld] is %.12g, differences %.12g\n", c->what,
+                            i, (long long)e, g[i][e], fd);
             }
             CU_ASSERT_EQUAL(bad, 0);
         }
@@ -350,15 +348,17 @@ static void test_einsum_through_the_generic_path_runs_at_sgemm_speed(void)
         double t0 = now_s();
         DT_ASSERT_OK(dt_einsum("ij,jk->ik", in, 2, &o));
         double t1 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f,
-                    c, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
+                    N);
         double t2 = now_s();
         dt_tensor_destroy(o);
         best_e = t1 - t0 < best_e ? t1 - t0 : best_e;
         best_g = t2 - t1 < best_g ? t2 - t1 : best_g;
     }
-    fprintf(stderr, "dt_einsum ij,jk->ik 512 on one device: %.3f ms, cblas_sgemm %.3f ms "
-            "(ratio %.3f)\n", best_e * 1e3, best_g * 1e3, best_g / best_e);
+    fprintf(stderr,
+            "dt_einsum ij,jk->ik 512 on one device: %.3f ms, cblas_sgemm %.3f ms "
+            "(ratio %.3f)\n",
+            best_e * 1e3, best_g * 1e3, best_g / best_e);
     const char *timing = getenv("DT_TEST_TIMING");
     if (timing && timing[0] == '1')
         CU_ASSERT(best_g / best_e >= 0.95);

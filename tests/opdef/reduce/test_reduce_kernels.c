@@ -226,8 +226,7 @@ static void test_topk_is_sorted_and_breaks_ties_by_the_lower_index(void)
 
 /* Naive einsum on explicit letters with broadcasting (size 1 stretches). */
 static void naive_einsum(const char *eq, int nin, const double *const *x, const int *rank,
-                         const int64_t *const *sh, const int64_t *size, double *out,
-                         int64_t nout)
+                         const int64_t *const *sh, const int64_t *size, double *out, int64_t nout)
 {
     dt__einsum_eq e;
     int r[2] = {rank[0], nin > 1 ? rank[1] : 0};
@@ -321,12 +320,12 @@ static void test_einsum_matches_a_naive_sum_on_every_operand_order(void)
         dt_op_attrs at = DT_OP_ATTRS_INIT;
         strcpy(at.s, k->eq);
         dt_op_buf in[2] = {kbuf(a, DT_DTYPE_F64, k->ra, k->a), kbuf(b, DT_DTYPE_F64, k->rb, k->b)};
-        DT_ASSERT_OK(krun(&dt__def_einsum, &at, k->nin, in,
-                          kbuf(got, DT_DTYPE_F64, e.rank[k->nin], osh)));
+        DT_ASSERT_OK(
+            krun(&dt__def_einsum, &at, k->nin, in, kbuf(got, DT_DTYPE_F64, e.rank[k->nin], osh)));
         dt_op_buf inf[2] = {kbuf(af, DT_DTYPE_F32, k->ra, k->a),
                             kbuf(bf, DT_DTYPE_F32, k->rb, k->b)};
-        DT_ASSERT_OK(krun(&dt__def_einsum, &at, k->nin, inf,
-                          kbuf(gotf, DT_DTYPE_F32, e.rank[k->nin], osh)));
+        DT_ASSERT_OK(
+            krun(&dt__def_einsum, &at, k->nin, inf, kbuf(gotf, DT_DTYPE_F32, e.rank[k->nin], osh)));
         for (int64_t i = 0; i < no; i++) {
             if (got[i] != want[i] || gotf[i] != (float)want[i])
                 fprintf(stderr, "einsum %s: element %lld is %g / %g, want %g\n", k->eq,

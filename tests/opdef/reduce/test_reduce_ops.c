@@ -14,8 +14,7 @@
 
 /* The reduction of x [s0, s1, s2] over mask: kind 0 sum, 1 mean, 2 max, 3 min, 4 logsumexp,
  * 5 var (correction 1), 6 argmax, 7 argmin. Output in kept-dims order. */
-static void naive_reduce3(const double *x, const int64_t *sh, unsigned mask, int kind,
-                          double *out)
+static void naive_reduce3(const double *x, const int64_t *sh, unsigned mask, int kind, double *out)
 {
     int64_t o = 0, k[3];
     for (k[0] = 0; k[0] < (mask & 1 ? 1 : sh[0]); k[0]++)
@@ -98,12 +97,12 @@ static void make_inputs(void)
 
 typedef struct rcase {
     const char *what;
-    int kind;      /* as naive_reduce3 */
+    int kind; /* as naive_reduce3 */
     unsigned mask;
     int keepdim;
     const double *x;
-    double tol;    /* 0: exact */
-    int bitwise;   /* the same bits on every layout */
+    double tol;  /* 0: exact */
+    int bitwise; /* the same bits on every layout */
 } rcase;
 
 static const rcase *cur_r;
@@ -157,9 +156,18 @@ static void test_reductions_match_a_naive_reference_on_every_layout(void)
         int64_t no = 1;
         for (int d = 0; d < 3; d++)
             no *= cur_r->mask >> d & 1 ? 1 : xshape[d];
-        rt_case rc = {cur_r->what, run_reduction, 1, {cur_r->x}, {DT_DTYPE_F32}, {3},
-                      {xshape}, ref, no, cur_r->kind >= 6 ? DT_DTYPE_I64 : DT_DTYPE_F32,
-                      cur_r->tol, cur_r->bitwise};
+        rt_case rc = {cur_r->what,
+                      run_reduction,
+                      1,
+                      {cur_r->x},
+                      {DT_DTYPE_F32},
+                      {3},
+                      {xshape},
+                      ref,
+                      no,
+                      cur_r->kind >= 6 ? DT_DTYPE_I64 : DT_DTYPE_F32,
+                      cur_r->tol,
+                      cur_r->bitwise};
         rt_check_layouts(&rc);
     }
 }
@@ -181,8 +189,7 @@ static dt_status run_cumsum(const dt_tensor *const *in, dt_tensor **out)
 static dt_status run_topk(const dt_tensor *const *in, dt_tensor **out)
 {
     if (cur_k < 0)
-        return dt_sort(in[0], cur_axis, cur_largest, cur_want ? NULL : out,
-                       cur_want ? out : NULL);
+        return dt_sort(in[0], cur_axis, cur_largest, cur_want ? NULL : out, cur_want ? out : NULL);
     return dt_topk(in[0], cur_k, cur_axis, cur_largest, cur_want ? NULL : out,
                    cur_want ? out : NULL);
 }
@@ -221,11 +228,21 @@ static void test_log_softmax_and_cumsum_match_naive_on_every_layout(void)
                 }
             }
         cur_axis = axis == 2 ? -1 : axis;
-        rt_case a = {"log_softmax", run_log_softmax, 1, {xr}, {DT_DTYPE_F32}, {3}, {xshape},
-                     lsm, NX, DT_DTYPE_F32, 1e-6, 1};
+        rt_case a = {"log_softmax",
+                     run_log_softmax,
+                     1,
+                     {xr},
+                     {DT_DTYPE_F32},
+                     {3},
+                     {xshape},
+                     lsm,
+                     NX,
+                     DT_DTYPE_F32,
+                     1e-6,
+                     1};
         rt_check_layouts(&a);
-        rt_case b = {"cumsum", run_cumsum, 1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, cs, NX,
-                     DT_DTYPE_F32, 0, 1};
+        rt_case b = {"cumsum", run_cumsum,   1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, cs,
+                     NX,       DT_DTYPE_F32, 0, 1};
         rt_check_layouts(&b);
     }
 }
@@ -265,12 +282,32 @@ static void test_topk_and_sort_match_naive_with_ties_on_every_layout(void)
         cur_largest = largest;
         int64_t no = NX / len * k;
         cur_want = 0;
-        rt_case a = {t ? "sort values" : "topk values", run_topk, 1, {xt}, {DT_DTYPE_F32},
-                     {3}, {xshape}, vals, no, DT_DTYPE_F32, 0, 1};
+        rt_case a = {t ? "sort values" : "topk values",
+                     run_topk,
+                     1,
+                     {xt},
+                     {DT_DTYPE_F32},
+                     {3},
+                     {xshape},
+                     vals,
+                     no,
+                     DT_DTYPE_F32,
+                     0,
+                     1};
         rt_check_layouts(&a);
         cur_want = 1;
-        rt_case b = {t ? "sort indices" : "topk indices", run_topk, 1, {xt}, {DT_DTYPE_F32},
-                     {3}, {xshape}, idx, no, DT_DTYPE_I64, 0, 1};
+        rt_case b = {t ? "sort indices" : "topk indices",
+                     run_topk,
+                     1,
+                     {xt},
+                     {DT_DTYPE_F32},
+                     {3},
+                     {xshape},
+                     idx,
+                     no,
+                     DT_DTYPE_I64,
+                     0,
+                     1};
         rt_check_layouts(&b);
         (void)osh;
     }
@@ -303,8 +340,18 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
                 ref[(a * S1 + b) * S1 + d] = s;
             }
     cur_eq = "abc,cd->abd";
-    rt_case e1 = {"einsum abc,cd->abd", run_einsum, 2, {xi, xt}, {DT_DTYPE_F32, DT_DTYPE_F32},
-                  {3, 2}, {xshape, bsh}, ref, S0 * S1 * S1, DT_DTYPE_F32, 0, 1};
+    rt_case e1 = {"einsum abc,cd->abd",
+                  run_einsum,
+                  2,
+                  {xi, xt},
+                  {DT_DTYPE_F32, DT_DTYPE_F32},
+                  {3, 2},
+                  {xshape, bsh},
+                  ref,
+                  S0 * S1 * S1,
+                  DT_DTYPE_F32,
+                  0,
+                  1};
     rt_check_layouts(&e1);
     /* "abc,acd->dba": a batch letter, an output permutation (packed output). */
     for (int a = 0; a < S0; a++)
@@ -316,8 +363,18 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
                 ref[(d * S1 + b) * S0 + a] = s;
             }
     cur_eq = "abc,acd->dba";
-    rt_case e2 = {"einsum abc,acd->dba", run_einsum, 2, {xi, xt}, {DT_DTYPE_F32, DT_DTYPE_F32},
-                  {3, 3}, {xshape, b3}, ref, S0 * S1 * 3, DT_DTYPE_F32, 0, 1};
+    rt_case e2 = {"einsum abc,acd->dba",
+                  run_einsum,
+                  2,
+                  {xi, xt},
+                  {DT_DTYPE_F32, DT_DTYPE_F32},
+                  {3, 3},
+                  {xshape, b3},
+                  ref,
+                  S0 * S1 * 3,
+                  DT_DTYPE_F32,
+                  0,
+                  1};
     rt_check_layouts(&e2);
     /* one operand: "abc->ca" */
     for (int a = 0; a < S0; a++)
@@ -328,8 +385,8 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
             ref[c * S0 + a] = s;
         }
     cur_eq = "abc->ca";
-    rt_case e3 = {"einsum abc->ca", run_einsum, 1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, ref,
-                  S0 * S2, DT_DTYPE_F32, 0, 1};
+    rt_case e3 = {"einsum abc->ca", run_einsum,   1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, ref,
+                  S0 * S2,          DT_DTYPE_F32, 0, 1};
     rt_check_layouts(&e3);
     /* matmul_broadcast [4, 6, 4] x [4] -> [4, 6] */
     for (int a = 0; a < S0 * S1; a++) {
@@ -339,9 +396,18 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
         ref[a] = s;
     }
     cur_eq = NULL;
-    rt_case e4 = {"matmul_broadcast [4,6,4] x [4]", run_einsum, 2, {xi, xt},
-                  {DT_DTYPE_F32, DT_DTYPE_F32}, {3, 1}, {xshape, b1}, ref, S0 * S1,
-                  DT_DTYPE_F32, 0, 1};
+    rt_case e4 = {"matmul_broadcast [4,6,4] x [4]",
+                  run_einsum,
+                  2,
+                  {xi, xt},
+                  {DT_DTYPE_F32, DT_DTYPE_F32},
+                  {3, 1},
+                  {xshape, b1},
+                  ref,
+                  S0 * S1,
+                  DT_DTYPE_F32,
+                  0,
+                  1};
     rt_check_layouts(&e4);
 }
 
@@ -372,8 +438,18 @@ static void test_cross_entropy_matches_naive_with_ignored_rows_on_every_layout(v
         n++;
     }
     double ref = s / n;
-    rt_case c = {"cross_entropy", run_xent, 2, {xr, labels}, {DT_DTYPE_F32, DT_DTYPE_I64},
-                 {2, 1}, {lsh, bsh}, &ref, 1, DT_DTYPE_F32, 1e-6, 0};
+    rt_case c = {"cross_entropy",
+                 run_xent,
+                 2,
+                 {xr, labels},
+                 {DT_DTYPE_F32, DT_DTYPE_I64},
+                 {2, 1},
+                 {lsh, bsh},
+                 &ref,
+                 1,
+                 DT_DTYPE_F32,
+                 1e-6,
+                 0};
     rt_check_layouts(&c);
 }
 
@@ -395,8 +471,8 @@ static void test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_g
 {
     make_inputs();
     dt_mesh *m = rt_mesh(1);
-    const char *s1[3] = {DT_UNSHARDED, "x", DT_UNSHARDED}, *s2[3] = {DT_UNSHARDED,
-                                                                   DT_UNSHARDED, "x"};
+    const char *s1[3] = {DT_UNSHARDED, "x", DT_UNSHARDED},
+               *s2[3] = {DT_UNSHARDED, DT_UNSHARDED, "x"};
     const char *sy[2] = {"x", DT_UNSHARDED}, *pd[1] = {"x"};
     dt_reduce_op sum = DT_REDUCE_SUM;
     dt_layout *l1 = NULL, *l2 = NULL, *ly = NULL, *lp = NULL;
