@@ -110,7 +110,7 @@ const dt_op_def dt__def_log_softmax = {
     .backward = log_softmax_backward,
     .save_out = 1,
     .doc = "log(softmax(x)) along a whole axis, stable",
-    .family = "normaliser",
+    .family = "reduction",
     .sample = axis_sample,
 };
 
@@ -121,7 +121,7 @@ const dt_op_def dt__def_log_softmax_grad = {
     .infer = log_softmax_infer,
     .cpu = dt__k_log_softmax_grad,
     .doc = "dx = dy - exp(y) sum(dy) along the axis (y: log_softmax's output)",
-    .family = "normaliser",
+    .family = "reduction",
 };
 
 /* ---- cumsum ------------------------------------------------------------------------------ */
@@ -159,7 +159,7 @@ const dt_op_def dt__def_cumsum = {
     .linearity = DT_OP_LINEAR_MULTI,
     .linear_in = 1u,
     .doc = "inclusive cumulative sum along a whole axis (attrs i[1]: from the end)",
-    .family = "scan",
+    .family = "reduction",
     .sample = axis_sample,
 };
 
@@ -203,7 +203,7 @@ const dt_op_def dt__def_topk_indices = {
     .infer = topk_infer,
     .cpu = dt__k_topk_indices,
     .doc = "indices (i64) of the k largest / smallest along a whole axis, sorted, stable",
-    .family = "sort",
+    .family = "reduction",
     .sample = topk_sample,
 };
 
@@ -284,7 +284,7 @@ const dt_op_def dt__def_topk_values = {
     .linearity = DT_OP_LINEAR_MULTI,
     .linear_in = 1u,
     .doc = "x's values at indices along a whole axis (topk's and sort's values)",
-    .family = "sort",
+    .family = "reduction",
     .sample = values_sample,
     .fill = values_fill,
 };
@@ -299,7 +299,7 @@ const dt_op_def dt__def_topk_values_grad = {
     .linear_in = 4u,
     .reduce = DT_REDUCE_SUM,
     .doc = "dy added at indices along an axis into zeros of x's shape",
-    .family = "sort",
+    .family = "reduction",
 };
 
 /* ---- public functions ------------------------------------------------------------------- */

@@ -582,6 +582,20 @@ static void test_bad_axes_shapes_and_labels_fail_with_a_message(void)
     DT_ASSERT_FAILS(dt_cross_entropy(x, lb, -100, &y), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("label 7 out of range 0..3");
     CU_ASSERT_PTR_NULL(y);
+    /* An empty axis: sum gives zeros, max has no value. */
+    int64_t esh[2] = {0, 3};
+    double none[1] = {0}, got[3] = {1, 1, 1};
+    dt_tensor *ex = rt_tensor(rep2, DT_DTYPE_F32, 2, esh, none);
+    int ax0[1] = {0};
+    DT_ASSERT_FAILS(dt_max(ex, ax0, 1, 0, &y), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("empty along axis 0");
+    DT_ASSERT_OK(dt_sum(ex, ax0, 1, 0, &y));
+    if (rt_here(m)) {
+        rt_fetch(y, got, 3);
+        CU_ASSERT(got[0] == 0 && got[1] == 0 && got[2] == 0);
+    }
+    dt_tensor_destroy(y);
+    dt_tensor_destroy(ex);
     dt_tensor_destroy(lb);
     dt_tensor_destroy(ix);
     dt_tensor_destroy(x);
