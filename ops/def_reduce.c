@@ -274,7 +274,7 @@ static dt_status grad_rule(const dt_op_sig *sig, char *buf, size_t len)
 static dt_status grad_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
     const dt_op_shape *x = &sig->in[0];
-    char s[96];
+    char s[96], t[96];
     dt_status st = check_mask("reduce_grad", x, sig->attrs);
     if (st != DT_OK)
         return st;
@@ -294,7 +294,7 @@ static dt_status grad_infer(const dt_op_sig *sig, dt_op_shape *out)
         if (!same)
             return dt__error(DT_ERR_SHAPE, "reduce_grad: input %d is %s, the reduction of x %s", i,
                              dt__rd_shape_str(&sig->in[i], s, sizeof(s)),
-                             dt__rd_shape_str(x, s + 48, sizeof(s) - 48));
+                             dt__rd_shape_str(x, t, sizeof(t)));
     }
     *out = *x;
     return DT_OK;
