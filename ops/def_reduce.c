@@ -8,14 +8,27 @@
 #include "ops/def_reduce.h"
 #include "runtime/error.h"
 
-const dt_op_def *const dt__defs_reduce[] = {
-    &dt__def_sum,          &dt__def_mean,          &dt__def_max,
-    &dt__def_min,          &dt__def_logsumexp,     &dt__def_var,
-    &dt__def_argmax,       &dt__def_argmin,        &dt__def_reduce_grad,
-    &dt__def_log_softmax,  &dt__def_log_softmax_grad, &dt__def_cumsum,
-    &dt__def_topk_indices, &dt__def_topk_values,   &dt__def_topk_values_grad,
-    &dt__def_einsum,       &dt__def_matmul_broadcast, &dt__def_label_count,
-    &dt__def_cross_entropy, &dt__def_cross_entropy_grad, NULL};
+const dt_op_def *const dt__defs_reduce[] = {&dt__def_sum,
+                                            &dt__def_mean,
+                                            &dt__def_max,
+                                            &dt__def_min,
+                                            &dt__def_logsumexp,
+                                            &dt__def_var,
+                                            &dt__def_argmax,
+                                            &dt__def_argmin,
+                                            &dt__def_reduce_grad,
+                                            &dt__def_log_softmax,
+                                            &dt__def_log_softmax_grad,
+                                            &dt__def_cumsum,
+                                            &dt__def_topk_indices,
+                                            &dt__def_topk_values,
+                                            &dt__def_topk_values_grad,
+                                            &dt__def_einsum,
+                                            &dt__def_matmul_broadcast,
+                                            &dt__def_label_count,
+                                            &dt__def_cross_entropy,
+                                            &dt__def_cross_entropy_grad,
+                                            NULL};
 
 const char *dt__rd_shape_str(const dt_op_shape *s, char *buf, size_t len)
 {
@@ -64,16 +77,15 @@ static dt_status check_mask(const char *name, const dt_op_shape *x, const dt_op_
 {
     uint64_t m = (uint64_t)at->i[0];
     if (at->i[0] < 0 || (x->rank < 63 && m >> x->rank))
-        return dt__error(DT_ERR_INVALID_ARGUMENT,
-                         "%s: axes mask 0x%llx has an axis beyond rank %d", name,
-                         (unsigned long long)m, x->rank);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: axes mask 0x%llx has an axis beyond rank %d",
+                         name, (unsigned long long)m, x->rank);
     return DT_OK;
 }
 
 /* "abc->ac" (keepdim: "abc->axc", x a new size-1 factor); reduced letters uppercase when
  * they must be whole. */
-static dt_status write_rule(int rank, uint64_t mask, int keepdim, int whole, int nin,
-                            char *buf, size_t len)
+static dt_status write_rule(int rank, uint64_t mask, int keepdim, int whole, int nin, char *buf,
+                            size_t len)
 {
     char r[128];
     int n = 0, fresh = rank;
@@ -128,8 +140,13 @@ static dt_status reduce_infer(const dt_op_sig *sig, dt_op_shape *out)
         return st;
     uint64_t m = mask_of(sig->attrs, x->rank);
     if ((kind == RK_ARGMAX || kind == RK_ARGMIN) && (x->rank == 0 || (m & (m - 1))))
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: one axis of x %s, not mask 0x%llx",
-                         name, dt__rd_shape_str(x, s, sizeof(s)), (unsigned long long)m);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: one axis of x %s, not mask 0x%llx", name,
+                         dt__rd_shape_str(x, s, sizeof(s)), (unsigned long long)m);
+    if (kind == RK_MAX || kind == RK_MIN || kind == RK_ARGMAX || kind == RK_ARGMIN)
+        for (int d = 0; d < x->rank; d++)
+            if ((m >> d & 1) && x->dim[d] == 0)
+                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: x %s is empty along axis %d",
+                                 name, dt__rd_shape_str(x, s, sizeof(s)), d);
     out->dtype = kind == RK_ARGMAX || kind == RK_ARGMIN ? DT_DTYPE_I64 : x->dtype;
     out->rank = 0;
     for (int d = 0; d < x->rank; d++) {
@@ -168,9 +185,10 @@ static dt_status reduce_backward(const dt_op_grad *g)
     return st;
 }
 
-static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+/* The validator's sig carries no user pointer: one sample function per kind of axes. */
+static dt_status sample_kind(int kind, uint64_t seed, int max_dim, dt_op_sig *sig,
+                             dt_op_attrs *attrs)
 {
-    int kind = kind_of(sig->user);
     uint64_t s = seed;
     sig->nin = 1;
     sig->in[0].dtype = DT_DTYPE_F64;
@@ -182,27 +200,48 @@ static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
     else
         attrs->i[0] = dt__rd_randint(&s, 1, (INT64_C(1) << sig->in[0].rank) - 1);
     attrs->i[1] = dt__rd_randint(&s, 0, 1);
-    if (kind == RK_VAR)
-        attrs->i[2] = dt__rd_randint(&s, 0, 1);
+    if (kind == RK_VAR) { /* unbiased only over two or more elements (else NaN) */
+        int64_t n = 1;
+        for (int d = 0; d < sig->in[0].rank; d++)
+            n *= attrs->i[0] >> d & 1 ? sig->in[0].dim[d] : 1;
+        attrs->i[2] = n > 1 ? dt__rd_randint(&s, 0, 1) : 0;
+    }
     return DT_OK;
 }
 
-#define REDUCTION(var, nm, k, lin, red, save, text)                                             \
-    const dt_op_def var = {.name = nm,                                                         \
-                           .nin = 1,                                                           \
-                           .rule_fn = reduce_rule,                                             \
-                           .infer = reduce_infer,                                              \
-                           .cpu = reduce_kernel,                                               \
-                           .backward = (k) == RK_ARGMAX || (k) == RK_ARGMIN ? NULL              \
-                                                                            : reduce_backward, \
-                           .linearity = lin,                                                   \
-                           .linear_in = (lin) ? 1u : 0u,                                       \
-                           .reduce = red,                                                      \
-                           .save_out = save,                                                   \
-                           .user = (void *)(intptr_t)(k),                                      \
-                           .doc = text,                                                        \
-                           .family = "reduction",                                              \
-                           .sample = reduce_sample}
+static dt_status reduce_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+{
+    return sample_kind(RK_SUM, seed, max_dim, sig, attrs);
+}
+
+static dt_status var_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+{
+    return sample_kind(RK_VAR, seed, max_dim, sig, attrs);
+}
+
+static dt_status arg_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
+{
+    return sample_kind(RK_ARGMAX, seed, max_dim, sig, attrs);
+}
+
+#define REDUCTION(var, nm, k, lin, red, save, text)                                                \
+    const dt_op_def var = {.name = nm,                                                             \
+                           .nin = 1,                                                               \
+                           .rule_fn = reduce_rule,                                                 \
+                           .infer = reduce_infer,                                                  \
+                           .cpu = reduce_kernel,                                                   \
+                           .backward =                                                             \
+                               (k) == RK_ARGMAX || (k) == RK_ARGMIN ? NULL : reduce_backward,      \
+                           .linearity = lin,                                                       \
+                           .linear_in = (lin) ? 1u : 0u,                                           \
+                           .reduce = red,                                                          \
+                           .save_out = save,                                                       \
+                           .user = (void *)(intptr_t)(k),                                          \
+                           .doc = text,                                                            \
+                           .family = "reduction",                                                  \
+                           .sample = (k) == RK_VAR                          ? var_sample           \
+                                     : (k) == RK_ARGMAX || (k) == RK_ARGMIN ? arg_sample           \
+                                                                            : reduce_sample}
 
 REDUCTION(dt__def_sum, "sum", RK_SUM, DT_OP_LINEAR_MULTI, DT_REDUCE_SUM, 0,
           "sum over axes (a sharded axis: partial sum)");
@@ -228,14 +267,14 @@ static dt_status grad_rule(const dt_op_sig *sig, char *buf, size_t len)
     int kind = (int)sig->attrs->i[3];
     const dt_op_shape *x = &sig->in[0];
     int whole = kind == RK_MAX || kind == RK_MIN || kind == RK_VAR;
-    return write_rule(x->rank, mask_of(sig->attrs, x->rank), sig->attrs->i[1] != 0, whole, 3,
-                      buf, len);
+    return write_rule(x->rank, mask_of(sig->attrs, x->rank), sig->attrs->i[1] != 0, whole, 3, buf,
+                      len);
 }
 
 static dt_status grad_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
     const dt_op_shape *x = &sig->in[0];
-    char s[96];
+    char s[96], t[96];
     dt_status st = check_mask("reduce_grad", x, sig->attrs);
     if (st != DT_OK)
         return st;
@@ -253,9 +292,9 @@ static dt_status grad_infer(const dt_op_sig *sig, dt_op_shape *out)
         for (int d = 0; same && d < want.rank; d++)
             same = sig->in[i].dim[d] == want.dim[d];
         if (!same)
-            return dt__error(DT_ERR_SHAPE, "reduce_grad: input %d is %s, the reduction of x %s",
-                             i, dt__rd_shape_str(&sig->in[i], s, sizeof(s)),
-                             dt__rd_shape_str(x, s + 48, sizeof(s) - 48));
+            return dt__error(DT_ERR_SHAPE, "reduce_grad: input %d is %s, the reduction of x %s", i,
+                             dt__rd_shape_str(&sig->in[i], s, sizeof(s)),
+                             dt__rd_shape_str(x, t, sizeof(t)));
     }
     *out = *x;
     return DT_OK;
@@ -287,11 +326,10 @@ static dt_status axes_attrs(const char *name, const dt_tensor *x, const int *axe
     for (int i = 0; i < naxes; i++) {
         int a = dt__op_axis(axes[i], rank);
         if (a < 0)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: axis %d out of range for rank %d",
-                             name, axes[i], rank);
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: axis %d out of range for rank %d", name,
+                             axes[i], rank);
         if (m >> a & 1)
-            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: axis %d listed twice", name,
-                             axes[i]);
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: axis %d listed twice", name, axes[i]);
         m |= UINT64_C(1) << a;
     }
     if (naxes == 0)
@@ -335,8 +373,7 @@ dt_status dt_min(const dt_tensor *x, const int *axes, int naxes, int keepdim, dt
     return run_reduction(&dt__def_min, "min", x, axes, naxes, keepdim, 0, out);
 }
 
-dt_status dt_logsumexp(const dt_tensor *x, const int *axes, int naxes, int keepdim,
-                       dt_tensor **out)
+dt_status dt_logsumexp(const dt_tensor *x, const int *axes, int naxes, int keepdim, dt_tensor **out)
 {
     return run_reduction(&dt__def_logsumexp, "logsumexp", x, axes, naxes, keepdim, 0, out);
 }

@@ -19,15 +19,15 @@
  *   backward's broadcasts; 0 otherwise, and the public dt_einsum leaves them 0); f[0] a scale
  *   of the result (0 means 1). matmul_broadcast: the same slots, the equation derived from the
  *   ranks (i[] and f[] zero).
- * label_count: i[0] ignore_index, i[1] the output dtype. cross_entropy, cross_entropy_grad:
+ * label_count (i64 out), cross_entropy (its count input i64), cross_entropy_grad:
  *   i[0] ignore_index. */
 
 /* The forward op of a reduction (attrs i[3] of reduce_grad). */
 enum { RK_SUM = 0, RK_MEAN, RK_MAX, RK_MIN, RK_LOGSUMEXP, RK_VAR, RK_ARGMAX, RK_ARGMIN };
 
 /* The definitions. */
-extern const dt_op_def dt__def_sum, dt__def_mean, dt__def_max, dt__def_min,
-    dt__def_logsumexp, dt__def_var, dt__def_argmax, dt__def_argmin, dt__def_reduce_grad;
+extern const dt_op_def dt__def_sum, dt__def_mean, dt__def_max, dt__def_min, dt__def_logsumexp,
+    dt__def_var, dt__def_argmax, dt__def_argmin, dt__def_reduce_grad;
 extern const dt_op_def dt__def_log_softmax, dt__def_log_softmax_grad, dt__def_cumsum,
     dt__def_topk_indices, dt__def_topk_values, dt__def_topk_values_grad;
 extern const dt_op_def dt__def_einsum, dt__def_matmul_broadcast;

@@ -15,8 +15,7 @@ static const char *equation(const dt_op_attrs *at, int nin, const int *rank, cha
     return buf;
 }
 
-static dt_status parse_sig(const dt_op_sig *sig, const char **eq_out, char *buf,
-                           dt__einsum_eq *e)
+static dt_status parse_sig(const dt_op_sig *sig, const char **eq_out, char *buf, dt__einsum_eq *e)
 {
     int rank[2] = {sig->in[0].rank, sig->nin > 1 ? sig->in[1].rank : 0};
     if (!sig->attrs->s[0]) {
@@ -59,8 +58,8 @@ static dt_status letter_sizes(const dt_op_sig *sig, const char *eq, const dt__ei
                 size[c] = s;
             else if (s != size[c] && s != 1)
                 return dt__error(DT_ERR_SHAPE,
-                                 "einsum '%s': letter '%c' is %lld in operand %d, %lld before",
-                                 eq, c + 'a', (long long)s, i, (long long)size[c]);
+                                 "einsum '%s': letter '%c' is %lld in operand %d, %lld before", eq,
+                                 c + 'a', (long long)s, i, (long long)size[c]);
         }
     for (int d = 0; d < e->rank[e->nin]; d++) {
         int c = e->letters[e->nin][d] - 'a';
@@ -84,9 +83,10 @@ static dt_status einsum_infer(const dt_op_sig *sig, dt_op_shape *out)
         return st;
     dt_dtype dt = sig->in[0].dtype;
     if (!dt__rd_float(dt) || (sig->nin > 1 && sig->in[1].dtype != dt))
-        return dt__error(DT_ERR_SHAPE, "einsum '%s': operands %s (%s) and %s (%s): f32 or f64, "
-                         "alike", eq, dt__rd_shape_str(&sig->in[0], s, sizeof(s)),
-                         dt_dtype_name(dt),
+        return dt__error(DT_ERR_SHAPE,
+                         "einsum '%s': operands %s (%s) and %s (%s): f32 or f64, "
+                         "alike",
+                         eq, dt__rd_shape_str(&sig->in[0], s, sizeof(s)), dt_dtype_name(dt),
                          sig->nin > 1 ? dt__rd_shape_str(&sig->in[1], t, sizeof(t)) : "-",
                          sig->nin > 1 ? dt_dtype_name(sig->in[1].dtype) : "-");
     int64_t size[26];
@@ -123,8 +123,10 @@ static dt_status grad_of(const dt_op_grad *g, const dt_tensor *dy, const char *e
             while (f < 26 && (used >> f & 1))
                 f++;
             if (f == 26)
-                return dt__error(DT_ERR_UNSUPPORTED, "einsum '%s': no letter left for the "
-                                 "gradient", eq);
+                return dt__error(DT_ERR_UNSUPPORTED,
+                                 "einsum '%s': no letter left for the "
+                                 "gradient",
+                                 eq);
             used |= 1u << f;
             c = f;
         }
@@ -186,8 +188,8 @@ static dt_status einsum_backward(const dt_op_grad *g)
     return st;
 }
 
-static const char *const sample_eqs[] = {"ij,jk->ik", "bij,bjk->bik", "ij->ji",   "ijk->ki",
-                                         "bij,jk->bik", "ij,kj->ik",  "i,i->",    "ij,j->i"};
+static const char *const sample_eqs[] = {"ij,jk->ik",   "bij,bjk->bik", "ij->ji", "ijk->ki",
+                                         "bij,jk->bik", "ij,kj->ik",    "i,i->",  "ij,j->i"};
 
 static dt_status einsum_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
 {

@@ -42,11 +42,10 @@ static dt_status xent_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status count_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
-    dt_dtype t = (dt_dtype)sig->attrs->i[1];
-    if (!is_index(sig->in[0].dtype) || !dt__rd_float(t))
-        return dt__error(DT_ERR_SHAPE, "label_count: labels %s (i32 or i64), output %s "
-                         "(f32 or f64)", dt_dtype_name(sig->in[0].dtype), dt_dtype_name(t));
-    out->dtype = t;
+    if (!is_index(sig->in[0].dtype))
+        return dt__error(DT_ERR_SHAPE, "label_count: labels are %s, not i32 or i64",
+                         dt_dtype_name(sig->in[0].dtype));
+    out->dtype = DT_DTYPE_I64;
     out->rank = 0;
     return DT_OK;
 }
@@ -63,14 +62,15 @@ static dt_status xent_infer(const dt_op_sig *sig, dt_op_shape *out)
     for (int d = 0; ok && d < lb->rank; d++)
         ok = lb->dim[d] == x->dim[d];
     if (!ok)
-        return dt__error(DT_ERR_SHAPE, "%s: labels %s (%s) do not fit logits %s (i32 or i64 of "
-                         "the logits' shape without the class dim)", name,
-                         dt__rd_shape_str(lb, s, sizeof(s)), dt_dtype_name(lb->dtype),
+        return dt__error(DT_ERR_SHAPE,
+                         "%s: labels %s (%s) do not fit logits %s (i32 or i64 of "
+                         "the logits' shape without the class dim)",
+                         name, dt__rd_shape_str(lb, s, sizeof(s)), dt_dtype_name(lb->dtype),
                          dt__rd_shape_str(x, t, sizeof(t)));
-    for (int i = 2; i < sig->nin; i++)
-        if (sig->in[i].rank != 0 || sig->in[i].dtype != x->dtype)
-            return dt__error(DT_ERR_SHAPE, "%s: input %d must be a rank-0 %s", name, i,
-                             dt_dtype_name(x->dtype));
+    if (sig->in[2].rank != 0 || sig->in[2].dtype != DT_DTYPE_I64)
+        return dt__error(DT_ERR_SHAPE, "%s: the count (input 2) must be a rank-0 i64", name);
+    if (sig->nin == 4 && (sig->in[3].rank != 0 || sig->in[3].dtype != x->dtype))
+        return dt__error(DT_ERR_SHAPE, "%s: dy must be a rank-0 %s", name, dt_dtype_name(x->dtype));
     if (sig->nin == 4) {
         *out = *x;
     } else {
@@ -106,7 +106,7 @@ static dt_status xent_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_a
     sig->in[1] = *x;
     sig->in[1].rank--;
     sig->in[1].dtype = DT_DTYPE_I64;
-    sig->in[2].dtype = DT_DTYPE_F64;
+    sig->in[2].dtype = DT_DTYPE_I64;
     sig->in[2].rank = 0;
     attrs->i[0] = -100;
     return DT_OK;
@@ -118,10 +118,13 @@ static dt_status xent_fill(const dt_op_sig *sig, int i, uint64_t seed, void *hos
     const dt_op_shape *x = &sig->in[0];
     if (i == 1) {
         for (int64_t e = 0; e < n; e++) /* one label in five ignored */
-            ((int64_t *)host)[e] = dt__rd_randint(&s, 0, 4) ? dt__rd_randint(&s, 0, x->dim[x->rank - 1] - 1)
-                                                         : sig->attrs->i[0];
+            ((int64_t *)host)[e] = dt__rd_randint(&s, 0, 4)
+                                       ? dt__rd_randint(&s, 0, x->dim[x->rank - 1] - 1)
+                                       : sig->attrs->i[0];
     } else if (i == 2) {
-        ((double *)host)[0] = 1.0 + (double)dt__rd_randint(&s, 0, 7); /* any positive count */
+        ((int64_t *)host)[0] = dt__rd_randint(&s, 1, 8); /* any positive count */
+    } else {
+        return DT_ERR_UNSUPPORTED; /* logits: plain reals */
     }
     return DT_OK;
 }
@@ -133,7 +136,7 @@ const dt_op_def dt__def_label_count = {
     .infer = count_infer,
     .cpu = dt__k_label_count,
     .reduce = DT_REDUCE_SUM,
-    .doc = "the number of labels not equal to ignore_index (attrs i[1]: the output dtype)",
+    .doc = "the number of labels not equal to ignore_index (i64; a partial sum when sharded)",
     .family = "loss",
 };
 
@@ -161,19 +164,17 @@ const dt_op_def dt__def_cross_entropy_grad = {
     .family = "loss",
 };
 
-dt_status dt_cross_entropy(const dt_tensor *logits, const dt_tensor *labels,
-                           int64_t ignore_index, dt_tensor **out)
+dt_status dt_cross_entropy(const dt_tensor *logits, const dt_tensor *labels, int64_t ignore_index,
+                           dt_tensor **out)
 {
     if (!logits || !labels || !out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "cross_entropy: NULL argument");
     dt_op_attrs at = DT_OP_ATTRS_INIT;
     at.i[0] = ignore_index;
-    at.i[1] = dt_tensor_dtype(logits);
     dt_tensor *count = NULL;
     dt_status st = dt__op_run1(&dt__def_label_count, labels, &at, &count);
     if (st != DT_OK)
         return st;
-    at.i[1] = 0;
     const dt_tensor *in[3] = {logits, labels, count};
     st = dt__op_run(&dt__def_cross_entropy, in, 3, &at, NULL, out);
     dt_tensor_destroy(count);

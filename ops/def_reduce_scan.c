@@ -10,8 +10,7 @@
 /* Operands of `rank` letters with the axis' letter uppercase (whole) or, where `alt` is
  * set, that letter replaced by alt (topk's k). ops: one char per operand, 'x' the plain
  * operand, 'k' the one with alt; the last is the output. */
-static dt_status axis_rule(int rank, int axis, const char *ops, char alt, char *buf,
-                           size_t len)
+static dt_status axis_rule(int rank, int axis, const char *ops, char alt, char *buf, size_t len)
 {
     char r[96];
     int n = 0, nops = (int)strlen(ops);
@@ -23,7 +22,7 @@ static dt_status axis_rule(int rank, int axis, const char *ops, char alt, char *
             r[n++] = ',';
         }
         for (int d = 0; d < rank; d++)
-            r[n++] = d != axis ? dt__op_letter(d)
+            r[n++] = d != axis       ? dt__op_letter(d)
                      : ops[i] == 'k' ? alt
                                      : (char)toupper(dt__op_letter(d));
     }
@@ -82,8 +81,8 @@ static dt_status log_softmax_infer(const dt_op_sig *sig, dt_op_shape *out)
     dt_status st = check_axis(sig->nin == 1 ? "log_softmax" : "log_softmax_grad", sig);
     if (st != DT_OK)
         return st;
-    if (sig->nin == 2 && (!same_shape(&sig->in[0], &sig->in[1]) ||
-                          sig->in[1].dtype != sig->in[0].dtype))
+    if (sig->nin == 2 &&
+        (!same_shape(&sig->in[0], &sig->in[1]) || sig->in[1].dtype != sig->in[0].dtype))
         return dt__error(DT_ERR_SHAPE, "log_softmax_grad: dy is not like y");
     *out = sig->in[0];
     return DT_OK;
@@ -111,7 +110,7 @@ const dt_op_def dt__def_log_softmax = {
     .backward = log_softmax_backward,
     .save_out = 1,
     .doc = "log(softmax(x)) along a whole axis, stable",
-    .family = "normaliser",
+    .family = "reduction",
     .sample = axis_sample,
 };
 
@@ -122,7 +121,7 @@ const dt_op_def dt__def_log_softmax_grad = {
     .infer = log_softmax_infer,
     .cpu = dt__k_log_softmax_grad,
     .doc = "dx = dy - exp(y) sum(dy) along the axis (y: log_softmax's output)",
-    .family = "normaliser",
+    .family = "reduction",
 };
 
 /* ---- cumsum ------------------------------------------------------------------------------ */
@@ -160,7 +159,7 @@ const dt_op_def dt__def_cumsum = {
     .linearity = DT_OP_LINEAR_MULTI,
     .linear_in = 1u,
     .doc = "inclusive cumulative sum along a whole axis (attrs i[1]: from the end)",
-    .family = "scan",
+    .family = "reduction",
     .sample = axis_sample,
 };
 
@@ -168,8 +167,8 @@ const dt_op_def dt__def_cumsum = {
 
 static dt_status topk_rule(const dt_op_sig *sig, char *buf, size_t len)
 {
-    return axis_rule(sig->in[0].rank, (int)sig->attrs->i[0], "xk",
-                     dt__op_letter(sig->in[0].rank), buf, len);
+    return axis_rule(sig->in[0].rank, (int)sig->attrs->i[0], "xk", dt__op_letter(sig->in[0].rank),
+                     buf, len);
 }
 
 static dt_status topk_infer(const dt_op_sig *sig, dt_op_shape *out)
@@ -204,7 +203,7 @@ const dt_op_def dt__def_topk_indices = {
     .infer = topk_infer,
     .cpu = dt__k_topk_indices,
     .doc = "indices (i64) of the k largest / smallest along a whole axis, sorted, stable",
-    .family = "sort",
+    .family = "reduction",
     .sample = topk_sample,
 };
 
@@ -227,8 +226,8 @@ static dt_status values_infer(const dt_op_sig *sig, dt_op_shape *out)
     for (int d = 0; ok && d < x->rank; d++)
         ok = d == axis || ix->dim[d] == x->dim[d];
     if (!ok || (ix->dtype != DT_DTYPE_I64 && ix->dtype != DT_DTYPE_I32))
-        return dt__error(DT_ERR_SHAPE, "%s: indices %s (%s) do not fit x %s along axis %d",
-                         name, dt__rd_shape_str(ix, s, sizeof(s)), dt_dtype_name(ix->dtype),
+        return dt__error(DT_ERR_SHAPE, "%s: indices %s (%s) do not fit x %s along axis %d", name,
+                         dt__rd_shape_str(ix, s, sizeof(s)), dt_dtype_name(ix->dtype),
                          dt__rd_shape_str(x, t, sizeof(t)), axis);
     if (sig->nin == 3 && (!same_shape(&sig->in[2], ix) || sig->in[2].dtype != x->dtype))
         return dt__error(DT_ERR_SHAPE, "%s: dy %s is not like indices %s", name,
@@ -267,7 +266,7 @@ static dt_status values_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op
 static dt_status values_fill(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n)
 {
     if (i != 1)
-        return DT_OK;
+        return DT_ERR_UNSUPPORTED; /* x: plain reals */
     uint64_t s = seed;
     int64_t len = sig->in[0].dim[sig->attrs->i[0]];
     for (int64_t e = 0; e < n; e++)
@@ -285,7 +284,7 @@ const dt_op_def dt__def_topk_values = {
     .linearity = DT_OP_LINEAR_MULTI,
     .linear_in = 1u,
     .doc = "x's values at indices along a whole axis (topk's and sort's values)",
-    .family = "sort",
+    .family = "reduction",
     .sample = values_sample,
     .fill = values_fill,
 };
@@ -300,7 +299,7 @@ const dt_op_def dt__def_topk_values_grad = {
     .linear_in = 4u,
     .reduce = DT_REDUCE_SUM,
     .doc = "dy added at indices along an axis into zeros of x's shape",
-    .family = "sort",
+    .family = "reduction",
 };
 
 /* ---- public functions ------------------------------------------------------------------- */
@@ -335,8 +334,8 @@ dt_status dt_cumsum(const dt_tensor *x, int axis, dt_tensor **out)
     return st == DT_OK ? dt__op_run1(&dt__def_cumsum, x, &at, out) : st;
 }
 
-static dt_status topk_run(const char *name, const dt_tensor *x, int64_t k, int axis,
-                          int largest, dt_tensor **values_out, dt_tensor **indices_out)
+static dt_status topk_run(const char *name, const dt_tensor *x, int64_t k, int axis, int largest,
+                          dt_tensor **values_out, dt_tensor **indices_out)
 {
     dt_op_attrs at = DT_OP_ATTRS_INIT;
     dt_status st = axis_attrs(name, x, axis, &at);
@@ -365,8 +364,8 @@ static dt_status topk_run(const char *name, const dt_tensor *x, int64_t k, int a
     return DT_OK;
 }
 
-dt_status dt_topk(const dt_tensor *x, int64_t k, int axis, int largest,
-                  dt_tensor **values_out, dt_tensor **indices_out)
+dt_status dt_topk(const dt_tensor *x, int64_t k, int axis, int largest, dt_tensor **values_out,
+                  dt_tensor **indices_out)
 {
     if (k < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "topk: k %lld < 0", (long long)k);

@@ -17,24 +17,23 @@ typedef struct term {
     int n, ell;
 } term;
 
-static dt_status parse_term(const char *eq, const char *s, const char *end, int which,
-                            term *t)
+static dt_status parse_term(const char *eq, const char *s, const char *end, int which, term *t)
 {
     t->n = 0;
     t->ell = -1;
     for (const char *p = s; p < end; p++) {
         if (*p == '.') {
             if (t->ell >= 0 || end - p < 3 || p[1] != '.' || p[2] != '.')
-                return dt__error(DT_ERR_INVALID_ARGUMENT,
-                                 "einsum '%s': bad '...' at column %d", eq, (int)(p - eq) + 1);
+                return dt__error(DT_ERR_INVALID_ARGUMENT, "einsum '%s': bad '...' at column %d", eq,
+                                 (int)(p - eq) + 1);
             t->ell = t->n;
             p += 2;
             continue;
         }
         if (*p < 'a' || *p > 'z')
             return dt__error(DT_ERR_INVALID_ARGUMENT,
-                             "einsum '%s': character '%c' at column %d (letters a-z only)", eq,
-                             *p, (int)(p - eq) + 1);
+                             "einsum '%s': character '%c' at column %d (letters a-z only)", eq, *p,
+                             (int)(p - eq) + 1);
         for (int k = 0; k < t->n; k++)
             if (t->letters[k] == *p)
                 return dt__error(DT_ERR_INVALID_ARGUMENT,
@@ -75,8 +74,8 @@ dt_status dt__einsum_parse(const char *eq, int nin, const int *in_rank, dt__eins
         s = comma + 1;
     }
     if (k != nin)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "einsum '%s': %d operands for %d tensors", eq,
-                         k, nin);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "einsum '%s': %d operands for %d tensors", eq, k,
+                         nin);
     dt_status st = parse_term(eq, arrow + 2, arrow + 2 + strlen(arrow + 2), -1, &t[nin]);
     if (st != DT_OK)
         return st;
@@ -136,9 +135,9 @@ void dt__matmul_broadcast_eq(int ra, int rb, char *buf)
 
 typedef struct plan {
     dt__einsum_eq eq;
-    int64_t size[26];          /* local size of each letter */
-    int64_t stride[3][26];     /* element stride of each letter per operand (0: absent, 1) */
-    int has[3][26];            /* the operand has the letter at the letter's full size */
+    int64_t size[26];      /* local size of each letter */
+    int64_t stride[3][26]; /* element stride of each letter per operand (0: absent, 1) */
+    int has[3][26];        /* the operand has the letter at the letter's full size */
     char bat[26], m[26], n[26], k[26];
     int nb, nm, nn, nk;
     int64_t sb, sm, sn, sk;

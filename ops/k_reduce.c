@@ -8,70 +8,86 @@
 #include "ops/def_reduce.h"
 #include "runtime/error.h"
 
-/* The element offsets of a block: kept[o] of every output position (kept dims row-major) and
- * red[r] of every position of the reduced sub-box (reduced dims row-major). */
+/* How a block's elements are visited: the kept dims (adjacent ones merged) by an odometer in
+ * row-major order, and for each kept position the reduced sub-box in row-major order: red[r]
+ * the offsets of its outer dims, then `len` elements `step` apart (its innermost run of
+ * adjacent reduced dims, merged). Memory: one offset per outer position, not per element. */
 typedef struct offsets {
-    int64_t *kept, nkept;
-    int64_t *red, nred;
+    int nk;
+    int64_t ksz[DT_MAX_RANK], kst[DT_MAX_RANK], nkept;
+    int64_t *red, nred, len, step;
 } offsets;
 
-static void odometer_offsets(int n, const int64_t *size, const int64_t *stride, int64_t *out,
-                             int64_t count)
-{
-    int64_t idx[DT_MAX_RANK] = {0};
-    int64_t off = 0;
-    for (int64_t c = 0; c < count; c++) {
-        out[c] = off;
-        for (int d = n - 1; d >= 0; d--) {
-            if (++idx[d] < size[d]) {
-                off += stride[d];
-                break;
-            }
-            off -= stride[d] * (size[d] - 1);
-            idx[d] = 0;
-        }
-    }
-}
+#define FOR_RED(o, base, i)                                                                        \
+    for (int64_t r_ = 0; r_ < (o)->nred; r_++)                                                     \
+        for (int64_t j_ = 0, i = (base) + (o)->red[r_]; j_ < (o)->len; j_++, i += (o)->step)
 
 static dt_status offsets_make(const dt_op_buf *x, uint64_t mask, offsets *o)
 {
-    int64_t stride[DT_MAX_RANK], ksz[DT_MAX_RANK], kst[DT_MAX_RANK], rsz[DT_MAX_RANK],
-        rst[DT_MAX_RANK];
-    int nk = 0, nr = 0;
+    int64_t stride[DT_MAX_RANK], rsz[DT_MAX_RANK], rst[DT_MAX_RANK];
+    int nr = 0;
     int64_t s = 1;
     for (int d = x->rank - 1; d >= 0; d--) {
         stride[d] = s;
         s *= x->shape[d];
     }
+    o->nk = 0;
     o->nkept = 1;
-    o->nred = 1;
     for (int d = 0; d < x->rank; d++) {
-        if (mask >> d & 1) {
-            rsz[nr] = x->shape[d];
-            rst[nr++] = stride[d];
-            o->nred *= x->shape[d];
+        int red = mask >> d & 1, merge = d > 0 && (mask >> (d - 1) & 1) == (uint64_t)red;
+        int64_t *sz = red ? rsz : o->ksz, *st = red ? rst : o->kst;
+        int *n = red ? &nr : &o->nk;
+        if (merge) {
+            sz[*n - 1] *= x->shape[d];
+            st[*n - 1] = stride[d];
         } else {
-            ksz[nk] = x->shape[d];
-            kst[nk++] = stride[d];
+            sz[*n] = x->shape[d];
+            st[(*n)++] = stride[d];
+        }
+        if (!red)
             o->nkept *= x->shape[d];
+    }
+    o->len = nr ? rsz[nr - 1] : 1;
+    o->step = nr ? rst[nr - 1] : 0;
+    o->nred = 1;
+    for (int d = 0; d < nr - 1; d++)
+        o->nred *= rsz[d];
+    if (o->len == 0)
+        o->nred = 0;
+    o->red = malloc(sizeof(int64_t) * (size_t)(o->nred > 0 ? o->nred : 1));
+    if (!o->red)
+        return dt__error(DT_ERR_NO_MEMORY, "reduction: no memory for %lld offsets",
+                         (long long)o->nred);
+    int64_t idx[DT_MAX_RANK] = {0}, off = 0;
+    for (int64_t c = 0; c < o->nred; c++) {
+        o->red[c] = off;
+        for (int d = nr - 2; d >= 0; d--) {
+            if (++idx[d] < rsz[d]) {
+                off += rst[d];
+                break;
+            }
+            off -= rst[d] * (rsz[d] - 1);
+            idx[d] = 0;
         }
     }
-    o->kept = malloc(sizeof(int64_t) * (size_t)(o->nkept > 0 ? o->nkept : 1));
-    o->red = malloc(sizeof(int64_t) * (size_t)(o->nred > 0 ? o->nred : 1));
-    if (!o->kept || !o->red) {
-        free(o->kept);
-        free(o->red);
-        return dt__error(DT_ERR_NO_MEMORY, "reduction: no memory for %lld offsets",
-                         (long long)(o->nkept + o->nred));
-    }
-    odometer_offsets(nk, ksz, kst, o->kept, o->nkept);
-    odometer_offsets(nr, rsz, rst, o->red, o->nred);
     return DT_OK;
+}
+
+/* The next kept position's base offset (row-major odometer over the kept dims). */
+static void next_kept(const offsets *o, int64_t *idx, int64_t *base)
+{
+    for (int d = o->nk - 1; d >= 0; d--) {
+        if (++idx[d] < o->ksz[d]) {
+            *base += o->kst[d];
+            return;
+        }
+        *base -= o->kst[d] * (o->ksz[d] - 1);
+        idx[d] = 0;
+    }
 }
 
 static void offsets_free(offsets *o)
 {
-    free(o->kept);
     free(o->red);
 }
 
@@ -95,8 +111,9 @@ static double global_count(const dt_op_buf *x, uint64_t mask)
 static double extreme(const void *x, dt_dtype t, int64_t base, const offsets *o, int is_max)
 {
     double m = is_max ? -INFINITY : INFINITY;
-    for (int64_t r = 0; r < o->nred; r++) {
-        double v = dt__rd_get(x, t, base + o->red[r]);
+    FOR_RED(o, base, i)
+    {
+        double v = dt__rd_get(x, t, i);
         if (isnan(v))
             return v;
         if (is_max ? v > m : v < m)
@@ -114,8 +131,8 @@ static double reduce_one(const dt_op_kernel_args *a, int kind, int64_t base, con
     switch (kind) {
     case RK_SUM:
     case RK_MEAN:
-        for (int64_t r = 0; r < o->nred; r++)
-            acc += dt__rd_get(x, t, base + o->red[r]);
+        FOR_RED(o, base, i)
+        acc += dt__rd_get(x, t, i);
         return kind == RK_MEAN ? acc / count : acc;
     case RK_MAX:
     case RK_MIN:
@@ -124,17 +141,18 @@ static double reduce_one(const dt_op_kernel_args *a, int kind, int64_t base, con
         double m = extreme(x, t, base, o, 1);
         if (isnan(m) || isinf(m))
             return m;
-        for (int64_t r = 0; r < o->nred; r++)
-            acc += exp(dt__rd_get(x, t, base + o->red[r]) - m);
+        FOR_RED(o, base, i)
+        acc += exp(dt__rd_get(x, t, i) - m);
         return m + log(acc);
     }
     case RK_VAR: {
         double mean = 0;
-        for (int64_t r = 0; r < o->nred; r++)
-            mean += dt__rd_get(x, t, base + o->red[r]);
+        FOR_RED(o, base, i)
+        mean += dt__rd_get(x, t, i);
         mean /= count;
-        for (int64_t r = 0; r < o->nred; r++) {
-            double d = dt__rd_get(x, t, base + o->red[r]) - mean;
+        FOR_RED(o, base, i)
+        {
+            double d = dt__rd_get(x, t, i) - mean;
             acc += d * d;
         }
         return acc / (count - (double)a->attrs.i[2]);
@@ -150,16 +168,18 @@ static int64_t arg_one(const dt_op_kernel_args *a, int is_max, int64_t base, con
 {
     const void *x = a->in[0].data;
     dt_dtype t = a->in[0].dtype;
-    int64_t best = 0;
+    int64_t best = 0, r = 0;
     double m = 0;
-    for (int64_t r = 0; r < o->nred; r++) {
-        double v = dt__rd_get(x, t, base + o->red[r]);
+    FOR_RED(o, base, i)
+    { /* one reduced axis: r is its index */
+        double v = dt__rd_get(x, t, i);
         if (isnan(v))
             return r;
         if (r == 0 || (is_max ? v > m : v < m)) {
             m = v;
             best = r;
         }
+        r++;
     }
     return best;
 }
@@ -178,12 +198,13 @@ dt_status dt__k_reduce(const dt_op_kernel_args *a, int kind)
         while (axis < x->rank && !(mask >> axis & 1))
             axis++;
         int64_t off = axis < x->rank ? x->offset[axis] : 0;
-        int64_t *y = a->out.data;
-        for (int64_t k = 0; k < o.nkept; k++)
-            y[k] = off + arg_one(a, kind == RK_ARGMAX, o.kept[k], &o);
+        int64_t *y = a->out.data, idx[DT_MAX_RANK] = {0}, base = 0;
+        for (int64_t k = 0; k < o.nkept; k++, next_kept(&o, idx, &base))
+            y[k] = off + arg_one(a, kind == RK_ARGMAX, base, &o);
     } else {
-        for (int64_t k = 0; k < o.nkept; k++)
-            dt__rd_set(a->out.data, a->out.dtype, k, reduce_one(a, kind, o.kept[k], &o, count));
+        int64_t idx[DT_MAX_RANK] = {0}, base = 0;
+        for (int64_t k = 0; k < o.nkept; k++, next_kept(&o, idx, &base))
+            dt__rd_set(a->out.data, a->out.dtype, k, reduce_one(a, kind, base, &o, count));
     }
     offsets_free(&o);
     return DT_OK;
@@ -204,8 +225,8 @@ dt_status dt__k_reduce_grad(const dt_op_kernel_args *a)
     double count = global_count(x, mask);
     const void *y = a->in[1].data, *dy = a->in[2].data;
     void *dx = a->out.data;
-    for (int64_t k = 0; k < o.nkept; k++) {
-        int64_t base = o.kept[k];
+    int64_t idx[DT_MAX_RANK] = {0}, base = 0;
+    for (int64_t k = 0; k < o.nkept; k++, next_kept(&o, idx, &base)) {
         double g = dt__rd_get(dy, a->in[2].dtype, k);
         double yk = dt__rd_get(y, a->in[1].dtype, k);
         double scale = g, mean = 0;
@@ -213,18 +234,18 @@ dt_status dt__k_reduce_grad(const dt_op_kernel_args *a)
             scale = g / count;
         if (kind == RK_MAX || kind == RK_MIN) {
             int64_t ties = 0;
-            for (int64_t r = 0; r < o.nred; r++)
-                ties += dt__rd_get(x->data, t, base + o.red[r]) == yk;
+            FOR_RED(&o, base, i)
+            ties += dt__rd_get(x->data, t, i) == yk;
             scale = ties ? g / (double)ties : 0;
         }
         if (kind == RK_VAR) {
-            for (int64_t r = 0; r < o.nred; r++)
-                mean += dt__rd_get(x->data, t, base + o.red[r]);
+            FOR_RED(&o, base, i)
+            mean += dt__rd_get(x->data, t, i);
             mean /= count;
             scale = 2 * g / (count - (double)a->attrs.i[2]);
         }
-        for (int64_t r = 0; r < o.nred; r++) {
-            int64_t i = base + o.red[r];
+        FOR_RED(&o, base, i)
+        {
             double v = dt__rd_get(x->data, t, i), d;
             switch (kind) {
             case RK_MAX:

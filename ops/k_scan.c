@@ -44,8 +44,8 @@ dt_status dt__k_log_softmax_grad(const dt_op_kernel_args *a)
                 s += dt__rd_get(dy->data, dy->dtype, base + j * inner);
             for (int64_t j = 0; j < len; j++) {
                 int64_t k = base + j * inner;
-                double g = dt__rd_get(dy->data, dy->dtype, k) -
-                           exp(dt__rd_get(y->data, y->dtype, k)) * s;
+                double g =
+                    dt__rd_get(dy->data, dy->dtype, k) - exp(dt__rd_get(y->data, y->dtype, k)) * s;
                 dt__rd_set(a->out.data, a->out.dtype, k, g);
             }
         }

@@ -74,8 +74,8 @@ static dt_status index_at(const dt_op_buf *ib, int64_t e, int64_t len, int64_t *
     int64_t j = dt__rd_geti(ib->data, ib->dtype, e);
     if (j < 0 || j >= len)
         return dt__error(DT_ERR_INVALID_ARGUMENT,
-                         "topk_values: index %lld out of range 0..%lld of the axis",
-                         (long long)j, (long long)len - 1);
+                         "topk_values: index %lld out of range 0..%lld of the axis", (long long)j,
+                         (long long)len - 1);
     *out = j;
     return DT_OK;
 }

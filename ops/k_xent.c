@@ -13,7 +13,7 @@ dt_status dt__k_label_count(const dt_op_kernel_args *a)
     int64_t n = dt__op_numel(lb), c = 0;
     for (int64_t r = 0; r < n; r++)
         c += dt__rd_geti(lb->data, lb->dtype, r) != a->attrs.i[0];
-    dt__rd_set(a->out.data, a->out.dtype, 0, (double)c);
+    *(int64_t *)a->out.data = c;
     return DT_OK;
 }
 
@@ -54,15 +54,15 @@ dt_status dt__k_cross_entropy(const dt_op_kernel_args *a)
     const dt_op_buf *x = &a->in[0], *lb = &a->in[1];
     int64_t classes = x->shape[x->rank - 1];
     int64_t rows = classes ? dt__op_numel(x) / classes : dt__op_numel(lb);
-    double count = dt__rd_get(a->in[2].data, a->in[2].dtype, 0), acc = 0;
+    double count = (double)dt__rd_geti(a->in[2].data, a->in[2].dtype, 0), acc = 0;
     for (int64_t r = 0; r < rows; r++) {
         int64_t l = -1;
         dt_status st = label_at(lb, r, classes, a->attrs.i[0], &l);
         if (st != DT_OK)
             return st;
         if (l >= 0)
-            acc += row_lse(x, r * classes, classes) -
-                   dt__rd_get(x->data, x->dtype, r * classes + l);
+            acc +=
+                row_lse(x, r * classes, classes) - dt__rd_get(x->data, x->dtype, r * classes + l);
     }
     dt__rd_set(a->out.data, a->out.dtype, 0, acc / count);
     return DT_OK;
@@ -73,7 +73,7 @@ dt_status dt__k_cross_entropy_grad(const dt_op_kernel_args *a)
     const dt_op_buf *x = &a->in[0], *lb = &a->in[1];
     int64_t classes = x->shape[x->rank - 1];
     int64_t rows = classes ? dt__op_numel(x) / classes : 0;
-    double count = dt__rd_get(a->in[2].data, a->in[2].dtype, 0);
+    double count = (double)dt__rd_geti(a->in[2].data, a->in[2].dtype, 0);
     double g = dt__rd_get(a->in[3].data, a->in[3].dtype, 0) / count;
     for (int64_t r = 0; r < rows; r++) {
         int64_t l = -1;

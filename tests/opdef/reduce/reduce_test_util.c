@@ -125,8 +125,8 @@ static void run_one(const rt_case *c, const dt_mesh *m, dt_layout *const *l, dou
         int64_t bad = 0;
         for (int64_t e = 0; e < c->nout; e++) {
             double want = c->out_dtype == DT_DTYPE_F32 ? (double)(float)c->ref[e] : c->ref[e];
-            int ok = c->tol == 0 ? got[e] == want
-                                 : fabs(got[e] - want) <= c->tol * (1 + fabs(want));
+            int ok =
+                c->tol == 0 ? got[e] == want : fabs(got[e] - want) <= c->tol * (1 + fabs(want));
             if (c->bitwise && *have_first)
                 ok = ok && memcmp(&got[e], &first[e], sizeof(double)) == 0;
             if (!ok && bad++ < 3) {
@@ -134,9 +134,11 @@ static void run_one(const rt_case *c, const dt_mesh *m, dt_layout *const *l, dou
                 dt_layout_format(l[0], b0, sizeof b0);
                 if (c->nin > 1)
                     dt_layout_format(l[1], b1, sizeof b1);
-                fprintf(stderr, "[rank %d] %s on %s %s: element %lld is %.17g, want %.17g "
-                        "(first layout: %.17g)\n", dt_client_id(), c->what, b0, b1,
-                        (long long)e, got[e], want, *have_first ? first[e] : NAN);
+                fprintf(stderr,
+                        "[rank %d] %s on %s %s: element %lld is %.17g, want %.17g "
+                        "(first layout: %.17g)\n",
+                        dt_client_id(), c->what, b0, b1, (long long)e, got[e], want,
+                        *have_first ? first[e] : NAN);
             }
         }
         CU_ASSERT_EQUAL(bad, 0);

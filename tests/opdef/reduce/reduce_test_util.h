@@ -16,15 +16,15 @@ typedef struct rt_case {
     const char *what;
     rt_fn fn;
     int nin;
-    const double *x[2];      /* input values (converted to dtype[i]) */
+    const double *x[2]; /* input values (converted to dtype[i]) */
     dt_dtype dtype[2];
     int rank[2];
     const int64_t *shape[2];
-    const double *ref;       /* the expected output, nout values */
+    const double *ref; /* the expected output, nout values */
     int64_t nout;
     dt_dtype out_dtype;
-    double tol;              /* relative; 0: exact */
-    int bitwise;             /* the same bits on every layout and mesh */
+    double tol;  /* relative; 0: exact */
+    int bitwise; /* the same bits on every layout and mesh */
 } rt_case;
 
 /* Mesh 0: one device ("x" = 1); 1: two devices ("x" = 2); 2: 2x2 ("b", "m"). */

@@ -5,6 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <cblas.h>
 
 #include "harness.h"
 #include "reduce_test_util.h"
@@ -96,8 +99,7 @@ static const gcase gcases[] = {
     {"topk values", g_topk, 1, {3}, {{2, 3, 4}}, 0},
     {"sort values", g_sort, 1, {3}, {{2, 3, 4}}, 0},
     {"einsum abc,cd->abd", g_einsum2, 2, {3, 2}, {{2, 3, 4}, {4, 2}}, 0},
-    {"einsum ...bc,...cd->...db (broadcast)", g_einsum_batch, 2, {3, 3}, {{2, 3, 4}, {1, 4, 2}},
-     0},
+    {"einsum ...bc,...cd->...db (broadcast)", g_einsum_batch, 2, {3, 3}, {{2, 3, 4}, {1, 4, 2}}, 0},
     {"einsum abc->ca", g_einsum1, 1, {3}, {{2, 3, 4}}, 0},
     {"matmul_broadcast [2,3,4] x [4]", g_matmul, 2, {3, 1}, {{2, 3, 4}, {4}}, 0},
     {"matmul_broadcast [4] x [2,4,3]", g_matmul, 2, {1, 3}, {{4}, {2, 4, 3}}, 0},
@@ -206,8 +208,7 @@ static void fill_distinct(double *x, int64_t n, uint64_t seed)
 {
     /* distinct values (no ties: max, min, topk and sort are differentiable there) */
     for (int64_t e = 0; e < n; e++)
-        x[e] = -1.0 + 2.0 * (double)((e * 7 + (int64_t)seed) % n) / (double)n +
-               0.001 * (double)e;
+        x[e] = -1.0 + 2.0 * (double)((e * 7 + (int64_t)seed) % n) / (double)n + 0.001 * (double)e;
 }
 
 static void test_gradients_match_central_differences_in_f64(void)
@@ -238,8 +239,8 @@ static void test_gradients_match_central_differences_in_f64(void)
                 x[i][e] = keep;
                 double fd = (lp - lm) / (2 * h);
                 if (!(fabs(g[i][e] - fd) <= 1e-6 * (1 + fabs(fd))) && bad++ < 3)
-                    fprintf(stderr, "%s: d input %d [%lld] is %.12g, differences %.12g\n",
-                            c->what, i, (long long)e, g[i][e], fd);
+                    fprintf(stderr, "%s: d input %d [%lld] is %.12g, differences %.12g\n", c->what,
+                            i, (long long)e, g[i][e], fd);
             }
             CU_ASSERT_EQUAL(bad, 0);
         }
@@ -311,10 +312,70 @@ static void test_max_and_min_gradients_are_split_among_ties(void)
     dt_mesh_destroy(m);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* dt_einsum("ij,jk->ik") on one device against cblas_sgemm on the same host arrays, 512^3:
+ * the generic path adds the propagator's cached decision and the output's allocation. The
+ * ratio is printed; asserted (>= 0.95) only where timings are trusted (DT_TEST_TIMING=1). */
+static void test_einsum_through_the_generic_path_runs_at_sgemm_speed(void)
+{
+    enum { N = 512 };
+    dt_mesh *m = rt_mesh(0);
+    if (!rt_here(m)) {
+        dt_mesh_destroy(m);
+        return;
+    }
+    float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N),
+          *c = malloc(sizeof(float) * N * N);
+    CU_ASSERT_FATAL(a && b && c);
+    for (int i = 0; i < N * N; i++) {
+        a[i] = (float)((i * 7) % 5 - 2);
+        b[i] = (float)((i * 3) % 7 - 3);
+    }
+    dt_layout *rep = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(m, 2, &rep));
+    int64_t sh[2] = {N, N};
+    dt_tensor *ta = ot_tensor(rep, DT_DTYPE_F32, sh, a), *tb = ot_tensor(rep, DT_DTYPE_F32, sh, b);
+    const dt_tensor *in[2] = {ta, tb};
+    double best_e = 1e9, best_g = 1e9;
+    for (int rep_i = 0; rep_i < 7; rep_i++) {
+        dt_tensor *o = NULL;
+        double t0 = now_s();
+        DT_ASSERT_OK(dt_einsum("ij,jk->ik", in, 2, &o));
+        double t1 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
+                    N);
+        double t2 = now_s();
+        dt_tensor_destroy(o);
+        best_e = t1 - t0 < best_e ? t1 - t0 : best_e;
+        best_g = t2 - t1 < best_g ? t2 - t1 : best_g;
+    }
+    fprintf(stderr,
+            "dt_einsum ij,jk->ik 512 on one device: %.3f ms, cblas_sgemm %.3f ms "
+            "(ratio %.3f)\n",
+            best_e * 1e3, best_g * 1e3, best_g / best_e);
+    const char *timing = getenv("DT_TEST_TIMING");
+    if (timing && timing[0] == '1')
+        CU_ASSERT(best_g / best_e >= 0.95);
+    dt_tensor_destroy(ta);
+    dt_tensor_destroy(tb);
+    dt_layout_destroy(rep);
+    dt_mesh_destroy(m);
+    free(a);
+    free(b);
+    free(c);
+}
+
 static const dt_test_case cases[] = {
     DT_TEST(test_gradients_match_central_differences_in_f64),
     DT_TEST(test_gradients_on_a_sharded_2x2_mesh_match_one_device),
     DT_TEST(test_max_and_min_gradients_are_split_among_ties),
+    DT_TEST(test_einsum_through_the_generic_path_runs_at_sgemm_speed),
     DT_TEST_END,
 };
 

@@ -226,8 +226,7 @@ static void test_topk_is_sorted_and_breaks_ties_by_the_lower_index(void)
 
 /* Naive einsum on explicit letters with broadcasting (size 1 stretches). */
 static void naive_einsum(const char *eq, int nin, const double *const *x, const int *rank,
-                         const int64_t *const *sh, const int64_t *size, double *out,
-                         int64_t nout)
+                         const int64_t *const *sh, const int64_t *size, double *out, int64_t nout)
 {
     dt__einsum_eq e;
     int r[2] = {rank[0], nin > 1 ? rank[1] : 0};
@@ -321,12 +320,12 @@ static void test_einsum_matches_a_naive_sum_on_every_operand_order(void)
         dt_op_attrs at = DT_OP_ATTRS_INIT;
         strcpy(at.s, k->eq);
         dt_op_buf in[2] = {kbuf(a, DT_DTYPE_F64, k->ra, k->a), kbuf(b, DT_DTYPE_F64, k->rb, k->b)};
-        DT_ASSERT_OK(krun(&dt__def_einsum, &at, k->nin, in,
-                          kbuf(got, DT_DTYPE_F64, e.rank[k->nin], osh)));
+        DT_ASSERT_OK(
+            krun(&dt__def_einsum, &at, k->nin, in, kbuf(got, DT_DTYPE_F64, e.rank[k->nin], osh)));
         dt_op_buf inf[2] = {kbuf(af, DT_DTYPE_F32, k->ra, k->a),
                             kbuf(bf, DT_DTYPE_F32, k->rb, k->b)};
-        DT_ASSERT_OK(krun(&dt__def_einsum, &at, k->nin, inf,
-                          kbuf(gotf, DT_DTYPE_F32, e.rank[k->nin], osh)));
+        DT_ASSERT_OK(
+            krun(&dt__def_einsum, &at, k->nin, inf, kbuf(gotf, DT_DTYPE_F32, e.rank[k->nin], osh)));
         for (int64_t i = 0; i < no; i++) {
             if (got[i] != want[i] || gotf[i] != (float)want[i])
                 fprintf(stderr, "einsum %s: element %lld is %g / %g, want %g\n", k->eq,
@@ -404,7 +403,11 @@ static void test_einsum_ij_jk_runs_at_sgemm_speed(void)
     CU_ASSERT(memcmp(c, d, sizeof(float) * N * N) == 0);
     fprintf(stderr, "einsum ij,jk->ik 512: %.3f ms, sgemm %.3f ms (ratio %.3f)\n", best_e * 1e3,
             best_g * 1e3, best_g / best_e);
-    CU_ASSERT(best_g / best_e > 0.8); /* the same sgemm: only noise on a shared machine */
+    /* The same sgemm on the caller's data (no copy): the ratio is only noise on a shared
+     * machine, so it is asserted where the timing is trusted (DT_TEST_TIMING=1). */
+    const char *timing = getenv("DT_TEST_TIMING");
+    if (timing && timing[0] == '1')
+        CU_ASSERT(best_g / best_e > 0.95);
     free(a);
     free(b);
     free(c);
@@ -415,16 +418,16 @@ static void test_einsum_ij_jk_runs_at_sgemm_speed(void)
 
 static void test_cross_entropy_kernels_match_hand_worked_values(void)
 {
-    double x[6] = {0, 0, log(2.0), 1, 1, 1}, count = 2, loss, dy = 2, dx[6];
+    double x[6] = {0, 0, log(2.0), 1, 1, 1}, loss, dy = 2, dx[6];
+    int64_t count = 2;
     int64_t lb[2] = {2, -100}, xs[2] = {2, 3}, ls[1] = {2}, zs[1] = {0};
     dt_op_attrs at = DT_OP_ATTRS_INIT;
     at.i[0] = -100;
-    at.i[1] = DT_DTYPE_F64;
     dt_op_buf in[4] = {kbuf(x, DT_DTYPE_F64, 2, xs), kbuf(lb, DT_DTYPE_I64, 1, ls),
-                       kbuf(&count, DT_DTYPE_F64, 0, zs), kbuf(&dy, DT_DTYPE_F64, 0, zs)};
-    double c = 0;
-    DT_ASSERT_OK(krun(&dt__def_label_count, &at, 1, &in[1], kbuf(&c, DT_DTYPE_F64, 0, zs)));
-    CU_ASSERT_DOUBLE_EQUAL(c, 1, 0);
+                       kbuf(&count, DT_DTYPE_I64, 0, zs), kbuf(&dy, DT_DTYPE_F64, 0, zs)};
+    int64_t c = 0;
+    DT_ASSERT_OK(krun(&dt__def_label_count, &at, 1, &in[1], kbuf(&c, DT_DTYPE_I64, 0, zs)));
+    CU_ASSERT_EQUAL(c, 1);
     DT_ASSERT_OK(krun(&dt__def_cross_entropy, &at, 3, in, kbuf(&loss, DT_DTYPE_F64, 0, zs)));
     CU_ASSERT_DOUBLE_EQUAL(loss, (log(4.0) - log(2.0)) / 2, 1e-15);
     DT_ASSERT_OK(krun(&dt__def_cross_entropy_grad, &at, 4, in, kbuf(dx, DT_DTYPE_F64, 2, xs)));

@@ -14,8 +14,7 @@
 
 /* The reduction of x [s0, s1, s2] over mask: kind 0 sum, 1 mean, 2 max, 3 min, 4 logsumexp,
  * 5 var (correction 1), 6 argmax, 7 argmin. Output in kept-dims order. */
-static void naive_reduce3(const double *x, const int64_t *sh, unsigned mask, int kind,
-                          double *out)
+static void naive_reduce3(const double *x, const int64_t *sh, unsigned mask, int kind, double *out)
 {
     int64_t o = 0, k[3];
     for (k[0] = 0; k[0] < (mask & 1 ? 1 : sh[0]); k[0]++)
@@ -98,12 +97,12 @@ static void make_inputs(void)
 
 typedef struct rcase {
     const char *what;
-    int kind;      /* as naive_reduce3 */
+    int kind; /* as naive_reduce3 */
     unsigned mask;
     int keepdim;
     const double *x;
-    double tol;    /* 0: exact */
-    int bitwise;   /* the same bits on every layout */
+    double tol;  /* 0: exact */
+    int bitwise; /* the same bits on every layout */
 } rcase;
 
 static const rcase *cur_r;
@@ -157,9 +156,18 @@ static void test_reductions_match_a_naive_reference_on_every_layout(void)
         int64_t no = 1;
         for (int d = 0; d < 3; d++)
             no *= cur_r->mask >> d & 1 ? 1 : xshape[d];
-        rt_case rc = {cur_r->what, run_reduction, 1, {cur_r->x}, {DT_DTYPE_F32}, {3},
-                      {xshape}, ref, no, cur_r->kind >= 6 ? DT_DTYPE_I64 : DT_DTYPE_F32,
-                      cur_r->tol, cur_r->bitwise};
+        rt_case rc = {cur_r->what,
+                      run_reduction,
+                      1,
+                      {cur_r->x},
+                      {DT_DTYPE_F32},
+                      {3},
+                      {xshape},
+                      ref,
+                      no,
+                      cur_r->kind >= 6 ? DT_DTYPE_I64 : DT_DTYPE_F32,
+                      cur_r->tol,
+                      cur_r->bitwise};
         rt_check_layouts(&rc);
     }
 }
@@ -181,8 +189,7 @@ static dt_status run_cumsum(const dt_tensor *const *in, dt_tensor **out)
 static dt_status run_topk(const dt_tensor *const *in, dt_tensor **out)
 {
     if (cur_k < 0)
-        return dt_sort(in[0], cur_axis, cur_largest, cur_want ? NULL : out,
-                       cur_want ? out : NULL);
+        return dt_sort(in[0], cur_axis, cur_largest, cur_want ? NULL : out, cur_want ? out : NULL);
     return dt_topk(in[0], cur_k, cur_axis, cur_largest, cur_want ? NULL : out,
                    cur_want ? out : NULL);
 }
@@ -221,11 +228,21 @@ static void test_log_softmax_and_cumsum_match_naive_on_every_layout(void)
                 }
             }
         cur_axis = axis == 2 ? -1 : axis;
-        rt_case a = {"log_softmax", run_log_softmax, 1, {xr}, {DT_DTYPE_F32}, {3}, {xshape},
-                     lsm, NX, DT_DTYPE_F32, 1e-6, 1};
+        rt_case a = {"log_softmax",
+                     run_log_softmax,
+                     1,
+                     {xr},
+                     {DT_DTYPE_F32},
+                     {3},
+                     {xshape},
+                     lsm,
+                     NX,
+                     DT_DTYPE_F32,
+                     1e-6,
+                     1};
         rt_check_layouts(&a);
-        rt_case b = {"cumsum", run_cumsum, 1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, cs, NX,
-                     DT_DTYPE_F32, 0, 1};
+        rt_case b = {"cumsum", run_cumsum,   1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, cs,
+                     NX,       DT_DTYPE_F32, 0, 1};
         rt_check_layouts(&b);
     }
 }
@@ -265,12 +282,32 @@ static void test_topk_and_sort_match_naive_with_ties_on_every_layout(void)
         cur_largest = largest;
         int64_t no = NX / len * k;
         cur_want = 0;
-        rt_case a = {t ? "sort values" : "topk values", run_topk, 1, {xt}, {DT_DTYPE_F32},
-                     {3}, {xshape}, vals, no, DT_DTYPE_F32, 0, 1};
+        rt_case a = {t ? "sort values" : "topk values",
+                     run_topk,
+                     1,
+                     {xt},
+                     {DT_DTYPE_F32},
+                     {3},
+                     {xshape},
+                     vals,
+                     no,
+                     DT_DTYPE_F32,
+                     0,
+                     1};
         rt_check_layouts(&a);
         cur_want = 1;
-        rt_case b = {t ? "sort indices" : "topk indices", run_topk, 1, {xt}, {DT_DTYPE_F32},
-                     {3}, {xshape}, idx, no, DT_DTYPE_I64, 0, 1};
+        rt_case b = {t ? "sort indices" : "topk indices",
+                     run_topk,
+                     1,
+                     {xt},
+                     {DT_DTYPE_F32},
+                     {3},
+                     {xshape},
+                     idx,
+                     no,
+                     DT_DTYPE_I64,
+                     0,
+                     1};
         rt_check_layouts(&b);
         (void)osh;
     }
@@ -303,8 +340,18 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
                 ref[(a * S1 + b) * S1 + d] = s;
             }
     cur_eq = "abc,cd->abd";
-    rt_case e1 = {"einsum abc,cd->abd", run_einsum, 2, {xi, xt}, {DT_DTYPE_F32, DT_DTYPE_F32},
-                  {3, 2}, {xshape, bsh}, ref, S0 * S1 * S1, DT_DTYPE_F32, 0, 1};
+    rt_case e1 = {"einsum abc,cd->abd",
+                  run_einsum,
+                  2,
+                  {xi, xt},
+                  {DT_DTYPE_F32, DT_DTYPE_F32},
+                  {3, 2},
+                  {xshape, bsh},
+                  ref,
+                  S0 * S1 * S1,
+                  DT_DTYPE_F32,
+                  0,
+                  1};
     rt_check_layouts(&e1);
     /* "abc,acd->dba": a batch letter, an output permutation (packed output). */
     for (int a = 0; a < S0; a++)
@@ -316,8 +363,18 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
                 ref[(d * S1 + b) * S0 + a] = s;
             }
     cur_eq = "abc,acd->dba";
-    rt_case e2 = {"einsum abc,acd->dba", run_einsum, 2, {xi, xt}, {DT_DTYPE_F32, DT_DTYPE_F32},
-                  {3, 3}, {xshape, b3}, ref, S0 * S1 * 3, DT_DTYPE_F32, 0, 1};
+    rt_case e2 = {"einsum abc,acd->dba",
+                  run_einsum,
+                  2,
+                  {xi, xt},
+                  {DT_DTYPE_F32, DT_DTYPE_F32},
+                  {3, 3},
+                  {xshape, b3},
+                  ref,
+                  S0 * S1 * 3,
+                  DT_DTYPE_F32,
+                  0,
+                  1};
     rt_check_layouts(&e2);
     /* one operand: "abc->ca" */
     for (int a = 0; a < S0; a++)
@@ -328,8 +385,8 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
             ref[c * S0 + a] = s;
         }
     cur_eq = "abc->ca";
-    rt_case e3 = {"einsum abc->ca", run_einsum, 1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, ref,
-                  S0 * S2, DT_DTYPE_F32, 0, 1};
+    rt_case e3 = {"einsum abc->ca", run_einsum,   1, {xi}, {DT_DTYPE_F32}, {3}, {xshape}, ref,
+                  S0 * S2,          DT_DTYPE_F32, 0, 1};
     rt_check_layouts(&e3);
     /* matmul_broadcast [4, 6, 4] x [4] -> [4, 6] */
     for (int a = 0; a < S0 * S1; a++) {
@@ -339,9 +396,18 @@ static void test_einsum_and_matmul_broadcast_match_naive_on_every_layout(void)
         ref[a] = s;
     }
     cur_eq = NULL;
-    rt_case e4 = {"matmul_broadcast [4,6,4] x [4]", run_einsum, 2, {xi, xt},
-                  {DT_DTYPE_F32, DT_DTYPE_F32}, {3, 1}, {xshape, b1}, ref, S0 * S1,
-                  DT_DTYPE_F32, 0, 1};
+    rt_case e4 = {"matmul_broadcast [4,6,4] x [4]",
+                  run_einsum,
+                  2,
+                  {xi, xt},
+                  {DT_DTYPE_F32, DT_DTYPE_F32},
+                  {3, 1},
+                  {xshape, b1},
+                  ref,
+                  S0 * S1,
+                  DT_DTYPE_F32,
+                  0,
+                  1};
     rt_check_layouts(&e4);
 }
 
@@ -372,9 +438,97 @@ static void test_cross_entropy_matches_naive_with_ignored_rows_on_every_layout(v
         n++;
     }
     double ref = s / n;
-    rt_case c = {"cross_entropy", run_xent, 2, {xr, labels}, {DT_DTYPE_F32, DT_DTYPE_I64},
-                 {2, 1}, {lsh, bsh}, &ref, 1, DT_DTYPE_F32, 1e-6, 0};
+    rt_case c = {"cross_entropy",
+                 run_xent,
+                 2,
+                 {xr, labels},
+                 {DT_DTYPE_F32, DT_DTYPE_I64},
+                 {2, 1},
+                 {lsh, bsh},
+                 &ref,
+                 1,
+                 DT_DTYPE_F32,
+                 1e-6,
+                 0};
     rt_check_layouts(&c);
+}
+
+/* ---- rules: what stays sharded or partial ------------------------------------------------ */
+
+/* The pending reduction of t's only partial mesh dim, -1 when it has none. */
+static int partial_op(const dt_tensor *t)
+{
+    const dt_layout *l = dt_tensor_layout(t);
+    if (dt_layout_num_partial(l) != 1)
+        return -1;
+    int md = -1;
+    dt_reduce_op op = DT_REDUCE_SUM;
+    DT_ASSERT_OK(dt_layout_partial(l, 0, &md, &op));
+    return (int)op;
+}
+
+static void test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_gathered(void)
+{
+    make_inputs();
+    dt_mesh *m = rt_mesh(1);
+    const char *s1[3] = {DT_UNSHARDED, "x", DT_UNSHARDED},
+               *s2[3] = {DT_UNSHARDED, DT_UNSHARDED, "x"};
+    const char *sy[2] = {"x", DT_UNSHARDED}, *pd[1] = {"x"};
+    dt_reduce_op sum = DT_REDUCE_SUM;
+    dt_layout *l1 = NULL, *l2 = NULL, *ly = NULL, *lp = NULL;
+    DT_ASSERT_OK(dt_layout_create(m, 3, s1, &l1));
+    DT_ASSERT_OK(dt_layout_create(m, 3, s2, &l2));
+    DT_ASSERT_OK(dt_layout_create(m, 2, sy, &ly));
+    const char *rep3[3] = {DT_UNSHARDED, DT_UNSHARDED, DT_UNSHARDED};
+    DT_ASSERT_OK(dt_layout_create_partial(m, 3, rep3, 1, pd, &sum, &lp));
+    static const int64_t ysh[2] = {S2, S1};
+    dt_tensor *x = rt_tensor(l1, DT_DTYPE_F32, 3, xshape, xr);
+    dt_tensor *xc = rt_tensor(l2, DT_DTYPE_F32, 3, xshape, xi);
+    dt_tensor *xp = rt_tensor(lp, DT_DTYPE_F32, 3, xshape, xi);
+    dt_tensor *y = rt_tensor(ly, DT_DTYPE_F32, 2, ysh, xt);
+    dt_tensor *o = NULL;
+    int ax1[1] = {1}, ax0[1] = {0};
+    int here = rt_here(m);
+    DT_ASSERT_OK(dt_sum(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_mean(x, ax1, 1, 1, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_max(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_MAX);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_min(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_MIN);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_sum(x, ax0, 1, 0, &o)); /* a kept sharded axis stays sharded */
+    CU_ASSERT(!here || (partial_op(o) == -1 && ot_spec(o, 0) == 0));
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_sum(xp, ax0, 1, 0, &o)); /* a partial input stays partial */
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_logsumexp(x, ax1, 1, 0, &o));
+    CU_ASSERT(!here || dt_layout_num_partial(dt_tensor_layout(o)) == 0);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_argmax(x, 1, 0, &o));
+    CU_ASSERT(!here || dt_layout_num_partial(dt_tensor_layout(o)) == 0);
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_log_softmax(x, 0, &o)); /* the other axis keeps its sharding */
+    CU_ASSERT(!here || ot_spec(o, 1) == 0);
+    dt_tensor_destroy(o);
+    const dt_tensor *ab[2] = {xc, y}; /* c sharded in both: a partial product */
+    DT_ASSERT_OK(dt_einsum("abc,cd->abd", ab, 2, &o));
+    CU_ASSERT(!here || partial_op(o) == DT_REDUCE_SUM);
+    dt_tensor_destroy(o);
+    dt_tensor_destroy(x);
+    dt_tensor_destroy(xc);
+    dt_tensor_destroy(xp);
+    dt_tensor_destroy(y);
+    dt_layout_destroy(l1);
+    dt_layout_destroy(l2);
+    dt_layout_destroy(ly);
+    dt_layout_destroy(lp);
+    dt_mesh_destroy(m);
 }
 
 /* ---- errors -------------------------------------------------------------------------------- */
@@ -428,6 +582,20 @@ static void test_bad_axes_shapes_and_labels_fail_with_a_message(void)
     DT_ASSERT_FAILS(dt_cross_entropy(x, lb, -100, &y), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("label 7 out of range 0..3");
     CU_ASSERT_PTR_NULL(y);
+    /* An empty axis: sum gives zeros, max has no value. */
+    int64_t esh[2] = {0, 3};
+    double none[1] = {0}, got[3] = {1, 1, 1};
+    dt_tensor *ex = rt_tensor(rep2, DT_DTYPE_F32, 2, esh, none);
+    int ax0[1] = {0};
+    DT_ASSERT_FAILS(dt_max(ex, ax0, 1, 0, &y), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("empty along axis 0");
+    DT_ASSERT_OK(dt_sum(ex, ax0, 1, 0, &y));
+    if (rt_here(m)) {
+        rt_fetch(y, got, 3);
+        CU_ASSERT(got[0] == 0 && got[1] == 0 && got[2] == 0);
+    }
+    dt_tensor_destroy(y);
+    dt_tensor_destroy(ex);
     dt_tensor_destroy(lb);
     dt_tensor_destroy(ix);
     dt_tensor_destroy(x);
@@ -443,6 +611,7 @@ static const dt_test_case cases[] = {
     DT_TEST(test_topk_and_sort_match_naive_with_ties_on_every_layout),
     DT_TEST(test_einsum_and_matmul_broadcast_match_naive_on_every_layout),
     DT_TEST(test_cross_entropy_matches_naive_with_ignored_rows_on_every_layout),
+    DT_TEST(test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_gathered),
     DT_TEST(test_bad_axes_shapes_and_labels_fail_with_a_message),
     DT_TEST_END,
 };
