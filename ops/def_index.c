@@ -114,11 +114,14 @@ static dt_status gather_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     int axis = dt__op_axis((int)g->attrs->i[0], dt_tensor_rank(g->in[0]));
-    dt_tensor *z = NULL;
-    dt_status st = dt__zeros_for(g->in[0], axis, &z);
+    dt_tensor *z = NULL, *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
     if (st == DT_OK)
-        st = dt_scatter_add(z, axis, g->in[1], g->dy, &g->dx[0]);
+        st = dt__zeros_for(g->in[0], axis, &z);
+    if (st == DT_OK)
+        st = dt_scatter_add(z, axis, g->in[1], dy, &g->dx[0]);
     dt_tensor_destroy(z);
+    dt_tensor_destroy(dy);
     return st;
 }
 
@@ -222,11 +225,15 @@ static dt_status scatter_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status scatter_backward(const dt_op_grad *g)
 {
-    if (g->needs[0])
-        g->dx[0] = dt_tensor_retain(g->dy);
-    if (!g->needs[2])
-        return DT_OK;
-    return dt_gather(g->dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK && g->needs[2])
+        st = dt_gather(dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    if (st == DT_OK && g->needs[0])
+        g->dx[0] = dy; /* the gradient passes through x unchanged */
+    else
+        dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status scatter_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -291,11 +298,14 @@ static dt_status select_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     int axis = dt__op_axis((int)g->attrs->i[0], dt_tensor_rank(g->in[0]));
-    dt_tensor *z = NULL;
-    dt_status st = dt__zeros_for(g->in[0], axis, &z);
+    dt_tensor *z = NULL, *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
     if (st == DT_OK)
-        st = dt_index_add(z, axis, g->in[1], g->dy, &g->dx[0]);
+        st = dt__zeros_for(g->in[0], axis, &z);
+    if (st == DT_OK)
+        st = dt_index_add(z, axis, g->in[1], dy, &g->dx[0]);
     dt_tensor_destroy(z);
+    dt_tensor_destroy(dy);
     return st;
 }
 
@@ -368,11 +378,15 @@ static dt_status iadd_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status iadd_backward(const dt_op_grad *g)
 {
-    if (g->needs[0])
-        g->dx[0] = dt_tensor_retain(g->dy);
-    if (!g->needs[2])
-        return DT_OK;
-    return dt_index_select(g->dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK && g->needs[2])
+        st = dt_index_select(dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    if (st == DT_OK && g->needs[0])
+        g->dx[0] = dy; /* the gradient passes through x unchanged */
+    else
+        dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status iadd_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
