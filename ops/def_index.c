@@ -3,6 +3,7 @@
  * and their public wrappers (ops_general.h). Attribute slots: ops/shape_impl.h. */
 #include <string.h>
 
+#include "mesh/mesh_group.h"
 #include "ops/shape_impl.h"
 #include "runtime/error.h"
 
@@ -484,45 +485,54 @@ static dt_status null_arg(const char *fn)
     return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
 }
 
-static dt_status run3(const dt_op_def *def, const char *fn, const dt_tensor *x, int axis,
-                      const dt_tensor *index, const dt_tensor *src, dt_tensor **out)
+/* Runs def and returns one outcome on every client: the core leaves a kernel's failure (an
+ * index out of range, seen only by the client whose block holds it) on the clients that saw
+ * it, and ops_general.h promises it on every client. */
+static dt_status run_agreed(const dt_op_def *def, const char *fn, const dt_tensor *const *in,
+                            int nin, const dt_op_attrs *a, dt_tensor **out)
 {
-    if (!x || !index || !src || !out)
+    dt_tensor *t = NULL;
+    dt_status st = dt__op_run(def, in, nin, a, NULL, &t);
+    st = dt__mesh_agree(dt_layout_mesh(dt_tensor_layout(in[0])), st, fn);
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
+}
+
+static dt_status run_axis(const dt_op_def *def, const char *fn, const dt_tensor *x, int axis,
+                          const dt_tensor *index, const dt_tensor *src, dt_tensor **out)
+{
+    if (!x || !index || (def->nin == 3 && !src) || !out)
         return null_arg(fn);
     dt_op_attrs a = DT_OP_ATTRS_INIT;
     a.i[0] = axis;
     const dt_tensor *in[3] = {x, index, src};
-    return dt__op_run(def, in, 3, &a, NULL, out);
+    return run_agreed(def, fn, in, def->nin, &a, out);
 }
 
 dt_status dt_gather(const dt_tensor *x, int axis, const dt_tensor *index, dt_tensor **out)
 {
-    if (!x || !index || !out)
-        return null_arg("dt_gather");
-    dt_op_attrs a = DT_OP_ATTRS_INIT;
-    a.i[0] = axis;
-    return dt__op_run2(&dt__def_gather, x, index, &a, out);
+    return run_axis(&dt__def_gather, "dt_gather", x, axis, index, NULL, out);
 }
 
 dt_status dt_scatter_add(const dt_tensor *x, int axis, const dt_tensor *index, const dt_tensor *src,
                          dt_tensor **out)
 {
-    return run3(&dt__def_scatter_add, "dt_scatter_add", x, axis, index, src, out);
+    return run_axis(&dt__def_scatter_add, "dt_scatter_add", x, axis, index, src, out);
 }
 
 dt_status dt_index_select(const dt_tensor *x, int axis, const dt_tensor *index, dt_tensor **out)
 {
-    if (!x || !index || !out)
-        return null_arg("dt_index_select");
-    dt_op_attrs a = DT_OP_ATTRS_INIT;
-    a.i[0] = axis;
-    return dt__op_run2(&dt__def_index_select, x, index, &a, out);
+    return run_axis(&dt__def_index_select, "dt_index_select", x, axis, index, NULL, out);
 }
 
 dt_status dt_index_add(const dt_tensor *x, int axis, const dt_tensor *index, const dt_tensor *src,
                        dt_tensor **out)
 {
-    return run3(&dt__def_index_add, "dt_index_add", x, axis, index, src, out);
+    return run_axis(&dt__def_index_add, "dt_index_add", x, axis, index, src, out);
 }
 
 dt_status dt_one_hot(const dt_tensor *index, int64_t classes, dt_dtype dtype, dt_tensor **out)
@@ -532,5 +542,6 @@ dt_status dt_one_hot(const dt_tensor *index, int64_t classes, dt_dtype dtype, dt
     dt_op_attrs a = DT_OP_ATTRS_INIT;
     a.i[0] = classes;
     a.i[1] = dtype;
-    return dt__op_run1(&dt__def_one_hot, index, &a, out);
+    const dt_tensor *in[1] = {index};
+    return run_agreed(&dt__def_one_hot, "dt_one_hot", in, 1, &a, out);
 }

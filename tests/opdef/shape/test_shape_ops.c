@@ -123,8 +123,8 @@ static void check_everywhere(const tcase *c)
         if (dt_mesh_num_local_devices(mesh) == 0)
             continue;
         int mr = dt_mesh_rank(mesh);
-        /* Patterns: 0 replicated; then (tensor dim d, mesh dim m) for every input (1) or
-         * the first alone (2); both mesh dims on dims 0 and 1; partial inputs. */
+        /* Patterns: 0 replicated; then (tensor dim d, mesh dim m) for every input or the
+         * first alone; both mesh dims on dims 0 and 1; partial inputs. */
         for (int p = 0; p < 64; p++) {
             int spec[MAXIN][DT_MAX_RANK], partial[MAXIN];
             char where[160];
@@ -140,6 +140,10 @@ static void check_everywhere(const tcase *c)
                 int k = p - 1, only_first = k % 2, d = (k / 2) % DT_MAX_RANK,
                     m = k / 2 / DT_MAX_RANK;
                 valid = d < c->rank[0] && (!only_first || c->nin > 1);
+                /* The time budget: the first input alone on the pair only, and the widest
+                 * mesh's "b" (of 2, as the grid's) only with "m". */
+                valid &= !only_first || mr == 1;
+                valid &= !(mi == 3 && m == 0);
                 for (int i = 0; i < c->nin; i++)
                     if (d < c->rank[i] && (!only_first || i == 0))
                         spec[i][d] = m;
@@ -161,7 +165,7 @@ static void check_everywhere(const tcase *c)
             } else {
                 break;
             }
-            if (!valid || (dt_mesh_size(mesh) == 1 && p > 0))
+            if (!valid || (dt_mesh_size(mesh) == 1 && p > 0) || (mi == 3 && p == 0))
                 continue;
             dt_layout *lay[MAXIN];
             for (int i = 0; i < c->nin; i++)
