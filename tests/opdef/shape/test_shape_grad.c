@@ -143,7 +143,8 @@ static void set_in(gcase *c, int i, dt_dtype dtype, int rank, const int64_t *sha
 {
     c->dtype[i] = dtype;
     c->rank[i] = rank;
-    memcpy(c->shape[i], shape, (size_t)rank * sizeof *shape);
+    if (rank)
+        memcpy(c->shape[i], shape, (size_t)rank * sizeof *shape);
     c->data[i] = data;
 }
 
