@@ -3,6 +3,7 @@
  * and their public wrappers (ops_general.h). Attribute slots: ops/shape_impl.h. */
 #include <string.h>
 
+#include "mesh/mesh_group.h"
 #include "ops/shape_impl.h"
 #include "runtime/error.h"
 
@@ -114,11 +115,14 @@ static dt_status gather_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     int axis = dt__op_axis((int)g->attrs->i[0], dt_tensor_rank(g->in[0]));
-    dt_tensor *z = NULL;
-    dt_status st = dt__zeros_for(g->in[0], axis, &z);
+    dt_tensor *z = NULL, *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
     if (st == DT_OK)
-        st = dt_scatter_add(z, axis, g->in[1], g->dy, &g->dx[0]);
+        st = dt__zeros_for(g->in[0], axis, &z);
+    if (st == DT_OK)
+        st = dt_scatter_add(z, axis, g->in[1], dy, &g->dx[0]);
     dt_tensor_destroy(z);
+    dt_tensor_destroy(dy);
     return st;
 }
 
@@ -222,11 +226,15 @@ static dt_status scatter_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status scatter_backward(const dt_op_grad *g)
 {
-    if (g->needs[0])
-        g->dx[0] = dt_tensor_retain(g->dy);
-    if (!g->needs[2])
-        return DT_OK;
-    return dt_gather(g->dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK && g->needs[2])
+        st = dt_gather(dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    if (st == DT_OK && g->needs[0])
+        g->dx[0] = dy; /* the gradient passes through x unchanged */
+    else
+        dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status scatter_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -291,11 +299,14 @@ static dt_status select_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     int axis = dt__op_axis((int)g->attrs->i[0], dt_tensor_rank(g->in[0]));
-    dt_tensor *z = NULL;
-    dt_status st = dt__zeros_for(g->in[0], axis, &z);
+    dt_tensor *z = NULL, *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
     if (st == DT_OK)
-        st = dt_index_add(z, axis, g->in[1], g->dy, &g->dx[0]);
+        st = dt__zeros_for(g->in[0], axis, &z);
+    if (st == DT_OK)
+        st = dt_index_add(z, axis, g->in[1], dy, &g->dx[0]);
     dt_tensor_destroy(z);
+    dt_tensor_destroy(dy);
     return st;
 }
 
@@ -368,11 +379,15 @@ static dt_status iadd_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status iadd_backward(const dt_op_grad *g)
 {
-    if (g->needs[0])
-        g->dx[0] = dt_tensor_retain(g->dy);
-    if (!g->needs[2])
-        return DT_OK;
-    return dt_index_select(g->dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK && g->needs[2])
+        st = dt_index_select(dy, (int)g->attrs->i[0], g->in[1], &g->dx[2]);
+    if (st == DT_OK && g->needs[0])
+        g->dx[0] = dy; /* the gradient passes through x unchanged */
+    else
+        dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status iadd_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -470,45 +485,54 @@ static dt_status null_arg(const char *fn)
     return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
 }
 
-static dt_status run3(const dt_op_def *def, const char *fn, const dt_tensor *x, int axis,
-                      const dt_tensor *index, const dt_tensor *src, dt_tensor **out)
+/* Runs def and returns one outcome on every client: the core leaves a kernel's failure (an
+ * index out of range, seen only by the client whose block holds it) on the clients that saw
+ * it, and ops_general.h promises it on every client. */
+static dt_status run_agreed(const dt_op_def *def, const char *fn, const dt_tensor *const *in,
+                            int nin, const dt_op_attrs *a, dt_tensor **out)
 {
-    if (!x || !index || !src || !out)
+    dt_tensor *t = NULL;
+    dt_status st = dt__op_run(def, in, nin, a, NULL, &t);
+    st = dt__mesh_agree(dt_layout_mesh(dt_tensor_layout(in[0])), st, fn);
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
+}
+
+static dt_status run_axis(const dt_op_def *def, const char *fn, const dt_tensor *x, int axis,
+                          const dt_tensor *index, const dt_tensor *src, dt_tensor **out)
+{
+    if (!x || !index || (def->nin == 3 && !src) || !out)
         return null_arg(fn);
     dt_op_attrs a = DT_OP_ATTRS_INIT;
     a.i[0] = axis;
     const dt_tensor *in[3] = {x, index, src};
-    return dt__op_run(def, in, 3, &a, NULL, out);
+    return run_agreed(def, fn, in, def->nin, &a, out);
 }
 
 dt_status dt_gather(const dt_tensor *x, int axis, const dt_tensor *index, dt_tensor **out)
 {
-    if (!x || !index || !out)
-        return null_arg("dt_gather");
-    dt_op_attrs a = DT_OP_ATTRS_INIT;
-    a.i[0] = axis;
-    return dt__op_run2(&dt__def_gather, x, index, &a, out);
+    return run_axis(&dt__def_gather, "dt_gather", x, axis, index, NULL, out);
 }
 
 dt_status dt_scatter_add(const dt_tensor *x, int axis, const dt_tensor *index, const dt_tensor *src,
                          dt_tensor **out)
 {
-    return run3(&dt__def_scatter_add, "dt_scatter_add", x, axis, index, src, out);
+    return run_axis(&dt__def_scatter_add, "dt_scatter_add", x, axis, index, src, out);
 }
 
 dt_status dt_index_select(const dt_tensor *x, int axis, const dt_tensor *index, dt_tensor **out)
 {
-    if (!x || !index || !out)
-        return null_arg("dt_index_select");
-    dt_op_attrs a = DT_OP_ATTRS_INIT;
-    a.i[0] = axis;
-    return dt__op_run2(&dt__def_index_select, x, index, &a, out);
+    return run_axis(&dt__def_index_select, "dt_index_select", x, axis, index, NULL, out);
 }
 
 dt_status dt_index_add(const dt_tensor *x, int axis, const dt_tensor *index, const dt_tensor *src,
                        dt_tensor **out)
 {
-    return run3(&dt__def_index_add, "dt_index_add", x, axis, index, src, out);
+    return run_axis(&dt__def_index_add, "dt_index_add", x, axis, index, src, out);
 }
 
 dt_status dt_one_hot(const dt_tensor *index, int64_t classes, dt_dtype dtype, dt_tensor **out)
@@ -518,5 +542,6 @@ dt_status dt_one_hot(const dt_tensor *index, int64_t classes, dt_dtype dtype, dt
     dt_op_attrs a = DT_OP_ATTRS_INIT;
     a.i[0] = classes;
     a.i[1] = dtype;
-    return dt__op_run1(&dt__def_one_hot, index, &a, out);
+    const dt_tensor *in[1] = {index};
+    return run_agreed(&dt__def_one_hot, "dt_one_hot", in, 1, &a, out);
 }

@@ -182,7 +182,12 @@ static dt_status reshape_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     const dt_tensor *x = g->in[0];
-    return dt_reshape(g->dy, dt_tensor_rank(x), dt_tensor_shape(x), &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt_reshape(dy, dt_tensor_rank(x), dt_tensor_shape(x), &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status reshape_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -272,7 +277,12 @@ static dt_status permute_backward(const dt_op_grad *g)
     int rank = dt_tensor_rank(g->in[0]), inv[DT_MAX_RANK];
     for (int d = 0; d < rank; d++)
         inv[dt__op_axis((int)g->attrs->i[d], rank)] = d;
-    return dt_permute(g->dy, inv, &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt_permute(dy, inv, &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status permute_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -360,7 +370,12 @@ static dt_status slice_backward(const dt_op_grad *g)
     dt_op_attrs a = *g->attrs;
     int rank = dt_tensor_rank(g->in[0]);
     a.i[4] = dt_tensor_shape(g->in[0])[dt__op_axis((int)a.i[0], rank)];
-    return dt__op_run1(&dt__def_slice_backward, g->dy, &a, &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt__op_run1(&dt__def_slice_backward, dy, &a, &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status slice_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -430,7 +445,12 @@ static dt_status slice_bw_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     const int64_t *a = g->attrs->i;
-    return dt_slice(g->dy, (int)a[0], a[1], a[2], a[3], &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt_slice(dy, (int)a[0], a[1], a[2], a[3], &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status slice_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -507,19 +527,19 @@ static dt_status concat_rule(const dt_op_sig *sig, char *buf, size_t len)
 
 static dt_status concat_backward(const dt_op_grad *g)
 {
-    int rank = dt_tensor_rank(g->out);
+    int rank = dt_tensor_rank(g->dy); /* the output is not saved */
     int axis = dt__op_axis((int)g->attrs->i[0], rank);
     int64_t off = 0;
-    for (int k = 0; k < g->nin; k++) {
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    for (int k = 0; k < g->nin && st == DT_OK; k++) {
         int64_t n = dt_tensor_shape(g->in[k])[axis];
-        if (g->needs[k]) {
-            dt_status st = dt_slice(g->dy, axis, off, off + n, 1, &g->dx[k]);
-            if (st != DT_OK)
-                return st;
-        }
+        if (g->needs[k])
+            st = dt_slice(dy, axis, off, off + n, 1, &g->dx[k]);
         off += n;
     }
-    return DT_OK;
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status concat_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -601,7 +621,12 @@ static dt_status expand_backward(const dt_op_grad *g)
     a.i[0] = dt_tensor_rank(x);
     for (int d = 0; d < a.i[0]; d++)
         a.i[1 + d] = dt_tensor_shape(x)[d];
-    return dt__op_run1(&dt__def_expand_backward, g->dy, &a, &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt__op_run1(&dt__def_expand_backward, dy, &a, &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status expand_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -684,8 +709,13 @@ static dt_status expand_bw_backward(const dt_op_grad *g)
 {
     if (!g->needs[0])
         return DT_OK;
-    const dt_tensor *dy = g->in[0];
-    return dt_expand(g->dy, dt_tensor_rank(dy), dt_tensor_shape(dy), &g->dx[0]);
+    const dt_tensor *x = g->in[0]; /* the forward's input: expand's gradient */
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt_expand(dy, dt_tensor_rank(x), dt_tensor_shape(x), &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status expand_bw_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -764,7 +794,12 @@ static dt_status squeeze_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     int axis = dt__op_axis((int)g->attrs->i[0], dt_tensor_rank(g->in[0]));
-    return dt_unsqueeze(g->dy, axis, &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt_unsqueeze(dy, axis, &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status squeeze_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)
@@ -824,7 +859,12 @@ static dt_status unsqueeze_backward(const dt_op_grad *g)
     if (!g->needs[0])
         return DT_OK;
     int axis = dt__op_axis((int)g->attrs->i[0], dt_tensor_rank(g->in[0]) + 1);
-    return dt_squeeze(g->dy, axis, &g->dx[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = dt__grad_dy(g, &dy);
+    if (st == DT_OK)
+        st = dt_squeeze(dy, axis, &g->dx[0]);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static dt_status unsqueeze_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)

@@ -63,7 +63,8 @@ dt_status dt__k_scatter_add(const dt_op_kernel_args *a)
     if (axis < 0 || dt__op_numel(x) != dt__op_numel(out))
         return not_local("scatter_add");
     size_t es = dt_dtype_size(out->dtype);
-    memcpy(out->data, x->data, (size_t)dt__op_numel(out) * es);
+    if (dt__op_numel(out) > 0)
+        memcpy(out->data, x->data, (size_t)dt__op_numel(out) * es);
     int64_t lo[DT_MAX_RANK], lsrc[DT_MAX_RANK], c[DT_MAX_RANK] = {0}, n = dt__op_numel(idx);
     dt__strides(rank, out->shape, lo);
     dt__strides(rank, src->shape, lsrc);
@@ -106,6 +107,8 @@ dt_status dt__k_index_select(const dt_op_kernel_args *a)
         if (v < 0 || v >= nx)
             return out_of_range("index_select", v, nx, axis);
     }
+    if (row == 0)
+        return DT_OK;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < m; j++) {
             int64_t v = dt__index_at(idx->data, idx->dtype, j);
@@ -123,7 +126,8 @@ dt_status dt__k_index_add(const dt_op_kernel_args *a)
         dt__op_numel(x) != dt__op_numel(out))
         return not_local("index_add");
     size_t es = dt_dtype_size(out->dtype);
-    memcpy(out->data, x->data, (size_t)dt__op_numel(out) * es);
+    if (dt__op_numel(out) > 0)
+        memcpy(out->data, x->data, (size_t)dt__op_numel(out) * es);
     int64_t outer = 1, inner = 1, m = idx->shape[0], n = out->shape[axis];
     for (int d = 0; d < axis; d++)
         outer *= out->shape[d];

@@ -147,6 +147,8 @@ dt_status dt__k_slice(const dt_op_kernel_args *a)
     outer_inner(out, axis, &outer, &inner);
     size_t es = dt_dtype_size(out->dtype), row = (size_t)inner * es;
     int64_t n = in->shape[axis];
+    if (dt__op_numel(out) == 0)
+        return DT_OK;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < count; j++)
             memcpy((char *)out->data + (size_t)(o * count + j) * row,
@@ -169,7 +171,10 @@ dt_status dt__k_slice_backward(const dt_op_kernel_args *a)
                          (long long)dy->shape[axis], (long long)count);
     outer_inner(out, axis, &outer, &inner);
     size_t es = dt_dtype_size(out->dtype), row = (size_t)inner * es;
-    memset(out->data, 0, (size_t)dt__op_numel(out) * es);
+    if (dt__op_numel(out) > 0)
+        memset(out->data, 0, (size_t)dt__op_numel(out) * es);
+    if (dt__op_numel(dy) == 0)
+        return DT_OK;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < count; j++)
             memcpy((char *)out->data + (size_t)(o * n + first + j * step) * row,
@@ -197,8 +202,9 @@ dt_status dt__k_concat(const dt_op_kernel_args *a)
         int64_t pos = 0;
         for (int k = 0; k < a->nin; k++) {
             int64_t len = a->in[k].shape[axis];
-            memcpy((char *)out->data + (size_t)(o * total + pos) * row,
-                   (const char *)a->in[k].data + (size_t)(o * len) * row, (size_t)len * row);
+            if (len > 0 && row > 0)
+                memcpy((char *)out->data + (size_t)(o * total + pos) * row,
+                       (const char *)a->in[k].data + (size_t)(o * len) * row, (size_t)len * row);
             pos += len;
         }
     }

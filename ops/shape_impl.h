@@ -95,6 +95,9 @@ dt_status dt__rule_done(const dt__rule_text *r, const char *op);
 /* The operand of plain letters: lowercase 'a' + d for each dim, except dim `upper` (>= 0)
  * which gets `upper_letter`. */
 void dt__rule_plain(dt__rule_text *r, int rank, int upper, char upper_letter, char sep);
+/* The backward functions' dy in input 0's dtype (the dtype of the op's output and of its
+ * differentiable inputs; the tape seeds a scalar loss in f32): dy retained, or cast. Owned. */
+dt_status dt__grad_dy(const dt_op_grad *g, dt_tensor **dy_out);
 /* A splitmix64 step (the validator's samples). */
 uint64_t dt__shape_rng(uint64_t *state);
 /* A zero tensor of x's shape and dtype on x's mesh, laid out as x is but with `axis`

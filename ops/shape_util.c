@@ -105,3 +105,13 @@ dt_status dt__rule_done(const dt__rule_text *r, const char *op)
     return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: the rule needs %zu bytes, %zu given", op,
                      r->pos + 1, r->len);
 }
+
+dt_status dt__grad_dy(const dt_op_grad *g, dt_tensor **dy_out)
+{
+    dt_dtype want = dt_tensor_dtype(g->in[0]);
+    if (dt_tensor_dtype(g->dy) == want) {
+        *dy_out = dt_tensor_retain(g->dy);
+        return DT_OK;
+    }
+    return dt_cast(g->dy, want, dy_out);
+}
