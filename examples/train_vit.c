@@ -204,8 +204,9 @@ static int setup(ctx *c)
     if (job_any_failed(&c->j, bad, err))
         return 1;
     if (c->o.batch > c->train.n) {
-        job_say(&c->j, "train_vit: --batch %lld: at most the %lld training rows\n",
-                (long long)c->o.batch, (long long)c->train.n);
+        if (c->j.me == 0)
+            fprintf(stderr, "train_vit: --batch %lld: at most the %lld training rows\n",
+                    (long long)c->o.batch, (long long)c->train.n);
         return 2;
     }
     c->order = malloc((size_t)c->train.n * sizeof *c->order);
@@ -251,7 +252,7 @@ static float lr_at(const opts *o, int64_t step)
 static int train_step(ctx *c, int64_t step, double *loss)
 {
     int n = vit_num_params(c->model);
-    dt_tensor *x = NULL, *y = NULL, *g[VIT_MAX_LAYERS * 9 + 4] = {NULL};
+    dt_tensor *x = NULL, *y = NULL, *g[VIT_MAX_PARAMS] = {NULL};
     next_batch(c, step);
     dt_status st = to_tensors(c->model, c->o.batch, c->bx, c->by, &x, &y);
     const char *what = "batch";

@@ -17,15 +17,16 @@
 enum { B_Q, B_K, B_V, B_O, B_OB, B_W1, B_B1, B_W2, B_B2, B_NPARAMS };
 /* The model's own parameters around the blocks. */
 enum { P_PATCH, P_POS, P_HEAD, P_HEADB, P_NGLOBAL };
+_Static_assert(P_NGLOBAL + VIT_MAX_LAYERS * B_NPARAMS == VIT_MAX_PARAMS, "VIT_MAX_PARAMS");
 
 struct vit {
     dt_mesh *mesh;
     vit_config cfg;
     int64_t tokens, pix, head_dim, cols; /* P, K = patch^2, E = D / M, F = mlp / M */
     int nparams;
-    dt_tensor *param[P_NGLOBAL + VIT_MAX_LAYERS * B_NPARAMS];
-    char names[P_NGLOBAL + VIT_MAX_LAYERS * B_NPARAMS][NAME_LEN];
-    const char *name_ptr[P_NGLOBAL + VIT_MAX_LAYERS * B_NPARAMS];
+    dt_tensor *param[VIT_MAX_PARAMS];
+    char names[VIT_MAX_PARAMS][NAME_LEN];
+    const char *name_ptr[VIT_MAX_PARAMS];
     dt_tensor *ones, *zeros; /* [D]: the layer norms' fixed gain and bias */
     dt_layout *l_images, *l_labels, *l_act; /* [S, b, 8, 8], [S, b], [S, b, P, D] */
     dt_layout *l_rep3, *l_rep2;             /* replicated: the loss's logits and labels */

@@ -21,6 +21,7 @@
 #define VIT_SIDE 8    /* images are VIT_SIDE x VIT_SIDE */
 #define VIT_CLASSES 10
 #define VIT_MAX_LAYERS 4
+#define VIT_MAX_PARAMS (4 + 9 * VIT_MAX_LAYERS) /* vit_num_params is at most this */
 
 typedef struct vit_config {
     int64_t patch;  /* patch side: 2 (16 tokens of 4 pixels) or 4 (4 tokens of 16) */

@@ -1,4 +1,4 @@
-/* The soft-gated mixture of experts of examples/moe/soft.c: its user-defined op
+/* The soft-gated mixture of experts of examples/moe/layer.c: its user-defined op
  * moe.gate_combine registers once, gives the naive sum on a 2x2 mesh (a partial sum with the
  * experts sharded) and passes the library's validator; the layer's gradients (gate weights,
  * both expert projections and the input; all experts and the top 2 of 4) match central finite
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "../../../examples/moe/soft.h"
+#include "../../../examples/moe/layer.h"
 
 #define B 4 /* rows */
 #define D 3 /* width */

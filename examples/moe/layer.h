@@ -1,4 +1,4 @@
-/* moe/soft: a soft-gated mixture-of-experts layer written with public ops and one op defined
+/* moe/layer: a soft-gated mixture-of-experts layer written with public ops and one op defined
  * here through dt_op_register (opdef.h): "moe.gate_combine", y[b, d] = sum_e g[b, e] h[b, e, d],
  * the gates' weighted sum of the experts' outputs, with its own CPU kernel, factor rule
  * ("be,bed->bd": a sharded expert dim leaves a partial sum) and backward (two einsums).
@@ -12,8 +12,8 @@
  *   y      = moe.gate_combine(gates, h)              [B, D]
  * Every op takes f32 or f64. The experts are one [E, ...] parameter per projection, so
  * sharding E over a mesh dim is expert parallelism with no code of its own (docs/vit.md). */
-#ifndef MOE_SOFT_H
-#define MOE_SOFT_H
+#ifndef MOE_LAYER_H
+#define MOE_LAYER_H
 
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
-/* moe/soft: the user-defined op moe.gate_combine (definition, CPU kernel, backward) and the
+/* moe/layer: the user-defined op moe.gate_combine (definition, CPU kernel, backward) and the
  * soft-gated mixture-of-experts layer around it, every other step a public op. */
-#include "soft.h"
+#include "layer.h"
 
 #include <stddef.h>
 #include <string.h>
