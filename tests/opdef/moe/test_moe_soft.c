@@ -1,9 +1,9 @@
 /* The soft-gated mixture of experts of examples/moe/layer.c: its user-defined op
  * moe.gate_combine registers once, gives the naive sum on a 2x2 mesh (a partial sum with the
- * experts sharded) and passes the library's validator; the layer's gradients (gate weights,
- * both expert projections and the input; all experts and the top 2 of 4) match central finite
- * differences in f64 on one device, and the 2x2 mesh (batch over `batch`, experts over
- * `model`) gives the one-device loss and gradients. */
+ * experts sharded), refuses operands that do not fit and passes the library's validator; the
+ * layer's gradients (gate weights, both expert projections and the input; all experts and
+ * the top 2 of 4) match central finite differences in f64 on one device, and the 2x2 mesh
+ * (batch over `batch`, experts over `model`) gives the one-device loss and gradients. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,6 +195,31 @@ static void test_combine_registers_once_and_sums_the_experts_on_a_2x2_mesh(void)
     plan_free(&p);
 }
 
+static void test_combine_refuses_operands_that_do_not_fit(void)
+{
+    const char *dn[1] = {"x"};
+    int64_t one = 1, sg[2] = {B, E}, sh[3] = {B, E + 1, D};
+    dt_mesh *mesh = NULL;
+    dt_layout *lg = NULL, *lh = NULL;
+    dt_tensor *g = NULL, *h = NULL, *y = NULL;
+    DT_ASSERT_OK(dt_mesh_create("moe1", 1, dn, &one, DT_DEVICE_CPU, &mesh));
+    DT_ASSERT_OK(dt_layout_replicated(mesh, 2, &lg));
+    DT_ASSERT_OK(dt_layout_replicated(mesh, 3, &lh));
+    if (dt_client_id() == 0) {
+        DT_ASSERT_OK(dt_tensor_zeros(lg, DT_DTYPE_F64, sg, &g));
+        DT_ASSERT_OK(dt_tensor_zeros(lh, DT_DTYPE_F64, sh, &h));
+        /* E + 1 experts in h. (The op's shape function has no public way to word the
+         * message: dt_last_error() stays empty.) */
+        CU_ASSERT_EQUAL(moe_combine(g, h, &y), DT_ERR_SHAPE);
+        CU_ASSERT_PTR_NULL(y);
+    }
+    dt_tensor_destroy(g);
+    dt_tensor_destroy(h);
+    dt_layout_destroy(lg);
+    dt_layout_destroy(lh);
+    dt_mesh_destroy(mesh);
+}
+
 static void report(void *arg, const char *line)
 {
     (void)arg;
@@ -313,6 +338,7 @@ int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_combine_registers_once_and_sums_the_experts_on_a_2x2_mesh),
+        DT_TEST(test_combine_refuses_operands_that_do_not_fit),
         DT_TEST(test_validator_passes_the_user_op),
         DT_TEST(test_gradients_match_central_differences_in_f64_with_all_experts),
         DT_TEST(test_gradients_match_central_differences_in_f64_with_the_top_2),
