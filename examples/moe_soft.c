@@ -31,7 +31,14 @@ typedef struct opts {
 
 static int parse_options(int argc, char **argv, opts *o, int say)
 {
-    *o = (opts){TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml", 200, 64, 8, 4, 16, 0, 20, 0.03, 0};
+    *o = (opts){.mesh_file = TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml",
+                .steps = 200,
+                .batch = 64,
+                .dim = 8,
+                .experts = 4,
+                .hidden = 16,
+                .log_every = 20,
+                .lr = 0.03};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t *n = !strcmp(a, "--steps")       ? &o->steps
@@ -50,16 +57,18 @@ static int parse_options(int argc, char **argv, opts *o, int say)
             i++;
         } else {
             if (say)
-                fprintf(stderr, "moe_soft: bad option '%s'\nusage: moe_soft [--mesh FILE] [--steps N] "
-                            "[--batch N] [--top-k K (0: all experts)] [--lr X] [--log-every N] "
-                            "[--quiet]\n", a);
+                fprintf(stderr,
+                        "moe_soft: bad option '%s'\nusage: moe_soft [--mesh FILE] [--steps N] "
+                        "[--batch N] [--top-k K (0: all experts)] [--lr X] [--log-every N] "
+                        "[--quiet]\n",
+                        a);
             return -1;
         }
     }
     if (o->top_k > o->experts) {
         if (say)
             fprintf(stderr, "moe_soft: --top-k %lld: at most the %lld experts\n",
-                (long long)o->top_k, (long long)o->experts);
+                    (long long)o->top_k, (long long)o->experts);
         return -1;
     }
     return 0;
@@ -67,13 +76,12 @@ static int parse_options(int argc, char **argv, opts *o, int say)
 
 /* The three weights on `mesh` from Philox stream base + i: the gate's expert columns and the
  * experts over `model`. */
-static dt_status make_weights(const dt_mesh *mesh, const opts *o, uint64_t seed,
-                              dt_tensor **w)
+static dt_status make_weights(const dt_mesh *mesh, const opts *o, uint64_t seed, dt_tensor **w)
 {
     const char *tp = dt_mesh_dim_index(mesh, "model") >= 0 ? "model" : DT_UNSHARDED;
     const char *s_gate[2] = {DT_UNSHARDED, tp}, *s_exp[3] = {tp, DT_UNSHARDED, DT_UNSHARDED};
-    int64_t sh[NW][3] = {{o->dim, o->experts}, {o->experts, o->dim, o->hidden},
-                         {o->experts, o->hidden, o->dim}};
+    int64_t sh[NW][3] = {
+        {o->dim, o->experts}, {o->experts, o->dim, o->hidden}, {o->experts, o->hidden, o->dim}};
     double std[NW] = {1.0, 1.0 / sqrt((double)o->dim), 1.0 / sqrt((double)o->hidden)};
     dt_status st = DT_OK;
     for (int i = 0; st == DT_OK && i < NW; i++) {
@@ -157,8 +165,10 @@ static int run(job *j, const opts *o)
         rc = job_fail(j, "setup", st, dt_last_error());
         goto out;
     }
-    job_say(j, "moe_soft: %lld experts (%s), width %lld, expert hidden %lld, batch %lld on mesh "
-            "'%s'\n", (long long)o->experts, o->top_k ? "top-k" : "all, soft", (long long)o->dim,
+    job_say(j,
+            "moe_soft: %lld experts (%s), width %lld, expert hidden %lld, batch %lld on mesh "
+            "'%s'\n",
+            (long long)o->experts, o->top_k ? "top-k" : "all, soft", (long long)o->dim,
             (long long)o->hidden, (long long)o->batch, dt_mesh_name(mesh));
     for (int64_t s = 0; s < o->steps; s++) {
         if ((st = step(o, s, lx, teacher, student, tape, zero, &loss)) != DT_OK) {

@@ -80,8 +80,18 @@ static int parse_i64(const char *s, int64_t lo, int64_t *out)
 
 static int parse_options(int argc, char **argv, opts *o, char *err, size_t errlen)
 {
-    *o = (opts){TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml", TRAIN_EXAMPLES_DIR "/data/digits.csv.gz",
-                300, 64, 100, 25, 40, {4, 32, 64, 1, 1}, 0.01, 0.01, 1, 0, 0, 0, 1};
+    *o = (opts){.mesh_file = TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml",
+                .data_file = TRAIN_EXAMPLES_DIR "/data/digits.csv.gz",
+                .steps = 300,
+                .batch = 64,
+                .eval_every = 100,
+                .log_every = 25,
+                .warmup = 40,
+                .cfg = {.patch = 4, .dim = 32, .mlp = 64, .layers = 1, .seed = 1},
+                .lr = 0.01,
+                .weight_decay = 0.01,
+                .stage = 1,
+                .seed = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t n = 0;
@@ -154,8 +164,8 @@ static dt_status to_tensors(const vit *m, int64_t n, const float *x, const int32
 {
     int64_t sx[4] = {VIT_SHARDS, n / VIT_SHARDS, VIT_SIDE, VIT_SIDE}, sy[2] = {sx[0], sx[1]};
     dt_status st = dt_tensor_from_host(vit_image_layout(m), DT_DTYPE_F32, sx, x, tx);
-    if (st == DT_OK && (st = dt_tensor_from_host(vit_label_layout(m), DT_DTYPE_I32, sy, y, ty)) !=
-                           DT_OK) {
+    if (st == DT_OK &&
+        (st = dt_tensor_from_host(vit_label_layout(m), DT_DTYPE_I32, sy, y, ty)) != DT_OK) {
         dt_tensor_destroy(*tx);
         *tx = NULL;
     }
@@ -245,8 +255,10 @@ static float lr_at(const opts *o, int64_t step)
 {
     if (step < o->warmup)
         return (float)(o->lr * (double)(step + 1) / (double)o->warmup);
-    double t = (double)(step - o->warmup) / (double)(o->steps - o->warmup > 1 ? o->steps - o->warmup - 1 : 1);
-    return (float)(o->lr * (0.1 + 0.9 * 0.5 * (1.0 + cos(3.14159265358979323846 * (t > 1 ? 1 : t)))));
+    double t = (double)(step - o->warmup) /
+               (double)(o->steps - o->warmup > 1 ? o->steps - o->warmup - 1 : 1);
+    return (float)(o->lr *
+                   (0.1 + 0.9 * 0.5 * (1.0 + cos(3.14159265358979323846 * (t > 1 ? 1 : t)))));
 }
 
 static int train_step(ctx *c, int64_t step, double *loss)
@@ -340,10 +352,13 @@ static int run(ctx *c)
     job_say(&c->j, "train_vit: mesh '%s' %s: %lld CPU devices (%d process%s x %d)\n",
             dt_mesh_name(c->mesh), dims, (long long)dt_mesh_size(c->mesh), c->j.nprocs,
             c->j.nprocs == 1 ? "" : "es", dt_num_local_devices(DT_DEVICE_CPU));
-    job_say(&c->j, "  data: %lld training / %lld held-out digits, global batch %lld (%d shards "
-            "of %lld)\n", (long long)c->train.n, (long long)c->test.n, (long long)c->o.batch,
-            VIT_SHARDS, (long long)(c->o.batch / VIT_SHARDS));
-    job_say(&c->j, "  model: ViT, %lld patches of %lldx%lld, width %lld, %d heads, MLP %lld, "
+    job_say(&c->j,
+            "  data: %lld training / %lld held-out digits, global batch %lld (%d shards "
+            "of %lld)\n",
+            (long long)c->train.n, (long long)c->test.n, (long long)c->o.batch, VIT_SHARDS,
+            (long long)(c->o.batch / VIT_SHARDS));
+    job_say(&c->j,
+            "  model: ViT, %lld patches of %lldx%lld, width %lld, %d heads, MLP %lld, "
             "%lld block%s, %lld parameters; ZeRO stage %d, AdamW lr %g\n",
             (long long)((VIT_SIDE / g->patch) * (VIT_SIDE / g->patch)), (long long)g->patch,
             (long long)g->patch, (long long)g->dim, VIT_GROUPS, (long long)g->mlp,
@@ -374,8 +389,8 @@ static int run(ctx *c)
             (long long)c->o.steps, train_s, c->o.steps ? 1e3 * train_s / (double)c->o.steps : 0.0,
             job_now() - t0);
     if (c->j.me == 0) {
-        printf("result accuracy=%.4f heldout_loss=%.9g checksum=%016llx steps=%lld\n", eacc,
-               eloss, (unsigned long long)sum, (long long)c->o.steps);
+        printf("result accuracy=%.4f heldout_loss=%.9g checksum=%016llx steps=%lld\n", eacc, eloss,
+               (unsigned long long)sum, (long long)c->o.steps);
         fflush(stdout);
     }
     return 0;

@@ -132,7 +132,8 @@ dt_status moe_combine(const dt_tensor *gates, const dt_tensor *h, dt_tensor **y_
     return dt_op_call(op, in, 2, NULL, NULL, y_out);
 }
 
-/* ---- the layer --------------------------------------------------------------------------------- */
+/* ---- the layer ---------------------------------------------------------------------------------
+ */
 
 /* softmax(x) over the last axis as exp(log_softmax(x)) (both take f64). */
 static dt_status softmax_last(const dt_tensor *x, dt_tensor **out)

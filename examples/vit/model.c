@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S VIT_SHARDS
-#define M VIT_GROUPS
+#define S        VIT_SHARDS
+#define M        VIT_GROUPS
 #define NAME_LEN 32
-#define LN_EPS 1e-5f
+#define LN_EPS   1e-5f
 
 /* Parameters of one block, in the order they are registered. */
 enum { B_Q, B_K, B_V, B_O, B_OB, B_W1, B_B1, B_W2, B_B2, B_NPARAMS };
@@ -27,7 +27,7 @@ struct vit {
     dt_tensor *param[VIT_MAX_PARAMS];
     char names[VIT_MAX_PARAMS][NAME_LEN];
     const char *name_ptr[VIT_MAX_PARAMS];
-    dt_tensor *ones, *zeros; /* [D]: the layer norms' fixed gain and bias */
+    dt_tensor *ones, *zeros;                /* [D]: the layer norms' fixed gain and bias */
     dt_layout *l_images, *l_labels, *l_act; /* [S, b, 8, 8], [S, b], [S, b, P, D] */
     dt_layout *l_rep3, *l_rep2;             /* replicated: the loss's logits and labels */
     dt_tape *tape;
@@ -233,8 +233,8 @@ static dt_tensor *per_group(pool *p, const dt_tensor *x)
 
 /* ---- parameters ------------------------------------------------------------------------------ */
 
-static dt_status make_param(vit *m, const char *name, int rank, const int64_t *shape,
-                            int grouped, double std, uint64_t stream)
+static dt_status make_param(vit *m, const char *name, int rank, const int64_t *shape, int grouped,
+                            double std, uint64_t stream)
 {
     const char *specs[DT_MAX_RANK];
     int has_model = dt_mesh_dim_index(m->mesh, "model") >= 0;
@@ -278,8 +278,8 @@ void vit_destroy(vit *m)
 dt_status vit_create(const dt_mesh *mesh, const vit_config *cfg, vit **out)
 {
     own_error[0] = '\0';
-    if ((cfg->patch != 2 && cfg->patch != 4) || cfg->dim < M || cfg->dim % M ||
-        cfg->mlp < M || cfg->mlp % M || cfg->layers < 1 || cfg->layers > VIT_MAX_LAYERS) {
+    if ((cfg->patch != 2 && cfg->patch != 4) || cfg->dim < M || cfg->dim % M || cfg->mlp < M ||
+        cfg->mlp % M || cfg->layers < 1 || cfg->layers > VIT_MAX_LAYERS) {
         snprintf(own_error, sizeof own_error,
                  "vit: patch %lld (2 or 4), dim %lld and mlp %lld (multiples of %d), layers "
                  "%lld (1..%d)",
@@ -312,18 +312,16 @@ dt_status vit_create(const dt_mesh *mesh, const vit_config *cfg, vit **out)
     if (st == DT_OK)
         st = make_param(m, "head/bias", 1, s_headb, 0, 0.0, 4);
     for (int64_t l = 0; st == DT_OK && l < cfg->layers; l++) {
-        static const char *const bn[B_NPARAMS] = {"attn/q", "attn/k", "attn/v", "attn/o",
-                                                  "attn/o_bias", "mlp/w1", "mlp/b1",
-                                                  "mlp/w2", "mlp/b2"};
+        static const char *const bn[B_NPARAMS] = {"attn/q", "attn/k",      "attn/v",
+                                                  "attn/o", "attn/o_bias", "mlp/w1",
+                                                  "mlp/b1", "mlp/w2",      "mlp/b2"};
         int64_t s_qkv[3] = {M, D, E}, s_o[3] = {M, E, D}, s_d[1] = {D}, s_w1[3] = {M, D, F},
                 s_b1[2] = {M, F}, s_w2[3] = {M, F, D};
         const int64_t *shapes[B_NPARAMS] = {s_qkv, s_qkv, s_qkv, s_o, s_d, s_w1, s_b1, s_w2, s_d};
         const int ranks[B_NPARAMS] = {3, 3, 3, 3, 1, 3, 2, 3, 1};
         const int grouped[B_NPARAMS] = {1, 1, 1, 1, 0, 1, 1, 1, 0};
-        const double stds[B_NPARAMS] = {1.0 / sqrt((double)D), 1.0 / sqrt((double)D),
-                                        1.0 / sqrt((double)D), 0.5 / sqrt((double)D), 0.0,
-                                        1.0 / sqrt((double)D), 0.0,
-                                        0.5 / sqrt((double)cfg->mlp), 0.0};
+        const double sd = 1.0 / sqrt((double)D), sf = 1.0 / sqrt((double)cfg->mlp);
+        const double stds[B_NPARAMS] = {sd, sd, sd, 0.5 * sd, 0.0, sd, 0.0, 0.5 * sf, 0.0};
         for (int k = 0; st == DT_OK && k < B_NPARAMS; k++) {
             char name[NAME_LEN];
             snprintf(name, sizeof name, "block%lld/%s", (long long)l, bn[k]);
@@ -388,7 +386,8 @@ const dt_layout *vit_label_layout(const vit *m)
     return m->l_labels;
 }
 
-/* ---- forward ----------------------------------------------------------------------------------- */
+/* ---- forward -----------------------------------------------------------------------------------
+ */
 
 /* Images [S, b, 8, 8] to tokens [S, b, P, patch^2]: the rows and columns split into
  * (grid, patch) pairs, the two patch dims moved last, merged. */
@@ -407,8 +406,8 @@ static dt_tensor *attention(pool *p, const vit *m, dt_tensor *const *w, const dt
     dt_tensor *q = einsum(p, "smbpd,smde->smbpe", h, per_shard(p, w[B_Q]));
     dt_tensor *k = einsum(p, "smbpd,smde->smbpe", h, per_shard(p, w[B_K]));
     dt_tensor *v = einsum(p, "smbpd,smde->smbpe", h, per_shard(p, w[B_V]));
-    dt_tensor *scores = scale(p, einsum(p, "smbpe,smbqe->smbpq", q, k),
-                              (float)(1.0 / sqrt((double)m->head_dim)));
+    dt_tensor *scores =
+        scale(p, einsum(p, "smbpe,smbqe->smbpq", q, k), (float)(1.0 / sqrt((double)m->head_dim)));
     dt_tensor *ctx = einsum(p, "smbpq,smbqe->smbpe", softmax_last(p, scores), v);
     /* Each group's share of the output projection, summed over the groups. */
     dt_tensor *o = sum_groups(p, m, einsum(p, "smbpe,smed->smbpd", ctx, per_shard(p, w[B_O])));
@@ -422,8 +421,7 @@ static dt_tensor *mlp(pool *p, const vit *m, dt_tensor *const *w, const dt_tenso
     dt_tensor *h = per_group(p, norm(p, m, x));
     dt_tensor *u = einsum(p, "smbpd,smdf->smbpf", h, per_shard(p, w[B_W1]));
     dt_tensor *b1 = expand(p, reshape(p, w[B_B1], 4, b1_shape), 5, b1_rep);
-    dt_tensor *y = einsum(p, "smbpf,smfd->smbpd", gelu(p, add(p, u, b1)),
-                          per_shard(p, w[B_W2]));
+    dt_tensor *y = einsum(p, "smbpf,smfd->smbpd", gelu(p, add(p, u, b1)), per_shard(p, w[B_W2]));
     return add(p, add(p, x, sum_groups(p, m, y)), per_shard_bias(p, w[B_B2], 4));
 }
 

@@ -16,10 +16,10 @@
 
 #include <dtensor/dtensor.h>
 
-#define VIT_SHARDS 2  /* S: shards of the batch (the leading dim of every activation) */
-#define VIT_GROUPS 2  /* M: head / MLP column groups (one head per group) */
-#define VIT_SIDE 8    /* images are VIT_SIDE x VIT_SIDE */
-#define VIT_CLASSES 10
+#define VIT_SHARDS     2 /* S: shards of the batch (the leading dim of every activation) */
+#define VIT_GROUPS     2 /* M: head / MLP column groups (one head per group) */
+#define VIT_SIDE       8 /* images are VIT_SIDE x VIT_SIDE */
+#define VIT_CLASSES    10
 #define VIT_MAX_LAYERS 4
 #define VIT_MAX_PARAMS (4 + 9 * VIT_MAX_LAYERS) /* vit_num_params is at most this */
 

@@ -12,18 +12,18 @@
 #include "harness.h"
 #include "../../../examples/moe/layer.h"
 
-#define B 4 /* rows */
-#define D 3 /* width */
-#define E 4 /* experts */
-#define F 3 /* expert hidden width */
+#define B  4 /* rows */
+#define D  3 /* width */
+#define E  4 /* experts */
+#define F  3 /* expert hidden width */
 #define NP 4 /* differentiated tensors: x, gate, w1, w2 */
 
 /* Central differences in f64 with step H: the truncation error is H^2/6 |L'''| (about 2e-11
  * here, |L'''| being O(10) for these O(1) values) and the rounding error about
  * 1e-16 |L| / H (1e-11); FD_TOL leaves a factor of 100 over their sum. Gradients of the 2x2
  * mesh differ from one device's by sums taken in another order: a few ulps of f64. */
-#define H 1e-5
-#define FD_TOL 2e-9
+#define H        1e-5
+#define FD_TOL   2e-9
 #define MESH_TOL 1e-13
 
 static const int64_t shapes[NP + 1][3] = {{B, D}, {D, E}, {E, D, F}, {E, F, D}, {B, D}};
@@ -91,8 +91,10 @@ static void plan_make(plan *p, int two_by_two)
     DT_ASSERT_OK(two_by_two ? dt_mesh_create("moe2x2", 2, dn2, s2, DT_DEVICE_CPU, &p->mesh)
                             : dt_mesh_create("moe1", 1, dn1, s1, DT_DEVICE_CPU, &p->mesh));
     /* Rows over batch; the experts (and the gate's expert columns) over model. */
-    const char *sp[NP + 1][3] = {{"batch", NULL, NULL}, {NULL, "model", NULL},
-                                 {"model", NULL, NULL}, {"model", NULL, NULL},
+    const char *sp[NP + 1][3] = {{"batch", NULL, NULL},
+                                 {NULL, "model", NULL},
+                                 {"model", NULL, NULL},
+                                 {"model", NULL, NULL},
                                  {"batch", NULL, NULL}};
     for (int i = 0; i <= NP; i++) {
         const char *specs[3];
@@ -240,7 +242,8 @@ static void test_validator_passes_the_user_op(void)
     CU_ASSERT_EQUAL(r.failures, 0);
 }
 
-/* ---- the layer's gradients --------------------------------------------------------------------- */
+/* ---- the layer's gradients ---------------------------------------------------------------------
+ */
 
 /* Every element of x, gate, w1 and w2 by central differences against the tape, on one device
  * (client 0: the others hold no device of that mesh). */
