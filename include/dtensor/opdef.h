@@ -83,7 +83,7 @@ typedef struct dt_op_kernel_args {
 
 typedef dt_status (*dt_op_kernel_fn)(const dt_op_kernel_args *args);
 
-/* What a backward function sees: the forward call's inputs and output (saved by the tape),
+/* What a backward function sees: the forward call's inputs and (with save_out) its output,
  * attributes, the output's gradient dy (a tensor, never NULL) and which inputs need a
  * gradient. It writes dx[i] (a new owned tensor of input i's shape, in any layout on its mesh;
  * NULL: zero) for the inputs with needs[i], by calling public ops (they are not recorded). */
@@ -92,7 +92,7 @@ typedef struct dt_op_grad {
     const dt_op_attrs *attrs;
     int nin;
     const dt_tensor *const *in;
-    const dt_tensor *out;
+    const dt_tensor *out; /* NULL unless the definition has save_out */
     const dt_tensor *dy;
     const int *needs;
     dt_tensor **dx;
