@@ -108,40 +108,6 @@ static dt_status finalize(pass *p, int64_t v)
     return DT_OK;
 }
 
-dt_status dt__ag_dy_scalar(const dt__ag_ctx *c, float *value_out)
-{
-    if (c->dy_is_seed) {
-        *value_out = c->seed;
-        return DT_OK;
-    }
-    if (dt_tensor_rank(c->dy) != 0)
-        return dt__error(DT_ERR_SHAPE, "dt_tape_backward: the gradient of a loss must be rank 0");
-    double v = 0;
-    dt_status st = dt_item(c->dy, &v);
-    if (st == DT_OK)
-        *value_out = (float)v;
-    return st;
-}
-
-dt_status dt__ag_dy_tensor(const dt__ag_ctx *c, const dt_tensor *like, const dt_tensor **dy_out,
-                           dt_tensor **owned_out)
-{
-    *owned_out = NULL;
-    if (!c->dy_is_seed) {
-        *dy_out = c->dy;
-        return DT_OK;
-    }
-    dt_layout *l = NULL;
-    dt_status st = dt_layout_replicated(dt_layout_mesh(dt_tensor_layout(like)), 0, &l);
-    if (st != DT_OK)
-        return st;
-    st = dt_tensor_filled(l, DT_DTYPE_F32, NULL, &c->seed, owned_out);
-    dt_layout_destroy(l);
-    if (st == DT_OK)
-        *dy_out = *owned_out;
-    return st;
-}
-
 /* The tensor of value v for a replay: recomputed inside the segment, else the segment's
  * retained input (or, borrowed, the watched tensor now). */
 static const dt_tensor *replay_input(dt_tape *tape, const ag_segment *seg, int64_t v)

@@ -5,31 +5,10 @@
 
 #include <stdint.h>
 
-#include "autograd/record.h"
+#include "runtime/record.h"
 #include "dtensor/autograd.h"
 
-/* ---- rules (the context and rule types are in autograd/record.h) ---- */
-
-/* The rule of `kind`, NULL when none is registered (autograd/rules.c). */
-const dt__ag_rule *dt__ag_rule_of(dt_op_kind kind);
-
-/* The scalar value of the output gradient (the seed, or dt_item of a rank-0 dy): for the
- * loss rules, whose explicit backward takes a float. Collective when dy is a tensor. */
-dt_status dt__ag_dy_scalar(const dt__ag_ctx *c, float *value_out);
-/* The output gradient as a tensor: dy, or the seed as a new rank-0 replicated f32 tensor on
- * the mesh of `like` (*owned_out set to it then, to be destroyed by the caller). */
-dt_status dt__ag_dy_tensor(const dt__ag_ctx *c, const dt_tensor *like, const dt_tensor **dy_out,
-                           dt_tensor **owned_out);
-
-/* Gradient rules grouped by family (autograd/rules_*.c). */
-extern const dt__ag_rule dt__ag_rule_matmul, dt__ag_rule_matmul_nd, dt__ag_rule_add,
-    dt__ag_rule_sub, dt__ag_rule_mul, dt__ag_rule_scale, dt__ag_rule_bias_add;
-extern const dt__ag_rule dt__ag_rule_layer_norm, dt__ag_rule_softmax, dt__ag_rule_attention,
-    dt__ag_rule_embedding, dt__ag_rule_vocab_xent, dt__ag_rule_softmax_xent, dt__ag_rule_gelu,
-    dt__ag_rule_relu;
-extern const dt__ag_rule dt__ag_rule_cast, dt__ag_rule_relayout, dt__ag_rule_reduce;
-extern const dt__ag_rule dt__ag_rule_rms_norm, dt__ag_rule_rope, dt__ag_rule_swiglu,
-    dt__ag_rule_attention_gqa;
+/* The rule types and the built-in kinds' table are in runtime/record.h (rules: ops/rules*.c). */
 
 /* ---- the tape ------------------------------------------------------------------------- */
 

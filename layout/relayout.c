@@ -9,7 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/shm.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 enum { CACHE_SLOTS = 32 };
 
@@ -316,16 +316,12 @@ static dt_status relayout_new(const dt_tensor *src, const dt_layout *layout, int
     return DT_OK;
 }
 
-/* The thread's recording tape as the ops see it (autograd/record.h): defined here, the lowest
- * module that records, so that ops/ and layout/ need not link against autograd/. */
-_Thread_local dt__recorder *dt__rec_tls;
-
 static dt_status relayout_run(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
 {
     return relayout_new(src, layout, 1, out);
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_relayout(const dt_tensor *src, const dt_layout *layout, dt_tensor **out)
 {
     dt__recorder *r = dt__rec_suspend();

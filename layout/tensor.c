@@ -11,7 +11,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 /* One local component. `dl` is the borrowed view handed out by dt_tensor_local; its shape
  * points at `shape`. The memory is either ours (`alloc`, from the host pool or the device) or

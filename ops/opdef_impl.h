@@ -55,7 +55,7 @@ static inline char dt__op_letter(int i)
 
 /* ==== the generic path's internals (ops/opdef_*.c) ===================================== */
 
-#include "autograd/record.h"
+#include "runtime/record.h"
 #include "ops/ops_impl.h"
 
 /* Factor ids: 'a'..'z' are 0..25, 'A'..'Z' 26..51 (whole: never sharded), and the dims of
@@ -146,5 +146,15 @@ void dt__lspec_text(const dt_mesh *mesh, const dt__lspec *ls, char *buf, size_t 
 
 /* The cost model's current constants. */
 void dt__cost_model_get(dt_op_cost_model *out);
+
+/* The backward rules of the built-in kinds (dt_op_kind), by family (ops/rules_*.c). */
+extern const dt__ag_rule dt__ag_rule_matmul, dt__ag_rule_matmul_nd, dt__ag_rule_add,
+    dt__ag_rule_sub, dt__ag_rule_mul, dt__ag_rule_scale, dt__ag_rule_bias_add;
+extern const dt__ag_rule dt__ag_rule_layer_norm, dt__ag_rule_softmax, dt__ag_rule_attention,
+    dt__ag_rule_embedding, dt__ag_rule_vocab_xent, dt__ag_rule_softmax_xent, dt__ag_rule_gelu,
+    dt__ag_rule_relu;
+extern const dt__ag_rule dt__ag_rule_cast, dt__ag_rule_relayout, dt__ag_rule_reduce;
+extern const dt__ag_rule dt__ag_rule_rms_norm, dt__ag_rule_rope, dt__ag_rule_swiglu,
+    dt__ag_rule_attention_gqa;
 
 #endif

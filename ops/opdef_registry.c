@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/record.h"
+#include "runtime/record.h"
 #include "ops/opdef_impl.h"
 #include "runtime/error.h"
 

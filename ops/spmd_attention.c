@@ -11,7 +11,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 /* Which kernel of the backend runs: dt_attention's, dt_attention_gqa's (so each op keeps its
  * kernel's bits), or the one with dropout. */

@@ -8,7 +8,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 typedef enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_RELU_GRAD, BIN_GELU_GRAD } bin_kind;
 

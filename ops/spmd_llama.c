@@ -3,7 +3,7 @@
  * (grouped-query attention is in ops/spmd_attention.c). */
 #include <string.h>
 
-#include "autograd/record.h"
+#include "runtime/record.h"
 #include "layout/tensor_dev.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
@@ -322,7 +322,7 @@ dt_status dt_swiglu_backward(const dt_tensor *gate, const dt_tensor *up, const d
     return st;
 }
 
-/* ---- the public entries of the forward ops: recorded on a tape (autograd/record.h) ------- */
+/* ---- the public entries of the forward ops: recorded on a tape (runtime/record.h) ------- */
 
 dt_status dt_rms_norm(const dt_tensor *x, const dt_tensor *gain, float eps, dt_tensor **out)
 {

@@ -7,7 +7,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 /* The local kernels of component i (dt__ops_each_local): logits, labels -> out. */
 typedef struct xent_local {
@@ -107,7 +107,7 @@ static dt_status softmax_xent_run(const dt_tensor *logits, const dt_tensor *labe
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_softmax_xent(const dt_tensor *logits, const dt_tensor *labels,
                           const dt_layout *layout, dt_tensor **loss_out)
 {

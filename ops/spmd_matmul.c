@@ -6,7 +6,7 @@
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 /* A candidate: mesh dims of op(A) = [m, k], op(B) = [k, n], and which partial dims each
  * operand keeps. */
@@ -261,7 +261,7 @@ done:
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_matmul(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
                     const dt_layout *layout, dt_tensor **out)
 {

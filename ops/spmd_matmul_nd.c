@@ -6,7 +6,7 @@
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 /* The flattened 2-D view of x [d0, ..., n] (rank >= 2): x is first relaid out so that dims
  * 1..r-2 are unsharded and dim 0's blocks are whole rows of the flattened view. */
@@ -369,7 +369,7 @@ static dt_status matmul_nd_run(const dt_tensor *a, const dt_tensor *b, int trans
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_matmul_nd(const dt_tensor *a, const dt_tensor *b, int transa, int transb,
                        const dt_layout *layout, dt_tensor **out)
 {

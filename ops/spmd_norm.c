@@ -8,7 +8,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 static dt_status check_x(const char *op, const dt_tensor *x, const void *out)
 {
@@ -110,7 +110,7 @@ static dt_status layer_norm_run(const dt_tensor *x, const dt_tensor *gamma, cons
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_layer_norm(const dt_tensor *x, const dt_tensor *gamma, const dt_tensor *beta,
                         float eps, dt_tensor **out)
 {
@@ -253,7 +253,7 @@ static dt_status softmax_run(const dt_tensor *x, int axis, dt_tensor **out)
     return softmax_common("dt_softmax", x, NULL, axis, out);
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_softmax(const dt_tensor *x, int axis, dt_tensor **out)
 {
     dt__recorder *r = dt__rec_suspend();

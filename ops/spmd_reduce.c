@@ -7,7 +7,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/half.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 static void strip(dt__lspec *ls, int keep_sum)
 {
@@ -140,7 +140,7 @@ static dt_status reduce_run(const dt_tensor *x, dt_reduce_op op, int axis, const
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_reduce(const dt_tensor *x, dt_reduce_op op, int axis, const dt_layout *layout,
                     dt_tensor **out)
 {

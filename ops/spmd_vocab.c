@@ -10,7 +10,7 @@
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/util.h"
-#include "autograd/record.h"
+#include "runtime/record.h"
 
 /* ---- embedding ------------------------------------------------------------------------- */
 
@@ -124,7 +124,7 @@ static dt_status embedding_run(const dt_tensor *table, const dt_tensor *ids, con
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_embedding(const dt_tensor *table, const dt_tensor *ids, const dt_layout *layout,
                        dt_tensor **out)
 {
@@ -397,7 +397,7 @@ static dt_status vocab_xent_run(const dt_tensor *logits, const dt_tensor *labels
     return st;
 }
 
-/* The public entry: records the call on this thread's tape (autograd/record.h). */
+/* The public entry: records the call on this thread's tape (runtime/record.h). */
 dt_status dt_vocab_xent(const dt_tensor *logits, const dt_tensor *labels,
                         const dt_layout *layout, dt_tensor **loss_out)
 {

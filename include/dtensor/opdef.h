@@ -12,6 +12,7 @@
 #include "dtensor/dtype.h"
 #include "dtensor/export.h"
 #include "dtensor/layout.h"
+#include "dtensor/runtime.h"
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"
 
@@ -144,9 +145,10 @@ typedef enum dt_op_linearity {
  *            *attrs with a valid call; NULL: the validator skips the op (random ops, host
  *            transfers).
  *  fill      the validator's values of input i (n elements of its dtype into host) when they
- *            are not plain reals (indices in range, masks, positive bases); NULL or DT_OK
- *            without writing: uniform reals in [-1, 1]. Both may return DT_ERR_UNSUPPORTED for
- *            a case they do not cover (the validator then draws another). */
+ *            are not plain reals (indices in range, masks, positive bases); NULL, or
+ *            DT_ERR_UNSUPPORTED for an input it leaves alone: uniform reals in [-1, 1].
+ *            sample may return DT_ERR_UNSUPPORTED for a seed it does not cover (the case is
+ *            skipped). The validator widens f32 inputs to f64 when infer accepts that. */
 typedef struct dt_op_def {
     const char *name;
     int nin, nin_max;
@@ -215,6 +217,40 @@ typedef struct dt_op_cost_model {
     double compute_gelem_s;
 } dt_op_cost_model;
 DT_API void dt_op_cost_model_set(const dt_op_cost_model *model, dt_op_cost_model *old_out);
+
+/* The validator (docs/ops.md, "Validator"): runs op's random cases (its definition's sample
+ * and fill) on meshes of 1, 2, 2x2 and 2x2x2 devices of `device_type` (those the job's global
+ * devices allow; in one process or over several) with random input layouts (sharded,
+ * replicated, sum-partial over every mesh dim) and checks the output, and the backward of a
+ * random dy through a tape, against the same call on an unsharded single-device layout; and
+ * that single-device gradient against central finite differences in f64 (when the op takes
+ * f64). Each failure is one line to `report` naming the op, the case, the shapes and the
+ * layouts. Tolerances: f64 1e-10 and f32 2e-5 of the largest magnitude (sums are reordered
+ * across shards), finite differences 1e-6 relative with a step of 1e-5 (docs/ops.md derives
+ * them). Collective over all clients (each calls it with the same arguments); returns DT_OK
+ * with failures counted in *result_out, or the first error of the runtime itself. An op
+ * without sample is skipped (result->skipped). */
+typedef struct dt_validate_opts {
+    uint64_t seed;   /* the first case's seed */
+    int cases;       /* random cases per op */
+    int layouts;     /* random input layouts per mesh and case */
+    int max_dim;     /* dims drawn in 1..max_dim */
+    int fd_elems;    /* input elements checked by finite differences per input (0: none) */
+    dt_device_type device_type;
+    dt_explain_fn report; /* failures, one line each (NULL: only counted) */
+    void *report_arg;
+} dt_validate_opts;
+#define DT_VALIDATE_OPTS_INIT {1, 2, 2, 5, 12, DT_DEVICE_CPU, NULL, NULL}
+
+typedef struct dt_validate_result {
+    int64_t cases;    /* cases run */
+    int64_t checks;   /* comparisons made */
+    int64_t failures; /* comparisons (or calls) that failed */
+    int64_t skipped;  /* ops or cases skipped (no sample, unsupported dtype) */
+} dt_validate_result;
+
+DT_API dt_status dt_op_validate(const dt_op *op, const dt_validate_opts *opts,
+                                dt_validate_result *result_out);
 
 /* Decisions cached so far, and a reset (tests, benchmarks). Local. */
 DT_API int64_t dt_op_cache_size(void);

@@ -1,6 +1,7 @@
-/* autograd/rules_llama: backward rules of the Llama-style ops (ops/spmd_llama.c), each a call
+/* ops/rules_llama: backward rules of the Llama-style ops (ops/spmd_llama.c), each a call
  * of its explicit *_backward function. */
-#include "autograd/tape_impl.h"
+#include "ops/opdef_impl.h"
+#include "runtime/error.h"
 #include "dtensor/ops.h"
 
 /* ---- rms_norm: in {x, gain}; fattr {eps}; saves x, gain ----------------------------------- */

@@ -1,9 +1,10 @@
-/* autograd/rules_layout: backward rules of the ops that move or re-type a tensor (cast,
+/* ops/rules_layout: backward rules of the ops that move or re-type a tensor (cast,
  * relayout) and of the reductions (a broadcast of the output gradient). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "autograd/tape_impl.h"
+#include "ops/opdef_impl.h"
+#include "runtime/error.h"
 #include "dtensor/mesh.h"
 #include "dtensor/ops.h"
 #include "dtensor/relayout.h"

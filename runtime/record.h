@@ -1,7 +1,9 @@
-/* The record hook between the ops (ops/, layout/relayout.c) and the tape (autograd/): header
- * only, so that ops/ and layout/ do not link against autograd/. Not installed. */
-#ifndef DT_AUTOGRAD_RECORD_H
-#define DT_AUTOGRAD_RECORD_H
+/* The record hook below the ops (ops/, layout/relayout.c) and the tape (autograd/): the ops
+ * hand each call and its backward rule to whatever records on this thread, so that ops/ and
+ * layout/ never depend on autograd/ (which sits above them and calls the ops). The thread's
+ * recorder is runtime/record.c's. Not installed. */
+#ifndef DT_RUNTIME_RECORD_H
+#define DT_RUNTIME_RECORD_H
 
 #include <stdint.h>
 
@@ -17,7 +19,7 @@
 /* ---- backward rules ---------------------------------------------------------------------
  * The rule of a recorded call: how its backward runs and how it is replayed. The ops hand
  * their rule with each record (dt__op_record.rule) or, for the kinds of dt_op_kind, the tape
- * finds it in its table (autograd/rules.c). */
+ * finds it in its table (ops/rules.c). */
 
 typedef struct ag_node ag_node;
 
@@ -60,9 +62,21 @@ typedef struct dt__ag_rule {
     int scalar_dy;
 } dt__ag_rule;
 
+/* The built-in kinds' rules (ops/rules*.c; their table, ops/rules.c): the rule of `kind`,
+ * NULL when none is registered. */
+const dt__ag_rule *dt__ag_rule_of(dt_op_kind kind);
+
+/* For rules (ops/rules.c): the scalar value of the output gradient (the seed, or dt_item of a
+ * rank-0 dy), for the loss rules whose explicit backward takes a float (collective when dy is
+ * a tensor); and the output gradient as a tensor: dy, or the seed as a new rank-0 replicated
+ * f32 tensor on the mesh of `like` (*owned_out set to it then, destroyed by the caller). */
+dt_status dt__ag_dy_scalar(const dt__ag_ctx *c, float *value_out);
+dt_status dt__ag_dy_tensor(const dt__ag_ctx *c, const dt_tensor *like, const dt_tensor **dy_out,
+                           dt_tensor **owned_out);
+
 /* One forward call, as an op hands it to the recording tape: kind, inputs (in the op's
  * argument order; tensors only), the output, and the attributes the backward rule and the
- * replay (checkpointing) need. The attribute slots' meaning is per kind (autograd/rules_*.c
+ * replay (checkpointing) need. The attribute slots' meaning is per kind (ops/rules_*.c
  * says which; docs/autograd.md lists them). Everything is borrowed for the call. */
 typedef struct dt__op_record {
     dt_op_kind kind;
@@ -87,7 +101,7 @@ struct dt__recorder {
 
 /* This thread's active recorder, NULL when nothing records (no tape, a no-grad region, a
  * backward pass running, or an op's own implementation running). Defined in
- * layout/relayout.c (the lowest module that records), set only by autograd/. */
+ * runtime/record.c, set only by autograd/. */
 extern _Thread_local dt__recorder *dt__rec_tls;
 
 /* A tensor's serial number, unique in the process for its lifetime and never reused (0 for

@@ -1,6 +1,7 @@
-/* autograd/rules_linear: backward rules of the matmuls and the elementwise arithmetic ops
+/* ops/rules_linear: backward rules of the matmuls and the elementwise arithmetic ops
  * (their explicit backward functions, or the identities they reduce to). */
-#include "autograd/tape_impl.h"
+#include "ops/opdef_impl.h"
+#include "runtime/error.h"
 #include "dtensor/ops.h"
 
 /* ---- matmul, matmul_nd: in {a, b}; iattr {transa, transb}; layout ------------------------ */

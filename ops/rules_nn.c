@@ -1,6 +1,7 @@
-/* autograd/rules_nn: backward rules of the transformer and loss ops and the activations, each
+/* ops/rules_nn: backward rules of the transformer and loss ops and the activations, each
  * a call of its explicit *_backward function (ops.h). */
-#include "autograd/tape_impl.h"
+#include "ops/opdef_impl.h"
+#include "runtime/error.h"
 #include "dtensor/ops.h"
 
 /* ---- layer_norm: in {x, gamma, beta}; fattr {eps}; saves x, gamma ------------------------- */
