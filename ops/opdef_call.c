@@ -199,6 +199,19 @@ dt_status dt_op_call(const dt_op *op, const dt_tensor *const *in, int nin,
     if (!out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_op_call: out is NULL");
     const dt_op_attrs *a = attrs ? attrs : &zero_attrs;
+    const dt_op_def *def = op ? dt_op_definition(op) : NULL;
+    if (def && def->spmd) { /* its own path, which records itself */
+        dt_op_sig sig;
+        dt__prop_call call;
+        dt__lspec forced;
+        dt_status st = begin(op, in, nin, a, layout, &sig, &call, &forced);
+        if (st != DT_OK)
+            return st;
+        if (dt__explain_on())
+            dt__explain("%s: its own distributed implementation (rule %s)", def->name,
+                        def->rule ? def->rule : "per call");
+        return def->spmd(in, nin, a, layout, out);
+    }
     dt__recorder *r = dt__rec_suspend();
     dt_tensor *t = NULL;
     dt_status st = call_impl(op, in, nin, a, layout, &t);
@@ -231,6 +244,9 @@ dt_status dt_op_plan(const dt_op *op, const dt_tensor *const *in, int nin,
     dt__lspec forced;
     const dt_op_attrs *a = attrs ? attrs : &zero_attrs;
     dt_status st = begin(op, in, nin, a, layout, &sig, &call, &forced);
+    if (st == DT_OK && call.def->spmd)
+        return dt__error(DT_ERR_UNSUPPORTED, "dt_op_plan: %s decides its layouts itself (its "
+                         "own distributed implementation)", call.def->name);
     dt__decision d;
     if (st == DT_OK)
         st = decide(&call, &d);

@@ -141,8 +141,8 @@ static int cand_valid(const dt__prop_call *call, const dt__bound *b, const cand 
         used |= 1u << m;
         if (f >= 26 && f < DT__F_ELL)
             return 0; /* uppercase: whole */
-        if (!(b->in_inputs >> f & 1))
-            return 0; /* output-only factor */
+        if (!(b->in_inputs >> f & 1) && call->sig->nin > 0)
+            return 0; /* output-only factor (constructors, without inputs, shard theirs) */
         if (!(b->in_output >> f & 1))
             contracting = 1;
     }

@@ -48,7 +48,7 @@ static dt_status add(const dt_op_def *def, const dt_op **op_out)
     dt_status st = check_name(def->name);
     if (st != DT_OK)
         return st;
-    if (!def->cpu)
+    if (!def->cpu && !def->spmd)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_op_register: %s has no CPU kernel",
                          def->name);
     if (!def->rule && !def->rule_fn)

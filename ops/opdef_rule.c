@@ -78,7 +78,9 @@ dt_status dt__rule_parse(const char *who, const char *text, dt__rule *out)
     dt__rule r;
     memset(&r, 0, sizeof r);
     const char *p = text;
-    for (;;) {
+    while (*p == ' ')
+        p++;
+    for (; !(p[0] == '-' && p[1] == '>');) { /* "->ab": no inputs (constructors) */
         if (r.nin == DT_OP_MAX_IN)
             return bad(who, text, p, "more than DT_OP_MAX_IN inputs");
         dt_status st = parse_operand(who, text, &p, &r.op[r.nin]);

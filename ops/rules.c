@@ -49,6 +49,12 @@ dt_status dt__ag_dy_scalar(const dt__ag_ctx *c, float *value_out)
         *value_out = c->seed;
         return DT_OK;
     }
+    /* A client holding none of the mesh has no local work: the value is never used. */
+    if (dt_tensor_num_local(c->dy) == 0 &&
+        dt_mesh_num_local_devices(dt_layout_mesh(dt_tensor_layout(c->dy))) == 0) {
+        *value_out = 0.0f;
+        return DT_OK;
+    }
     if (dt_tensor_rank(c->dy) != 0)
         return dt__error(DT_ERR_SHAPE, "dt_tape_backward: the gradient of a loss must be rank 0");
     double v = 0;
@@ -70,7 +76,13 @@ dt_status dt__ag_dy_tensor(const dt__ag_ctx *c, const dt_tensor *like, const dt_
     dt_status st = dt_layout_replicated(dt_layout_mesh(dt_tensor_layout(like)), 0, &l);
     if (st != DT_OK)
         return st;
-    st = dt_tensor_filled(l, DT_DTYPE_F32, NULL, &c->seed, owned_out);
+    /* The seed in the root's dtype (an f64 loss gets an f64 seed). */
+    dt_dtype t = dt_tensor_dtype(like);
+    double seed64 = c->seed;
+    if (t == DT_DTYPE_F64)
+        st = dt_tensor_filled(l, t, NULL, &seed64, owned_out);
+    else
+        st = dt_tensor_filled(l, DT_DTYPE_F32, NULL, &c->seed, owned_out);
     dt_layout_destroy(l);
     if (st == DT_OK)
         *dy_out = *owned_out;

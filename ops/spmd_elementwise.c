@@ -9,6 +9,7 @@
 #include "runtime/error.h"
 #include "runtime/util.h"
 #include "runtime/record.h"
+#include "ops/def_elem.h"
 
 typedef enum { BIN_ADD, BIN_SUB, BIN_MUL, BIN_RELU_GRAD, BIN_GELU_GRAD } bin_kind;
 
@@ -192,6 +193,27 @@ static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
     return st;
 }
 
+/* Operands of different shapes (NumPy broadcasting) or both f64 go to the op definitions
+ * (ops/def_elem_bin.c, recorded by the generic path); equal shapes keep the path below. */
+static int to_def(const dt_tensor *a, const dt_tensor *b)
+{
+    if (!a || !b)
+        return 0;
+    if (dt_tensor_dtype(a) == DT_DTYPE_F64 && dt_tensor_dtype(b) == DT_DTYPE_F64)
+        return 1;
+    int r = dt_tensor_rank(a);
+    if (r != dt_tensor_rank(b))
+        return 1;
+    return memcmp(dt_tensor_shape(a), dt_tensor_shape(b), (size_t)r * sizeof(int64_t)) != 0;
+}
+
+static dt_status by_def(const dt_op_def *def, const dt_tensor *a, const dt_tensor *b,
+                        const dt_layout *layout, dt_tensor **out)
+{
+    const dt_tensor *in[2] = {a, b};
+    return dt__op_run(def, in, 2, NULL, layout, out);
+}
+
 static dt_status add_run(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
@@ -202,6 +224,8 @@ static dt_status add_run(const dt_tensor *a, const dt_tensor *b, const dt_layout
 dt_status dt_add(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
+    if (to_def(a, b))
+        return by_def(&dt__def_add, a, b, layout, out);
     dt__recorder *r = dt__rec_suspend();
     dt_tensor *t = NULL;
     dt_status st = add_run(a, b, layout, out ? &t : NULL);
@@ -221,6 +245,8 @@ static dt_status sub_run(const dt_tensor *a, const dt_tensor *b, const dt_layout
 dt_status dt_sub(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
+    if (to_def(a, b))
+        return by_def(&dt__def_sub, a, b, layout, out);
     dt__recorder *r = dt__rec_suspend();
     dt_tensor *t = NULL;
     dt_status st = sub_run(a, b, layout, out ? &t : NULL);
@@ -240,6 +266,8 @@ static dt_status mul_run(const dt_tensor *a, const dt_tensor *b, const dt_layout
 dt_status dt_mul(const dt_tensor *a, const dt_tensor *b, const dt_layout *layout,
                  dt_tensor **out)
 {
+    if (to_def(a, b))
+        return by_def(&dt__def_mul, a, b, layout, out);
     dt__recorder *r = dt__rec_suspend();
     dt_tensor *t = NULL;
     dt_status st = mul_run(a, b, layout, out ? &t : NULL);

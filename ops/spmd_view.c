@@ -81,8 +81,10 @@ dt_status dt__tensor_view(const dt_tensor *t, const dt__lspec *ls, const int64_t
         outer[i] = &v->self;
         inner[i] = NULL;
     }
+    /* A client holding none of the mesh has nothing to view: an empty tensor of the shape. */
     if (st == DT_OK)
-        st = dt_tensor_pack_managed(layout, shape, n, outer, out);
+        st = n > 0 ? dt_tensor_pack_managed(layout, shape, n, outer, out)
+                   : dt_tensor_zeros(layout, dt_tensor_dtype(t), shape, out);
 done:
     for (int i = 0; st != DT_OK && i < n; i++) {
         if (outer && outer[i])

@@ -83,7 +83,7 @@ typedef struct dt_op_kernel_args {
 
 typedef dt_status (*dt_op_kernel_fn)(const dt_op_kernel_args *args);
 
-/* What a backward function sees: the forward call's inputs and output (saved by the tape),
+/* What a backward function sees: the forward call's inputs and (with save_out) its output,
  * attributes, the output's gradient dy (a tensor, never NULL) and which inputs need a
  * gradient. It writes dx[i] (a new owned tensor of input i's shape, in any layout on its mesh;
  * NULL: zero) for the inputs with needs[i], by calling public ops (they are not recorded). */
@@ -92,7 +92,7 @@ typedef struct dt_op_grad {
     const dt_op_attrs *attrs;
     int nin;
     const dt_tensor *const *in;
-    const dt_tensor *out;
+    const dt_tensor *out; /* NULL unless the definition has save_out */
     const dt_tensor *dy;
     const int *needs;
     dt_tensor **dx;
@@ -140,6 +140,11 @@ typedef enum dt_op_linearity {
  *  user      handed to every function above.
  *  doc       one line for the docs' table and the validator's messages (may be NULL).
  *  family    the docs' op family ("unary", "binary", "reduction", "shape", "index", ...).
+ *  spmd      an op with its own distributed implementation (the transformer ops, whose fused
+ *            collectives a factor rule does not express: the vocabulary-parallel loss, ring
+ *            attention): dt_op_call calls it instead of the generic path (cpu may then be
+ *            NULL; it records itself on a tape, and backward only marks it differentiable); its
+ *            rule documents the layouts it keeps.
  *  sample    the validator's random cases (docs/ops.md, "Validator"): for case `seed`, fills
  *            sig->nin and sig->in[] (dtypes, ranks and shapes; every dim in 1..max_dim) and
  *            *attrs with a valid call; NULL: the validator skips the op (random ops, host
@@ -165,6 +170,8 @@ typedef struct dt_op_def {
     void *user;
     const char *doc;
     const char *family;
+    dt_status (*spmd)(const dt_tensor *const *in, int nin, const dt_op_attrs *attrs,
+                      const dt_layout *layout, dt_tensor **out);
     dt_status (*sample)(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs);
     dt_status (*fill)(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n);
 } dt_op_def;
