@@ -116,6 +116,11 @@ static inline int dt__rd_float(dt_dtype t)
 {
     return t == DT_DTYPE_F32 || t == DT_DTYPE_F64;
 }
+/* Makes a rule whose last input is rank 0 ("ab,->", "->") parse with that input: the core's
+ * rule parser (ops/opdef_rule.c) reads an empty operand just before "->" as no operand, so it
+ * becomes "..." (an ellipsis of no dims: the same rank-0 operand). In place; len is buf's
+ * size. */
+void dt__rd_rule_fixup(char *buf, size_t len);
 /* "[2, 3, 4]" into buf (the errors' shapes). */
 const char *dt__rd_shape_str(const dt_op_shape *s, char *buf, size_t len);
 

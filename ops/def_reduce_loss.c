@@ -37,6 +37,7 @@ static dt_status xent_rule(const dt_op_sig *sig, char *buf, size_t len)
     if (strlen(r) >= len)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "cross_entropy: rule buffer too small");
     strcpy(buf, r);
+    dt__rd_rule_fixup(buf, len);
     return DT_OK;
 }
 
