@@ -156,8 +156,8 @@ static dt_status reduce_infer(const dt_op_sig *sig, dt_op_shape *out)
     if (kind == RK_MAX || kind == RK_MIN || kind == RK_ARGMAX || kind == RK_ARGMIN)
         for (int d = 0; d < x->rank; d++)
             if ((m >> d & 1) && x->dim[d] == 0)
-                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: x %s is empty along axis %d",
-                                 name, dt__rd_shape_str(x, s, sizeof(s)), d);
+                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: x %s is empty along axis %d", name,
+                                 dt__rd_shape_str(x, s, sizeof(s)), d);
     out->dtype = kind == RK_ARGMAX || kind == RK_ARGMIN ? DT_DTYPE_I64 : x->dtype;
     out->rank = 0;
     for (int d = 0; d < x->rank; d++) {

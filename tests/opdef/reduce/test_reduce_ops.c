@@ -621,6 +621,28 @@ static void test_bad_axes_shapes_and_labels_fail_with_a_message(void)
     DT_ASSERT_FAILS(dt_cross_entropy(x, lb, -100, &y), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("label 7 out of range 0..3");
     CU_ASSERT_PTR_NULL(y);
+    /* The same with the rows sharded: one device holds the bad label, every client fails. */
+    const char *rows[2] = {"x", DT_UNSHARDED};
+    dt_layout *lrows = NULL;
+    DT_ASSERT_OK(dt_layout_create(m, 2, rows, &lrows));
+    dt_tensor *lbs = ot_tensor(lrows, DT_DTYPE_I64, lsh, lv);
+    DT_ASSERT_FAILS(dt_cross_entropy(x, lbs, -100, &y), DT_ERR_INVALID_ARGUMENT);
+    dt_tensor_destroy(lbs);
+    dt_layout_destroy(lrows);
+    /* topk_values through dt_op_call with an index past the axis. */
+    int64_t bi[S0 * 2 * S2];
+    int64_t bish[3] = {S0, 2, S2};
+    for (int e = 0; e < S0 * 2 * S2; e++)
+        bi[e] = e % S1;
+    bi[5] = 9;
+    dt_tensor *tbi = ot_tensor(rep, DT_DTYPE_I64, bish, bi);
+    dt_op_attrs at = DT_OP_ATTRS_INIT;
+    at.i[0] = 1;
+    const dt_tensor *tv[2] = {x, tbi};
+    DT_ASSERT_FAILS(dt_op_call(dt_op_find("topk_values"), tv, 2, &at, NULL, &y),
+                    DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("index 9 out of range 0..5");
+    dt_tensor_destroy(tbi);
     /* An empty axis: sum gives zeros, max has no value. */
     int64_t esh[2] = {0, 3};
     double none[1] = {0}, got[3] = {1, 1, 1};
