@@ -10,7 +10,8 @@
 
 /* ---- attribute slots ----------------------------------------------------------------------
  * Reductions (sum, mean, max, min, logsumexp, var, argmax, argmin) and reduce_grad:
- *   i[0] bitmask of the reduced axes (bit d: axis d, 0..rank-1; argmax/argmin: one bit),
+ *   i[0] bitmask of the reduced axes (bit d: axis d, 0..rank-1; 0: every axis; argmax and
+ *   argmin: one bit),
  *   i[1] keepdim, i[2] correction (var), i[3] the forward op (RK_*; reduce_grad only).
  * log_softmax, log_softmax_grad: i[0] axis. cumsum: i[0] axis, i[1] reverse (1: suffix sums,
  *   the gradient). topk_indices: i[0] axis, i[1] k, i[2] largest (sort: k = the axis' size).
