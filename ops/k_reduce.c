@@ -113,7 +113,18 @@ static void walk_pass(const walk *w, const dt_op_buf *x, int mode, double *acc, 
     int64_t idx[DT_MAX_RANK] = {0}, xo = 0, oo = 0;
     for (int64_t r = 0; r < runs; r++, xo += run) {
         int64_t coord = w->rd >= 0 && w->rd < last ? idx[w->rd] : 0;
-        if (red_run)
+        if (mode == W_SUM && x->dtype == DT_DTYPE_F32) { /* the common case, typed */
+            const float *xf = (const float *)x->data + xo;
+            if (red_run) {
+                double sum = acc[oo];
+                for (int64_t j = 0; j < run; j++)
+                    sum += xf[j];
+                acc[oo] = sum;
+            } else {
+                for (int64_t j = 0; j < run; j++)
+                    acc[oo + j] += xf[j];
+            }
+        } else if (red_run)
             for (int64_t j = 0; j < run; j++)
                 step(mode, dt__rd_get(x->data, x->dtype, xo + j), oo, j, acc, aux, arg);
         else
