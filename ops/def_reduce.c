@@ -52,6 +52,16 @@ dt_status dt__rd_dy(const dt_op_grad *g, dt_dtype want, const dt_tensor **dy, dt
     return st;
 }
 
+void dt__rd_rule_fixup(char *buf, size_t len)
+{
+    char *arrow = strstr(buf, "->");
+    size_t n = strlen(buf);
+    if (!arrow || (arrow != buf && arrow[-1] != ',') || n + 4 > len)
+        return;
+    memmove(arrow + 3, arrow, n + 1 - (size_t)(arrow - buf));
+    memcpy(arrow, "...", 3);
+}
+
 static const char *const kind_name[] = {"sum",       "mean", "max",    "min",
                                         "logsumexp", "var",  "argmax", "argmin"};
 
@@ -115,6 +125,7 @@ static dt_status write_rule(int rank, uint64_t mask, int keepdim, int whole, int
     if ((size_t)n >= len)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "reduction: rule buffer too small");
     memcpy(buf, r, (size_t)n + 1);
+    dt__rd_rule_fixup(buf, len);
     return DT_OK;
 }
 
@@ -145,8 +156,8 @@ static dt_status reduce_infer(const dt_op_sig *sig, dt_op_shape *out)
     if (kind == RK_MAX || kind == RK_MIN || kind == RK_ARGMAX || kind == RK_ARGMIN)
         for (int d = 0; d < x->rank; d++)
             if ((m >> d & 1) && x->dim[d] == 0)
-                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: x %s is empty along axis %d",
-                                 name, dt__rd_shape_str(x, s, sizeof(s)), d);
+                return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: x %s is empty along axis %d", name,
+                                 dt__rd_shape_str(x, s, sizeof(s)), d);
     out->dtype = kind == RK_ARGMAX || kind == RK_ARGMIN ? DT_DTYPE_I64 : x->dtype;
     out->rank = 0;
     for (int d = 0; d < x->rank; d++) {

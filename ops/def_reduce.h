@@ -10,7 +10,8 @@
 
 /* ---- attribute slots ----------------------------------------------------------------------
  * Reductions (sum, mean, max, min, logsumexp, var, argmax, argmin) and reduce_grad:
- *   i[0] bitmask of the reduced axes (bit d: axis d, 0..rank-1; argmax/argmin: one bit),
+ *   i[0] bitmask of the reduced axes (bit d: axis d, 0..rank-1; 0: every axis; argmax and
+ *   argmin: one bit),
  *   i[1] keepdim, i[2] correction (var), i[3] the forward op (RK_*; reduce_grad only).
  * log_softmax, log_softmax_grad: i[0] axis. cumsum: i[0] axis, i[1] reverse (1: suffix sums,
  *   the gradient). topk_indices: i[0] axis, i[1] k, i[2] largest (sort: k = the axis' size).
@@ -116,6 +117,11 @@ static inline int dt__rd_float(dt_dtype t)
 {
     return t == DT_DTYPE_F32 || t == DT_DTYPE_F64;
 }
+/* Makes a rule whose last input is rank 0 ("ab,->", "->") parse with that input: the core's
+ * rule parser (ops/opdef_rule.c) reads an empty operand just before "->" as no operand, so it
+ * becomes "..." (an ellipsis of no dims: the same rank-0 operand). In place; len is buf's
+ * size. */
+void dt__rd_rule_fixup(char *buf, size_t len);
 /* "[2, 3, 4]" into buf (the errors' shapes). */
 const char *dt__rd_shape_str(const dt_op_shape *s, char *buf, size_t len);
 

@@ -40,6 +40,7 @@ static dt_status einsum_rule(const dt_op_sig *sig, char *buf, size_t len)
     if (strlen(eq) >= len)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "einsum '%s': rule buffer too small", eq);
     strcpy(buf, eq);
+    dt__rd_rule_fixup(buf, len);
     return DT_OK;
 }
 

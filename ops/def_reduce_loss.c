@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mesh/mesh_group.h"
 #include "ops/def_reduce.h"
 #include "runtime/error.h"
 
@@ -37,6 +38,7 @@ static dt_status xent_rule(const dt_op_sig *sig, char *buf, size_t len)
     if (strlen(r) >= len)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "cross_entropy: rule buffer too small");
     strcpy(buf, r);
+    dt__rd_rule_fixup(buf, len);
     return DT_OK;
 }
 
@@ -176,7 +178,16 @@ dt_status dt_cross_entropy(const dt_tensor *logits, const dt_tensor *labels, int
     if (st != DT_OK)
         return st;
     const dt_tensor *in[3] = {logits, labels, count};
-    st = dt__op_run(&dt__def_cross_entropy, in, 3, &at, NULL, out);
+    dt_tensor *t = NULL;
+    st = dt__op_run(&dt__def_cross_entropy, in, 3, &at, NULL, &t);
     dt_tensor_destroy(count);
-    return st;
+    /* A bad label is seen only by the client whose rows hold it; the core leaves the failure
+     * there, and ops_general.h promises it on every client. */
+    st = dt__mesh_agree(dt_layout_mesh(dt_tensor_layout(logits)), st, "dt_cross_entropy");
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
 }

@@ -30,6 +30,7 @@ static dt_status axis_rule(int rank, int axis, const char *ops, char alt, char *
     if ((size_t)n >= len)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "axis rule: buffer too small");
     memcpy(buf, r, (size_t)n + 1);
+    dt__rd_rule_fixup(buf, len);
     return DT_OK;
 }
 

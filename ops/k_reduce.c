@@ -1,101 +1,144 @@
 /* ops/k_reduce: CPU kernels of the reductions over a set of axes (sum, mean, max, min,
  * logsumexp, var, argmax, argmin) and of their one gradient op (reduce_grad), on local blocks.
- * Every output element reduces its elements in row-major order with f64 accumulation, so a
- * layout that keeps the reduced axes whole gives the single device's bits. */
+ * x is read once per pass in memory order into f64 accumulators of the output's size; every
+ * output element still sees its elements in row-major order, so a layout that keeps the
+ * reduced axes whole gives the single device's bits. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "ops/def_reduce.h"
 #include "runtime/error.h"
 
-/* How a block's elements are visited: the kept dims (adjacent ones merged) by an odometer in
- * row-major order, and for each kept position the reduced sub-box in row-major order: red[r]
- * the offsets of its outer dims, then `len` elements `step` apart (its innermost run of
- * adjacent reduced dims, merged). Memory: one offset per outer position, not per element. */
-typedef struct offsets {
-    int nk;
-    int64_t ksz[DT_MAX_RANK], kst[DT_MAX_RANK], nkept;
-    int64_t *red, nred, len, step;
-} offsets;
-
-#define FOR_RED(o, base, i)                                                                        \
-    for (int64_t r_ = 0; r_ < (o)->nred; r_++)                                                     \
-        for (int64_t j_ = 0, i = (base) + (o)->red[r_]; j_ < (o)->len; j_++, i += (o)->step)
-
-static dt_status offsets_make(const dt_op_buf *x, uint64_t mask, offsets *o)
-{
-    int64_t stride[DT_MAX_RANK], rsz[DT_MAX_RANK], rst[DT_MAX_RANK];
-    int nr = 0;
-    int64_t s = 1;
-    for (int d = x->rank - 1; d >= 0; d--) {
-        stride[d] = s;
-        s *= x->shape[d];
-    }
-    o->nk = 0;
-    o->nkept = 1;
-    for (int d = 0; d < x->rank; d++) {
-        int red = mask >> d & 1, merge = d > 0 && (mask >> (d - 1) & 1) == (uint64_t)red;
-        int64_t *sz = red ? rsz : o->ksz, *st = red ? rst : o->kst;
-        int *n = red ? &nr : &o->nk;
-        if (merge) {
-            sz[*n - 1] *= x->shape[d];
-            st[*n - 1] = stride[d];
-        } else {
-            sz[*n] = x->shape[d];
-            st[(*n)++] = stride[d];
-        }
-        if (!red)
-            o->nkept *= x->shape[d];
-    }
-    o->len = nr ? rsz[nr - 1] : 1;
-    o->step = nr ? rst[nr - 1] : 0;
-    o->nred = 1;
-    for (int d = 0; d < nr - 1; d++)
-        o->nred *= rsz[d];
-    if (o->len == 0)
-        o->nred = 0;
-    o->red = malloc(sizeof(int64_t) * (size_t)(o->nred > 0 ? o->nred : 1));
-    if (!o->red)
-        return dt__error(DT_ERR_NO_MEMORY, "reduction: no memory for %lld offsets",
-                         (long long)o->nred);
-    int64_t idx[DT_MAX_RANK] = {0}, off = 0;
-    for (int64_t c = 0; c < o->nred; c++) {
-        o->red[c] = off;
-        for (int d = nr - 2; d >= 0; d--) {
-            if (++idx[d] < rsz[d]) {
-                off += rst[d];
-                break;
-            }
-            off -= rst[d] * (rsz[d] - 1);
-            idx[d] = 0;
-        }
-    }
-    return DT_OK;
-}
-
-/* The next kept position's base offset (row-major odometer over the kept dims). */
-static void next_kept(const offsets *o, int64_t *idx, int64_t *base)
-{
-    for (int d = o->nk - 1; d >= 0; d--) {
-        if (++idx[d] < o->ksz[d]) {
-            *base += o->kst[d];
-            return;
-        }
-        *base -= o->kst[d] * (o->ksz[d] - 1);
-        idx[d] = 0;
-    }
-}
-
-static void offsets_free(offsets *o)
-{
-    free(o->red);
-}
+/* x's dims with size-1 dims dropped and adjacent kept (or reduced) dims merged: each with its
+ * output stride (0 when reduced); the last one is walked as contiguous runs. */
+typedef struct walk {
+    int n, rd; /* merged dims; the reduced dim (argmax), -1 if none */
+    int64_t size[DT_MAX_RANK];
+    int64_t ostride[DT_MAX_RANK]; /* 0: reduced */
+    int64_t nout, numel;
+} walk;
 
 /* attrs i[0]'s axes; 0 means every axis. */
 static uint64_t reduced_mask(const dt_op_kernel_args *a)
 {
     uint64_t m = (uint64_t)a->attrs.i[0];
     return m ? m : (UINT64_C(1) << a->in[0].rank) - 1;
+}
+
+static void walk_make(const dt_op_buf *x, uint64_t mask, walk *w)
+{
+    int red[DT_MAX_RANK];
+    w->n = 0;
+    w->rd = -1;
+    w->nout = 1;
+    w->numel = 1;
+    for (int d = 0; d < x->rank; d++) {
+        int r = mask >> d & 1;
+        w->numel *= x->shape[d];
+        if (!r)
+            w->nout *= x->shape[d];
+        if (x->shape[d] == 1)
+            continue;
+        if (w->n > 0 && red[w->n - 1] == r) {
+            w->size[w->n - 1] *= x->shape[d];
+        } else {
+            red[w->n] = r;
+            w->size[w->n++] = x->shape[d];
+        }
+    }
+    int64_t s = 1;
+    for (int d = w->n - 1; d >= 0; d--) {
+        w->ostride[d] = red[d] ? 0 : s;
+        if (!red[d])
+            s *= w->size[d];
+        if (red[d])
+            w->rd = d;
+    }
+}
+
+/* What a pass does with element v of x at output position o. */
+enum {
+    W_SUM, /* acc[o] += v */
+    W_MAX, /* acc[o] = max (NaN sticks) */
+    W_MIN,
+    W_ARGMAX, /* acc[o], arg[o]: the first extreme (NaN counts as it) */
+    W_ARGMIN,
+    W_EXPSUM, /* acc[o] += exp(v - aux[o]), aux finite */
+    W_SQDEV,  /* acc[o] += (v - aux[o])^2 */
+    W_TIES,   /* acc[o] += v == aux[o] */
+};
+
+static inline void step(int mode, double v, int64_t o, int64_t coord, double *acc,
+                        const double *aux, int64_t *arg)
+{
+    switch (mode) {
+    case W_SUM:
+        acc[o] += v;
+        break;
+    case W_MAX:
+        if (isnan(v) || v > acc[o])
+            acc[o] = v;
+        break;
+    case W_MIN:
+        if (isnan(v) || v < acc[o])
+            acc[o] = v;
+        break;
+    case W_ARGMAX:
+    case W_ARGMIN:
+        if (!isnan(acc[o]) && (isnan(v) || (mode == W_ARGMAX ? v > acc[o] : v < acc[o]))) {
+            acc[o] = v;
+            arg[o] = coord;
+        }
+        break;
+    case W_EXPSUM:
+        if (isfinite(aux[o]))
+            acc[o] += exp(v - aux[o]);
+        break;
+    case W_SQDEV:
+        acc[o] += (v - aux[o]) * (v - aux[o]);
+        break;
+    default:
+        acc[o] += v == aux[o];
+    }
+}
+
+/* One pass over x in memory order. The mode's switch sits outside the inner loops only in
+ * effect: it is inlined into each loop, whose trip count is a run of the last merged dim. */
+static void walk_pass(const walk *w, const dt_op_buf *x, int mode, double *acc, const double *aux,
+                      int64_t *arg)
+{
+    int last = w->n - 1;
+    int64_t run = w->n ? w->size[last] : 1, runs = run ? w->numel / run : 0;
+    int red_run = w->n && w->ostride[last] == 0;
+    int64_t idx[DT_MAX_RANK] = {0}, xo = 0, oo = 0;
+    for (int64_t r = 0; r < runs; r++, xo += run) {
+        int64_t coord = w->rd >= 0 && w->rd < last ? idx[w->rd] : 0;
+        if (mode == W_SUM && x->dtype == DT_DTYPE_F32) { /* the common case, typed */
+            const float *xf = (const float *)x->data + xo;
+            if (red_run) {
+                double sum = acc[oo];
+                for (int64_t j = 0; j < run; j++)
+                    sum += xf[j];
+                acc[oo] = sum;
+            } else {
+                for (int64_t j = 0; j < run; j++)
+                    acc[oo + j] += xf[j];
+            }
+        } else if (red_run)
+            for (int64_t j = 0; j < run; j++)
+                step(mode, dt__rd_get(x->data, x->dtype, xo + j), oo, j, acc, aux, arg);
+        else
+            for (int64_t j = 0; j < run; j++)
+                step(mode, dt__rd_get(x->data, x->dtype, xo + j), oo + j, coord, acc, aux, arg);
+        for (int d = last - 1; d >= 0; d--) {
+            if (++idx[d] < w->size[d]) {
+                oo += w->ostride[d];
+                break;
+            }
+            oo -= w->ostride[d] * (w->size[d] - 1);
+            idx[d] = 0;
+        }
+    }
 }
 
 /* The number of reduced elements in the whole tensor (mean's and var's divisor). */
@@ -108,105 +151,82 @@ static double global_count(const dt_op_buf *x, uint64_t mask)
     return n;
 }
 
-static double extreme(const void *x, dt_dtype t, int64_t base, const offsets *o, int is_max)
+static dt_status scratch(int64_t n, int k, double **buf)
 {
-    double m = is_max ? -INFINITY : INFINITY;
-    FOR_RED(o, base, i)
-    {
-        double v = dt__rd_get(x, t, i);
-        if (isnan(v))
-            return v;
-        if (is_max ? v > m : v < m)
-            m = v;
-    }
-    return m;
+    *buf = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1) * (size_t)k);
+    if (!*buf)
+        return dt__error(DT_ERR_NO_MEMORY, "reduction: no memory for %lld accumulators",
+                         (long long)n * k);
+    return DT_OK;
 }
 
-static double reduce_one(const dt_op_kernel_args *a, int kind, int64_t base, const offsets *o,
-                         double count)
+static void fill(double *a, int64_t n, double v)
 {
-    const void *x = a->in[0].data;
-    dt_dtype t = a->in[0].dtype;
-    double acc = 0;
-    switch (kind) {
-    case RK_SUM:
-    case RK_MEAN:
-        FOR_RED(o, base, i)
-        acc += dt__rd_get(x, t, i);
-        return kind == RK_MEAN ? acc / count : acc;
-    case RK_MAX:
-    case RK_MIN:
-        return extreme(x, t, base, o, kind == RK_MAX);
-    case RK_LOGSUMEXP: {
-        double m = extreme(x, t, base, o, 1);
-        if (isnan(m) || isinf(m))
-            return m;
-        FOR_RED(o, base, i)
-        acc += exp(dt__rd_get(x, t, i) - m);
-        return m + log(acc);
-    }
-    case RK_VAR: {
-        double mean = 0;
-        FOR_RED(o, base, i)
-        mean += dt__rd_get(x, t, i);
-        mean /= count;
-        FOR_RED(o, base, i)
-        {
-            double d = dt__rd_get(x, t, i) - mean;
-            acc += d * d;
-        }
-        return acc / (count - (double)a->attrs.i[2]);
-    }
-    default:
-        return NAN;
-    }
-}
-
-/* argmax / argmin along the one reduced axis: the first index of the extreme (NaN counts as
- * the extreme, as PyTorch). */
-static int64_t arg_one(const dt_op_kernel_args *a, int is_max, int64_t base, const offsets *o)
-{
-    const void *x = a->in[0].data;
-    dt_dtype t = a->in[0].dtype;
-    int64_t best = 0, r = 0;
-    double m = 0;
-    FOR_RED(o, base, i)
-    { /* one reduced axis: r is its index */
-        double v = dt__rd_get(x, t, i);
-        if (isnan(v))
-            return r;
-        if (r == 0 || (is_max ? v > m : v < m)) {
-            m = v;
-            best = r;
-        }
-        r++;
-    }
-    return best;
+    for (int64_t i = 0; i < n; i++)
+        a[i] = v;
 }
 
 dt_status dt__k_reduce(const dt_op_kernel_args *a, int kind)
 {
     const dt_op_buf *x = &a->in[0];
     uint64_t mask = reduced_mask(a);
-    offsets o;
-    dt_status st = offsets_make(x, mask, &o);
+    walk w;
+    walk_make(x, mask, &w);
+    double count = global_count(x, mask), *acc;
+    dt_status st = scratch(w.nout, 2, &acc);
     if (st != DT_OK)
         return st;
-    double count = global_count(x, mask);
-    if (kind == RK_ARGMAX || kind == RK_ARGMIN) {
-        int axis = 0;
-        while (axis < x->rank && !(mask >> axis & 1))
-            axis++;
-        int64_t off = axis < x->rank ? x->offset[axis] : 0;
-        int64_t *y = a->out.data, idx[DT_MAX_RANK] = {0}, base = 0;
-        for (int64_t k = 0; k < o.nkept; k++, next_kept(&o, idx, &base))
-            y[k] = off + arg_one(a, kind == RK_ARGMAX, base, &o);
-    } else {
-        int64_t idx[DT_MAX_RANK] = {0}, base = 0;
-        for (int64_t k = 0; k < o.nkept; k++, next_kept(&o, idx, &base))
-            dt__rd_set(a->out.data, a->out.dtype, k, reduce_one(a, kind, base, &o, count));
+    double *aux = acc + (w.nout > 0 ? w.nout : 1);
+    int64_t n = w.nout;
+    switch (kind) {
+    case RK_ARGMAX:
+    case RK_ARGMIN: {
+        int64_t *y = a->out.data, off = 0;
+        for (int d = 0; d < x->rank; d++)
+            if (mask >> d & 1)
+                off = x->offset[d];
+        fill(acc, n, kind == RK_ARGMAX ? -INFINITY : INFINITY);
+        for (int64_t o = 0; o < n; o++)
+            y[o] = 0;
+        walk_pass(&w, x, kind == RK_ARGMAX ? W_ARGMAX : W_ARGMIN, acc, NULL, y);
+        for (int64_t o = 0; o < n; o++)
+            y[o] += off;
+        break;
     }
-    offsets_free(&o);
+    case RK_MAX:
+    case RK_MIN:
+        fill(acc, n, kind == RK_MAX ? -INFINITY : INFINITY);
+        walk_pass(&w, x, kind == RK_MAX ? W_MAX : W_MIN, acc, NULL, NULL);
+        break;
+    case RK_LOGSUMEXP:
+        fill(aux, n, -INFINITY);
+        walk_pass(&w, x, W_MAX, aux, NULL, NULL);
+        fill(acc, n, 0);
+        walk_pass(&w, x, W_EXPSUM, acc, aux, NULL);
+        for (int64_t o = 0; o < n; o++)
+            acc[o] = isfinite(aux[o]) ? aux[o] + log(acc[o]) : aux[o];
+        break;
+    case RK_VAR:
+        fill(aux, n, 0);
+        walk_pass(&w, x, W_SUM, aux, NULL, NULL);
+        for (int64_t o = 0; o < n; o++)
+            aux[o] /= count;
+        fill(acc, n, 0);
+        walk_pass(&w, x, W_SQDEV, acc, aux, NULL);
+        for (int64_t o = 0; o < n; o++)
+            acc[o] /= count - (double)a->attrs.i[2];
+        break;
+    default: /* sum, mean */
+        fill(acc, n, 0);
+        walk_pass(&w, x, W_SUM, acc, NULL, NULL);
+        if (kind == RK_MEAN)
+            for (int64_t o = 0; o < n; o++)
+                acc[o] /= count;
+    }
+    if (kind != RK_ARGMAX && kind != RK_ARGMIN)
+        for (int64_t o = 0; o < n; o++)
+            dt__rd_set(a->out.data, a->out.dtype, o, acc[o]);
+    free(acc);
     return DT_OK;
 }
 
@@ -215,55 +235,78 @@ dt_status dt__k_reduce(const dt_op_kernel_args *a, int kind)
 dt_status dt__k_reduce_grad(const dt_op_kernel_args *a)
 {
     const dt_op_buf *x = &a->in[0];
-    dt_dtype t = x->dtype;
     uint64_t mask = reduced_mask(a);
     int kind = (int)a->attrs.i[3];
-    offsets o;
-    dt_status st = offsets_make(x, mask, &o);
+    walk w;
+    walk_make(x, mask, &w);
+    double count = global_count(x, mask), *y;
+    int64_t n = w.nout;
+    dt_status st = scratch(n, 3, &y);
     if (st != DT_OK)
         return st;
-    double count = global_count(x, mask);
-    const void *y = a->in[1].data, *dy = a->in[2].data;
-    void *dx = a->out.data;
-    int64_t idx[DT_MAX_RANK] = {0}, base = 0;
-    for (int64_t k = 0; k < o.nkept; k++, next_kept(&o, idx, &base)) {
-        double g = dt__rd_get(dy, a->in[2].dtype, k);
-        double yk = dt__rd_get(y, a->in[1].dtype, k);
-        double scale = g, mean = 0;
-        if (kind == RK_MEAN)
-            scale = g / count;
-        if (kind == RK_MAX || kind == RK_MIN) {
-            int64_t ties = 0;
-            FOR_RED(&o, base, i)
-            ties += dt__rd_get(x->data, t, i) == yk;
-            scale = ties ? g / (double)ties : 0;
+    double *g = y + (n > 0 ? n : 1), *acc = g + (n > 0 ? n : 1);
+    for (int64_t o = 0; o < n; o++) {
+        y[o] = dt__rd_get(a->in[1].data, a->in[1].dtype, o);
+        g[o] = dt__rd_get(a->in[2].data, a->in[2].dtype, o);
+    }
+    /* The factor of dy per output position: 1 / count (mean), 1 / ties (max, min),
+     * 2 / (count - correction) (var, whose y becomes the mean). */
+    switch (kind) {
+    case RK_MEAN:
+        for (int64_t o = 0; o < n; o++)
+            g[o] /= count;
+        break;
+    case RK_MAX:
+    case RK_MIN:
+        fill(acc, n, 0);
+        walk_pass(&w, x, W_TIES, acc, y, NULL);
+        for (int64_t o = 0; o < n; o++)
+            g[o] = acc[o] > 0 ? g[o] / acc[o] : 0;
+        break;
+    case RK_VAR:
+        fill(y, n, 0);
+        walk_pass(&w, x, W_SUM, y, NULL, NULL);
+        for (int64_t o = 0; o < n; o++) {
+            y[o] /= count;
+            g[o] *= 2 / (count - (double)a->attrs.i[2]);
         }
-        if (kind == RK_VAR) {
-            FOR_RED(&o, base, i)
-            mean += dt__rd_get(x->data, t, i);
-            mean /= count;
-            scale = 2 * g / (count - (double)a->attrs.i[2]);
-        }
-        FOR_RED(&o, base, i)
-        {
-            double v = dt__rd_get(x->data, t, i), d;
+        break;
+    default:
+        break;
+    }
+    int last = w.n - 1;
+    int64_t run = w.n ? w.size[last] : 1, runs = run ? w.numel / run : 0;
+    int red_run = w.n && w.ostride[last] == 0;
+    int64_t idx[DT_MAX_RANK] = {0}, xo = 0, oo = 0;
+    for (int64_t r = 0; r < runs; r++, xo += run) {
+        for (int64_t j = 0; j < run; j++) {
+            int64_t o = red_run ? oo : oo + j;
+            double v = dt__rd_get(x->data, x->dtype, xo + j), d;
             switch (kind) {
             case RK_MAX:
             case RK_MIN:
-                d = v == yk ? scale : 0;
+                d = v == y[o] ? g[o] : 0;
                 break;
             case RK_LOGSUMEXP:
-                d = g * exp(v - yk);
+                d = g[o] * exp(v - y[o]);
                 break;
             case RK_VAR:
-                d = scale * (v - mean);
+                d = g[o] * (v - y[o]);
                 break;
-            default:
-                d = scale;
+            default: /* sum, mean */
+                d = g[o];
             }
-            dt__rd_set(dx, a->out.dtype, i, d);
+            dt__rd_set(a->out.data, a->out.dtype, xo + j, d);
+        }
+        for (int d = last - 1; d >= 0; d--) {
+            if (++idx[d] < w.size[d]) {
+                oo += w.ostride[d];
+                break;
+            }
+            oo -= w.ostride[d] * (w.size[d] - 1);
+            idx[d] = 0;
         }
     }
-    offsets_free(&o);
+    free(y);
     return DT_OK;
 }

@@ -531,6 +531,45 @@ static void test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_g
     dt_mesh_destroy(m);
 }
 
+/* ---- rank-0 operands (an empty operand last before "->" in the rule) -------------------- */
+
+static void test_rank0_operands_reduce_and_broadcast(void)
+{
+    dt_mesh *m = rt_mesh(2);
+    dt_layout *r0 = NULL, *r2 = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(m, 0, &r0));
+    const char *sp[2] = {"b", "m"};
+    DT_ASSERT_OK(dt_layout_create(m, 2, sp, &r2));
+    double three = 3, mat[4] = {1, 2, 3, 4}, got[4];
+    int64_t sh[2] = {2, 2};
+    dt_tensor *s = rt_tensor(r0, DT_DTYPE_F64, 0, NULL, &three);
+    dt_tensor *a = rt_tensor(r2, DT_DTYPE_F64, 2, sh, mat), *o = NULL;
+    DT_ASSERT_OK(dt_sum(s, NULL, 0, 0, &o)); /* rule "->" */
+    if (rt_here(m)) {
+        rt_fetch(o, got, 1);
+        CU_ASSERT_DOUBLE_EQUAL(got[0], 3, 0);
+    }
+    dt_tensor_destroy(o);
+    const dt_tensor *as[2] = {a, s}, *ss[2] = {s, s};
+    DT_ASSERT_OK(dt_einsum("ij,->ji", as, 2, &o));
+    if (rt_here(m)) {
+        rt_fetch(o, got, 4);
+        CU_ASSERT(got[0] == 3 && got[1] == 9 && got[2] == 6 && got[3] == 12);
+    }
+    dt_tensor_destroy(o);
+    DT_ASSERT_OK(dt_einsum(",->", ss, 2, &o));
+    if (rt_here(m)) {
+        rt_fetch(o, got, 1);
+        CU_ASSERT_DOUBLE_EQUAL(got[0], 9, 0);
+    }
+    dt_tensor_destroy(o);
+    dt_tensor_destroy(a);
+    dt_tensor_destroy(s);
+    dt_layout_destroy(r0);
+    dt_layout_destroy(r2);
+    dt_mesh_destroy(m);
+}
+
 /* ---- errors -------------------------------------------------------------------------------- */
 
 static void test_bad_axes_shapes_and_labels_fail_with_a_message(void)
@@ -582,6 +621,28 @@ static void test_bad_axes_shapes_and_labels_fail_with_a_message(void)
     DT_ASSERT_FAILS(dt_cross_entropy(x, lb, -100, &y), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("label 7 out of range 0..3");
     CU_ASSERT_PTR_NULL(y);
+    /* The same with the rows sharded: one device holds the bad label, every client fails. */
+    const char *rows[2] = {"x", DT_UNSHARDED};
+    dt_layout *lrows = NULL;
+    DT_ASSERT_OK(dt_layout_create(m, 2, rows, &lrows));
+    dt_tensor *lbs = ot_tensor(lrows, DT_DTYPE_I64, lsh, lv);
+    DT_ASSERT_FAILS(dt_cross_entropy(x, lbs, -100, &y), DT_ERR_INVALID_ARGUMENT);
+    dt_tensor_destroy(lbs);
+    dt_layout_destroy(lrows);
+    /* topk_values through dt_op_call with an index past the axis. */
+    int64_t bi[S0 * 2 * S2];
+    int64_t bish[3] = {S0, 2, S2};
+    for (int e = 0; e < S0 * 2 * S2; e++)
+        bi[e] = e % S1;
+    bi[5] = 9;
+    dt_tensor *tbi = ot_tensor(rep, DT_DTYPE_I64, bish, bi);
+    dt_op_attrs at = DT_OP_ATTRS_INIT;
+    at.i[0] = 1;
+    const dt_tensor *tv[2] = {x, tbi};
+    DT_ASSERT_FAILS(dt_op_call(dt_op_find("topk_values"), tv, 2, &at, NULL, &y),
+                    DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("index 9 out of range 0..5");
+    dt_tensor_destroy(tbi);
     /* An empty axis: sum gives zeros, max has no value. */
     int64_t esh[2] = {0, 3};
     double none[1] = {0}, got[3] = {1, 1, 1};
@@ -612,6 +673,7 @@ static const dt_test_case cases[] = {
     DT_TEST(test_einsum_and_matmul_broadcast_match_naive_on_every_layout),
     DT_TEST(test_cross_entropy_matches_naive_with_ignored_rows_on_every_layout),
     DT_TEST(test_sharded_reduced_axes_leave_partial_outputs_and_whole_axes_are_gathered),
+    DT_TEST(test_rank0_operands_reduce_and_broadcast),
     DT_TEST(test_bad_axes_shapes_and_labels_fail_with_a_message),
     DT_TEST_END,
 };
