@@ -99,7 +99,7 @@ static dt_status decide(const dt__prop_call *call, dt__decision *d)
         dt_status st = def->rule_fn(call->sig, text, sizeof text);
         if (st != DT_OK)
             return st;
-        st = dt__rule_parse(def->name, text, &r);
+        st = dt__rule_parse(def->name, text, call->sig->nin, &r);
         if (st != DT_OK)
             return st;
         rule = &r;

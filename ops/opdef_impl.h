@@ -80,8 +80,9 @@ typedef struct dt__rule {
     dt__roperand op[DT_OP_MAX_IN + 1];
 } dt__rule;
 
-/* DT_ERR_PARSE naming `who`, the rule and the column on a malformed rule. */
-dt_status dt__rule_parse(const char *who, const char *text, dt__rule *out);
+/* DT_ERR_PARSE naming `who`, the rule and the column on a malformed rule; nin (the op's
+ * inputs) tells a rank-0 input from none in a rule starting with "->". */
+dt_status dt__rule_parse(const char *who, const char *text, int nin, dt__rule *out);
 
 /* A rule bound to one call's ranks and shapes: every dim of every operand (inputs, then the
  * output at index nin) as factor ids, the broadcast dims, and the factors' sizes. */

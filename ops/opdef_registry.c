@@ -68,7 +68,7 @@ static dt_status add(const dt_op_def *def, const dt_op **op_out)
     op->def = *def;
     op->src = def;
     if (def->rule) {
-        st = dt__rule_parse(def->name, def->rule, &op->rule);
+        st = dt__rule_parse(def->name, def->rule, def->nin, &op->rule);
         if (st == DT_OK && op->rule.nin != def->nin && def->nin_max <= def->nin)
             st = dt__error(DT_ERR_INVALID_ARGUMENT, "dt_op_register: %s: its rule has %d "
                            "inputs, the definition %d", def->name, op->rule.nin, def->nin);

@@ -71,7 +71,7 @@ static dt_status parse_operand(const char *who, const char *text, const char **p
     return DT_OK;
 }
 
-dt_status dt__rule_parse(const char *who, const char *text, dt__rule *out)
+dt_status dt__rule_parse(const char *who, const char *text, int nin, dt__rule *out)
 {
     if (!text)
         return dt__error(DT_ERR_PARSE, "%s: no factor rule", who);
@@ -80,18 +80,19 @@ dt_status dt__rule_parse(const char *who, const char *text, dt__rule *out)
     const char *p = text;
     while (*p == ' ')
         p++;
-    for (; !(p[0] == '-' && p[1] == '>');) { /* "->ab": no inputs (constructors) */
+    /* Operands are separated by ','; an empty one is a rank-0 input ("ab,->"). Text starting
+     * with "->" has no inputs (constructors) unless the op takes one (a rank-0 input). */
+    int more = !(p[0] == '-' && p[1] == '>') || nin == 1;
+    while (more) {
         if (r.nin == DT_OP_MAX_IN)
             return bad(who, text, p, "more than DT_OP_MAX_IN inputs");
         dt_status st = parse_operand(who, text, &p, &r.op[r.nin]);
         if (st != DT_OK)
             return st;
         r.nin++;
-        if (*p == ',') {
+        more = *p == ',';
+        if (more)
             p++;
-            continue;
-        }
-        break;
     }
     if (p[0] != '-' || p[1] != '>')
         return bad(who, text, p, "expected '->'");
