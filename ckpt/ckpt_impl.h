@@ -510,6 +510,9 @@ typedef struct ck_finish {
     const dt_mesh *barrier_mesh;  /* timed barriers on it before agreeing; NULL: none */
     double timeout;
     int made_tmp;                 /* client 0 created tmp (removed on failure) */
+    int node_local;               /* dt_save_opts.node_local: CRCs to every client */
+    int leader;                   /* this client prepares, indexes and commits `dir`: client
+                                   * 0, or with node_local the lowest client of its dir */
 } ck_finish;
 
 /* A barrier with the caller's timeout (when barrier_mesh and timeout > 0), then agreement on

@@ -21,8 +21,8 @@ static int64_t crc_words(const ck_plan *plan, int64_t si)
     return 1 + plan->slices[si].nchunks;
 }
 
-static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *crcs,
-                             uint32_t **chunk_crcs)
+static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, int to_all,
+                             uint32_t *crcs, uint32_t **chunk_crcs)
 {
     if (g->size <= 1)
         return DT_OK;
@@ -46,8 +46,9 @@ static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *
     for (int r = 1; r < g->size; r++)
         displs[r] = displs[r - 1] + counts[r - 1];
     send = malloc(((size_t)counts[g->rank] + 1) * sizeof *send);
-    recv = g->rank == 0 ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
-    if (!send || (g->rank == 0 && !recv))
+    int gets = g->rank == 0 || to_all;
+    recv = gets ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
+    if (!send || (gets && !recv))
         goto out;
     int64_t k = 0;
     for (int64_t si = 0; si < plan->nslices; si++)
@@ -57,15 +58,18 @@ static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *
                 send[k++] = chunk_crcs[si][c];
         }
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Igatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
-                          MPI_UINT32_T, 0, g->comm, &req);
+    /* Node-local saves: every directory's leader writes the whole index. */
+    int rc = to_all ? MPI_Iallgatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
+                                      MPI_UINT32_T, g->comm, &req)
+                    : MPI_Igatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
+                                   MPI_UINT32_T, 0, g->comm, &req);
     if ((st = dt__ckpt_wait(g, &req, rc, "dt_save: gathering CRCs")) != DT_OK) {
         if (st == DT_ERR_TIMEOUT)
             send = recv = NULL;   /* still pending: MPI may write into them; left allocated */
         goto out;
     }
     st = DT_ERR_NO_MEMORY;
-    if (g->rank == 0) {
+    if (gets) {
         int64_t *pos = calloc((size_t)g->size, sizeof *pos);
         if (!pos)
             goto out;
@@ -159,8 +163,8 @@ dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st)
 {
     if ((st = dt__ckpt_sync_point(f, "dt_save:written", st)) != DT_OK)
         return dt__ckpt_save_cleanup(f, st);
-    st = gather_crcs(f->plan, f->g, f->crcs, f->chunk_crcs);
-    if (st == DT_OK && f->g->rank == 0) {
+    st = gather_crcs(f->plan, f->g, f->node_local, f->crcs, f->chunk_crcs);
+    if (st == DT_OK && f->leader) {
         st = write_index_and_commit(f);
         /* Once committed, tmp is gone (renamed); a failed publish leaves the step in place. */
         f->made_tmp = f->made_tmp && st != DT_OK;
