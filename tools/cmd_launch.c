@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -255,6 +256,18 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
     char hostfile[4200], err[1024], names[4096];
     snprintf(hostfile, sizeof hostfile, "%s/hostfile", tmpdir);
     const char *root = o->ckpt_root ? o->ckpt_root : prog_option(&prog, "--ckpt-root");
+    /* One job id over the restarts: the in-memory checkpoints of this job (and of no other)
+     * are what a restart finds (dt_memckpt, docs/recovery.md). */
+    if (!o->dry_run && o->max_restarts > 0 && !getenv("DT_JOB_ID")) {
+        char id[96], host[64] = "";
+        gethostname(host, sizeof host - 1);
+        for (char *h = host; *h; h++)
+            if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') ||
+                  (*h >= '0' && *h <= '9') || *h == '-'))
+                *h = '-';
+        snprintf(id, sizeof id, "launch-%s-%ld-%ld", host, (long)getpid(), (long)time(NULL));
+        setenv("DT_JOB_ID", id, 1);
+    }
     int rc = 0;
     for (int attempt = 0;; attempt++) {
         int ppn = o->nproc_per_node;
