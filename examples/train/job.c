@@ -406,15 +406,17 @@ int job_resume_memory(job *j, const job_train *t, dt_memckpt *mc, const char *di
 {
     dt_memckpt_found f;
     dt_status st = dt_memckpt_find(mc, &f);
+    char why[600];
+    snprintf(why, sizeof why, "%s", st != DT_OK ? dt_last_error() : "");
     /* Every client reads the same shared disk: the same answer everywhere. */
     int64_t disk = disk_step(disk_arg, root);
     if (st == DT_ERR_NOT_FOUND) {
         if (disk_arg)
-            job_say(j, "memory: %s; resuming from disk\n", dt_last_error());
+            job_say(j, "memory: %s; resuming from disk\n", why);
         return 2;
     }
     if (st != DT_OK)
-        return job_fail(j, "dt_memckpt_find", st, dt_last_error());
+        return job_fail(j, "dt_memckpt_find", st, why);
     if (disk > f.step) {
         job_say(j, "memory: step %lld is older than the disk's step %lld; resuming from disk\n",
                 (long long)f.step, (long long)disk);
