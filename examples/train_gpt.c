@@ -401,6 +401,20 @@ static int resume_memory(ctx *c)
 
 /* ---- training ------------------------------------------------------------------------------ */
 
+/* DT_TEST_HANG="C:S": client C stops making progress before step S, for good (the hang
+ * tests of docs/recovery.md), in the first launch only (DT_LAUNCH_RESTART unset or 0). */
+static void hang_if_asked(const ctx *c)
+{
+    const char *h = getenv("DT_TEST_HANG"), *r = getenv("DT_LAUNCH_RESTART");
+    int who = -1;
+    long long at = -1;
+    if (!h || (r && strcmp(r, "0") != 0) || sscanf(h, "%d:%lld", &who, &at) != 2 ||
+        who != c->j.me || c->step + 1 != at)
+        return;
+    for (;;) /* signals (the launcher's probes) interrupt a sleep: sleep again */
+        nanosleep(&(struct timespec){1, 0}, NULL);
+}
+
 static int train_step(ctx *c, hist_rec *rec)
 {
     int np = gpt_num_params(c->model);
@@ -423,6 +437,7 @@ static int train_step(ctx *c, hist_rec *rec)
     }
     /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
      * reduction then runs in the background while the earlier layers' gradients are made. */
+    hang_if_asked(c); /* inside the step: the others then wait in its first collective */
     grad_hand hand = {c->zero, c->dtype};
     gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, (uint64_t)c->step);
     if ((st = gpt_count_targets(c->model, xy[1], &targets)) != DT_OK ||
