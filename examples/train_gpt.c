@@ -639,8 +639,11 @@ static int run(ctx *c)
     int from_disk = 2;
     if (c->mem_every && (from_disk = resume_memory(c)) == 1)
         return 1;
+    double r0 = job_now();
     if (from_disk == 2 && c->o.resume && (rc = resume(c)) != 0)
         return rc;
+    if (from_disk == 2 && c->o.resume && c->mem_every)
+        job_say(&c->j, "  restored from disk in %.3f s\n", job_now() - r0);
     c->resumed = from_disk == 0 || c->o.resume;
 
     int64_t b = c->o.batch, T = c->T;

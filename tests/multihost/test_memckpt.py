@@ -140,6 +140,9 @@ class MemCkpt(unittest.TestCase):
         self.assertGreater(int(m.group(3)), 0, out)  # host 2's files came from host 1
         lost = reached - step
         self.assertLessEqual(lost, 1, out)
+        m = re.search(r"fetched in ([\d.]+) s, loaded in ([\d.]+) s", out)
+        FIGURES["memory: seconds to restore (fetch + load)"] = \
+            round(float(m.group(1)) + float(m.group(2)), 3)
         FIGURES["memory: steps lost"] = lost
         FIGURES["memory: seconds from kill to first step after restart"] = round(first, 2)
         FIGURES["memory: seconds from kill to regaining the killed step"] = round(back, 2)
@@ -150,6 +153,9 @@ class MemCkpt(unittest.TestCase):
         self.assertRegex(out, r"memory: dt_memckpt_find: no step of job diskjob .*; resuming "
                               r"from disk")
         self.assertIn("at step 20\n", out)
+        m = re.search(r"restored from disk in ([\d.]+) s", out)
+        self.assertIsNotNone(m, out)
+        FIGURES["disk: seconds to restore"] = float(m.group(1))
         FIGURES["disk (every 20 steps): steps lost"] = reached - 20
         FIGURES["disk (every 20 steps): seconds from kill to first step after restart"] = \
             round(first, 2)
