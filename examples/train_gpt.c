@@ -837,8 +837,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "train_gpt: %s\n", err);
         rc = 2;
     } else if (c.o.help) {
-        if (c.j.me == 0)
+        if (c.j.me == 0) {
             gpt_options_usage(stdout);
+            fputs("in-memory checkpoints on a buddy host (docs/recovery.md):\n"
+                  "  --mem-ckpt-every K  save to host memory every K steps, a copy on a client of\n"
+                  "                      another host; a restart resumes from there when newer\n"
+                  "                      than --resume's disk checkpoint\n"
+                  "  --mem-ckpt-buddy J  the buddy is J clients away (default: on the next host)\n"
+                  "  --job-id ID         the job's memory (default $DT_JOB_ID, set by dtensor\n"
+                  "                      launch --max-restarts); memory in $DT_MEMCKPT_DIR\n"
+                  "                      (default /dev/shm; %h: the host name)\n", stdout);
+        }
     } else if ((c.j.allow_pipe = c.o.pipe > 0),
                (rc = job_start(&c.j, c.o.mesh_file, c.o.mesh_name, -1)) == 0) {
         c.j.quiet = c.o.quiet;

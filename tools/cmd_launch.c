@@ -361,6 +361,10 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
                     root ? "no committed checkpoint under the root yet"
                          : "no --ckpt-root to resume from",
                     procs, procs == 1 ? "" : "es", hosts->n ? ": " : "", names);
+        if (prog_option(&prog, "--mem-ckpt-every"))
+            fprintf(stderr, "dtensor launch: job %s keeps in-memory checkpoints: the program "
+                    "resumes from the newest step complete in its hosts' memory when newer "
+                    "(docs/recovery.md)\n", getenv("DT_JOB_ID") ? getenv("DT_JOB_ID") : "?");
     }
     launch_argv_free(&prog);
     return rc;
