@@ -479,11 +479,18 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
         mc->copy_step = step;
     }
     dt_ckpt_close(ck);
+    /* A copy posted on one side only would leave its pair waiting: every client drops its
+     * copy when one could not post its own (the job's saves fail alike). */
+    st = dt__ckpt_agree(&mc->g, st);
     if (st != DT_OK) {
-        /* Nothing may stay posted that the pair does not match: fail the job's saves alike. */
         for (int i = 0; i < mc->nreq; i++)
-            if (mc->reqs[i] != MPI_REQUEST_NULL)
+            if (mc->reqs[i] != MPI_REQUEST_NULL) {
                 MPI_Cancel(&mc->reqs[i]);
+                MPI_Request_free(&mc->reqs[i]);
+            }
+        /* MPI may still touch the mapped files: their mappings are left in place. */
+        for (int i = 0; i < mc->nx; i++)
+            mc->x[i].addr = NULL;
         mc->nreq = 0;
         dt__memckpt_xfers_free(mc);
     }

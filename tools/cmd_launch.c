@@ -275,7 +275,8 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
             if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') ||
                   (*h >= '0' && *h <= '9') || *h == '-'))
                 *h = '-';
-        snprintf(id, sizeof id, "launch-%s-%ld-%ld", host, (long)getpid(), (long)time(NULL));
+        snprintf(id, sizeof id, "launch-%.32s-%ld-%ld", host, (long)getpid(),
+                 (long)time(NULL)); /* at most 64 bytes, as job ids are */
         setenv("DT_JOB_ID", id, 1);
     }
     int rc = 0;
