@@ -279,6 +279,8 @@ static int pieces_of(uint64_t len)
     return (int)((len + XFER_PIECE - 1) / XFER_PIECE);
 }
 
+static dt_status finish_copy(dt_memckpt *mc);
+
 /* Posts the sends of this client's files of `ck` (in `dir`) to its buddy and the receives of
  * its source's files, unless they share this client's directory. */
 static dt_status start_copy(dt_memckpt *mc, const dt_ckpt *ck, const char *dir)
@@ -333,7 +335,8 @@ static dt_status start_copy(dt_memckpt *mc, const dt_ckpt *ck, const char *dir)
             mc->peers[mc->nreq++] = is_recv ? src : bud;
         }
     }
-    return DT_OK;
+    /* Nothing to wait for (one host, or only empty files): done now. */
+    return mc->nreq == 0 ? finish_copy(mc) : DT_OK;
 }
 
 /* The copy's requests are complete: received files take their names. */
