@@ -526,6 +526,21 @@ dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st);
  * returns together (barrier unless the communicator failed), with st and its message. */
 dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st);
 
+/* ---- the files of the last node-local save (finish.c), for dt_memckpt --------------------- */
+
+typedef struct ck_local_file {
+    char name[64];                /* data-K-of-N.safetensors */
+    uint64_t bytes;
+    int client;                   /* the client that wrote it */
+} ck_local_file;
+/* The data files of this process's last successful node-local save (any thread's): an owned
+ * array (free()) of *n_out entries, and the save's serial number (1 for the first; 0 and no
+ * files before any). Saves the memory copy a parse of the index it just wrote. */
+dt_status dt__ckpt_last_local_files(ck_local_file **files_out, int64_t *n_out,
+                                    uint64_t *serial_out);
+/* The serial number of the last successful node-local save (0: none yet). */
+uint64_t dt__ckpt_local_serial(void);
+
 /* ---- the checkpoint manager (manager.c) ---------------------------------------------------- */
 
 /* Client 0 after the commit of ROOT/step-N: ROOT/latest names it (atomically), then the steps

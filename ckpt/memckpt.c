@@ -281,22 +281,56 @@ static int pieces_of(uint64_t len)
 
 static dt_status finish_copy(dt_memckpt *mc);
 
-/* Posts the sends of this client's files of `ck` (in `dir`) to its buddy and the receives of
- * its source's files, unless they share this client's directory. */
-static dt_status start_copy(dt_memckpt *mc, const dt_ckpt *ck, const char *dir)
+/* The step's data files (name, bytes, writing client): those the save just recorded
+ * (dt__ckpt_last_local_files, when `serial` is the save's), else read from its index in dir. */
+static dt_status step_files(const char *dir, uint64_t serial, ck_local_file **files_out,
+                            int64_t *n_out)
+{
+    uint64_t got = 0;
+    dt_status st = dt__ckpt_last_local_files(files_out, n_out, &got);
+    if (st != DT_OK || got == serial)
+        return st;
+    free(*files_out);
+    dt_ckpt *ck = NULL;
+    if ((st = dt_ckpt_open(dir, &ck)) != DT_OK)
+        return st;
+    int64_t n = dt_ckpt_num_files(ck);
+    ck_local_file *v = calloc((size_t)n + 1, sizeof *v);
+    for (int64_t f = 0; v && f < n; f++) {
+        dt_ckpt_file_info fi;
+        if ((st = dt_ckpt_file(ck, f, &fi)) != DT_OK)
+            break;
+        snprintf(v[f].name, sizeof v[f].name, "%s", fi.name);
+        v[f].bytes = fi.bytes;
+        v[f].client = dt_device_client(DT_DEVICE_CPU, fi.device_id);
+    }
+    dt_ckpt_close(ck);
+    if (!v)
+        st = dt__error(DT_ERR_NO_MEMORY, "dt_memckpt_save: no memory");
+    if (st != DT_OK) {
+        free(v);
+        return st;
+    }
+    *files_out = v;
+    *n_out = n;
+    return DT_OK;
+}
+
+/* Posts the sends of this client's files of the step (in `dir`) to its buddy and the receives
+ * of its source's files, unless they share this client's directory. */
+static dt_status start_copy(dt_memckpt *mc, const ck_local_file *files, int64_t nf,
+                            const char *dir)
 {
     int me = dt_client_id(), bud = mc->g.clients[mc->buddy], src = mc->g.clients[mc->source];
     int send = mc->dir_ids[mc->buddy] != mc->dir_ids[mc->g.rank];
     int recv = mc->dir_ids[mc->source] != mc->dir_ids[mc->g.rank];
-    int64_t nf = dt_ckpt_num_files(ck), nx = 0, nr = 0;
+    int64_t nx = 0, nr = 0;
     for (int64_t f = 0; f < nf; f++) {
-        dt_ckpt_file_info fi;
-        if (dt_ckpt_file(ck, f, &fi) != DT_OK)
-            continue;
-        int owner = dt_device_client(DT_DEVICE_CPU, fi.device_id);
+        const ck_local_file *fi = &files[f];
+        int owner = fi->client;
         if ((send && owner == me) || (recv && owner == src)) {
             nx++;
-            nr += pieces_of(fi.bytes);
+            nr += pieces_of(fi->bytes);
         }
     }
     mc->own_bytes = mc->buddy_bytes = 0;
@@ -306,26 +340,24 @@ static dt_status start_copy(dt_memckpt *mc, const dt_ckpt *ck, const char *dir)
     if (!mc->x || !mc->reqs || !mc->peers)
         return dt__error(DT_ERR_NO_MEMORY, "dt_memckpt_save: no memory");
     for (int64_t f = 0; f < nf; f++) {
-        dt_ckpt_file_info fi;
-        if (dt_ckpt_file(ck, f, &fi) != DT_OK)
-            continue;
-        int owner = dt_device_client(DT_DEVICE_CPU, fi.device_id);
+        const ck_local_file *fi = &files[f];
+        int owner = fi->client;
         if (owner == me)
-            mc->own_bytes += fi.bytes;
+            mc->own_bytes += fi->bytes;
         if (owner == src && src != me)
-            mc->buddy_bytes += fi.bytes;
+            mc->buddy_bytes += fi->bytes;
         int is_send = send && owner == me, is_recv = recv && owner == src;
         if (!is_send && !is_recv)
             continue;
         char path[CK_PATH_MAX];
-        dt_status st = dt__ckpt_join(path, sizeof path, dir, "/", fi.name);
+        dt_status st = dt__ckpt_join(path, sizeof path, dir, "/", fi->name);
         memckpt_xfer *x = &mc->x[mc->nx++];
         if (st == DT_OK)
-            st = map_file(x, path, fi.bytes, is_recv);
+            st = map_file(x, path, fi->bytes, is_recv);
         if (st != DT_OK)
             return st;
-        for (uint64_t at = 0; at < fi.bytes; at += XFER_PIECE) {
-            uint64_t k = fi.bytes - at < XFER_PIECE ? fi.bytes - at : XFER_PIECE;
+        for (uint64_t at = 0; at < fi->bytes; at += XFER_PIECE) {
+            uint64_t k = fi->bytes - at < XFER_PIECE ? fi->bytes - at : XFER_PIECE;
             int rc = is_recv ? MPI_Irecv((char *)x->addr + at, (int)k, MPI_BYTE, mc->source,
                                          XFER_TAG, mc->g.comm, &mc->reqs[mc->nreq])
                              : MPI_Isend((char *)x->addr + at, (int)k, MPI_BYTE, mc->buddy,
@@ -473,15 +505,17 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
         o = *base;
     o.node_local = 1;
     o.fsync = 0; /* memory: nothing to make durable */
+    uint64_t serial = dt__ckpt_local_serial() + 1;
     if ((st = save(arg, dir, &o)) != DT_OK)
         return st;
-    dt_ckpt *ck = NULL;
-    st = dt_ckpt_open(dir, &ck);
+    ck_local_file *files = NULL;
+    int64_t nf = 0;
+    st = step_files(dir, serial, &files, &nf);
     if (st == DT_OK) {
-        st = start_copy(mc, ck, dir);
+        st = start_copy(mc, files, nf, dir);
         mc->copy_step = step;
     }
-    dt_ckpt_close(ck);
+    free(files);
     /* A copy posted on one side only would leave its pair waiting: every client drops its
      * copy when one could not post its own (the job's saves fail alike). */
     st = dt__ckpt_agree(&mc->g, st);
