@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
-#include "ckpt/memckpt_impl.h"
 #include "mesh/mesh_group.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"

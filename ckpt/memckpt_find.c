@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_impl.h"
-#include "ckpt/memckpt_impl.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
 
