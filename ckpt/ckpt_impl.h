@@ -668,6 +668,15 @@ uint64_t dt__memckpt_hash(const char *s);
 dt_status dt__memckpt_mkdirs(const char *path);
 /* Unmaps and frees the copy's state (unfinished received files removed). */
 void dt__memckpt_xfers_free(dt_memckpt *mc);
+/* The step's data files (name, bytes, writing client): those the node-local save numbered
+ * `serial` recorded, else read from the index in dir. Owned array (free()). */
+dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file **files_out,
+                                 int64_t *n_out);
+/* Posts the sends of this client's files of the step in dir to its buddy and the receives of
+ * its source's files (unless they share its directory); completes at once when there is
+ * nothing to wait for. */
+dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int64_t nf,
+                                 const char *dir);
 /* Steps under root, newest first, at most max of them; the count. */
 int dt__memckpt_list_steps(const char *root, int64_t *steps, int max);
 
