@@ -132,7 +132,8 @@ static dt_status judge(const dt_memckpt *mc, int64_t s, int64_t *nfiles, int64_t
         return st;
     }
     int64_t F = head[0];
-    *consistent = head[1] == -head[2];
+    /* With F > 0 some client has the index, so head[2] > INT64_MIN negates safely. */
+    *consistent = F > 0 && head[1] == -head[2];
     unsigned char *bits = calloc((size_t)(2 * F + 1), 1);
     if (!bits) {
         dt_ckpt_close(ck);
