@@ -510,6 +510,9 @@ typedef struct ck_finish {
     const dt_mesh *barrier_mesh;  /* timed barriers on it before agreeing; NULL: none */
     double timeout;
     int made_tmp;                 /* client 0 created tmp (removed on failure) */
+    int node_local;               /* dt_save_opts.node_local: CRCs to every client */
+    int leader;                   /* this client prepares, indexes and commits `dir`: client
+                                   * 0, or with node_local the lowest client of its dir */
 } ck_finish;
 
 /* A barrier with the caller's timeout (when barrier_mesh and timeout > 0), then agreement on
@@ -522,6 +525,21 @@ dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st);
 /* After a failed save (st agreed by all): client 0 removes tmp if it made it; every client
  * returns together (barrier unless the communicator failed), with st and its message. */
 dt_status dt__ckpt_save_cleanup(const ck_finish *f, dt_status st);
+
+/* ---- the files of the last node-local save (finish.c), for dt_memckpt --------------------- */
+
+typedef struct ck_local_file {
+    char name[64];                /* data-K-of-N.safetensors */
+    uint64_t bytes;
+    int client;                   /* the client that wrote it */
+} ck_local_file;
+/* The data files of this process's last successful node-local save (any thread's): an owned
+ * array (free()) of *n_out entries, and the save's serial number (1 for the first; 0 and no
+ * files before any). Saves the memory copy a parse of the index it just wrote. */
+dt_status dt__ckpt_last_local_files(ck_local_file **files_out, int64_t *n_out,
+                                    uint64_t *serial_out);
+/* The serial number of the last successful node-local save (0: none yet). */
+uint64_t dt__ckpt_local_serial(void);
 
 /* ---- the checkpoint manager (manager.c) ---------------------------------------------------- */
 
@@ -610,5 +628,56 @@ dt_status dt__foreign_parse_llmc(dt_foreign *src, int64_t f, int fd);
 dt_status dt__foreign_index_names(dt_foreign *src);
 /* Index of `name` or -1. */
 int64_t dt__foreign_lookup(const dt_foreign *src, const char *name);
+
+/* ---- in-memory checkpoints (memckpt.c, memckpt_find.c; docs/recovery.md) --------------- */
+
+/* Beside a file received as a buddy copy: "<file>.buddy" (empty). */
+#define MEMCKPT_BUDDY_SUFFIX ".buddy"
+
+/* One file of the buddy copy in flight, mapped. */
+typedef struct memckpt_xfer {
+    char path[CK_PATH_MAX], part[CK_PATH_MAX + 8];
+    void *addr;
+    uint64_t len;
+    int recv, done;
+} memckpt_xfer;
+
+struct dt_memckpt {
+    dt__group g;                  /* a duplicate of the mesh's group: the copies' messages */
+    int64_t every;
+    int keep;
+    char job[72];
+    char root[CK_PATH_MAX];       /* <dir>/dtensor-mem-<job> */
+    uint64_t *dir_ids;            /* per group rank: hash of its root (same host memory) */
+    int leader;                   /* lowest rank of this root: makes, prunes, removes it */
+    int hosts;                    /* distinct roots */
+    int buddy_j, buddy, source;   /* J and the group ranks sent to and received from */
+    int buddy_same_host;
+    /* the copy in flight */
+    int64_t copy_step;
+    memckpt_xfer *x;
+    int nx;
+    MPI_Request *reqs;
+    int *peers;                   /* client id of each request's other side */
+    int nreq;
+    uint64_t own_bytes, buddy_bytes;
+    double last_save_seconds;
+};
+
+uint64_t dt__memckpt_hash(const char *s);
+dt_status dt__memckpt_mkdirs(const char *path);
+/* Unmaps and frees the copy's state (unfinished received files removed). */
+void dt__memckpt_xfers_free(dt_memckpt *mc);
+/* The step's data files (name, bytes, writing client): those the node-local save numbered
+ * `serial` recorded, else read from the index in dir. Owned array (free()). */
+dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file **files_out,
+                                 int64_t *n_out);
+/* Posts the sends of this client's files of the step in dir to its buddy and the receives of
+ * its source's files (unless they share its directory); completes at once when there is
+ * nothing to wait for. */
+dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int64_t nf,
+                                 const char *dir);
+/* Steps under root, newest first, at most max of them; the count. */
+int dt__memckpt_list_steps(const char *root, int64_t *steps, int max);
 
 #endif

@@ -4,6 +4,7 @@
  * caller (dt_save) or in the background thread of an asynchronous save. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,8 @@ static int64_t crc_words(const ck_plan *plan, int64_t si)
     return 1 + plan->slices[si].nchunks;
 }
 
-static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *crcs,
-                             uint32_t **chunk_crcs)
+static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, int to_all,
+                             uint32_t *crcs, uint32_t **chunk_crcs)
 {
     if (g->size <= 1)
         return DT_OK;
@@ -46,8 +47,9 @@ static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *
     for (int r = 1; r < g->size; r++)
         displs[r] = displs[r - 1] + counts[r - 1];
     send = malloc(((size_t)counts[g->rank] + 1) * sizeof *send);
-    recv = g->rank == 0 ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
-    if (!send || (g->rank == 0 && !recv))
+    int gets = g->rank == 0 || to_all;
+    recv = gets ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
+    if (!send || (gets && !recv))
         goto out;
     int64_t k = 0;
     for (int64_t si = 0; si < plan->nslices; si++)
@@ -57,15 +59,18 @@ static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, uint32_t *
                 send[k++] = chunk_crcs[si][c];
         }
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Igatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
-                          MPI_UINT32_T, 0, g->comm, &req);
+    /* Node-local saves: every directory's leader writes the whole index. */
+    int rc = to_all ? MPI_Iallgatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
+                                      MPI_UINT32_T, g->comm, &req)
+                    : MPI_Igatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
+                                   MPI_UINT32_T, 0, g->comm, &req);
     if ((st = dt__ckpt_wait(g, &req, rc, "dt_save: gathering CRCs")) != DT_OK) {
         if (st == DT_ERR_TIMEOUT)
             send = recv = NULL;   /* still pending: MPI may write into them; left allocated */
         goto out;
     }
     st = DT_ERR_NO_MEMORY;
-    if (g->rank == 0) {
+    if (gets) {
         int64_t *pos = calloc((size_t)g->size, sizeof *pos);
         if (!pos)
             goto out;
@@ -126,6 +131,57 @@ static dt_status write_index_and_commit(const ck_finish *f)
     return st;
 }
 
+/* The last node-local save's files (dt__ckpt_last_local_files). */
+static pthread_mutex_t local_mu = PTHREAD_MUTEX_INITIALIZER;
+static ck_local_file *local_files;
+static int64_t local_n;
+static uint64_t local_serial;
+
+static void record_local_files(const ck_plan *plan)
+{
+    ck_local_file *v = calloc((size_t)plan->nfiles + 1, sizeof *v);
+    if (!v)
+        return; /* the caller then reads the index */
+    for (int64_t k = 0; k < plan->nfiles; k++) {
+        const ck_plan_file *pf = &plan->files[k];
+        dt__ckpt_file_name(v[k].name, sizeof v[k].name, k, plan->nfiles);
+        v[k].bytes = pf->header_bytes + pf->data_bytes;
+        v[k].client = dt_device_client(DT_DEVICE_CPU, pf->device_id);
+    }
+    pthread_mutex_lock(&local_mu);
+    free(local_files);
+    local_files = v;
+    local_n = plan->nfiles;
+    local_serial++;
+    pthread_mutex_unlock(&local_mu);
+}
+
+uint64_t dt__ckpt_local_serial(void)
+{
+    pthread_mutex_lock(&local_mu);
+    uint64_t s = local_serial;
+    pthread_mutex_unlock(&local_mu);
+    return s;
+}
+
+dt_status dt__ckpt_last_local_files(ck_local_file **files_out, int64_t *n_out,
+                                    uint64_t *serial_out)
+{
+    pthread_mutex_lock(&local_mu);
+    ck_local_file *v = malloc(((size_t)local_n + 1) * sizeof *v);
+    if (v && local_n)
+        memcpy(v, local_files, (size_t)local_n * sizeof *v);
+    int64_t n = local_n;
+    uint64_t s = local_serial;
+    pthread_mutex_unlock(&local_mu);
+    if (!v)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
+    *files_out = v;
+    *n_out = n;
+    *serial_out = s;
+    return DT_OK;
+}
+
 dt_status dt__ckpt_sync_point(const ck_finish *f, const char *name, dt_status st)
 {
     if (f->barrier_mesh && f->timeout > 0) {
@@ -159,13 +215,15 @@ dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st)
 {
     if ((st = dt__ckpt_sync_point(f, "dt_save:written", st)) != DT_OK)
         return dt__ckpt_save_cleanup(f, st);
-    st = gather_crcs(f->plan, f->g, f->crcs, f->chunk_crcs);
-    if (st == DT_OK && f->g->rank == 0) {
+    st = gather_crcs(f->plan, f->g, f->node_local, f->crcs, f->chunk_crcs);
+    if (st == DT_OK && f->leader) {
         st = write_index_and_commit(f);
         /* Once committed, tmp is gone (renamed); a failed publish leaves the step in place. */
         f->made_tmp = f->made_tmp && st != DT_OK;
     }
     if ((st = dt__ckpt_sync_point(f, "dt_save:commit", st)) != DT_OK)
         return dt__ckpt_save_cleanup(f, st);
+    if (f->node_local)
+        record_local_files(f->plan);
     return DT_OK;
 }

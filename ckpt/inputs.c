@@ -237,6 +237,9 @@ dt_status dt__ckpt_check_opts(const dt_save_opts *o)
         return dt__error(DT_ERR_INVALID_ARGUMENT,
                          "dt_save: chunk_bytes %llu is not a multiple of 4096 (or above 1 GiB)",
                          (unsigned long long)o->chunk_bytes);
+    if (o->node_local != 0 && o->node_local != 1)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: node_local %d is not 0 or 1",
+                         o->node_local);
     if (o->nvalues < 0 || (o->nvalues > 0 && !o->values))
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_save: bad nvalues/values");
     for (int v = 0; v < o->nvalues; v++) {

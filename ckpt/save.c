@@ -135,6 +135,40 @@ static dt_status fail_alike(const dt_mesh *mesh, const dt_save_opts *opts, int o
     return st;
 }
 
+/* 64-bit FNV-1a of a string: which clients name the same directory. */
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Whether this client prepares, indexes and commits `dir`: client 0, or for a node-local
+ * save the lowest client of those naming the same directory. Collective over g when
+ * node_local. */
+static dt_status dir_leader(const char *fn, const dt__group *g, const char *dir, int node_local,
+                            int *leader_out)
+{
+    *leader_out = g->rank == 0;
+    if (!node_local || g->size <= 1)
+        return DT_OK;
+    uint64_t mine = fnv1a(dir), *all = malloc((size_t)g->size * sizeof *all);
+    if (!all)
+        return dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, g->comm, &req);
+    dt_status st = dt__ckpt_wait(g, &req, rc, "dt_save: node-local directories");
+    if (st == DT_OK) {
+        int r = 0;
+        while (r < g->rank && all[r] != mine)
+            r++;
+        *leader_out = r == g->rank;
+        free(all);
+    }
+    return st;
+}
+
 /* The collective start of every save, up to the temporary directory being ready on every
  * client. *job_out is NULL (and DT_OK returned) on a client holding no device of the mesh. */
 static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir, int n,
@@ -186,7 +220,10 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
                          .do_fsync = opts ? opts->fsync : 1, .nvalues = j->nvalues,
                          .values = opts ? opts->values : NULL, .publish = &j->publish,
                          .barrier_mesh = j->in.host,
-                         .timeout = opts ? opts->timeout_seconds : 0.0};
+                         .timeout = opts ? opts->timeout_seconds : 0.0,
+                         .node_local = opts ? opts->node_local : 0};
+    if (j->fin.node_local && publish && publish->active)
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: node_local saves are not manager steps", fn);
     /* Pieces differ between clients: checked here, then gathered and checked together, so
      * that every client fails alike before anything is written. */
     j->in.user_pieces = opts ? opts->pieces : NULL;
@@ -215,7 +252,9 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
         j->fin.crcs = j->crcs;
         j->fin.chunk_crcs = j->chunk_crcs;
     }
-    if (st == DT_OK && j->g.rank == 0) {
+    if (st == DT_OK)
+        st = dir_leader(fn, &j->g, j->dir, j->fin.node_local, &j->fin.leader);
+    if (st == DT_OK && j->fin.leader) {
         /* A manager save over a damaged step keeps it, set aside (docs/ckpt.md). */
         if (j->publish.active)
             st = dt__ckpt_step_set_aside(j->dir, j->fin.do_fsync);

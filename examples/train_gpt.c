@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gpt/curves.h"
 #include "gpt/model.h"
@@ -63,6 +64,15 @@ typedef struct ctx {
     rng pick;
     int32_t *test_hx, *test_hy, *bx, *by, *brows;
     int64_t test_n;
+    /* --mem-ckpt-every K [--mem-ckpt-buddy J] [--job-id ID]: in-memory checkpoints on a buddy
+     * host (docs/recovery.md) */
+    int64_t mem_every;
+    int mem_buddy;
+    const char *job_id;
+    dt_memckpt *mem;
+    int64_t mem_saves;
+    double mem_seconds;
+    int resumed;            /* resumed from memory or disk: the first step's time is printed */
 } ctx;
 
 /* ---- setup --------------------------------------------------------------------------------- */
@@ -315,7 +325,7 @@ static void config_text(const gpt_opts *o, char *buf, size_t len)
              o->pipe ? " batches=pipe" : "");
 }
 
-static int save_checkpoint(ctx *c)
+static int save_checkpoint(ctx *c, int memory)
 {
     char config[160];
     config_text(&c->o, config, sizeof config);
@@ -324,6 +334,8 @@ static int save_checkpoint(ctx *c)
         {"train/seed", DT_CKPT_VALUE_I64, c->o.seed, 0, NULL, 0},
     };
     job_train t = train_state(c);
+    if (memory)
+        return job_save_memory(&c->j, &t, v, 2, c->mem);
     return job_save(&c->j, &t, v, 2, c->o.ckpt_root, c->o.keep_last, c->ckpt_dir);
 }
 
@@ -361,7 +373,47 @@ static int resume(ctx *c)
     return rc;
 }
 
+/* --mem-ckpt-every: the handle over the mesh's clients, then the newest step complete in
+ * memory when it is at least as new as --resume's (0 resumed, 2 not, 1 failed). */
+static int resume_memory(ctx *c)
+{
+    if (c->gp) {
+        job_say(&c->j, "train_gpt: --mem-ckpt-every is not supported with --pipe\n");
+        return 1;
+    }
+    dt_memckpt_opts mo = DT_MEMCKPT_OPTS_INIT;
+    mo.every = c->mem_every;
+    mo.buddy = c->mem_buddy;
+    mo.job_id = c->job_id;
+    dt_status st = dt_memckpt_create(c->mesh, &mo, &c->mem);
+    if (st != DT_OK)
+        return job_fail(&c->j, "dt_memckpt_create", st, dt_last_error());
+    dt_memckpt_stats ms;
+    dt_memckpt_stats_get(c->mem, &ms);
+    job_say(&c->j, "  in-memory checkpoints every %lld steps over %d host(s); client 0's buddy "
+            "is client %d%s\n", (long long)c->mem_every, ms.hosts, ms.buddy,
+            ms.buddy_same_host ? " (some buddies share a host: one host's loss may be final)"
+                               : "");
+    job_train t = train_state(c);
+    return job_resume_memory(&c->j, &t, c->mem, c->o.resume, c->o.ckpt_root, c->o.steps,
+                             c->o.stop_after, check_config, c);
+}
+
 /* ---- training ------------------------------------------------------------------------------ */
+
+/* DT_TEST_HANG="C:S": client C stops making progress before step S, for good (the hang
+ * tests of docs/recovery.md), in the first launch only (DT_LAUNCH_RESTART unset or 0). */
+static void hang_if_asked(const ctx *c)
+{
+    const char *h = getenv("DT_TEST_HANG"), *r = getenv("DT_LAUNCH_RESTART");
+    int who = -1;
+    long long at = -1;
+    if (!h || (r && strcmp(r, "0") != 0) || sscanf(h, "%d:%lld", &who, &at) != 2 ||
+        who != c->j.me || c->step + 1 != at)
+        return;
+    for (;;) /* signals (the launcher's probes) interrupt a sleep: sleep again */
+        nanosleep(&(struct timespec){1, 0}, NULL);
+}
 
 static int train_step(ctx *c, hist_rec *rec)
 {
@@ -385,6 +437,7 @@ static int train_step(ctx *c, hist_rec *rec)
     }
     /* Each gradient goes to the optimizer as the backward pass makes it (hand_grad), whose
      * reduction then runs in the background while the earlier layers' gradients are made. */
+    hang_if_asked(c); /* inside the step: the others then wait in its first collective */
     grad_hand hand = {c->zero, c->dtype};
     gpt_set_dropout(c->model, (float)c->o.dropout, (uint64_t)c->o.seed, (uint64_t)c->step);
     if ((st = gpt_count_targets(c->model, xy[1], &targets)) != DT_OK ||
@@ -583,8 +636,15 @@ static int run(ctx *c)
                 (long long)c->o.width, (long long)c->o.heads, (int)c->T,
                 (long long)gpt_param_count(c->model), c->o.precision, (long long)c->o.stage,
                 c->o.lr);
-    if (c->o.resume && (rc = resume(c)) != 0)
+    int from_disk = 2;
+    if (c->mem_every && (from_disk = resume_memory(c)) == 1)
+        return 1;
+    double r0 = job_now();
+    if (from_disk == 2 && c->o.resume && (rc = resume(c)) != 0)
         return rc;
+    if (from_disk == 2 && c->o.resume && c->mem_every)
+        job_say(&c->j, "  restored from disk in %.3f s\n", job_now() - r0);
+    c->resumed = from_disk == 0 || c->o.resume;
 
     int64_t b = c->o.batch, T = c->T;
     int64_t last = c->o.stop_after ? c->o.stop_after : c->o.steps;
@@ -629,9 +689,39 @@ static int run(ctx *c)
             rc = 1;
             goto out;
         }
+        if (c->resumed == 1) { /* for the recovery tests (docs/recovery.md) */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            job_say(&c->j, "first step after resuming: step %lld at unix time %.3f\n",
+                    (long long)c->step, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
+            c->resumed = 2;
+        }
         if (c->step == last || (c->o.ckpt_every && c->step % c->o.ckpt_every == 0))
-            if ((rc = save_checkpoint(c)) != 0)
+            if ((rc = save_checkpoint(c, 0)) != 0)
                 goto out;
+        if (c->mem && c->step != last && dt_memckpt_due(c->mem, c->step)) {
+            double m0 = job_now();
+            if ((rc = save_checkpoint(c, 1)) != 0)
+                goto out;
+            c->mem_seconds += job_now() - m0;
+            c->mem_saves++;
+        } else if (c->mem) {
+            dt_memckpt_poll(c->mem, NULL);
+        }
+    }
+    if (c->mem) {
+        dt_memckpt_stats ms;
+        dt_memckpt_stats_get(c->mem, &ms);
+        job_say(&c->j, "  in-memory checkpoints: %lld saves, %.2f ms per save, %.2f%% of the "
+                "training steps' time; %llu bytes per client in memory (%llu own + %llu of its "
+                "source, per step kept)\n", (long long)c->mem_saves,
+                c->mem_saves ? 1e3 * c->mem_seconds / (double)c->mem_saves : 0.0,
+                c->train_seconds > 0 ? 100.0 * c->mem_seconds / c->train_seconds : 0.0,
+                (unsigned long long)ms.held_bytes, (unsigned long long)ms.own_bytes,
+                (unsigned long long)ms.buddy_bytes);
+        dt_status st = dt_memckpt_cleanup(c->mem);
+        if (st != DT_OK && (rc = job_fail(&c->j, "dt_memckpt_cleanup", st, dt_last_error())))
+            goto out;
     }
     double wall = job_now() - t_start;
     if (isnan(eloss) && (rc = evaluate(c, &eloss)) != 0)
@@ -680,6 +770,7 @@ out:
 
 static void ctx_free(ctx *c)
 {
+    dt_memckpt_destroy(c->mem);
     gpt_pipe_destroy(c->gp);
     free(c->test_hx);
     free(c->test_hy);
@@ -700,6 +791,38 @@ static void ctx_free(ctx *c)
     free(c->stream);
 }
 
+/* Takes this example's recovery flags out of argv (the model's options parse the rest):
+ * --mem-ckpt-every K, --mem-ckpt-buddy J, --job-id ID (else $DT_JOB_ID). 0, or -1 with err. */
+static int take_memory_flags(ctx *c, int *argc, char **argv, char *err, size_t len)
+{
+    int o = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i], *v = i + 1 < *argc ? argv[i + 1] : NULL;
+        int which = strcmp(a, "--mem-ckpt-every") == 0 ? 1 : strcmp(a, "--mem-ckpt-buddy") == 0
+                    ? 2 : strcmp(a, "--job-id") == 0 ? 3 : 0;
+        if (!which) {
+            argv[o++] = argv[i];
+            continue;
+        }
+        char *end = NULL;
+        long long n = v ? strtoll(v, &end, 10) : -1;
+        if (!v || (which < 3 && (*end || n < (which == 1 ? 1 : 0)))) {
+            snprintf(err, len, "%s needs %s", a, which == 3 ? "a value" : "a count");
+            return -1;
+        }
+        if (which == 1)
+            c->mem_every = n;
+        else if (which == 2)
+            c->mem_buddy = (int)n;
+        else
+            c->job_id = v;
+        i++;
+    }
+    argv[o] = NULL;
+    *argc = o;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ctx c;
@@ -707,14 +830,24 @@ int main(int argc, char **argv)
     job_begin(&c.j, "train_gpt", &argc, &argv);
     char err[512];
     int rc = 0;
-    if (gpt_options_parse(argc, argv, TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml",
+    if (take_memory_flags(&c, &argc, argv, err, sizeof err) != 0 ||
+        gpt_options_parse(argc, argv, TRAIN_EXAMPLES_DIR "/meshes/2x2.yaml",
                           TRAIN_EXAMPLES_DIR "/data/names.txt", &c.o, err, sizeof err) != 0) {
         if (c.j.me == 0)
             fprintf(stderr, "train_gpt: %s\n", err);
         rc = 2;
     } else if (c.o.help) {
-        if (c.j.me == 0)
+        if (c.j.me == 0) {
             gpt_options_usage(stdout);
+            fputs("in-memory checkpoints on a buddy host (docs/recovery.md):\n"
+                  "  --mem-ckpt-every K  save to host memory every K steps, a copy on a client of\n"
+                  "                      another host; a restart resumes from there when newer\n"
+                  "                      than --resume's disk checkpoint\n"
+                  "  --mem-ckpt-buddy J  the buddy is J clients away (default: on the next host)\n"
+                  "  --job-id ID         the job's memory (default $DT_JOB_ID, set by dtensor\n"
+                  "                      launch --max-restarts); memory in $DT_MEMCKPT_DIR\n"
+                  "                      (default /dev/shm; %h: the host name)\n", stdout);
+        }
     } else if ((c.j.allow_pipe = c.o.pipe > 0),
                (rc = job_start(&c.j, c.o.mesh_file, c.o.mesh_name, -1)) == 0) {
         c.j.quiet = c.o.quiet;

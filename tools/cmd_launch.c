@@ -1,10 +1,13 @@
 /* `dtensor launch`: starts a program on hosts (a list, a hostfile or the Slurm allocation)
  * through the MPI this build links, and with --max-restarts relaunches a failed job from the
  * latest committed checkpoint under the manager's root, without the lost hosts if asked. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -22,6 +25,7 @@
 typedef struct opts {
     const char *hosts, *hostfile, *mpiexec, *ckpt_root;
     int nproc_per_node, dry_run, max_restarts, exclude_lost;
+    double hang_timeout; /* --hang-timeout S: 0 off */
     const char *env[MAX_WORDS];
     int n_env;
     char *mpi_args[MAX_WORDS];
@@ -35,6 +39,7 @@ static int usage(void)
     fputs("usage: dtensor launch [--hosts H1:N,H2:N | --hostfile FILE] [--nproc-per-node N]\n"
           "                      [--env VAR[=VALUE] ...] [--mpi-args 'WORDS'] [--mpiexec PATH]\n"
           "                      [--max-restarts K [--exclude-lost] [--ckpt-root ROOT]]\n"
+          "                      [--hang-timeout S]\n"
           "                      [--dry-run] -- PROGRAM ARGS...\n"
           "Launches through " DT_LAUNCH_MPI "'s launcher (" DT_LAUNCH_MPIEXEC "); inside a Slurm\n"
           "allocation on its nodes. Exit status: the job's.\n",
@@ -98,6 +103,12 @@ static int parse(int argc, char **argv, opts *o)
             rc = count_arg(a, v, 1, &o->nproc_per_node);
         else if (strcmp(a, "--max-restarts") == 0)
             rc = count_arg(a, v, 0, &o->max_restarts);
+        else if (strcmp(a, "--hang-timeout") == 0) {
+            char *end = NULL;
+            o->hang_timeout = v ? strtod(v, &end) : 0;
+            if (v && (*end || !(o->hang_timeout > 0) || o->hang_timeout > 1e6))
+                rc = bad("%s needs a number of seconds > 0", a);
+        }
         else if (strcmp(a, "--env") == 0) {
             if (v && o->n_env < MAX_WORDS)
                 o->env[o->n_env++] = v;
@@ -255,6 +266,19 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
     char hostfile[4200], err[1024], names[4096];
     snprintf(hostfile, sizeof hostfile, "%s/hostfile", tmpdir);
     const char *root = o->ckpt_root ? o->ckpt_root : prog_option(&prog, "--ckpt-root");
+    /* One job id over the restarts: the in-memory checkpoints of this job (and of no other)
+     * are what a restart finds (dt_memckpt, docs/recovery.md). */
+    if (!o->dry_run && o->max_restarts > 0 && !getenv("DT_JOB_ID")) {
+        char id[96], host[64] = "";
+        gethostname(host, sizeof host - 1);
+        for (char *h = host; *h; h++)
+            if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') ||
+                  (*h >= '0' && *h <= '9') || *h == '-'))
+                *h = '-';
+        snprintf(id, sizeof id, "launch-%.32s-%ld-%ld", host, (long)getpid(),
+                 (long)time(NULL)); /* at most 64 bytes, as job ids are */
+        setenv("DT_JOB_ID", id, 1);
+    }
     int rc = 0;
     for (int attempt = 0;; attempt++) {
         int ppn = o->nproc_per_node;
@@ -288,7 +312,9 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
             break;
         }
         launch_hosts lost = {.n = 0};
-        rc = launch_run(cmd.v, hosts, &lost, err, sizeof err);
+        launch_hang hang = {o->hang_timeout, getenv("DT_TRACE_DIR")};
+        rc = launch_run(cmd.v, hosts, &lost, o->hang_timeout > 0 ? &hang : NULL, err,
+                        sizeof err);
         launch_argv_free(&cmd);
         if (rc < 0) {
             fprintf(stderr, "dtensor launch: %s\n", err);
@@ -336,6 +362,10 @@ static int launch_loop(opts *o, launch_hosts *hosts, int slurm, const char *tmpd
                     root ? "no committed checkpoint under the root yet"
                          : "no --ckpt-root to resume from",
                     procs, procs == 1 ? "" : "es", hosts->n ? ": " : "", names);
+        if (prog_option(&prog, "--mem-ckpt-every"))
+            fprintf(stderr, "dtensor launch: job %s keeps in-memory checkpoints: the program "
+                    "resumes from the newest step complete in its hosts' memory when newer "
+                    "(docs/recovery.md)\n", getenv("DT_JOB_ID") ? getenv("DT_JOB_ID") : "?");
     }
     launch_argv_free(&prog);
     return rc;
@@ -377,10 +407,19 @@ int cli_launch(int argc, char **argv)
         char tmpdir[4096];
         const char *t = getenv("TMPDIR");
         snprintf(tmpdir, sizeof tmpdir, "%s/dtensor-launch.XXXXXX", t && *t ? t : "/tmp");
+        char trace[4200] = "";
         if (!o.dry_run && !mkdtemp(tmpdir)) {
             fprintf(stderr, "dtensor launch: %s: %s\n", tmpdir, strerror(errno));
             rc = CLI_BAD_INPUT;
         } else {
+            /* --hang-timeout reads the clients' flight records: DT_TRACE_DIR, else one of
+             * ours (it must be a directory every host sees: docs/recovery.md). */
+            const char *td = getenv("DT_TRACE_DIR");
+            if (o.hang_timeout > 0 && !o.dry_run && !(td && *td)) {
+                snprintf(trace, sizeof trace, "%s/trace", tmpdir);
+                if (mkdir(trace, 0755) == 0)
+                    setenv("DT_TRACE_DIR", trace, 1);
+            }
             if (o.dry_run)
                 snprintf(tmpdir, sizeof tmpdir, "%s/dtensor-launch.XXXXXX", t && *t ? t : "/tmp");
             rc = launch_loop(&o, &hosts, got == 1 && !o.hosts && !o.hostfile, tmpdir);
@@ -388,6 +427,19 @@ int cli_launch(int argc, char **argv)
                 char hf[4200];
                 snprintf(hf, sizeof hf, "%s/hostfile", tmpdir);
                 unlink(hf);
+                if (trace[0]) { /* the records of our own trace directory */
+                    DIR *d = opendir(trace);
+                    struct dirent *e;
+                    while (d && (e = readdir(d))) {
+                        char p[4600];
+                        snprintf(p, sizeof p, "%s/%s", trace, e->d_name);
+                        if (e->d_name[0] != '.')
+                            unlink(p);
+                    }
+                    if (d)
+                        closedir(d);
+                    rmdir(trace);
+                }
                 rmdir(tmpdir);
             }
         }

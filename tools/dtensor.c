@@ -19,6 +19,8 @@ int cli_usage(void)
           "       dtensor launch [--hosts H:N,... | --hostfile F] [--nproc-per-node N] [--dry-run]\n"
           "                      [--max-restarts K [--exclude-lost]] -- PROGRAM ARGS...\n"
           "       dtensor trace DIR [--last N] [--width W]\n"
+          "       dtensor ops [--markdown]\n"
+          "       dtensor ops --validate [--cases N] [--seed S] [--max-dim D] [--op NAME] [--gpu]\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -93,6 +95,8 @@ int main(int argc, char **argv)
         return cli_launch(argc - 1, argv + 1);
     if (strcmp(cmd, "trace") == 0)
         return cli_trace(argc - 1, argv + 1);
+    if (strcmp(cmd, "ops") == 0)
+        return cli_ops(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;

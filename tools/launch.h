@@ -66,12 +66,29 @@ int launch_build(const launch_plan *p, launch_argv *out, char *err, size_t errle
  * silent ends the job within timeout + 2 minutes. */
 void launch_keepalive(double timeout, int *time_s, int *intvl_s, int *probes);
 
+/* --hang-timeout: after the job's first output line and `bound` seconds more, the launcher
+ * sends SIGUSR1 to the launcher process (mpirun passes it on; every client then writes its
+ * flight record into `dir`, DT_TRACE_DIR) every bound/2 seconds and reads the records. */
+typedef struct launch_hang {
+    double bound;    /* seconds; 0: off */
+    const char *dir; /* the job's DT_TRACE_DIR */
+} launch_hang;
+
+/* Reads the flight records in dir written at or after wall-clock time `since`: 1 when some
+ * client is inside a collective entered more than `bound` seconds before `now` that a member
+ * of its group never entered while that member waits in none; msg then names the hung
+ * clients and their hosts ("hung client(s) 2 (host h2): ...") and their hosts are added to
+ * *hung. Else 0. */
+int launch_hang_check(const char *dir, double now, double bound, double since, char *msg,
+                      size_t len, launch_hosts *hung);
+
 /* Runs argv, its stdout and stderr passed through; SIGINT/SIGTERM/SIGHUP forwarded. Names of
  * `hosts` that the job's output reports lost ("lost client(s) N (host H)", Open MPI's
- * "Remote daemon ... on node H", Hydra's ... ) are collected into *lost. Returns the exit
+ * "Remote daemon ... on node H", Hydra's ... ) are collected into *lost, and with `hang`
+ * (may be NULL) those of hung clients, after which the job is stopped at once. Returns the exit
  * status as a shell gives it (128 + signal), or -1 with err when it cannot start. */
-int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost, char *err,
-               size_t errlen);
+int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
+               const struct launch_hang *hang, char *err, size_t errlen);
 /* The names of `hosts` that one output line reports lost, added to *lost. */
 void launch_scan_line(const char *line, const launch_hosts *hosts, launch_hosts *lost);
 

@@ -86,11 +86,30 @@ void launch_scan_line(const char *line, const launch_hosts *hosts, launch_hosts 
 
 typedef struct stream {
     int from, to;
+    int seen; /* some output came */
     char buf[8192];
     size_t used;
 } stream;
 
-/* Passes what came on s->from through to s->to and scans every whole line. 0 at EOF. */
+/* Writes len bytes to fd (what the job printed, passed through). */
+static void put(int fd, const char *p, size_t len)
+{
+    for (size_t o = 0; o < len;) {
+        ssize_t w = write(fd, p + o, len - o);
+        if (w < 0 && errno != EINTR)
+            break;
+        o += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* Open MPI's mpirun says so for each --hang-timeout probe (SIGUSR1): not passed through. */
+static int probe_noise(const char *line)
+{
+    return strstr(line, "Forwarding signal 10 to job") != NULL;
+}
+
+/* Passes what came on s->from through to s->to line by line (a partial line once it ends, or
+ * fills the buffer) and scans every whole line. 0 at EOF. */
 static int pump(stream *s, const launch_hosts *hosts, launch_hosts *lost)
 {
     ssize_t got = read(s->from, s->buf + s->used, sizeof s->buf - 1 - s->used);
@@ -98,25 +117,27 @@ static int pump(stream *s, const launch_hosts *hosts, launch_hosts *lost)
         return errno == EINTR || errno == EAGAIN ? 1 : 0;
     if (got == 0) {
         s->buf[s->used] = '\0';
+        put(s->to, s->buf, s->used);
         launch_scan_line(s->buf, hosts, lost);
         return 0;
     }
-    for (ssize_t o = 0; o < got;) {
-        ssize_t w = write(s->to, s->buf + s->used + o, (size_t)(got - o));
-        if (w < 0 && errno != EINTR)
-            break;
-        o += w > 0 ? w : 0;
-    }
+    s->seen = 1;
     s->used += (size_t)got;
     char *start = s->buf, *nl;
     s->buf[s->used] = '\0';
     while ((nl = memchr(start, '\n', s->used - (size_t)(start - s->buf)))) {
         *nl = '\0';
+        if (!probe_noise(start)) {
+            *nl = '\n';
+            put(s->to, start, (size_t)(nl - start) + 1);
+            *nl = '\0';
+        }
         launch_scan_line(start, hosts, lost);
         start = nl + 1;
     }
     size_t left = s->used - (size_t)(start - s->buf);
-    if (left == sizeof s->buf - 1) { /* a line longer than the buffer: scan what there is */
+    if (left == sizeof s->buf - 1) { /* a line longer than the buffer: pass and scan it */
+        put(s->to, start, left);
         launch_scan_line(start, hosts, lost);
         left = 0;
     }
@@ -125,8 +146,53 @@ static int pump(stream *s, const launch_hosts *hosts, launch_hosts *lost)
     return 1;
 }
 
-int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost, char *err,
-               size_t errlen)
+static double wall_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* --hang-timeout: probes (SIGUSR1 to the launcher, which passes it on to the clients) and
+ * reads their flight records; 1 when a hung client was named (printed, its host in *lost). */
+typedef struct prober {
+    double first_output, last_probe, probe_wall;
+    int checked;
+} prober;
+
+static int probe(prober *p, const launch_hang *hang, pid_t pid, int seen, launch_hosts *lost)
+{
+    double t = now_s();
+    if (!seen)
+        return 0;
+    if (p->first_output == 0)
+        p->first_output = t;
+    if (t - p->first_output < hang->bound)
+        return 0;
+    double every = hang->bound / 2 < 1 ? 1 : hang->bound / 2;
+    if (p->last_probe == 0 || t - p->last_probe >= every) {
+        p->probe_wall = wall_s();
+        p->last_probe = t;
+        p->checked = 0;
+        kill(pid, SIGUSR1);
+        return 0;
+    }
+    if (p->checked || t - p->last_probe < 0.5)
+        return 0;
+    p->checked = 1;
+    char msg[2048];
+    launch_hosts hung = {.n = 0};
+    if (!launch_hang_check(hang->dir, wall_s(), hang->bound, p->probe_wall - 0.001, msg,
+                           sizeof msg, &hung))
+        return 0;
+    fprintf(stderr, "dtensor launch: %s: stopping the job\n", msg);
+    for (int i = 0; i < hung.n && lost->n < LAUNCH_MAX_HOSTS; i++)
+        lost->h[lost->n++] = hung.h[i];
+    return 1;
+}
+
+int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
+               const launch_hang *hang, char *err, size_t errlen)
 {
     int out[2], errp[2];
     if (pipe(out) != 0 || pipe(errp) != 0) {
@@ -166,6 +232,7 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
     double grace = 0; /* seconds of output read after the launcher exited */
     double lost_at = 0;
     int stopped = 0;
+    prober pr = {0};
     while (open_n > 0) {
         struct pollfd fds[2];
         int map[2], n = 0;
@@ -187,6 +254,12 @@ int launch_run(char *const *argv, const launch_hosts *hosts, launch_hosts *lost,
          * the launcher itself exited, then stop. */
         if (!exited && waitpid(pid, &status, WNOHANG) == pid)
             exited = 1;
+        else if (!exited && !stopped && hang && hang->bound > 0 &&
+                 probe(&pr, hang, pid, s[0].seen || s[1].seen, lost)) {
+            kill(-pid, SIGTERM); /* hung: nothing will end by itself */
+            stopped = 1;
+            lost_at = now_s() - LOST_GRACE_S;
+        }
         else if (!exited && lost->n > 0) {
             double t = now_s();
             if (lost_at == 0)

@@ -313,30 +313,130 @@ int job_resume(job *j, const job_train *t, const char *arg, const char *root, in
     return 0;
 }
 
-int job_save(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
-             const char *root, int64_t keep_last, char *dir)
+/* The values every save writes (train/step, train/history, the example's, the data
+ * position) into v; *hbuf_out (freed by the caller) holds the history. The count, or -1
+ * (printed). Collective on failure. */
+static int save_values(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
+                       dt_ckpt_value *v, uint8_t **hbuf_out)
 {
     size_t hb = history_bytes(t->hist);
     uint8_t *hbuf = malloc(hb ? hb : 1);
+    *hbuf_out = hbuf;
     if (job_any_failed(j, !hbuf, "out of memory"))
-        return 1;
+        return -1;
     history_serialize(t->hist, hbuf);
-    dt_ckpt_value v[2 + JOB_MAX_VALUES + DT_DATASET_STATE_VALUES] = {
-        {"train/step", DT_CKPT_VALUE_I64, *t->step, 0, NULL, 0},
-        {"train/history", DT_CKPT_VALUE_BYTES, 0, 0, hbuf, hb},
-    };
+    v[0] = (dt_ckpt_value){"train/step", DT_CKPT_VALUE_I64, *t->step, 0, NULL, 0};
+    v[1] = (dt_ckpt_value){"train/history", DT_CKPT_VALUE_BYTES, 0, 0, hbuf, hb};
     memcpy(v + 2, values, (size_t)nvalues * sizeof *values);
     /* The data position: the next batch a resumed run reads. */
     dt_status st = t->data ? dt_dataset_state_values(t->data, "train/data/", v + 2 + nvalues)
                            : DT_OK;
     if (st != DT_OK) {
+        job_fail(j, "dataset state", st, dt_last_error());
+        return -1;
+    }
+    return 2 + nvalues + (t->data ? DT_DATASET_STATE_VALUES : 0);
+}
+
+int job_save(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
+             const char *root, int64_t keep_last, char *dir)
+{
+    dt_ckpt_value v[2 + JOB_MAX_VALUES + DT_DATASET_STATE_VALUES];
+    uint8_t *hbuf = NULL;
+    int nv = save_values(j, t, values, nvalues, v, &hbuf);
+    if (nv < 0) {
         free(hbuf);
-        return job_fail(j, "dataset state", st, dt_last_error());
+        return 1;
     }
     dt_save_opts so = DT_SAVE_OPTS_INIT;
     so.values = v;
-    so.nvalues = 2 + nvalues + (t->data ? DT_DATASET_STATE_VALUES : 0);
-    st = save_train_state(t->zero, t->joint, root, keep_last, *t->step, dir, JOB_PATH_MAX, &so);
+    so.nvalues = nv;
+    dt_status st = save_train_state(t->zero, t->joint, root, keep_last, *t->step, dir,
+                                    JOB_PATH_MAX, &so);
     free(hbuf);
     return st != DT_OK ? job_fail(j, "dt_zero_save", st, dt_last_error()) : 0;
+}
+
+/* ---- in-memory checkpoints (docs/recovery.md) ---------------------------------------------- */
+
+static dt_status save_into(void *arg, const char *dir, const dt_save_opts *opts)
+{
+    const job_train *t = arg;
+    char d[JOB_PATH_MAX];
+    snprintf(d, sizeof d, "%s", dir);
+    return save_train_state(t->zero, t->joint, NULL, 0, *t->step, d, sizeof d, opts);
+}
+
+int job_save_memory(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
+                    dt_memckpt *mc)
+{
+    dt_ckpt_value v[2 + JOB_MAX_VALUES + DT_DATASET_STATE_VALUES];
+    uint8_t *hbuf = NULL;
+    int nv = save_values(j, t, values, nvalues, v, &hbuf);
+    if (nv < 0) {
+        free(hbuf);
+        return 1;
+    }
+    dt_save_opts so = DT_SAVE_OPTS_INIT;
+    so.values = v;
+    so.nvalues = nv;
+    dt_status st = dt_memckpt_save(mc, *t->step, save_into, (void *)t, &so);
+    free(hbuf);
+    return st != DT_OK ? job_fail(j, "dt_memckpt_save", st, dt_last_error()) : 0;
+}
+
+/* The step of the disk checkpoint --resume `arg` names, -1 when there is none. Local. */
+static int64_t disk_step(const char *arg, const char *root)
+{
+    char dir[JOB_PATH_MAX], err[256];
+    dt_ckpt *ck = NULL;
+    int64_t step = -1;
+    if (!arg || resume_dir(arg, root, dir, sizeof dir, err, sizeof err) != 0 ||
+        dt_ckpt_open(dir, &ck) != DT_OK)
+        return -1;
+    if (dt_ckpt_value_i64(ck, "train/step", &step) != DT_OK)
+        step = -1;
+    dt_ckpt_close(ck);
+    return step;
+}
+
+int job_resume_memory(job *j, const job_train *t, dt_memckpt *mc, const char *disk_arg,
+                      const char *root, int64_t steps, int64_t stop_after, job_check_fn check,
+                      void *check_arg)
+{
+    dt_memckpt_found f;
+    dt_status st = dt_memckpt_find(mc, &f);
+    char why[600];
+    snprintf(why, sizeof why, "%s", st != DT_OK ? dt_last_error() : "");
+    /* Every client reads the same shared disk: the same answer everywhere. */
+    int64_t disk = disk_step(disk_arg, root);
+    if (st == DT_ERR_NOT_FOUND) {
+        if (disk_arg)
+            job_say(j, "memory: %s; resuming from disk\n", why);
+        return 2;
+    }
+    if (st != DT_OK)
+        return job_fail(j, "dt_memckpt_find", st, why);
+    if (disk > f.step) {
+        job_say(j, "memory: step %lld is older than the disk's step %lld; resuming from disk\n",
+                (long long)f.step, (long long)disk);
+        return 2;
+    }
+    char dir[JOB_PATH_MAX];
+    double t0 = job_now();
+    if ((st = dt_memckpt_fetch(mc, f.step, dir, sizeof dir)) != DT_OK)
+        return job_fail(j, "dt_memckpt_fetch", st, dt_last_error());
+    double fetched = job_now() - t0;
+    int quiet = j->quiet;
+    j->quiet = 1; /* its own line below says where from */
+    int rc = job_resume(j, t, dir, NULL, steps, 0, stop_after, check, check_arg);
+    j->quiet = quiet;
+    if (rc != 0)
+        return rc;
+    job_say(j, "resumed from memory at step %lld: %lld files in the memory of %d host(s), "
+            "%lld of them buddy copies of lost clients' files; fetched in %.3f s, loaded in "
+            "%.3f s%s\n", (long long)f.step, (long long)f.files, f.hosts,
+            (long long)f.from_buddies, fetched, job_now() - t0 - fetched,
+            f.newer_incomplete >= 0 ? " (a newer step was incomplete)" : "");
+    return 0;
 }

@@ -109,4 +109,20 @@ int job_resume(job *j, const job_train *t, const char *arg, const char *root, in
 int job_save(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
              const char *root, int64_t keep_last, char *dir);
 
+/* job_save into the in-memory checkpoint `mc` (dt_memckpt_save, docs/recovery.md): step
+ * *t->step in this host's memory, its copy on the buddy client under way. Returns 0, or 1
+ * (printed). Collective. */
+int job_save_memory(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
+                    dt_memckpt *mc);
+
+/* Resumes from the newest step complete in the memory of mc's clients (dt_memckpt_find,
+ * dt_memckpt_fetch, then job_resume of that directory) when it is at least as new as the disk
+ * checkpoint --resume `disk_arg` names (NULL: none), and says so: "resumed from memory at
+ * step S: ...". Returns 0 when resumed, 2 when the caller should resume from disk (memory has
+ * no complete step, or an older one; said when disk_arg is set), 1 on failure (printed).
+ * Collective. */
+int job_resume_memory(job *j, const job_train *t, dt_memckpt *mc, const char *disk_arg,
+                      const char *root, int64_t steps, int64_t stop_after, job_check_fn check,
+                      void *check_arg);
+
 #endif

@@ -108,9 +108,17 @@ typedef struct dt_save_opts {
      * f16 and bf16 is cast (dt_cast rounding) on the host before it is written; other
      * changes are DT_ERR_INVALID_ARGUMENT. dt_restore_into casts back into its targets. */
     const dt_dtype *save_dtypes;
+    /* 1: a node-local save (the in-memory checkpoints of dt_memckpt, docs/recovery.md):
+     * `dir` may differ between clients and names a directory each client sees only with the
+     * clients passing the same `dir` (a host's /dev/shm). The lowest client of each such set
+     * prepares, indexes and commits its copy; each client writes its own files there, so a
+     * directory ends up with the whole index and the files of its clients only. Not with
+     * the checkpoint manager (dt_save_step): DT_ERR_INVALID_ARGUMENT. 0 (default): one
+     * shared `dir`. */
+    int node_local;
 } dt_save_opts;
 
-#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL, 0, NULL}
+#define DT_SAVE_OPTS_INIT {1, 0, NULL, 0, 0.0, 0, NULL, 0, NULL, 0}
 
 /* One shard file of a save: the file the saving device writes. */
 typedef struct dt_ckpt_shard {
@@ -437,6 +445,107 @@ typedef struct dt_ckpt_export_opts {
  * DT_ERR_CORRUPT, DT_ERR_IO, DT_ERR_NO_MEMORY. Local. */
 DT_API dt_status dt_ckpt_export(const dt_ckpt *ckpt, const char *out_dir,
                                 const dt_ckpt_export_opts *opts, int *files_out);
+
+/* ---- in-memory checkpoints on a buddy host (docs/recovery.md) ------------------------------ */
+
+/* A job's checkpoints in host memory outside its processes: every K steps each client writes
+ * its files of a node-local dt_save (the same format) into its host's memory directory and
+ * copies them, asynchronously, to a buddy client J clients away on another host. A restarted
+ * job (a new launch: MPI cannot be initialised twice) finds the newest step complete across
+ * the surviving hosts' memory and restores from it; the disk checkpoint stays as it is. */
+typedef struct dt_memckpt dt_memckpt;
+
+/* Options of dt_memckpt_create. Initialise with DT_MEMCKPT_OPTS_INIT. */
+typedef struct dt_memckpt_opts {
+    /* K: dt_memckpt_due says yes every `every` steps (>= 1). */
+    int64_t every;
+    /* J: client c's buddy is client (c + J) mod N of the mesh's N clients; 0: the smallest J
+     * that puts every client's buddy on another host (the number of clients per host when
+     * hosts are alike), else 1. */
+    int buddy;
+    /* The job's identity, part of every name ([A-Za-z0-9._-], at most 64 bytes): a job never
+     * sees another job's memory. NULL: $DT_JOB_ID (set by dtensor launch). Required. */
+    const char *job_id;
+    /* The memory directory; "%h" is replaced by the host name, "%c" by the client id (tests
+     * that make each client a host of its own). NULL: $DT_MEMCKPT_DIR, else /dev/shm. The
+     * job's steps live in "<dir>/dtensor-mem-<job_id>/step-%010lld". */
+    const char *dir;
+    /* Steps kept in memory (>= 1; default 2: the newest, whose buddy copy may be in flight,
+     * and the one before it, fully copied). */
+    int keep;
+} dt_memckpt_opts;
+#define DT_MEMCKPT_OPTS_INIT {1, 0, NULL, NULL, 2}
+
+/* Makes the handle for `mesh` (the mesh whose clients save and restore together): resolves
+ * this client's directory, learns every client's (which clients share a host's memory) and
+ * picks the buddies. Creates nothing on disk. DT_ERR_INVALID_ARGUMENT (bad option, no job
+ * id), DT_ERR_NO_MEMORY, DT_ERR_COMM/DT_ERR_TIMEOUT. Collective over the mesh's clients. */
+DT_API dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
+                                   dt_memckpt **mc_out);
+/* Waits for the buddy copy in flight (if any), then frees the handle; the memory stays
+ * (dt_memckpt_cleanup removes it). Accepts NULL. Local. */
+DT_API void dt_memckpt_destroy(dt_memckpt *mc);
+
+/* 1 when `step` is one to save (a multiple of K), else 0. Local. */
+DT_API int dt_memckpt_due(const dt_memckpt *mc, int64_t step);
+/* This client's directory of step `step` into buf (borrowed by nobody). Local. */
+DT_API dt_status dt_memckpt_step_dir(const dt_memckpt *mc, int64_t step, char *buf, size_t len);
+
+/* Writes one step: the caller's `save` writes the checkpoint into `dir` with `opts` (a copy
+ * of `base`, or the defaults, made node-local and without fsync), e.g. through dt_zero_save;
+ * it is called on every client with this client's directory, and must be collective as
+ * dt_save is. Before it, the previous step's buddy copy is completed; after it, this
+ * client's files of the step start on their way to its buddy (nonblocking MPI, progressed by
+ * the MPI calls of the next steps, dt_memckpt_poll and the next save; no copy buffers:
+ * files are sent from and received into mapped memory files), and the steps beyond `keep`
+ * are removed. Memory per client: `keep` x (its files + its source's files) in the memory
+ * directory (dt_memckpt_stats). Returns save's status (the same on every client), or
+ * DT_ERR_IO, DT_ERR_COMM, DT_ERR_TIMEOUT of the copy. Collective over the mesh's clients. */
+typedef dt_status (*dt_memckpt_save_fn)(void *arg, const char *dir, const dt_save_opts *opts);
+DT_API dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
+                                 void *arg, const dt_save_opts *base);
+/* Progresses the buddy copy in flight; *done_out (may be NULL) = 1 when none is left. Local. */
+DT_API dt_status dt_memckpt_poll(dt_memckpt *mc, int *done_out);
+/* Completes the buddy copy in flight. DT_ERR_IO, DT_ERR_COMM, DT_ERR_TIMEOUT (the buddy or
+ * source lost). Local (it waits on the pair's messages only). */
+DT_API dt_status dt_memckpt_wait(dt_memckpt *mc);
+
+/* What dt_memckpt_find found. */
+typedef struct dt_memckpt_found {
+    int64_t step;           /* the newest step complete across the clients' memory */
+    int64_t files;          /* its data files */
+    int64_t from_buddies;   /* of them, those whose only copies are buddy copies (the files
+                             * of clients whose host memory is gone) */
+    int hosts;              /* memory directories (hosts) of this job holding some of it */
+    int64_t newer_incomplete; /* the newest step above it found incomplete, -1 if none */
+} dt_memckpt_found;
+
+/* The newest step complete across the memory of this job's clients (every data file of its
+ * index present, at its size, in some client's directory, as written or as a buddy copy).
+ * DT_ERR_NOT_FOUND when no step is (the message says what is missing of the newest one).
+ * Every client returns the same. Collective. */
+DT_API dt_status dt_memckpt_find(dt_memckpt *mc, dt_memckpt_found *found_out);
+/* Brings every file of step `step` that this client's directory lacks from a client holding
+ * it (over MPI, file by file), so that the directory, written into dir_buf, is a complete
+ * checkpoint for dt_restore/dt_zero_load on any mesh. DT_ERR_NOT_FOUND (step incomplete),
+ * DT_ERR_IO, DT_ERR_COMM, DT_ERR_TIMEOUT. Collective. */
+DT_API dt_status dt_memckpt_fetch(dt_memckpt *mc, int64_t step, char *dir_buf, size_t len);
+/* Completes the copies, then removes the job's memory directory on every host (a job that
+ * ended normally). Collective. */
+DT_API dt_status dt_memckpt_cleanup(dt_memckpt *mc);
+
+/* This client's view. */
+typedef struct dt_memckpt_stats {
+    int buddy;              /* the client receiving this one's files */
+    int source;             /* the client whose files this one receives */
+    int buddy_same_host;    /* 1 when some client's buddy shares its memory directory */
+    int hosts;              /* distinct memory directories among the clients */
+    uint64_t own_bytes;     /* bytes of this client's files in its newest saved step */
+    uint64_t buddy_bytes;   /* bytes received from its source for that step */
+    uint64_t held_bytes;    /* both, over the steps kept: this client's share of memory */
+    double last_save_seconds; /* the last dt_memckpt_save (write + copy start) */
+} dt_memckpt_stats;
+DT_API dt_status dt_memckpt_stats_get(const dt_memckpt *mc, dt_memckpt_stats *stats_out);
 
 /* CRC32C (Castagnoli, reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF) of
  * `len` bytes continuing from `crc` (0 to start): dt_crc32c(dt_crc32c(0, a, n), b, m) is the

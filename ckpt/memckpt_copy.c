@@ -1,0 +1,220 @@
+/* In-memory checkpoints (docs/recovery.md): the copy of a step's files to the buddy client,
+ * nonblocking MPI from and into mapped memory files, and its completion. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt_impl.h"
+#include "runtime/comm.h"
+#include "runtime/error.h"
+
+void dt__memckpt_xfers_free(dt_memckpt *mc)
+{
+    for (int i = 0; i < mc->nx; i++) {
+        if (mc->x[i].addr)
+            munmap(mc->x[i].addr, mc->x[i].len);
+        if (mc->x[i].recv && !mc->x[i].done)
+            unlink(mc->x[i].part); /* an unfinished copy never passes for a file */
+    }
+    free(mc->x);
+    free(mc->reqs);
+    free(mc->peers);
+    mc->x = NULL;
+    mc->reqs = NULL;
+    mc->peers = NULL;
+    mc->nx = mc->nreq = 0;
+}
+
+/* Maps `path` (size len) for sending, or creates "<path>.part" at len for receiving. */
+static dt_status map_file(memckpt_xfer *x, const char *path, uint64_t len, int recv)
+{
+    snprintf(x->path, sizeof x->path, "%s", path);
+    snprintf(x->part, sizeof x->part, "%s.part", path);
+    x->len = len;
+    x->recv = recv;
+    if (len == 0)
+        return DT_OK;
+    int fd = recv ? open(x->part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)
+                  : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", recv ? x->part : path, strerror(errno));
+    if (recv && ftruncate(fd, (off_t)len) != 0) {
+        int e = errno;
+        close(fd);
+        return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", x->part, strerror(e));
+    }
+    void *a = mmap(NULL, len, recv ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (a == MAP_FAILED)
+        return dt__error(DT_ERR_IO, "dt_memckpt: mmap %s: %s", path, strerror(errno));
+    x->addr = a;
+    return DT_OK;
+}
+
+#define XFER_PIECE ((uint64_t)1 << 30) /* bytes per MPI message (an int count) */
+#define XFER_TAG 7301
+
+static int pieces_of(uint64_t len)
+{
+    return (int)((len + XFER_PIECE - 1) / XFER_PIECE);
+}
+
+/* The copy's requests are complete: received files take their names. */
+static dt_status finish_copy(dt_memckpt *mc)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; i < mc->nx; i++) {
+        memckpt_xfer *x = &mc->x[i];
+        if (!x->recv)
+            continue;
+        if (x->len == 0) { /* nothing was mapped: make the empty file */
+            int fd = open(x->part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd >= 0)
+                close(fd);
+        }
+        if (x->addr)
+            munmap(x->addr, x->len);
+        x->addr = NULL;
+        /* A marker beside it says where the file came from (dt_memckpt_found.from_buddies). */
+        char mark[CK_PATH_MAX + 8];
+        snprintf(mark, sizeof mark, "%s" MEMCKPT_BUDDY_SUFFIX, x->path);
+        int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+        if (rename(x->part, x->path) != 0 && st == DT_OK)
+            st = dt__error(DT_ERR_IO, "dt_memckpt: rename %s: %s", x->part, strerror(errno));
+        x->done = 1;
+    }
+    dt__memckpt_xfers_free(mc);
+    mc->copy_step = -1;
+    return st;
+}
+
+/* The step's data files (name, bytes, writing client): those the save just recorded
+ * (dt__ckpt_last_local_files, when `serial` is the save's), else read from its index in dir. */
+dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file **files_out,
+                            int64_t *n_out)
+{
+    uint64_t got = 0;
+    dt_status st = dt__ckpt_last_local_files(files_out, n_out, &got);
+    if (st != DT_OK || got == serial)
+        return st;
+    free(*files_out);
+    dt_ckpt *ck = NULL;
+    if ((st = dt_ckpt_open(dir, &ck)) != DT_OK)
+        return st;
+    int64_t n = dt_ckpt_num_files(ck);
+    ck_local_file *v = calloc((size_t)n + 1, sizeof *v);
+    for (int64_t f = 0; v && f < n; f++) {
+        dt_ckpt_file_info fi;
+        if ((st = dt_ckpt_file(ck, f, &fi)) != DT_OK)
+            break;
+        snprintf(v[f].name, sizeof v[f].name, "%s", fi.name);
+        v[f].bytes = fi.bytes;
+        v[f].client = dt_device_client(DT_DEVICE_CPU, fi.device_id);
+    }
+    dt_ckpt_close(ck);
+    if (!v)
+        st = dt__error(DT_ERR_NO_MEMORY, "dt_memckpt_save: no memory");
+    if (st != DT_OK) {
+        free(v);
+        return st;
+    }
+    *files_out = v;
+    *n_out = n;
+    return DT_OK;
+}
+
+/* Posts the sends of this client's files of the step (in `dir`) to its buddy and the receives
+ * of its source's files, unless they share this client's directory. */
+dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int64_t nf,
+                            const char *dir)
+{
+    int me = dt_client_id(), bud = mc->g.clients[mc->buddy], src = mc->g.clients[mc->source];
+    int send = mc->dir_ids[mc->buddy] != mc->dir_ids[mc->g.rank];
+    int recv = mc->dir_ids[mc->source] != mc->dir_ids[mc->g.rank];
+    int64_t nx = 0, nr = 0;
+    for (int64_t f = 0; f < nf; f++) {
+        const ck_local_file *fi = &files[f];
+        int owner = fi->client;
+        if ((send && owner == me) || (recv && owner == src)) {
+            nx++;
+            nr += pieces_of(fi->bytes);
+        }
+    }
+    mc->own_bytes = mc->buddy_bytes = 0;
+    mc->x = calloc((size_t)nx + 1, sizeof *mc->x);
+    mc->reqs = calloc((size_t)nr + 1, sizeof *mc->reqs);
+    mc->peers = calloc((size_t)nr + 1, sizeof *mc->peers);
+    if (!mc->x || !mc->reqs || !mc->peers)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_memckpt_save: no memory");
+    for (int64_t f = 0; f < nf; f++) {
+        const ck_local_file *fi = &files[f];
+        int owner = fi->client;
+        if (owner == me)
+            mc->own_bytes += fi->bytes;
+        if (owner == src && src != me)
+            mc->buddy_bytes += fi->bytes;
+        int is_send = send && owner == me, is_recv = recv && owner == src;
+        if (!is_send && !is_recv)
+            continue;
+        char path[CK_PATH_MAX];
+        dt_status st = dt__ckpt_join(path, sizeof path, dir, "/", fi->name);
+        memckpt_xfer *x = &mc->x[mc->nx++];
+        if (st == DT_OK)
+            st = map_file(x, path, fi->bytes, is_recv);
+        if (st != DT_OK)
+            return st;
+        for (uint64_t at = 0; at < fi->bytes; at += XFER_PIECE) {
+            uint64_t k = fi->bytes - at < XFER_PIECE ? fi->bytes - at : XFER_PIECE;
+            int rc = is_recv ? MPI_Irecv((char *)x->addr + at, (int)k, MPI_BYTE, mc->source,
+                                         XFER_TAG, mc->g.comm, &mc->reqs[mc->nreq])
+                             : MPI_Isend((char *)x->addr + at, (int)k, MPI_BYTE, mc->buddy,
+                                         XFER_TAG, mc->g.comm, &mc->reqs[mc->nreq]);
+            if (rc != MPI_SUCCESS)
+                return dt__error(DT_ERR_COMM, "dt_memckpt_save: posting the buddy copy failed");
+            mc->peers[mc->nreq++] = is_recv ? src : bud;
+        }
+    }
+    /* Nothing to wait for (one host, or only empty files): done now. */
+    return mc->nreq == 0 ? finish_copy(mc) : DT_OK;
+}
+
+dt_status dt_memckpt_poll(dt_memckpt *mc, int *done_out)
+{
+    if (!mc)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_poll: NULL handle");
+    int done = 1;
+    dt_status st = DT_OK;
+    if (mc->nreq) {
+        if (MPI_Testall(mc->nreq, mc->reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return dt__error(DT_ERR_COMM, "dt_memckpt_poll: the buddy copy failed");
+        if (done)
+            st = finish_copy(mc);
+    }
+    if (done_out)
+        *done_out = done;
+    return st;
+}
+
+dt_status dt_memckpt_wait(dt_memckpt *mc)
+{
+    if (!mc)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_wait: NULL handle");
+    if (!mc->nreq)
+        return DT_OK;
+    dt_status st = dt__wait_watched(mc->reqs, mc->peers, mc->nreq, 0.0,
+                                    "dt_memckpt: the buddy copy");
+    if (st != DT_OK) {
+        mc->nreq = 0; /* cancelled or dropped by the watchdog */
+        dt__memckpt_xfers_free(mc);
+        return st;
+    }
+    return finish_copy(mc);
+}
+
