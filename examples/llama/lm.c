@@ -1,0 +1,601 @@
+/* llama/lm: an HF decoder (GPT-2 or the Llama family) loaded onto a mesh box by box, and its
+ * incremental forward pass against a key/value cache laid out on the mesh (lm.h). */
+#include "lm.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_attend.h"
+
+#define MAX_LAYERS 256
+
+static char own_error[256];
+
+static void set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(own_error, sizeof own_error, fmt, ap);
+    va_end(ap);
+}
+
+const char *lm_last_error(void)
+{
+    return own_error[0] ? own_error : dt_last_error();
+}
+
+/* One block's parameters (NULL: absent). GPT-2: w1/b1 = fc, w2/b2 = proj; Llama: w1 gate,
+ * w3 up, w2 down. */
+typedef struct layer {
+    dt_tensor *n1g, *n1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *n2g, *n2b;
+    dt_tensor *w1, *b1, *w3, *w2, *b2;
+} layer;
+
+struct lm {
+    dt_mesh *mesh;
+    dt_hf_config cfg;
+    int n;                 /* parameters */
+    dt_tensor **p;
+    char **names;
+    layer *ly;
+    dt_tensor *embed, *pos, *nfg, *nfb, *head; /* head: the tied embedding or lm_head */
+    int q_sharded, kv_sharded, f_sharded;      /* over `model` */
+    const char *tp;        /* "model" or unsharded */
+    double *inv_freq;      /* rotary frequencies (Llama) */
+};
+
+struct lm_cache {
+    const lm *m;
+    int64_t rows, cap, len;
+    dt_layout *l_act, *l_ids, *l_q, *l_kv, *l_rep3;
+    dt_tensor **k, **v; /* per layer [rows, cap, KV * D] */
+};
+
+const dt_hf_config *lm_config(const lm *m) { return &m->cfg; }
+int lm_num_params(const lm *m) { return m->n; }
+dt_tensor *const *lm_params(const lm *m) { return m->p; }
+const char *const *lm_param_names(const lm *m) { return (const char *const *)m->names; }
+
+uint64_t lm_weight_bytes(const lm *m)
+{
+    uint64_t b = 0;
+    for (int i = 0; i < m->n; i++)
+        b += (uint64_t)dt_tensor_numel(m->p[i]) * 4u;
+    return b;
+}
+
+void lm_destroy(lm *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n; i++) {
+        if (m->p)
+            dt_tensor_destroy(m->p[i]);
+        if (m->names)
+            free(m->names[i]);
+    }
+    free(m->p);
+    free(m->names);
+    free(m->ly);
+    free(m->inv_freq);
+    dt_mesh_destroy(m->mesh);
+    free(m);
+}
+
+/* The specs of parameter `name` (rank 1 or 2) on this model's mesh. */
+static void param_specs(const lm *m, const char *name, int rank, const char **s)
+{
+    const char *u = DT_UNSHARDED, *tp = m->tp;
+
+    const char *leaf = name;
+    s[0] = s[1] = u;
+    if (!strcmp(name, "embed") || !strcmp(name, "head") || !strcmp(name, "wte")) {
+        s[0] = tp; /* vocabulary rows */
+        return;
+    }
+    if (!strncmp(name, "h.", 2) || !strncmp(name, "layers.", 7)) {
+        /* "h.{l}.q.w" / "layers.{l}.q.w": the part after the layer number. */
+        const char *p = strchr(name, '.');
+        p = p ? strchr(p + 1, '.') : NULL;
+        leaf = p ? p + 1 : name;
+    }
+    int is_w = rank == 2;
+    if (!strncmp(leaf, "q.", 2)) {
+        if (m->q_sharded)
+            s[is_w] = tp;
+    } else if (!strncmp(leaf, "k.", 2) || !strncmp(leaf, "v.", 2)) {
+        if (m->kv_sharded)
+            s[is_w] = tp;
+    } else if (!strcmp(leaf, "o.w")) {
+        if (m->q_sharded)
+            s[0] = tp;
+    } else if (!strcmp(leaf, "fc.w") || !strcmp(leaf, "fc.b") || !strcmp(leaf, "gate.w") ||
+               !strcmp(leaf, "up.w")) {
+        if (m->f_sharded)
+            s[is_w] = tp;
+    } else if (!strcmp(leaf, "proj.w") || !strcmp(leaf, "down.w")) {
+        if (m->f_sharded)
+            s[0] = tp;
+    }
+}
+
+/* Points the named slots at parameter i. */
+static void bind(lm *m, int i)
+{
+    const char *name = m->names[i];
+    dt_tensor *t = m->p[i];
+    if (!strcmp(name, "embed") || !strcmp(name, "wte")) {
+        m->embed = t;
+        if (!m->head)
+            m->head = t;
+        return;
+    }
+    if (!strcmp(name, "head")) {
+        m->head = t;
+        return;
+    }
+    if (!strcmp(name, "wpe")) {
+        m->pos = t;
+        return;
+    }
+    if (!strcmp(name, "norm") || !strcmp(name, "lnf.g")) {
+        m->nfg = t;
+        return;
+    }
+    if (!strcmp(name, "lnf.b")) {
+        m->nfb = t;
+        return;
+    }
+    long l = -1;
+    const char *leaf = NULL;
+    if (!strncmp(name, "h.", 2))
+        l = strtol(name + 2, (char **)&leaf, 10);
+    else if (!strncmp(name, "layers.", 7))
+        l = strtol(name + 7, (char **)&leaf, 10);
+    if (l < 0 || l >= m->cfg.layers || !leaf || *leaf != '.')
+        return;
+    leaf++;
+    layer *y = &m->ly[l];
+    static const struct {
+        const char *name;
+        size_t at;
+    } slots[] = {
+        {"ln1.g", offsetof(layer, n1g)},     {"ln1.b", offsetof(layer, n1b)},
+        {"attn_norm", offsetof(layer, n1g)}, {"q.w", offsetof(layer, qw)},
+        {"q.b", offsetof(layer, qb)},        {"k.w", offsetof(layer, kw)},
+        {"k.b", offsetof(layer, kb)},        {"v.w", offsetof(layer, vw)},
+        {"v.b", offsetof(layer, vb)},        {"o.w", offsetof(layer, ow)},
+        {"o.b", offsetof(layer, ob)},        {"ln2.g", offsetof(layer, n2g)},
+        {"ln2.b", offsetof(layer, n2b)},     {"mlp_norm", offsetof(layer, n2g)},
+        {"fc.w", offsetof(layer, w1)},       {"fc.b", offsetof(layer, b1)},
+        {"gate.w", offsetof(layer, w1)},     {"up.w", offsetof(layer, w3)},
+        {"proj.w", offsetof(layer, w2)},     {"proj.b", offsetof(layer, b2)},
+        {"down.w", offsetof(layer, w2)},
+    };
+    for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++)
+        if (!strcmp(leaf, slots[k].name))
+            *(dt_tensor **)((char *)y + slots[k].at) = t;
+}
+
+dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)
+{
+    own_error[0] = '\0';
+    lm *m = calloc(1, sizeof *m);
+    if (!m)
+        return DT_ERR_NO_MEMORY;
+    m->mesh = dt_mesh_retain(mesh);
+    dt_foreign *src = NULL;
+    dt_foreign_map_entry *map = NULL;
+    int count = 0;
+    dt_status st = dt_hf_config_read(dir, &m->cfg);
+    if (st == DT_OK)
+        st = dt_foreign_open(dir, &src);
+    const dt_hf_config *c = &m->cfg;
+    if (st == DT_OK && c->layers > MAX_LAYERS) {
+        set_error("%s: %lld layers (at most %d)", dir, (long long)c->layers, MAX_LAYERS);
+        st = DT_ERR_UNSUPPORTED;
+    }
+    if (st == DT_OK && c->arch == DT_HF_GPT2) {
+        dt_foreign_gpt2_config g;
+        st = dt_foreign_gpt2_map(src, 0, &map, &count, &g);
+        if (st == DT_OK && (g.n_layer != c->layers || g.n_embd != c->hidden)) {
+            set_error("%s: config.json and the weights disagree on n_layer or n_embd", dir);
+            st = DT_ERR_SHAPE;
+        }
+    } else if (st == DT_OK) {
+        st = dt_foreign_llama_map(src, c, &map, &count);
+    }
+    int md = dt_mesh_dim_index(mesh, "model");
+    int64_t M = md >= 0 ? dt_mesh_dim_size(mesh, md) : 1;
+    m->tp = md >= 0 ? "model" : DT_UNSHARDED;
+    m->q_sharded = c->heads % M == 0;
+    m->kv_sharded = m->q_sharded && c->kv_heads % M == 0;
+    m->f_sharded = c->intermediate % M == 0;
+    if (st == DT_OK) {
+        m->p = calloc((size_t)count, sizeof *m->p);
+        m->names = calloc((size_t)count, sizeof *m->names);
+        m->ly = calloc((size_t)c->layers, sizeof *m->ly);
+        m->inv_freq = calloc((size_t)(c->head_dim / 2 + 1), sizeof *m->inv_freq);
+        if (!m->p || !m->names || !m->ly || !m->inv_freq)
+            st = DT_ERR_NO_MEMORY;
+    }
+    dt_foreign_view *views = st == DT_OK ? calloc((size_t)count, sizeof *views) : NULL;
+    if (st == DT_OK && !views)
+        st = DT_ERR_NO_MEMORY;
+    for (int i = 0; st == DT_OK && i < count; i++) {
+        const char *s[2];
+        dt_layout *l = NULL;
+        param_specs(m, map[i].name, map[i].rank, s);
+        m->names[i] = strdup(map[i].name);
+        m->n = i + 1;
+        if (!m->names[i])
+            st = DT_ERR_NO_MEMORY;
+        if (st == DT_OK)
+            st = dt_layout_create(mesh, map[i].rank, s, &l);
+        if (st == DT_OK)
+            st = dt_tensor_zeros(l, DT_DTYPE_F32, map[i].shape, &m->p[i]);
+        dt_layout_destroy(l);
+        views[i] = map[i].view;
+    }
+    if (st == DT_OK)
+        st = dt_foreign_restore(src, count, views, m->p);
+    for (int i = 0; st == DT_OK && i < m->n; i++)
+        bind(m, i);
+    if (st == DT_OK && c->arch == DT_HF_LLAMA)
+        kv_rope_freqs(c->head_dim, c->rope_theta, c->rope_llama3, c->rope_factor,
+                      c->rope_low_freq_factor, c->rope_high_freq_factor,
+                      (double)c->rope_original_max, m->inv_freq);
+    free(views);
+    dt_foreign_map_free(map, count);
+    dt_foreign_close(src);
+    if (st != DT_OK) {
+        lm_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DT_OK;
+}
+
+/* ---- the cache ----------------------------------------------------------------------------- */
+
+void lm_cache_destroy(lm_cache *c)
+{
+    if (!c)
+        return;
+    for (int64_t l = 0; l < c->m->cfg.layers; l++) {
+        if (c->k)
+            dt_tensor_destroy(c->k[l]);
+        if (c->v)
+            dt_tensor_destroy(c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    dt_layout *ls[] = {c->l_act, c->l_ids, c->l_q, c->l_kv, c->l_rep3};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        dt_layout_destroy(ls[i]);
+    free(c);
+}
+
+int64_t lm_cache_length(const lm_cache *c) { return c->len; }
+void lm_cache_reset(lm_cache *c) { c->len = 0; }
+
+dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out)
+{
+    own_error[0] = '\0';
+    const dt_hf_config *cf = &m->cfg;
+    if (rows < 1 || cap < 1 || (cf->arch == DT_HF_GPT2 && cap > cf->max_positions)) {
+        set_error("lm_cache_create: %lld rows and %lld positions (GPT-2: at most %lld)",
+                  (long long)rows, (long long)cap, (long long)cf->max_positions);
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    lm_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return DT_ERR_NO_MEMORY;
+    c->m = m;
+    c->rows = rows;
+    c->cap = cap;
+    c->k = calloc((size_t)cf->layers, sizeof *c->k);
+    c->v = calloc((size_t)cf->layers, sizeof *c->v);
+    int bd = dt_mesh_dim_index(m->mesh, "batch");
+    const char *b = bd >= 0 && rows % dt_mesh_dim_size(m->mesh, bd) == 0 ? "batch" : DT_UNSHARDED;
+    const char *u = DT_UNSHARDED;
+    const char *s_act[3] = {b, u, u};
+    const char *s_q[3] = {b, u, m->q_sharded ? m->tp : u};
+    const char *s_kv[3] = {b, u, m->kv_sharded ? m->tp : u};
+    dt_status st = c->k && c->v ? DT_OK : DT_ERR_NO_MEMORY;
+    if (st == DT_OK &&
+        ((st = dt_layout_create(m->mesh, 3, s_act, &c->l_act)) != DT_OK ||
+         (st = dt_layout_create(m->mesh, 2, s_act, &c->l_ids)) != DT_OK ||
+         (st = dt_layout_create(m->mesh, 3, s_q, &c->l_q)) != DT_OK ||
+         (st = dt_layout_create(m->mesh, 3, s_kv, &c->l_kv)) != DT_OK ||
+         (st = dt_layout_replicated(m->mesh, 3, &c->l_rep3)) != DT_OK)) {
+        lm_cache_destroy(c);
+        return st;
+    }
+    int64_t shape[3] = {rows, cap, cf->kv_heads * cf->head_dim};
+    for (int64_t l = 0; st == DT_OK && l < cf->layers; l++) {
+        st = dt_tensor_zeros(c->l_kv, DT_DTYPE_F32, shape, &c->k[l]);
+        if (st == DT_OK)
+            st = dt_tensor_zeros(c->l_kv, DT_DTYPE_F32, shape, &c->v[l]);
+    }
+    if (st != DT_OK) {
+        lm_cache_destroy(c);
+        return st;
+    }
+    *out = c;
+    return DT_OK;
+}
+
+/* ---- the forward pass ---------------------------------------------------------------------- */
+
+/* The tensors one forward pass makes, destroyed together. */
+#define KEEP_MAX (MAX_LAYERS + 32)
+typedef struct keep_list {
+    dt_tensor *t[KEEP_MAX];
+    int n;
+} keep_list;
+
+static dt_status keep(keep_list *k, dt_status st, dt_tensor *t)
+{
+    if (st != DT_OK)
+        return st;
+    if (k->n == KEEP_MAX) {
+        dt_tensor_destroy(t);
+        set_error("lm_forward: too many tensors in one step");
+        return DT_ERR_STATE;
+    }
+    k->t[k->n++] = t;
+    return DT_OK;
+}
+
+static void keep_free(keep_list *k)
+{
+    for (int i = 0; i < k->n; i++)
+        dt_tensor_destroy(k->t[i]);
+    k->n = 0;
+}
+
+/* A tensor of `layout` holding the global host array `global` (every local device views the
+ * whole array, then the relayout slices out its box: no communication). */
+static dt_status from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                           const void *global, dt_tensor **out)
+{
+    const dt_mesh *mesh = dt_layout_mesh(layout);
+    int rank = dt_layout_rank(layout), n = dt_mesh_num_local_devices(mesh);
+    DLTensor *parts = calloc((size_t)(n ? n : 1), sizeof *parts);
+    int64_t shp[DT_MAX_RANK];
+    dt_layout *rep = NULL;
+    dt_tensor *r = NULL;
+    if (!parts)
+        return DT_ERR_NO_MEMORY;
+    memcpy(shp, shape, sizeof(int64_t) * (size_t)rank);
+    for (int k = 0; k < n; k++)
+        parts[k] = (DLTensor){.data = (void *)global, .device = {kDLCPU, 0}, .ndim = rank,
+                              .dtype = dt_dtype_to_dlpack(dtype), .shape = shp};
+    dt_status st = dt_layout_replicated(mesh, rank, &rep);
+    if (st == DT_OK)
+        st = dt_tensor_pack(rep, shape, n, parts, &r);
+    if (st == DT_OK)
+        st = dt_relayout(r, layout, out);
+    dt_tensor_destroy(r);
+    dt_layout_destroy(rep);
+    free(parts);
+    return st;
+}
+
+/* y = x @ w (+ b), in `layout` (NULL: the natural one). */
+static dt_status linear(keep_list *k, const dt_tensor *x, const dt_tensor *w, const dt_tensor *b,
+                        const dt_layout *layout, dt_tensor **out)
+{
+    dt_tensor *y = NULL, *z = NULL;
+    dt_status st = keep(k, dt_matmul_nd(x, w, 0, 0, layout, &y), y);
+    if (st == DT_OK && b) {
+        st = keep(k, dt_bias_add(y, b, &z), z);
+        y = z;
+    }
+    *out = y;
+    return st;
+}
+
+static dt_status norm(const lm *m, keep_list *k, const dt_tensor *x, const dt_tensor *g,
+                      const dt_tensor *b, dt_tensor **out)
+{
+    dt_tensor *y = NULL;
+    float eps = (float)m->cfg.norm_eps;
+    dt_status st = m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y)
+                                             : dt_rms_norm(x, g, eps, &y);
+    st = keep(k, st, y);
+    *out = y;
+    return st;
+}
+
+/* A component's element count. */
+static int64_t comp_numel(const DLTensor *d)
+{
+    int64_t n = 1;
+    for (int i = 0; i < d->ndim; i++)
+        n *= d->shape[i];
+    return n;
+}
+
+/* Layer l's attention core on every local device: rotary embeddings on q and k (Llama), k and
+ * v written into the cache at positions len..len+n-1, then q against the cache, into y (a
+ * tensor of q's layout). */
+static dt_status attend_local(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor *q,
+                              dt_tensor *k, dt_tensor *v, dt_tensor **y_out)
+{
+    const dt_hf_config *cf = &m->cfg;
+    int64_t D = cf->head_dim, group = cf->heads / cf->kv_heads;
+    dt_tensor *y = NULL;
+    dt_status st = dt_tensor_zeros(dt_tensor_layout(q), DT_DTYPE_F32, dt_tensor_shape(q), &y);
+    int nl = dt_tensor_num_local(q);
+    for (int i = 0; st == DT_OK && i < nl; i++) {
+        const DLTensor *dq = dt_tensor_local(q, i), *dk = dt_tensor_local(k, i);
+        const DLTensor *dc = dt_tensor_local(c->k[l], i);
+        int64_t rl = dq->shape[0], wq = dq->shape[2], wk = dk->shape[2];
+        int64_t q0 = dt_tensor_local_offset(q, i)[2] / D;
+        int64_t k0 = dt_tensor_local_offset(k, i)[2] / D;
+        int64_t nq = comp_numel(dq), nk = comp_numel(dk), nc = comp_numel(dc);
+        if (rl == 0 || wq == 0)
+            continue;
+        float *bq = malloc((size_t)nq * 4), *bk = malloc((size_t)nk * 4);
+        float *bv = malloc((size_t)nk * 4), *by = malloc((size_t)nq * 4);
+        /* The cache in host memory: the component itself on a CPU device, else a copy. */
+        int host = dc->device.device_type == kDLCPU;
+        float *ck = host ? (float *)((char *)dc->data + dc->byte_offset) : malloc((size_t)nc * 4);
+        const DLTensor *dcv = dt_tensor_local(c->v[l], i);
+        float *cv = host ? (float *)((char *)dcv->data + dcv->byte_offset)
+                         : malloc((size_t)nc * 4);
+        if (!bq || !bk || !bv || !by || !ck || !cv)
+            st = DT_ERR_NO_MEMORY;
+        if (st == DT_OK)
+            st = dt_tensor_local_read(q, i, bq, (size_t)nq * 4);
+        if (st == DT_OK)
+            st = dt_tensor_local_read(k, i, bk, (size_t)nk * 4);
+        if (st == DT_OK)
+            st = dt_tensor_local_read(v, i, bv, (size_t)nk * 4);
+        if (st == DT_OK && !host)
+            st = dt_tensor_local_read(c->k[l], i, ck, (size_t)nc * 4);
+        if (st == DT_OK && !host)
+            st = dt_tensor_local_read(c->v[l], i, cv, (size_t)nc * 4);
+        if (st == DT_OK) {
+            if (cf->arch == DT_HF_LLAMA) {
+                kv_rope(rl, n, wq / D, D, c->len, m->inv_freq, bq);
+                kv_rope(rl, n, wk / D, D, c->len, m->inv_freq, bk);
+            }
+            for (int64_t r = 0; r < rl; r++)
+                for (int64_t t = 0; t < n; t++) {
+                    size_t at = (size_t)((r * c->cap + c->len + t) * wk);
+                    memcpy(ck + at, bk + (r * n + t) * wk, (size_t)wk * 4);
+                    memcpy(cv + at, bv + (r * n + t) * wk, (size_t)wk * 4);
+                }
+            if (kv_attend(rl, n, c->len, c->cap, wq / D, q0, wk / D, k0, group, D, bq, ck, cv,
+                          by) != 0) {
+                set_error("lm_forward: a device's query heads need key/value heads it lacks");
+                st = DT_ERR_STATE;
+            }
+        }
+        if (st == DT_OK && !host)
+            st = dt_tensor_local_write(c->k[l], i, ck, (size_t)nc * 4);
+        if (st == DT_OK && !host)
+            st = dt_tensor_local_write(c->v[l], i, cv, (size_t)nc * 4);
+        if (st == DT_OK)
+            st = dt_tensor_local_write(y, i, by, (size_t)nq * 4);
+        if (!host) {
+            free(ck);
+            free(cv);
+        }
+        free(bq);
+        free(bk);
+        free(bv);
+        free(by);
+    }
+    if (st != DT_OK) {
+        dt_tensor_destroy(y);
+        return st;
+    }
+    *y_out = y;
+    return DT_OK;
+}
+
+static dt_status block(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor *x,
+                       dt_tensor **out)
+{
+    const layer *w = &m->ly[l];
+    keep_list k = {.n = 0};
+    dt_tensor *a, *q, *kk, *v, *y = NULL, *o, *x1 = NULL, *b, *h = NULL, *mo;
+    dt_tensor *x2 = NULL;
+    int gpt2 = m->cfg.arch == DT_HF_GPT2;
+    dt_status st;
+    if ((st = norm(m, &k, x, w->n1g, w->n1b, &a)) != DT_OK ||
+        (st = linear(&k, a, w->qw, w->qb, c->l_q, &q)) != DT_OK ||
+        (st = linear(&k, a, w->kw, w->kb, c->l_kv, &kk)) != DT_OK ||
+        (st = linear(&k, a, w->vw, w->vb, c->l_kv, &v)) != DT_OK ||
+        (st = keep(&k, attend_local(m, c, l, n, q, kk, v, &y), y)) != DT_OK ||
+        (st = linear(&k, y, w->ow, w->ob, c->l_act, &o)) != DT_OK ||
+        (st = keep(&k, dt_add(x, o, c->l_act, &x1), x1)) != DT_OK ||
+        (st = norm(m, &k, x1, w->n2g, w->n2b, &b)) != DT_OK)
+        goto out;
+    if (gpt2) {
+        dt_tensor *f;
+        if ((st = linear(&k, b, w->w1, w->b1, NULL, &f)) != DT_OK ||
+            (st = keep(&k, dt_gelu(f, &h), h)) != DT_OK)
+            goto out;
+    } else {
+        dt_tensor *g, *u;
+        if ((st = linear(&k, b, w->w1, NULL, NULL, &g)) != DT_OK ||
+            (st = linear(&k, b, w->w3, NULL, NULL, &u)) != DT_OK ||
+            (st = keep(&k, dt_swiglu(g, u, &h), h)) != DT_OK)
+            goto out;
+    }
+    if ((st = linear(&k, h, w->w2, w->b2, c->l_act, &mo)) != DT_OK)
+        goto out;
+    st = dt_add(x1, mo, c->l_act, &x2);
+out:
+    keep_free(&k);
+    if (st == DT_OK)
+        *out = x2;
+    return st;
+}
+
+dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all, float *logits)
+{
+    own_error[0] = '\0';
+    const dt_hf_config *cf = &m->cfg;
+    int64_t rows = c->rows, V = cf->vocab;
+    if (n < 1 || c->len + n > c->cap) {
+        set_error("lm_forward: %lld new positions after %lld exceed the cache's %lld",
+                  (long long)n, (long long)c->len, (long long)c->cap);
+        return DT_ERR_SHAPE;
+    }
+    keep_list k = {.n = 0};
+    int64_t shape[2] = {rows, n};
+    dt_tensor *tid = NULL, *x = NULL, *f = NULL, *lg = NULL, *rep = NULL;
+    dt_status st = keep(&k, from_host(c->l_ids, DT_DTYPE_I32, shape, ids, &tid), tid);
+    if (st == DT_OK)
+        st = keep(&k, dt_embedding(m->embed, tid, c->l_act, &x), x);
+    if (st == DT_OK && m->pos) {
+        int32_t *pos = malloc((size_t)(rows * n) * sizeof *pos);
+        dt_tensor *tp = NULL, *pe = NULL, *x2 = NULL;
+        if (!pos)
+            st = DT_ERR_NO_MEMORY;
+        for (int64_t i = 0; st == DT_OK && i < rows * n; i++)
+            pos[i] = (int32_t)(c->len + i % n);
+        if (st == DT_OK)
+            st = keep(&k, from_host(c->l_ids, DT_DTYPE_I32, shape, pos, &tp), tp);
+        free(pos);
+        if (st == DT_OK)
+            st = keep(&k, dt_embedding(m->pos, tp, c->l_act, &pe), pe);
+        if (st == DT_OK)
+            st = keep(&k, dt_add(x, pe, c->l_act, &x2), x2);
+        x = x2;
+    }
+    for (int64_t l = 0; st == DT_OK && l < cf->layers; l++) {
+        dt_tensor *x2 = NULL;
+        st = keep(&k, block(m, c, l, n, x, &x2), x2);
+        x = x2;
+    }
+    if (st == DT_OK)
+        st = norm(m, &k, x, m->nfg, m->nfb, &f);
+    if (st == DT_OK)
+        st = keep(&k, dt_matmul_nd(f, m->head, 0, 1, NULL, &lg), lg);
+    if (st == DT_OK)
+        st = keep(&k, dt_relayout(lg, c->l_rep3, &rep), rep);
+    if (st == DT_OK && all) {
+        st = dt_tensor_local_read(rep, 0, logits, (size_t)(rows * n * V) * sizeof *logits);
+    } else if (st == DT_OK) {
+        float *buf = malloc((size_t)(rows * n * V) * sizeof *buf);
+        st = buf ? dt_tensor_local_read(rep, 0, buf, (size_t)(rows * n * V) * sizeof *buf)
+                 : DT_ERR_NO_MEMORY;
+        for (int64_t r = 0; st == DT_OK && r < rows; r++)
+            memcpy(logits + r * V, buf + (r * n + n - 1) * V, (size_t)V * sizeof *logits);
+        free(buf);
+    }
+    keep_free(&k);
+    if (st == DT_OK)
+        c->len += n;
+    return st;
+}

@@ -1,0 +1,56 @@
+/* llama/lm: a decoder-only language model loaded from a Hugging Face model directory (GPT-2,
+ * or the Llama family: Llama, Qwen2, Mistral) onto a mesh with a `batch` dim and an optional
+ * `model` dim, and run incrementally against a key/value cache laid out on the mesh:
+ *   embeddings [V, C]         vocabulary sharded on model (the head too, tied or not)
+ *   q, k, v, gate, up, fc     column parallel (heads / hidden units sharded on model)
+ *   o, down, proj             row parallel, outputs all-reduced over model
+ *   norms, row-parallel biases replicated
+ *   activations [rows, n, C]  rows sharded on batch (when it divides them)
+ *   cache [rows, cap, KV * D] per layer for keys and for values, laid out as k and v (kv heads
+ *                             sharded on model when it divides them and the query heads).
+ * The projections, norms, MLP and head are libdtensor's distributed ops; rotary embeddings
+ * and attention against the cache are local loops (kv_attend.c) on each device's heads.
+ * Weights in f32 (the source's f16 / bf16 converted). */
+#ifndef LLAMA_LM_H
+#define LLAMA_LM_H
+
+#include <stdint.h>
+
+#include <dtensor/dtensor.h>
+#include <dtensor/foreign.h>
+
+typedef struct lm lm;
+typedef struct lm_cache lm_cache;
+
+/* Loads the model of HF directory `dir` (config.json, model.safetensors or its sharded
+ * index) onto `mesh`: each device reads only its own boxes. Collective. */
+dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out);
+void lm_destroy(lm *m);
+/* Borrowed. */
+const dt_hf_config *lm_config(const lm *m);
+/* Bytes of all weights (f32), the head once when tied. */
+uint64_t lm_weight_bytes(const lm *m);
+/* The model's parameters and our names for them (dt_foreign_gpt2_map's or
+ * dt_foreign_llama_map's). Borrowed. */
+int lm_num_params(const lm *m);
+dt_tensor *const *lm_params(const lm *m);
+const char *const *lm_param_names(const lm *m);
+
+/* A cache for `rows` sequences of at most `cap` positions. Collective. */
+dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out);
+void lm_cache_destroy(lm_cache *c);
+/* Positions held (the next token's position). */
+int64_t lm_cache_length(const lm_cache *c);
+/* Forgets every position (the cache is reused from 0). */
+void lm_cache_reset(lm_cache *c);
+
+/* Runs n new tokens per row (ids [rows, n], the same on every client) at positions
+ * len..len+n-1 of the cache, appends their keys and values, and gathers the logits to the
+ * host: all != 0: logits [rows, n, V]; else the last position's [rows, V]. DT_ERR_SHAPE when
+ * the cache would exceed its cap. Collective. */
+dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all, float *logits);
+
+/* A message for the last failure: this module's own or dt_last_error(). */
+const char *lm_last_error(void);
+
+#endif
