@@ -19,6 +19,7 @@ int cli_usage(void)
           "       dtensor launch [--hosts H:N,... | --hostfile F] [--nproc-per-node N] [--dry-run]\n"
           "                      [--max-restarts K [--exclude-lost]] -- PROGRAM ARGS...\n"
           "       dtensor trace DIR [--last N] [--width W]\n"
+          "       dtensor tokenize (--model DIR | --tokenizer FILE) --out PREFIX [--lines] INPUT...\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -93,6 +94,8 @@ int main(int argc, char **argv)
         return cli_launch(argc - 1, argv + 1);
     if (strcmp(cmd, "trace") == 0)
         return cli_trace(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0)
+        return cli_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;
