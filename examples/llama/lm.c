@@ -9,12 +9,11 @@
 #include <string.h>
 
 #include "kv_attend.h"
-
-#define MAX_LAYERS 256
+#include "lm_impl.h"
 
 static char own_error[256];
 
-static void set_error(const char *fmt, ...)
+void lm__set_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -26,33 +25,6 @@ const char *lm_last_error(void)
 {
     return own_error[0] ? own_error : dt_last_error();
 }
-
-/* One block's parameters (NULL: absent). GPT-2: w1/b1 = fc, w2/b2 = proj; Llama: w1 gate,
- * w3 up, w2 down. */
-typedef struct layer {
-    dt_tensor *n1g, *n1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *n2g, *n2b;
-    dt_tensor *w1, *b1, *w3, *w2, *b2;
-} layer;
-
-struct lm {
-    dt_mesh *mesh;
-    dt_hf_config cfg;
-    int n;                 /* parameters */
-    dt_tensor **p;
-    char **names;
-    layer *ly;
-    dt_tensor *embed, *pos, *nfg, *nfb, *head; /* head: the tied embedding or lm_head */
-    int q_sharded, kv_sharded, f_sharded;      /* over `model` */
-    const char *tp;        /* "model" or unsharded */
-    double *inv_freq;      /* rotary frequencies (Llama) */
-};
-
-struct lm_cache {
-    const lm *m;
-    int64_t rows, cap, len;
-    dt_layout *l_act, *l_ids, *l_q, *l_kv, *l_rep3;
-    dt_tensor **k, **v; /* per layer [rows, cap, KV * D] */
-};
 
 const dt_hf_config *lm_config(const lm *m) { return &m->cfg; }
 int lm_num_params(const lm *m) { return m->n; }
@@ -195,14 +167,14 @@ dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)
         st = dt_foreign_open(dir, &src);
     const dt_hf_config *c = &m->cfg;
     if (st == DT_OK && c->layers > MAX_LAYERS) {
-        set_error("%s: %lld layers (at most %d)", dir, (long long)c->layers, MAX_LAYERS);
+        lm__set_error("%s: %lld layers (at most %d)", dir, (long long)c->layers, MAX_LAYERS);
         st = DT_ERR_UNSUPPORTED;
     }
     if (st == DT_OK && c->arch == DT_HF_GPT2) {
         dt_foreign_gpt2_config g;
         st = dt_foreign_gpt2_map(src, 0, &map, &count, &g);
         if (st == DT_OK && (g.n_layer != c->layers || g.n_embd != c->hidden)) {
-            set_error("%s: config.json and the weights disagree on n_layer or n_embd", dir);
+            lm__set_error("%s: config.json and the weights disagree on n_layer or n_embd", dir);
             st = DT_ERR_SHAPE;
         }
     } else if (st == DT_OK) {
@@ -259,6 +231,37 @@ dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)
     return DT_OK;
 }
 
+void lm__layouts_free(lm_layouts *l)
+{
+    dt_layout *ls[] = {l->act, l->ids, l->q, l->kv, l->rep3};
+    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
+        dt_layout_destroy(ls[i]);
+    memset(l, 0, sizeof *l);
+}
+
+dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out)
+{
+    int bd = dt_mesh_dim_index(m->mesh, "batch");
+    const char *b = bd >= 0 && rows % dt_mesh_dim_size(m->mesh, bd) == 0 ? "batch" : DT_UNSHARDED;
+    const char *u = DT_UNSHARDED;
+    const char *s_act[3] = {b, u, u};
+    const char *s_q[3] = {b, u, m->q_sharded ? m->tp : u};
+    const char *s_kv[3] = {b, u, m->kv_sharded ? m->tp : u};
+    lm_layouts l;
+    memset(&l, 0, sizeof l);
+    dt_status st;
+    if ((st = dt_layout_create(m->mesh, 3, s_act, &l.act)) != DT_OK ||
+        (st = dt_layout_create(m->mesh, 2, s_act, &l.ids)) != DT_OK ||
+        (st = dt_layout_create(m->mesh, 3, s_q, &l.q)) != DT_OK ||
+        (st = dt_layout_create(m->mesh, 3, s_kv, &l.kv)) != DT_OK ||
+        (st = dt_layout_replicated(m->mesh, 3, &l.rep3)) != DT_OK) {
+        lm__layouts_free(&l);
+        return st;
+    }
+    *out = l;
+    return DT_OK;
+}
+
 /* ---- the cache ----------------------------------------------------------------------------- */
 
 void lm_cache_destroy(lm_cache *c)
@@ -273,9 +276,7 @@ void lm_cache_destroy(lm_cache *c)
     }
     free(c->k);
     free(c->v);
-    dt_layout *ls[] = {c->l_act, c->l_ids, c->l_q, c->l_kv, c->l_rep3};
-    for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
-        dt_layout_destroy(ls[i]);
+    lm__layouts_free(&c->l);
     free(c);
 }
 
@@ -287,7 +288,7 @@ dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out
     own_error[0] = '\0';
     const dt_hf_config *cf = &m->cfg;
     if (rows < 1 || cap < 1 || (cf->arch == DT_HF_GPT2 && cap > cf->max_positions)) {
-        set_error("lm_cache_create: %lld rows and %lld positions (GPT-2: at most %lld)",
+        lm__set_error("lm_cache_create: %lld rows and %lld positions (GPT-2: at most %lld)",
                   (long long)rows, (long long)cap, (long long)cf->max_positions);
         return DT_ERR_INVALID_ARGUMENT;
     }
@@ -299,27 +300,18 @@ dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out
     c->cap = cap;
     c->k = calloc((size_t)cf->layers, sizeof *c->k);
     c->v = calloc((size_t)cf->layers, sizeof *c->v);
-    int bd = dt_mesh_dim_index(m->mesh, "batch");
-    const char *b = bd >= 0 && rows % dt_mesh_dim_size(m->mesh, bd) == 0 ? "batch" : DT_UNSHARDED;
-    const char *u = DT_UNSHARDED;
-    const char *s_act[3] = {b, u, u};
-    const char *s_q[3] = {b, u, m->q_sharded ? m->tp : u};
-    const char *s_kv[3] = {b, u, m->kv_sharded ? m->tp : u};
     dt_status st = c->k && c->v ? DT_OK : DT_ERR_NO_MEMORY;
-    if (st == DT_OK &&
-        ((st = dt_layout_create(m->mesh, 3, s_act, &c->l_act)) != DT_OK ||
-         (st = dt_layout_create(m->mesh, 2, s_act, &c->l_ids)) != DT_OK ||
-         (st = dt_layout_create(m->mesh, 3, s_q, &c->l_q)) != DT_OK ||
-         (st = dt_layout_create(m->mesh, 3, s_kv, &c->l_kv)) != DT_OK ||
-         (st = dt_layout_replicated(m->mesh, 3, &c->l_rep3)) != DT_OK)) {
+    if (st == DT_OK)
+        st = lm__layouts(m, rows, &c->l);
+    if (st != DT_OK) {
         lm_cache_destroy(c);
         return st;
     }
     int64_t shape[3] = {rows, cap, cf->kv_heads * cf->head_dim};
     for (int64_t l = 0; st == DT_OK && l < cf->layers; l++) {
-        st = dt_tensor_zeros(c->l_kv, DT_DTYPE_F32, shape, &c->k[l]);
+        st = dt_tensor_zeros(c->l.kv, DT_DTYPE_F32, shape, &c->k[l]);
         if (st == DT_OK)
-            st = dt_tensor_zeros(c->l_kv, DT_DTYPE_F32, shape, &c->v[l]);
+            st = dt_tensor_zeros(c->l.kv, DT_DTYPE_F32, shape, &c->v[l]);
     }
     if (st != DT_OK) {
         lm_cache_destroy(c);
@@ -344,7 +336,7 @@ static dt_status keep(keep_list *k, dt_status st, dt_tensor *t)
         return st;
     if (k->n == KEEP_MAX) {
         dt_tensor_destroy(t);
-        set_error("lm_forward: too many tensors in one step");
+        lm__set_error("lm_forward: too many tensors in one step");
         return DT_ERR_STATE;
     }
     k->t[k->n++] = t;
@@ -358,9 +350,8 @@ static void keep_free(keep_list *k)
     k->n = 0;
 }
 
-/* A tensor of `layout` holding the global host array `global` (every local device views the
- * whole array, then the relayout slices out its box: no communication). */
-static dt_status from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+/* Every local device views the whole array, then the relayout slices out its box. */
+dt_status lm__from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                            const void *global, dt_tensor **out)
 {
     const dt_mesh *mesh = dt_layout_mesh(layout);
@@ -474,7 +465,7 @@ static dt_status attend_local(const lm *m, lm_cache *c, int64_t l, int64_t n, dt
                 }
             if (kv_attend(rl, n, c->len, c->cap, wq / D, q0, wk / D, k0, group, D, bq, ck, cv,
                           by) != 0) {
-                set_error("lm_forward: a device's query heads need key/value heads it lacks");
+                lm__set_error("lm_forward: a device's query heads need key/value heads it lacks");
                 st = DT_ERR_STATE;
             }
         }
@@ -511,12 +502,12 @@ static dt_status block(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor
     int gpt2 = m->cfg.arch == DT_HF_GPT2;
     dt_status st;
     if ((st = norm(m, &k, x, w->n1g, w->n1b, &a)) != DT_OK ||
-        (st = linear(&k, a, w->qw, w->qb, c->l_q, &q)) != DT_OK ||
-        (st = linear(&k, a, w->kw, w->kb, c->l_kv, &kk)) != DT_OK ||
-        (st = linear(&k, a, w->vw, w->vb, c->l_kv, &v)) != DT_OK ||
+        (st = linear(&k, a, w->qw, w->qb, c->l.q, &q)) != DT_OK ||
+        (st = linear(&k, a, w->kw, w->kb, c->l.kv, &kk)) != DT_OK ||
+        (st = linear(&k, a, w->vw, w->vb, c->l.kv, &v)) != DT_OK ||
         (st = keep(&k, attend_local(m, c, l, n, q, kk, v, &y), y)) != DT_OK ||
-        (st = linear(&k, y, w->ow, w->ob, c->l_act, &o)) != DT_OK ||
-        (st = keep(&k, dt_add(x, o, c->l_act, &x1), x1)) != DT_OK ||
+        (st = linear(&k, y, w->ow, w->ob, c->l.act, &o)) != DT_OK ||
+        (st = keep(&k, dt_add(x, o, c->l.act, &x1), x1)) != DT_OK ||
         (st = norm(m, &k, x1, w->n2g, w->n2b, &b)) != DT_OK)
         goto out;
     if (gpt2) {
@@ -531,9 +522,9 @@ static dt_status block(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor
             (st = keep(&k, dt_swiglu(g, u, &h), h)) != DT_OK)
             goto out;
     }
-    if ((st = linear(&k, h, w->w2, w->b2, c->l_act, &mo)) != DT_OK)
+    if ((st = linear(&k, h, w->w2, w->b2, c->l.act, &mo)) != DT_OK)
         goto out;
-    st = dt_add(x1, mo, c->l_act, &x2);
+    st = dt_add(x1, mo, c->l.act, &x2);
 out:
     keep_free(&k);
     if (st == DT_OK)
@@ -547,16 +538,16 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
     const dt_hf_config *cf = &m->cfg;
     int64_t rows = c->rows, V = cf->vocab;
     if (n < 1 || c->len + n > c->cap) {
-        set_error("lm_forward: %lld new positions after %lld exceed the cache's %lld",
+        lm__set_error("lm_forward: %lld new positions after %lld exceed the cache's %lld",
                   (long long)n, (long long)c->len, (long long)c->cap);
         return DT_ERR_SHAPE;
     }
     keep_list k = {.n = 0};
     int64_t shape[2] = {rows, n};
     dt_tensor *tid = NULL, *x = NULL, *f = NULL, *lg = NULL, *rep = NULL;
-    dt_status st = keep(&k, from_host(c->l_ids, DT_DTYPE_I32, shape, ids, &tid), tid);
+    dt_status st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, ids, &tid), tid);
     if (st == DT_OK)
-        st = keep(&k, dt_embedding(m->embed, tid, c->l_act, &x), x);
+        st = keep(&k, dt_embedding(m->embed, tid, c->l.act, &x), x);
     if (st == DT_OK && m->pos) {
         int32_t *pos = malloc((size_t)(rows * n) * sizeof *pos);
         dt_tensor *tp = NULL, *pe = NULL, *x2 = NULL;
@@ -565,12 +556,12 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
         for (int64_t i = 0; st == DT_OK && i < rows * n; i++)
             pos[i] = (int32_t)(c->len + i % n);
         if (st == DT_OK)
-            st = keep(&k, from_host(c->l_ids, DT_DTYPE_I32, shape, pos, &tp), tp);
+            st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, pos, &tp), tp);
         free(pos);
         if (st == DT_OK)
-            st = keep(&k, dt_embedding(m->pos, tp, c->l_act, &pe), pe);
+            st = keep(&k, dt_embedding(m->pos, tp, c->l.act, &pe), pe);
         if (st == DT_OK)
-            st = keep(&k, dt_add(x, pe, c->l_act, &x2), x2);
+            st = keep(&k, dt_add(x, pe, c->l.act, &x2), x2);
         x = x2;
     }
     for (int64_t l = 0; st == DT_OK && l < cf->layers; l++) {
@@ -583,7 +574,7 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
     if (st == DT_OK)
         st = keep(&k, dt_matmul_nd(f, m->head, 0, 1, NULL, &lg), lg);
     if (st == DT_OK)
-        st = keep(&k, dt_relayout(lg, c->l_rep3, &rep), rep);
+        st = keep(&k, dt_relayout(lg, c->l.rep3, &rep), rep);
     if (st == DT_OK && all) {
         st = dt_tensor_local_read(rep, 0, logits, (size_t)(rows * n * V) * sizeof *logits);
     } else if (st == DT_OK) {

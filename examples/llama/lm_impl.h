@@ -1,0 +1,54 @@
+/* llama/lm_impl: the model's internals shared by lm.c (loading, the cached forward pass) and
+ * lm_train.c (the training pass on the tape). Private to examples/llama. */
+#ifndef LLAMA_LM_IMPL_H
+#define LLAMA_LM_IMPL_H
+
+#include "lm.h"
+
+#define MAX_LAYERS 256
+
+/* One block's parameters (NULL: absent). GPT-2: w1/b1 = fc, w2/b2 = proj; Llama: w1 gate,
+ * w3 up, w2 down. */
+typedef struct layer {
+    dt_tensor *n1g, *n1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *n2g, *n2b;
+    dt_tensor *w1, *b1, *w3, *w2, *b2;
+} layer;
+
+struct lm {
+    dt_mesh *mesh;
+    dt_hf_config cfg;
+    int n;                 /* parameters */
+    dt_tensor **p;
+    char **names;
+    layer *ly;
+    dt_tensor *embed, *pos, *nfg, *nfb, *head; /* head: the tied embedding or lm_head */
+    int q_sharded, kv_sharded, f_sharded;      /* over `model` */
+    const char *tp;        /* "model" or unsharded */
+    double *inv_freq;      /* rotary frequencies (Llama) */
+};
+
+
+/* Sets the message lm_last_error returns (printf style). */
+void lm__set_error(const char *fmt, ...);
+
+/* The activation layouts for `rows` sequences: [rows, n, C], ids [rows, n], q [rows, n, H*D]
+ * (heads sharded on model when it divides them), k/v [rows, n, KV*D], replicated 3-D; rows
+ * sharded on batch when it divides them. */
+typedef struct lm_layouts {
+    dt_layout *act, *ids, *q, *kv, *rep3;
+} lm_layouts;
+dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out);
+void lm__layouts_free(lm_layouts *l);
+
+/* A tensor of `layout` holding the global host array `global` (no communication). */
+dt_status lm__from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
+                        const void *global, dt_tensor **out);
+
+struct lm_cache {
+    const lm *m;
+    int64_t rows, cap, len;
+    lm_layouts l;
+    dt_tensor **k, **v; /* per layer [rows, cap, KV * D] */
+};
+
+#endif
