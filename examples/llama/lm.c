@@ -53,6 +53,7 @@ void lm_destroy(lm *m)
     free(m->names);
     free(m->ly);
     free(m->inv_freq);
+    free(m->opt);
     dt_mesh_destroy(m->mesh);
     free(m);
 }

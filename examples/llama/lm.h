@@ -50,6 +50,23 @@ void lm_cache_reset(lm_cache *c);
  * the cache would exceed its cap. Collective. */
 dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all, float *logits);
 
+/* ---- training (lm_train.c) ----
+ * The model over whole sequences x [rows, T] (ids, the dataset's layout) against targets y,
+ * recorded on `tape` (the parameters watched under their indices) and run backward:
+ * *loss_out the mean cross-entropy, grads_out[i] (owned, f32) parameter i's gradient; with
+ * grads_out NULL the forward only. Collective. */
+dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
+                   double *loss_out, dt_tensor **grads_out);
+/* 1 for the 2-D parameters (weights, embeddings: weight decay), 0 for norms and biases. */
+int lm_param_decays(const lm *m, int i);
+/* Hands the parameters to `zero` (stages 0-2) as two groups: the decayed ones with hp, the
+ * others without weight decay. Collective. */
+dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp);
+/* The model's parameter index at optimizer position k (after lm_attach). */
+int lm_opt_order(const lm *m, int k);
+/* Both groups' learning rate. */
+dt_status lm_set_lr(const lm *m, dt_zero *zero, float lr);
+
 /* A message for the last failure: this module's own or dt_last_error(). */
 const char *lm_last_error(void);
 

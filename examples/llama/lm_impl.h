@@ -25,6 +25,8 @@ struct lm {
     int q_sharded, kv_sharded, f_sharded;      /* over `model` */
     const char *tp;        /* "model" or unsharded */
     double *inv_freq;      /* rotary frequencies (Llama) */
+    int *opt;              /* lm_attach: the model's parameter at optimizer position k */
+    int groups[2];         /* lm_attach: the decayed and the other parameters' groups */
 };
 
 

@@ -286,6 +286,25 @@ DT_API dt_status dt_hf_config_write(const dt_hf_config *cfg, const char *path);
 DT_API dt_status dt_foreign_llama_map(const dt_foreign *src, const dt_hf_config *cfg,
                                       dt_foreign_map_entry **map_out, int *count_out);
 
+
+/* Writes a checkpoint of our parameters of an HF-family model (the names of
+ * dt_foreign_llama_map, or of dt_foreign_gpt2_map for cfg->arch DT_HF_GPT2) as a Hugging Face
+ * model directory `out_dir` (created; files in it replaced): config.json from cfg
+ * (dt_hf_config_write), the weights with HF names in their stored dtype (nn.Linear weights
+ * transposed back to [out, in]; GPT-2 as dt_ckpt_export_hf_gpt2 writes it), as one
+ * model.safetensors, or, when opts->max_file_bytes is set and the weights exceed it,
+ * model-0000i-of-0000N.safetensors files (tensors whole, in order) and
+ * model.safetensors.index.json; and the tokenizer files of directory `tokenizer_from` (NULL:
+ * none) copied: tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json,
+ * merges.txt, generation_config.json, those present. Each safetensors file is written under a
+ * partial name and renamed. Reads through dt_ckpt_read_box (CRCs checked), one tensor at a
+ * time. Local. DT_ERR_NOT_FOUND (a parameter missing: names it), DT_ERR_SHAPE,
+ * DT_ERR_INVALID_ARGUMENT (out_dir inside a checkpoint), DT_ERR_CORRUPT, DT_ERR_IO,
+ * DT_ERR_NO_MEMORY. */
+DT_API dt_status dt_ckpt_export_hf(const dt_ckpt *ckpt, const char *out_dir,
+                                   const dt_hf_config *cfg, const char *tokenizer_from,
+                                   const dt_ckpt_export_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

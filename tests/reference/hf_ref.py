@@ -240,3 +240,30 @@ def greedy(cfg, w, prompt, n):
     for _ in range(n):
         seq.append(int(logits(cfg, w, [seq])[0, -1].argmax()))
     return seq[len(prompt):]
+
+
+def train(cfg, w, toks, B, T, steps, lr, wd, betas=(0.9, 0.95), eps=1e-8, clip=1.0):
+    """`steps` AdamW steps (weight decay on the 2-D tensors only, global-norm clipping) on
+    llm.c's batches of toks (batch k: the B*T+1 tokens from k*B*T), float64. Returns each
+    step's loss (before its update) and the trained weights."""
+    params = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+    decay = [p for p in params.values() if p.dim() == 2]
+    plain = [p for p in params.values() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                             {"params": plain, "weight_decay": 0.0}],
+                            lr=lr, betas=betas, eps=eps)
+    losses = []
+    n = (len(toks) - 1) // (B * T)
+    for s in range(steps):
+        at = (s % n) * B * T
+        buf = torch.tensor(toks[at:at + B * T + 1])
+        x, y = buf[:-1].view(B, T), buf[1:].view(B, T)
+        lg = logits(cfg, params, x)
+        loss = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+        opt.step()
+        losses.append(float(loss))
+    return losses, {k: v.detach() for k, v in params.items()}
