@@ -3,7 +3,7 @@
  * `model` (tensor parallel) dims, the forward pass on the autograd tape (examples/llama),
  * printing a sample as text every N steps, and writing back an HF directory
  * (docs/generate.md, "Fine-tuning"):
- *   train_llama --model DIR (--text FILE|DIR [--lines] | --data TRAIN.bin) --batch B
+ *   train_llama --model DIR [--random-init] (--text FILE|DIR [--lines] | --data TRAIN.bin) --batch B
  *     --context T --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
  *     [--mesh FILE] [--zero 0-2] [--sample-every N] [--sample-tokens K]
  *     [--sample-prompt TEXT] [--temperature T] [--top-k K] [--seed S] [--out DIR]
@@ -33,7 +33,7 @@ typedef struct opts {
     int64_t batch, context, steps, sample_every, sample_tokens, top_k, max_file_bytes;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, temperature;
-    int stage, lines;
+    int stage, lines, random_init;
 } opts;
 
 static void usage(FILE *f)
@@ -41,6 +41,8 @@ static void usage(FILE *f)
     fputs("usage: train_llama --model DIR (--text FILE|DIR | --data TRAIN.bin) --batch B "
           "--context T --steps N --lr LR [options]\n"
           "  --model DIR          HF model directory (config.json, safetensors, tokenizer)\n"
+          "  --random-init        the weights drawn from --seed instead (DIR's config.json\n"
+          "                       and tokenizer only; the Llama family)\n"
           "  --text FILE|DIR      raw text tokenised on the fly (--lines: a document a line)\n"
           "  --data FILE          an llm.c token shard (dtensor tokenize)\n"
           "  --weight-decay W --beta1 B1 --beta2 B2 --eps E --clip C   AdamW, clipping\n"
@@ -63,6 +65,10 @@ static int parse(int argc, char **argv, opts *o)
             return 2;
         if (!strcmp(a, "--lines")) {
             o->lines = 1;
+            continue;
+        }
+        if (!strcmp(a, "--random-init")) {
+            o->random_init = 1;
             continue;
         }
         if (!v) {
@@ -260,8 +266,14 @@ static int run(job *j, const opts *o)
         return 1;
     }
     what = "model";
-    if ((st = lm_load(mesh, o->model, &m)) != DT_OK)
+    if (o->random_init) {
+        dt_hf_config hc;
+        if ((st = dt_hf_config_read(o->model, &hc)) != DT_OK ||
+            (st = lm_create_random(mesh, &hc, o->seed, &m)) != DT_OK)
+            goto fail;
+    } else if ((st = lm_load(mesh, o->model, &m)) != DT_OK) {
         goto fail;
+    }
     what = "tokenizer";
     if ((st = load_tokenizer(o->model, &tok)) != DT_OK)
         goto fail;

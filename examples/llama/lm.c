@@ -96,7 +96,7 @@ static void param_specs(const lm *m, const char *name, int rank, const char **s)
 }
 
 /* Points the named slots at parameter i. */
-static void bind(lm *m, int i)
+void lm__bind(lm *m, int i)
 {
     const char *name = m->names[i];
     dt_tensor *t = m->p[i];
@@ -153,6 +153,46 @@ static void bind(lm *m, int i)
             *(dt_tensor **)((char *)y + slots[k].at) = t;
 }
 
+dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count)
+{
+    const dt_hf_config *c = &m->cfg;
+    const dt_mesh *mesh = m->mesh;
+    dt_status st = DT_OK;
+    int md = dt_mesh_dim_index(mesh, "model");
+    int64_t M = md >= 0 ? dt_mesh_dim_size(mesh, md) : 1;
+    m->tp = md >= 0 ? "model" : DT_UNSHARDED;
+    m->q_sharded = c->heads % M == 0;
+    m->kv_sharded = m->q_sharded && c->kv_heads % M == 0;
+    m->f_sharded = c->intermediate % M == 0;
+    m->p = calloc((size_t)count, sizeof *m->p);
+    m->names = calloc((size_t)count, sizeof *m->names);
+    m->ly = calloc((size_t)c->layers, sizeof *m->ly);
+    m->inv_freq = calloc((size_t)(c->head_dim / 2 + 1), sizeof *m->inv_freq);
+    if (!m->p || !m->names || !m->ly || !m->inv_freq)
+        st = DT_ERR_NO_MEMORY;
+    for (int i = 0; st == DT_OK && i < count; i++) {
+        const char *s[2];
+        dt_layout *l = NULL;
+        param_specs(m, map[i].name, map[i].rank, s);
+        m->names[i] = strdup(map[i].name);
+        m->n = i + 1;
+        if (!m->names[i])
+            st = DT_ERR_NO_MEMORY;
+        if (st == DT_OK)
+            st = dt_layout_create(mesh, map[i].rank, s, &l);
+        if (st == DT_OK)
+            st = dt_tensor_zeros(l, DT_DTYPE_F32, map[i].shape, &m->p[i]);
+        dt_layout_destroy(l);
+    }
+    for (int i = 0; st == DT_OK && i < m->n; i++)
+        lm__bind(m, i);
+    if (st == DT_OK && c->arch == DT_HF_LLAMA)
+        kv_rope_freqs(c->head_dim, c->rope_theta, c->rope_llama3, c->rope_factor,
+                      c->rope_low_freq_factor, c->rope_high_freq_factor,
+                      (double)c->rope_original_max, m->inv_freq);
+    return st;
+}
+
 dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)
 {
     own_error[0] = '\0';
@@ -181,46 +221,15 @@ dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)
     } else if (st == DT_OK) {
         st = dt_foreign_llama_map(src, c, &map, &count);
     }
-    int md = dt_mesh_dim_index(mesh, "model");
-    int64_t M = md >= 0 ? dt_mesh_dim_size(mesh, md) : 1;
-    m->tp = md >= 0 ? "model" : DT_UNSHARDED;
-    m->q_sharded = c->heads % M == 0;
-    m->kv_sharded = m->q_sharded && c->kv_heads % M == 0;
-    m->f_sharded = c->intermediate % M == 0;
-    if (st == DT_OK) {
-        m->p = calloc((size_t)count, sizeof *m->p);
-        m->names = calloc((size_t)count, sizeof *m->names);
-        m->ly = calloc((size_t)c->layers, sizeof *m->ly);
-        m->inv_freq = calloc((size_t)(c->head_dim / 2 + 1), sizeof *m->inv_freq);
-        if (!m->p || !m->names || !m->ly || !m->inv_freq)
-            st = DT_ERR_NO_MEMORY;
-    }
-    dt_foreign_view *views = st == DT_OK ? calloc((size_t)count, sizeof *views) : NULL;
-    if (st == DT_OK && !views)
+    dt_foreign_view *views = NULL;
+    if (st == DT_OK)
+        st = lm__build(m, map, count);
+    if (st == DT_OK && !(views = calloc((size_t)count, sizeof *views)))
         st = DT_ERR_NO_MEMORY;
-    for (int i = 0; st == DT_OK && i < count; i++) {
-        const char *s[2];
-        dt_layout *l = NULL;
-        param_specs(m, map[i].name, map[i].rank, s);
-        m->names[i] = strdup(map[i].name);
-        m->n = i + 1;
-        if (!m->names[i])
-            st = DT_ERR_NO_MEMORY;
-        if (st == DT_OK)
-            st = dt_layout_create(mesh, map[i].rank, s, &l);
-        if (st == DT_OK)
-            st = dt_tensor_zeros(l, DT_DTYPE_F32, map[i].shape, &m->p[i]);
-        dt_layout_destroy(l);
+    for (int i = 0; st == DT_OK && i < count; i++)
         views[i] = map[i].view;
-    }
     if (st == DT_OK)
         st = dt_foreign_restore(src, count, views, m->p);
-    for (int i = 0; st == DT_OK && i < m->n; i++)
-        bind(m, i);
-    if (st == DT_OK && c->arch == DT_HF_LLAMA)
-        kv_rope_freqs(c->head_dim, c->rope_theta, c->rope_llama3, c->rope_factor,
-                      c->rope_low_freq_factor, c->rope_high_freq_factor,
-                      (double)c->rope_original_max, m->inv_freq);
     free(views);
     dt_foreign_map_free(map, count);
     dt_foreign_close(src);

@@ -25,6 +25,11 @@ typedef struct lm_cache lm_cache;
 /* Loads the model of HF directory `dir` (config.json, model.safetensors or its sharded
  * index) onto `mesh`: each device reads only its own boxes. Collective. */
 dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out);
+/* A Llama-family model of config `cfg` (no files) initialised at random from `seed`
+ * (normal(0, 0.02), o and down by 1/sqrt(2 layers), gains 1, biases 0): the same values on
+ * any mesh. Collective (no communication). */
+dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_t seed,
+                           lm **out);
 void lm_destroy(lm *m);
 /* Borrowed. */
 const dt_hf_config *lm_config(const lm *m);

@@ -42,6 +42,13 @@ typedef struct lm_layouts {
 dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out);
 void lm__layouts_free(lm_layouts *l);
 
+/* m's parameters (m->mesh and m->cfg set) as zeroed tensors of map's names and shapes in their
+ * layouts, bound to the layer slots; the rotary frequencies. Collective (no communication). */
+dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count);
+
+/* Points the layer and model slots named by parameter i at it. */
+void lm__bind(lm *m, int i);
+
 /* A tensor of `layout` holding the global host array `global` (no communication). */
 dt_status lm__from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                         const void *global, dt_tensor **out);
