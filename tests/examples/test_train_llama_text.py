@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""examples/train_llama from text to text (docs/generate.md): a tiny Llama-family directory
+(config.json and a byte-level BPE tokenizer of the test's own, no weights: --random-init)
+fine-tuned on the bundled names (examples/data/names.txt, a document per line) tokenised on
+the fly; its samples printed as text every N steps; the loss going down; its --out HF
+directory reloaded by examples/generate giving the last sample's text (same seed and
+sampler); the same run on `dtensor tokenize`'s llm.c shard giving the same losses; and on a
+1x2 mesh (tensor parallel) the same losses. argv: train_llama, generate, dtensor, mpiexec,
+the examples directory. Prints `N passed, N failed`."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def run(cmd):
+    env = dict(os.environ)
+    env.pop("DT_CPU_DEVICES", None)
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, encoding="utf-8",
+                          errors="surrogateescape")
+
+
+def losses(out):
+    return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", out, re.M)]
+
+
+def main():
+    train, gen, tool, mpiexec, examples = sys.argv[1:6]
+    names = os.path.join(examples, "data", "names.txt")
+    passed = failed = 0
+
+    def check(ok, what):
+        nonlocal passed, failed
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        passed += ok
+        failed += not ok
+
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "model")
+        os.makedirs(d)
+        b2u = bytes_to_unicode()
+        vocab = {b2u[b]: b for b in range(256)}
+        merges = [("a", "n"), ("e", "l"), ("i", "e"), ("a", "r"), ("e", "n"), ("l", "a")]
+        for a, b in merges:
+            vocab[a + b] = len(vocab)
+        eot = vocab["<|endoftext|>"] = len(vocab)
+        with open(os.path.join(d, "vocab.json"), "w") as f:
+            json.dump(vocab, f)
+        with open(os.path.join(d, "merges.txt"), "w") as f:
+            f.write("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges))
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"model_type": "llama", "vocab_size": eot + 1, "hidden_size": 32,
+                       "intermediate_size": 64, "num_hidden_layers": 2,
+                       "num_attention_heads": 4, "num_key_value_heads": 2,
+                       "max_position_embeddings": 64, "rms_norm_eps": 1e-5,
+                       "rope_theta": 10000.0, "tie_word_embeddings": True,
+                       "eos_token_id": eot, "bos_token_id": eot}, f)
+        steps, every, seed = 40, 20, 3
+        common = ["--model", d, "--random-init", "--batch", "8", "--context", "16",
+                  "--lr", "1e-2", "--seed", str(seed)]
+        out = os.path.join(tmp, "out")
+        r = run([train] + common + ["--text", names, "--lines", "--steps", str(steps),
+                                    "--sample-every", str(every), "--sample-tokens", "12",
+                                    "--temperature", "1", "--top-k", "20", "--out", out])
+        check(r.returncode == 0, "train_llama --text trains and exports" +
+              ("" if r.returncode == 0 else ":\n" + r.stdout + r.stderr))
+        samples = dict((int(m.group(1)), m.group(2)) for m in
+                       re.finditer(r"^sample (\d+): (.*)$", r.stdout, re.M))
+        check(sorted(samples) == [0, every, steps], f"a sample as text every {every} steps "
+              f"and at the end ({sorted(samples)})")
+        print("\n".join(f"  sample {k}: {v}" for k, v in sorted(samples.items())))
+        ls = losses(r.stdout)
+        check(len(ls) == steps and sum(ls[-5:]) / 5 < ls[0] - 1.0,
+              f"the loss goes down ({ls[0]:.3f} -> {sum(ls[-5:]) / 5:.3f})" if ls else "losses")
+        hf = os.path.join(out, "hf")
+        files = sorted(os.listdir(hf)) if os.path.isdir(hf) else []
+        check(files == ["config.json", "merges.txt", "model.safetensors", "vocab.json"],
+              f"--out writes an HF directory with the tokenizer files ({files})")
+        g = run([gen, "--model", hf, "--ids", str(eot), "--tokens", "12", "--temperature", "1",
+                 "--top-k", "20", "--seed", str(seed + steps), "--quiet"])
+        text = g.stdout.splitlines()[0] if g.returncode == 0 and g.stdout else ""
+        text = text[len("<|endoftext|>"):].split("<|endoftext|>")[0]
+        check(g.returncode == 0 and text == samples.get(steps),
+              f"generate on the export writes the last sample's text ({text!r})")
+        # The same tokens through dtensor tokenize's llm.c shard: the same losses.
+        prefix = os.path.join(tmp, "names")
+        t = run([tool, "tokenize", "--model", d, "--lines", "--out", prefix, names])
+        r2 = run([train] + common + ["--data", prefix + "_val_000000.bin", "--steps", "5"])
+        check(t.returncode == 0 and losses(r2.stdout) == ls[:5],
+              "dtensor tokenize's shard trains to the same losses as --text")
+        r3 = run([mpiexec, "-n", "2", train] + common +
+                 ["--text", names, "--lines", "--steps", "5", "--mesh",
+                  os.path.join(examples, "meshes", "1x2.yaml")])
+        l3 = losses(r3.stdout)
+        check(len(l3) == 5 and max(abs(a - b) / b for a, b in zip(l3, ls)) < 1e-5,
+              f"tensor parallel over 2 processes (1x2) gives the same losses ({l3[:2]})")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
