@@ -8,6 +8,8 @@
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
  *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
  *     [--params-out DIR]  (the final parameters, one raw f32 file each)
+ *     [--model DIR]       an HF GPT-2 directory (config.json, safetensors, tokenizer): --init
+ *     [--text FILE|DIR [--lines]]   raw text tokenised on the fly by DIR's tokenizer: --data
  * --resume DIR goes on from an earlier run's --out DIR (or its DIR/checkpoint): the
  * parameters, the optimizer state, the data position and the loss history, to --steps.
  * Prints `step N loss L tokens_per_s X` per step (with ` lr R` under a schedule), then
@@ -22,10 +24,13 @@
 #include <dtensor/dtensor.h>
 
 #include "gpt2/model.h"
+#include "llama/text_data.h"
 #include "train/job.h"
 
 typedef struct opts {
     const char *init, *data, *val, *mesh, *out, *grads_out, *params_out, *resume;
+    const char *model, *text; /* --model DIR (an HF GPT-2 directory), --text FILE */
+    int lines;
     int64_t batch, context, steps, layers, width, heads, vocab, warmup;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, min_lr;
@@ -38,6 +43,9 @@ static void usage(FILE *f)
           "--steps N --lr LR [options]\n"
           "  --init FILE|random   HF safetensors or llm.c checkpoint, or a random init\n"
           "  --data FILE          llm.c token shard to train on; --val FILE to evaluate on\n"
+          "  --model DIR          an HF GPT-2 directory (as --init; its tokenizer for --text)\n"
+          "  --text FILE|DIR      raw text to train on, tokenised on the fly (--lines: a\n"
+          "                       document a line; every document after <|endoftext|>)\n"
           "  --batch B --context T   sequences per step and tokens per sequence (T at most\n"
           "                       the init's position table, n_ctx)\n"
           "  --steps N --lr LR    steps to run (to N with --resume) and the learning rate\n"
@@ -64,12 +72,18 @@ static int parse(int argc, char **argv, opts *o)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return 2;
+        if (!strcmp(a, "--lines")) {
+            o->lines = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "train_gpt2: %s needs a value\n", a);
             return 1;
         }
         i++;
         if (!strcmp(a, "--init")) o->init = v;
+        else if (!strcmp(a, "--model")) o->init = o->model = v;
+        else if (!strcmp(a, "--text")) o->text = v;
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--val")) o->val = v;
         else if (!strcmp(a, "--mesh")) o->mesh = v;
@@ -106,6 +120,12 @@ static int parse(int argc, char **argv, opts *o)
             return 1;
         }
     }
+    if (o->text && !o->model) {
+        fprintf(stderr, "train_gpt2: --text needs --model DIR (its tokenizer)\n");
+        return 1;
+    }
+    if (o->text && !o->data)
+        o->data = o->text;
     if (!o->init || !o->data || o->batch < 1 || o->context < 1 || o->steps < 1 || o->lr < 0) {
         usage(stderr);
         return 1;
@@ -272,12 +292,36 @@ static dt_status write_params(gpt2 *m, const dt_mesh *mesh, const char *dir)
     return st != DT_OK ? st : r;
 }
 
+/* --text: the model directory's tokenizer (tokenizer.json, else vocab.json and merges.txt). */
+static text_data *text_tokens; /* --text's tokens: as long as the run's dataset (run frees) */
+
+static dt_status text_source(const opts *o, dt_data_source **src)
+{
+    text_data **td = &text_tokens;
+    char a[JOB_PATH_MAX], b[JOB_PATH_MAX];
+    struct stat sb;
+    dt_tokenizer *tok = NULL;
+    snprintf(a, sizeof a, "%s/tokenizer.json", o->model);
+    snprintf(b, sizeof b, "%s/merges.txt", o->model);
+    dt_status st = stat(a, &sb) == 0 ? dt_tokenizer_from_json(a, &tok)
+                   : (snprintf(a, sizeof a, "%s/vocab.json", o->model),
+                      dt_tokenizer_from_files(a, b, &tok));
+    int32_t eot = st == DT_OK ? text_data_eot(tok) : -1;
+    if (st == DT_OK && eot < 0)
+        st = DT_ERR_NOT_FOUND;
+    if (st == DT_OK)
+        st = text_data_load(tok, o->text, o->lines, eot, o->context, td);
+    dt_tokenizer_destroy(tok);
+    return st == DT_OK ? text_data_source(*td, src) : st;
+}
+
 static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *mesh,
                               dt_dataset **out)
 {
     dt_data_source *src = NULL;
     dt_layout *l = NULL;
-    dt_status st = dt_data_source_llmc(path, o->context, &src);
+    dt_status st = o->text && path == o->data ? text_source(o, &src)
+                                              : dt_data_source_llmc(path, o->context, &src);
     if (st == DT_OK)
         st = dt_layout_create(mesh, 2, (const char *[]){"batch", DT_UNSHARDED}, &l);
     dt_dataset_opts d = DT_DATASET_OPTS_INIT;
@@ -377,6 +421,16 @@ static int run(job *j, const opts *o)
         (o->out && job_places(j, o->out, NULL, NULL, ckpt_dir, csv, png) != 0)) {
         dt_mesh_destroy(mesh);
         return 1;
+    }
+    dt_hf_config hc;
+    if (o->model && (st = dt_hf_config_read(o->model, &hc)) == DT_OK && hc.arch != DT_HF_GPT2) {
+        rc = job_fail(j, "--model", DT_ERR_UNSUPPORTED, "a Llama-family directory: "
+                      "train it with train_llama");
+        goto done;
+    }
+    if (o->model && st != DT_OK) {
+        what = "--model";
+        goto fail;
     }
     if ((st = make_model(j, o, mesh, &m)) != DT_OK) {
         what = "model";
@@ -533,6 +587,8 @@ done:
     gpt2_destroy(m);
     dt_mesh_destroy(mesh);
     history_free(&hist);
+    text_data_destroy(text_tokens);
+    text_tokens = NULL;
     return rc;
 }
 
