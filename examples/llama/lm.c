@@ -360,31 +360,49 @@ static void keep_free(keep_list *k)
     k->n = 0;
 }
 
-/* Every local device views the whole array, then the relayout slices out its box. */
+/* A zeroed tensor whose local components are written from their boxes of the host array
+ * (dt_tensor_local_write: any device kind, no communication). */
 dt_status lm__from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
-                           const void *global, dt_tensor **out)
+                        const void *global, dt_tensor **out)
 {
-    const dt_mesh *mesh = dt_layout_mesh(layout);
-    int rank = dt_layout_rank(layout), n = dt_mesh_num_local_devices(mesh);
-    DLTensor *parts = calloc((size_t)(n ? n : 1), sizeof *parts);
-    int64_t shp[DT_MAX_RANK];
-    dt_layout *rep = NULL;
-    dt_tensor *r = NULL;
-    if (!parts)
-        return DT_ERR_NO_MEMORY;
-    memcpy(shp, shape, sizeof(int64_t) * (size_t)rank);
-    for (int k = 0; k < n; k++)
-        parts[k] = (DLTensor){.data = (void *)global, .device = {kDLCPU, 0}, .ndim = rank,
-                              .dtype = dt_dtype_to_dlpack(dtype), .shape = shp};
-    dt_status st = dt_layout_replicated(mesh, rank, &rep);
-    if (st == DT_OK)
-        st = dt_tensor_pack(rep, shape, n, parts, &r);
-    if (st == DT_OK)
-        st = dt_relayout(r, layout, out);
-    dt_tensor_destroy(r);
-    dt_layout_destroy(rep);
-    free(parts);
-    return st;
+    dt_tensor *t = NULL;
+    int rank = dt_layout_rank(layout);
+    size_t es = dt_dtype_size(dtype);
+    dt_status st = dt_tensor_zeros(layout, dtype, shape, &t);
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(t); i++) {
+        const DLTensor *c = dt_tensor_local(t, i);
+        const int64_t *off = dt_tensor_local_offset(t, i);
+        int64_t n = 1;
+        for (int d = 0; d < rank; d++)
+            n *= c->shape[d];
+        unsigned char *box = malloc((size_t)(n ? n : 1) * es);
+        if (!box) {
+            st = DT_ERR_NO_MEMORY;
+            break;
+        }
+        /* Row by row of the last dim: the global index of each row's first element. */
+        int64_t last = rank ? c->shape[rank - 1] : 1, rows = last ? n / last : 0;
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t rem = r, g = 0, stride = 1;
+            for (int d = rank - 1; d >= 0; d--) {
+                int64_t idx = d == rank - 1 ? off[d] : off[d] + rem % c->shape[d];
+                if (d != rank - 1)
+                    rem /= c->shape[d];
+                g += idx * stride;
+                stride *= shape[d];
+            }
+            memcpy(box + (size_t)(r * last) * es, (const unsigned char *)global + (size_t)g * es,
+                   (size_t)last * es);
+        }
+        st = dt_tensor_local_write(t, i, box, (size_t)n * es);
+        free(box);
+    }
+    if (st != DT_OK) {
+        dt_tensor_destroy(t);
+        return st;
+    }
+    *out = t;
+    return DT_OK;
 }
 
 /* y = x @ w (+ b), in `layout` (NULL: the natural one). */
