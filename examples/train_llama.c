@@ -130,60 +130,19 @@ static dt_status load_tokenizer(const char *dir, dt_tokenizer **tok_out)
     return DT_OK;
 }
 
-/* One sample: the prompt (or the end-of-text token) continued by K tokens, printed as text by
- * client 0 ("sample STEP: TEXT"). Collective. */
+/* One sample (lm_sample_text), printed by client 0 as "sample STEP: TEXT". Collective. */
 static dt_status sample(const job *j, const opts *o, lm *m, const dt_tokenizer *tok,
                         int32_t eot, int64_t step)
 {
-    const dt_hf_config *cf = lm_config(m);
-    int64_t K = o->sample_tokens, n = 1, V = cf->vocab;
-    size_t plen = o->prompt ? strlen(o->prompt) : 0;
-    int32_t *ids = malloc((plen + 2 + (size_t)K) * sizeof *ids);
-    float *logits = malloc((size_t)V * sizeof *logits);
-    lm_cache *c = NULL;
-    dt_status st = ids && logits ? DT_OK : DT_ERR_NO_MEMORY;
-    size_t got = 0;
-    if (st == DT_OK) {
-        ids[0] = eot >= 0 ? eot : (int32_t)(cf->bos_token_id >= 0 ? cf->bos_token_id : 0);
-        if (o->prompt)
-            st = dt_tokenizer_encode(tok, o->prompt, plen, 0, ids + 1, plen + 1, &got);
-        n = 1 + (int64_t)got;
-    }
-    if (st == DT_OK)
-        st = lm_cache_create(m, 1, n + K, &c);
-    sampler s;
-    sampler_init(&s, o->temperature, o->top_k, 1.0, o->seed + (uint64_t)step);
-    if (st == DT_OK)
-        st = lm_forward(m, c, n, ids, 0, logits);
-    int64_t made = 0;
-    while (st == DT_OK && made < K) {
-        int32_t t = sampler_next(&s, logits, V);
-        ids[n + made++] = t;
-        if (t == eot || made == K)
-            break;
-        st = lm_forward(m, c, 1, &t, 0, logits);
-    }
+    char *text = NULL;
+    size_t len = 0;
+    dt_status st = lm_sample_text(m, tok, eot, o->prompt, o->sample_tokens, o->temperature,
+                                  o->top_k, o->seed + (uint64_t)step, &text, &len);
     if (st == DT_OK && j->me == 0) {
-        size_t len = 0;
-        /* Everything after the leading end-of-text token, up to the next one. */
-        int64_t upto = n + made;
-        for (int64_t i = 1; i < upto; i++)
-            if (ids[i] == eot) {
-                upto = i;
-                break;
-            }
-        if (dt_tokenizer_decode(tok, ids + 1, (size_t)(upto - 1), NULL, 0, &len) == DT_OK) {
-            char *text = malloc(len + 1);
-            if (text && dt_tokenizer_decode(tok, ids + 1, (size_t)(upto - 1), text, len, &len) ==
-                            DT_OK)
-                printf("sample %lld: %.*s\n", (long long)step, (int)len, text);
-            free(text);
-        }
+        printf("sample %lld: %.*s\n", (long long)step, (int)len, text);
         fflush(stdout);
     }
-    lm_cache_destroy(c);
-    free(ids);
-    free(logits);
+    free(text);
     return st;
 }
 

@@ -272,6 +272,37 @@ dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out)
     return DT_OK;
 }
 
+dt_status lm_set_param(lm *m, int i, const dt_tensor *t)
+{
+    dt_tensor *f = NULL, *r = NULL;
+    dt_status st = DT_OK;
+    if (i < 0 || i >= m->n || dt_tensor_rank(t) != dt_tensor_rank(m->p[i]) ||
+        memcmp(dt_tensor_shape(t), dt_tensor_shape(m->p[i]),
+               (size_t)dt_tensor_rank(t) * sizeof(int64_t)) != 0) {
+        lm__set_error("lm_set_param: parameter %d: another shape", i);
+        return DT_ERR_SHAPE;
+    }
+    if (dt_tensor_dtype(t) != DT_DTYPE_F32)
+        st = dt_cast(t, DT_DTYPE_F32, &f);
+    if (st == DT_OK)
+        st = dt_relayout(f ? f : t, dt_tensor_layout(m->p[i]), &r);
+    dt_tensor_destroy(f);
+    if (st != DT_OK)
+        return st;
+    dt_tensor *old = m->p[i];
+    m->p[i] = r;
+    /* Re-point every slot that held the old tensor. */
+    if (m->embed == old || m->head == old || m->pos == old || m->nfg == old || m->nfb == old) {
+        if (m->embed == old)
+            m->embed = r;
+        if (m->head == old)
+            m->head = r;
+    }
+    lm__bind(m, i);
+    dt_tensor_destroy(old);
+    return DT_OK;
+}
+
 /* ---- the cache ----------------------------------------------------------------------------- */
 
 void lm_cache_destroy(lm_cache *c)

@@ -16,8 +16,11 @@
 
 #include <stdint.h>
 
+#include <stddef.h>
+
 #include <dtensor/dtensor.h>
 #include <dtensor/foreign.h>
+#include <dtensor/tokenizer.h>
 
 typedef struct lm lm;
 typedef struct lm_cache lm_cache;
@@ -54,6 +57,19 @@ void lm_cache_reset(lm_cache *c);
  * host: all != 0: logits [rows, n, V]; else the last position's [rows, V]. DT_ERR_SHAPE when
  * the cache would exceed its cap. Collective. */
 dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all, float *logits);
+
+/* Parameter i's values replaced by t's (the same global shape, any layout or float dtype:
+ * relaid out and cast to the model's). A trainer of another model (train_gpt2) samples its
+ * current weights through this one. Collective. */
+dt_status lm_set_param(lm *m, int i, const dt_tensor *t);
+
+/* One sample (lm_sample.c): the end-of-text token `eot` (and `prompt`, may be NULL)
+ * continued by at most `tokens` tokens (stopping at eot), sampled at `temperature` (0:
+ * greedy) among the top_k (0: all) from `seed`; *text_out the continuation's text (owned,
+ * NUL-terminated), *len_out its bytes. Collective. */
+dt_status lm_sample_text(lm *m, const dt_tokenizer *tok, int32_t eot, const char *prompt,
+                         int64_t tokens, double temperature, int64_t top_k, uint64_t seed,
+                         char **text_out, size_t *len_out);
 
 /* ---- training (lm_train.c) ----
  * The model over whole sequences x [rows, T] (ids, the dataset's layout) against targets y,
