@@ -5,11 +5,14 @@ fine-tuned on the bundled names (examples/data/names.txt, a document per line) t
 the fly; its samples printed as text every N steps; the loss going down; its --out HF
 directory reloaded by examples/generate giving the last sample's text (same seed and
 sampler); the same run on `dtensor tokenize`'s llm.c shard giving the same losses; and on a
-1x2 mesh (tensor parallel) the same losses. argv: train_llama, generate, dtensor, mpiexec,
+1x2 mesh (tensor parallel) the same losses; train_gpt2 --model DIR --text with samples.
+argv: train_llama, generate, dtensor, mpiexec,
 the examples directory. Prints `N passed, N failed`."""
 import json
 import os
+import random
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -26,6 +29,43 @@ def bytes_to_unicode():
             cs.append(256 + n)
             n += 1
     return dict(zip(bs, map(chr, cs)))
+
+
+def write_st(path, tensors):
+    """A safetensors file of f32 tensors {name: (shape, values)}."""
+    header, blobs, off = {}, [], 0
+    for name, (shape, vals) in tensors.items():
+        b = struct.pack(f"<{len(vals)}f", *vals)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def gpt2_dir(d, vocab, C=32, T=64):
+    """A one-layer GPT-2 directory of random weights (HF names, Conv1D [in, out])."""
+    rnd = random.Random(5)
+
+    def r(*shape, std=0.02, mean=0.0):
+        n = 1
+        for s in shape:
+            n *= s
+        return (list(shape), [rnd.gauss(mean, std) for _ in range(n)])
+    t = {"wte.weight": r(vocab, C), "wpe.weight": r(T, C),
+         "h.0.ln_1.weight": r(C, std=0, mean=1), "h.0.ln_1.bias": r(C, std=0),
+         "h.0.attn.c_attn.weight": r(C, 3 * C), "h.0.attn.c_attn.bias": r(3 * C, std=0),
+         "h.0.attn.c_proj.weight": r(C, C), "h.0.attn.c_proj.bias": r(C, std=0),
+         "h.0.ln_2.weight": r(C, std=0, mean=1), "h.0.ln_2.bias": r(C, std=0),
+         "h.0.mlp.c_fc.weight": r(C, 4 * C), "h.0.mlp.c_fc.bias": r(4 * C, std=0),
+         "h.0.mlp.c_proj.weight": r(4 * C, C), "h.0.mlp.c_proj.bias": r(C, std=0),
+         "ln_f.weight": r(C, std=0, mean=1), "ln_f.bias": r(C, std=0)}
+    write_st(os.path.join(d, "model.safetensors"), t)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"model_type": "gpt2", "vocab_size": vocab, "n_embd": C, "n_layer": 1,
+                   "n_head": 2, "n_positions": T}, f)
 
 
 def run(cmd):
@@ -109,6 +149,20 @@ def main():
         l3 = losses(r3.stdout)
         check(len(l3) == 5 and max(abs(a - b) / b for a, b in zip(l3, ls)) < 1e-5,
               f"tensor parallel over 2 processes (1x2) gives the same losses ({l3[:2]})")
+        # train_gpt2 --model (a GPT-2 directory with the same tokenizer) --text, with samples.
+        g2 = os.path.join(tmp, "gpt2")
+        os.makedirs(g2)
+        gpt2_dir(g2, eot + 1)
+        for f in ("vocab.json", "merges.txt"):
+            with open(os.path.join(d, f)) as a, open(os.path.join(g2, f), "w") as b:
+                b.write(a.read())
+        r4 = run([train.replace("train_llama", "train_gpt2"), "--model", g2, "--text", names,
+                  "--lines", "--batch", "4", "--context", "16", "--steps", "4", "--lr", "1e-2",
+                  "--sample-every", "2", "--sample-tokens", "8"])
+        n4 = re.findall(r"^sample (\d+): ", r4.stdout, re.M)
+        check(r4.returncode == 0 and n4 == ["0", "2", "4"] and len(losses(r4.stdout)) == 4,
+              "train_gpt2 --model DIR --text trains with a sample every 2 steps" +
+              ("" if r4.returncode == 0 else ":\n" + r4.stdout + r4.stderr))
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
