@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <dtensor/dtensor.h>
+
 void kv_rope_freqs(int64_t head_dim, double theta, int llama3, double factor, double low_ff,
                    double high_ff, double original_max, double *inv_freq)
 {
@@ -48,14 +50,10 @@ int kv_attend(int64_t rows, int64_t n, int64_t pos0, int64_t cap, int64_t hq, in
               const float *kc, const float *vc, float *y)
 {
     int64_t D = head_dim, len = pos0 + n;
-    double *w = malloc((size_t)(len > 0 ? len : 1) * sizeof *w);
-    double *acc = malloc((size_t)D * sizeof *acc);
-    if (!w || !acc) {
-        free(w);
-        free(acc);
+    float *s = malloc((size_t)(n * len) * sizeof *s);
+    if (!s)
         return -1;
-    }
-    double scale = 1.0 / sqrt((double)D);
+    float scale = (float)(1.0 / sqrt((double)D));
     int rc = 0;
     for (int64_t h = 0; h < hq && rc == 0; h++) {
         int64_t g = (q_head0 + h) / group - kv_head0;
@@ -63,38 +61,39 @@ int kv_attend(int64_t rows, int64_t n, int64_t pos0, int64_t cap, int64_t hq, in
             rc = -1;
             break;
         }
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t t = 0; t < n; t++) {
-                const float *qv = q + ((r * n + t) * hq + h) * D;
-                int64_t upto = pos0 + t + 1;
-                double mx = -INFINITY, sum = 0.0;
-                for (int64_t j = 0; j < upto; j++) {
-                    const float *kv = kc + ((r * cap + j) * hk + g) * D;
-                    double d = 0.0;
-                    for (int64_t e = 0; e < D; e++)
-                        d += (double)qv[e] * (double)kv[e];
-                    w[j] = d * scale;
-                    if (w[j] > mx)
-                        mx = w[j];
-                }
-                for (int64_t j = 0; j < upto; j++) {
-                    w[j] = exp(w[j] - mx);
-                    sum += w[j];
-                }
-                for (int64_t e = 0; e < D; e++)
-                    acc[e] = 0.0;
-                for (int64_t j = 0; j < upto; j++) {
-                    const float *vv = vc + ((r * cap + j) * hk + g) * D;
-                    double p = w[j] / sum;
-                    for (int64_t e = 0; e < D; e++)
-                        acc[e] += p * (double)vv[e];
-                }
-                float *yv = y + ((r * n + t) * hq + h) * D;
-                for (int64_t e = 0; e < D; e++)
-                    yv[e] = (float)acc[e];
+        for (int64_t r = 0; r < rows && rc == 0; r++) {
+            /* scores [n, len] = q_h [n, D] k_g^T, both strided in their rows (BLAS). */
+            const float *qh = q + (r * n * hq + h) * D;
+            const float *kg = kc + (r * cap * hk + g) * D, *vg = vc + (r * cap * hk + g) * D;
+            float *yh = y + (r * n * hq + h) * D;
+            if (dt_kernel_gemm(0, 1, n, len, D, scale, qh, DT_DTYPE_F32, hq * D, kg,
+                               DT_DTYPE_F32, hk * D, 0.0f, s, len) != DT_OK) {
+                rc = -1;
+                break;
             }
+            /* Causal softmax of each query row over positions 0..pos0+t. */
+            for (int64_t t = 0; t < n; t++) {
+                float *row = s + t * len, mx = -INFINITY;
+                int64_t upto = pos0 + t + 1;
+                for (int64_t j = 0; j < upto; j++)
+                    mx = row[j] > mx ? row[j] : mx;
+                double sum = 0.0;
+                for (int64_t j = 0; j < upto; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                float inv = (float)(1.0 / sum);
+                for (int64_t j = 0; j < upto; j++)
+                    row[j] *= inv;
+                for (int64_t j = upto; j < len; j++)
+                    row[j] = 0.0f;
+            }
+            /* y_h [n, D] = P [n, len] v_g [len, D]. */
+            if (dt_kernel_gemm(0, 0, n, D, len, 1.0f, s, DT_DTYPE_F32, len, vg, DT_DTYPE_F32,
+                               hk * D, 0.0f, yh, hq * D) != DT_OK)
+                rc = -1;
+        }
     }
-    free(w);
-    free(acc);
+    free(s);
     return rc;
 }
