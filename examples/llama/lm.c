@@ -371,8 +371,10 @@ typedef struct keep_list {
     int n;
 } keep_list;
 
-static dt_status keep(keep_list *k, dt_status st, dt_tensor *t)
+static dt_status keep(keep_list *k, dt_status st, dt_tensor **tp)
 {
+    /* The tensor is read here, after the call that made it (argument order is unspecified). */
+    dt_tensor *t = st == DT_OK ? *tp : NULL;
     if (st != DT_OK)
         return st;
     if (k->n == KEEP_MAX) {
@@ -441,9 +443,9 @@ static dt_status linear(keep_list *k, const dt_tensor *x, const dt_tensor *w, co
                         const dt_layout *layout, dt_tensor **out)
 {
     dt_tensor *y = NULL, *z = NULL;
-    dt_status st = keep(k, dt_matmul_nd(x, w, 0, 0, layout, &y), y);
+    dt_status st = keep(k, dt_matmul_nd(x, w, 0, 0, layout, &y), &y);
     if (st == DT_OK && b) {
-        st = keep(k, dt_bias_add(y, b, &z), z);
+        st = keep(k, dt_bias_add(y, b, &z), &z);
         y = z;
     }
     *out = y;
@@ -457,7 +459,7 @@ static dt_status norm(const lm *m, keep_list *k, const dt_tensor *x, const dt_te
     float eps = (float)m->cfg.norm_eps;
     dt_status st = m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y)
                                              : dt_rms_norm(x, g, eps, &y);
-    st = keep(k, st, y);
+    st = keep(k, st, &y);
     *out = y;
     return st;
 }
@@ -564,21 +566,21 @@ static dt_status block(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor
         (st = linear(&k, a, w->qw, w->qb, c->l.q, &q)) != DT_OK ||
         (st = linear(&k, a, w->kw, w->kb, c->l.kv, &kk)) != DT_OK ||
         (st = linear(&k, a, w->vw, w->vb, c->l.kv, &v)) != DT_OK ||
-        (st = keep(&k, attend_local(m, c, l, n, q, kk, v, &y), y)) != DT_OK ||
+        (st = keep(&k, attend_local(m, c, l, n, q, kk, v, &y), &y)) != DT_OK ||
         (st = linear(&k, y, w->ow, w->ob, c->l.act, &o)) != DT_OK ||
-        (st = keep(&k, dt_add(x, o, c->l.act, &x1), x1)) != DT_OK ||
+        (st = keep(&k, dt_add(x, o, c->l.act, &x1), &x1)) != DT_OK ||
         (st = norm(m, &k, x1, w->n2g, w->n2b, &b)) != DT_OK)
         goto out;
     if (gpt2) {
         dt_tensor *f;
         if ((st = linear(&k, b, w->w1, w->b1, NULL, &f)) != DT_OK ||
-            (st = keep(&k, dt_gelu(f, &h), h)) != DT_OK)
+            (st = keep(&k, dt_gelu(f, &h), &h)) != DT_OK)
             goto out;
     } else {
         dt_tensor *g, *u;
         if ((st = linear(&k, b, w->w1, NULL, NULL, &g)) != DT_OK ||
             (st = linear(&k, b, w->w3, NULL, NULL, &u)) != DT_OK ||
-            (st = keep(&k, dt_swiglu(g, u, &h), h)) != DT_OK)
+            (st = keep(&k, dt_swiglu(g, u, &h), &h)) != DT_OK)
             goto out;
     }
     if ((st = linear(&k, h, w->w2, w->b2, c->l.act, &mo)) != DT_OK)
@@ -604,9 +606,9 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
     keep_list k = {.n = 0};
     int64_t shape[2] = {rows, n};
     dt_tensor *tid = NULL, *x = NULL, *f = NULL, *lg = NULL, *rep = NULL;
-    dt_status st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, ids, &tid), tid);
+    dt_status st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, ids, &tid), &tid);
     if (st == DT_OK)
-        st = keep(&k, dt_embedding(m->embed, tid, c->l.act, &x), x);
+        st = keep(&k, dt_embedding(m->embed, tid, c->l.act, &x), &x);
     if (st == DT_OK && m->pos) {
         int32_t *pos = malloc((size_t)(rows * n) * sizeof *pos);
         dt_tensor *tp = NULL, *pe = NULL, *x2 = NULL;
@@ -615,25 +617,25 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
         for (int64_t i = 0; st == DT_OK && i < rows * n; i++)
             pos[i] = (int32_t)(c->len + i % n);
         if (st == DT_OK)
-            st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, pos, &tp), tp);
+            st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, pos, &tp), &tp);
         free(pos);
         if (st == DT_OK)
-            st = keep(&k, dt_embedding(m->pos, tp, c->l.act, &pe), pe);
+            st = keep(&k, dt_embedding(m->pos, tp, c->l.act, &pe), &pe);
         if (st == DT_OK)
-            st = keep(&k, dt_add(x, pe, c->l.act, &x2), x2);
+            st = keep(&k, dt_add(x, pe, c->l.act, &x2), &x2);
         x = x2;
     }
     for (int64_t l = 0; st == DT_OK && l < cf->layers; l++) {
         dt_tensor *x2 = NULL;
-        st = keep(&k, block(m, c, l, n, x, &x2), x2);
+        st = keep(&k, block(m, c, l, n, x, &x2), &x2);
         x = x2;
     }
     if (st == DT_OK)
         st = norm(m, &k, x, m->nfg, m->nfb, &f);
     if (st == DT_OK)
-        st = keep(&k, dt_matmul_nd(f, m->head, 0, 1, NULL, &lg), lg);
+        st = keep(&k, dt_matmul_nd(f, m->head, 0, 1, NULL, &lg), &lg);
     if (st == DT_OK)
-        st = keep(&k, dt_relayout(lg, c->l.rep3, &rep), rep);
+        st = keep(&k, dt_relayout(lg, c->l.rep3, &rep), &rep);
     if (st == DT_OK && all) {
         st = dt_tensor_local_read(rep, 0, logits, (size_t)(rows * n * V) * sizeof *logits);
     } else if (st == DT_OK) {

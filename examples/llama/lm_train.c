@@ -16,8 +16,10 @@ typedef struct pass {
     int n;
 } pass;
 
-static dt_status keep(pass *p, dt_status st, dt_tensor *t)
+static dt_status keep(pass *p, dt_status st, dt_tensor **tp)
 {
+    /* The tensor is read here, after the call that made it (argument order is unspecified). */
+    dt_tensor *t = st == DT_OK ? *tp : NULL;
     if (st != DT_OK)
         return st;
     if (p->n == PASS_MAX) {
@@ -66,13 +68,13 @@ static dt_status rope_consts(const lm *m, pass *p, const dt_layout *layout, int6
     int64_t shape[3] = {rows, T, W}, rs[2] = {W, W};
     dt_layout *rep = NULL;
     if (st == DT_OK)
-        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, c, cos_out), *cos_out);
+        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, c, cos_out), cos_out);
     if (st == DT_OK)
-        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, s, sin_out), *sin_out);
+        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, s, sin_out), sin_out);
     if (st == DT_OK)
         st = dt_layout_replicated(m->mesh, 2, &rep);
     if (st == DT_OK)
-        st = keep(p, lm__from_host(rep, DT_DTYPE_F32, rs, r, r_out), *r_out);
+        st = keep(p, lm__from_host(rep, DT_DTYPE_F32, rs, r, r_out), r_out);
     dt_layout_destroy(rep);
     free(c);
     free(s);
@@ -85,13 +87,13 @@ static dt_status rope(pass *p, const dt_tensor *x, const dt_tensor *c, const dt_
                       const dt_tensor *r, const dt_layout *layout, dt_tensor **out)
 {
     dt_tensor *xr = NULL, *a = NULL, *b = NULL, *y = NULL;
-    dt_status st = keep(p, dt_matmul_nd(x, r, 0, 0, layout, &xr), xr);
+    dt_status st = keep(p, dt_matmul_nd(x, r, 0, 0, layout, &xr), &xr);
     if (st == DT_OK)
-        st = keep(p, dt_mul(x, c, layout, &a), a);
+        st = keep(p, dt_mul(x, c, layout, &a), &a);
     if (st == DT_OK)
-        st = keep(p, dt_mul(xr, s, layout, &b), b);
+        st = keep(p, dt_mul(xr, s, layout, &b), &b);
     if (st == DT_OK)
-        st = keep(p, dt_add(a, b, layout, &y), y);
+        st = keep(p, dt_add(a, b, layout, &y), &y);
     *out = y;
     return st;
 }
@@ -100,9 +102,9 @@ static dt_status linear(pass *p, const dt_tensor *x, const dt_tensor *w, const d
                         const dt_layout *layout, dt_tensor **out)
 {
     dt_tensor *y = NULL, *z = NULL;
-    dt_status st = keep(p, dt_matmul_nd(x, w, 0, 0, layout, &y), y);
+    dt_status st = keep(p, dt_matmul_nd(x, w, 0, 0, layout, &y), &y);
     if (st == DT_OK && b) {
-        st = keep(p, dt_bias_add(y, b, &z), z);
+        st = keep(p, dt_bias_add(y, b, &z), &z);
         y = z;
     }
     *out = y;
@@ -116,7 +118,7 @@ static dt_status norm(const lm *m, pass *p, const dt_tensor *x, const dt_tensor 
     float eps = (float)m->cfg.norm_eps;
     dt_status st = m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y)
                                              : dt_rms_norm(x, g, eps, &y);
-    st = keep(p, st, y);
+    st = keep(p, st, &y);
     *out = y;
     return st;
 }
@@ -134,7 +136,7 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
     if (llama && ((st = rope_consts(m, p, l->q, rows, T, cf->heads, &cq, &sq, &rq)) != DT_OK ||
                   (st = rope_consts(m, p, l->kv, rows, T, cf->kv_heads, &ck, &sk, &rk)) != DT_OK))
         return st;
-    if ((st = keep(p, dt_embedding(m->embed, x, l->act, &h), h)) != DT_OK)
+    if ((st = keep(p, dt_embedding(m->embed, x, l->act, &h), &h)) != DT_OK)
         return st;
     if (m->pos) {
         int32_t *pos = malloc((size_t)(rows * T) * sizeof *pos);
@@ -142,13 +144,13 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
         dt_tensor *tp = NULL, *pe = NULL, *h2 = NULL;
         for (int64_t i = 0; pos && i < rows * T; i++)
             pos[i] = (int32_t)(i % T);
-        st = pos ? keep(p, lm__from_host(l->ids, DT_DTYPE_I32, shape, pos, &tp), tp)
+        st = pos ? keep(p, lm__from_host(l->ids, DT_DTYPE_I32, shape, pos, &tp), &tp)
                  : DT_ERR_NO_MEMORY;
         free(pos);
         if (st == DT_OK)
-            st = keep(p, dt_embedding(m->pos, tp, l->act, &pe), pe);
+            st = keep(p, dt_embedding(m->pos, tp, l->act, &pe), &pe);
         if (st == DT_OK)
-            st = keep(p, dt_add(h, pe, l->act, &h2), h2);
+            st = keep(p, dt_add(h, pe, l->act, &h2), &h2);
         h = h2;
     }
     for (int64_t i = 0; st == DT_OK && i < cf->layers; i++) {
@@ -167,23 +169,23 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             break;
         st = llama ? dt_attention_gqa(qr, kr, v, cf->heads, cf->kv_heads, 1, &att)
                    : dt_attention(qr, kr, v, cf->heads, 1, &att);
-        if ((st = keep(p, st, att)) != DT_OK ||
+        if ((st = keep(p, st, &att)) != DT_OK ||
             (st = linear(p, att, w->ow, w->ob, l->act, &o)) != DT_OK ||
-            (st = keep(p, dt_add(h, o, l->act, &h1), h1)) != DT_OK ||
+            (st = keep(p, dt_add(h, o, l->act, &h1), &h1)) != DT_OK ||
             (st = norm(m, p, h1, w->n2g, w->n2b, &b)) != DT_OK)
             break;
         if (llama) {
             dt_tensor *u;
             if ((st = linear(p, b, w->w1, NULL, NULL, &f)) != DT_OK ||
                 (st = linear(p, b, w->w3, NULL, NULL, &u)) != DT_OK ||
-                (st = keep(p, dt_swiglu(f, u, &g), g)) != DT_OK)
+                (st = keep(p, dt_swiglu(f, u, &g), &g)) != DT_OK)
                 break;
         } else if ((st = linear(p, b, w->w1, w->b1, NULL, &f)) != DT_OK ||
-                   (st = keep(p, dt_gelu(f, &g), g)) != DT_OK) {
+                   (st = keep(p, dt_gelu(f, &g), &g)) != DT_OK) {
             break;
         }
         if ((st = linear(p, g, w->w2, w->b2, l->act, &mo)) != DT_OK ||
-            (st = keep(p, dt_add(h1, mo, l->act, &h2), h2)) != DT_OK)
+            (st = keep(p, dt_add(h1, mo, l->act, &h2), &h2)) != DT_OK)
             break;
         h = h2;
     }
@@ -191,9 +193,9 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
     if (st == DT_OK)
         st = norm(m, p, h, m->nfg, m->nfb, &fo);
     if (st == DT_OK)
-        st = keep(p, dt_matmul_nd(fo, m->head, 0, 1, NULL, &logits), logits);
+        st = keep(p, dt_matmul_nd(fo, m->head, 0, 1, NULL, &logits), &logits);
     if (st == DT_OK)
-        st = keep(p, dt_vocab_xent(logits, y, NULL, &loss), loss);
+        st = keep(p, dt_vocab_xent(logits, y, NULL, &loss), &loss);
     *loss_out = loss;
     return st;
 }
