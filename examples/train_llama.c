@@ -181,7 +181,15 @@ static int write_out(job *j, const opts *o, lm *m, dt_zero *z, dt_dataset *ds, h
         return 1;
     int64_t steps = o->steps;
     job_train t = {z, ds, hist, &steps, NULL};
-    if (job_save(j, &t, NULL, 0, NULL, 0, ckpt_dir) != 0)
+    /* What was trained, as the checkpoint's train/config value. */
+    const dt_hf_config *cf = lm_config(m);
+    char config[256];
+    snprintf(config, sizeof config, "model_type=%s layers=%lld hidden=%lld heads=%lld "
+             "kv_heads=%lld vocab=%lld context=%lld", cf->model_type, (long long)cf->layers,
+             (long long)cf->hidden, (long long)cf->heads, (long long)cf->kv_heads,
+             (long long)cf->vocab, (long long)o->context);
+    dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)}};
+    if (job_save(j, &t, v, 1, NULL, 0, ckpt_dir) != 0)
         return 1;
     snprintf(hf, sizeof hf, "%s/hf", o->out);
     char err[JOB_PATH_MAX + 200] = "";
