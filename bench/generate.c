@@ -4,8 +4,9 @@
  *    once per token: memcpy bandwidth (best of 5 copies of a buffer the weights' size, bytes
  *    read + written counted once as read) over the weights' bytes;
  *  - prefill tokens/s of one prompt against the GEMM rate (dt_kernel_gemm of the prompt's
- *    [tokens, hidden] x [hidden, intermediate], best of 5): achieved GFLOP/s as 2 x the
- *    matmul weights x tokens (the head included, attention excluded) over that rate.
+ *    [tokens, hidden] x [hidden, intermediate], best of 5): achieved GFLOP/s as 2 x (the
+ *    blocks' matmul weights x tokens + the head's once: only the last position's logits are
+ *    computed; attention excluded) over the time, against that rate.
  *   bench_generate [--quick] [--layers L] [--hidden C] [--vocab V] [--prompt P] [--steps N]
  * Prints key=value lines. */
 #include <stdio.h>
@@ -193,7 +194,10 @@ int main(int argc, char **argv)
         goto out;
     }
     double g = gemm_gflops(prompt, c.intermediate, hidden);
-    double achieved = 2.0 * (wbytes / 4.0) * tp / 1e9; /* tied head: embed read once, used */
+    /* Every block's matmul weights once per prompt token, the (tied) head once per prompt:
+     * lm_forward computes only the last position's logits. */
+    double head = (double)vocab * (double)hidden, blocks = wbytes / 4.0 - head;
+    double achieved = 2.0 * (blocks * (double)prompt + head) / ((double)prompt / tp) / 1e9;
     printf("case=prefill model=llama prompt=%lld tokens_per_s=%.1f achieved_gflops=%.2f "
            "gemm_gflops=%.2f gemm_ratio=%.3f\n", (long long)prompt, tp, achieved, g,
            achieved / g);

@@ -630,22 +630,31 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
         st = keep(&k, block(m, c, l, n, x, &x2), &x2);
         x = x2;
     }
+    /* Only the last position's logits wanted: its activation alone goes through the final
+     * norm and the head (the head is a fifth of a small model's prefill). */
+    int64_t nl = all ? n : 1;
+    if (st == DT_OK && nl < n) {
+        int64_t C = cf->hidden, shape1[3] = {rows, 1, C};
+        float *h = malloc((size_t)(rows * n * C) * sizeof *h);
+        dt_tensor *xr = NULL, *x1 = NULL;
+        st = h ? keep(&k, dt_relayout(x, c->l.rep3, &xr), &xr) : DT_ERR_NO_MEMORY;
+        if (st == DT_OK)
+            st = dt_tensor_local_read(xr, 0, h, (size_t)(rows * n * C) * sizeof *h);
+        for (int64_t r = 0; st == DT_OK && r < rows; r++)
+            memmove(h + r * C, h + (r * n + n - 1) * C, (size_t)C * sizeof *h);
+        if (st == DT_OK)
+            st = keep(&k, lm__from_host(c->l.act, DT_DTYPE_F32, shape1, h, &x1), &x1);
+        free(h);
+        x = x1;
+    }
     if (st == DT_OK)
         st = norm(m, &k, x, m->nfg, m->nfb, &f);
     if (st == DT_OK)
         st = keep(&k, dt_matmul_nd(f, m->head, 0, 1, NULL, &lg), &lg);
     if (st == DT_OK)
         st = keep(&k, dt_relayout(lg, c->l.rep3, &rep), &rep);
-    if (st == DT_OK && all) {
-        st = dt_tensor_local_read(rep, 0, logits, (size_t)(rows * n * V) * sizeof *logits);
-    } else if (st == DT_OK) {
-        float *buf = malloc((size_t)(rows * n * V) * sizeof *buf);
-        st = buf ? dt_tensor_local_read(rep, 0, buf, (size_t)(rows * n * V) * sizeof *buf)
-                 : DT_ERR_NO_MEMORY;
-        for (int64_t r = 0; st == DT_OK && r < rows; r++)
-            memcpy(logits + r * V, buf + (r * n + n - 1) * V, (size_t)V * sizeof *logits);
-        free(buf);
-    }
+    if (st == DT_OK)
+        st = dt_tensor_local_read(rep, 0, logits, (size_t)(rows * nl * V) * sizeof *logits);
     keep_free(&k);
     if (st == DT_OK)
         c->len += n;
