@@ -11,7 +11,8 @@
  * --text: tokenised on the fly by the model's tokenizer (each line a document with --lines),
  * --data: an llm.c token shard (dtensor tokenize). --out DIR: DIR/checkpoint (our names) and
  * DIR/hf, the HF directory exported from it (config.json, safetensors with HF names, the
- * tokenizer files). Prints `step N loss L` per step and `sample N: TEXT`. */
+ * tokenizer files); --resume DIR goes on from such a DIR to --steps. Prints `step N loss L`
+ * per step and `sample N: TEXT`. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,7 +30,7 @@
 #include "train/job.h"
 
 typedef struct opts {
-    const char *model, *text, *data, *mesh, *out, *prompt;
+    const char *model, *text, *data, *mesh, *out, *prompt, *resume;
     int64_t batch, context, steps, sample_every, sample_tokens, top_k, max_file_bytes;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, temperature;
@@ -50,6 +51,8 @@ static void usage(FILE *f)
           "  --sample-every N --sample-tokens K --sample-prompt TEXT   a sample every N steps\n"
           "  --temperature T --top-k K --seed S   the samples' sampler (T 0: greedy)\n"
           "  --out DIR            DIR/checkpoint and the HF directory DIR/hf\n"
+          "  --resume DIR         go on from an earlier --out DIR (its checkpoint: weights,\n"
+          "                       optimizer state, data position, history) to --steps\n"
           "  --max-file-bytes N   DIR/hf's safetensors sharded (with an index) above N bytes\n",
           f);
 }
@@ -82,6 +85,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--mesh")) o->mesh = v;
         else if (!strcmp(a, "--out")) o->out = v;
         else if (!strcmp(a, "--sample-prompt")) o->prompt = v;
+        else if (!strcmp(a, "--resume")) o->resume = v;
         else if (!strcmp(a, "--batch")) o->batch = atoll(v);
         else if (!strcmp(a, "--context")) o->context = atoll(v);
         else if (!strcmp(a, "--steps")) o->steps = atoll(v);
@@ -172,6 +176,35 @@ static dt_status make_dataset(const opts *o, const dt_mesh *mesh, const dt_token
     return st;
 }
 
+/* What was trained, as the checkpoint's train/config value. */
+static void config_text(const opts *o, const lm *m, char *buf, size_t len)
+{
+    const dt_hf_config *cf = lm_config(m);
+    snprintf(buf, len, "model_type=%s layers=%lld hidden=%lld heads=%lld kv_heads=%lld "
+             "vocab=%lld context=%lld", cf->model_type, (long long)cf->layers,
+             (long long)cf->hidden, (long long)cf->heads, (long long)cf->kv_heads,
+             (long long)cf->vocab, (long long)o->context);
+}
+
+/* --resume: the checkpoint holds this model (job_check_fn). */
+static int check_config(void *arg, const dt_ckpt *ck, const char *dir, char *err, size_t errlen)
+{
+    const char *want = arg;
+    const void *cd = NULL;
+    size_t cn = 0;
+    if (dt_ckpt_value_bytes(ck, "train/config", &cd, &cn) != DT_OK) {
+        snprintf(err, errlen, "--resume %s: not a train_llama checkpoint: %s", dir,
+                 dt_last_error());
+        return -1;
+    }
+    if (cn != strlen(want) || memcmp(cd, want, cn) != 0) {
+        snprintf(err, errlen, "--resume %s: saved with %.*s; this run has %s", dir,
+                 (int)(cn < 200 ? cn : 200), (const char *)cd, want);
+        return -1;
+    }
+    return 0;
+}
+
 /* --out DIR: DIR/checkpoint (the optimizer's parameters under our names and its state), then
  * client 0 exports DIR/hf from it. Collective. */
 static int write_out(job *j, const opts *o, lm *m, dt_zero *z, dt_dataset *ds, history *hist)
@@ -181,13 +214,8 @@ static int write_out(job *j, const opts *o, lm *m, dt_zero *z, dt_dataset *ds, h
         return 1;
     int64_t steps = o->steps;
     job_train t = {z, ds, hist, &steps, NULL};
-    /* What was trained, as the checkpoint's train/config value. */
-    const dt_hf_config *cf = lm_config(m);
     char config[256];
-    snprintf(config, sizeof config, "model_type=%s layers=%lld hidden=%lld heads=%lld "
-             "kv_heads=%lld vocab=%lld context=%lld", cf->model_type, (long long)cf->layers,
-             (long long)cf->hidden, (long long)cf->heads, (long long)cf->kv_heads,
-             (long long)cf->vocab, (long long)o->context);
+    config_text(o, m, config, sizeof config);
     dt_ckpt_value v[1] = {{"train/config", DT_CKPT_VALUE_BYTES, 0, 0, config, strlen(config)}};
     if (job_save(j, &t, v, 1, NULL, 0, ckpt_dir) != 0)
         return 1;
@@ -286,8 +314,21 @@ static int run(job *j, const opts *o)
             (long long)cf->hidden, (long long)cf->heads, (long long)cf->kv_heads,
             (long long)cf->vocab, td ? (long long)text_data_tokens(td) : -1LL,
             o->text ? o->text : o->data);
+    int64_t first = 0; /* the first step this run makes (after --resume's) */
+    if (o->resume) {
+        char dir[JOB_PATH_MAX], config[256];
+        struct stat sb;
+        job_train jt = {z, ds, &hist, &first, NULL};
+        snprintf(dir, sizeof dir, "%s/checkpoint", o->resume);
+        config_text(o, m, config, sizeof config);
+        if (job_resume(j, &jt, stat(dir, &sb) == 0 ? dir : o->resume, NULL, o->steps, 0, 0,
+                       check_config, config) != 0) {
+            rc = 1;
+            goto done;
+        }
+    }
     double loss = 0, t_all = 0;
-    for (int64_t step = 0; step < o->steps; step++) {
+    for (int64_t step = first; step < o->steps; step++) {
         if (o->sample_every > 0 && step % o->sample_every == 0 &&
             (st = sample(j, o, m, tok, eot, step)) != DT_OK) {
             what = "sample";
@@ -332,7 +373,7 @@ static int run(job *j, const opts *o)
     if (o->out && (rc = write_out(j, o, m, z, ds, &hist)) != 0)
         goto done;
     job_say(j, "result loss=%.6f tokens_per_s=%.1f\n", loss,
-            t_all > 0 ? (double)(o->batch * o->context * o->steps) / t_all : 0.0);
+            t_all > 0 ? (double)(o->batch * o->context * (o->steps - first)) / t_all : 0.0);
     goto done;
 fail:
     rc = job_fail(j, what, st, lm_last_error());

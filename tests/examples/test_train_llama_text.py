@@ -4,7 +4,7 @@
 fine-tuned on the bundled names (examples/data/names.txt, a document per line) tokenised on
 the fly; its samples printed as text every N steps; the loss going down; its --out HF
 directory reloaded by examples/generate giving the last sample's text (same seed and
-sampler); the same run on `dtensor tokenize`'s llm.c shard giving the same losses; and on a
+sampler); the same run on `dtensor tokenize`'s llm.c shard giving the same losses; --resume exact; on a
 1x2 mesh (tensor parallel) the same losses; train_gpt2 --model DIR --text with samples.
 argv: train_llama, generate, dtensor, mpiexec,
 the examples directory. Prints `N passed, N failed`."""
@@ -149,6 +149,13 @@ def main():
         l3 = losses(r3.stdout)
         check(len(l3) == 5 and max(abs(a - b) / b for a, b in zip(l3, ls)) < 1e-5,
               f"tensor parallel over 2 processes (1x2) gives the same losses ({l3[:2]})")
+        # Stopped after 3 steps and resumed to 5: the uninterrupted run's losses.
+        a = os.path.join(tmp, "stop")
+        ra = run([train] + common + ["--text", names, "--lines", "--steps", "3", "--out", a])
+        rb = run([train] + common + ["--text", names, "--lines", "--steps", "5",
+                                     "--resume", a])
+        check(ra.returncode == 0 and losses(rb.stdout) == ls[3:5],
+              "stopped at step 3 and resumed, the next losses are the uninterrupted run's")
         # train_gpt2 --model (a GPT-2 directory with the same tokenizer) --text, with samples.
         g2 = os.path.join(tmp, "gpt2")
         os.makedirs(g2)
