@@ -16,7 +16,48 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt2_ref import st_read, st_write  # noqa: E402
+import struct  # noqa: E402
+
+from gpt2_ref import st_write  # noqa: E402
+
+
+def st_write_bf16(path, tensors, metadata=None):
+    """A safetensors file of BF16 tensors (rounded to nearest even by torch)."""
+    header, blobs, off = {}, [], 0
+    for name, t in tensors.items():
+        b = t.detach().to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(t.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    if metadata:
+        header["__metadata__"] = metadata
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def st_read(path):
+    """Every tensor of a safetensors file (F32 or BF16) as float32."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        buf = f.read()
+    out = {}
+    for name, d in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = d["data_offsets"]
+        raw = bytearray(buf[lo:hi])
+        if d["dtype"] == "F32":
+            t = torch.frombuffer(raw, dtype=torch.float32)
+        elif d["dtype"] == "BF16":
+            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16).to(torch.float32)
+        else:
+            raise SystemExit(f"{path}: {name}: dtype {d['dtype']}")
+        out[name] = t.reshape(d["shape"]).clone()
+    return out
 
 
 # ---- random HF directories -------------------------------------------------------------------
@@ -26,30 +67,32 @@ def _rand(g, *shape, std=1.0, mean=0.0):
     return (torch.randn(*shape, generator=g, dtype=torch.float64) * std + mean).to(torch.float32)
 
 
-def write_dir(out, cfg, tensors, shards=1):
-    """config.json and the tensors: one model.safetensors, or `shards` files and an index."""
+def write_dir(out, cfg, tensors, shards=1, bf16=False):
+    """config.json and the tensors (f32, or bf16): one model.safetensors, or `shards` files
+    and an index."""
     os.makedirs(out, exist_ok=True)
+    write = st_write_bf16 if bf16 else st_write
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     names = list(tensors)
     if shards == 1:
-        st_write(os.path.join(out, "model.safetensors"), tensors, {"format": "pt"})
+        write(os.path.join(out, "model.safetensors"), tensors, {"format": "pt"})
         return
     per = (len(names) + shards - 1) // shards
     wmap = {}
     for s in range(shards):
         fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         part = {n: tensors[n] for n in names[s * per:(s + 1) * per]}
-        st_write(os.path.join(out, fn), part, {"format": "pt"})
+        write(os.path.join(out, fn), part, {"format": "pt"})
         wmap.update({n: fn for n in part})
-    total = sum(t.numel() * 4 for t in tensors.values())
+    total = sum(t.numel() * (2 if bf16 else 4) for t in tensors.values())
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
 
 
 def make_llama(out, seed=1, vocab=96, hidden=64, inter=96, layers=2, heads=4, kv_heads=2,
                model_type="llama", tie=True, bias=False, rope_theta=10000.0, llama3=True,
-               shards=1, max_pos=128):
+               shards=1, max_pos=128, bf16=False):
     g = torch.Generator().manual_seed(seed)
     D = hidden // heads
     cfg = {"architectures": ["LlamaForCausalLM"], "model_type": model_type,
@@ -84,7 +127,9 @@ def make_llama(out, seed=1, vocab=96, hidden=64, inter=96, layers=2, heads=4, kv
     t["model.norm.weight"] = _rand(g, hidden, std=0.1, mean=1.0)
     if not tie:
         t["lm_head.weight"] = _rand(g, vocab, hidden, std=0.5)
-    write_dir(out, cfg, t, shards)
+    if bf16:
+        cfg["torch_dtype"] = "bfloat16"
+    write_dir(out, cfg, t, shards, bf16)
     return cfg
 
 

@@ -2,13 +2,15 @@
 """The `reference` suite: examples/generate on HF directories of random weights against the
 PyTorch references of hf_ref.py (float64, full recomputation): a Llama with grouped-query
 attention, llama3 rope scaling and tied embeddings (one safetensors file); a Qwen2 (q/k/v
-biases, one kv head, untied head, rope_theta 1e6, a sharded set with an index); a GPT-2. For
+biases, one kv head, untied head, rope_theta 1e6, a sharded set with an index, in bf16 as HF
+ships most models: both sides compute from the bf16 values); a GPT-2. For
 each, on each mesh (argv: generate, the mpiexec wrapper, then MESH:NPROCS...): two prompts of
 different lengths batched, the prompt positions' logits within 1e-5 of the reference's
 (max abs difference over the reference's max abs logit), and 32 greedy tokens per row from our
 key/value cache equal to the reference's full-recompute decoding, token for token. Then
 sampling (temperature, top-k, top-p, a seed) gives the same tokens on every mesh, and top-k 1
-gives the greedy tokens (on the first mesh; sampling on the first and the last). --gpu adds a 1x2 GPU mesh (DT_GPU=sim without a GPU).
+gives the greedy tokens (on the first mesh; sampling on the first and the last). --gpu adds
+a 1x2 GPU mesh (DT_GPU=sim without a GPU).
 Prints `N passed, N failed`."""
 import os
 import subprocess
@@ -66,7 +68,7 @@ def main():
             "llama": hf_ref.make_llama(os.path.join(tmp, "llama"), seed=1),
             "qwen2": hf_ref.make_llama(os.path.join(tmp, "qwen2"), seed=2, model_type="qwen2",
                                        kv_heads=1, tie=False, rope_theta=1e6, llama3=False,
-                                       shards=2),
+                                       shards=2, bf16=True),
             "gpt2": hf_ref.make_gpt2(os.path.join(tmp, "gpt2"), seed=3),
         }
         for name in models:
