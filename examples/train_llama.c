@@ -5,7 +5,7 @@
  * (docs/generate.md, "Fine-tuning"):
  *   train_llama --model DIR [--random-init] (--text FILE|DIR [--lines] | --data TRAIN.bin) --batch B
  *     --context T --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
- *     [--mesh FILE] [--zero 0-2] [--sample-every N] [--sample-tokens K]
+ *     [--mesh FILE] [--zero 0-3] [--sample-every N] [--sample-tokens K]
  *     [--sample-prompt TEXT] [--temperature T] [--top-k K] [--seed S] [--out DIR]
  *     [--max-file-bytes N]
  * --text: tokenised on the fly by the model's tokenizer (each line a document with --lines),
@@ -47,7 +47,7 @@ static void usage(FILE *f)
           "  --text FILE|DIR      raw text tokenised on the fly (--lines: a document a line)\n"
           "  --data FILE          an llm.c token shard (dtensor tokenize)\n"
           "  --weight-decay W --beta1 B1 --beta2 B2 --eps E --clip C   AdamW, clipping\n"
-          "  --mesh FILE --zero 0-2   mesh YAML (batch, model), ZeRO stage\n"
+          "  --mesh FILE --zero 0-3   mesh YAML (batch, model), ZeRO stage\n"
           "  --sample-every N --sample-tokens K --sample-prompt TEXT   a sample every N steps\n"
           "  --temperature T --top-k K --seed S   the samples' sampler (T 0: greedy)\n"
           "  --out DIR            DIR/checkpoint and the HF directory DIR/hf\n"
@@ -112,8 +112,8 @@ static int parse(int argc, char **argv, opts *o)
         usage(stderr);
         return 1;
     }
-    if (o->stage < 0 || o->stage > 2) {
-        fprintf(stderr, "train_llama: --zero %d (0, 1 or 2)\n", o->stage);
+    if (o->stage < 0 || o->stage > 3) {
+        fprintf(stderr, "train_llama: --zero %d (0, 1, 2 or 3)\n", o->stage);
         return 1;
     }
     return 0;
@@ -296,7 +296,7 @@ static int run(job *j, const opts *o)
     hp.beta2 = (float)o->beta2;
     hp.eps = (float)o->eps;
     hp.weight_decay = (float)o->wd;
-    if ((st = lm_attach(m, z, &hp)) != DT_OK)
+    if ((st = lm_attach(m, z, &hp, o->stage == 3)) != DT_OK)
         goto fail;
     dt_tape_opts to = DT_TAPE_OPTS_INIT;
     if ((st = dt_tape_create(&to, &tape)) != DT_OK)

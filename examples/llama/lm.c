@@ -43,8 +43,9 @@ void lm_destroy(lm *m)
 {
     if (!m)
         return;
+    lm__release(m);
     for (int i = 0; i < m->n; i++) {
-        if (m->p)
+        if (m->p && !m->zero)
             dt_tensor_destroy(m->p[i]);
         if (m->names)
             free(m->names[i]);
@@ -151,6 +152,14 @@ void lm__bind(lm *m, int i)
     for (size_t k = 0; k < sizeof slots / sizeof slots[0]; k++)
         if (!strcmp(leaf, slots[k].name))
             *(dt_tensor **)((char *)y + slots[k].at) = t;
+}
+
+void lm__rebind(lm *m)
+{
+    memset(m->ly, 0, (size_t)m->cfg.layers * sizeof *m->ly);
+    m->embed = m->head = m->pos = m->nfg = m->nfb = NULL;
+    for (int i = 0; i < m->n; i++)
+        lm__bind(m, i);
 }
 
 dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count)
@@ -289,17 +298,9 @@ dt_status lm_set_param(lm *m, int i, const dt_tensor *t)
     dt_tensor_destroy(f);
     if (st != DT_OK)
         return st;
-    dt_tensor *old = m->p[i];
+    dt_tensor_destroy(m->p[i]);
     m->p[i] = r;
-    /* Re-point every slot that held the old tensor. */
-    if (m->embed == old || m->head == old || m->pos == old || m->nfg == old || m->nfb == old) {
-        if (m->embed == old)
-            m->embed = r;
-        if (m->head == old)
-            m->head = r;
-    }
-    lm__bind(m, i);
-    dt_tensor_destroy(old);
+    lm__rebind(m);
     return DT_OK;
 }
 
@@ -605,6 +606,9 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
     }
     keep_list k = {.n = 0};
     int64_t shape[2] = {rows, n};
+    dt_status g = lm__gather(m);
+    if (g != DT_OK)
+        return g;
     dt_tensor *tid = NULL, *x = NULL, *f = NULL, *lg = NULL, *rep = NULL;
     dt_status st = keep(&k, lm__from_host(c->l.ids, DT_DTYPE_I32, shape, ids, &tid), &tid);
     if (st == DT_OK)
@@ -656,6 +660,8 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
     if (st == DT_OK)
         st = dt_tensor_local_read(rep, 0, logits, (size_t)(rows * nl * V) * sizeof *logits);
     keep_free(&k);
+    dt_status r = lm__release(m);
+    st = st != DT_OK ? st : r;
     if (st == DT_OK)
         c->len += n;
     return st;

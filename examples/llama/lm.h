@@ -80,9 +80,10 @@ dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
                    double *loss_out, dt_tensor **grads_out);
 /* 1 for the 2-D parameters (weights, embeddings: weight decay), 0 for norms and biases. */
 int lm_param_decays(const lm *m, int i);
-/* Hands the parameters to `zero` (stages 0-2) as two groups: the decayed ones with hp, the
- * others without weight decay. Collective. */
-dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp);
+/* Hands the parameters to `zero` as two groups: the decayed ones with hp, the others without
+ * weight decay. stage3: the optimizer then holds them (sharded) and every pass (lm_grads,
+ * lm_forward) gathers them whole around itself and releases them after. Collective. */
+dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3);
 /* The model's parameter index at optimizer position k (after lm_attach). */
 int lm_opt_order(const lm *m, int k);
 /* Both groups' learning rate. */

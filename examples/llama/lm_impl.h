@@ -27,6 +27,8 @@ struct lm {
     double *inv_freq;      /* rotary frequencies (Llama) */
     int *opt;              /* lm_attach: the model's parameter at optimizer position k */
     int groups[2];         /* lm_attach: the decayed and the other parameters' groups */
+    dt_zero *zero;         /* stage 3 (lm_attach): the optimizer holds the parameters */
+    int gathered;          /* stage 3: lm__gather'ed (p[] borrowed from the optimizer) */
 };
 
 
@@ -46,8 +48,15 @@ void lm__layouts_free(lm_layouts *l);
  * layouts, bound to the layer slots; the rotary frequencies. Collective (no communication). */
 dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count);
 
-/* Points the layer and model slots named by parameter i at it. */
+/* Stage 3: every parameter gathered whole (p[] borrowed from the optimizer, the slots bound)
+ * for a pass, and released after it. Nothing in stages 0-2. Collective. */
+dt_status lm__gather(lm *m);
+dt_status lm__release(lm *m);
+
+/* Points the layer and model slots named by parameter i at it; lm__rebind: every slot
+ * cleared, then bound to p[] again. */
 void lm__bind(lm *m, int i);
+void lm__rebind(lm *m);
 
 /* A tensor of `layout` holding the global host array `global` (no communication). */
 dt_status lm__from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,

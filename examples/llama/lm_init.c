@@ -117,12 +117,8 @@ dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_
         }
     }
     /* The slots point at the new tensors. */
-    if (st == DT_OK) {
-        memset(m->ly, 0, (size_t)cfg->layers * sizeof *m->ly);
-        m->embed = m->head = m->pos = m->nfg = m->nfb = NULL;
-        for (int i = 0; i < m->n; i++)
-            lm__bind(m, i);
-    }
+    if (st == DT_OK)
+        lm__rebind(m);
     dt_foreign_map_free(map, count);
     if (st != DT_OK) {
         lm_destroy(m);

@@ -208,6 +208,8 @@ dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
     lm_layouts l;
     memset(&l, 0, sizeof l);
     dt_status st = p ? lm__layouts(m, dt_tensor_shape(x)[0], &l) : DT_ERR_NO_MEMORY;
+    if (st == DT_OK)
+        st = lm__gather(m);
     for (int i = 0; st == DT_OK && i < m->n; i++)
         st = dt_tape_watch(tape, m->p[i], i);
     if (st == DT_OK)
@@ -231,6 +233,13 @@ dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
     }
     if (p)
         pass_free(p);
+    if (m->zero) {
+        /* The tape lets the gathered tensors go before the optimizer frees them. */
+        for (int i = 0; i < m->n; i++)
+            dt_tape_watch(tape, NULL, i);
+        dt_status r = lm__release(m);
+        st = st != DT_OK ? st : r;
+    }
     free(p);
     lm__layouts_free(&l);
     return st;
@@ -241,7 +250,34 @@ int lm_param_decays(const lm *m, int i)
     return dt_tensor_rank(m->p[i]) == 2;
 }
 
-dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp)
+dt_status lm__gather(lm *m)
+{
+    if (!m->zero || m->gathered)
+        return DT_OK;
+    dt_status st = dt_zero_gather(m->zero, m->groups[0]);
+    if (st == DT_OK && (st = dt_zero_gather(m->zero, m->groups[1])) != DT_OK)
+        dt_zero_release(m->zero, m->groups[0]);
+    for (int k = 0; st == DT_OK && k < m->n; k++)
+        st = dt_zero_param(m->zero, k, &m->p[m->opt[k]]);
+    if (st == DT_OK)
+        lm__rebind(m);
+    m->gathered = st == DT_OK;
+    return st;
+}
+
+dt_status lm__release(lm *m)
+{
+    if (!m->zero || !m->gathered)
+        return DT_OK;
+    for (int i = 0; i < m->n; i++)
+        m->p[i] = NULL;
+    m->gathered = 0;
+    dt_status a = dt_zero_release(m->zero, m->groups[0]);
+    dt_status b = dt_zero_release(m->zero, m->groups[1]);
+    return a != DT_OK ? a : b;
+}
+
+dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3)
 {
     lm__set_error("%s", "");
     dt_tensor **pt = malloc((size_t)m->n * sizeof *pt);
@@ -265,6 +301,13 @@ dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp)
     }
     free(pt);
     free(nm);
+    /* Stage 3: the optimizer's shards hold the values; the passes gather them (lm__gather). */
+    for (int i = 0; st == DT_OK && stage3 && i < m->n; i++) {
+        dt_tensor_destroy(m->p[i]);
+        m->p[i] = NULL;
+    }
+    if (st == DT_OK && stage3)
+        m->zero = zero;
     return st;
 }
 
