@@ -116,14 +116,19 @@ int main(int argc, char **argv)
             continue;
         }
         i++;
-        if (!strcmp(a, "--layers")) layers = atoll(v);
-        else if (!strcmp(a, "--hidden")) hidden = atoll(v);
-        else if (!strcmp(a, "--vocab")) vocab = atoll(v);
-        else if (!strcmp(a, "--prompt")) prompt = atoll(v);
-        else if (!strcmp(a, "--steps")) steps = atoll(v);
+        if (!strcmp(a, "--layers"))
+            layers = atoll(v);
+        else if (!strcmp(a, "--hidden"))
+            hidden = atoll(v);
+        else if (!strcmp(a, "--vocab"))
+            vocab = atoll(v);
+        else if (!strcmp(a, "--prompt"))
+            prompt = atoll(v);
+        else if (!strcmp(a, "--steps"))
+            steps = atoll(v);
         else {
             fprintf(stderr, "usage: bench_generate [--quick] [--layers L] [--hidden C] "
-                    "[--vocab V] [--prompt P] [--steps N]\n");
+                            "[--vocab V] [--prompt P] [--steps N]\n");
             return 2;
         }
     }
@@ -161,8 +166,8 @@ int main(int argc, char **argv)
         goto out;
     }
     double wbytes = (double)lm_weight_bytes(m);
-    double bw = memcpy_gbs((size_t)wbytes > ((size_t)64 << 20) ? (size_t)wbytes
-                                                                 : ((size_t)64 << 20));
+    double bw =
+        memcpy_gbs((size_t)wbytes > ((size_t)64 << 20) ? (size_t)wbytes : ((size_t)64 << 20));
     double bound = bw * 1e9 / wbytes;
     double t1 = 0, t8 = 0;
     if (decode(m, 1, steps, &t1) != 0 || decode(m, 8, steps, &t8) != 0)
@@ -199,8 +204,8 @@ int main(int argc, char **argv)
     double head = (double)vocab * (double)hidden, blocks = wbytes / 4.0 - head;
     double achieved = 2.0 * (blocks * (double)prompt + head) / ((double)prompt / tp) / 1e9;
     printf("case=prefill model=llama prompt=%lld tokens_per_s=%.1f achieved_gflops=%.2f "
-           "gemm_gflops=%.2f gemm_ratio=%.3f\n", (long long)prompt, tp, achieved, g,
-           achieved / g);
+           "gemm_gflops=%.2f gemm_ratio=%.3f\n",
+           (long long)prompt, tp, achieved, g, achieved / g);
     rc = 0;
 out:
     lm_destroy(m);

@@ -39,11 +39,9 @@ static dt_status get_real(const cfg_reader *r, json_t *obj, const char *key, int
     json_t *v = json_object_get(obj, key);
     const char *pre = obj == r->root ? "" : "rope_scaling.";
     if (!v || json_is_null(v))
-        return required ? dt__error(DT_ERR_NOT_FOUND, "%s: no \"%s%s\"", r->path, pre, key)
-                        : DT_OK;
+        return required ? dt__error(DT_ERR_NOT_FOUND, "%s: no \"%s%s\"", r->path, pre, key) : DT_OK;
     if (!json_is_number(v) || json_number_value(v) <= 0)
-        return dt__error(DT_ERR_PARSE, "%s: \"%s%s\" is not a positive number", r->path, pre,
-                         key);
+        return dt__error(DT_ERR_PARSE, "%s: \"%s%s\" is not a positive number", r->path, pre, key);
     *out = json_number_value(v);
     return DT_OK;
 }
@@ -92,18 +90,23 @@ static dt_status read_gpt2(const cfg_reader *r, dt_hf_config *c)
         (st = get_bool(r, "tie_word_embeddings", &c->tie_word_embeddings)) != DT_OK)
         return st;
     json_t *act = json_object_get(r->root, "activation_function");
-    if (act && !json_is_null(act) && (!json_is_string(act) ||
-                                      (strcmp(json_string_value(act), "gelu_new") != 0 &&
-                                       strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0)))
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: \"activation_function\" %s is not supported "
-                         "(gelu_new)", r->path, json_is_string(act) ? json_string_value(act)
-                                                                    : "(not a string)");
+    if (act && !json_is_null(act) &&
+        (!json_is_string(act) || (strcmp(json_string_value(act), "gelu_new") != 0 &&
+                                  strcmp(json_string_value(act), "gelu_pytorch_tanh") != 0)))
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: \"activation_function\" %s is not supported "
+                         "(gelu_new)",
+                         r->path, json_is_string(act) ? json_string_value(act) : "(not a string)");
     if (!c->tie_word_embeddings)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: \"tie_word_embeddings\" false is not "
-                         "supported for gpt2", r->path);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: \"tie_word_embeddings\" false is not "
+                         "supported for gpt2",
+                         r->path);
     if (c->hidden % c->heads != 0)
-        return dt__error(DT_ERR_PARSE, "%s: \"n_head\" %" PRId64 " does not divide \"n_embd\" "
-                         "%" PRId64, r->path, c->heads, c->hidden);
+        return dt__error(DT_ERR_PARSE,
+                         "%s: \"n_head\" %" PRId64 " does not divide \"n_embd\" "
+                         "%" PRId64,
+                         r->path, c->heads, c->hidden);
     c->kv_heads = c->heads;
     c->head_dim = c->hidden / c->heads;
     c->intermediate = inner ? inner : 4 * c->hidden;
@@ -122,13 +125,14 @@ static dt_status read_rope_scaling(const cfg_reader *r, dt_hf_config *c)
         t = json_object_get(s, "type");
     const char *type = json_is_string(t) ? json_string_value(t) : NULL;
     if (!type)
-        return dt__error(DT_ERR_PARSE, "%s: \"rope_scaling.rope_type\" is not a string",
-                         r->path);
+        return dt__error(DT_ERR_PARSE, "%s: \"rope_scaling.rope_type\" is not a string", r->path);
     if (!strcmp(type, "default"))
         return DT_OK;
     if (strcmp(type, "llama3") != 0)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: \"rope_scaling.rope_type\" \"%s\" is not "
-                         "supported (llama3, default)", r->path, type);
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: \"rope_scaling.rope_type\" \"%s\" is not "
+                         "supported (llama3, default)",
+                         r->path, type);
     double omax = 0;
     dt_status st;
     if ((st = get_real(r, s, "factor", 1, &c->rope_factor)) != DT_OK ||
@@ -137,8 +141,10 @@ static dt_status read_rope_scaling(const cfg_reader *r, dt_hf_config *c)
         (st = get_real(r, s, "original_max_position_embeddings", 1, &omax)) != DT_OK)
         return st;
     if (c->rope_high_freq_factor <= c->rope_low_freq_factor)
-        return dt__error(DT_ERR_PARSE, "%s: \"rope_scaling.high_freq_factor\" must exceed "
-                         "\"low_freq_factor\"", r->path);
+        return dt__error(DT_ERR_PARSE,
+                         "%s: \"rope_scaling.high_freq_factor\" must exceed "
+                         "\"low_freq_factor\"",
+                         r->path);
     c->rope_llama3 = 1;
     c->rope_original_max = (int64_t)omax;
     return DT_OK;
@@ -182,19 +188,23 @@ static dt_status read_llama(const cfg_reader *r, dt_hf_config *c)
     json_t *usw = json_object_get(r->root, "use_sliding_window");
     if (json_is_integer(sw) && !json_is_false(usw) && json_integer_value(sw) < c->max_positions &&
         strcmp(c->model_type, "qwen2") != 0)
-        return dt__error(DT_ERR_UNSUPPORTED, "%s: \"sliding_window\" %" PRId64 " below "
-                         "\"max_position_embeddings\" is not supported", r->path,
-                         (int64_t)json_integer_value(sw));
+        return dt__error(DT_ERR_UNSUPPORTED,
+                         "%s: \"sliding_window\" %" PRId64 " below "
+                         "\"max_position_embeddings\" is not supported",
+                         r->path, (int64_t)json_integer_value(sw));
     if (c->kv_heads == 0)
         c->kv_heads = c->heads;
     if (c->heads % c->kv_heads != 0)
-        return dt__error(DT_ERR_PARSE, "%s: \"num_key_value_heads\" %" PRId64 " does not "
-                         "divide \"num_attention_heads\" %" PRId64, r->path, c->kv_heads,
-                         c->heads);
+        return dt__error(DT_ERR_PARSE,
+                         "%s: \"num_key_value_heads\" %" PRId64 " does not "
+                         "divide \"num_attention_heads\" %" PRId64,
+                         r->path, c->kv_heads, c->heads);
     if (c->head_dim == 0) {
         if (c->hidden % c->heads != 0)
-            return dt__error(DT_ERR_PARSE, "%s: \"num_attention_heads\" %" PRId64 " does not "
-                             "divide \"hidden_size\" %" PRId64, r->path, c->heads, c->hidden);
+            return dt__error(DT_ERR_PARSE,
+                             "%s: \"num_attention_heads\" %" PRId64 " does not "
+                             "divide \"hidden_size\" %" PRId64,
+                             r->path, c->heads, c->hidden);
         c->head_dim = c->hidden / c->heads;
     }
     if (c->head_dim % 2 != 0)
@@ -216,15 +226,16 @@ dt_status dt_hf_config_read(const char *path, dt_hf_config *cfg_out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: path too long", path);
     }
     if (stat(p, &sb) != 0)
-        return dt__error(DT_ERR_NOT_FOUND, "%s: no such file (an HF model directory holds "
-                         "config.json)", p);
+        return dt__error(DT_ERR_NOT_FOUND,
+                         "%s: no such file (an HF model directory holds "
+                         "config.json)",
+                         p);
     json_error_t jerr;
     json_t *root = json_load_file(p, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(root)) {
         json_decref(root);
         return root ? dt__error(DT_ERR_PARSE, "%s: not a JSON object", p)
-                    : dt__error(DT_ERR_PARSE, "%s:%d:%d: %s", p, jerr.line, jerr.column,
-                                jerr.text);
+                    : dt__error(DT_ERR_PARSE, "%s:%d:%d: %s", p, jerr.line, jerr.column, jerr.text);
     }
     cfg_reader r = {root, p};
     dt_hf_config c;
@@ -245,8 +256,10 @@ dt_status dt_hf_config_read(const char *path, dt_hf_config *cfg_out)
             c.arch = DT_HF_LLAMA;
             st = read_llama(&r, &c);
         } else {
-            st = dt__error(DT_ERR_UNSUPPORTED, "%s: \"model_type\" \"%s\" is not supported "
-                           "(gpt2, llama, qwen2, mistral)", p, c.model_type);
+            st = dt__error(DT_ERR_UNSUPPORTED,
+                           "%s: \"model_type\" \"%s\" is not supported "
+                           "(gpt2, llama, qwen2, mistral)",
+                           p, c.model_type);
         }
     }
     if (st == DT_OK && (st = get_token(&r, "bos_token_id", &c.bos_token_id)) == DT_OK)
@@ -271,7 +284,7 @@ dt_status dt_hf_config_write(const dt_hf_config *c, const char *path)
     json_t *o = json_object();
     int bad = !o;
     int gpt2 = c->arch == DT_HF_GPT2;
-    const char *arch = gpt2 ? "GPT2LMHeadModel"
+    const char *arch = gpt2                                ? "GPT2LMHeadModel"
                        : !strcmp(c->model_type, "qwen2")   ? "Qwen2ForCausalLM"
                        : !strcmp(c->model_type, "mistral") ? "MistralForCausalLM"
                                                            : "LlamaForCausalLM";
@@ -281,10 +294,10 @@ dt_status dt_hf_config_write(const dt_hf_config *c, const char *path)
         bad |= json_object_set_new(o, "architectures", a);
         bad |= json_object_set_new(o, "model_type",
                                    json_string(c->model_type[0] ? c->model_type
-                                                                : gpt2 ? "gpt2" : "llama"));
+                                               : gpt2           ? "gpt2"
+                                                                : "llama"));
         bad |= set_int(o, "vocab_size", c->vocab);
-        bad |= json_object_set_new(o, "tie_word_embeddings",
-                                   json_boolean(c->tie_word_embeddings));
+        bad |= json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
         bad |= json_object_set_new(o, "torch_dtype", json_string("float32"));
     }
     if (!bad && gpt2) {
@@ -315,8 +328,7 @@ dt_status dt_hf_config_write(const dt_hf_config *c, const char *path)
             bad |= json_object_set_new(s, "rope_type", json_string("llama3"));
             bad |= json_object_set_new(s, "factor", json_real(c->rope_factor));
             bad |= json_object_set_new(s, "low_freq_factor", json_real(c->rope_low_freq_factor));
-            bad |= json_object_set_new(s, "high_freq_factor",
-                                       json_real(c->rope_high_freq_factor));
+            bad |= json_object_set_new(s, "high_freq_factor", json_real(c->rope_high_freq_factor));
             bad |= set_int(s, "original_max_position_embeddings", c->rope_original_max);
             bad |= json_object_set_new(o, "rope_scaling", s);
         } else {
@@ -368,7 +380,7 @@ dt_status dt_foreign_llama_map(const dt_foreign *src, const dt_hf_config *cfg,
 {
     if (!src || !cfg || !map_out || !count_out || cfg->arch != DT_HF_LLAMA)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_foreign_llama_map: NULL argument or a "
-                         "config not of the Llama family");
+                                                  "config not of the Llama family");
     if (cfg->layers > 100000)
         return dt__error(DT_ERR_SHAPE, "dt_foreign_llama_map: %" PRId64 " layers", cfg->layers);
     int64_t C = cfg->hidden, V = cfg->vocab, F = cfg->intermediate;
@@ -385,7 +397,7 @@ dt_status dt_foreign_llama_map(const dt_foreign *src, const dt_hf_config *cfg,
     for (int64_t l = 0; st == DT_OK && l < cfg->layers; l++) {
         static const struct {
             const char *ours, *hf;
-            int kind; /* 0 norm [C], 1 linear [in, out] from [out, in], 2 bias [out] */
+            int kind;    /* 0 norm [C], 1 linear [in, out] from [out, in], 2 bias [out] */
             int in, out; /* 0 C, 1 Q, 2 KV, 3 F */
         } w[12] = {
             {"attn_norm", "input_layernorm.weight", 0, 0, 0},
@@ -427,9 +439,10 @@ dt_status dt_foreign_llama_map(const dt_foreign *src, const dt_hf_config *cfg,
             ok = shape[d] == map[i].shape[d];
         if (!ok) {
             char a[160], b[160];
-            st = dt__error(DT_ERR_SHAPE, "dt_foreign_llama_map: %s: tensor '%s' gives %s for "
-                           "'%s', config.json (%s, hidden %" PRId64 ") needs %s", src->shown,
-                           map[i].view.source, dt__shape_str(rank, shape, a, sizeof a),
+            st = dt__error(DT_ERR_SHAPE,
+                           "dt_foreign_llama_map: %s: tensor '%s' gives %s for "
+                           "'%s', config.json (%s, hidden %" PRId64 ") needs %s",
+                           src->shown, map[i].view.source, dt__shape_str(rank, shape, a, sizeof a),
                            map[i].name, cfg->model_type, C,
                            dt__shape_str(map[i].rank, map[i].shape, b, sizeof b));
         }

@@ -19,10 +19,10 @@ static const char *const FN = "dt_ckpt_export_hf";
 
 typedef struct out_tensor {
     char hf[128];
-    int64_t index;                /* ours in the checkpoint */
+    int64_t index; /* ours in the checkpoint */
     int transpose;
     int rank;
-    int64_t shape[2];             /* HF's */
+    int64_t shape[2]; /* HF's */
     dt_dtype dtype;
     int file;
 } out_tensor;
@@ -43,12 +43,17 @@ static dt_status plan_llama(const dt_ckpt *ck, const dt_hf_config *c, out_tensor
         const char *ours, *hf;
         int t;
     } w[12] = {
-        {"attn_norm", "input_layernorm.weight", 0}, {"q.w", "self_attn.q_proj.weight", 1},
-        {"q.b", "self_attn.q_proj.bias", 0},        {"k.w", "self_attn.k_proj.weight", 1},
-        {"k.b", "self_attn.k_proj.bias", 0},        {"v.w", "self_attn.v_proj.weight", 1},
-        {"v.b", "self_attn.v_proj.bias", 0},        {"o.w", "self_attn.o_proj.weight", 1},
+        {"attn_norm", "input_layernorm.weight", 0},
+        {"q.w", "self_attn.q_proj.weight", 1},
+        {"q.b", "self_attn.q_proj.bias", 0},
+        {"k.w", "self_attn.k_proj.weight", 1},
+        {"k.b", "self_attn.k_proj.bias", 0},
+        {"v.w", "self_attn.v_proj.weight", 1},
+        {"v.b", "self_attn.v_proj.bias", 0},
+        {"o.w", "self_attn.o_proj.weight", 1},
         {"mlp_norm", "post_attention_layernorm.weight", 0},
-        {"gate.w", "mlp.gate_proj.weight", 1},      {"up.w", "mlp.up_proj.weight", 1},
+        {"gate.w", "mlp.gate_proj.weight", 1},
+        {"up.w", "mlp.up_proj.weight", 1},
         {"down.w", "mlp.down_proj.weight", 1},
     };
     int k = 0;
@@ -82,9 +87,9 @@ static dt_status plan_llama(const dt_ckpt *ck, const dt_hf_config *c, out_tensor
                 break;
             int rank = l < 0 || t ? 2 : 1;
             if (ti.rank != rank || (ti.dtype != DT_DTYPE_F32 && ti.dtype != DT_DTYPE_F16 &&
-                                     ti.dtype != DT_DTYPE_BF16)) {
-                st = dt__error(DT_ERR_SHAPE, "%s: %s: '%s' is not a float tensor of rank %d",
-                               FN, dt_ckpt_path(ck), ours, rank);
+                                    ti.dtype != DT_DTYPE_BF16)) {
+                st = dt__error(DT_ERR_SHAPE, "%s: %s: '%s' is not a float tensor of rank %d", FN,
+                               dt_ckpt_path(ck), ours, rank);
                 break;
             }
             e->transpose = t;
@@ -100,8 +105,8 @@ static dt_status plan_llama(const dt_ckpt *ck, const dt_hf_config *c, out_tensor
         dt_ckpt_tensor_info ti;
         snprintf(e->hf, sizeof e->hf, "lm_head.weight");
         if (dt_ckpt_find(ck, "head", &e->index) != DT_OK)
-            st = dt__error(DT_ERR_NOT_FOUND, "%s: %s: no parameter 'head' (the untied head)",
-                           FN, dt_ckpt_path(ck));
+            st = dt__error(DT_ERR_NOT_FOUND, "%s: %s: no parameter 'head' (the untied head)", FN,
+                           dt_ckpt_path(ck));
         else if ((st = dt_ckpt_tensor(ck, e->index, &ti)) == DT_OK) {
             e->rank = 2;
             e->dtype = ti.dtype;
@@ -142,8 +147,8 @@ static dt_status read_one(const dt_ckpt *ck, const out_tensor *e, unsigned char 
 }
 
 /* Writes the tensors of file f as one safetensors file at path. */
-static dt_status write_file(const dt_ckpt *ck, const out_tensor *o, int n, int f,
-                            const char *path, int do_fsync)
+static dt_status write_file(const dt_ckpt *ck, const out_tensor *o, int n, int f, const char *path,
+                            int do_fsync)
 {
     json_t *root = json_object(), *meta = json_object();
     int bad = !root || !meta;
@@ -237,9 +242,9 @@ static dt_status write_index(const out_tensor *o, int n, int nfiles, const char 
 /* Copies the tokenizer files of `from` (those present) into dir. */
 static dt_status copy_tokenizer(const char *from, const char *dir)
 {
-    static const char *const files[] = {"tokenizer.json", "tokenizer_config.json",
-                                        "special_tokens_map.json", "vocab.json", "merges.txt",
-                                        "generation_config.json"};
+    static const char *const files[] = {
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+        "merges.txt",     "generation_config.json"};
     dt_status st = DT_OK;
     for (size_t i = 0; st == DT_OK && i < sizeof files / sizeof files[0]; i++) {
         char a[CK_PATH_MAX], b[CK_PATH_MAX];
@@ -266,8 +271,7 @@ dt_status dt_ckpt_export_hf(const dt_ckpt *ck, const char *out_dir, const dt_hf_
                             const char *tokenizer_from, const dt_ckpt_export_opts *opts)
 {
     if (!ck || !out_dir || !out_dir[0] || !cfg)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL checkpoint, directory or config",
-                         FN);
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL checkpoint, directory or config", FN);
     dt_status st = dt__ckpt_export_target(FN, out_dir, 0);
     if (st != DT_OK)
         return st;

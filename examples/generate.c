@@ -36,22 +36,21 @@ typedef struct opts {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: generate --model DIR [--prompt TEXT]... [--ids 1,2,3]... [options]\n"
-            "  --model DIR          HF model directory (config.json, safetensors, tokenizer)\n"
-            "  --prompt TEXT        a prompt (repeat for a batch of rows)\n"
-            "  --ids LIST           a prompt as comma-separated token ids (repeatable)\n"
-            "  --tokens N           tokens to generate per row (default 32)\n"
-            "  --mesh FILE          mesh YAML with `batch` and optionally `model` "
-            "(default meshes/1x1.yaml)\n"
-            "  --temperature T      0: greedy (default); else sample at T\n"
-            "  --top-k K            sample among the K likeliest tokens (0: all)\n"
-            "  --top-p P            sample among the likeliest tokens of mass P (default 1)\n"
-            "  --seed S             the sampler's seed (default 1)\n"
-            "  --ignore-eos         do not stop a row at the end-of-text token\n"
-            "  --print-ids          also print each row's generated ids\n"
-            "  --logits-out FILE    write the prompt positions' logits (f32 [rows, n, V])\n"
-            "  --quiet              print only the text\n");
+    fprintf(f, "usage: generate --model DIR [--prompt TEXT]... [--ids 1,2,3]... [options]\n"
+               "  --model DIR          HF model directory (config.json, safetensors, tokenizer)\n"
+               "  --prompt TEXT        a prompt (repeat for a batch of rows)\n"
+               "  --ids LIST           a prompt as comma-separated token ids (repeatable)\n"
+               "  --tokens N           tokens to generate per row (default 32)\n"
+               "  --mesh FILE          mesh YAML with `batch` and optionally `model` "
+               "(default meshes/1x1.yaml)\n"
+               "  --temperature T      0: greedy (default); else sample at T\n"
+               "  --top-k K            sample among the K likeliest tokens (0: all)\n"
+               "  --top-p P            sample among the likeliest tokens of mass P (default 1)\n"
+               "  --seed S             the sampler's seed (default 1)\n"
+               "  --ignore-eos         do not stop a row at the end-of-text token\n"
+               "  --print-ids          also print each row's generated ids\n"
+               "  --logits-out FILE    write the prompt positions' logits (f32 [rows, n, V])\n"
+               "  --quiet              print only the text\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -103,8 +102,7 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--seed"))
             o->seed = strtoull(v, NULL, 10);
         else {
-            fprintf(stderr, "generate: unknown option %s (or more than %d prompts)\n", a,
-                    MAX_ROWS);
+            fprintf(stderr, "generate: unknown option %s (or more than %d prompts)\n", a, MAX_ROWS);
             return 1;
         }
     }
@@ -201,7 +199,8 @@ static int run(job *j, const opts *o)
         goto out;
     }
     if (o->nprompt && !tok) {
-        job_fail(j, "--prompt", DT_ERR_NOT_FOUND, "the model directory has no tokenizer.json "
+        job_fail(j, "--prompt", DT_ERR_NOT_FOUND,
+                 "the model directory has no tokenizer.json "
                  "nor vocab.json and merges.txt (use --ids)");
         goto out;
     }
@@ -210,8 +209,7 @@ static int run(job *j, const opts *o)
         if (o->nprompt) {
             size_t len = strlen(o->prompt[r]), n = 0;
             prompt[r] = malloc((len + 16) * sizeof *prompt[r]);
-            st = prompt[r] ? dt_tokenizer_encode(tok, o->prompt[r], len, 0, prompt[r], len + 16,
-                                                 &n)
+            st = prompt[r] ? dt_tokenizer_encode(tok, o->prompt[r], len, 0, prompt[r], len + 16, &n)
                            : DT_ERR_NO_MEMORY;
             if (st != DT_OK) {
                 job_fail(j, "encoding the prompt", st, dt_last_error());
@@ -324,9 +322,9 @@ static int run(job *j, const opts *o)
             printf("generate: %s (%s, %" PRId64 " layers, hidden %" PRId64 ") on %lld devices: "
                    "load %.3f s, prefill %" PRId64 " x %" PRId64 " tokens %.3f s, %" PRId64
                    " decode steps x %d rows %.3f s (%.1f tokens/s)\n",
-                   o->model, cf->model_type, cf->layers, cf->hidden,
-                   (long long)dt_mesh_size(mesh), t_load, (int64_t)rows, nmin, t_prefill, decoded,
-                   rows, t_decode, t_decode > 0 ? (double)(decoded * rows) / t_decode : 0.0);
+                   o->model, cf->model_type, cf->layers, cf->hidden, (long long)dt_mesh_size(mesh),
+                   t_load, (int64_t)rows, nmin, t_prefill, decoded, rows, t_decode,
+                   t_decode > 0 ? (double)(decoded * rows) / t_decode : 0.0);
         fflush(stdout);
     }
     rc = 0;

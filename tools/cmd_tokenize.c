@@ -20,9 +20,9 @@ typedef struct shard_writer {
     const char *prefix;
     int64_t shard_tokens, val_tokens;
     uint16_t *buf;
-    int64_t n;        /* tokens in buf */
-    int index;        /* next shard's number */
-    int64_t total;    /* tokens written */
+    int64_t n;     /* tokens in buf */
+    int index;     /* next shard's number */
+    int64_t total; /* tokens written */
 } shard_writer;
 
 static int flush_shard(shard_writer *w)
@@ -139,8 +139,7 @@ static int by_name(const void *a, const void *b)
 }
 
 /* A directory's regular files in name order (not recursive). */
-static int do_dir(shard_writer *w, const dt_tokenizer *tok, int32_t eot, const char *dir,
-                  int lines)
+static int do_dir(shard_writer *w, const dt_tokenizer *tok, int32_t eot, const char *dir, int lines)
 {
     DIR *d = opendir(dir);
     if (!d) {
@@ -259,23 +258,25 @@ int cli_tokenize(int argc, char **argv)
         }
     }
     dt_tokenizer *tok = NULL;
-    dt_status st = json ? dt_tokenizer_from_json(json, &tok)
-                        : dt_tokenizer_from_files(vocab, merges, &tok);
+    dt_status st =
+        json ? dt_tokenizer_from_json(json, &tok) : dt_tokenizer_from_files(vocab, merges, &tok);
     if (st != DT_OK) {
         free(input);
         return cli_fail("loading the tokenizer", st);
     }
     int rc = CLI_OK;
     if (dt_tokenizer_vocab_size(tok) > 65536) {
-        fprintf(stderr, "dtensor tokenize: a vocabulary of %d ids does not fit llm.c's uint16 "
-                "token shards (at most 65536)\n", (int)dt_tokenizer_vocab_size(tok));
+        fprintf(stderr,
+                "dtensor tokenize: a vocabulary of %d ids does not fit llm.c's uint16 "
+                "token shards (at most 65536)\n",
+                (int)dt_tokenizer_vocab_size(tok));
         rc = CLI_BAD_INPUT;
     }
     if (eot < 0)
         eot = find_eot(tok);
     if (rc == CLI_OK && (eot < 0 || eot >= dt_tokenizer_vocab_size(tok))) {
         fprintf(stderr, "dtensor tokenize: no end-of-text token (<|endoftext|>, "
-                "<|end_of_text|>, </s>) in the tokenizer; give --eot ID\n");
+                        "<|end_of_text|>, </s>) in the tokenizer; give --eot ID\n");
         rc = CLI_BAD_INPUT;
     }
     shard_writer w = {.prefix = out, .shard_tokens = shard_tokens, .val_tokens = val_tokens};

@@ -66,8 +66,8 @@ int kv_attend(int64_t rows, int64_t n, int64_t pos0, int64_t cap, int64_t hq, in
             const float *qh = q + (r * n * hq + h) * D;
             const float *kg = kc + (r * cap * hk + g) * D, *vg = vc + (r * cap * hk + g) * D;
             float *yh = y + (r * n * hq + h) * D;
-            if (dt_kernel_gemm(0, 1, n, len, D, scale, qh, DT_DTYPE_F32, hq * D, kg,
-                               DT_DTYPE_F32, hk * D, 0.0f, s, len) != DT_OK) {
+            if (dt_kernel_gemm(0, 1, n, len, D, scale, qh, DT_DTYPE_F32, hq * D, kg, DT_DTYPE_F32,
+                               hk * D, 0.0f, s, len) != DT_OK) {
                 rc = -1;
                 break;
             }

@@ -26,10 +26,22 @@ const char *lm_last_error(void)
     return own_error[0] ? own_error : dt_last_error();
 }
 
-const dt_hf_config *lm_config(const lm *m) { return &m->cfg; }
-int lm_num_params(const lm *m) { return m->n; }
-dt_tensor *const *lm_params(const lm *m) { return m->p; }
-const char *const *lm_param_names(const lm *m) { return (const char *const *)m->names; }
+const dt_hf_config *lm_config(const lm *m)
+{
+    return &m->cfg;
+}
+int lm_num_params(const lm *m)
+{
+    return m->n;
+}
+dt_tensor *const *lm_params(const lm *m)
+{
+    return m->p;
+}
+const char *const *lm_param_names(const lm *m)
+{
+    return (const char *const *)m->names;
+}
 
 uint64_t lm_weight_bytes(const lm *m)
 {
@@ -322,8 +334,14 @@ void lm_cache_destroy(lm_cache *c)
     free(c);
 }
 
-int64_t lm_cache_length(const lm_cache *c) { return c->len; }
-void lm_cache_reset(lm_cache *c) { c->len = 0; }
+int64_t lm_cache_length(const lm_cache *c)
+{
+    return c->len;
+}
+void lm_cache_reset(lm_cache *c)
+{
+    c->len = 0;
+}
 
 dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out)
 {
@@ -331,7 +349,7 @@ dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out
     const dt_hf_config *cf = &m->cfg;
     if (rows < 1 || cap < 1 || (cf->arch == DT_HF_GPT2 && cap > cf->max_positions)) {
         lm__set_error("lm_cache_create: %lld rows and %lld positions (GPT-2: at most %lld)",
-                  (long long)rows, (long long)cap, (long long)cf->max_positions);
+                      (long long)rows, (long long)cap, (long long)cf->max_positions);
         return DT_ERR_INVALID_ARGUMENT;
     }
     lm_cache *c = calloc(1, sizeof *c);
@@ -458,8 +476,8 @@ static dt_status norm(const lm *m, keep_list *k, const dt_tensor *x, const dt_te
 {
     dt_tensor *y = NULL;
     float eps = (float)m->cfg.norm_eps;
-    dt_status st = m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y)
-                                             : dt_rms_norm(x, g, eps, &y);
+    dt_status st =
+        m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y) : dt_rms_norm(x, g, eps, &y);
     st = keep(k, st, &y);
     *out = y;
     return st;
@@ -500,8 +518,7 @@ static dt_status attend_local(const lm *m, lm_cache *c, int64_t l, int64_t n, dt
         int host = dc->device.device_type == kDLCPU;
         float *ck = host ? (float *)((char *)dc->data + dc->byte_offset) : malloc((size_t)nc * 4);
         const DLTensor *dcv = dt_tensor_local(c->v[l], i);
-        float *cv = host ? (float *)((char *)dcv->data + dcv->byte_offset)
-                         : malloc((size_t)nc * 4);
+        float *cv = host ? (float *)((char *)dcv->data + dcv->byte_offset) : malloc((size_t)nc * 4);
         if (!bq || !bk || !bv || !by || !ck || !cv)
             st = DT_ERR_NO_MEMORY;
         if (st == DT_OK)
@@ -601,7 +618,7 @@ dt_status lm_forward(lm *m, lm_cache *c, int64_t n, const int32_t *ids, int all,
     int64_t rows = c->rows, V = cf->vocab;
     if (n < 1 || c->len + n > c->cap) {
         lm__set_error("lm_forward: %lld new positions after %lld exceed the cache's %lld",
-                  (long long)n, (long long)c->len, (long long)c->cap);
+                      (long long)n, (long long)c->len, (long long)c->cap);
         return DT_ERR_SHAPE;
     }
     keep_list k = {.n = 0};

@@ -31,8 +31,7 @@ dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out);
 /* A Llama-family model of config `cfg` (no files) initialised at random from `seed`
  * (normal(0, 0.02), o and down by 1/sqrt(2 layers), gains 1, biases 0): the same values on
  * any mesh. Collective (no communication). */
-dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_t seed,
-                           lm **out);
+dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_t seed, lm **out);
 void lm_destroy(lm *m);
 /* Borrowed. */
 const dt_hf_config *lm_config(const lm *m);
@@ -76,8 +75,8 @@ dt_status lm_sample_text(lm *m, const dt_tokenizer *tok, int32_t eot, const char
  * recorded on `tape` (the parameters watched under their indices) and run backward:
  * *loss_out the mean cross-entropy, grads_out[i] (owned, f32) parameter i's gradient; with
  * grads_out NULL the forward only. Collective. */
-dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
-                   double *loss_out, dt_tensor **grads_out);
+dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y, double *loss_out,
+                   dt_tensor **grads_out);
 /* 1 for the 2-D parameters (weights, embeddings: weight decay), 0 for norms and biases. */
 int lm_param_decays(const lm *m, int i);
 /* Hands the parameters to `zero` as two groups: the decayed ones with hp, the others without

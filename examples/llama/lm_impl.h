@@ -17,20 +17,19 @@ typedef struct layer {
 struct lm {
     dt_mesh *mesh;
     dt_hf_config cfg;
-    int n;                 /* parameters */
+    int n; /* parameters */
     dt_tensor **p;
     char **names;
     layer *ly;
     dt_tensor *embed, *pos, *nfg, *nfb, *head; /* head: the tied embedding or lm_head */
     int q_sharded, kv_sharded, f_sharded;      /* over `model` */
-    const char *tp;        /* "model" or unsharded */
-    double *inv_freq;      /* rotary frequencies (Llama) */
-    int *opt;              /* lm_attach: the model's parameter at optimizer position k */
-    int groups[2];         /* lm_attach: the decayed and the other parameters' groups */
-    dt_zero *zero;         /* stage 3 (lm_attach): the optimizer holds the parameters */
-    int gathered;          /* stage 3: lm__gather'ed (p[] borrowed from the optimizer) */
+    const char *tp;                            /* "model" or unsharded */
+    double *inv_freq;                          /* rotary frequencies (Llama) */
+    int *opt;      /* lm_attach: the model's parameter at optimizer position k */
+    int groups[2]; /* lm_attach: the decayed and the other parameters' groups */
+    dt_zero *zero; /* stage 3 (lm_attach): the optimizer holds the parameters */
+    int gathered;  /* stage 3: lm__gather'ed (p[] borrowed from the optimizer) */
 };
-
 
 /* Sets the message lm_last_error returns (printf style). */
 void lm__set_error(const char *fmt, ...);

@@ -20,13 +20,13 @@ static dt_status entries(const dt_hf_config *c, dt_foreign_map_entry **out, int 
     int64_t F = c->intermediate;
     int k = 0;
     char name[128];
-#define ADD(nm, r, a, b)                                                                        \
-    do {                                                                                        \
-        e[k].name = strdup(nm);                                                                 \
-        e[k].rank = (r);                                                                        \
-        e[k].shape[0] = (a);                                                                    \
-        e[k].shape[1] = (b);                                                                    \
-        k++;                                                                                    \
+#define ADD(nm, r, a, b)                                                                           \
+    do {                                                                                           \
+        e[k].name = strdup(nm);                                                                    \
+        e[k].rank = (r);                                                                           \
+        e[k].shape[0] = (a);                                                                       \
+        e[k].shape[1] = (b);                                                                       \
+        k++;                                                                                       \
     } while (0)
     ADD("embed", 2, c->vocab, C);
     for (int64_t l = 0; l < c->layers; l++) {
@@ -35,10 +35,10 @@ static dt_status entries(const dt_hf_config *c, dt_foreign_map_entry **out, int 
             int r;
             int64_t a, b;
             int bias;
-        } w[12] = {{"attn_norm", 1, C, 0, 0}, {"q.w", 2, C, Q, 0},   {"q.b", 1, Q, 0, 1},
-                   {"k.w", 2, C, K, 0},       {"k.b", 1, K, 0, 1},   {"v.w", 2, C, K, 0},
-                   {"v.b", 1, K, 0, 1},       {"o.w", 2, Q, C, 0},   {"mlp_norm", 1, C, 0, 0},
-                   {"gate.w", 2, C, F, 0},    {"up.w", 2, C, F, 0},  {"down.w", 2, F, C, 0}};
+        } w[12] = {{"attn_norm", 1, C, 0, 0}, {"q.w", 2, C, Q, 0},  {"q.b", 1, Q, 0, 1},
+                   {"k.w", 2, C, K, 0},       {"k.b", 1, K, 0, 1},  {"v.w", 2, C, K, 0},
+                   {"v.b", 1, K, 0, 1},       {"o.w", 2, Q, C, 0},  {"mlp_norm", 1, C, 0, 0},
+                   {"gate.w", 2, C, F, 0},    {"up.w", 2, C, F, 0}, {"down.w", 2, F, C, 0}};
         for (int j = 0; j < 12; j++) {
             if (w[j].bias && !c->attention_bias)
                 continue;
@@ -75,8 +75,7 @@ static double normal(uint64_t *s)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_t seed,
-                           lm **out)
+dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_t seed, lm **out)
 {
     lm__set_error("%s", "");
     if (cfg->arch != DT_HF_LLAMA || cfg->layers < 1 || cfg->layers > MAX_LAYERS) {
@@ -108,8 +107,8 @@ dt_status lm_create_random(const dt_mesh *mesh, const dt_hf_config *cfg, uint64_
         for (int64_t j = 0; j < n; j++)
             h[j] = gain ? 1.0f : bias ? 0.0f : (float)(std * normal(&s));
         dt_tensor *t = NULL;
-        st = lm__from_host(dt_tensor_layout(m->p[i]), DT_DTYPE_F32, dt_tensor_shape(m->p[i]), h,
-                           &t);
+        st =
+            lm__from_host(dt_tensor_layout(m->p[i]), DT_DTYPE_F32, dt_tensor_shape(m->p[i]), h, &t);
         free(h);
         if (st == DT_OK) {
             dt_tensor_destroy(m->p[i]);

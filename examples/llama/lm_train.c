@@ -40,8 +40,8 @@ static void pass_free(pass *p)
 
 /* The rotary constants of one width (heads * D) for [rows, T]: cos and sin tables in
  * `layout`, and R [width, width] replicated. */
-static dt_status rope_consts(const lm *m, pass *p, const dt_layout *layout, int64_t rows,
-                             int64_t T, int64_t heads, dt_tensor **cos_out, dt_tensor **sin_out,
+static dt_status rope_consts(const lm *m, pass *p, const dt_layout *layout, int64_t rows, int64_t T,
+                             int64_t heads, dt_tensor **cos_out, dt_tensor **sin_out,
                              dt_tensor **r_out)
 {
     int64_t D = m->cfg.head_dim, W = heads * D, half = D / 2;
@@ -116,8 +116,8 @@ static dt_status norm(const lm *m, pass *p, const dt_tensor *x, const dt_tensor 
 {
     dt_tensor *y = NULL;
     float eps = (float)m->cfg.norm_eps;
-    dt_status st = m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y)
-                                             : dt_rms_norm(x, g, eps, &y);
+    dt_status st =
+        m->cfg.arch == DT_HF_GPT2 ? dt_layer_norm(x, g, b, eps, &y) : dt_rms_norm(x, g, eps, &y);
     st = keep(p, st, &y);
     *out = y;
     return st;
@@ -200,8 +200,8 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
     return st;
 }
 
-dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
-                   double *loss_out, dt_tensor **grads_out)
+dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y, double *loss_out,
+                   dt_tensor **grads_out)
 {
     lm__set_error("%s", "");
     pass *p = calloc(1, sizeof *p);
@@ -311,7 +311,10 @@ dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3
     return st;
 }
 
-int lm_opt_order(const lm *m, int k) { return m->opt[k]; }
+int lm_opt_order(const lm *m, int k)
+{
+    return m->opt[k];
+}
 
 dt_status lm_set_lr(const lm *m, dt_zero *zero, float lr)
 {

@@ -22,7 +22,10 @@ void text_data_destroy(text_data *d)
     free(d);
 }
 
-int64_t text_data_tokens(const text_data *d) { return d->n; }
+int64_t text_data_tokens(const text_data *d)
+{
+    return d->n;
+}
 
 int32_t text_data_eot(const dt_tokenizer *tok)
 {

@@ -127,7 +127,8 @@ static void test_hf_config_refuses_what_it_does_not_understand_naming_the_key(vo
             DT_ERR_PARSE, "\"hidden_size\"");
     refused("{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8,"
             " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 4,"
-            " \"num_key_value_heads\": 3}", DT_ERR_PARSE, "\"num_key_value_heads\"");
+            " \"num_key_value_heads\": 3}",
+            DT_ERR_PARSE, "\"num_key_value_heads\"");
     refused("{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8,"
             " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
             " \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}",
@@ -139,18 +140,22 @@ static void test_hf_config_refuses_what_it_does_not_understand_naming_the_key(vo
             DT_ERR_NOT_FOUND, "\"rope_scaling.original_max_position_embeddings\"");
     refused("{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8,"
             " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
-            " \"hidden_act\": \"gelu\"}", DT_ERR_UNSUPPORTED, "\"hidden_act\"");
+            " \"hidden_act\": \"gelu\"}",
+            DT_ERR_UNSUPPORTED, "\"hidden_act\"");
     refused("{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8,"
             " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
-            " \"mlp_bias\": true}", DT_ERR_UNSUPPORTED, "\"mlp_bias\"");
+            " \"mlp_bias\": true}",
+            DT_ERR_UNSUPPORTED, "\"mlp_bias\"");
     refused("{\"model_type\": \"llama\", \"vocab_size\": 8, \"hidden_size\": 8,"
             " \"intermediate_size\": 8, \"num_hidden_layers\": 1, \"num_attention_heads\": 2,"
-            " \"tie_word_embeddings\": 1}", DT_ERR_PARSE, "\"tie_word_embeddings\"");
+            " \"tie_word_embeddings\": 1}",
+            DT_ERR_PARSE, "\"tie_word_embeddings\"");
     refused("{\"model_type\": \"gpt2\", \"vocab_size\": 8, \"n_embd\": 8, \"n_layer\": 1,"
-            " \"n_head\": 3}", DT_ERR_PARSE, "\"n_head\"");
+            " \"n_head\": 3}",
+            DT_ERR_PARSE, "\"n_head\"");
     refused("{\"model_type\": \"gpt2\", \"vocab_size\": 8, \"n_embd\": 8, \"n_layer\": 1,"
-            " \"n_head\": 2, \"activation_function\": \"relu\"}", DT_ERR_UNSUPPORTED,
-            "\"activation_function\"");
+            " \"n_head\": 2, \"activation_function\": \"relu\"}",
+            DT_ERR_UNSUPPORTED, "\"activation_function\"");
 }
 
 static void test_hf_config_written_reads_back_the_same(void)
