@@ -5,7 +5,7 @@
  * (docs/generate.md, "Fine-tuning"):
  *   train_llama --model DIR [--random-init] (--text FILE|DIR [--lines] | --data TRAIN.bin) --batch B
  *     --context T --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
- *     [--mesh FILE] [--zero 0-3] [--sample-every N] [--sample-tokens K]
+ *     [--mesh FILE] [--zero 0-3] [--sequence-parallel] [--sample-every N] [--sample-tokens K]
  *     [--sample-prompt TEXT] [--temperature T] [--top-k K] [--seed S] [--out DIR]
  *     [--max-file-bytes N]
  * --text: tokenised on the fly by the model's tokenizer (each line a document with --lines),
@@ -34,7 +34,7 @@ typedef struct opts {
     int64_t batch, context, steps, sample_every, sample_tokens, top_k, max_file_bytes;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, temperature;
-    int stage, lines, random_init;
+    int stage, lines, random_init, seqpar;
 } opts;
 
 static void usage(FILE *f)
@@ -48,6 +48,7 @@ static void usage(FILE *f)
           "  --data FILE          an llm.c token shard (dtensor tokenize)\n"
           "  --weight-decay W --beta1 B1 --beta2 B2 --eps E --clip C   AdamW, clipping\n"
           "  --mesh FILE --zero 0-3   mesh YAML (batch, model), ZeRO stage\n"
+          "  --sequence-parallel  activations sharded along the sequence over `model`\n"
           "  --sample-every N --sample-tokens K --sample-prompt TEXT   a sample every N steps\n"
           "  --temperature T --top-k K --seed S   the samples' sampler (T 0: greedy)\n"
           "  --out DIR            DIR/checkpoint and the HF directory DIR/hf\n"
@@ -72,6 +73,10 @@ static int parse(int argc, char **argv, opts *o)
         }
         if (!strcmp(a, "--random-init")) {
             o->random_init = 1;
+            continue;
+        }
+        if (!strcmp(a, "--sequence-parallel")) {
+            o->seqpar = 1;
             continue;
         }
         if (!v) {
@@ -278,6 +283,7 @@ static int run(job *j, const opts *o)
                       "and merges.txt");
         goto done;
     }
+    lm_set_sequence_parallel(m, o->seqpar);
     int32_t eot = tok ? text_data_eot(tok) : -1;
     if (eot < 0)
         eot = (int32_t)lm_config(m)->eos_token_id;

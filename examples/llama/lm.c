@@ -264,7 +264,7 @@ dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)
 
 void lm__layouts_free(lm_layouts *l)
 {
-    dt_layout *ls[] = {l->act, l->ids, l->q, l->kv, l->rep3};
+    dt_layout *ls[] = {l->act, l->ids, l->q, l->kv, l->rep3, l->sp};
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
         dt_layout_destroy(ls[i]);
     memset(l, 0, sizeof *l);
@@ -285,7 +285,9 @@ dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out)
         (st = dt_layout_create(m->mesh, 2, s_act, &l.ids)) != DT_OK ||
         (st = dt_layout_create(m->mesh, 3, s_q, &l.q)) != DT_OK ||
         (st = dt_layout_create(m->mesh, 3, s_kv, &l.kv)) != DT_OK ||
-        (st = dt_layout_replicated(m->mesh, 3, &l.rep3)) != DT_OK) {
+        (st = dt_layout_replicated(m->mesh, 3, &l.rep3)) != DT_OK ||
+        (m->seqpar && strcmp(m->tp, "model") == 0 &&
+         (st = dt_layout_create(m->mesh, 3, (const char *[]){b, "model", u}, &l.sp)) != DT_OK)) {
         lm__layouts_free(&l);
         return st;
     }

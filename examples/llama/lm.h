@@ -77,6 +77,10 @@ dt_status lm_sample_text(lm *m, const dt_tokenizer *tok, int32_t eot, const char
  * grads_out NULL the forward only. Collective. */
 dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y, double *loss_out,
                    dt_tensor **grads_out);
+/* Sequence parallelism (Megatron, docs/attention.md) in lm_grads on a mesh with `model`:
+ * the residual stream and norms sharded along the sequence over `model`, all-gathered before
+ * the column-parallel matmuls, the row-parallel outputs reduce-scattered. Local. */
+void lm_set_sequence_parallel(lm *m, int on);
 /* 1 for the 2-D parameters (weights, embeddings: weight decay), 0 for norms and biases. */
 int lm_param_decays(const lm *m, int i);
 /* Hands the parameters to `zero` as two groups: the decayed ones with hp, the others without

@@ -29,6 +29,7 @@ struct lm {
     int groups[2]; /* lm_attach: the decayed and the other parameters' groups */
     dt_zero *zero; /* stage 3 (lm_attach): the optimizer holds the parameters */
     int gathered;  /* stage 3: lm__gather'ed (p[] borrowed from the optimizer) */
+    int seqpar;    /* lm_set_sequence_parallel: the training pass's activations */
 };
 
 /* Sets the message lm_last_error returns (printf style). */
@@ -39,6 +40,7 @@ void lm__set_error(const char *fmt, ...);
  * sharded on batch when it divides them. */
 typedef struct lm_layouts {
     dt_layout *act, *ids, *q, *kv, *rep3;
+    dt_layout *sp; /* sequence parallel: [rows, n, C], n sharded on model (else NULL) */
 } lm_layouts;
 dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out);
 void lm__layouts_free(lm_layouts *l);

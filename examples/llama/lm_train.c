@@ -123,7 +123,20 @@ static dt_status norm(const lm *m, pass *p, const dt_tensor *x, const dt_tensor 
     return st;
 }
 
-/* The mean cross-entropy of ids x against targets y [rows, T] (forward, on the tape). */
+/* Sequence parallelism: x (sharded along the sequence) all-gathered along it for a
+ * column-parallel matmul, recorded on the tape (its backward reduce-scatters). Otherwise x. */
+static dt_status gather_seq(pass *p, const lm_layouts *l, dt_tensor *x, dt_tensor **out)
+{
+    *out = x;
+    if (!l->sp)
+        return DT_OK;
+    return keep(p, dt_relayout(x, l->act, out), out);
+}
+
+/* The mean cross-entropy of ids x against targets y [rows, T] (forward, on the tape). Under
+ * sequence parallelism (l->sp) the residual stream and the norms are sharded along the
+ * sequence over `model` (Megatron): gathered before the column-parallel matmuls, the
+ * row-parallel outputs reduce-scattered into it. */
 static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
                          const dt_tensor *y, dt_tensor **loss_out)
 {
@@ -133,10 +146,11 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
     dt_tensor *cq = NULL, *sq = NULL, *rq = NULL, *ck = NULL, *sk = NULL, *rk = NULL;
     dt_tensor *h = NULL;
     dt_status st = DT_OK;
+    const dt_layout *res = l->sp ? l->sp : l->act; /* the residual stream's layout */
     if (llama && ((st = rope_consts(m, p, l->q, rows, T, cf->heads, &cq, &sq, &rq)) != DT_OK ||
                   (st = rope_consts(m, p, l->kv, rows, T, cf->kv_heads, &ck, &sk, &rk)) != DT_OK))
         return st;
-    if ((st = keep(p, dt_embedding(m->embed, x, l->act, &h), &h)) != DT_OK)
+    if ((st = keep(p, dt_embedding(m->embed, x, res, &h), &h)) != DT_OK)
         return st;
     if (m->pos) {
         int32_t *pos = malloc((size_t)(rows * T) * sizeof *pos);
@@ -148,9 +162,9 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
                  : DT_ERR_NO_MEMORY;
         free(pos);
         if (st == DT_OK)
-            st = keep(p, dt_embedding(m->pos, tp, l->act, &pe), &pe);
+            st = keep(p, dt_embedding(m->pos, tp, res, &pe), &pe);
         if (st == DT_OK)
-            st = keep(p, dt_add(h, pe, l->act, &h2), &h2);
+            st = keep(p, dt_add(h, pe, res, &h2), &h2);
         h = h2;
     }
     for (int64_t i = 0; st == DT_OK && i < cf->layers; i++) {
@@ -158,6 +172,7 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
         dt_tensor *a, *q, *k, *v, *qr, *kr, *att = NULL, *o, *h1 = NULL, *b, *f, *g = NULL;
         dt_tensor *mo, *h2 = NULL;
         if ((st = norm(m, p, h, w->n1g, w->n1b, &a)) != DT_OK ||
+            (st = gather_seq(p, l, a, &a)) != DT_OK ||
             (st = linear(p, a, w->qw, w->qb, l->q, &q)) != DT_OK ||
             (st = linear(p, a, w->kw, w->kb, l->kv, &k)) != DT_OK ||
             (st = linear(p, a, w->vw, w->vb, l->kv, &v)) != DT_OK)
@@ -170,9 +185,10 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
         st = llama ? dt_attention_gqa(qr, kr, v, cf->heads, cf->kv_heads, 1, &att)
                    : dt_attention(qr, kr, v, cf->heads, 1, &att);
         if ((st = keep(p, st, &att)) != DT_OK ||
-            (st = linear(p, att, w->ow, w->ob, l->act, &o)) != DT_OK ||
-            (st = keep(p, dt_add(h, o, l->act, &h1), &h1)) != DT_OK ||
-            (st = norm(m, p, h1, w->n2g, w->n2b, &b)) != DT_OK)
+            (st = linear(p, att, w->ow, w->ob, res, &o)) != DT_OK ||
+            (st = keep(p, dt_add(h, o, res, &h1), &h1)) != DT_OK ||
+            (st = norm(m, p, h1, w->n2g, w->n2b, &b)) != DT_OK ||
+            (st = gather_seq(p, l, b, &b)) != DT_OK)
             break;
         if (llama) {
             dt_tensor *u;
@@ -184,14 +200,16 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
                    (st = keep(p, dt_gelu(f, &g), &g)) != DT_OK) {
             break;
         }
-        if ((st = linear(p, g, w->w2, w->b2, l->act, &mo)) != DT_OK ||
-            (st = keep(p, dt_add(h1, mo, l->act, &h2), &h2)) != DT_OK)
+        if ((st = linear(p, g, w->w2, w->b2, res, &mo)) != DT_OK ||
+            (st = keep(p, dt_add(h1, mo, res, &h2), &h2)) != DT_OK)
             break;
         h = h2;
     }
     dt_tensor *fo = NULL, *logits = NULL, *loss = NULL;
     if (st == DT_OK)
         st = norm(m, p, h, m->nfg, m->nfb, &fo);
+    if (st == DT_OK)
+        st = gather_seq(p, l, fo, &fo);
     if (st == DT_OK)
         st = keep(p, dt_matmul_nd(fo, m->head, 0, 1, NULL, &logits), &logits);
     if (st == DT_OK)
@@ -243,6 +261,11 @@ dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y,
     free(p);
     lm__layouts_free(&l);
     return st;
+}
+
+void lm_set_sequence_parallel(lm *m, int on)
+{
+    m->seqpar = on;
 }
 
 int lm_param_decays(const lm *m, int i)

@@ -4,7 +4,7 @@
 fine-tuned on the bundled names (examples/data/names.txt, a document per line) tokenised on
 the fly; its samples printed as text every N steps; the loss going down; its --out HF
 directory reloaded by examples/generate giving the last sample's text (same seed and
-sampler); the same run on `dtensor tokenize`'s llm.c shard giving the same losses; --resume exact; ZeRO-3 on 2x2; on a
+sampler); the same run on `dtensor tokenize`'s llm.c shard giving the same losses; --resume exact; ZeRO-3 on 2x2; sequence parallel on 1x2; on a
 1x2 mesh (tensor parallel) the same losses; train_gpt2 --model DIR --text with samples.
 argv: train_llama, generate, dtensor, mpiexec,
 the examples directory. Prints `N passed, N failed`."""
@@ -149,6 +149,13 @@ def main():
         l3 = losses(r3.stdout)
         check(len(l3) == 5 and max(abs(a - b) / b for a, b in zip(l3, ls)) < 1e-5,
               f"tensor parallel over 2 processes (1x2) gives the same losses ({l3[:2]})")
+        # Sequence parallel on 1x2: the same losses.
+        r6 = run([mpiexec, "-n", "2", train] + common +
+                 ["--text", names, "--lines", "--steps", "5", "--sequence-parallel", "--mesh",
+                  os.path.join(examples, "meshes", "1x2.yaml")])
+        l6 = losses(r6.stdout)
+        check(len(l6) == 5 and max(abs(a - b) / b for a, b in zip(l6, ls)) < 1e-5,
+              f"--sequence-parallel on 1x2 gives the same losses ({l6[:2]})")
         # ZeRO-3 on 2x2 (two processes), with a sample: the same losses.
         r5 = run([mpiexec, "-n", "2", train] + common +
                  ["--text", names, "--lines", "--steps", "5", "--zero", "3", "--sample-every",
