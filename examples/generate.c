@@ -4,7 +4,7 @@
  *
  *   generate --model DIR [--prompt TEXT]... [--ids 1,2,3]... [--tokens N] [--mesh FILE]
  *            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]
- *            [--print-ids] [--logits-out FILE] [--quiet]
+ *            [--print-ids] [--logits-out FILE] [--quiet] [--no-bos]
  *
  * Each --prompt (or --ids, token ids) is one row of the batch. Client 0 prints each row's
  * prompt and continuation. --logits-out writes the logits of every prompt position
@@ -31,7 +31,7 @@ typedef struct opts {
     int64_t tokens, top_k;
     double temperature, top_p;
     uint64_t seed;
-    int ignore_eos, print_ids, quiet;
+    int ignore_eos, print_ids, quiet, no_bos;
 } opts;
 
 static void usage(FILE *f)
@@ -50,6 +50,9 @@ static void usage(FILE *f)
                "  --ignore-eos         do not stop a row at the end-of-text token\n"
                "  --print-ids          also print each row's generated ids\n"
                "  --logits-out FILE    write the prompt positions' logits (f32 [rows, n, V])\n"
+               "  --no-bos             do not start a --prompt with the config's bos_token_id\n"
+               "                       (done by default for model_type llama, as its tokenizers\n"
+               "                       do: ours adds no special tokens)\n"
                "  --quiet              print only the text\n");
 }
 
@@ -74,6 +77,10 @@ static int parse(int argc, char **argv, opts *o)
         }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-bos")) {
+            o->no_bos = 1;
             continue;
         }
         if (i + 1 >= argc) {
@@ -181,7 +188,7 @@ static int run(job *j, const opts *o)
     dt_tokenizer *tok = NULL;
     int rows = o->nprompt ? o->nprompt : o->nids, rc = 1;
     int32_t *prompt[MAX_ROWS] = {0}, *out[MAX_ROWS] = {0};
-    int64_t plen[MAX_ROWS] = {0}, nout[MAX_ROWS] = {0};
+    int64_t plen[MAX_ROWS] = {0}, nout[MAX_ROWS] = {0}, skip = 0; /* skip: the BOS, unprinted */
     float *logits = NULL, *all = NULL;
     int32_t *step_ids = NULL;
     dt_status st;
@@ -208,14 +215,19 @@ static int run(job *j, const opts *o)
     for (int r = 0; r < rows; r++) {
         if (o->nprompt) {
             size_t len = strlen(o->prompt[r]), n = 0;
-            prompt[r] = malloc((len + 16) * sizeof *prompt[r]);
-            st = prompt[r] ? dt_tokenizer_encode(tok, o->prompt[r], len, 0, prompt[r], len + 16, &n)
+            /* Llama's tokenizers start a text with <|begin_of_text|> / <s>. */
+            skip = !o->no_bos && !strcmp(cf->model_type, "llama") && cf->bos_token_id >= 0;
+            prompt[r] = malloc((len + 17) * sizeof *prompt[r]);
+            if (prompt[r] && skip)
+                prompt[r][0] = (int32_t)cf->bos_token_id;
+            st = prompt[r] ? dt_tokenizer_encode(tok, o->prompt[r], len, 0, prompt[r] + skip,
+                                                 len + 16, &n)
                            : DT_ERR_NO_MEMORY;
             if (st != DT_OK) {
                 job_fail(j, "encoding the prompt", st, dt_last_error());
                 goto out;
             }
-            plen[r] = (int64_t)n;
+            plen[r] = (int64_t)n + skip;
         } else if (!(prompt[r] = parse_ids(o->ids[r], &plen[r]))) {
             job_fail(j, "--ids", DT_ERR_INVALID_ARGUMENT, "not a comma-separated list of ids");
             goto out;
@@ -308,7 +320,7 @@ static int run(job *j, const opts *o)
         for (int r = 0; r < rows; r++) {
             if (!o->quiet)
                 printf("row %d: ", r);
-            print_text(tok, prompt[r], plen[r]);
+            print_text(tok, prompt[r] + skip, plen[r] - skip);
             print_text(tok, out[r], nout[r]);
             printf("\n");
             if (o->print_ids) {
