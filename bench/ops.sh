@@ -14,5 +14,10 @@ bench_prepare bench/ops.sh bench_ops
 echo "# bench/ops start: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 "$build/bench/bench_ops" "$@" || status=$?
+# The op definitions' generic path (dt_op_call, broadcasting, einsum): its own program.
+[ -x "$build/bench/bench_opdef" ] || ninja -C "$build" bench/bench_opdef >/dev/null
+quick=
+for a in "$@"; do [ "$a" = --quick ] && quick=--quick; done
+"$build/bench/bench_opdef" $quick || status=$?
 echo "# bench/ops end: load average $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$status"

@@ -8,6 +8,9 @@
  *     [--grads-out DIR]   (step 0's gradients, one raw f32 file per parameter)
  *     [--show-layouts 1]  (each parameter's layout and local shape, the init's bytes read)
  *     [--params-out DIR]  (the final parameters, one raw f32 file each)
+ *     [--model DIR]       an HF GPT-2 directory (config.json, safetensors, tokenizer): --init
+ *     [--text FILE|DIR [--lines]]   raw text tokenised on the fly by DIR's tokenizer: --data
+ *     [--sample-every N [--sample-tokens K]]   (with --model) `sample N: TEXT` every N steps
  * --resume DIR goes on from an earlier run's --out DIR (or its DIR/checkpoint): the
  * parameters, the optimizer state, the data position and the loss history, to --steps.
  * Prints `step N loss L tokens_per_s X` per step (with ` lr R` under a schedule), then
@@ -22,14 +25,19 @@
 #include <dtensor/dtensor.h>
 
 #include "gpt2/model.h"
+#include "llama/lm.h"
+#include "llama/text_data.h"
 #include "train/job.h"
 
 typedef struct opts {
     const char *init, *data, *val, *mesh, *out, *grads_out, *params_out, *resume;
+    const char *model, *text; /* --model DIR (an HF GPT-2 directory), --text FILE */
+    int lines;
     int64_t batch, context, steps, layers, width, heads, vocab, warmup;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, min_lr;
     int bf16, stage, show_layouts;
+    int64_t sample_every, sample_tokens; /* --sample-every N (with --model): text samples */
 } opts;
 
 static void usage(FILE *f)
@@ -38,6 +46,11 @@ static void usage(FILE *f)
           "--steps N --lr LR [options]\n"
           "  --init FILE|random   HF safetensors or llm.c checkpoint, or a random init\n"
           "  --data FILE          llm.c token shard to train on; --val FILE to evaluate on\n"
+          "  --model DIR          an HF GPT-2 directory (as --init; its tokenizer for --text)\n"
+          "  --text FILE|DIR      raw text to train on, tokenised on the fly (--lines: a\n"
+          "                       document a line; every document after <|endoftext|>)\n"
+          "  --sample-every N --sample-tokens K   (--model) a greedy sample as text every N\n"
+          "                       steps, K tokens (default 32)\n"
           "  --batch B --context T   sequences per step and tokens per sequence (T at most\n"
           "                       the init's position table, n_ctx)\n"
           "  --steps N --lr LR    steps to run (to N with --resume) and the learning rate\n"
@@ -64,12 +77,20 @@ static int parse(int argc, char **argv, opts *o)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
             return 2;
+        if (!strcmp(a, "--lines")) {
+            o->lines = 1;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "train_gpt2: %s needs a value\n", a);
             return 1;
         }
         i++;
         if (!strcmp(a, "--init")) o->init = v;
+        else if (!strcmp(a, "--model")) o->init = o->model = v;
+        else if (!strcmp(a, "--text")) o->text = v;
+        else if (!strcmp(a, "--sample-every")) o->sample_every = atoll(v);
+        else if (!strcmp(a, "--sample-tokens")) o->sample_tokens = atoll(v);
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--val")) o->val = v;
         else if (!strcmp(a, "--mesh")) o->mesh = v;
@@ -106,6 +127,16 @@ static int parse(int argc, char **argv, opts *o)
             return 1;
         }
     }
+    if (o->sample_every > 0 && !o->model) {
+        fprintf(stderr, "train_gpt2: --sample-every needs --model DIR (its tokenizer)\n");
+        return 1;
+    }
+    if (o->text && !o->model) {
+        fprintf(stderr, "train_gpt2: --text needs --model DIR (its tokenizer)\n");
+        return 1;
+    }
+    if (o->text && !o->data)
+        o->data = o->text;
     if (!o->init || !o->data || o->batch < 1 || o->context < 1 || o->steps < 1 || o->lr < 0) {
         usage(stderr);
         return 1;
@@ -272,12 +303,75 @@ static dt_status write_params(gpt2 *m, const dt_mesh *mesh, const char *dir)
     return st != DT_OK ? st : r;
 }
 
+/* --text: the model directory's tokenizer (tokenizer.json, else vocab.json and merges.txt). */
+/* --sample-every: the model's current weights copied into `gen` (examples/llama, loaded
+ * from --model), a greedy continuation of <|endoftext|> printed by client 0 as
+ * "sample STEP: TEXT", as llm.c's trainer does. Collective. */
+static dt_status sample(const job *j, const opts *o, gpt2 *m, lm *gen, int64_t step)
+{
+    char a[JOB_PATH_MAX], b[JOB_PATH_MAX];
+    struct stat sb;
+    dt_tokenizer *tok = NULL;
+    snprintf(a, sizeof a, "%s/tokenizer.json", o->model);
+    snprintf(b, sizeof b, "%s/merges.txt", o->model);
+    dt_status st = stat(a, &sb) == 0 ? dt_tokenizer_from_json(a, &tok)
+                   : (snprintf(a, sizeof a, "%s/vocab.json", o->model),
+                      dt_tokenizer_from_files(a, b, &tok));
+    if (st == DT_OK)
+        st = gpt2_gather_all(m);
+    const char *const *gn = gpt2_param_names(m), *const *ln = lm_param_names(gen);
+    for (int i = 0; st == DT_OK && i < lm_num_params(gen); i++)
+        for (int k = 0; k < gpt2_num_params(m); k++)
+            if (!strcmp(ln[i], gn[k])) {
+                st = lm_set_param(gen, i, gpt2_param(m, k));
+                break;
+            }
+    dt_status r = gpt2_release_all(m);
+    st = st != DT_OK ? st : r;
+    char *text = NULL;
+    size_t len = 0;
+    if (st == DT_OK)
+        st = lm_sample_text(gen, tok, text_data_eot(tok), NULL,
+                            o->sample_tokens > 0 ? o->sample_tokens : 32, 0.0, 0, 1, &text,
+                            &len);
+    if (st == DT_OK && j->me == 0) {
+        printf("sample %lld: %.*s\n", (long long)step, (int)len, text);
+        fflush(stdout);
+    }
+    free(text);
+    dt_tokenizer_destroy(tok);
+    return st;
+}
+
+static text_data *text_tokens; /* --text's tokens: as long as the run's dataset (run frees) */
+
+static dt_status text_source(const opts *o, dt_data_source **src)
+{
+    text_data **td = &text_tokens;
+    char a[JOB_PATH_MAX], b[JOB_PATH_MAX];
+    struct stat sb;
+    dt_tokenizer *tok = NULL;
+    snprintf(a, sizeof a, "%s/tokenizer.json", o->model);
+    snprintf(b, sizeof b, "%s/merges.txt", o->model);
+    dt_status st = stat(a, &sb) == 0 ? dt_tokenizer_from_json(a, &tok)
+                   : (snprintf(a, sizeof a, "%s/vocab.json", o->model),
+                      dt_tokenizer_from_files(a, b, &tok));
+    int32_t eot = st == DT_OK ? text_data_eot(tok) : -1;
+    if (st == DT_OK && eot < 0)
+        st = DT_ERR_NOT_FOUND;
+    if (st == DT_OK)
+        st = text_data_load(tok, o->text, o->lines, eot, o->context, td);
+    dt_tokenizer_destroy(tok);
+    return st == DT_OK ? text_data_source(*td, src) : st;
+}
+
 static dt_status make_dataset(const char *path, const opts *o, const dt_mesh *mesh,
                               dt_dataset **out)
 {
     dt_data_source *src = NULL;
     dt_layout *l = NULL;
-    dt_status st = dt_data_source_llmc(path, o->context, &src);
+    dt_status st = o->text && path == o->data ? text_source(o, &src)
+                                              : dt_data_source_llmc(path, o->context, &src);
     if (st == DT_OK)
         st = dt_layout_create(mesh, 2, (const char *[]){"batch", DT_UNSHARDED}, &l);
     dt_dataset_opts d = DT_DATASET_OPTS_INIT;
@@ -370,6 +464,7 @@ static int run(job *j, const opts *o)
     int rc = 0;
     const char *what = "mesh";
     history hist = {NULL, 0, 0};
+    lm *gen = NULL; /* --sample-every: the sampling model (examples/llama), loaded once */
     int n = 0, *order = NULL;             /* the optimizer's parameter order */
     dt_tensor **grads = NULL, **zg = NULL; /* a step's gradients, in model and that order */
     char ckpt_dir[JOB_PATH_MAX], csv[JOB_PATH_MAX], png[JOB_PATH_MAX];
@@ -377,6 +472,16 @@ static int run(job *j, const opts *o)
         (o->out && job_places(j, o->out, NULL, NULL, ckpt_dir, csv, png) != 0)) {
         dt_mesh_destroy(mesh);
         return 1;
+    }
+    dt_hf_config hc;
+    if (o->model && (st = dt_hf_config_read(o->model, &hc)) == DT_OK && hc.arch != DT_HF_GPT2) {
+        rc = job_fail(j, "--model", DT_ERR_UNSUPPORTED, "a Llama-family directory: "
+                      "train it with train_llama");
+        goto done;
+    }
+    if (o->model && st != DT_OK) {
+        what = "--model";
+        goto fail;
     }
     if ((st = make_model(j, o, mesh, &m)) != DT_OK) {
         what = "model";
@@ -443,7 +548,17 @@ static int run(job *j, const opts *o)
     job_say(j, "train_gpt2: %lld parameters, %lld layers, width %lld, %lld heads, vocab %lld\n",
             (long long)gpt2_param_count(m), (long long)mc->layers, (long long)mc->width,
             (long long)mc->heads, (long long)mc->vocab);
-    for (int64_t step = first; step < o->steps; step++) {
+    if (o->sample_every > 0 && (st = lm_load(mesh, o->model, &gen)) != DT_OK) {
+        rc = job_fail(j, "--sample-every", st, lm_last_error());
+        goto done;
+    }
+    for (int64_t step = first; step <= o->steps; step++) {
+        if (gen && step % o->sample_every == 0 && (st = sample(j, o, m, gen, step)) != DT_OK) {
+            rc = job_fail(j, "--sample-every", st, lm_last_error());
+            goto done;
+        }
+        if (step == o->steps)
+            break;
         dt_tensor *b[2] = {NULL, NULL};
         double lr = lr_at(o, step);
         what = "learning rate";
@@ -533,6 +648,9 @@ done:
     gpt2_destroy(m);
     dt_mesh_destroy(mesh);
     history_free(&hist);
+    text_data_destroy(text_tokens);
+    text_tokens = NULL;
+    lm_destroy(gen);
     return rc;
 }
 

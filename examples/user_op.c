@@ -26,6 +26,7 @@ static dt_status softplus_cpu(const dt_op_kernel_args *a)
     return DT_OK;
 }
 
+/* snippet backward */
 static dt_status softplus_backward(const dt_op_grad *g) /* dx = dy * sigmoid(x) */
 {
     dt_tensor *s = NULL;
@@ -35,6 +36,7 @@ static dt_status softplus_backward(const dt_op_grad *g) /* dx = dy * sigmoid(x) 
     dt_tensor_destroy(s);
     return st;
 }
+/* end snippet */
 
 static dt_status softplus_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
@@ -53,10 +55,12 @@ static dt_status softplus_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_
     return DT_OK;
 }
 
+/* snippet definition */
 static const dt_op_def softplus_def = {
     .name = "example.softplus", .nin = 1, .rule = "...->...", .infer = softplus_infer,
     .cpu = softplus_cpu, .backward = softplus_backward, .reduce = DT_REDUCE_SUM,
     .doc = "log(1 + exp(x))", .family = "unary", .sample = softplus_sample};
+/* end snippet */
 
 /* ---- using it ---- */
 #define CHECK(call)                                                                        \
@@ -72,6 +76,7 @@ int main(int argc, char **argv)
 {
     CHECK(dt_init(&argc, &argv, NULL));
     const dt_op *softplus = NULL;
+/* snippet use */
     CHECK(dt_op_register(&softplus_def, &softplus));
     int64_t n = dt_num_global_devices(DT_DEVICE_CPU), shape[2] = {4, 3};
     dt_mesh *mesh = NULL;
@@ -94,6 +99,7 @@ int main(int argc, char **argv)
     const dt_tensor *g = NULL;
     CHECK(dt_tape_grad(tape, 0, &g));
     CHECK(dt_tensor_to_host(g, -1, grad, sizeof grad));
+/* end snippet */
     double worst = 0;
     for (int i = 0; i < 12; i++) /* d softplus / dx = sigmoid(x) */
         worst = fmax(worst, fabs(grad[i] - 1 / (1 + exp(-host[i]))));

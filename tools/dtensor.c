@@ -21,6 +21,7 @@ int cli_usage(void)
           "       dtensor trace DIR [--last N] [--width W]\n"
           "       dtensor ops [--markdown]\n"
           "       dtensor ops --validate [--cases N] [--seed S] [--max-dim D] [--op NAME] [--gpu]\n"
+          "       dtensor tokenize (--model DIR | --tokenizer FILE) --out PREFIX [--lines] INPUT...\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -97,6 +98,8 @@ int main(int argc, char **argv)
         return cli_trace(argc - 1, argv + 1);
     if (strcmp(cmd, "ops") == 0)
         return cli_ops(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0)
+        return cli_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;

@@ -215,6 +215,96 @@ DT_API void dt_foreign_map_free(dt_foreign_map_entry *map, int count);
 DT_API dt_status dt_ckpt_export_hf_gpt2(const dt_ckpt *ckpt, const char *out_path,
                                         int64_t vocab, const dt_ckpt_export_opts *opts);
 
+
+/* ---- Hugging Face model directories: config.json and the Llama family ---------------------- */
+
+/* The architecture family of an HF model directory. */
+typedef enum dt_hf_arch {
+    DT_HF_GPT2 = 0,               /* model_type "gpt2" (GPT2LMHeadModel) */
+    DT_HF_LLAMA = 1,              /* "llama", "qwen2", "mistral" (LlamaForCausalLM and kin) */
+} dt_hf_arch;
+
+#define DT_HF_MODEL_TYPE_MAX 32
+
+/* What an HF config.json says about a decoder-only language model (docs/foreign.md). */
+typedef struct dt_hf_config {
+    dt_hf_arch arch;
+    char model_type[DT_HF_MODEL_TYPE_MAX]; /* as written: "gpt2", "llama", "qwen2", "mistral" */
+    int64_t vocab;                /* vocab_size */
+    int64_t hidden;               /* hidden_size (GPT-2: n_embd) */
+    int64_t intermediate;         /* intermediate_size (GPT-2: n_inner, null: 4 hidden) */
+    int64_t layers;               /* num_hidden_layers (GPT-2: n_layer) */
+    int64_t heads;                /* num_attention_heads (GPT-2: n_head) */
+    int64_t kv_heads;             /* num_key_value_heads (absent: heads; GPT-2: heads) */
+    int64_t head_dim;             /* head_dim (absent or null: hidden / heads) */
+    int64_t max_positions;        /* max_position_embeddings (GPT-2: n_positions) */
+    double norm_eps;              /* rms_norm_eps (GPT-2: layer_norm_epsilon) */
+    double rope_theta;            /* rope_theta (absent: 10000); unused by GPT-2 */
+    /* rope_scaling of rope_type (or type) "llama3": factor, low_freq_factor,
+     * high_freq_factor, original_max_position_embeddings; rope_llama3 0 without scaling. */
+    int rope_llama3;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int64_t rope_original_max;
+    int tie_word_embeddings;      /* absent: 1 for GPT-2, 0 for Llama (Qwen2's files say) */
+    int attention_bias;           /* q, k, v biases: Qwen2 always; Llama's "attention_bias" */
+    int64_t bos_token_id, eos_token_id; /* -1 when absent or null (the first of a list) */
+} dt_hf_config;
+
+/* Reads the config.json of an HF model directory (`path`: the directory or the file).
+ * model_type "gpt2" reads GPT-2's keys (n_embd, n_layer, n_head, n_positions, vocab_size,
+ * n_inner, layer_norm_epsilon); "llama", "qwen2" and "mistral" read LlamaForCausalLM's
+ * (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
+ * num_key_value_heads, head_dim, max_position_embeddings, vocab_size, rms_norm_eps,
+ * rope_theta, rope_scaling, tie_word_embeddings, attention_bias, mlp_bias). Every size must
+ * be a positive integer, kv heads must divide heads, hidden must be heads x head_dim for
+ * GPT-2. Local.
+ * Returns DT_ERR_NOT_FOUND (no config.json; a required key missing: the message names the
+ * file and the key), DT_ERR_PARSE (not JSON; a key of the wrong type or value: names the
+ * key), DT_ERR_UNSUPPORTED (a model_type, a rope_scaling type, mlp_bias true or a
+ * hidden_act other than silu / gelu_new: names the key and its value),
+ * DT_ERR_INVALID_ARGUMENT (NULL). cfg_out written only on success. */
+DT_API dt_status dt_hf_config_read(const char *path, dt_hf_config *cfg_out);
+
+/* Writes cfg as Hugging Face's config.json at `path` (the architecture's keys as
+ * dt_hf_config_read reads them, plus architectures, torch_dtype "float32" and
+ * hidden_act), replacing the file through a temporary one. Local.
+ * DT_ERR_INVALID_ARGUMENT, DT_ERR_IO, DT_ERR_NO_MEMORY. */
+DT_API dt_status dt_hf_config_write(const dt_hf_config *cfg, const char *path);
+
+/* The mapping of a Llama-family HF source (names "model.embed_tokens.weight",
+ * "model.layers.{l}.self_attn.q_proj.weight", ..., "lm_head.weight"; nn.Linear weights
+ * [out, in], transposed by the views into our [in, out]) onto our names, in this order:
+ *   embed [V, C];  per layer l: layers.{l}.attn_norm [C], layers.{l}.q.w [C, H*D],
+ *   (layers.{l}.q.b [H*D] with attention_bias), layers.{l}.k.w [C, KV*D], (k.b),
+ *   layers.{l}.v.w [C, KV*D], (v.b), layers.{l}.o.w [H*D, C], layers.{l}.mlp_norm [C],
+ *   layers.{l}.gate.w [C, F], layers.{l}.up.w [C, F], layers.{l}.down.w [F, C];
+ *   norm [C]; head [V, C] (HF's lm_head, not transposed; absent when tied).
+ * q and k stay in HF's rotate-half order. Checks every stored shape against cfg.
+ * Returns DT_ERR_NOT_FOUND (a tensor missing: names the source and the tensor), DT_ERR_SHAPE
+ * (a stored shape that does not fit cfg: names both), DT_ERR_INVALID_ARGUMENT,
+ * DT_ERR_NO_MEMORY. Local; free the map with dt_foreign_map_free. */
+DT_API dt_status dt_foreign_llama_map(const dt_foreign *src, const dt_hf_config *cfg,
+                                      dt_foreign_map_entry **map_out, int *count_out);
+
+
+/* Writes a checkpoint of our parameters of an HF-family model (the names of
+ * dt_foreign_llama_map, or of dt_foreign_gpt2_map for cfg->arch DT_HF_GPT2) as a Hugging Face
+ * model directory `out_dir` (created; files in it replaced): config.json from cfg
+ * (dt_hf_config_write), the weights with HF names in their stored dtype (nn.Linear weights
+ * transposed back to [out, in]; GPT-2 as dt_ckpt_export_hf_gpt2 writes it), as one
+ * model.safetensors, or, when opts->max_file_bytes is set and the weights exceed it,
+ * model-0000i-of-0000N.safetensors files (tensors whole, in order) and
+ * model.safetensors.index.json; and the tokenizer files of directory `tokenizer_from` (NULL:
+ * none) copied: tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.json,
+ * merges.txt, generation_config.json, those present. Each safetensors file is written under a
+ * partial name and renamed. Reads through dt_ckpt_read_box (CRCs checked), one tensor at a
+ * time. Local. DT_ERR_NOT_FOUND (a parameter missing: names it), DT_ERR_SHAPE,
+ * DT_ERR_INVALID_ARGUMENT (out_dir inside a checkpoint), DT_ERR_CORRUPT, DT_ERR_IO,
+ * DT_ERR_NO_MEMORY. */
+DT_API dt_status dt_ckpt_export_hf(const dt_ckpt *ckpt, const char *out_dir,
+                                   const dt_hf_config *cfg, const char *tokenizer_from,
+                                   const dt_ckpt_export_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif
