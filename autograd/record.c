@@ -176,7 +176,11 @@ dt_status dt__ag_record(dt__recorder *self, const dt__op_record *rec)
                              "on this thread",
                              name, i);
     }
-    if (!any)
+    /* No gradient flows through integer values (indices, masks): such outputs are not
+     * recorded, so what is computed from them alone needs no gradient either. */
+    dt_dtype ot = dt_tensor_dtype(rec->out);
+    if (!any || !(ot == DT_DTYPE_F32 || ot == DT_DTYPE_F64 || ot == DT_DTYPE_F16 ||
+                  ot == DT_DTYPE_BF16))
         return DT_OK;
     for (int i = 0; i < rec->nin; i++)
         if (ids[i] < 0) {

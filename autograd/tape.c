@@ -278,8 +278,13 @@ dt_status dt_detach(const dt_tensor *x, dt_tensor **out)
 {
     if (!x || !out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_detach: NULL %s", !x ? "x" : "out");
+    dt_dtype t = dt_tensor_dtype(x);
+    if (!(t == DT_DTYPE_F32 || t == DT_DTYPE_F64 || t == DT_DTYPE_F16 || t == DT_DTYPE_BF16)) {
+        *out = dt_tensor_retain(x); /* integers never carry a gradient: nothing to detach */
+        return DT_OK;
+    }
     dt_no_grad_begin();
-    dt_status st = dt_cast(x, dt_tensor_dtype(x), out);
+    dt_status st = dt_cast(x, t, out);
     dt_no_grad_end();
     return st;
 }

@@ -41,7 +41,8 @@ static dt_status softplus_backward(const dt_op_grad *g) /* dx = dy * sigmoid(x) 
 static dt_status softplus_infer(const dt_op_sig *sig, dt_op_shape *out)
 {
     if (sig->in[0].dtype != DT_DTYPE_F32 && sig->in[0].dtype != DT_DTYPE_F64)
-        return DT_ERR_SHAPE;
+        return dt_op_error(DT_ERR_SHAPE, "softplus: x is %s, f32 or f64 expected",
+                           dt_dtype_name(sig->in[0].dtype));
     *out = sig->in[0];
     return DT_OK;
 }

@@ -1,6 +1,7 @@
 /* ops/opdef_registry: the registry of op definitions: the built-in tables registered once,
  * users' ops after them, lookups by name and by definition. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,4 +209,14 @@ const char *dt__op_name(const dt_op *op)
 const dt__ag_rule *dt__op_tape_rule(const dt_op *op)
 {
     return &op->tape;
+}
+
+dt_status dt_op_error(dt_status st, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt ? fmt : "", ap);
+    va_end(ap);
+    return dt__error(st, "%s", msg);
 }

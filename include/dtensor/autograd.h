@@ -134,8 +134,9 @@ DT_API void dt_no_grad_end(void);
 DT_API int dt_grad_enabled(void);
 
 /* A copy of x (same layout, dtype, values bit for bit) that does not require grad on any
- * tape: the gradient stops there. Owned by the caller. DT_ERR_INVALID_ARGUMENT for NULL
- * arguments; as dt_cast otherwise. Local. */
+ * tape: the gradient stops there. Owned by the caller. An integer x (which never carries a
+ * gradient: the tape does not record integer outputs) comes back as a new reference to x.
+ * DT_ERR_INVALID_ARGUMENT for NULL arguments; as dt_cast otherwise. Local. */
 DT_API dt_status dt_detach(const dt_tensor *x, dt_tensor **out);
 
 /* ---- backward ------------------------------------------------------------------------- */

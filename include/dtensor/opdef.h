@@ -176,6 +176,16 @@ typedef struct dt_op_def {
     dt_status (*fill)(const dt_op_sig *sig, int i, uint64_t seed, void *host, int64_t n);
 } dt_op_def;
 
+/* For an op's own functions (infer, rule_fn, kernels, backward): returns st after setting
+ * this thread's dt_last_error text (printf format), as the library's own errors do, so that
+ * the caller of dt_op_call reads why: return dt_op_error(DT_ERR_SHAPE, "myop: x has rank
+ * %d, 2 expected", r). Local; thread-safe. */
+DT_API dt_status dt_op_error(dt_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* Registers a definition (copied) and hands back its handle. DT_ERR_INVALID_ARGUMENT for a
  * missing name, cpu kernel or rule, a bad nin, or a name already taken; DT_ERR_PARSE for a
  * fixed rule that does not parse (message: the rule and the column). Thread-safe; local. */
