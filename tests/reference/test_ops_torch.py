@@ -1,0 +1,474 @@
+#!/usr/bin/python3
+"""The `reference` suite: every op definition with a validator sample against PyTorch (issue
+#46). argv: the ops_dump binary (tests/reference/ops_dump.c), then optional --op NAME,
+--cases N. ops_dump runs each op's own random cases (its definition's sample and fill) on one
+CPU device and writes the inputs, attributes, output, a random dy and the gradients of
+sum(out * dy); this script recomputes output and gradients with torch.autograd in f64 and
+compares them: f64 within 1e-10 and f32 within 1e-5 of the largest magnitude (at least 1),
+integer outputs exactly. Ops without a PyTorch counterpart are listed in SKIPPED with the
+reason; KNOWN_FAILURES lists mismatches found and reported, not yet fixed (they are compared
+and reported but do not fail the test). Fails when a mapped op mismatches or fewer than
+MIN_OPS ops were compared. Exit 77 (skip) without torch."""
+import json
+import math
+import subprocess
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("torch is not installed: skipped")
+    sys.exit(77)
+
+TOL = {"f64": 1e-10, "f32": 1e-5}
+MIN_OPS = 50
+CASES = 6
+ALL_AXES = 0x7FFF  # DT_ALL_AXES (ops.h)
+
+# Ops with a sample that are not compared, and why.
+SKIPPED = {
+}
+
+# Mismatches found and reported to the op owners (op: the reason); still compared and printed.
+KNOWN_FAILURES = {
+}
+
+# Ops without a sample (the validator skips them too), and why they have none.
+NO_SAMPLE_REASON = {
+    "cast": "no sample: a dtype conversion, no single-device reference but itself",
+    "relayout": "no sample: a layout change, the identity on one device",
+    "random_uniform": "no sample: random (Philox), not PyTorch's generator",
+    "random_normal": "no sample: random (Philox), not PyTorch's generator",
+    "random_bernoulli": "no sample: random (Philox), not PyTorch's generator",
+    "arange": "no sample: a constructor without inputs",
+    "reduce_grad": "internal helper (a reduction's backward), no sample",
+    "log_softmax_grad": "internal helper (log_softmax's backward), no sample",
+    "topk_values_grad": "internal helper (topk_values' backward), no sample",
+    "label_count": "internal helper (cross_entropy's count), no sample",
+    "cross_entropy_grad": "internal helper (cross_entropy's backward), no sample",
+}
+
+DT = torch.float64
+
+
+def I(a, k):
+    i = a["i"]
+    return i[k] if k < len(i) else 0
+
+
+def Fa(a, k):
+    f = a["f"]
+    return float(f[k]) if k < len(f) else 0.0
+
+
+def f32(v):
+    """v rounded to f32 (the core ops take their float attributes as float)."""
+    return float(torch.tensor(v, dtype=torch.float32))
+
+
+def axis_of(k, rank):
+    return k + rank if k < 0 else k
+
+
+def mask_dims(a, rank):
+    m = I(a, 0)
+    return [d for d in range(rank) if m >> d & 1] if m else list(range(rank))
+
+
+def reduction(fn):
+    """sum, mean, ...: i[0] the axes bitmask (0: all), i[1] keepdim."""
+    def run(a, x):
+        if x.dim() == 0:
+            return fn(x.reshape(1), [0], False, a).reshape(())
+        return fn(x, mask_dims(a, x.dim()), bool(I(a, 1)), a)
+    return run
+
+
+def r_var(x, dims, keep, a):
+    return torch.var(x, dim=dims, unbiased=bool(I(a, 2)), keepdim=keep)
+
+
+def slice_index(n, a):
+    return list(range(n))[slice(I(a, 1), I(a, 2), I(a, 3))]
+
+
+def t_slice(a, x):
+    axis = axis_of(I(a, 0), x.dim())
+    idx = torch.tensor(slice_index(x.shape[axis], a), dtype=torch.long)
+    return torch.index_select(x, axis, idx)
+
+
+def t_slice_backward(a, dy):
+    axis = axis_of(I(a, 0), dy.dim())
+    shape = list(dy.shape)
+    shape[axis] = I(a, 4)
+    idx = torch.tensor(slice_index(I(a, 4), a), dtype=torch.long)
+    return torch.zeros(shape, dtype=dy.dtype).index_add(axis, idx, dy)
+
+
+def shape_attr(a):
+    return [I(a, 1 + d) for d in range(I(a, 0))]
+
+
+def t_einsum(a, *xs):
+    eq = a["s"]
+    lhs, out = eq.split("->")
+    letters = set(lhs.replace(",", "").replace(".", ""))
+    new = [c for c in out if c.isalpha() and c not in letters]
+    y = torch.einsum(lhs + "->" + "".join(c for c in out if c not in new), *xs)
+    for c in new:  # letters only in the output: broadcast (attrs i[c - 'a'] the size)
+        pos = out.replace("...", ".").index(c) if "..." not in out else None
+        if pos is None:
+            raise NotImplementedError("output-only letter with '...'")
+        y = y.unsqueeze(pos)
+        shape = list(y.shape)
+        shape[pos] = I(a, ord(c) - ord("a"))
+        y = y.expand(shape)
+    s = Fa(a, 0)
+    return y * (s if s != 0.0 else 1.0)
+
+
+def t_xent(a, logits, labels, count):
+    c = logits.shape[-1]
+    lab = labels.reshape(-1)
+    ii = I(a, 0)
+    keep = lab != ii
+    lp = torch.log_softmax(logits.reshape(-1, c), -1)
+    picked = lp[keep.nonzero().reshape(-1), lab[keep]]
+    return -picked.sum() / count.to(DT)
+
+
+def t_matmul(a, x, w):
+    if I(a, 0):
+        x = x.transpose(-1, -2)
+    if I(a, 1):
+        w = w.transpose(-1, -2)
+    return torch.matmul(x, w)
+
+
+def t_reduce(a, x):
+    op, ax = I(a, 0), I(a, 1)
+    dims = list(range(x.dim())) if ax == ALL_AXES else [axis_of(ax, x.dim())]
+    if op == 0:
+        return x.sum(dims)
+    if op == 1:
+        return x.amax(dims)
+    if op == 2:
+        return x.amin(dims)
+    return x.mean(dims)
+
+
+def t_attention(q, k, v, heads, kvh, causal):
+    b, t, w = q.shape
+    d = w // heads
+    qh = q.reshape(b, t, heads, d).transpose(1, 2)
+    kh = k.reshape(b, t, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
+    vh = v.reshape(b, t, kvh, d).transpose(1, 2).repeat_interleave(heads // kvh, dim=1)
+    s = qh @ kh.transpose(-1, -2) / math.sqrt(d)
+    if causal:
+        m = torch.ones(t, t, dtype=torch.bool).triu(1)
+        s = s.masked_fill(m, float("-inf"))
+    return (torch.softmax(s, -1) @ vh).transpose(1, 2).reshape(b, t, w)
+
+
+def t_rope(a, x):
+    heads, off = I(a, 0), I(a, 1)
+    b, t, w = x.shape
+    d = w // heads
+    i = torch.arange(d // 2, dtype=DT)
+    pos = torch.arange(t, dtype=DT) + off
+    ang = pos[:, None] * torch.pow(torch.tensor(10000.0, dtype=DT), -2.0 * i / d)
+    c, s = torch.cos(ang)[None, :, None, :], torch.sin(ang)[None, :, None, :]
+    xr = x.reshape(b, t, heads, d // 2, 2)
+    x0, x1 = xr[..., 0], xr[..., 1]
+    return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(b, t, w)
+
+
+def t_rms_norm(a, x, g):
+    r = torch.rsqrt((x * x).mean(-1, keepdim=True) + f32(Fa(a, 0)))
+    return x * r * g
+
+
+def t_topk_indices(a, x):
+    axis, k, largest = I(a, 0), I(a, 1), I(a, 2)
+    _, idx = torch.sort(x, dim=axis, descending=bool(largest), stable=True)
+    return idx.narrow(axis, 0, k)
+
+
+def t_masked_fill(a, x, m):
+    m = m != 0
+    if I(a, 0):
+        m = ~m
+    return x.masked_fill(m, Fa(a, 0))
+
+
+def t_cumsum(a, x):
+    axis = I(a, 0)
+    if I(a, 1):
+        return torch.flip(torch.cumsum(torch.flip(x, [axis]), axis), [axis])
+    return torch.cumsum(x, axis)
+
+
+# op name -> f(attrs, *inputs) in PyTorch (float inputs f64, index inputs int64).
+OPS = {
+    # core (f32 only)
+    "matmul": t_matmul,
+    "matmul_nd": t_matmul,
+    "scale": lambda a, x: x * f32(Fa(a, 0)),
+    "bias_add": lambda a, x, b: x + b,
+    "layer_norm": lambda a, x, w, b: F.layer_norm(x, [x.shape[-1]], w, b, f32(Fa(a, 0))),
+    "rms_norm": t_rms_norm,
+    "softmax": lambda a, x: torch.softmax(x, I(a, 0)),
+    "gelu": lambda a, x: F.gelu(x, approximate="tanh"),
+    "relu": lambda a, x: F.relu(x),
+    "swiglu": lambda a, g, u: F.silu(g) * u,
+    "reduce": t_reduce,
+    "attention": lambda a, q, k, v: t_attention(q, k, v, I(a, 0), I(a, 0), I(a, 1)),
+    "attention_gqa": lambda a, q, k, v: t_attention(q, k, v, I(a, 0), I(a, 1), I(a, 2)),
+    "rope": t_rope,
+    "embedding": lambda a, w, ids: F.embedding(ids, w),
+    "vocab_xent": lambda a, x, lab: F.cross_entropy(x, lab),
+    "softmax_xent": lambda a, x, lab: F.cross_entropy(x, lab),
+    # unary
+    "exp": lambda a, x: torch.exp(x),
+    "log": lambda a, x: torch.log(x),
+    "log1p": lambda a, x: torch.log1p(x),
+    "sqrt": lambda a, x: torch.sqrt(x),
+    "rsqrt": lambda a, x: torch.rsqrt(x),
+    "tanh": lambda a, x: torch.tanh(x),
+    "sigmoid": lambda a, x: torch.sigmoid(x),
+    "silu": lambda a, x: F.silu(x),
+    "neg": lambda a, x: torch.neg(x),
+    "abs": lambda a, x: torch.abs(x),
+    "sign": lambda a, x: torch.sign(x),
+    "square": lambda a, x: torch.square(x),
+    "reciprocal": lambda a, x: torch.reciprocal(x),
+    "pow_scalar": lambda a, x: torch.pow(x, Fa(a, 0)),
+    "clamp": lambda a, x: torch.clamp(x, Fa(a, 0), Fa(a, 1)),
+    "add_scalar": lambda a, x: x + Fa(a, 0),
+    "mul_scalar": lambda a, x: x * Fa(a, 0),
+    # binary (broadcasting), comparisons
+    "add": lambda a, x, y: torch.add(x, y),
+    "sub": lambda a, x, y: torch.sub(x, y),
+    "mul": lambda a, x, y: torch.mul(x, y),
+    "div": lambda a, x, y: torch.div(x, y),
+    "pow": lambda a, x, y: torch.pow(x, y),
+    "maximum": lambda a, x, y: torch.maximum(x, y),
+    "minimum": lambda a, x, y: torch.minimum(x, y),
+    "eq": lambda a, x, y: torch.eq(x, y),
+    "ne": lambda a, x, y: torch.ne(x, y),
+    "lt": lambda a, x, y: torch.lt(x, y),
+    "le": lambda a, x, y: torch.le(x, y),
+    "gt": lambda a, x, y: torch.gt(x, y),
+    "ge": lambda a, x, y: torch.ge(x, y),
+    "where": lambda a, c, x, y: torch.where(c != 0, x, y),
+    "masked_fill": t_masked_fill,
+    "sum_to": lambda a, x: x.sum_to_size(shape_attr(a)),
+    # losses
+    "mse": lambda a, p, t: F.mse_loss(p, t),
+    "cross_entropy": t_xent,
+    # reductions
+    "sum": reduction(lambda x, d, k, a: torch.sum(x, d, keepdim=k)),
+    "mean": reduction(lambda x, d, k, a: torch.mean(x, d, keepdim=k)),
+    "max": reduction(lambda x, d, k, a: torch.amax(x, d, keepdim=k)),
+    "min": reduction(lambda x, d, k, a: torch.amin(x, d, keepdim=k)),
+    "logsumexp": reduction(lambda x, d, k, a: torch.logsumexp(x, d, keepdim=k)),
+    "var": reduction(r_var),
+    "argmax": lambda a, x: torch.argmax(x, mask_dims(a, x.dim())[0], keepdim=bool(I(a, 1))),
+    "argmin": lambda a, x: torch.argmin(x, mask_dims(a, x.dim())[0], keepdim=bool(I(a, 1))),
+    "log_softmax": lambda a, x: torch.log_softmax(x, I(a, 0)),
+    "cumsum": t_cumsum,
+    "topk_indices": t_topk_indices,
+    "topk_values": lambda a, x, idx: torch.gather(x, I(a, 0), idx),
+    # linear algebra
+    "einsum": t_einsum,
+    "matmul_broadcast": lambda a, x, y: torch.matmul(x, y),
+    # shape
+    "reshape": lambda a, x: x.reshape(shape_attr(a)),
+    "permute": lambda a, x: x.permute([I(a, d) for d in range(x.dim())]),
+    "slice": t_slice,
+    "slice_backward": t_slice_backward,
+    "concat": lambda a, *xs: torch.cat(xs, I(a, 0)),
+    "expand": lambda a, x: x.expand(shape_attr(a)),
+    "expand_backward": lambda a, x: x.sum_to_size(shape_attr(a)),
+    "squeeze": lambda a, x: x.squeeze(I(a, 0)),
+    "unsqueeze": lambda a, x: x.unsqueeze(I(a, 0)),
+    # indexing
+    "gather": lambda a, x, idx: torch.gather(x, I(a, 0), idx),
+    "scatter_add": lambda a, x, idx, src: x.scatter_add(I(a, 0), idx, src),
+    "index_select": lambda a, x, idx: torch.index_select(x, I(a, 0), idx),
+    "index_add": lambda a, x, idx, src: x.index_add(I(a, 0), idx, src),
+    "one_hot": lambda a, idx: F.one_hot(idx, I(a, 0)),
+}
+
+FLOATS = ("f32", "f64")
+
+
+def num(v):
+    return float(v) if not isinstance(v, str) else float(v.replace("inf", "inf"))
+
+
+def to_torch(t):
+    shape = t["shape"]
+    if t["dtype"] in FLOATS:
+        return torch.tensor([num(v) for v in t["values"]], dtype=DT).reshape(shape)
+    return torch.tensor(t["values"], dtype=torch.int64).reshape(shape)
+
+
+def compare(what, dtype, got, ref):
+    """None, or the worst element's message."""
+    got = got.reshape(-1)
+    ref = ref.reshape(-1)
+    if got.numel() != ref.numel():
+        return "%s: %d elements, PyTorch gives %d" % (what, got.numel(), ref.numel())
+    if dtype not in FLOATS:
+        bad = (got.to(torch.int64) != ref.to(torch.int64)).nonzero().reshape(-1)
+        if bad.numel():
+            k = int(bad[0])
+            return "%s: element %d is %d, PyTorch gives %d (%d differ)" % (
+                what, k, int(got[k]), int(ref[k]), bad.numel())
+        return None
+    ref = ref.to(DT)
+    fin = torch.isfinite(ref)
+    scale = max(1.0, float(ref[fin].abs().max()) if fin.any() else 1.0)
+    tol = TOL[dtype] * scale
+    err = (got - ref).abs()
+    same = (torch.isnan(got) & torch.isnan(ref)) | (got == ref)
+    err = torch.where(same, torch.zeros_like(err), err)
+    err = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err)
+    k = int(err.argmax()) if err.numel() else 0
+    if err.numel() and float(err[k]) > tol:
+        return "%s: element %d is %.17g, PyTorch gives %.17g (difference %.3g, tolerance %.3g)" % (
+            what, k, float(got[k]), float(ref[k]), float(err[k]), tol)
+    return None
+
+
+def check_case(d):
+    """A list of failure messages for one case."""
+    a = d["attrs"]
+    if "error" in d:
+        return ["the call failed: " + d["error"]]
+    fn = OPS[d["op"]]
+    ins = [to_torch(t) for t in d["inputs"]]
+    for x, t in zip(ins, d["inputs"]):
+        if t["dtype"] in FLOATS:
+            x.requires_grad_(True)
+    ref = fn(a, *ins)
+    out = d["output"]
+    msgs = []
+    if list(ref.shape) != out["shape"]:
+        msgs.append("output shape %s, PyTorch gives %s" % (out["shape"], list(ref.shape)))
+        return msgs
+    m = compare("output", out["dtype"], to_torch(out), ref.detach())
+    if m:
+        msgs.append(m)
+    if "grad_error" in d:
+        msgs.append("the backward failed: " + d["grad_error"])
+    if "grads" not in d:
+        return msgs
+    dy = to_torch(d["dy"])
+    wrt = [x for x in ins if x.requires_grad]
+    if not ref.requires_grad:
+        gs = [None] * len(wrt)
+    else:
+        gs = torch.autograd.grad((ref * dy).sum(), wrt, allow_unused=True)
+    k = 0
+    for i, (x, t) in enumerate(zip(ins, d["inputs"])):
+        if not x.requires_grad:
+            continue
+        g = gs[k] if gs[k] is not None else torch.zeros_like(x)
+        k += 1
+        got = d["grads"][i]
+        if got is None:
+            got = {"dtype": t["dtype"], "shape": t["shape"], "values": [0.0] * x.numel()}
+        if got["shape"] != t["shape"]:
+            msgs.append("gradient %d: shape %s, input's %s" % (i, got["shape"], t["shape"]))
+            continue
+        m = compare("gradient %d" % i, t["dtype"], to_torch(got), g.detach())
+        if m:
+            msgs.append(m)
+    return msgs
+
+
+def describe(d):
+    a = d["attrs"]
+    parts = ["case %d (seed %d)" % (d["case"], d["seed"])]
+    if "inputs" in d:
+        parts.append("shapes " + " ".join(
+            "%s %s" % (t["shape"], t["dtype"]) for t in d["inputs"]))
+    at = []
+    if a["i"]:
+        at.append("i=%s" % a["i"])
+    if a["f"]:
+        at.append("f=%s" % a["f"])
+    if a["s"]:
+        at.append("s=%r" % a["s"])
+    if at:
+        parts.append("attrs " + " ".join(at))
+    return ", ".join(parts)
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        print("usage: test_ops_torch.py OPS_DUMP [--op NAME] [--cases N]")
+        return 2
+    cmd = [args[0], "--cases", str(CASES)] + args[1:]
+    start = time.time()
+    torch.set_num_threads(1)
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        print("ops_dump failed (%d): %s" % (res.returncode, res.stderr))
+        return 1
+    compared, cases, failed, known = set(), 0, 0, {}
+    skipped, unmapped = {}, []
+    for line in res.stdout.splitlines():
+        d = json.loads(line)
+        op = d["op"]
+        if d.get("no_sample"):
+            skipped[op] = NO_SAMPLE_REASON.get(op, "no sample")
+            continue
+        if op in SKIPPED:
+            skipped[op] = SKIPPED[op]
+            continue
+        if op not in OPS:
+            if op not in unmapped:
+                unmapped.append(op)
+            continue
+        try:
+            msgs = check_case(d)
+        except Exception as e:  # a PyTorch call that rejects the case is a finding too
+            msgs = ["PyTorch raised %s: %s" % (type(e).__name__, e)]
+        cases += 1
+        compared.add(op)
+        for m in msgs:
+            tag = "KNOWN FAILURE" if op in KNOWN_FAILURES else "FAIL"
+            print("%s: %s: %s: %s" % (tag, op, describe(d), m))
+        if msgs:
+            if op in KNOWN_FAILURES:
+                known[op] = known.get(op, 0) + 1
+            else:
+                failed += 1
+    for op in sorted(skipped):
+        print("skipped: %s: %s" % (op, skipped[op]))
+    for op in unmapped:
+        print("FAIL: %s: has a sample but no PyTorch mapping here (add it to OPS or SKIPPED)"
+              % op)
+    for op in sorted(known):
+        print("known failure: %s: %d cases: %s" % (op, known[op], KNOWN_FAILURES[op]))
+    print("ops_torch_reference: %d ops compared, %d cases, %d failed, %d known failures, "
+          "%d ops skipped, %.1f s" % (len(compared), cases, failed, sum(known.values()),
+                                      len(skipped), time.time() - start))
+    only = "--op" in args
+    if failed or unmapped:
+        return 1
+    if not only and len(compared) < MIN_OPS:
+        print("FAIL: only %d ops compared (at least %d expected)" % (len(compared), MIN_OPS))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
