@@ -317,8 +317,9 @@ def to_torch(t):
     return torch.tensor(t["values"], dtype=torch.int64).reshape(shape)
 
 
-def compare(what, dtype, got, ref):
-    """None, or the worst element's message."""
+def compare(what, dtype, got, ref, slack=0.0):
+    """None, or the worst element's message. slack: an absolute error also allowed (f32: a few
+    times PyTorch's own f32 error on the case, where the op is ill-conditioned)."""
     got = got.reshape(-1)
     ref = ref.reshape(-1)
     if got.numel() != ref.numel():
@@ -333,7 +334,7 @@ def compare(what, dtype, got, ref):
     ref = ref.to(DT)
     fin = torch.isfinite(ref)
     scale = max(1.0, float(ref[fin].abs().max()) if fin.any() else 1.0)
-    tol = TOL[dtype] * scale
+    tol = max(TOL[dtype] * scale, slack)
     err = (got - ref).abs()
     same = (torch.isnan(got) & torch.isnan(ref)) | (got == ref)
     err = torch.where(same, torch.zeros_like(err), err)
@@ -345,40 +346,63 @@ def compare(what, dtype, got, ref):
     return None
 
 
+def run_torch(fn, a, d, dtype):
+    """The op in PyTorch on the case's inputs (floats in dtype): inputs, output, and the
+    gradients of sum(out * dy) (None where no dy or no float input)."""
+    ins = [to_torch(t) for t in d["inputs"]]
+    for k, t in enumerate(d["inputs"]):
+        if t["dtype"] in FLOATS:
+            ins[k] = ins[k].to(dtype).requires_grad_(True)
+    ref = fn(a, *ins)
+    gs = None
+    wrt = [x for x in ins if x.requires_grad]
+    if "grads" in d and ref.requires_grad and list(ref.shape) == d["output"]["shape"]:
+        dy = to_torch(d["dy"]).to(dtype)
+        gs = torch.autograd.grad((ref * dy).sum(), wrt, allow_unused=True)
+    return ins, ref, gs
+
+
+def slack_of(a, b):
+    if a is None or b is None or a.numel() == 0 or not a.is_floating_point():
+        return 0.0
+    e = (a.to(DT) - b.to(DT)).abs()
+    e = e[torch.isfinite(e)]
+    return 4.0 * float(e.max()) if e.numel() else 0.0
+
+
 def check_case(d):
     """A list of failure messages for one case."""
     a = d["attrs"]
     if "error" in d:
         return ["the call failed: " + d["error"]]
     fn = OPS[d["op"]]
-    ins = [to_torch(t) for t in d["inputs"]]
-    for x, t in zip(ins, d["inputs"]):
-        if t["dtype"] in FLOATS:
-            x.requires_grad_(True)
-    ref = fn(a, *ins)
+    ins, ref, gs64 = run_torch(fn, a, d, DT)
+    # An f32 case: PyTorch's own f32 error on it is allowed too (a few times).
+    slack, gslack = 0.0, []
+    if any(t["dtype"] == "f32" for t in d["inputs"]):
+        _, r32, gs32 = run_torch(fn, a, d, torch.float32)
+        slack = slack_of(r32.detach(), ref.detach())
+        if gs32 is not None and gs64 is not None:
+            gslack = [slack_of(g32, g64) for g32, g64 in zip(gs32, gs64)]
     out = d["output"]
     msgs = []
     if list(ref.shape) != out["shape"]:
         msgs.append("output shape %s, PyTorch gives %s" % (out["shape"], list(ref.shape)))
         return msgs
-    m = compare("output", out["dtype"], to_torch(out), ref.detach())
+    m = compare("output", out["dtype"], to_torch(out), ref.detach(), slack)
     if m:
         msgs.append(m)
     if "grad_error" in d:
         msgs.append("the backward failed: " + d["grad_error"])
     if "grads" not in d:
         return msgs
-    dy = to_torch(d["dy"])
-    wrt = [x for x in ins if x.requires_grad]
-    if not ref.requires_grad:
-        gs = [None] * len(wrt)
-    else:
-        gs = torch.autograd.grad((ref * dy).sum(), wrt, allow_unused=True)
+    gs = gs64 if gs64 is not None else [None] * len(ins)
     k = 0
     for i, (x, t) in enumerate(zip(ins, d["inputs"])):
         if not x.requires_grad:
             continue
         g = gs[k] if gs[k] is not None else torch.zeros_like(x)
+        gsl = gslack[k] if k < len(gslack) else 0.0
         k += 1
         got = d["grads"][i]
         if got is None:
@@ -386,7 +410,7 @@ def check_case(d):
         if got["shape"] != t["shape"]:
             msgs.append("gradient %d: shape %s, input's %s" % (i, got["shape"], t["shape"]))
             continue
-        m = compare("gradient %d" % i, t["dtype"], to_torch(got), g.detach())
+        m = compare("gradient %d" % i, t["dtype"], to_torch(got), g.detach(), gsl)
         if m:
             msgs.append(m)
     return msgs
