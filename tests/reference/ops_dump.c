@@ -2,7 +2,11 @@
  * (the definition's own sample and fill, the validator's seeds) on a 1-device CPU mesh, with
  * the gradient of sum(out * dy) through a tape, one JSON object per case on stdout: what
  * test_ops_torch.py recomputes in PyTorch. Public headers only.
- * Usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M] */
+ * Usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M] [--grid] [--raw]
+ * --grid: the inputs a definition's fill leaves to uniform reals are drawn from {-1, -0.5, 0,
+ * 0.5, 1} instead (ties, zeros and kinks: max / min / maximum ties, abs and sign at 0, argmax's
+ * first index, the sorts' stability). --raw: float inputs too (without it, the definition's
+ * fill keeps them in the op's domain and off its kinks). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +36,9 @@ static double unit(uint64_t *s)
 {
     return (double)(mix(s) >> 11) * (1.0 / 9007199254740992.0);
 }
+
+static int grid; /* --grid */
+static int raw;  /* --raw */
 
 static int is_float(dt_dtype t)
 {
@@ -217,10 +224,12 @@ static dt_status one_case(dcase *c, const dt_mesh *mesh, uint64_t seed, int inde
         c->host[i] = calloc((size_t)(ne ? ne : 1), dt_dtype_size(c->sig.in[i].dtype));
         if (!c->host[i])
             return DT_ERR_NO_MEMORY;
-        int filled = def->fill && def->fill(&c->sig, i, seed + (uint64_t)i, c->host[i], ne) == DT_OK;
+        int filled = !(raw && c->flt[i]) && def->fill &&
+                     def->fill(&c->sig, i, seed + (uint64_t)i, c->host[i], ne) == DT_OK;
         if (!filled)
             for (int64_t k = 0; k < ne; k++)
-                set(c->sig.in[i].dtype, c->host[i], k, 2.0 * unit(&rng) - 1.0);
+                set(c->sig.in[i].dtype, c->host[i], k,
+                    grid ? 0.5 * (double)(mix(&rng) % 5) - 1.0 : 2.0 * unit(&rng) - 1.0);
     }
     fputs(",\"inputs\":[", stdout);
     for (int i = 0; i < c->sig.nin; i++) {
@@ -335,10 +344,14 @@ int main(int argc, char **argv)
             cases = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-dim") == 0 && i + 1 < argc)
             max_dim = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--grid") == 0)
+            grid = 1;
+        else if (strcmp(argv[i], "--raw") == 0)
+            raw = 1;
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M]\n");
+            fprintf(stderr, "usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M] [--grid] [--raw]\n");
             return 2;
         }
     }
