@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """The `reference` suite: every op definition with a validator sample against PyTorch (issue
-#46). argv: the ops_dump binary (tests/reference/ops_dump.c), then optional --op NAME,
---cases N. ops_dump runs each op's own random cases (its definition's sample and fill) on one
-CPU device and writes the inputs, attributes, output, a random dy and the gradients of
+#46). argv: the ops_dump binary (tests/reference/ops_dump.c), then options for it (--op NAME,
+--cases N, --seed S, --max-dim M). ops_dump runs each op's own random cases (its definition's sample and fill; RUNS says
+which variants) on one CPU device and writes the inputs, attributes, output, a random dy and the gradients of
 sum(out * dy); this script recomputes output and gradients with torch.autograd in f64 and
 compares them: f64 within 1e-10 and f32 within 1e-5 of the largest magnitude (at least 1),
 integer outputs exactly. Ops without a PyTorch counterpart are listed in SKIPPED with the
@@ -24,15 +24,28 @@ except ImportError:
 
 TOL = {"f64": 1e-10, "f32": 1e-5}
 MIN_OPS = 50
-CASES = 6
+# The ops_dump runs (ops_dump.c): cases per op and options. plain: the definitions' own cases;
+# grid: inputs left to uniform reals drawn from {-1, -0.5, 0, 0.5, 1} instead (ties, zeros);
+# edge: the grid for every float input, past the fills that keep them in the op's domain and
+# off its kinks (NaN and inf must then agree with PyTorch too).
+RUNS = {
+    "plain": (20, []),
+    "grid": (10, ["--grid"]),
+    "edge": (10, ["--grid", "--raw"]),
+}
 ALL_AXES = 0x7FFF  # DT_ALL_AXES (ops.h)
 
 # Ops with a sample that are not compared, and why.
 SKIPPED = {
 }
 
-# Mismatches found and reported to the op owners (op: the reason); still compared and printed.
+# Mismatches found and reported to the op owners, not fixed yet ((op, run): the reason): still
+# compared and printed, but they do not fail the test.
 KNOWN_FAILURES = {
+    ("pow", "edge"): "at a == 0 PyTorch's pow backward has conventions ours lacks: d/da is 0 "
+                     "where b == 0 (ours b * a^(b-1) = 0 * inf = NaN); d/db is 0 where a == 0 and "
+                     "b >= 0 (ours a^b log a = NaN for b > 0, -inf for b == 0; ops_general.h "
+                     "says b's gradient needs a > 0)",
 }
 
 # Ops without a sample (the validator skips them too), and why they have none.
@@ -434,62 +447,71 @@ def describe(d):
     return ", ".join(parts)
 
 
-def main():
-    args = sys.argv[1:]
-    if not args:
-        print("usage: test_ops_torch.py OPS_DUMP [--op NAME] [--cases N]")
-        return 2
-    cmd = [args[0], "--cases", str(CASES)] + args[1:]
-    start = time.time()
-    torch.set_num_threads(1)
+def run_dump(cmd, mode, stats):
+    """One ops_dump run (mode: a key of RUNS), its cases compared into stats."""
     res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if res.returncode != 0:
-        print("ops_dump failed (%d): %s" % (res.returncode, res.stderr))
-        return 1
-    compared, cases, failed, known = set(), 0, 0, {}
-    skipped, unmapped = {}, []
+        print("FAIL: %s failed (%d): %s" % (" ".join(cmd), res.returncode, res.stderr))
+        stats["failed"] += 1
+        return
     for line in res.stdout.splitlines():
         d = json.loads(line)
         op = d["op"]
         if d.get("no_sample"):
-            skipped[op] = NO_SAMPLE_REASON.get(op, "no sample")
+            stats["skipped"][op] = NO_SAMPLE_REASON.get(op, "no sample")
             continue
         if op in SKIPPED:
-            skipped[op] = SKIPPED[op]
+            stats["skipped"][op] = SKIPPED[op]
             continue
         if op not in OPS:
-            if op not in unmapped:
-                unmapped.append(op)
+            if op not in stats["unmapped"]:
+                stats["unmapped"].append(op)
             continue
         try:
             msgs = check_case(d)
         except Exception as e:  # a PyTorch call that rejects the case is a finding too
             msgs = ["PyTorch raised %s: %s" % (type(e).__name__, e)]
-        cases += 1
-        compared.add(op)
+        stats["cases"] += 1
+        stats["compared"].add(op)
+        known = (op, mode) in KNOWN_FAILURES
         for m in msgs:
-            tag = "KNOWN FAILURE" if op in KNOWN_FAILURES else "FAIL"
-            print("%s: %s: %s: %s" % (tag, op, describe(d), m))
-        if msgs:
-            if op in KNOWN_FAILURES:
-                known[op] = known.get(op, 0) + 1
-            else:
-                failed += 1
-    for op in sorted(skipped):
-        print("skipped: %s: %s" % (op, skipped[op]))
-    for op in unmapped:
+            print("%s: %s: %s run, %s: %s" % ("KNOWN FAILURE" if known else "FAIL", op, mode,
+                                              describe(d), m))
+        if msgs and known:
+            stats["known"][(op, mode)] = stats["known"].get((op, mode), 0) + 1
+        elif msgs:
+            stats["failed"] += 1
+
+
+def main():
+    args = sys.argv[1:]
+    if not args:
+        print("usage: test_ops_torch.py OPS_DUMP [--op NAME] [--cases N] [ops_dump options]")
+        return 2
+    start = time.time()
+    torch.set_num_threads(1)
+    stats = {"compared": set(), "cases": 0, "failed": 0, "known": {}, "skipped": {},
+             "unmapped": []}
+    for mode, (cases, opts) in RUNS.items():
+        run_dump([args[0], "--cases", str(cases)] + opts + args[1:], mode, stats)
+    for op in sorted(stats["skipped"]):
+        print("skipped: %s: %s" % (op, stats["skipped"][op]))
+    for op in stats["unmapped"]:
         print("FAIL: %s: has a sample but no PyTorch mapping here (add it to OPS or SKIPPED)"
               % op)
-    for op in sorted(known):
-        print("known failure: %s: %d cases: %s" % (op, known[op], KNOWN_FAILURES[op]))
-    print("ops_torch_reference: %d ops compared, %d cases, %d failed, %d known failures, "
-          "%d ops skipped, %.1f s" % (len(compared), cases, failed, sum(known.values()),
-                                      len(skipped), time.time() - start))
-    only = "--op" in args
-    if failed or unmapped:
+    for (op, mode), n in sorted(stats["known"].items()):
+        print("known failure: %s (%s run): %d cases: %s" % (op, mode, n,
+                                                           KNOWN_FAILURES[(op, mode)]))
+    ncmp = len(stats["compared"])
+    print("ops_torch_reference: %d ops compared, %d cases, %d failed, %d known failures "
+          "(%s), %d ops skipped, %.1f s" % (
+              ncmp, stats["cases"], stats["failed"], sum(stats["known"].values()),
+              ", ".join(sorted("%s/%s" % k for k in stats["known"])) or "none",
+              len(stats["skipped"]), time.time() - start))
+    if stats["failed"] or stats["unmapped"]:
         return 1
-    if not only and len(compared) < MIN_OPS:
-        print("FAIL: only %d ops compared (at least %d expected)" % (len(compared), MIN_OPS))
+    if "--op" not in args and ncmp < MIN_OPS:
+        print("FAIL: only %d ops compared (at least %d expected)" % (ncmp, MIN_OPS))
         return 1
     return 0
 
