@@ -56,12 +56,23 @@ static int64_t numel(const dt_op_shape *s)
 static void set(dt_dtype t, void *p, int64_t i, double v)
 {
     switch (t) {
-    case DT_DTYPE_F32: ((float *)p)[i] = (float)v; break;
-    case DT_DTYPE_F64: ((double *)p)[i] = v; break;
-    case DT_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case DT_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)v; break;
-    case DT_DTYPE_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    default: break;
+    case DT_DTYPE_F32:
+        ((float *)p)[i] = (float)v;
+        break;
+    case DT_DTYPE_F64:
+        ((double *)p)[i] = v;
+        break;
+    case DT_DTYPE_I32:
+        ((int32_t *)p)[i] = (int32_t)v;
+        break;
+    case DT_DTYPE_I64:
+        ((int64_t *)p)[i] = (int64_t)v;
+        break;
+    case DT_DTYPE_U8:
+        ((uint8_t *)p)[i] = (uint8_t)v;
+        break;
+    default:
+        break;
     }
 }
 
@@ -82,12 +93,24 @@ static void put_values(dt_dtype t, const void *p, int64_t n)
         if (i)
             putchar(',');
         switch (t) {
-        case DT_DTYPE_F32: put_real(((const float *)p)[i]); break;
-        case DT_DTYPE_F64: put_real(((const double *)p)[i]); break;
-        case DT_DTYPE_I32: printf("%" PRId32, ((const int32_t *)p)[i]); break;
-        case DT_DTYPE_I64: printf("%" PRId64, ((const int64_t *)p)[i]); break;
-        case DT_DTYPE_U8: printf("%u", (unsigned)((const uint8_t *)p)[i]); break;
-        default: fputs("null", stdout); break;
+        case DT_DTYPE_F32:
+            put_real(((const float *)p)[i]);
+            break;
+        case DT_DTYPE_F64:
+            put_real(((const double *)p)[i]);
+            break;
+        case DT_DTYPE_I32:
+            printf("%" PRId32, ((const int32_t *)p)[i]);
+            break;
+        case DT_DTYPE_I64:
+            printf("%" PRId64, ((const int64_t *)p)[i]);
+            break;
+        case DT_DTYPE_U8:
+            printf("%u", (unsigned)((const uint8_t *)p)[i]);
+            break;
+        default:
+            fputs("null", stdout);
+            break;
         }
     }
     putchar(']');
@@ -351,7 +374,8 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M] [--grid] [--raw]\n");
+            fprintf(stderr, "usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M] "
+                            "[--grid] [--raw]\n");
             return 2;
         }
     }
