@@ -3,6 +3,10 @@
  * the gradient of sum(out * dy) through a tape, one JSON object per case on stdout: what
  * test_ops_torch.py recomputes in PyTorch. Public headers only.
  * Usage: ops_dump [--op NAME] [--cases N] [--seed S] [--max-dim M] [--grid] [--raw]
+ *        [--spec FILE]
+ * --spec FILE: instead of the samples, the cases of FILE, one a line (parse_spec: the op, its
+ * attributes and its inputs' dtypes and shapes; values by the definition's fill, else uniform),
+ * each run --cases times with other values: attribute variants the samples never draw.
  * --grid: the inputs a definition's fill leaves to uniform reals are drawn from {-1, -0.5, 0,
  * 0.5, 1} instead (ties, zeros and kinks: max / min / maximum ties, abs and sign at 0, argmax's
  * first index, the sorts' stability). --raw: float inputs too (without it, the definition's
@@ -209,13 +213,18 @@ static void shape_of(const dt_tensor *t, dt_op_shape *s)
     memcpy(s->dim, dt_tensor_shape(t), sizeof(int64_t) * (size_t)s->rank);
 }
 
-/* One case: one JSON line (or an "error" line naming the failed step). */
-static dt_status one_case(dcase *c, const dt_mesh *mesh, uint64_t seed, int index, int max_dim)
+/* One case: one JSON line (or an "error" line naming the failed step). given: c->sig's
+ * inputs and c->attrs are set (a --spec case), else the definition's sample draws them. */
+static dt_status one_case(dcase *c, const dt_mesh *mesh, uint64_t seed, int index, int max_dim,
+                          int given)
 {
     const dt_op_def *def = c->def;
-    memset(&c->sig, 0, sizeof c->sig);
-    memset(&c->attrs, 0, sizeof c->attrs);
-    dt_status st = def->sample(seed, max_dim, &c->sig, &c->attrs);
+    dt_status st = DT_OK;
+    if (!given) {
+        memset(&c->sig, 0, sizeof c->sig);
+        memset(&c->attrs, 0, sizeof c->attrs);
+        st = def->sample(seed, max_dim, &c->sig, &c->attrs);
+    }
     if (st == DT_ERR_UNSUPPORTED)
         return DT_OK;
     printf("{\"op\":\"%s\",\"case\":%d,\"seed\":%" PRIu64 ",\"attrs\":", def->name, index, seed);
@@ -232,7 +241,7 @@ static dt_status one_case(dcase *c, const dt_mesh *mesh, uint64_t seed, int inde
     /* f64 where the op takes it (its infer accepts it), as the validator does. */
     dt_op_sig s64 = c->sig;
     int any = 0;
-    for (int i = 0; i < s64.nin; i++)
+    for (int i = 0; i < s64.nin && !given; i++)
         if (s64.in[i].dtype == DT_DTYPE_F32) {
             s64.in[i].dtype = DT_DTYPE_F64;
             any = 1;
@@ -355,9 +364,53 @@ done:
     return st;
 }
 
+/* One --spec line: "op;i=1,-1;f=0.5;s=ij->ji;in=f64[2,3] i64[4]" (fields after the op in
+ * any order, each optional but in=; rank 0: "f64[]"). 0 on success. */
+static int parse_spec(char *line, dcase *c)
+{
+    memset(&c->sig, 0, sizeof c->sig);
+    memset(&c->attrs, 0, sizeof c->attrs);
+    char *save = NULL, *field = strtok_r(line, ";\n", &save);
+    if (!field || !(c->op = dt_op_find(field)))
+        return -1;
+    c->def = dt_op_definition(c->op);
+    while ((field = strtok_r(NULL, ";\n", &save))) {
+        char *v = field + 2, *end = NULL;
+        if (strncmp(field, "s=", 2) == 0) {
+            snprintf(c->attrs.s, sizeof c->attrs.s, "%s", v);
+        } else if (strncmp(field, "i=", 2) == 0) {
+            for (int k = 0; k < DT_OP_MAX_IATTR && *v; k++, v = *end ? end + 1 : end)
+                c->attrs.i[k] = strtoll(v, &end, 10);
+        } else if (strncmp(field, "f=", 2) == 0) {
+            for (int k = 0; k < DT_OP_MAX_FATTR && *v; k++, v = *end ? end + 1 : end)
+                c->attrs.f[k] = strtod(v, &end);
+        } else if (strncmp(field, "in=", 3) == 0) {
+            char *s2 = NULL;
+            for (char *t = strtok_r(field + 3, " ", &s2); t; t = strtok_r(NULL, " ", &s2)) {
+                dt_op_shape *sh = &c->sig.in[c->sig.nin];
+                char *br = strchr(t, '[');
+                if (!br || c->sig.nin >= DT_OP_MAX_IN)
+                    return -1;
+                *br = 0;
+                if (dt_dtype_parse(t, &sh->dtype) != DT_OK)
+                    return -1;
+                for (char *q = br + 1; *q && *q != ']'; q = *end == ',' ? end + 1 : end) {
+                    sh->dim[sh->rank++] = strtoll(q, &end, 10);
+                    if (end == q || sh->rank > DT_MAX_RANK)
+                        return -1;
+                }
+                c->sig.nin++;
+            }
+        } else {
+            return -1;
+        }
+    }
+    return c->sig.nin ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
-    const char *only = NULL;
+    const char *only = NULL, *spec = NULL;
     int cases = 3, max_dim = 5;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -367,6 +420,8 @@ int main(int argc, char **argv)
             cases = atoi(argv[++i]);
         else if (strcmp(argv[i], "--max-dim") == 0 && i + 1 < argc)
             max_dim = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--spec") == 0 && i + 1 < argc)
+            spec = argv[++i];
         else if (strcmp(argv[i], "--grid") == 0)
             grid = 1;
         else if (strcmp(argv[i], "--raw") == 0)
@@ -393,7 +448,29 @@ int main(int argc, char **argv)
     dt_mesh *mesh = NULL;
     st = dt_mesh_create("ops_dump", 1, dims, sizes, DT_DEVICE_CPU, &mesh);
     int found = 0;
-    for (int i = 0; i < dt_op_count() && st == DT_OK; i++) {
+    FILE *sf = NULL;
+    if (st == DT_OK && spec && !(sf = fopen(spec, "r"))) {
+        fprintf(stderr, "ops_dump: cannot open %s\n", spec);
+        st = DT_ERR_IO;
+    }
+    char line[1024];
+    for (int n = 0; sf && st == DT_OK && fgets(line, sizeof line, sf); n++) {
+        dcase c;
+        memset(&c, 0, sizeof c);
+        char copy[sizeof line];
+        snprintf(copy, sizeof copy, "%s", line);
+        if (parse_spec(line, &c) != 0) {
+            fprintf(stderr, "ops_dump: %s:%d: bad case: %s", spec, n + 1, copy);
+            st = DT_ERR_PARSE;
+            break;
+        }
+        found = 1;
+        for (int k = 0; k < cases && st == DT_OK; k++)
+            st = one_case(&c, mesh, seed * 1000003u + (uint64_t)n * 7919 + (uint64_t)k, n, max_dim, 1);
+    }
+    if (sf)
+        fclose(sf);
+    for (int i = 0; i < dt_op_count() && st == DT_OK && !spec; i++) {
         dcase c;
         memset(&c, 0, sizeof c);
         c.op = dt_op_at(i);
@@ -409,7 +486,7 @@ int main(int argc, char **argv)
         for (const char *p = c.def->name; *p; p++)
             h = h * 131 + (unsigned char)*p;
         for (int k = 0; k < cases && st == DT_OK; k++)
-            st = one_case(&c, mesh, h + (uint64_t)k * 7919, k, max_dim);
+            st = one_case(&c, mesh, h + (uint64_t)k * 7919, k, max_dim, 0);
     }
     if (st != DT_OK)
         fprintf(stderr, "ops_dump: %s: %s\n", dt_status_name(st), dt_last_error());
