@@ -11,8 +11,10 @@ and reported but do not fail the test). Fails when a mapped op mismatches or few
 MIN_OPS ops were compared. Exit 77 (skip) without torch."""
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import time
 
 try:
@@ -28,24 +30,122 @@ MIN_OPS = 50
 # grid: inputs left to uniform reals drawn from {-1, -0.5, 0, 0.5, 1} instead (ties, zeros);
 # edge: the grid for every float input, past the fills that keep them in the op's domain and
 # off its kinks (NaN and inf must then agree with PyTorch too).
+# spec: the hand-written cases of SPEC below (ops_dump --spec).
 RUNS = {
     "plain": (20, []),
     "grid": (10, ["--grid"]),
     "edge": (10, ["--grid", "--raw"]),
+    "spec": (3, ["--spec"]),
 }
+
+# Attribute variants and dtypes the samples never draw (transposes, einsum's '...' and
+# output-only letters, reverse cumsum, inverted masks, reduce's max / min, negative axes, i32
+# indices, f32 binary ops, ...), one a line: "op;i=..;f=..;s=..;in=dtype[shape] ..." (ops_dump.c,
+# parse_spec). Values come from the definition's fill (it must take the dtypes given: the
+# cross_entropy fill writes i64 labels whatever the labels' dtype), else uniform in [-1, 1].
+SPEC = """\
+matmul;i=1,0;in=f32[3,2] f32[3,4]
+matmul;i=0,1;in=f32[2,3] f32[4,3]
+matmul;i=1,1;in=f32[3,2] f32[4,3]
+matmul_nd;i=0,1;in=f32[2,3,4] f32[5,4]
+einsum;s=...ij,...jk->...ik;in=f64[2,3,4] f64[2,4,5]
+einsum;s=...ij,jk->...ik;in=f64[2,2,3,4] f64[4,5]
+einsum;s=bij->bji;in=f64[2,3,4]
+einsum;s=ij,ij->ij;in=f64[3,4] f64[3,4]
+einsum;s=i,j->ij;in=f64[3] f64[4]
+einsum;s=ijk->;in=f64[2,3,4]
+einsum;s=ij->j;in=f64[3,4]
+einsum;s=bhqd,bhkd->bhqk;in=f64[2,2,3,4] f64[2,2,5,4]
+einsum;s=...i,...i->...;in=f64[2,3,4] f64[2,3,4]
+einsum;s=ij->ijk;i=0,0,0,0,0,0,0,0,0,0,3;in=f64[2,4]
+einsum;s=ij,jk->ik;f=0.5;in=f64[2,3] f64[3,4]
+matmul_broadcast;in=f64[4] f64[4,3]
+matmul_broadcast;in=f64[2,4] f64[4]
+matmul_broadcast;in=f64[4] f64[4]
+matmul_broadcast;in=f64[3,1,2,4] f64[5,4,2]
+cumsum;i=1,1;in=f64[3,4]
+cumsum;i=0,1;in=f64[5]
+masked_fill;i=1;f=-0.25;in=f64[3,4] u8[3,1]
+reduce;i=1,1;in=f32[3,4]
+reduce;i=2,0;in=f32[3,4]
+reduce;i=1,32767;in=f32[3,4]
+reduce;i=3,-1;in=f32[3,4]
+argmax;i=1;in=f64[6]
+argmin;i=2,1;in=f64[2,3,4]
+topk_indices;i=1,3,0;in=f64[2,5]
+topk_indices;i=0,4,1;in=f64[4,3]
+gather;i=-1;in=f64[3,4] i64[3,6]
+gather;i=0;in=f64[3,4] i32[5,2]
+scatter_add;i=-1;in=f64[3,4] i64[3,6] f64[3,6]
+scatter_add;i=0;in=f64[3,4] i32[5,4] f64[5,4]
+index_select;i=-1;in=f64[3,4] i64[6]
+index_add;i=0;in=f64[3,4] i64[7] f64[7,4]
+index_add;i=-1;in=f64[2,3] i32[5] f64[2,5]
+concat;i=0;in=f64[2,3] f64[1,3] f64[4,3]
+concat;i=-1;in=f64[2,3] f64[2,1]
+concat;i=0;in=f64[2,3]
+slice;i=0,1,100,3;in=f64[8,2]
+slice;i=1,3,1,1;in=f64[2,5]
+slice;i=-1,-4,-1,2;in=f64[2,7]
+slice_backward;i=0,1,8,3,8;in=f64[3,2]
+reshape;i=3,2,-1,3;in=f64[4,3,2]
+reshape;i=0;in=f64[1,1]
+permute;i=3,1,0,2;in=f64[2,3,4,5]
+expand;i=3,2,-1,4;in=f64[3,1]
+expand;i=2,3,4;in=f64[1,1]
+squeeze;i=-1;in=f64[3,1]
+unsqueeze;i=2;in=f64[3,4]
+one_hot;i=4,0;in=i64[3,2]
+one_hot;i=3,1;in=i32[5]
+cross_entropy;i=1;in=f64[6,3] i64[6] i64[]
+cross_entropy;i=-100;in=f64[2,3,4] i64[2,3] i64[]
+softmax;i=1;in=f32[2,3,4]
+softmax;i=0;in=f32[3,4]
+log_softmax;i=0;in=f64[3,4]
+layer_norm;f=1e-5;in=f32[2,3,4] f32[4] f32[4]
+rms_norm;f=1e-6;in=f32[2,3,4] f32[4]
+attention;i=2,1;in=f32[2,5,8] f32[2,5,8] f32[2,5,8]
+attention;i=1,0;in=f32[1,4,3] f32[1,4,3] f32[1,4,3]
+attention_gqa;i=4,2,1;in=f32[2,5,8] f32[2,5,4] f32[2,5,4]
+rope;i=1,7;in=f32[2,3,6]
+embedding;in=f32[5,3] i32[4]
+vocab_xent;in=f32[4,5] i32[4]
+where;in=f64[3,4] f64[3,4] f64[1,4]
+where;in=i32[3,1] f64[3,4] f64[4]
+pow_scalar;f=-1;in=f64[3,4]
+pow_scalar;f=1;in=f64[3,4]
+add;in=f32[3,4] f32[4]
+maximum;in=f32[3,1] f32[4]
+div;in=f32[3,4] f32[3,1]
+eq;in=i64[3,4] i64[4]
+lt;in=i32[3,4] i32[3,1]
+mse;in=f32[3,4] f32[3,4]
+sum;i=0,1;in=f64[2,3]
+mean;i=5;in=f64[2,3,4]
+var;i=2,0,0;in=f64[3,4]
+logsumexp;i=0;in=f64[]
+sum_to;i=2,1,4;in=f64[3,5,4]
+expand_backward;i=2,1,4;in=f64[3,5,4]
+"""
 ALL_AXES = 0x7FFF  # DT_ALL_AXES (ops.h)
 
 # Ops with a sample that are not compared, and why.
 SKIPPED = {
 }
 
-# Mismatches found and reported to the op owners, not fixed yet ((op, run): the reason): still
-# compared and printed, but they do not fail the test.
+# Mismatches found and reported to the op owners, not fixed yet: (op, run) -> (which cases, by
+# their attributes; the reason). Still compared and printed, but they do not fail the test.
 KNOWN_FAILURES = {
-    ("pow", "edge"): "at a == 0 PyTorch's pow backward has conventions ours lacks: d/da is 0 "
-                     "where b == 0 (ours b * a^(b-1) = 0 * inf = NaN); d/db is 0 where a == 0 and "
-                     "b >= 0 (ours a^b log a = NaN for b > 0, -inf for b == 0; ops_general.h "
-                     "says b's gradient needs a > 0)",
+    ("pow", "edge"): (
+        lambda a: True,
+        "at a == 0 PyTorch's pow backward has conventions ours lacks: d/da is 0 where b == 0 "
+        "(ours b * a^(b-1) = 0 * inf = NaN); d/db is 0 where a == 0 and b >= 0 (ours a^b log a "
+        "= NaN for b > 0, -inf for b == 0; ops_general.h says b's gradient needs a > 0)"),
+    ("reduce", "spec"): (
+        lambda a: I(a, 0) in (1, 2),
+        "reduce with DT_REDUCE_MAX / DT_REDUCE_MIN: the forward agrees, but the definition "
+        "declares a backward and the tape has none (dt_tape_backward: 'dt_reduce(max) has no "
+        "backward rule (sum and avg have)'); PyTorch's amax / amin have one"),
 }
 
 # Ops without a sample (the validator skips them too), and why they have none.
@@ -473,7 +573,8 @@ def run_dump(cmd, mode, stats):
             msgs = ["PyTorch raised %s: %s" % (type(e).__name__, e)]
         stats["cases"] += 1
         stats["compared"].add(op)
-        known = (op, mode) in KNOWN_FAILURES
+        kf = KNOWN_FAILURES.get((op, mode))
+        known = kf is not None and kf[0](d["attrs"])
         for m in msgs:
             print("%s: %s: %s run, %s: %s" % ("KNOWN FAILURE" if known else "FAIL", op, mode,
                                               describe(d), m))
@@ -492,8 +593,16 @@ def main():
     torch.set_num_threads(1)
     stats = {"compared": set(), "cases": 0, "failed": 0, "known": {}, "skipped": {},
              "unmapped": []}
-    for mode, (cases, opts) in RUNS.items():
-        run_dump([args[0], "--cases", str(cases)] + opts + args[1:], mode, stats)
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = os.path.join(tmp, "spec.txt")
+        with open(spec, "w") as f:
+            f.write(SPEC)
+        for mode, (cases, opts) in RUNS.items():
+            if mode == "spec":
+                if "--op" in args:
+                    continue
+                opts = ["--spec", spec]
+            run_dump([args[0], "--cases", str(cases)] + opts + args[1:], mode, stats)
     for op in sorted(stats["skipped"]):
         print("skipped: %s: %s" % (op, stats["skipped"][op]))
     for op in stats["unmapped"]:
@@ -501,7 +610,7 @@ def main():
               % op)
     for (op, mode), n in sorted(stats["known"].items()):
         print("known failure: %s (%s run): %d cases: %s" % (op, mode, n,
-                                                           KNOWN_FAILURES[(op, mode)]))
+                                                           KNOWN_FAILURES[(op, mode)][1]))
     ncmp = len(stats["compared"])
     print("ops_torch_reference: %d ops compared, %d cases, %d failed, %d known failures "
           "(%s), %d ops skipped, %.1f s" % (
