@@ -466,7 +466,8 @@ int main(int argc, char **argv)
         }
         found = 1;
         for (int k = 0; k < cases && st == DT_OK; k++)
-            st = one_case(&c, mesh, seed * 1000003u + (uint64_t)n * 7919 + (uint64_t)k, n, max_dim, 1);
+            st = one_case(&c, mesh, seed * 1000003u + (uint64_t)n * 7919 + (uint64_t)k, n, max_dim,
+                          1);
     }
     if (sf)
         fclose(sf);
