@@ -119,10 +119,14 @@ static dt_status xent_fill(const dt_op_sig *sig, int i, uint64_t seed, void *hos
     uint64_t s = seed;
     const dt_op_shape *x = &sig->in[0];
     if (i == 1) {
-        for (int64_t e = 0; e < n; e++) /* one label in five ignored */
-            ((int64_t *)host)[e] = dt__rd_randint(&s, 0, 4)
-                                       ? dt__rd_randint(&s, 0, x->dim[x->rank - 1] - 1)
-                                       : sig->attrs->i[0];
+        for (int64_t e = 0; e < n; e++) { /* one label in five ignored */
+            int64_t v = dt__rd_randint(&s, 0, 4) ? dt__rd_randint(&s, 0, x->dim[x->rank - 1] - 1)
+                                                 : sig->attrs->i[0];
+            if (sig->in[1].dtype == DT_DTYPE_I32) /* labels of either index dtype */
+                ((int32_t *)host)[e] = (int32_t)v;
+            else
+                ((int64_t *)host)[e] = v;
+        }
     } else if (i == 2) {
         ((int64_t *)host)[0] = dt__rd_randint(&s, 1, 8); /* any positive count */
     } else {
