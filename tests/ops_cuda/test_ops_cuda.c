@@ -43,7 +43,7 @@ static void *to_dev(const void *host, size_t bytes)
 {
     void *d = NULL;
     CU_ASSERT_FATAL(cudaMalloc(&d, bytes ? bytes : 1) == cudaSuccess);
-    if (bytes)
+    if (bytes && host) /* NULL: uninitialised (cudaMemcpy from NULL fails) */
         CU_ASSERT_FATAL(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
     return d;
 }
