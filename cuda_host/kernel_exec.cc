@@ -4,6 +4,9 @@
  * lanes), per-block shared memory at its exact size filled with 0xFF, and a time bound. Any
  * misuse or deadlock aborts the process with the lines at fault: a test fails, never hangs. */
 #include <errno.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +24,7 @@ __thread struct dt__cuh_thread *dt__cuh_cur;
 namespace {
 
 enum { ST_RUNNING, ST_BARRIER, ST_WARP, ST_EXITED };
+const unsigned kQuit = ~0u;
 
 struct where {
     int state;
@@ -48,12 +52,12 @@ struct shared_entry {
 
 struct dt__cuh_block {
     pthread_mutex_t mu;
-    pthread_cond_t start_cv, done_cv, bar_cv;
+    pthread_cond_t done_cv, bar_cv;
     const dt__cuh_launch_desc *d;
     void (*body)(void *);
     void *closure;
-    unsigned nthreads, exited, blocked, block_gen;
-    int quit;
+    unsigned nthreads, exited, blocked;
+    unsigned start_word; /* the block number + 1 the team runs (futex; kQuit: leave) */
     uint3 bid;
     /* the barrier */
     unsigned arrived, bar_gen;
@@ -140,16 +144,14 @@ void *team_main(void *arg)
     dt__cuh_cur = &t->ctx;
     unsigned seen = 0;
     for (;;) {
-        pthread_mutex_lock(&b->mu);
-        while (b->block_gen == seen && !b->quit)
-            pthread_cond_wait(&b->start_cv, &b->mu);
-        if (b->quit) {
-            pthread_mutex_unlock(&b->mu);
+        /* No mutex here: 1024 threads waking on one would queue behind it. */
+        unsigned word;
+        while ((word = __atomic_load_n(&b->start_word, __ATOMIC_ACQUIRE)) == seen)
+            syscall(SYS_futex, &b->start_word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+        if (word == kQuit)
             return NULL;
-        }
-        seen = b->block_gen;
+        seen = word;
         t->ctx.bid = b->bid;
-        pthread_mutex_unlock(&b->mu);
 
         b->body(b->closure);
 
@@ -342,55 +344,101 @@ extern "C" void dt__cuh_warp(int kind, unsigned mask, const uint64_t *in, uint64
     pthread_mutex_unlock(&b->mu);
 }
 
+namespace {
+
+/* A block's worth of threads, kept by a stream worker for its launches of that many threads per
+ * block (thread creation and exit cost more than most blocks of a test). */
+struct team {
+    dt__cuh_block *b;
+    std::vector<team_thread> threads;
+
+    explicit team(unsigned n) : b(new dt__cuh_block()), threads(n)
+    {
+        pthread_mutex_init(&b->mu, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&b->done_cv, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_cond_init(&b->bar_cv, NULL);
+        for (warp_state &w : b->warps)
+            pthread_cond_init(&w.cv, NULL);
+        b->nthreads = n;
+        b->at.assign(n, where{ST_RUNNING, "", 0});
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, 1 << 20);
+        for (unsigned i = 0; i < n; i++) {
+            team_thread &t = threads[i];
+            t.blk = b;
+            t.ctx.linear = i;
+            t.ctx.blk = b;
+            int rc = pthread_create(&t.th, &attr, team_main, &t);
+            if (rc != 0) {
+                fprintf(stderr, "cuda-host: pthread_create for thread %u of a block: %s\n", i,
+                        strerror(rc));
+                abort();
+            }
+        }
+        pthread_attr_destroy(&attr);
+    }
+
+    ~team()
+    {
+        __atomic_store_n(&b->start_word, kQuit, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &b->start_word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+        for (team_thread &t : threads)
+            pthread_join(t.th, NULL);
+        for (warp_state &w : b->warps)
+            pthread_cond_destroy(&w.cv);
+        pthread_cond_destroy(&b->done_cv);
+        pthread_cond_destroy(&b->bar_cv);
+        pthread_mutex_destroy(&b->mu);
+        delete b;
+    }
+};
+
+/* The calling worker's teams by threads per block; they leave with the worker. */
+struct teams {
+    std::vector<team *> list;
+    ~teams()
+    {
+        for (team *t : list)
+            delete t;
+    }
+    team *get(unsigned n)
+    {
+        for (team *t : list)
+            if (t->b->nthreads == n)
+                return t;
+        list.push_back(new team(n));
+        return list.back();
+    }
+};
+thread_local teams my_teams;
+
+} // namespace
+
 extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(void *),
                                    void *closure)
 {
-    dt__cuh_block *b = new dt__cuh_block();
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->start_cv, NULL);
-    pthread_cond_init(&b->done_cv, NULL);
-    pthread_cond_init(&b->bar_cv, NULL);
-    for (warp_state &w : b->warps)
-        pthread_cond_init(&w.cv, NULL);
-    b->d = d;
-    b->body = body;
-    b->closure = closure;
-    b->nthreads = d->block.x * d->block.y * d->block.z;
-    b->at.assign(b->nthreads, where{ST_RUNNING, "", 0});
-
-    std::vector<team_thread> team(b->nthreads);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 1 << 20);
-    for (unsigned i = 0; i < b->nthreads; i++) {
-        team_thread &t = team[i];
-        t.blk = b;
-        t.ctx.linear = i;
-        t.ctx.tid = {i % d->block.x, i / d->block.x % d->block.y, i / (d->block.x * d->block.y)};
-        t.ctx.bdim = d->block;
-        t.ctx.gdim = d->grid;
-        t.ctx.blk = b;
-        int rc = pthread_create(&t.th, &attr, team_main, &t);
-        if (rc != 0) {
-            fprintf(stderr, "cuda-host: pthread_create for thread %u of kernel %s: %s\n", i,
-                    d->name, strerror(rc));
-            abort();
-        }
-    }
-    pthread_attr_destroy(&attr);
-
+    team *tm = my_teams.get(d->block.x * d->block.y * d->block.z);
+    dt__cuh_block *b = tm->b;
     struct timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     double limit = timeout_s();
     deadline.tv_sec += (time_t)limit;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_destroy(&b->done_cv);
-    pthread_cond_init(&b->done_cv, &ca);
-    pthread_condattr_destroy(&ca);
 
     pthread_mutex_lock(&b->mu);
+    b->d = d;
+    b->body = body;
+    b->closure = closure;
+    for (unsigned i = 0; i < b->nthreads; i++) {
+        dt__cuh_thread &c = tm->threads[i].ctx;
+        c.tid = {i % d->block.x, i / d->block.x % d->block.y, i / (d->block.x * d->block.y)};
+        c.bdim = d->block;
+        c.gdim = d->grid;
+    }
     for (unsigned z = 0; z < d->grid.z; z++)
         for (unsigned y = 0; y < d->grid.y; y++)
             for (unsigned x = 0; x < d->grid.x; x++) {
@@ -404,8 +452,9 @@ extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(vo
                 b->blocked = 0;
                 for (where &w : b->at)
                     w = {ST_RUNNING, "", 0};
-                b->block_gen++;
-                pthread_cond_broadcast(&b->start_cv);
+                __atomic_store_n(&b->start_word, b->start_word + 1 == kQuit ? 1 : b->start_word + 1,
+                                 __ATOMIC_RELEASE);
+                syscall(SYS_futex, &b->start_word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
                 while (b->exited < b->nthreads) {
                     int rc = pthread_cond_timedwait(&b->done_cv, &b->mu, &deadline);
                     if (rc == ETIMEDOUT && b->exited < b->nthreads)
@@ -415,18 +464,8 @@ extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(vo
                 free(b->dyn);
                 b->dyn = NULL;
             }
-    b->quit = 1;
-    pthread_cond_broadcast(&b->start_cv);
-    pthread_mutex_unlock(&b->mu);
-    for (team_thread &t : team)
-        pthread_join(t.th, NULL);
     for (shared_entry &e : b->shared)
         free(e.ptr);
-    for (warp_state &w : b->warps)
-        pthread_cond_destroy(&w.cv);
-    pthread_cond_destroy(&b->start_cv);
-    pthread_cond_destroy(&b->done_cv);
-    pthread_cond_destroy(&b->bar_cv);
-    pthread_mutex_destroy(&b->mu);
-    delete b;
+    b->shared.clear();
+    pthread_mutex_unlock(&b->mu);
 }
