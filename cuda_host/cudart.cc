@@ -205,12 +205,19 @@ int device_of(const void *p, size_t n, bool *inside)
     return -1;
 }
 
+cudaError_t sticky_of(int d)
+{
+    pthread_mutex_lock(&g.mu);
+    cudaError_t e = g.dev[d].sticky;
+    pthread_mutex_unlock(&g.mu);
+    return e;
+}
+
 cudaError_t sync_device(int d)
 {
     stream_wait(g.dev[d].legacy);
     /* streams of the device made by cudaStreamCreate are waited for by their users */
-    cudaError_t e = g.dev[d].sticky;
-    return e;
+    return sticky_of(d);
 }
 
 } // namespace
@@ -246,6 +253,21 @@ extern "C" void dt__cuh_launch(const dt__cuh_launch_desc *d, void (*body)(void *
         return;
     }
     CUstream_st *s = d->stream ? d->stream : g.dev[cur_dev].legacy;
+    if (d->bad_arg) { /* on a GPU the kernel faults: the device's sticky error, found later */
+        int dev = s->device;
+        dt__cuh_launch_desc copy = *d;
+        stream_push(s, [copy, dev]() {
+            fprintf(stderr, "cuda-host: kernel %s (launched at %s:%d): argument %d points "
+                    "outside device memory: cudaErrorIllegalAddress at the next "
+                    "synchronisation\n", copy.name, copy.file, copy.line, copy.bad_arg);
+            pthread_mutex_lock(&g.mu);
+            if (g.dev[dev].sticky == cudaSuccess)
+                g.dev[dev].sticky = cudaErrorIllegalAddress;
+            pthread_mutex_unlock(&g.mu);
+        });
+        destroy(closure);
+        return;
+    }
     dt__cuh_launch_desc copy = *d;
     copy.stream = s;
     stream_push(s, [copy, body, closure, destroy]() {
@@ -258,6 +280,11 @@ extern "C" void dt__cuh_enqueue(cudaStream_t s, void (*fn)(void *), void *arg)
 {
     init();
     stream_push(s ? s : g.dev[cur_dev].legacy, [fn, arg]() { fn(arg); });
+}
+
+extern "C" int dt__cuh_in_device_memory(const void *p)
+{
+    return dt__cuh_is_device(p, 1);
 }
 
 extern "C" int dt__cuh_is_device(const void *p, size_t n)
@@ -558,7 +585,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
         return set_error(cudaErrorNoDevice);
     CUstream_st *st = s ? s : g.dev[cur_dev].legacy;
     stream_wait(st);
-    return set_error(g.dev[st->device].sticky);
+    return set_error(sticky_of(st->device));
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s)
@@ -569,8 +596,8 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     pthread_mutex_lock(&st->mu);
     bool idle = st->done == st->queued;
     pthread_mutex_unlock(&st->mu);
-    if (g.dev[st->device].sticky != cudaSuccess)
-        return set_error(g.dev[st->device].sticky);
+    if (sticky_of(st->device) != cudaSuccess)
+        return set_error(sticky_of(st->device));
     return idle ? cudaSuccess : cudaErrorNotReady;
 }
 

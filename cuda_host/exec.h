@@ -32,12 +32,15 @@ struct dt__cuh_launch_desc {
     const char *key; /* the kernel's name as spelled: cudaFuncSetAttribute's key */
     const char *name, *file;
     int line;
+    int bad_arg; /* 1 + the index of an argument pointing outside device memory, or 0 */
 };
 
 extern "C" {
 DT__CUH_API void *dt__cuh_shared(const void *key, size_t bytes, size_t align, const char *file,
                                  int line);
 DT__CUH_API void *dt__cuh_dynamic_shared(void);
+/* 1 if p lies inside an allocation of device memory. */
+DT__CUH_API int dt__cuh_in_device_memory(const void *p);
 /* cudaFuncSetAttribute of a kernel by its name (cudaFuncAttributeMaxDynamicSharedMemorySize). */
 DT__CUH_API cudaError_t dt__cuh_func_set_attribute(const char *key, enum cudaFuncAttribute attr,
                                                    int value);

@@ -162,6 +162,17 @@ static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
  * launch does, and queues the kernel on the stream (cuda_host/cudart.cc). The kernel is called
  * through a generic lambda, so that a template kernel's arguments deduce as under nvcc; the
  * kernel is known to cudaFuncSetAttribute by its name as spelled at the launch. */
+/* A pointer argument of a launch must point into device memory (or be NULL): a host pointer
+ * given to a kernel is an illegal address on a GPU. 0 when it does not. */
+template <typename T> static inline int dt__cuh_arg_ok(T *p)
+{
+    return p == NULL || dt__cuh_in_device_memory((const void *)p);
+}
+template <typename T> static inline int dt__cuh_arg_ok(const T &)
+{
+    return 1;
+}
+
 template <typename F> struct dt__cuh_launcher {
     F call;
     dim3 grid, block;
@@ -177,7 +188,9 @@ template <typename F> struct dt__cuh_launcher {
             args_t args;
         };
         closure *c = new closure{call, args_t(std::forward<A>(a)...)};
-        dt__cuh_launch_desc d = {grid, block, smem, stream, name, name, file, line};
+        dt__cuh_launch_desc d = {grid, block, smem, stream, name, name, file, line, 0};
+        int k = 0;
+        (void)((dt__cuh_arg_ok(a) ? (k++, true) : (d.bad_arg = k + 1, false)) && ...);
         dt__cuh_launch(&d,
                        [](void *p) {
                            const closure *cl = (const closure *)p;
