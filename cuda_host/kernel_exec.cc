@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,7 @@ struct dt__cuh_block {
     std::vector<shared_entry> shared;
     size_t shared_bytes;
     void *dyn;
+    int used_sync; /* a thread used shared memory, a barrier or a warp operation */
 };
 
 namespace {
@@ -174,6 +176,29 @@ void *team_main(void *arg)
     }
 }
 
+/* A kernel whose first block used no shared memory, barrier or warp operation runs its other
+ * blocks thread after thread on the worker (DT_CUDA_HOST_THREADS=all: never; ThreadSanitizer
+ * builds: never, so that races between a block's threads show). Such a kernel must not start
+ * using them in a later block. */
+[[noreturn]] void sequential_misuse(const char *what, const char *file, int line)
+{
+    fprintf(stderr, "cuda-host: %s at %s:%d in a block run thread after thread (the kernel's "
+            "first block used no shared memory, barrier or warp operation): run with "
+            "DT_CUDA_HOST_THREADS=all\n", what, file, line);
+    fflush(stderr);
+    abort();
+}
+
+bool always_threads()
+{
+#if defined(__SANITIZE_THREAD__)
+    return true;
+#else
+    const char *e = getenv("DT_CUDA_HOST_THREADS");
+    return e && strcmp(e, "all") == 0;
+#endif
+}
+
 double timeout_s()
 {
     const char *e = getenv("DT_CUDA_HOST_TIMEOUT");
@@ -187,7 +212,10 @@ extern "C" void *dt__cuh_shared(const void *key, size_t bytes, size_t align, con
                                 int line)
 {
     dt__cuh_block *b = dt__cuh_cur->blk;
+    if (!b)
+        sequential_misuse("shared memory", file, line);
     pthread_mutex_lock(&b->mu);
+    b->used_sync = 1;
     void *p = NULL;
     for (const shared_entry &e : b->shared)
         if (e.key == key)
@@ -206,14 +234,21 @@ extern "C" void *dt__cuh_shared(const void *key, size_t bytes, size_t align, con
 
 extern "C" void *dt__cuh_dynamic_shared(void)
 {
-    return dt__cuh_cur->blk->dyn;
+    dt__cuh_block *b = dt__cuh_cur->blk;
+    if (!b)
+        sequential_misuse("dynamic shared memory", "?", 0);
+    __atomic_store_n(&b->used_sync, 1, __ATOMIC_RELAXED);
+    return b->dyn;
 }
 
 extern "C" int dt__cuh_syncthreads(int kind, int pred, const char *file, int line)
 {
     dt__cuh_block *b = dt__cuh_cur->blk;
+    if (!b)
+        sequential_misuse("a barrier", file, line);
     unsigned me = dt__cuh_cur->linear;
     pthread_mutex_lock(&b->mu);
+    b->used_sync = 1;
     if (b->exited > 0)
         fail(b, "thread %u reached the barrier at %s:%d, which threads that returned never "
              "reach", me, file, line);
@@ -261,11 +296,14 @@ extern "C" void dt__cuh_warp(int kind, unsigned mask, const uint64_t *in, uint64
                                   "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
                                   "__any_sync", "__all_sync"};
     dt__cuh_block *b = dt__cuh_cur->blk;
+    if (!b)
+        sequential_misuse(names[kind], file, line);
     unsigned me = dt__cuh_cur->linear, lane = me % 32, wi = me / 32;
     warp_state *w = &b->warps[wi];
     unsigned nlanes = b->nthreads - wi * 32 < 32 ? b->nthreads - wi * 32 : 32;
     unsigned exist = nlanes == 32 ? ~0u : (1u << nlanes) - 1;
     pthread_mutex_lock(&b->mu);
+    b->used_sync = 1;
     if (!(mask >> lane & 1))
         fail(b, "%s at %s:%d: lane %u calls it with mask 0x%08x, which does not name it",
              names[kind], file, line, lane, mask);
@@ -417,6 +455,38 @@ struct teams {
 };
 thread_local teams my_teams;
 
+/* The kernels (by name and launch site) that used shared memory, a barrier or a warp
+ * operation: always run on threads. Per worker, as the teams. */
+thread_local std::set<std::string> sync_users;
+
+std::string kernel_key(const dt__cuh_launch_desc *d)
+{
+    return std::string(d->name) + "@" + d->file + ":" + std::to_string(d->line);
+}
+
+/* Blocks first .. n-1 (linear), thread after thread on the calling worker. */
+void run_sequential(const dt__cuh_launch_desc *d, void (*body)(void *), void *closure,
+                    unsigned long long first, unsigned long long n)
+{
+    dt__cuh_thread *saved = dt__cuh_cur, ctx;
+    unsigned nthreads = d->block.x * d->block.y * d->block.z;
+    ctx.bdim = d->block;
+    ctx.gdim = d->grid;
+    ctx.blk = NULL;
+    for (unsigned long long blk = first; blk < n; blk++) {
+        ctx.bid = {(unsigned)(blk % d->grid.x), (unsigned)(blk / d->grid.x % d->grid.y),
+                   (unsigned)(blk / ((unsigned long long)d->grid.x * d->grid.y))};
+        for (unsigned i = 0; i < nthreads; i++) {
+            ctx.linear = i;
+            ctx.tid = {i % d->block.x, i / d->block.x % d->block.y,
+                       i / (d->block.x * d->block.y)};
+            dt__cuh_cur = &ctx;
+            body(closure);
+        }
+    }
+    dt__cuh_cur = saved;
+}
+
 } // namespace
 
 extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(void *),
@@ -433,15 +503,29 @@ extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(vo
     b->d = d;
     b->body = body;
     b->closure = closure;
+    b->used_sync = 0;
     for (unsigned i = 0; i < b->nthreads; i++) {
         dt__cuh_thread &c = tm->threads[i].ctx;
         c.tid = {i % d->block.x, i / d->block.x % d->block.y, i / (d->block.x * d->block.y)};
         c.bdim = d->block;
         c.gdim = d->grid;
     }
+    bool threads = always_threads() || sync_users.count(kernel_key(d));
+    unsigned long long nblocks = (unsigned long long)d->grid.x * d->grid.y * d->grid.z, at = 0;
     for (unsigned z = 0; z < d->grid.z; z++)
         for (unsigned y = 0; y < d->grid.y; y++)
-            for (unsigned x = 0; x < d->grid.x; x++) {
+            for (unsigned x = 0; x < d->grid.x; x++, at++) {
+                if (at == 1 && !threads) {
+                    if (b->used_sync) {
+                        threads = true;
+                        sync_users.insert(kernel_key(d));
+                    } else {
+                        pthread_mutex_unlock(&b->mu);
+                        run_sequential(d, body, closure, at, nblocks);
+                        pthread_mutex_lock(&b->mu);
+                        goto done;
+                    }
+                }
                 b->bid = {x, y, z};
                 for (shared_entry &e : b->shared)
                     free(e.ptr);
@@ -464,6 +548,9 @@ extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(vo
                 free(b->dyn);
                 b->dyn = NULL;
             }
+    if (b->used_sync)
+        sync_users.insert(kernel_key(d));
+done:
     for (shared_entry &e : b->shared)
         free(e.ptr);
     b->shared.clear();
