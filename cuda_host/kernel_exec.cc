@@ -215,7 +215,7 @@ extern "C" void *dt__cuh_shared(const void *key, size_t bytes, size_t align, con
     if (!b)
         sequential_misuse("shared memory", file, line);
     pthread_mutex_lock(&b->mu);
-    b->used_sync = 1;
+    __atomic_store_n(&b->used_sync, 1, __ATOMIC_RELAXED);
     void *p = NULL;
     for (const shared_entry &e : b->shared)
         if (e.key == key)
@@ -248,7 +248,7 @@ extern "C" int dt__cuh_syncthreads(int kind, int pred, const char *file, int lin
         sequential_misuse("a barrier", file, line);
     unsigned me = dt__cuh_cur->linear;
     pthread_mutex_lock(&b->mu);
-    b->used_sync = 1;
+    __atomic_store_n(&b->used_sync, 1, __ATOMIC_RELAXED);
     if (b->exited > 0)
         fail(b, "thread %u reached the barrier at %s:%d, which threads that returned never "
              "reach", me, file, line);
@@ -303,7 +303,7 @@ extern "C" void dt__cuh_warp(int kind, unsigned mask, const uint64_t *in, uint64
     unsigned nlanes = b->nthreads - wi * 32 < 32 ? b->nthreads - wi * 32 : 32;
     unsigned exist = nlanes == 32 ? ~0u : (1u << nlanes) - 1;
     pthread_mutex_lock(&b->mu);
-    b->used_sync = 1;
+    __atomic_store_n(&b->used_sync, 1, __ATOMIC_RELAXED);
     if (!(mask >> lane & 1))
         fail(b, "%s at %s:%d: lane %u calls it with mask 0x%08x, which does not name it",
              names[kind], file, line, lane, mask);
