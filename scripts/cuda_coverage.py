@@ -14,7 +14,7 @@ TARGET = 0.90
 
 
 def main():
-    build = sys.argv[1]
+    build = os.path.abspath(sys.argv[1])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     wanted = sorted(glob.glob(os.path.join(root, "ops/cuda/*.c")) +
                     glob.glob(os.path.join(root, "ops/cuda/*.cu")) +
