@@ -20,7 +20,8 @@ if [ ! -f "$dir/build.ninja" ]; then
   meson setup "$dir" -Dcuda=host -Db_coverage=true -Dbuildtype=debug >"$dir.setup.log" 2>&1 ||
     { cat "$dir.setup.log" >&2; exit 1; }
 fi
-ninja -C "$dir" tests/test_ops_cuda tests/test_llama_cuda tests/test_ops_transformer_cuda tests/test_attention_cuda \
+ninja -C "$dir" tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kernels_cuda \
+  tests/test_ops_transformer_cuda tests/test_attention_cuda \
   tests/cuda_host/test_cuda_host_checks tests/test_ops_cuda_runtime tests/test_data_gpu \
   tests/device/test_gpu_mesh tests/test_relayout_cases examples/train_mlp >/dev/null
 find "$dir" -name '*.gcda' -delete
