@@ -77,9 +77,7 @@ case "${1:-}" in
     # cuda_host and cuda_host_kernels are built (not the rest of the tests, examples, benchmarks),
     # at -O0, where the instrumentation costs least to compile.
     cuda_host_kernels="tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kernels_cuda
-      tests/test_ops_transformer_cuda
-      tests/test_attention_cuda
-      tests/cuda_host/test_cuda_host_checks"
+      tests/test_ops_transformer_cuda tests/test_attention_cuda tests/cuda_host/test_cuda_host_checks"
     cuda_host_all="$cuda_host_kernels tests/test_ops_cuda_runtime tests/test_data_gpu
       tests/device/test_gpu_mesh tests/test_relayout_cases"
     setup build-host-asan -Dcuda=host -Db_sanitize=address,undefined -Db_lundef=false \
