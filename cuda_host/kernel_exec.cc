@@ -67,7 +67,11 @@ struct dt__cuh_block {
     int bar_line;
     std::vector<where> at;
     warp_state warps[32];
-    std::vector<shared_entry> shared;
+    /* The block's __shared__ arrays: published by an atomic count, read without the mutex (a
+     * lock there would order the threads' accesses and hide a missing __syncthreads from
+     * ThreadSanitizer). */
+    shared_entry shared[64];
+    unsigned nshared;
     size_t shared_bytes;
     void *dyn;
     int used_sync; /* a thread used shared memory, a barrier or a warp operation */
@@ -214,21 +218,29 @@ extern "C" void *dt__cuh_shared(const void *key, size_t bytes, size_t align, con
     dt__cuh_block *b = dt__cuh_cur->blk;
     if (!b)
         sequential_misuse("shared memory", file, line);
-    pthread_mutex_lock(&b->mu);
     __atomic_store_n(&b->used_sync, 1, __ATOMIC_RELAXED);
+    (void)align; /* malloc's alignment covers every type the kernels share */
+    unsigned n = __atomic_load_n(&b->nshared, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n; i++)
+        if (b->shared[i].key == key)
+            return b->shared[i].ptr;
+    pthread_mutex_lock(&b->mu);
     void *p = NULL;
-    for (const shared_entry &e : b->shared)
-        if (e.key == key)
-            p = e.ptr;
+    n = b->nshared;
+    for (unsigned i = 0; i < n; i++)
+        if (b->shared[i].key == key)
+            p = b->shared[i].ptr;
     if (!p) {
         if (b->shared_bytes + bytes > 48 * 1024)
             fail(b, "static shared memory past 48 KiB at %s:%d", file, line);
+        if (n == sizeof b->shared / sizeof b->shared[0])
+            fail(b, "more than 64 __shared__ arrays at %s:%d", file, line);
         p = shared_alloc(bytes);
-        b->shared.push_back({key, p, bytes});
+        b->shared[n] = {key, p, bytes};
         b->shared_bytes += bytes;
+        __atomic_store_n(&b->nshared, n + 1, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&b->mu);
-    (void)align; /* malloc's alignment covers every type the kernels share */
     return p;
 }
 
@@ -527,9 +539,9 @@ extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(vo
                     }
                 }
                 b->bid = {x, y, z};
-                for (shared_entry &e : b->shared)
-                    free(e.ptr);
-                b->shared.clear();
+                for (unsigned i = 0; i < b->nshared; i++)
+                    free(b->shared[i].ptr);
+                b->nshared = 0;
                 b->shared_bytes = 0;
                 b->dyn = shared_alloc(d->smem);
                 b->exited = 0;
@@ -551,8 +563,8 @@ extern "C" void dt__cuh_run_kernel(const dt__cuh_launch_desc *d, void (*body)(vo
     if (b->used_sync)
         sync_users.insert(kernel_key(d));
 done:
-    for (shared_entry &e : b->shared)
-        free(e.ptr);
-    b->shared.clear();
+    for (unsigned i = 0; i < b->nshared; i++)
+        free(b->shared[i].ptr);
+    b->nshared = 0;
     pthread_mutex_unlock(&b->mu);
 }

@@ -17,7 +17,8 @@
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-/* Runs fn in a child; returns its stderr (owned) and whether it died of a signal. */
+/* Runs fn in a child; returns its stderr (owned) and whether it died: a signal, or an exit
+ * status other than 0 and 3 (a sanitizer's report exits with its own status). */
 static char *run_child(void (*fn)(void), int *signaled)
 {
     int fds[2];
@@ -43,7 +44,8 @@ static char *run_child(void (*fn)(void), int *signaled)
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    *signaled = WIFSIGNALED(status);
+    *signaled = WIFSIGNALED(status) ||
+                (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 3);
     return buf;
 }
 
@@ -88,7 +90,7 @@ __global__ static void barrier_after_return_kernel(int *out)
 {
     if (threadIdx.x >= 40)
         return;
-    __syncthreads();
+    __syncthreads(); /* AFTER-RETURN */
     out[threadIdx.x] = 1;
 }
 static void barrier_after_return(void)
@@ -98,7 +100,7 @@ static void barrier_after_return(void)
 
 __global__ static void partial_warp_full_mask_kernel(int *out)
 {
-    out[threadIdx.x] = __shfl_down_sync(0xffffffffu, (int)threadIdx.x, 1);
+    out[threadIdx.x] = __shfl_down_sync(0xffffffffu, (int)threadIdx.x, 1); /* PARTIAL-SHFL */
 }
 static void partial_warp_full_mask(void)
 {
@@ -108,7 +110,7 @@ static void partial_warp_full_mask(void)
 __global__ static void mask_mismatch_kernel(int *out)
 {
     unsigned mask = threadIdx.x < 16 ? 0x0000ffffu : 0xffffffffu;
-    out[threadIdx.x] = __shfl_xor_sync(mask, (int)threadIdx.x, 1);
+    out[threadIdx.x] = __shfl_xor_sync(mask, (int)threadIdx.x, 1); /* MASK-SHFL */
 }
 static void mask_mismatch(void)
 {
@@ -145,29 +147,124 @@ static void host_reads_device_memory(void)
     fprintf(stderr, "host read %d\n", d[0]); /* SIGSEGV: no device work runs */
 }
 
+/* Under the sanitizers: a missing __syncthreads, a warp reduction that assumes lockstep
+ * execution, a dynamic shared memory overrun. */
+__global__ static void missing_barrier_kernel(float *out)
+{
+    DT__CU_SHARED(float, tile, [64]);
+    tile[threadIdx.x] = (float)threadIdx.x; /* TSAN-WRITE */
+    out[threadIdx.x] = tile[63 - threadIdx.x]; /* TSAN-READ: no __syncthreads between */
+}
+static void missing_barrier(void)
+{
+    float *d = NULL;
+    cudaMalloc((void **)&d, 64 * sizeof *d);
+    DT__CU_LAUNCH(missing_barrier_kernel, 1, 64, 0, 0)(d);
+}
+
+__global__ static void lockstep_kernel(float *out)
+{
+    DT__CU_SHARED(float, s, [32]);
+    volatile float *v = s;
+    v[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x < 16)
+        v[threadIdx.x] += v[threadIdx.x + 16]; /* TSAN-LOCKSTEP-1 */
+    if (threadIdx.x < 8)
+        v[threadIdx.x] += v[threadIdx.x + 8]; /* TSAN-LOCKSTEP-2: no __syncwarp */
+    if (threadIdx.x == 0)
+        out[0] = v[0];
+}
+static void lockstep(void)
+{
+    float *d = NULL;
+    cudaMalloc((void **)&d, sizeof *d);
+    DT__CU_LAUNCH(lockstep_kernel, 1, 32, 0, 0)(d);
+}
+
+__global__ static void smem_overrun_kernel(float *out)
+{
+    DT__CU_DYNAMIC_SHARED(float, d);
+    d[threadIdx.x] = 1.0f; /* ASAN-OVERRUN: the launch gave blockDim - 1 floats */
+    out[threadIdx.x] = 0.0f;
+}
+static void smem_overrun(void)
+{
+    float *d = NULL;
+    cudaMalloc((void **)&d, 32 * sizeof *d);
+    DT__CU_LAUNCH(smem_overrun_kernel, 1, 32, 31 * sizeof(float), 0)(d);
+}
+
+/* The line of a marker comment in this file (DT_TEST_SRCDIR: tests/, as meson runs it). */
+static char *line_of(const char *marker)
+{
+    static char buf[8][64];
+    static int next;
+    const char *dir = getenv("DT_TEST_SRCDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cuda_host/test_kernel_checks.cc", dir ? dir : ".");
+    FILE *fp = fopen(path, "r");
+    if (!fp)
+        fp = fopen(__FILE__, "r");
+    char line[512];
+    int n = 0;
+    char *out = buf[next++ % 8];
+    snprintf(out, 64, "?");
+    while (fp && fgets(line, sizeof line, fp)) {
+        n++;
+        if (strstr(line, marker) && !strstr(line, "line_of(")) {
+            snprintf(out, 64, "test_kernel_checks.cc:%d", n);
+            break;
+        }
+    }
+    if (fp)
+        fclose(fp);
+    return out;
+}
+
+[[maybe_unused]] static void test_tsan_reports_a_missing_syncthreads_with_both_lines(void)
+{
+    EXPECT_DIES_SAYING(missing_barrier, "ThreadSanitizer: data race", line_of("TSAN-WRITE"),
+                       line_of("TSAN-READ"));
+}
+
+[[maybe_unused]] static void test_tsan_reports_a_warp_reduction_that_assumes_lockstep(void)
+{
+    EXPECT_DIES_SAYING(lockstep, "ThreadSanitizer: data race", line_of("TSAN-LOCKSTEP-2"));
+}
+
+[[maybe_unused]] static void test_asan_reports_a_dynamic_shared_memory_overrun_at_its_line(void)
+{
+    int sig = 0;
+    char *err = run_child(smem_overrun, &sig);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "AddressSanitizer: heap-buffer-overflow"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, line_of("ASAN-OVERRUN")));
+    free(err);
+}
+
 /* ---- the tests ------------------------------------------------------------------------------ */
 
 static void test_a_barrier_in_divergent_code_is_an_error_naming_both_lines(void)
 {
     EXPECT_DIES_SAYING(divergent_barrier, "threads reach different barriers",
-                       "test_kernel_checks.cc:77", "test_kernel_checks.cc:79",
+                       line_of("BARRIER-A"), line_of("BARRIER-B"),
                        "divergent_barrier_kernel");
 }
 
 static void test_a_barrier_that_returned_threads_never_reach_is_an_error(void)
 {
-    EXPECT_DIES_SAYING(barrier_after_return, "test_kernel_checks.cc:91", "returned");
+    EXPECT_DIES_SAYING(barrier_after_return, line_of("AFTER-RETURN"), "returned");
 }
 
 static void test_a_shuffle_whose_mask_names_lanes_past_a_partial_warp_is_an_error(void)
 {
     EXPECT_DIES_SAYING(partial_warp_full_mask, "__shfl_down_sync at",
-                       "test_kernel_checks.cc:101", "names lanes past the 8 of warp 1");
+                       line_of("PARTIAL-SHFL"), "names lanes past the 8 of warp 1");
 }
 
 static void test_lanes_of_one_shuffle_with_different_masks_are_an_error(void)
 {
-    EXPECT_DIES_SAYING(mask_mismatch, "__shfl_xor_sync", "test_kernel_checks.cc:111");
+    EXPECT_DIES_SAYING(mask_mismatch, "__shfl_xor_sync", line_of("MASK-SHFL"));
 }
 
 static void test_a_kernel_that_never_ends_is_an_error_within_the_time_bound(void)
@@ -314,6 +411,13 @@ int main(void)
     ADD(test_a_kernel_that_never_ends_is_an_error_within_the_time_bound);
     ADD(test_a_host_pointer_given_to_a_kernel_is_an_illegal_address_at_the_next_sync);
     ADD(test_host_code_reading_device_memory_faults);
+#if defined(__SANITIZE_THREAD__)
+    ADD(test_tsan_reports_a_missing_syncthreads_with_both_lines);
+    ADD(test_tsan_reports_a_warp_reduction_that_assumes_lockstep);
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+    ADD(test_asan_reports_a_dynamic_shared_memory_overrun_at_its_line);
+#endif
     ADD(test_shuffles_and_votes_follow_cuda_on_full_and_partial_warps);
     ADD(test_shared_memory_is_per_block_and_uninitialised_reads_give_nan);
     ADD(test_dynamic_shared_memory_past_48_kib_needs_the_attribute);
