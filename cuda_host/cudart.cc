@@ -383,6 +383,8 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     if (!init())
         return set_error(cudaErrorNoDevice);
     device &v = g.dev[cur_dev];
+    if (size > v.cap)
+        return set_error(cudaErrorMemoryAllocation);
     size_t need = (size + kRedzone + kAlign - 1) / kAlign * kAlign;
     pthread_mutex_lock(&g.mu);
     size_t at = 0;
