@@ -70,6 +70,27 @@ case "${1:-}" in
     configure build-mpich -Dmpi=mpich
     meson test -C build-mpich --print-errorlogs --num-processes "$jobs" \
       --suite mpi --suite launch --no-suite launch_restart --no-suite crash --no-suite np4
+    echo "== the CUDA sources built for the CPU (-Dcuda=host): the GPU suite under ASan+UBSan,"
+    echo "   the kernel tests under ThreadSanitizer (build-host-asan/, build-host-tsan/)"
+    # docs/cuda_host.md. Each .cu file compiles as C++ and runs a block's threads as OS threads
+    # over stand-ins of cudart, cuBLAS and NCCL, at small shapes; only the programs of suites
+    # cuda_host and cuda_host_kernels are built (not the rest of the tests, examples, benchmarks),
+    # at -O0, where the instrumentation costs least to compile.
+    cuda_host_kernels="tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kernels_cuda
+      tests/test_ops_transformer_cuda tests/test_attention_cuda tests/cuda_host/test_cuda_host_checks"
+    cuda_host_all="$cuda_host_kernels tests/test_cuda_arguments tests/test_ops_cuda_runtime
+      tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases"
+    setup build-host-asan -Dcuda=host -Db_sanitize=address,undefined -Db_lundef=false \
+      -Dbuildtype=debug
+    # shellcheck disable=SC2086
+    ninja -C build-host-asan -j "$jobs" $cuda_host_all >/dev/null
+    meson test -C build-host-asan --no-rebuild --print-errorlogs --num-processes "$jobs" \
+      --timeout-multiplier 3 --suite cuda_host
+    setup build-host-tsan -Dcuda=host -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debug
+    # shellcheck disable=SC2086
+    ninja -C build-host-tsan -j "$jobs" $cuda_host_kernels >/dev/null
+    meson test -C build-host-tsan --no-rebuild --print-errorlogs --num-processes "$jobs" \
+      --timeout-multiplier 3 --suite cuda_host_kernels
     echo "== install, then build a separate program with pkg-config (Open MPI, then MPICH)"
     ./tests/install/check_install.sh build
     ./tests/install/check_install.sh build-mpich

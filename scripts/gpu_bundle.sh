@@ -17,7 +17,8 @@ fi
 gpu_tests=(tensor ops_spmd_matmul ops_spmd_ops optim_step optim_api optim_ckpt
            relayout_property relayout_cases barrier zero_mlp zero_synthetic zero_resume
            zero_offload optim_gpu_sim transport ckpt_gpu data_gpu_sim)
-targets=(tests/test_ops_cuda tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
+targets=(tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kernels_cuda
+         tests/test_ops_cuda_runtime tests/device/test_gpu_mesh
          tests/test_staging_pool
          examples/train_mlp bench/bench_ops_cuda bench/bench_device bench/bench_relayout
          bench/bench_zero)

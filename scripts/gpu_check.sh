@@ -106,6 +106,8 @@ mpirun=("$dev/ompi/bin/mpiexec" --oversubscribe -n 2)
 
 if [ "$kind" = cuda ]; then
   run test_ops_cuda "$dev/bin/test_ops_cuda"
+  run test_llama_cuda "$dev/bin/test_llama_cuda"
+  run test_device_kernels_cuda "$dev/bin/test_device_kernels_cuda"
 fi
 DT_GPU_DEVICES=4 run test_ops_gpu_runtime "$dev/bin/test_ops_cuda_runtime"
 # The GPU-mesh programs as the suite runs them on the simulator, here on the real GPU.

@@ -1,5 +1,6 @@
 /* CUDA activations: ReLU and GELU (tanh form) with their gradients, the formulas of
  * ops/activation.c (tanhf may differ from the host's by an ulp or two). */
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
@@ -42,26 +43,26 @@ __global__ static void gelu_grad_kernel(int64_t n, const float *x, const float *
 
 extern "C" cudaError_t dt__cuda_relu(int64_t n, const float *x, float *y, cudaStream_t s)
 {
-    relu_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, x, y);
+    DT__CU_LAUNCH(relu_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, x, y);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dt__cuda_relu_grad(int64_t n, const float *x, const float *dy, float *dx,
                                           cudaStream_t s)
 {
-    relu_grad_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, x, dy, dx);
+    DT__CU_LAUNCH(relu_grad_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, x, dy, dx);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dt__cuda_gelu(int64_t n, const float *x, float *y, cudaStream_t s)
 {
-    gelu_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, x, y);
+    DT__CU_LAUNCH(gelu_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, x, y);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t dt__cuda_gelu_grad(int64_t n, const float *x, const float *dy, float *dx,
                                           cudaStream_t s)
 {
-    gelu_grad_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, x, dy, dx);
+    DT__CU_LAUNCH(gelu_grad_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, x, dy, dx);
     return cudaGetLastError();
 }

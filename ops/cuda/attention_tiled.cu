@@ -7,6 +7,7 @@
  * docs/attention.md. */
 #include <math.h>
 
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 #define TQ 64
@@ -70,7 +71,7 @@ __global__ static void tiled_kernel(int64_t batch, int64_t seq, int64_t heads, i
                                     int64_t hd, int causal, const float *q, const float *k,
                                     const float *v, float *y)
 {
-    extern __shared__ float sh[];
+    DT__CU_DYNAMIC_SHARED(float, sh);
     float *ks = sh, *vs = sh + TK * hd;
     int64_t nqb = (seq + TQ - 1) / TQ, blk = blockIdx.x;
     int64_t qb = blk % nqb, h = (blk / nqb) % heads, b = blk / (nqb * heads);
@@ -94,7 +95,7 @@ __global__ static void tiled_grad_kernel(int64_t batch, int64_t seq, int64_t hea
                                          const float *k, const float *v, const float *dy, float *dq,
                                          float *dk, float *dv)
 {
-    extern __shared__ float sh[];
+    DT__CU_DYNAMIC_SHARED(float, sh);
     float *ks = sh, *vs = sh + TK * hd;
     int64_t nqb = (seq + TQ - 1) / TQ, blk = blockIdx.x;
     int64_t qb = blk % nqb, h = (blk / nqb) % heads, b = blk / (nqb * heads);
@@ -150,7 +151,7 @@ cudaError_t dt__cuda_attention_tiled(int64_t batch, int64_t seq, int64_t heads, 
                                      const float *v, float *y, cudaStream_t s)
 {
     size_t shm = 2 * TK * (size_t)hd * sizeof(float);
-    tiled_kernel<<<grid_of(batch, seq, heads), TQ, shm, s>>>(batch, seq, heads, kv_heads, hd,
+    DT__CU_LAUNCH(tiled_kernel, grid_of(batch, seq, heads), TQ, shm, s)(batch, seq, heads, kv_heads, hd,
                                                              causal, q, k, v, y);
     return cudaGetLastError();
 }
@@ -164,7 +165,7 @@ cudaError_t dt__cuda_attention_tiled_grad(int64_t batch, int64_t seq, int64_t he
     cudaMemsetAsync(dk, 0, kbytes, s);
     cudaMemsetAsync(dv, 0, kbytes, s);
     size_t shm = 2 * TK * (size_t)hd * sizeof(float);
-    tiled_grad_kernel<<<grid_of(batch, seq, heads), TQ, shm, s>>>(batch, seq, heads, kv_heads, hd,
+    DT__CU_LAUNCH(tiled_grad_kernel, grid_of(batch, seq, heads), TQ, shm, s)(batch, seq, heads, kv_heads, hd,
                                                                   causal, q, k, v, dy, dq, dk, dv);
     return cudaGetLastError();
 }

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 __device__ static float f16_to_f32(uint16_t h)
@@ -88,6 +89,6 @@ __global__ static void cast_kernel(int64_t n, const void *src, int sf, void *dst
 extern "C" cudaError_t dt__cuda_cast(int64_t n, const void *src, int sf, void *dst, int df,
                                      cudaStream_t s)
 {
-    cast_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, src, sf, dst, df);
+    DT__CU_LAUNCH(cast_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, src, sf, dst, df);
     return cudaGetLastError();
 }

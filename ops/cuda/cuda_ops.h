@@ -165,7 +165,7 @@ cudaError_t dt__cuda_attention_tiled_grad(int64_t batch, int64_t seq, int64_t he
 #endif
 
 /* ---- the C side (backend_cuda.c, gemm_cublas.c) ---------------------------------------- */
-#ifndef __CUDACC__
+#if !defined(__CUDACC__) && !defined(DT__CU_HOST_KERNELS)
 #include "dtensor/status.h"
 #include "dtensor/tensor.h"
 
@@ -248,7 +248,7 @@ dt_status dt__cuda_gemm(int transa, int transb, int64_t m, int64_t n, int64_t k,
 void dt__cuda_gemm_release(void);
 #endif
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(DT__CU_HOST_KERNELS)
 /* Launch shape shared by the .cu files: 256 threads, grid-stride loops over int64 indices. */
 #define DT__CU_THREADS 256
 static inline unsigned dt__cu_blocks(int64_t n)

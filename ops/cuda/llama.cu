@@ -4,6 +4,7 @@
  * value gradients by atomic adds). Simple and correct, not tuned. */
 #include <math.h>
 
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 __device__ static float rms_rstd(int64_t cols, const float *x, float eps)
@@ -64,7 +65,7 @@ __global__ static void rms_norm_dg_kernel(int64_t rows, int64_t cols, const floa
 cudaError_t dt__cuda_rms_norm(int64_t rows, int64_t cols, const float *x, const float *g,
                               float eps, float *y, cudaStream_t s)
 {
-    rms_norm_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, cols, x, g, eps, y);
+    DT__CU_LAUNCH(rms_norm_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, cols, x, g, eps, y);
     return cudaGetLastError();
 }
 
@@ -73,10 +74,10 @@ cudaError_t dt__cuda_rms_norm_grad(int64_t rows, int64_t cols, const float *x, c
                                    float *stats, cudaStream_t s)
 {
     /* The statistics, then the gain's sums (they read dy, which dx may alias), then dx. */
-    rms_stats_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, cols, x, eps, stats);
-    rms_norm_dg_kernel<<<dt__cu_blocks(cols), DT__CU_THREADS, 0, s>>>(rows, cols, x, dy, stats,
+    DT__CU_LAUNCH(rms_stats_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, cols, x, eps, stats);
+    DT__CU_LAUNCH(rms_norm_dg_kernel, dt__cu_blocks(cols), DT__CU_THREADS, 0, s)(rows, cols, x, dy, stats,
                                                                       dg);
-    rms_norm_dx_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, cols, x, g, dy,
+    DT__CU_LAUNCH(rms_norm_dx_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, cols, x, g, dy,
                                                                       stats, dx);
     return cudaGetLastError();
 }
@@ -102,7 +103,7 @@ cudaError_t dt__cuda_rope(int64_t batch, int64_t seq, int64_t heads, int64_t hd,
                           int64_t pos_offset, int inverse, const float *x, float *y,
                           cudaStream_t s)
 {
-    rope_kernel<<<dt__cu_blocks(batch * seq * heads * (hd / 2)), DT__CU_THREADS, 0, s>>>(
+    DT__CU_LAUNCH(rope_kernel, dt__cu_blocks(batch * seq * heads * (hd / 2)), DT__CU_THREADS, 0, s)(
         batch, seq, heads, hd, pos_offset, inverse, x, y);
     return cudaGetLastError();
 }
@@ -133,14 +134,14 @@ __global__ static void swiglu_grad_kernel(int64_t n, const float *gate, const fl
 cudaError_t dt__cuda_swiglu(int64_t n, const float *gate, const float *up, float *y,
                             cudaStream_t s)
 {
-    swiglu_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, gate, up, y);
+    DT__CU_LAUNCH(swiglu_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, gate, up, y);
     return cudaGetLastError();
 }
 
 cudaError_t dt__cuda_swiglu_grad(int64_t n, const float *gate, const float *up,
                                  const float *dy, float *dgate, float *dup, cudaStream_t s)
 {
-    swiglu_grad_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, gate, up, dy, dgate, dup);
+    DT__CU_LAUNCH(swiglu_grad_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, gate, up, dy, dgate, dup);
     return cudaGetLastError();
 }
 
@@ -229,7 +230,7 @@ cudaError_t dt__cuda_attention_gqa(int64_t batch, int64_t seq, int64_t heads, in
                                    int64_t hd, int causal, const float *q, const float *k,
                                    const float *v, float *y, cudaStream_t s)
 {
-    gqa_kernel<<<dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s>>>(
+    DT__CU_LAUNCH(gqa_kernel, dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s)(
         batch, seq, heads, kv_heads, hd, causal, q, k, v, y);
     return cudaGetLastError();
 }
@@ -243,7 +244,7 @@ cudaError_t dt__cuda_attention_gqa_grad(int64_t batch, int64_t seq, int64_t head
     size_t kbytes = (size_t)(batch * seq * kv_heads * hd) * sizeof(float);
     cudaMemsetAsync(dk, 0, kbytes, s);
     cudaMemsetAsync(dv, 0, kbytes, s);
-    gqa_grad_kernel<<<dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s>>>(
+    DT__CU_LAUNCH(gqa_grad_kernel, dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s)(
         batch, seq, heads, kv_heads, hd, causal, q, k, v, dy, dq, dk, dv);
     return cudaGetLastError();
 }

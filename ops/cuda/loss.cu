@@ -1,5 +1,6 @@
 /* CUDA softmax cross-entropy: one block per row (max, then the f64 sum of exponentials, as
  * ops/loss.c), the label check, and the f64 total over rows. */
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 __device__ static float block_max(float v, float *sh)
@@ -48,8 +49,8 @@ __device__ static double block_sum(double v, double *sh)
 __device__ static void row_stats(int64_t classes, const float *x, float *mx_out,
                                  double *lse_out)
 {
-    __shared__ float shf[32];
-    __shared__ double shd[32];
+    DT__CU_SHARED(float, shf, [32]);
+    DT__CU_SHARED(double, shd, [32]);
     float mx = x[0];
     for (int64_t j = threadIdx.x; j < classes; j += blockDim.x)
         mx = x[j] > mx ? x[j] : mx;
@@ -87,7 +88,7 @@ __global__ static void xent_rows_kernel(int64_t rows, int64_t classes, const flo
 __global__ static void xent_total_kernel(int64_t rows, const double *row_loss, float scale,
                                          float *loss_out)
 {
-    __shared__ double sh[32];
+    DT__CU_SHARED(double, sh, [32]);
     double s = 0.0;
     for (int64_t i = threadIdx.x; i < rows; i += blockDim.x)
         s += row_loss[i];
@@ -123,7 +124,7 @@ extern "C" cudaError_t dt__cuda_xent_check_labels(int64_t rows, int64_t classes,
                                                   const int32_t *labels,
                                                   unsigned long long *bad_row, cudaStream_t s)
 {
-    check_labels_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, classes, labels,
+    DT__CU_LAUNCH(check_labels_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, classes, labels,
                                                                        bad_row);
     return cudaGetLastError();
 }
@@ -134,9 +135,9 @@ extern "C" cudaError_t dt__cuda_softmax_xent(int64_t rows, int64_t classes,
                                              cudaStream_t s)
 {
     if (rows > 0)
-        xent_rows_kernel<<<row_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, classes, logits,
+        DT__CU_LAUNCH(xent_rows_kernel, row_blocks(rows), DT__CU_THREADS, 0, s)(rows, classes, logits,
                                                                      labels, row_loss);
-    xent_total_kernel<<<1, DT__CU_THREADS, 0, s>>>(rows, row_loss, scale, loss_out);
+    DT__CU_LAUNCH(xent_total_kernel, 1, DT__CU_THREADS, 0, s)(rows, row_loss, scale, loss_out);
     return cudaGetLastError();
 }
 
@@ -144,7 +145,7 @@ extern "C" cudaError_t dt__cuda_softmax_xent_grad(int64_t rows, int64_t classes,
                                                   const float *logits, const int32_t *labels,
                                                   float scale, float *dlogits, cudaStream_t s)
 {
-    xent_grad_kernel<<<row_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, classes, logits, labels,
+    DT__CU_LAUNCH(xent_grad_kernel, row_blocks(rows), DT__CU_THREADS, 0, s)(rows, classes, logits, labels,
                                                                  scale, dlogits);
     return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 /* CUDA optimizer updates on flat f32 buffers: SGD (momentum, dampening, Nesterov, weight
  * decay) and Adam/AdamW, the loops of ops/optimizer.c (--fmad=false: the same bits). */
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 __global__ static void sgd_plain_kernel(int64_t n, float lr, float wd, float gs, float *param,
@@ -44,10 +45,10 @@ extern "C" cudaError_t dt__cuda_sgd(int64_t n, float lr, float momentum, float d
                                     cudaStream_t s)
 {
     if (momentum == 0.0f)
-        sgd_plain_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, lr, weight_decay,
+        DT__CU_LAUNCH(sgd_plain_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, lr, weight_decay,
                                                                      grad_scale, param, grad);
     else
-        sgd_momentum_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(
+        DT__CU_LAUNCH(sgd_momentum_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(
             n, lr, momentum, 1.0f - dampening, weight_decay, nesterov, grad_scale, param, grad,
             momentum_buf);
     return cudaGetLastError();
@@ -58,7 +59,7 @@ extern "C" cudaError_t dt__cuda_adam(int64_t n, float beta1, float beta2, float 
                                      float l2, float decay, float *param, const float *grad,
                                      float *m, float *v, cudaStream_t s)
 {
-    adam_kernel<<<dt__cu_blocks(n), DT__CU_THREADS, 0, s>>>(n, beta1, beta2, eps, grad_scale,
+    DT__CU_LAUNCH(adam_kernel, dt__cu_blocks(n), DT__CU_THREADS, 0, s)(n, beta1, beta2, eps, grad_scale,
                                                             step_size, inv_sqrt_bc2, l2, decay,
                                                             param, grad, m, v);
     return cudaGetLastError();

@@ -3,6 +3,7 @@
  * and the f64 sum of squares of an f32, f16 or bf16 buffer (the ZeRO norm). */
 #include <cuda_fp16.h>
 
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 /* NaN-sticky max: a NaN anywhere makes the result NaN, as dt_kernel_max. */
@@ -47,7 +48,7 @@ __device__ static double load(const void *x, int64_t i)
 template <int F>
 __global__ static void partial_kernel(int kind, int64_t n, const void *x, double *partials)
 {
-    __shared__ double sh[32];
+    DT__CU_SHARED(double, sh, [32]);
     double acc = kind == DT__CU_MAX ? -INFINITY : 0.0;
     DT__CU_FOR(i, n) {
         double v = load<F>(x, i);
@@ -65,7 +66,7 @@ __global__ static void partial_kernel(int kind, int64_t n, const void *x, double
 __global__ static void final_kernel(int kind, int nparts, const double *partials, double div,
                                     float empty, float *out, double *out64)
 {
-    __shared__ double sh[32];
+    DT__CU_SHARED(double, sh, [32]);
     double acc = kind == DT__CU_MAX ? -INFINITY : 0.0;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x)
         acc = kind == DT__CU_MAX ? max_nan(acc, partials[i]) : acc + partials[i];
@@ -85,13 +86,13 @@ static cudaError_t reduce_launch(int kind, int64_t n, const void *x, int format,
         int64_t want = (n + 4 * DT__CU_THREADS - 1) / (4 * DT__CU_THREADS);
         nparts = (int)(want < DT__CU_REDUCE_BLOCKS ? want : DT__CU_REDUCE_BLOCKS);
         if (format == DT__CU_F16)
-            partial_kernel<DT__CU_F16><<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
+            DT__CU_LAUNCH(partial_kernel<DT__CU_F16>, nparts, DT__CU_THREADS, 0, s)(kind, n, x, partials);
         else if (format == DT__CU_BF16)
-            partial_kernel<DT__CU_BF16><<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
+            DT__CU_LAUNCH(partial_kernel<DT__CU_BF16>, nparts, DT__CU_THREADS, 0, s)(kind, n, x, partials);
         else
-            partial_kernel<DT__CU_F32><<<nparts, DT__CU_THREADS, 0, s>>>(kind, n, x, partials);
+            DT__CU_LAUNCH(partial_kernel<DT__CU_F32>, nparts, DT__CU_THREADS, 0, s)(kind, n, x, partials);
     }
-    final_kernel<<<1, DT__CU_THREADS, 0, s>>>(kind, nparts, partials, div, empty, out, out64);
+    DT__CU_LAUNCH(final_kernel, 1, DT__CU_THREADS, 0, s)(kind, nparts, partials, div, empty, out, out64);
     return cudaGetLastError();
 }
 
@@ -136,7 +137,7 @@ __global__ static void axis_kernel(int op, int64_t outer, int64_t len, int64_t i
 extern "C" cudaError_t dt__cuda_reduce_axis(int op, int64_t outer, int64_t len, int64_t inner,
                                             const float *x, float *y, cudaStream_t s)
 {
-    axis_kernel<<<dt__cu_blocks(outer * inner), DT__CU_THREADS, 0, s>>>(op, outer, len, inner,
+    DT__CU_LAUNCH(axis_kernel, dt__cu_blocks(outer * inner), DT__CU_THREADS, 0, s)(op, outer, len, inner,
                                                                         x, y);
     return cudaGetLastError();
 }
@@ -161,20 +162,20 @@ extern "C" cudaError_t dt__cuda_nonfinite(int64_t n, const void *x, int format,
     unsigned g = dt__cu_blocks(n);
     switch (format) {
     case DT__CU_F32:
-        nonfinite_kernel<<<g, DT__CU_THREADS, 0, s>>>(n, (const uint32_t *)x, 0x7f800000u,
+        DT__CU_LAUNCH(nonfinite_kernel, g, DT__CU_THREADS, 0, s)(n, (const uint32_t *)x, 0x7f800000u,
                                                       found_out);
         break;
     case DT__CU_F64:
-        nonfinite_kernel<<<g, DT__CU_THREADS, 0, s>>>(n, (const uint64_t *)x,
+        DT__CU_LAUNCH(nonfinite_kernel, g, DT__CU_THREADS, 0, s)(n, (const uint64_t *)x,
                                                       (uint64_t)0x7ff0000000000000ull,
                                                       found_out);
         break;
     case DT__CU_F16:
-        nonfinite_kernel<<<g, DT__CU_THREADS, 0, s>>>(n, (const uint16_t *)x, (uint16_t)0x7c00u,
+        DT__CU_LAUNCH(nonfinite_kernel, g, DT__CU_THREADS, 0, s)(n, (const uint16_t *)x, (uint16_t)0x7c00u,
                                                       found_out);
         break;
     default:
-        nonfinite_kernel<<<g, DT__CU_THREADS, 0, s>>>(n, (const uint16_t *)x, (uint16_t)0x7f80u,
+        DT__CU_LAUNCH(nonfinite_kernel, g, DT__CU_THREADS, 0, s)(n, (const uint16_t *)x, (uint16_t)0x7f80u,
                                                       found_out);
         break;
     }

@@ -4,6 +4,7 @@
  * thread-per-row kernels: the model sizes of examples/train_gpt, not a tuned library. */
 #include <math.h>
 
+#include "runtime/cuda/cu_lang.h"
 #include "ops/cuda/cuda_ops.h"
 
 __device__ static void row_moments(int64_t cols, const float *x, float eps, float *mean,
@@ -74,7 +75,7 @@ __global__ static void layer_norm_dparam_kernel(int64_t rows, int64_t cols, cons
 cudaError_t dt__cuda_layer_norm(int64_t rows, int64_t cols, const float *x, const float *g,
                                 const float *b, float eps, float *y, cudaStream_t s)
 {
-    layer_norm_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, cols, x, g, b, eps,
+    DT__CU_LAUNCH(layer_norm_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, cols, x, g, b, eps,
                                                                       y);
     return cudaGetLastError();
 }
@@ -84,9 +85,9 @@ cudaError_t dt__cuda_layer_norm_grad(int64_t rows, int64_t cols, const float *x,
                                      float *db, float *stats, cudaStream_t s)
 {
     if (rows > 0)
-        layer_norm_dx_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, cols, x, g, dy,
+        DT__CU_LAUNCH(layer_norm_dx_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, cols, x, g, dy,
                                                                              eps, dx, stats);
-    layer_norm_dparam_kernel<<<dt__cu_blocks(cols), DT__CU_THREADS, 0, s>>>(rows, cols, x, dy,
+    DT__CU_LAUNCH(layer_norm_dparam_kernel, dt__cu_blocks(cols), DT__CU_THREADS, 0, s)(rows, cols, x, dy,
                                                                              stats, dg, db);
     return cudaGetLastError();
 }
@@ -124,7 +125,7 @@ __global__ static void softmax_grad_kernel(int64_t outer, int64_t len, int64_t i
 cudaError_t dt__cuda_softmax(int64_t outer, int64_t len, int64_t inner, const float *x,
                              float *y, cudaStream_t s)
 {
-    softmax_kernel<<<dt__cu_blocks(outer * inner), DT__CU_THREADS, 0, s>>>(outer, len, inner, x,
+    DT__CU_LAUNCH(softmax_kernel, dt__cu_blocks(outer * inner), DT__CU_THREADS, 0, s)(outer, len, inner, x,
                                                                             y);
     return cudaGetLastError();
 }
@@ -132,7 +133,7 @@ cudaError_t dt__cuda_softmax(int64_t outer, int64_t len, int64_t inner, const fl
 cudaError_t dt__cuda_softmax_grad(int64_t outer, int64_t len, int64_t inner, const float *y,
                                   const float *dy, float *dx, cudaStream_t s)
 {
-    softmax_grad_kernel<<<dt__cu_blocks(outer * inner), DT__CU_THREADS, 0, s>>>(outer, len,
+    DT__CU_LAUNCH(softmax_grad_kernel, dt__cu_blocks(outer * inner), DT__CU_THREADS, 0, s)(outer, len,
                                                                                  inner, y, dy,
                                                                                  dx);
     return cudaGetLastError();
@@ -220,7 +221,7 @@ cudaError_t dt__cuda_attention(int64_t batch, int64_t seq, int64_t heads, int64_
                                int causal, const float *q, const float *k, const float *v,
                                float *y, cudaStream_t s)
 {
-    attention_kernel<<<dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s>>>(
+    DT__CU_LAUNCH(attention_kernel, dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s)(
         batch, seq, heads, hd, causal, q, k, v, y);
     return cudaGetLastError();
 }
@@ -234,7 +235,7 @@ cudaError_t dt__cuda_attention_grad(int64_t batch, int64_t seq, int64_t heads, i
     cudaMemsetAsync(dq, 0, bytes, s);
     cudaMemsetAsync(dk, 0, bytes, s);
     cudaMemsetAsync(dv, 0, bytes, s);
-    attention_grad_kernel<<<dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s>>>(
+    DT__CU_LAUNCH(attention_grad_kernel, dt__cu_blocks(batch * heads * seq), DT__CU_THREADS, 0, s)(
         batch, seq, heads, hd, causal, q, k, v, dy, dq, dk, dv);
     return cudaGetLastError();
 }
@@ -276,7 +277,7 @@ cudaError_t dt__cuda_embedding(int64_t n, const int32_t *ids, int64_t lo, int64_
                                int64_t vocab, int64_t dim, const float *table, float *out,
                                unsigned long long *fault, cudaStream_t s)
 {
-    embedding_kernel<<<dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s>>>(n, ids, lo, rows, vocab,
+    DT__CU_LAUNCH(embedding_kernel, dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s)(n, ids, lo, rows, vocab,
                                                                         dim, table, out, fault);
     return cudaGetLastError();
 }
@@ -287,7 +288,7 @@ cudaError_t dt__cuda_embedding_grad(int64_t n, const int32_t *ids, int64_t lo, i
 {
     cudaMemsetAsync(dtable, 0, (size_t)(rows * dim) * sizeof(float), s);
     if (n * dim > 0)
-        embedding_grad_kernel<<<dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s>>>(
+        DT__CU_LAUNCH(embedding_grad_kernel, dt__cu_blocks(n * dim), DT__CU_THREADS, 0, s)(
             n, ids, lo, rows, vocab, dim, dout, dtable, fault);
     return cudaGetLastError();
 }
@@ -318,7 +319,7 @@ __global__ static void vxent_check_kernel(int64_t rows, int64_t vocab, const int
 cudaError_t dt__cuda_vocab_check_labels(int64_t rows, int64_t vocab, const int32_t *labels,
                                         unsigned long long *bad_row, cudaStream_t s)
 {
-    vxent_check_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, vocab, labels,
+    DT__CU_LAUNCH(vxent_check_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, vocab, labels,
                                                                        bad_row);
     return cudaGetLastError();
 }
@@ -351,7 +352,7 @@ cudaError_t dt__cuda_vocab_xent_stats(int64_t rows, int64_t cols, const float *l
                                       const float *rowmax, int64_t lo, const int32_t *labels,
                                       float *sumexp, float *target, cudaStream_t s)
 {
-    vxent_stats_kernel<<<dt__cu_blocks(rows), DT__CU_THREADS, 0, s>>>(rows, cols, logits, rowmax,
+    DT__CU_LAUNCH(vxent_stats_kernel, dt__cu_blocks(rows), DT__CU_THREADS, 0, s)(rows, cols, logits, rowmax,
                                                                        lo, labels, sumexp,
                                                                        target);
     return cudaGetLastError();
@@ -361,7 +362,7 @@ cudaError_t dt__cuda_vocab_xent_loss(int64_t rows, const float *rowmax, const fl
                                      const float *target, const int32_t *labels, float scale,
                                      float *loss_out, cudaStream_t s)
 {
-    vxent_loss_kernel<<<1, 1, 0, s>>>(rows, rowmax, sumexp, target, labels, scale, loss_out);
+    DT__CU_LAUNCH(vxent_loss_kernel, 1, 1, 0, s)(rows, rowmax, sumexp, target, labels, scale, loss_out);
     return cudaGetLastError();
 }
 
@@ -370,7 +371,7 @@ cudaError_t dt__cuda_vocab_xent_grad(int64_t rows, int64_t cols, const float *lo
                                      const int32_t *labels, float scale, float *dlogits,
                                      cudaStream_t s)
 {
-    vxent_grad_kernel<<<dt__cu_blocks(rows * cols), DT__CU_THREADS, 0, s>>>(
+    DT__CU_LAUNCH(vxent_grad_kernel, dt__cu_blocks(rows * cols), DT__CU_THREADS, 0, s)(
         rows, cols, logits, rowmax, sumexp, lo, labels, scale, dlogits);
     return cudaGetLastError();
 }

@@ -185,9 +185,14 @@ static dt_status check_labels(const char *op, int64_t rows, int64_t vocab,
     if (st == DT_OK)
         st = dt__cuda_check(cudaMemcpy(&bad, scratch, sizeof bad, cudaMemcpyDeviceToHost), op);
     dt__cuda_unlock();
-    if (st == DT_OK && bad != ULLONG_MAX)
-        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: the label of row %llu is outside 0..%lld",
-                       op, bad, (long long)(vocab - 1));
+    if (st == DT_OK && bad != ULLONG_MAX) { /* the CPU kernel's text: the label, then the row */
+        int32_t label = 0;
+        st = dt__cuda_check(cudaMemcpy(&label, labels + bad, sizeof label,
+                                       cudaMemcpyDeviceToHost), op);
+        if (st == DT_OK)
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: label %d of row %llu outside 0..%lld",
+                           op, (int)label, bad, (long long)(vocab - 1));
+    }
     return st;
 }
 

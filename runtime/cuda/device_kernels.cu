@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "runtime/cuda/device_kernels.h"
+#include "runtime/cuda/cu_lang.h"
 
 namespace {
 
@@ -109,14 +110,14 @@ __global__ void divide_half(uint16_t *x, int64_t n, int64_t k)
 template <typename T>
 cudaError_t launch_reduce(int op, void *d, const void *s, int64_t n, cudaStream_t st)
 {
-    reduce_native<T><<<blocks_for(n), kThreads, 0, st>>>(op, (T *)d, (const T *)s, n);
+    DT__CU_LAUNCH(reduce_native<T>, blocks_for(n), kThreads, 0, st)(op, (T *)d, (const T *)s, n);
     return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_divide(void *x, int64_t n, int64_t k, cudaStream_t st)
 {
-    divide_native<T><<<blocks_for(n), kThreads, 0, st>>>((T *)x, n, k);
+    DT__CU_LAUNCH(divide_native<T>, blocks_for(n), kThreads, 0, st)((T *)x, n, k);
     return cudaGetLastError();
 }
 
@@ -131,10 +132,10 @@ extern "C" cudaError_t dt__cudak_fill(void *x, int64_t count, uint64_t pattern, 
     if (count <= 0)
         return cudaSuccess;
     switch (elem) {
-    case 1: fill_kernel<<<blocks_for(count), kThreads, 0, s>>>((uint8_t *)x, count, (uint8_t)pattern); break;
-    case 2: fill_kernel<<<blocks_for(count), kThreads, 0, s>>>((uint16_t *)x, count, (uint16_t)pattern); break;
-    case 4: fill_kernel<<<blocks_for(count), kThreads, 0, s>>>((uint32_t *)x, count, (uint32_t)pattern); break;
-    case 8: fill_kernel<<<blocks_for(count), kThreads, 0, s>>>((uint64_t *)x, count, pattern); break;
+    case 1: DT__CU_LAUNCH(fill_kernel, blocks_for(count), kThreads, 0, s)((uint8_t *)x, count, (uint8_t)pattern); break;
+    case 2: DT__CU_LAUNCH(fill_kernel, blocks_for(count), kThreads, 0, s)((uint16_t *)x, count, (uint16_t)pattern); break;
+    case 4: DT__CU_LAUNCH(fill_kernel, blocks_for(count), kThreads, 0, s)((uint32_t *)x, count, (uint32_t)pattern); break;
+    case 8: DT__CU_LAUNCH(fill_kernel, blocks_for(count), kThreads, 0, s)((uint64_t *)x, count, pattern); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
@@ -154,10 +155,10 @@ extern "C" cudaError_t dt__cudak_reduce(int op, int dtype, void *d, const void *
     case I64: return launch_reduce<int64_t>(op, d, s, n, st);
     case U8: return launch_reduce<uint8_t>(op, d, s, n, st);
     case F16V:
-        reduce_half<F16><<<blocks_for(n), kThreads, 0, st>>>(op, (uint16_t *)d, (const uint16_t *)s, n);
+        DT__CU_LAUNCH(reduce_half<F16>, blocks_for(n), kThreads, 0, st)(op, (uint16_t *)d, (const uint16_t *)s, n);
         return cudaGetLastError();
     case BF16V:
-        reduce_half<BF16><<<blocks_for(n), kThreads, 0, st>>>(op, (uint16_t *)d, (const uint16_t *)s, n);
+        DT__CU_LAUNCH(reduce_half<BF16>, blocks_for(n), kThreads, 0, st)(op, (uint16_t *)d, (const uint16_t *)s, n);
         return cudaGetLastError();
     }
     return cudaErrorInvalidValue;
@@ -175,10 +176,10 @@ extern "C" cudaError_t dt__cudak_divide(int dtype, void *x, int64_t n, int64_t k
     case I64: return launch_divide<int64_t>(x, n, k, st);
     case U8: return launch_divide<uint8_t>(x, n, k, st);
     case F16V:
-        divide_half<F16><<<blocks_for(n), kThreads, 0, st>>>((uint16_t *)x, n, k);
+        DT__CU_LAUNCH(divide_half<F16>, blocks_for(n), kThreads, 0, st)((uint16_t *)x, n, k);
         return cudaGetLastError();
     case BF16V:
-        divide_half<BF16><<<blocks_for(n), kThreads, 0, st>>>((uint16_t *)x, n, k);
+        DT__CU_LAUNCH(divide_half<BF16>, blocks_for(n), kThreads, 0, st)((uint16_t *)x, n, k);
         return cudaGetLastError();
     }
     return cudaErrorInvalidValue;

@@ -43,7 +43,7 @@ static void *to_dev(const void *host, size_t bytes)
 {
     void *d = NULL;
     CU_ASSERT_FATAL(cudaMalloc(&d, bytes ? bytes : 1) == cudaSuccess);
-    if (bytes)
+    if (bytes && host) /* NULL: uninitialised (cudaMemcpy from NULL fails) */
         CU_ASSERT_FATAL(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
     return d;
 }
@@ -91,7 +91,11 @@ static int64_t count_far(const float *g, const float *c, int64_t n, double rtol,
     return bad;
 }
 
-enum { N = 100003 };
+/* Sizes: a GPU's, or with DT_TEST_SMALL=1 (the host build of the CUDA sources, whose blocks run
+ * as OS threads: docs/cuda_host.md) small ones, still no multiple of 32 or of the block size. */
+static int small;
+#define SIZE(gpu_n, host_n) ((int64_t)(small ? (host_n) : (gpu_n)))
+#define N SIZE(100003, 1003)
 
 typedef dt_status (*binary_fn)(int64_t, const float *, const float *, float *);
 
@@ -159,7 +163,7 @@ static void test_cuda_scale_axpy_fill_copy_match_cpu_bitwise(void)
 
 static void test_cuda_bias_add_and_grad_match_cpu_bitwise(void)
 {
-    const int64_t rows = 517, cols = 259;
+    const int64_t rows = SIZE(517, 37), cols = SIZE(259, 45);
     float *y = random_floats(rows * cols, -2, 2), *bias = random_floats(cols, -1, 1);
     float *dy = to_dev(y, (size_t)(rows * cols) * 4), *dbias = to_dev(bias, cols * 4);
     DT_ASSERT_OK(dt_kernel_bias_add(rows, cols, bias, y));
@@ -210,7 +214,7 @@ static void test_cuda_activations_match_cpu(void)
 
 static void test_cuda_softmax_xent_matches_cpu_and_checks_labels(void)
 {
-    const int64_t rows = 257, classes = 1000;
+    const int64_t rows = SIZE(257, 131), classes = SIZE(1000, 299);
     float *x = random_floats(rows * classes, -20, 20);
     x[5] = 1e4f; /* a row far from 0: stable only with the max subtracted */
     int32_t *lab = malloc(rows * sizeof *lab);
@@ -268,7 +272,7 @@ static void check_full(full_fn cpu_fn, full_fn gpu_fn, const float *x, const flo
 
 static void test_cuda_full_reductions_match_cpu(void)
 {
-    const int64_t n = 1000003;
+    const int64_t n = SIZE(1000003, 20011);
     float *x = random_floats(n, -1, 3);
     float *dx = to_dev(x, (size_t)n * 4);
     check_full(dt_kernel_sum, gpu->sum, x, dx, n, 1e-6, "sum");
@@ -281,7 +285,7 @@ static void test_cuda_full_reductions_match_cpu(void)
     check_full(dt_kernel_max, gpu->max, x, dx, 0, 0, "max of 0");
     check_full(dt_kernel_mean, gpu->mean, x, dx, 0, 0, "mean of 0");
     /* One NaN makes the max NaN. */
-    x[777777] = NAN;
+    x[n / 9 * 7] = NAN;
     CU_ASSERT_FATAL(cudaMemcpy(dx, x, (size_t)n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
     check_full(dt_kernel_max, gpu->max, x, dx, n, 0, "max with NaN");
     free(x);
@@ -290,7 +294,7 @@ static void test_cuda_full_reductions_match_cpu(void)
 
 static void test_cuda_reduce_axis_matches_cpu_bitwise(void)
 {
-    const int64_t outer = 3, len = 517, inner = 33, n = outer * len * inner;
+    const int64_t outer = 3, len = SIZE(517, 97), inner = 33, n = outer * len * inner;
     float *x = random_floats(n, -4, 4);
     x[100] = NAN;
     float *dx = to_dev(x, (size_t)n * 4), *dy = to_dev(NULL, outer * inner * 4);
@@ -315,7 +319,7 @@ static void test_cuda_reduce_axis_matches_cpu_bitwise(void)
 static void test_cuda_nonfinite_finds_inf_and_nan_in_every_dtype(void)
 {
     const dt_dtype types[] = {DT_DTYPE_F32, DT_DTYPE_F64, DT_DTYPE_F16, DT_DTYPE_BF16};
-    const int64_t n = 70001;
+    const int64_t n = SIZE(70001, 7001);
     float *x = random_floats(n, -60000, 60000); /* finite in every target */
     for (int t = 0; t < 4; t++) {
         size_t es = dt_dtype_size(types[t]);
@@ -358,14 +362,14 @@ static void *cast_source(dt_dtype t, int64_t *n_out)
         return h;
     }
     if (t == DT_DTYPE_F32) {
-        int64_t n = ((int64_t)1 << 32) / 4099 + 1;
+        int64_t step = small ? 1048573 : 4099, n = ((int64_t)1 << 32) / step + 1;
         uint32_t *u = malloc((size_t)n * 4);
         for (int64_t i = 0; i < n; i++)
-            u[i] = (uint32_t)(i * 4099);
+            u[i] = (uint32_t)(i * step);
         *n_out = n;
         return u;
     }
-    int64_t n = 200000;
+    int64_t n = SIZE(200000, 4001);
     double *d = malloc((size_t)n * 8);
     for (int64_t i = 0; i < n; i++) {
         uint64_t bits = ((uint64_t)next_u32() << 32) | next_u32();
@@ -406,7 +410,7 @@ static void test_cuda_casts_match_cpu_bitwise_for_every_pair(void)
 
 static void test_cuda_sgd_and_adam_match_cpu_bitwise(void)
 {
-    const int64_t n = 50001;
+    const int64_t n = SIZE(50001, 5001);
     float *p0 = random_floats(n, -1, 1), *gr = random_floats(n, -0.1f, 0.1f);
     float *dgr = to_dev(gr, (size_t)n * 4);
     dt_sgd_opts sgds[3] = {DT_SGD_OPTS_INIT, DT_SGD_OPTS_INIT, DT_SGD_OPTS_INIT};
@@ -517,6 +521,8 @@ static void test_cuda_gemm_matches_cpu_for_transposes_dtypes_and_beta(void)
 
 int main(int argc, char **argv)
 {
+    const char *sm = getenv("DT_TEST_SMALL");
+    small = sm && strcmp(sm, "1") == 0;
     if (dt__gpu_physical_count() == 0) {
         fprintf(stderr, "test_ops_cuda: no CUDA device, skipped\n");
         return 77;

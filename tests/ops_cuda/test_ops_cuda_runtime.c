@@ -5,6 +5,8 @@
  * devices. */
 #include <stdlib.h>
 
+#include <string.h>
+
 #include "harness.h"
 #include "ops/ops_impl.h"
 #include "runtime/device.h"
@@ -47,10 +49,35 @@ static void test_gpu_backend_runs_kernels_on_every_local_gpu(void)
     DT_ASSERT_FAILS(gpu->set_device(top + 1), DT_ERR_INVALID_ARGUMENT);
 }
 
+/* The device kind's own fill (1-, 2-, 4- and 8-byte patterns), and an allocation that cannot fit
+ * fails as DT_ERR_NO_MEMORY naming the device. */
+static void test_gpu_device_kind_fills_patterns_and_refuses_what_cannot_fit(void)
+{
+    const dt__device *d = dt__device_local(DT_DEVICE_GPU, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+    enum { N = 1003 };
+    const uint64_t pattern = 0x0123456789abcdefull;
+    for (size_t elem = 1; elem <= 8; elem *= 2) {
+        void *x = NULL;
+        unsigned char got[N * 8], want[N * 8];
+        DT_ASSERT_OK(d->kind->alloc(d, N * elem, &x));
+        DT_ASSERT_OK(d->kind->fill(d, x, N, &pattern, elem));
+        DT_ASSERT_OK(d->kind->copy(d, DT__COPY_D2H, got, x, N * elem));
+        for (size_t i = 0; i < N; i++)
+            memcpy(want + i * elem, &pattern, elem);
+        CU_ASSERT(memcmp(got, want, N * elem) == 0);
+        d->kind->free(d, x);
+    }
+    void *huge = NULL;
+    DT_ASSERT_FAILS(d->kind->alloc(d, (size_t)1 << 50, &huge), DT_ERR_NO_MEMORY);
+    CU_ASSERT_PTR_NULL(huge);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
         DT_TEST(test_gpu_backend_runs_kernels_on_every_local_gpu),
+        DT_TEST(test_gpu_device_kind_fills_patterns_and_refuses_what_cannot_fit),
         DT_TEST_END,
     };
     return dt_test_main_gpu(argc, argv, "ops_gpu_runtime", cases);
