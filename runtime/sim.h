@@ -23,6 +23,11 @@
 dt_status dt__sim_submit(int ordinal, dt_status (*fn)(void *arg), const void *arg,
                          size_t argsize);
 
+/* The same for a closure that owns resources (heap arguments): drop(arg) runs on the stream
+ * instead of fn when the item is skipped behind a failure, so they are released either way. */
+dt_status dt__sim_submit_owned(int ordinal, dt_status (*fn)(void *arg), void (*drop)(void *arg),
+                               const void *arg, size_t argsize);
+
 /* Waits until the stream of `ordinal` has run everything submitted; returns the first
  * failure since the last sync (and clears it). */
 dt_status dt__sim_sync(int ordinal);

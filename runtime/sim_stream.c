@@ -16,6 +16,7 @@
 
 typedef struct item {
     dt_status (*fn)(void *arg);
+    void (*drop)(void *arg); /* run instead of fn when the item is skipped (may be NULL) */
     alignas(max_align_t) unsigned char arg[DT__SIM_ARG_MAX];
 } item;
 
@@ -51,6 +52,8 @@ static void *stream_main(void *p)
         if (!skip) {
             dt_clear_error();
             st = it->fn(it->arg);
+        } else if (it->drop) {
+            it->drop(it->arg);
         }
         pthread_mutex_lock(&s->lock);
         if (st != DT_OK && s->err == DT_OK) {
@@ -94,6 +97,12 @@ static dt_status take_error(stream *s)
 dt_status dt__sim_submit(int ordinal, dt_status (*fn)(void *arg), const void *arg,
                          size_t argsize)
 {
+    return dt__sim_submit_owned(ordinal, fn, NULL, arg, argsize);
+}
+
+dt_status dt__sim_submit_owned(int ordinal, dt_status (*fn)(void *arg), void (*drop)(void *arg),
+                               const void *arg, size_t argsize)
+{
     stream *s = NULL;
     dt_status st = lookup(ordinal, &s);
     if (st != DT_OK)
@@ -112,6 +121,7 @@ dt_status dt__sim_submit(int ordinal, dt_status (*fn)(void *arg), const void *ar
         pthread_cond_wait(&s->done_cv, &s->lock);
     item *it = &s->ring[s->submitted % RING];
     it->fn = fn;
+    it->drop = drop;
     if (argsize)
         memcpy(it->arg, arg, argsize);
     s->submitted++;

@@ -254,6 +254,11 @@ static dt_status def_run(void *arg)
     return st;
 }
 
+static void def_drop(void *arg) /* skipped behind an earlier failure */
+{
+    free(((def_closure *)arg)->args);
+}
+
 static dt_status sim_run_def(const dt_op_def *def, const dt_op_kernel_args *args)
 {
     for (int i = 0; i < args->nin; i++)
@@ -265,8 +270,10 @@ static dt_status sim_run_def(const dt_op_def *def, const dt_op_kernel_args *args
     if (!c.args)
         return dt__error(DT_ERR_NO_MEMORY, "sim kernel %s: no memory", def->name);
     *c.args = *args;
-    dt_status st = launch(def_run, &c, sizeof c);
-    if (st != DT_OK)
+    dt_status st = dt__sim_submit_owned(current, def_run, def_drop, &c, sizeof c);
+    if (st == DT_OK)
+        touched |= (uint64_t)1 << current;
+    else
         free(c.args);
     return st;
 }
