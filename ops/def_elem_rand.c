@@ -68,67 +68,8 @@ RAND_DEF(random_normal, DT__RAND_NORMAL, "normal(mean, std) by Box-Muller on Phi
 RAND_DEF(random_bernoulli, DT__RAND_BERNOULLI, "1 with probability p, else 0, by Philox")
 RAND_DEF(arange, DT__RAND_ARANGE, "0, 1, ..., n-1")
 
-/* The generic path cannot take these yet: its rule parser reads "->ab" as one input (an
- * empty operand), so a rule without inputs never binds (reported to the core's owner). Until
- * it does, the constructors run their kernel here as the core's executor would: the output in
- * the caller's layout, the kernel on every local block through the backend's run_def (CPU,
- * simulated GPU, CUDA staged through the host). Nothing to record: no input needs a grad. */
-typedef struct ctor_ctx {
-    const dt__ops_backend *be;
-    const dt_op_def *def;
-    const dt_op_attrs *attrs;
-    dt_tensor *out;
-} ctor_ctx;
-
-static dt_status ctor_local(int i, void *arg)
-{
-    const ctor_ctx *c = arg;
-    if (dt__local_numel(c->out, i) == 0)
-        return DT_OK;
-    dt_op_kernel_args a;
-    memset(&a, 0, sizeof a);
-    a.attrs = *c->attrs;
-    const DLTensor *dl = dt_tensor_local(c->out, i);
-    const int64_t *off = dt_tensor_local_offset(c->out, i);
-    a.out.data = dt__local_data(c->out, i);
-    a.out.dtype = dt_tensor_dtype(c->out);
-    a.out.rank = dt_tensor_rank(c->out);
-    for (int d = 0; d < a.out.rank; d++) {
-        a.out.shape[d] = dl->shape[d];
-        a.out.offset[d] = off ? off[d] : 0;
-        a.out.global[d] = dt_tensor_shape(c->out)[d];
-    }
-    a.ordinal = dl->device.device_id;
-    a.user = c->def->user;
-    return c->be->run_def(c->def, &a);
-}
-
-static dt_status ctor_exec(const dt_op_def *def, const dt_layout *layout,
-                           const dt_op_attrs *attrs, dt_tensor **out)
-{
-    dt_op_sig sig;
-    memset(&sig, 0, sizeof sig);
-    sig.attrs = attrs;
-    sig.user = def->user;
-    dt_op_shape os;
-    dt_status st = def->infer(&sig, &os);
-    if (st != DT_OK)
-        return st;
-    const dt_mesh *mesh = dt_layout_mesh(layout);
-    const dt__ops_backend *be = NULL;
-    if ((st = dt__ops_backend_for(mesh, def->name, &be)) != DT_OK)
-        return st;
-    dt__lspec ls;
-    dt__lspec_of(layout, &ls);
-    dt_tensor *t = NULL;
-    st = dt__tensor_new(mesh, &ls, os.dtype, os.dim, &t);
-    if (st == DT_OK) {
-        ctor_ctx c = {be, def, attrs, t};
-        st = dt__ops_each_local(be, t, ctor_local, &c);
-    }
-    return dt__ops_finish(be, def->name, NULL, st, &t, out);
-}
-
+/* The constructors' attributes, then the generic path with no inputs and the caller's
+ * layout (dt_op_call shards the output's own factors: each device draws its block). */
 static dt_status ctor_run(const char *name, const dt_op_def *def, const dt_layout *layout,
                           const int64_t *shape, dt_dtype dtype, double f0, double f1,
                           uint64_t seed, uint64_t stream, dt_tensor **out)
@@ -150,7 +91,8 @@ static dt_status ctor_run(const char *name, const dt_op_def *def, const dt_layou
     at.i[A_STREAM] = (int64_t)stream;
     at.f[0] = f0;
     at.f[1] = f1;
-    return ctor_exec(def, layout, &at, out);
+    /* The generic path: no inputs, the layout given; each device draws its own block. */
+    return dt__op_run(def, NULL, 0, &at, layout, out);
 }
 
 dt_status dt_random_uniform(const dt_layout *layout, const int64_t *shape, dt_dtype dtype,
