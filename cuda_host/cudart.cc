@@ -229,7 +229,7 @@ namespace {
 
 const char *const kSites[] = {"malloc", "mallochost", "memcpy", "memset", "setdevice",
                               "getdevice", "kernel", "cublascreate", "cublas", "nccl",
-                              "ncclasync", "ncclinit"};
+                              "ncclasync", "ncclinit", "pcibusid"};
 const int kNSites = (int)(sizeof kSites / sizeof kSites[0]);
 pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 long fault_left[sizeof kSites / sizeof kSites[0]]; /* calls until the fault, 0: disarmed */
@@ -447,6 +447,8 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
     if (!init() || device < 0 || device >= g.ndev)
         return set_error(cudaErrorInvalidDevice);
+    if (dt__cuh_fault_now("pcibusid"))
+        return set_error(cudaErrorDevicesUnavailable);
     snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + device);
     return cudaSuccess;
 }

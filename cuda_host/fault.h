@@ -16,6 +16,7 @@
  *   ncclasync   the same calls: accepted, the communicator's asynchronous error becomes
  *               ncclSystemError and the operation never completes (ncclCommGetAsyncError)
  *   ncclinit    ncclCommInitRank: ncclSystemError
+ *   pcibusid    cudaDeviceGetPCIBusId: cudaErrorDevicesUnavailable
  * The environment arms sites at start: DT_CUDA_HOST_FAIL=site:N[,site:N...]. */
 #ifndef DTENSOR_CUDA_HOST_FAULT_H
 #define DTENSOR_CUDA_HOST_FAULT_H

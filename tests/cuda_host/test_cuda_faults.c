@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "ops/cuda/cuda_ops.h"
 #include "ops/ops_impl.h"
+#include "runtime/cuda.h"
 #include "runtime/device.h"
 
 static const dt__ops_backend *gpu;
@@ -311,6 +312,23 @@ static void test_backend_argument_checks(void)
     cudaFree(f);
 }
 
+/* runtime/cuda.c: the NCCL version, why no GPU is free, and a GPU whose PCI bus id cannot be
+ * read (DT_CUDA_HOST_FAIL=pcibusid:1 failed it during dt_init's split of the GPUs, which went
+ * on with the ordinal in its place: this process has its GPU device). */
+static void test_runtime_cuda_facts(void)
+{
+    CU_ASSERT(dt__nccl_version() >= 21800); /* NCCL 2.18 or later: NCCL_VERSION_CODE */
+    CU_ASSERT(dt__cuda_device_count() == 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt__cuda_absence(), "in use by other clients"));
+    CU_ASSERT(dt__cuh_fail_fired("pcibusid"));
+    CU_ASSERT_PTR_NOT_NULL(dt__device_local(DT_DEVICE_GPU, 0));
+    arm("setdevice");
+    DT_ASSERT_FAILS(dt__cuda_status(cudaSetDevice(0), "a test's cudaSetDevice"), DT_ERR_CUDA);
+    DT_ASSERT_ERROR_MENTIONS("a test's cudaSetDevice: CUDA-capable device(s) is/are busy or "
+                             "unavailable (cudaErrorDevicesUnavailable)");
+    fired("setdevice");
+}
+
 int main(int argc, char **argv)
 {
     if (dt__gpu_physical_count() == 0) {
@@ -325,6 +343,7 @@ int main(int argc, char **argv)
         DT_TEST(test_a_kernel_fault_surfaces_at_the_next_synchronisation),
         DT_TEST(test_an_op_without_a_cuda_kernel_runs_on_host_copies_and_fails_cleanly),
         DT_TEST(test_backend_argument_checks),
+        DT_TEST(test_runtime_cuda_facts),
         DT_TEST_END,
     };
     return dt_test_main_gpu(argc, argv, "cuda_faults", cases);
