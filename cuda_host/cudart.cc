@@ -258,7 +258,16 @@ void fault_env()
                     "cuda_host/fault.h)\n", (int)(comma - p), p);
             abort();
         }
-        fault_left[i] = strtol(colon + 1, NULL, 10);
+        char *end = NULL;
+        long nth = strtol(colon + 1, &end, 10);
+        if (end && *end == '@') { /* site:N@R: only in the process of world rank R */
+            const char *r = getenv("OMPI_COMM_WORLD_RANK");
+            if (!r)
+                r = getenv("PMI_RANK");
+            if (!r || strtol(end + 1, NULL, 10) != strtol(r, NULL, 10))
+                nth = 0;
+        }
+        fault_left[i] = nth;
         fault_fired[i] = 0;
         p = *comma ? comma + 1 : comma;
     }

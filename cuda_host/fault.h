@@ -17,7 +17,8 @@
  *               ncclSystemError and the operation never completes (ncclCommGetAsyncError)
  *   ncclinit    ncclCommInitRank: ncclSystemError
  *   pcibusid    cudaDeviceGetPCIBusId: cudaErrorDevicesUnavailable
- * The environment arms sites at start: DT_CUDA_HOST_FAIL=site:N[,site:N...]. */
+ * The environment arms sites at start: DT_CUDA_HOST_FAIL=site:N[,site:N...]; site:N@R arms it
+ * only in the process of MPI world rank R (OMPI_COMM_WORLD_RANK or PMI_RANK). */
 #ifndef DTENSOR_CUDA_HOST_FAULT_H
 #define DTENSOR_CUDA_HOST_FAULT_H
 

@@ -5,7 +5,8 @@
  * collective refused at the call (an error naming the call; the transport then works), host
  * memory refused, and last an asynchronous error, which aborts the
  * communicator (an error naming it; the transport then says it does not apply).
- * DT_TEST_NCCL_LAST=exchange|collective picks which path gets the asynchronous error. */
+ * DT_TEST_NCCL_LAST=exchange|collective picks which path gets the asynchronous error;
+ * DT_TEST_NCCL_LAST=shared checks only that clients sharing a GPU get no NCCL transport. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,20 +41,28 @@ static void dev_free(void *p, size_t bytes)
     dt__device_free(gpu0(), p, bytes);
 }
 
-/* An all-reduce of 3 elements of `dtype` (elem bytes) from mine; got: the result. */
-static dt_status allreduce(dt_dtype dtype, dt_reduce_op op, const void *mine, void *got)
+/* An all-reduce of 3 elements of `dtype` from mine through t; got: the result. */
+static dt_status allreduce_on(const dt__transport *t, dt_dtype dtype, dt_reduce_op op,
+                              const void *mine, void *got)
 {
     size_t bytes = 3 * dt_dtype_size(dtype);
     void *s = dev_copy(mine, bytes), *r = dev_copy(mine, bytes);
     dt__coll c = {.kind = DT__COLL_ALLREDUCE, .nmembers = 2, .clients = line,
                   .rank = dt_client_id(), .send = s, .recv = r, .bytes = bytes,
                   .dtype = dtype, .op = op, .dev = gpu0()};
-    dt_status st = dt__transport_nccl()->collective(&c, 1);
+    dt_status st = t->collective(&c, 1);
     if (st == DT_OK)
         DT_ASSERT_OK(gpu0()->kind->copy(gpu0(), DT__COPY_D2H, got, r, bytes));
     dev_free(s, bytes);
     dev_free(r, bytes);
     return st;
+}
+
+static dt_status allreduce(dt_dtype dtype, dt_reduce_op op, const void *mine, void *got)
+{
+    const dt__transport *t = dt__transport_nccl();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    return allreduce_on(t, dtype, op, mine, got);
 }
 
 static void test_a_line_communicator_that_cannot_be_made_is_an_error_then_made(void)
@@ -152,6 +161,17 @@ static void test_host_memory_is_refused_before_anything_is_sent(void)
                   .dtype = DT_DTYPE_I32, .op = DT_REDUCE_SUM, .dev = NULL};
     DT_ASSERT_FAILS(dt__transport_nccl()->collective(&c, 1), DT_ERR_UNSUPPORTED);
     DT_ASSERT_ERROR_MENTIONS("CUDA device memory only");
+    /* A DT_COMM_TIMEOUT that is not a number is refused before anything is posted. */
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", getenv("DT_COMM_TIMEOUT") ? getenv("DT_COMM_TIMEOUT") : "");
+    setenv("DT_COMM_TIMEOUT", "soon", 1);
+    DT_ASSERT_FAILS(exchange(1, got), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("DT_COMM_TIMEOUT='soon'");
+    DT_ASSERT_FAILS(dt__transport_nccl()->collective(&c, 1), DT_ERR_INVALID_ARGUMENT);
+    if (keep[0])
+        setenv("DT_COMM_TIMEOUT", keep, 1);
+    else
+        unsetenv("DT_COMM_TIMEOUT");
 }
 
 /* Last: the asynchronous error aborts the communicator. */
@@ -159,6 +179,7 @@ static void test_an_asynchronous_nccl_error_aborts_the_communicator(void)
 {
     const char *last = getenv("DT_TEST_NCCL_LAST");
     int coll = last && strcmp(last, "collective") == 0;
+    const dt__transport *t = dt__transport_nccl();
     dt__cuh_fail("ncclasync", 1);
     if (coll) {
         int32_t a[3] = {1, 2, 3}, g[3];
@@ -173,6 +194,32 @@ static void test_an_asynchronous_nccl_error_aborts_the_communicator(void)
     CU_ASSERT(dt__cuh_fail_fired("ncclasync"));
     CU_ASSERT_PTR_NULL(dt__transport_nccl());
     CU_ASSERT_PTR_NOT_NULL(strstr(dt__nccl_absence(), "aborted after an error"));
+    /* A caller holding the transport from before gets its refusal, naming why. */
+    DT_ASSERT_OK(t->exchange(NULL, 0, NULL, 0, NULL, NULL)); /* nothing to move */
+    if (coll) {
+        int32_t a[3] = {1, 2, 3}, g[3];
+        DT_ASSERT_FAILS(allreduce_on(t, DT_DTYPE_I32, DT_REDUCE_SUM, a, g), DT_ERR_UNSUPPORTED);
+    } else {
+        float src[24] = {0};
+        void *ds = dev_copy(src, sizeof src);
+        dt__xfer x = {.peer = 1 - dt_client_id(),
+                      .region = {.base = ds, .dev = gpu0(), .rank = 1, .elem = sizeof(float),
+                                 .shape = {24}, .start = {0}, .count = {24}}};
+        DT_ASSERT_FAILS(t->exchange(&x, 1, &x, 1, NULL, NULL), DT_ERR_UNSUPPORTED);
+        dev_free(ds, sizeof src);
+    }
+    DT_ASSERT_ERROR_MENTIONS("the nccl transport does not apply: ");
+    DT_ASSERT_ERROR_MENTIONS("aborted after an error");
+}
+
+/* DT_CUDA_HOST_FAIL=pcibusid:1@1: client 1 cannot read its GPU's PCI bus id at dt_init, so the
+ * two clients' GPU lists differ; each takes the first GPU it sees, both on CUDA device 0, and
+ * NCCL (a GPU per client) does not apply, saying so. */
+static void test_clients_sharing_a_gpu_get_no_nccl(void)
+{
+    CU_ASSERT_PTR_NULL(dt__transport_nccl());
+    fprintf(stderr, "[client %d] nccl: %s\n", dt_client_id(), dt__nccl_absence());
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt__nccl_absence(), "share CUDA device 0"));
 }
 
 int main(int argc, char **argv)
@@ -185,5 +232,11 @@ int main(int argc, char **argv)
         DT_TEST(test_an_asynchronous_nccl_error_aborts_the_communicator),
         DT_TEST_END,
     };
-    return dt_test_main_gpu(argc, argv, "nccl_faults", cases);
+    static const dt_test_case shared_cases[] = {
+        DT_TEST(test_clients_sharing_a_gpu_get_no_nccl),
+        DT_TEST_END,
+    };
+    const char *last = getenv("DT_TEST_NCCL_LAST");
+    return dt_test_main_gpu(argc, argv, "nccl_faults",
+                            last && strcmp(last, "shared") == 0 ? shared_cases : cases);
 }
