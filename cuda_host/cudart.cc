@@ -234,6 +234,7 @@ const int kNSites = (int)(sizeof kSites / sizeof kSites[0]);
 pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 long fault_left[sizeof kSites / sizeof kSites[0]]; /* calls until the fault, 0: disarmed */
 int fault_fired[sizeof kSites / sizeof kSites[0]];
+int fault_armed; /* sites armed: 0 lets every call through without the lock */
 pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
 int site_index(const char *site, size_t len)
@@ -269,6 +270,8 @@ void fault_env()
         }
         fault_left[i] = nth;
         fault_fired[i] = 0;
+        if (nth > 0)
+            __atomic_fetch_add(&fault_armed, 1, __ATOMIC_RELAXED);
         p = *comma ? comma + 1 : comma;
     }
 }
@@ -278,11 +281,15 @@ void fault_env()
 bool dt__cuh_fault_now(const char *site)
 {
     pthread_once(&fault_once, fault_env);
+    if (__atomic_load_n(&fault_armed, __ATOMIC_RELAXED) == 0)
+        return false;
     int i = site_index(site, strlen(site));
     if (i < 0)
         abort(); /* a stand-in asked for a site the table lacks */
     pthread_mutex_lock(&fault_mu);
     bool now = fault_left[i] > 0 && --fault_left[i] == 0;
+    if (now)
+        __atomic_fetch_sub(&fault_armed, 1, __ATOMIC_RELAXED);
     if (now) {
         fault_fired[i] = 1;
         fprintf(stderr, "cuda-host: injected fault: %s\n", site);
@@ -298,6 +305,7 @@ extern "C" DT__CUH_API int dt__cuh_fail(const char *site, long nth)
     if (i < 0)
         return -1;
     pthread_mutex_lock(&fault_mu);
+    __atomic_fetch_add(&fault_armed, (nth > 0) - (fault_left[i] > 0), __ATOMIC_RELAXED);
     fault_left[i] = nth > 0 ? nth : 0;
     fault_fired[i] = 0;
     pthread_mutex_unlock(&fault_mu);
