@@ -81,7 +81,7 @@ case "${1:-}" in
     cuda_host_all="$cuda_host_kernels tests/test_cuda_arguments tests/test_ops_cuda_runtime
       tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases
       tests/cuda_host/test_cuda_faults tests/relayout/test_relayout_mismatch examples/train_mlp
-      tests/cuda_host/test_nccl_faults"
+      tests/cuda_host/test_nccl_faults examples/train_gpt"
     setup build-host-asan -Dcuda=host -Db_sanitize=address,undefined -Db_lundef=false \
       -Dbuildtype=debug
     # shellcheck disable=SC2086
