@@ -279,7 +279,8 @@ static void test_backend_argument_checks(void)
     double d = 0.0;
     DT_ASSERT_FAILS(gpu->bias_add(-1, 4, f, f), DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_FAILS(gpu->bias_grad(2, 4, f, NULL), DT_ERR_INVALID_ARGUMENT);
-    DT_ASSERT_FAILS(gpu->softmax_xent(2, 0, f, (const int32_t *)f, 1.0f, f), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_FAILS(gpu->softmax_xent(2, 0, f, (const int32_t *)f, 1.0f, f),
+                    DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_FAILS(gpu->softmax_xent(2, 4, f, (const int32_t *)f, 1.0f, NULL),
                     DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_FAILS(gpu->softmax_xent(2, 4, NULL, (const int32_t *)f, 1.0f, f),
