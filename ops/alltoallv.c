@@ -157,10 +157,14 @@ static dt_status plan_check(a2a_plan *p, const dt_layout *xl, const int64_t *xsh
                 if (c < 0 || (sum += c) > len) {
                     pos_text(p, p->pos_of[m * L + l], dev, sizeof dev);
                     counts_text(p, m, l, cs, sizeof cs);
+                    if (c < 0)
+                        return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s (member %lld of line "
+                                         "%lld) has negative counts %s", who, dev, (long long)m,
+                                         (long long)l, cs);
                     return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %s (member %lld of line "
-                                     "%lld) has %s counts %s%s%lld rows in its shard", who, dev,
-                                     (long long)m, (long long)l, c < 0 ? "negative" : "send",
-                                     cs, c < 0 ? "" : " summing past the ", (long long)len);
+                                     "%lld) has send counts %s summing past the %lld rows of "
+                                     "its shard", who, dev, (long long)m, (long long)l, cs,
+                                     (long long)len);
                 }
             }
             int64_t r = 0;
