@@ -305,7 +305,7 @@ static void dy_value(dt_dtype t, int64_t r, int64_t c, void *out)
     memcpy(out, &f, sizeof f);
 }
 
-static void test_alltoallv_backward_is_the_reverse_exchange(void)
+static void backward_case(int checkpoint)
 {
     a2a_case k = case_1d(4 * dt_test_num_devices() + 1, 3, DT_DTYPE_F32);
     random_counts(&k, 20);
@@ -316,7 +316,11 @@ static void test_alltoallv_backward_is_the_reverse_exchange(void)
     DT_ASSERT_OK(dt_tape_create(NULL, &tape));
     DT_ASSERT_OK(dt_tape_begin(tape));
     DT_ASSERT_OK(dt_tape_watch(tape, x, 0));
+    if (checkpoint) /* recomputed at backward: a replay through the op definition */
+        DT_ASSERT_OK(dt_tape_checkpoint_begin(tape, NULL));
     DT_ASSERT_OK(dt_alltoallv(x, sc, "ep", 0, &y, NULL));
+    if (checkpoint)
+        DT_ASSERT_OK(dt_tape_checkpoint_end(tape));
     DT_ASSERT_OK(dt_tape_end(tape));
     int64_t Y = dt_tensor_shape(y)[0], R = Y / k.P;
     dt_tensor *dy = make_tensor(xl, DT_DTYPE_F32, Y, k.cols, dy_value);
@@ -354,6 +358,16 @@ static void test_alltoallv_backward_is_the_reverse_exchange(void)
     dt_tensor_destroy(x);
     dt_layout_destroy(xl);
     case_free(&k);
+}
+
+static void test_alltoallv_backward_is_the_reverse_exchange(void)
+{
+    backward_case(0);
+}
+
+static void test_alltoallv_backward_under_activation_checkpointing(void)
+{
+    backward_case(1);
 }
 
 static void expect_error(a2a_case *k, int64_t out_rows, dt_status want, const char *text)
@@ -442,6 +456,7 @@ int main(int argc, char **argv)
         DT_TEST(test_alltoallv_all_rows_to_one_device),
         DT_TEST(test_alltoallv_on_2d_meshes),
         DT_TEST(test_alltoallv_backward_is_the_reverse_exchange),
+        DT_TEST(test_alltoallv_backward_under_activation_checkpointing),
         DT_TEST(test_alltoallv_rejects_bad_counts_on_every_client),
         DT_TEST(test_alltoallv_check_names_disagreeing_replicas),
         DT_TEST(test_alltoallv_is_in_the_flight_record),
