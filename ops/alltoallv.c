@@ -685,9 +685,18 @@ static dt_status def_backward(const dt_op_grad *g)
 {
     if (!g->needs[0])
         return DT_OK;
-    /* The reverse exchange: dy's rows go back to where they came from, into x's rows. */
-    return impl(g->dy, g->in[1], g->attrs->s, 0, dt_tensor_shape(g->in[0])[0],
-                !g->attrs->i[A_TRANSPOSE], &g->dx[0], NULL);
+    /* The reverse exchange: dy's rows go back to where they came from, into x's rows (dy
+     * first in the forward output's layout, x's, if it came in another). */
+    const dt_layout *xl = dt_tensor_layout(g->in[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = DT_OK;
+    if (!dt_layout_equal(dt_tensor_layout(g->dy), xl))
+        st = dt_relayout(g->dy, xl, &dy);
+    if (st == DT_OK)
+        st = impl(dy ? dy : g->dy, g->in[1], g->attrs->s, 0, dt_tensor_shape(g->in[0])[0],
+                  !g->attrs->i[A_TRANSPOSE], &g->dx[0], NULL);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static const dt_op_def a2a_def = {

@@ -323,7 +323,11 @@ static void backward_case(int checkpoint)
         DT_ASSERT_OK(dt_tape_checkpoint_end(tape));
     DT_ASSERT_OK(dt_tape_end(tape));
     int64_t Y = dt_tensor_shape(y)[0], R = Y / k.P;
-    dt_tensor *dy = make_tensor(xl, DT_DTYPE_F32, Y, k.cols, dy_value);
+    /* dy replicated: the backward lays it out as y first */
+    dt_layout *rep = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(k.mesh, 2, &rep));
+    dt_tensor *dy = make_tensor(checkpoint ? xl : rep, DT_DTYPE_F32, Y, k.cols, dy_value);
+    dt_layout_destroy(rep);
     DT_ASSERT_OK(dt_tape_backward(tape, y, dy, 1.0f, NULL));
     const dt_tensor *gx = NULL;
     DT_ASSERT_OK(dt_tape_grad(tape, 0, &gx));
