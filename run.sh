@@ -79,7 +79,8 @@ case "${1:-}" in
     cuda_host_kernels="tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kernels_cuda
       tests/test_ops_transformer_cuda tests/test_attention_cuda tests/cuda_host/test_cuda_host_checks"
     cuda_host_all="$cuda_host_kernels tests/test_cuda_arguments tests/test_ops_cuda_runtime
-      tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases"
+      tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases
+      tests/collective/test_alltoallv"
     setup build-host-asan -Dcuda=host -Db_sanitize=address,undefined -Db_lundef=false \
       -Dbuildtype=debug
     # shellcheck disable=SC2086
