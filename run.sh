@@ -84,6 +84,7 @@ case "${1:-}" in
       tests/cuda_host/test_nccl_faults examples/train_gpt"
     setup build-host-asan -Dcuda=host -Db_sanitize=address,undefined -Db_lundef=false \
       -Dbuildtype=debug
+    cuda_host_all="$cuda_host_all tests/collective/test_alltoallv"  # dt_alltoallv (suite collective)
     # shellcheck disable=SC2086
     ninja -C build-host-asan -j "$jobs" $cuda_host_all >/dev/null
     meson test -C build-host-asan --no-rebuild --print-errorlogs --num-processes "$jobs" \
