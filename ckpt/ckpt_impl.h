@@ -361,6 +361,8 @@ dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const dt__group *g, int n,
                                  const char *const *names, int npieces,
                                  const dt_ckpt_piece *pieces, ck_pieces *out);
 void dt__ckpt_pieces_free(ck_pieces *p);
+/* A deep copy of src (a quick save reuses the first save's gathered pieces). */
+dt_status dt__ckpt_pieces_clone(const ck_pieces *src, ck_pieces *dst);
 
 /* ---- writing the data files (write.c) --------------------------------------------------- */
 
@@ -541,6 +543,57 @@ dt_status dt__ckpt_last_local_files(ck_local_file **files_out, int64_t *n_out,
 /* The serial number of the last successful node-local save (0: none yet). */
 uint64_t dt__ckpt_local_serial(void);
 
+/* The gather of a save's CRCs, posted (dt__ckpt_crcs_post) and completed later: a quick
+ * node-local save (dt_memckpt) completes it between training steps. */
+typedef struct ck_crc_gather {
+    MPI_Request req;
+    int rc, to_all;
+    int *counts, *displs;
+    int64_t *rank_of_slice;
+    uint32_t *send, *recv;
+} ck_crc_gather;
+/* Posts the nonblocking gather of this client's slice CRCs (to every client when to_all, else
+ * to client 0). Nothing is posted on one client (req stays MPI_REQUEST_NULL). */
+dt_status dt__ckpt_crcs_post(const ck_plan *plan, const dt__group *g, int to_all,
+                             const uint32_t *crcs, uint32_t *const *chunk_crcs,
+                             ck_crc_gather *cg);
+/* After the request completed: every slice's CRCs into crcs and chunk_crcs. */
+dt_status dt__ckpt_crcs_unpack(const ck_plan *plan, const dt__group *g,
+                               const ck_crc_gather *cg, uint32_t *crcs, uint32_t **chunk_crcs);
+void dt__ckpt_crcs_free(ck_crc_gather *cg);
+/* The leader: the index into tmp, the commit (and a manager's publish). */
+dt_status dt__ckpt_index_commit(const ck_finish *f);
+
+/* A quick node-local save (dt_memckpt after its first save): the same files and index as a
+ * node-local dt_save, without any agreement. The first save (primed 0) runs the whole
+ * protocol and records the gathered pieces, the directory's leader and this client's pieces'
+ * digest; later saves reuse them (the state's structure must not change; a change of this
+ * client's pieces is refused), write this client's files into the step's temporary directory
+ * and post the CRC gather; dt__ckpt_quick_complete then (the leader) writes the index and
+ * commits. Set for the calling thread around the caller's save by dt_memckpt_save. */
+typedef struct ck_quick {
+    const dt__group *g;           /* the group the CRCs are gathered over (dt_memckpt's own) */
+    int primed;
+    int leader;
+    uint64_t digest;              /* this client's pieces (names, devices, boxes) */
+    ck_pieces pieces;             /* every client's, gathered at the first save (deep copy) */
+    struct ck_save *pending;      /* the save whose CRC gather and commit are left */
+    ck_crc_gather cg;
+    /* what the last quick save wrote (the buddy copy's file list) */
+    char tmp[CK_PATH_MAX];
+    ck_local_file *files;
+    int64_t nfiles;
+} ck_quick;
+void dt__ckpt_quick_set(ck_quick *q);     /* this thread's next node-local saves; NULL: none */
+/* Completes the pending quick save: tests its CRC gather (wait: waits for it under the
+ * watchdog), and once complete, the leader writes the index and commits. *done_out (may be
+ * NULL): 1 when nothing is left. */
+dt_status dt__ckpt_quick_complete(ck_quick *q, int wait, int *done_out);
+/* Frees q's state (a pending save is dropped: its step is never committed). */
+void dt__ckpt_quick_free(ck_quick *q);
+/* Records plan's data files as those of the last node-local save (finish.c). */
+void dt__ckpt_record_local_files(const ck_plan *plan);
+
 /* ---- the checkpoint manager (manager.c) ---------------------------------------------------- */
 
 /* Client 0 after the commit of ROOT/step-N: ROOT/latest names it (atomically), then the steps
@@ -634,9 +687,11 @@ int64_t dt__foreign_lookup(const dt_foreign *src, const char *name);
 /* Beside a file received as a buddy copy: "<file>.buddy" (empty). */
 #define MEMCKPT_BUDDY_SUFFIX ".buddy"
 
-/* One file of the buddy copy in flight, mapped. */
+/* One file of the buddy copy in flight, mapped: its name and "<name>.part" in the step's
+ * directory, which is open (dt_memckpt.copy_dir), so that a commit renaming that directory
+ * meanwhile does not matter. */
 typedef struct memckpt_xfer {
-    char path[CK_PATH_MAX], part[CK_PATH_MAX + 8];
+    char path[72], part[80];
     void *addr;
     uint64_t len;
     int recv, done;
@@ -653,8 +708,10 @@ struct dt_memckpt {
     int hosts;                    /* distinct roots */
     int buddy_j, buddy, source;   /* J and the group ranks sent to and received from */
     int buddy_same_host;
+    ck_quick quick;               /* the saves after the first: no agreements (ckpt/save.c) */
     /* the copy in flight */
     int64_t copy_step;
+    int copy_dir;                 /* its step directory, open (-1: none) */
     memckpt_xfer *x;
     int nx;
     MPI_Request *reqs;
@@ -677,6 +734,9 @@ dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file
  * nothing to wait for. */
 dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int64_t nf,
                                  const char *dir);
+/* Progresses (*done_out: 1 when complete) or completes the buddy copy in flight. */
+dt_status dt__memckpt_copy_poll(dt_memckpt *mc, int *done_out);
+dt_status dt__memckpt_copy_wait(dt_memckpt *mc);
 /* Steps under root, newest first, at most max of them; the count. */
 int dt__memckpt_list_steps(const char *root, int64_t *steps, int max);
 

@@ -3,11 +3,13 @@
  * directory), then either the files written here and the save finished (finish.c), or the
  * bytes copied into staging memory (stage.c) while a background thread writes, finishes and
  * commits. Bytes in device memory always go through bounded staging. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_impl.h"
 #include "mesh/mesh_group.h"
@@ -31,6 +33,7 @@ typedef struct ck_save {
     dt_ckpt_value *own_values;
     unsigned char **own_bytes;
     ck_finish fin;
+    ck_quick *quick;              /* a quick node-local save (dt_memckpt): no agreements */
 } ck_save;
 
 struct dt_save_request {
@@ -169,6 +172,44 @@ static dt_status dir_leader(const char *fn, const dt__group *g, const char *dir,
     return st;
 }
 
+/* ---- quick node-local saves (dt_memckpt, ck_quick) ------------------------------------------ */
+
+static _Thread_local ck_quick *quick_cur;
+
+void dt__ckpt_quick_set(ck_quick *q)
+{
+    quick_cur = q;
+}
+
+static uint64_t mix(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* What a quick save relies on being unchanged since the first: this client's tensor names and
+ * pieces (names, dtypes, devices, boxes). Data addresses are not part of it. */
+static uint64_t pieces_digest(int n, const char *const *names, int np, const dt_ckpt_piece *pc)
+{
+    uint64_t h = 1469598103934665603ull;
+    h = mix(h, &n, sizeof n);
+    for (int t = 0; t < n; t++)
+        h = mix(h, names[t], strlen(names[t]) + 1);
+    h = mix(h, &np, sizeof np);
+    for (int i = 0; i < np; i++) {
+        const dt_ckpt_piece *q = &pc[i];
+        h = mix(h, q->name, strlen(q->name) + 1);
+        h = mix(h, &q->dtype, sizeof q->dtype);
+        h = mix(h, &q->rank, sizeof q->rank);
+        h = mix(h, &q->device, sizeof q->device);
+        h = mix(h, q->shape, (size_t)q->rank * sizeof *q->shape);
+        h = mix(h, q->offsets, (size_t)q->rank * sizeof *q->offsets);
+        h = mix(h, q->sizes, (size_t)q->rank * sizeof *q->sizes);
+    }
+    return h;
+}
+
 /* The collective start of every save, up to the temporary directory being ready on every
  * client. *job_out is NULL (and DT_OK returned) on a client holding no device of the mesh. */
 static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir, int n,
@@ -187,9 +228,14 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK &&
         (st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in)) == DT_OK)
         st = dt__ckpt_check_save_dtypes(fn, opts, &j->in);
+    /* A quick save (dt_memckpt after its first save) agrees on nothing: the others go on. */
+    ck_quick *q = quick_cur && opts && opts->node_local && !owned && !publish ? quick_cur : NULL;
+    if (q && q->primed)
+        j->quick = q;
     if (st != DT_OK) {
+        int quick = j->quick != NULL;
         job_free(j);
-        return fail_alike(mesh, opts, owned, st);
+        return quick ? st : fail_alike(mesh, opts, owned, st);
     }
     const dt__group *g = NULL;
     if (st == DT_OK)
@@ -228,18 +274,38 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
      * that every client fails alike before anything is written. */
     j->in.user_pieces = opts ? opts->pieces : NULL;
     st = dt__ckpt_pieces_check_local(mesh, np, j->in.user_pieces);
-    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces", st)) != DT_OK)
-        goto fail;
-    st = dt__ckpt_pieces_gather(mesh, &j->g, n, names, np, j->in.user_pieces, &j->in.pieces);
-    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces_checked", st)) != DT_OK)
-        goto fail;
+    if (j->quick) {
+        /* Every client's pieces as at the first save, once this client's are seen unchanged. */
+        if (st == DT_OK && pieces_digest(n, names, np, j->in.user_pieces) != q->digest)
+            st = dt__error(DT_ERR_STATE, "%s: the tensors or pieces saved differ from those of "
+                           "the first in-memory save (a quick save needs the same structure)", fn);
+        if (st == DT_OK)
+            st = dt__ckpt_pieces_clone(&q->pieces, &j->in.pieces);
+        if (st != DT_OK) {
+            job_free(j);
+            return st;
+        }
+    } else {
+        if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces", st)) != DT_OK)
+            goto fail;
+        st = dt__ckpt_pieces_gather(mesh, &j->g, n, names, np, j->in.user_pieces,
+                                    &j->in.pieces);
+        if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces_checked", st)) != DT_OK)
+            goto fail;
+        if (q) { /* the first: what the quick saves after it reuse */
+            dt__ckpt_pieces_free(&q->pieces);
+            q->digest = pieces_digest(n, names, np, j->in.user_pieces);
+            if ((st = dt__ckpt_pieces_clone(&j->in.pieces, &q->pieces)) != DT_OK)
+                goto fail;
+        }
+    }
     size_t mlen = dt_mesh_format(j->in.host, NULL, 0) + 1;
     if (!(j->mesh_str = malloc(mlen)))
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     else
         dt_mesh_format(j->in.host, j->mesh_str, mlen);
     j->fin.mesh_str = j->mesh_str;
-    if (st == DT_OK && owned)
+    if (st == DT_OK && (owned || j->quick)) /* a quick save's index is written later */
         st = copy_values(j, opts);
     if (st == DT_OK)
         st = dt__ckpt_take_tensors(tensors, opts, &j->in);
@@ -252,8 +318,25 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
         j->fin.crcs = j->crcs;
         j->fin.chunk_crcs = j->chunk_crcs;
     }
+    if (j->quick) {
+        /* Every client of the directory makes the temporary directory if it is not there yet
+         * (no client removes it: the others may be writing into it). */
+        j->fin.leader = q->leader;
+        if (st == DT_OK)
+            st = dt__ckpt_join(j->tmp, sizeof j->tmp, j->dir, "", CK_SUFFIX_TMP);
+        if (st == DT_OK && mkdir(j->tmp, 0755) != 0 && errno != EEXIST)
+            st = dt__error(DT_ERR_IO, "%s: mkdir %s: %s", fn, j->tmp, strerror(errno));
+        if (st != DT_OK) {
+            job_free(j);
+            return st;
+        }
+        *job_out = j;
+        return DT_OK;
+    }
     if (st == DT_OK)
         st = dir_leader(fn, &j->g, j->dir, j->fin.node_local, &j->fin.leader);
+    if (st == DT_OK && q)
+        q->leader = j->fin.leader;
     if (st == DT_OK && j->fin.leader) {
         /* A manager save over a damaged step keeps it, set aside (docs/ckpt.md). */
         if (j->publish.active)
@@ -332,6 +415,87 @@ static dt_status write_through_stage(ck_save *j, const ck_slice_src *src,
     return w.st == DT_OK ? DT_OK : dt__error(w.st, "%s", w.msg);
 }
 
+/* A quick save's files are written (outcome st): its file list kept for the buddy copy, the
+ * tensors released, the CRC gather posted; the index and commit are left to
+ * dt__ckpt_quick_complete. Frees the job on failure. */
+static dt_status quick_post(ck_save *j, dt_status st)
+{
+    ck_quick *q = j->quick;
+    for (int t = 0; j->in.tensors && t < j->in.n; t++) {
+        dt_tensor_destroy(j->in.tensors[t]);
+        j->in.tensors[t] = NULL;
+    }
+    j->in.user_pieces = NULL;
+    ck_local_file *v = NULL;
+    if (st == DT_OK && !(v = calloc((size_t)j->plan.nfiles + 1, sizeof *v)))
+        st = dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
+    for (int64_t k = 0; st == DT_OK && k < j->plan.nfiles; k++) {
+        const ck_plan_file *pf = &j->plan.files[k];
+        dt__ckpt_file_name(v[k].name, sizeof v[k].name, k, j->plan.nfiles);
+        v[k].bytes = pf->header_bytes + pf->data_bytes;
+        v[k].client = dt_device_client(DT_DEVICE_CPU, pf->device_id);
+    }
+    if (st == DT_OK)
+        st = dt__ckpt_crcs_post(&j->plan, q->g, 1, j->crcs, j->chunk_crcs, &q->cg);
+    if (st != DT_OK) {
+        free(v);
+        job_free(j);
+        return st;
+    }
+    free(q->files);
+    q->files = v;
+    q->nfiles = j->plan.nfiles;
+    dt__strlcpy(q->tmp, j->tmp, sizeof q->tmp);
+    q->pending = j;
+    return DT_OK;
+}
+
+dt_status dt__ckpt_quick_complete(ck_quick *q, int wait, int *done_out)
+{
+    int done = 1;
+    dt_status st = DT_OK;
+    ck_save *j = q->pending;
+    if (j && q->cg.req != MPI_REQUEST_NULL) {
+        if (wait)
+            st = dt__ckpt_wait(q->g, &q->cg.req, MPI_SUCCESS, "dt_memckpt: gathering CRCs");
+        else if (MPI_Test(&q->cg.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            st = dt__error(DT_ERR_COMM, "dt_memckpt: gathering CRCs failed");
+    }
+    if (j && st == DT_OK && done) {
+        st = dt__ckpt_crcs_unpack(&j->plan, q->g, &q->cg, j->crcs, j->chunk_crcs);
+        if (st == DT_OK && j->fin.leader)
+            st = dt__ckpt_index_commit(&j->fin);
+    }
+    if (j && (st != DT_OK || done)) {
+        if (st == DT_ERR_TIMEOUT)
+            q->cg.send = q->cg.recv = NULL; /* still pending: MPI may write into them */
+        dt__ckpt_crcs_free(&q->cg);
+        job_free(j);
+        q->pending = NULL;
+    }
+    if (done_out)
+        *done_out = q->pending == NULL;
+    return st;
+}
+
+void dt__ckpt_quick_free(ck_quick *q)
+{
+    if (!q)
+        return;
+    if (q->pending) {
+        if (q->cg.req != MPI_REQUEST_NULL) { /* left to MPI, with its buffers */
+            q->cg.send = q->cg.recv = NULL;
+        }
+        dt__ckpt_crcs_free(&q->cg);
+        job_free(q->pending);
+        q->pending = NULL;
+    }
+    dt__ckpt_pieces_free(&q->pieces);
+    free(q->files);
+    q->files = NULL;
+    q->primed = 0;
+}
+
 /* The rest of a synchronous save: this client's files written from the tensors (directly
  * from memory host code may touch, else through staging), then the end (finish.c). Frees
  * the job. */
@@ -348,6 +512,8 @@ static dt_status save_here(ck_save *j, const dt_save_opts *opts)
                                         j->fin.do_fsync, j->crcs, j->chunk_crcs);
     }
     free(src);
+    if (j->quick)
+        return quick_post(j, st);
     st = dt__ckpt_save_finish(&j->fin, st);
     job_free(j);
     return st;
