@@ -5,6 +5,8 @@
 #define DTENSOR_CKPT_IMPL_H
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -230,6 +232,8 @@ typedef struct ck_plan {
     int64_t nfiles;
     ck_plan_file *files;          /* in file order */
     int64_t *file_of_position;    /* mesh position -> file index or -1 */
+    int overwrite;                /* files may exist (a quick save's recycled files): written
+                                   * over in place, not truncated first */
 } ck_plan;
 
 /* Builds the plan (local, deterministic: every client computes the same). */
@@ -576,19 +580,35 @@ typedef struct ck_quick {
     int primed;
     int leader;
     uint64_t digest;              /* this client's pieces (names, devices, boxes) */
+    uint64_t in_digest;           /* the named tensors' ranks, shapes, dtypes */
+    struct ck_save *tmpl;         /* the first quick save, kept: its plan is reused */
     ck_pieces pieces;             /* every client's, gathered at the first save (deep copy) */
     struct ck_save *pending;      /* the save whose CRC gather and commit are left */
     ck_crc_gather cg;
+    /* The leader's commit of the pending save (index, renames, then after_commit) runs on a
+     * thread of its own, which calls no MPI. */
+    int committing;
+    struct ck_save *commit_job;   /* the save the thread commits */
+    pthread_t thread;
+    atomic_int committed;
+    dt_status commit_status;
+    char commit_msg[512];
+    void (*after_commit)(void *arg);
+    void *after_arg;
+    /* a step directory whose files this client takes over for its new step, so that their
+     * memory pages are reused instead of freed and allocated again ("": none) */
+    char recycle[CK_PATH_MAX];
     /* what the last quick save wrote (the buddy copy's file list) */
     char tmp[CK_PATH_MAX];
     ck_local_file *files;
     int64_t nfiles;
 } ck_quick;
 void dt__ckpt_quick_set(ck_quick *q);     /* this thread's next node-local saves; NULL: none */
-/* Completes the pending quick save: tests its CRC gather (wait: waits for it under the
- * watchdog), and once complete, the leader writes the index and commits. *done_out (may be
- * NULL): 1 when nothing is left. */
-dt_status dt__ckpt_quick_complete(ck_quick *q, int wait, int *done_out);
+/* Progresses the pending quick save: tests its CRC gather (mode 0), or waits for it under
+ * the watchdog (1 and 2); once complete, the leader's thread writes the index and commits
+ * (one commit at a time; mode 2 also waits for it). *done_out (may be NULL): 1 when nothing
+ * is left. */
+dt_status dt__ckpt_quick_complete(ck_quick *q, int mode, int *done_out);
 /* Frees q's state (a pending save is dropped: its step is never committed). */
 void dt__ckpt_quick_free(ck_quick *q);
 /* Records plan's data files as those of the last node-local save (finish.c). */

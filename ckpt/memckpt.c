@@ -86,6 +86,8 @@ dt_status dt__memckpt_mkdirs(const char *path)
     return DT_OK;
 }
 
+static void prune_after_commit(void *arg);
+
 /* ---- create / destroy ---------------------------------------------------------------------- */
 
 dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
@@ -180,6 +182,8 @@ dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
             mc->buddy_same_host = 1;
     mc->copy_step = -1;
     mc->quick.g = &mc->g;
+    mc->quick.after_commit = prune_after_commit;
+    mc->quick.after_arg = mc;
     *mc_out = mc;
     return DT_OK;
 }
@@ -275,15 +279,26 @@ static void prune(dt_memckpt *mc)
         remove_step(mc->root, steps[i]);
 }
 
+/* After a quick save's commit, on the committing thread (the leader). */
+static void prune_after_commit(void *arg)
+{
+    prune(arg);
+}
+
 /* The pending quick save's commit (the leader: index, rename, pruning), then the buddy copy:
  * progressed (wait 0; *done_out 1 when nothing is left) or completed. */
 static dt_status progress(dt_memckpt *mc, int wait, int *done_out)
 {
-    int had = mc->quick.pending != NULL, committed = 1, copied = 1;
+    int committed = 1, copied = 1;
+    double a0 = dt__now_seconds();
     dt_status st = dt__ckpt_quick_complete(&mc->quick, wait, &committed);
-    if (st == DT_OK && had && committed && mc->leader)
-        prune(mc);
+    double a1 = dt__now_seconds();
+    double a2 = dt__now_seconds();
     dt_status cs = wait ? dt__memckpt_copy_wait(mc) : dt__memckpt_copy_poll(mc, &copied);
+    if (wait == 1)
+        committed = 1; /* left to its thread */
+    if (getenv("DT_MEMCKPT_PROF") && wait)
+        fprintf(stderr, "PROF commit %.3f prune %.3f copy %.3f\n", 1e3*(a1-a0), 1e3*(a2-a1), 1e3*(dt__now_seconds()-a2));
     if (done_out)
         *done_out = committed && copied;
     return st != DT_OK ? st : cs;
@@ -300,7 +315,7 @@ dt_status dt_memckpt_wait(dt_memckpt *mc)
 {
     if (!mc)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_wait: NULL handle");
-    return progress(mc, 1, NULL);
+    return progress(mc, 2, NULL);
 }
 
 /* The first save: the whole node-local dt_save (agreed by every client), which records for
@@ -356,8 +371,10 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
     if (!mc || !save || step < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_save: bad arguments");
     double t0 = dt__now_seconds();
-    /* The previous step: committed and copied (normally done already, between the steps). */
-    dt_status st = dt_memckpt_wait(mc);
+    /* The previous step: its CRCs gathered and its copy complete (normally done already,
+     * during the step), its commit started (on the leader's thread). */
+    dt_status st = progress(mc, 1, NULL);
+    double tw = dt__now_seconds();
     char dir[CK_PATH_MAX];
     if (st == DT_OK)
         st = dt_memckpt_step_dir(mc, step, dir, sizeof dir);
@@ -378,8 +395,20 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
     /* A quick save: this client's files into the step's temporary directory, the CRC gather
      * and the copy posted; no client waits for another here. A client failing here fails its
      * job (its peers then fail at their next collective with it, or are stopped). */
+    /* The oldest step kept gives its files' memory to the new step's (it is the one the
+     * commit of this step would remove), once the previous step is committed (else it
+     * might be the only complete step here). */
+    int64_t steps[64];
+    int n = dt__memckpt_list_steps(mc->root, steps, 64);
+    mc->quick.recycle[0] = '\0';
+    if (n >= mc->keep && n > 1 && steps[0] >= step - mc->every && steps[0] < step)
+        (void)dt_memckpt_step_dir(mc, steps[n - 1], mc->quick.recycle, sizeof mc->quick.recycle);
     dt__ckpt_quick_set(&mc->quick);
+    double ts0 = dt__now_seconds();
     st = save(arg, dir, &o);
+    double ts1 = dt__now_seconds();
+    if (getenv("DT_MEMCKPT_PROF"))
+        fprintf(stderr, "PROF r%d list %.3f save %.3f\n", mc->g.rank, 1e3 * (ts0 - tw), 1e3 * (ts1 - ts0));
     dt__ckpt_quick_set(NULL);
     if (st == DT_OK && mc->quick.pending) {
         st = dt__memckpt_start_copy(mc, mc->quick.files, mc->quick.nfiles, mc->quick.tmp);
@@ -389,6 +418,8 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
                        "dt_save of this mesh");
     }
     mc->last_save_seconds = dt__now_seconds() - t0;
+    if (getenv("DT_MEMCKPT_PROF"))
+        fprintf(stderr, "PROF wait %.3f save+copy %.3f ms\n", 1e3 * (tw - t0), 1e3 * (dt__now_seconds() - tw));
     return st;
 }
 

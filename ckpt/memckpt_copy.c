@@ -43,7 +43,8 @@ static dt_status map_file(int dirfd, memckpt_xfer *x, const char *name, uint64_t
     x->recv = recv;
     if (len == 0)
         return DT_OK;
-    int fd = recv ? openat(dirfd, x->part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)
+    /* A received file may be an old step's, recycled: written over (its pages reused). */
+    int fd = recv ? openat(dirfd, x->part, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
                   : openat(dirfd, name, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", recv ? x->part : name, strerror(errno));
@@ -171,6 +172,12 @@ dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int
         if (!is_send && !is_recv)
             continue;
         memckpt_xfer *x = &mc->x[mc->nx++];
+        if (is_recv && mc->quick.primed && mc->quick.recycle[0]) {
+            char from[CK_PATH_MAX + 72], to[CK_PATH_MAX + 80];
+            snprintf(from, sizeof from, "%s/%s", mc->quick.recycle, fi->name);
+            snprintf(to, sizeof to, "%s/%s.part", dir, fi->name);
+            (void)rename(from, to); /* else a new file */
+        }
         dt_status st = map_file(mc->copy_dir, x, fi->name, fi->bytes, is_recv);
         if (st != DT_OK)
             return st;

@@ -210,6 +210,18 @@ static uint64_t pieces_digest(int n, const char *const *names, int np, const dt_
     return h;
 }
 
+/* The ranks, shapes and dtypes of the named tensors. */
+static uint64_t pieces_digest_in(const ck_inputs *in)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int t = 0; t < in->n; t++) {
+        h = mix(h, &in->ranks[t], sizeof in->ranks[t]);
+        h = mix(h, &in->dtypes[t], sizeof in->dtypes[t]);
+        h = mix(h, in->shapes[t], (size_t)in->ranks[t] * sizeof in->shapes[t][0]);
+    }
+    return h;
+}
+
 /* The collective start of every save, up to the temporary directory being ready on every
  * client. *job_out is NULL (and DT_OK returned) on a client holding no device of the mesh. */
 static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir, int n,
@@ -279,7 +291,10 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
         if (st == DT_OK && pieces_digest(n, names, np, j->in.user_pieces) != q->digest)
             st = dt__error(DT_ERR_STATE, "%s: the tensors or pieces saved differ from those of "
                            "the first in-memory save (a quick save needs the same structure)", fn);
-        if (st == DT_OK)
+        if (st == DT_OK && pieces_digest_in(&j->in) != q->in_digest)
+            st = dt__error(DT_ERR_STATE, "%s: the tensors saved differ in rank, shape or dtype "
+                           "from those of the first in-memory save", fn);
+        if (st == DT_OK && !q->tmpl)
             st = dt__ckpt_pieces_clone(&q->pieces, &j->in.pieces);
         if (st != DT_OK) {
             job_free(j);
@@ -295,6 +310,7 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
         if (q) { /* the first: what the quick saves after it reuse */
             dt__ckpt_pieces_free(&q->pieces);
             q->digest = pieces_digest(n, names, np, j->in.user_pieces);
+            q->in_digest = pieces_digest_in(&j->in);
             if ((st = dt__ckpt_pieces_clone(&j->in.pieces, &q->pieces)) != DT_OK)
                 goto fail;
         }
@@ -309,11 +325,18 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
         st = copy_values(j, opts);
     if (st == DT_OK)
         st = dt__ckpt_take_tensors(tensors, opts, &j->in);
-    if (st == DT_OK)
-        st = dt__ckpt_plan_input(&j->in);
     uint64_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : DT_CKPT_CHUNK_BYTES;
-    if (st == DT_OK && (st = dt__ckpt_plan(j->in.host, &j->in.plan_in, chunk, &j->plan)) == DT_OK)
-        j->have_plan = 1;
+    if (j->quick && q->tmpl) {
+        /* The same structure: the first quick save's plan (borrowed; its names, layouts and
+         * pieces stay in the template), with this save's data and CRCs. */
+        j->plan = q->tmpl->plan;
+    } else {
+        if (st == DT_OK)
+            st = dt__ckpt_plan_input(&j->in);
+        if (st == DT_OK &&
+            (st = dt__ckpt_plan(j->in.host, &j->in.plan_in, chunk, &j->plan)) == DT_OK)
+            j->have_plan = 1;
+    }
     if (st == DT_OK && (st = alloc_crcs(j)) == DT_OK) {
         j->fin.crcs = j->crcs;
         j->fin.chunk_crcs = j->chunk_crcs;
@@ -415,6 +438,27 @@ static dt_status write_through_stage(ck_save *j, const ck_slice_src *src,
     return w.st == DT_OK ? DT_OK : dt__error(w.st, "%s", w.msg);
 }
 
+/* This client's files of the step are moved in from the recycled step directory, if there,
+ * and written over in place: their memory pages are reused (the old step loses them, so it
+ * is no longer complete). */
+static void quick_recycle(ck_save *j)
+{
+    const ck_quick *q = j->quick;
+    j->plan.overwrite = 1;
+    if (!q->recycle[0])
+        return;
+    int me = dt_client_id();
+    for (int64_t k = 0; k < j->plan.nfiles; k++) {
+        if (dt_device_client(DT_DEVICE_CPU, j->plan.files[k].device_id) != me)
+            continue;
+        char name[64], from[CK_PATH_MAX + 72], to[CK_PATH_MAX + 72];
+        dt__ckpt_file_name(name, sizeof name, k, j->plan.nfiles);
+        snprintf(from, sizeof from, "%s/%s", q->recycle, name);
+        snprintf(to, sizeof to, "%s/%s", j->tmp, name);
+        (void)rename(from, to); /* a new file is written where there was none to take */
+    }
+}
+
 /* A quick save's files are written (outcome st): its file list kept for the buddy copy, the
  * tensors released, the CRC gather posted; the index and commit are left to
  * dt__ckpt_quick_complete. Frees the job on failure. */
@@ -450,23 +494,79 @@ static dt_status quick_post(ck_save *j, dt_status st)
     return DT_OK;
 }
 
-dt_status dt__ckpt_quick_complete(ck_quick *q, int wait, int *done_out)
+static void *quick_commit(void *arg)
 {
-    int done = 1;
+    ck_quick *q = arg;
+    dt_status st = dt__ckpt_index_commit(&q->commit_job->fin);
+    if (st != DT_OK)
+        dt__strlcpy(q->commit_msg, dt_last_error(), sizeof q->commit_msg);
+    else if (q->after_commit)
+        q->after_commit(q->after_arg);
+    q->commit_status = st;
+    atomic_store(&q->committed, 1);
+    return NULL;
+}
+
+/* A finished quick save: kept as the template when it has the first plan, else freed. */
+static void quick_retire(ck_quick *q, ck_save *j, dt_status st)
+{
+    if (!q->tmpl && j->have_plan && st == DT_OK)
+        q->tmpl = j;
+    else
+        job_free(j);
+}
+
+/* Joins the committing thread (its outcome returned). */
+static dt_status quick_join(ck_quick *q)
+{
+    pthread_join(q->thread, NULL);
+    q->committing = 0;
+    dt_status st = q->commit_status;
+    if (st != DT_OK)
+        dt__error(st, "%s", q->commit_msg);
+    quick_retire(q, q->commit_job, st);
+    q->commit_job = NULL;
+    return st;
+}
+
+dt_status dt__ckpt_quick_complete(ck_quick *q, int mode, int *done_out)
+{
     dt_status st = DT_OK;
+    /* The commit before: finished, or waited for. */
+    if (q->committing && (mode == 2 || atomic_load(&q->committed)))
+        st = quick_join(q);
     ck_save *j = q->pending;
-    if (j && q->cg.req != MPI_REQUEST_NULL) {
-        if (wait)
+    int gathered = 1;
+    if (st == DT_OK && j && q->cg.req != MPI_REQUEST_NULL) {
+        if (mode >= 1)
             st = dt__ckpt_wait(q->g, &q->cg.req, MPI_SUCCESS, "dt_memckpt: gathering CRCs");
-        else if (MPI_Test(&q->cg.req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        else if (MPI_Test(&q->cg.req, &gathered, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             st = dt__error(DT_ERR_COMM, "dt_memckpt: gathering CRCs failed");
     }
-    if (j && st == DT_OK && done) {
+    if (st == DT_OK && j && gathered) {
         st = dt__ckpt_crcs_unpack(&j->plan, q->g, &q->cg, j->crcs, j->chunk_crcs);
-        if (st == DT_OK && j->fin.leader)
-            st = dt__ckpt_index_commit(&j->fin);
-    }
-    if (j && (st != DT_OK || done)) {
+        dt__ckpt_crcs_free(&q->cg);
+        q->pending = NULL;
+        if (st == DT_OK && j->fin.leader && q->committing)
+            st = quick_join(q); /* one commit at a time, in step order */
+        if (st == DT_OK && j->fin.leader) {
+            q->commit_job = j;
+            atomic_store(&q->committed, 0);
+            if (pthread_create(&q->thread, NULL, quick_commit, q) == 0) {
+                q->committing = 1;
+            } else { /* here, then */
+                quick_commit(q);
+                if ((st = q->commit_status) != DT_OK)
+                    dt__error(st, "%s", q->commit_msg);
+                q->commit_job = NULL;
+                quick_retire(q, j, st);
+            }
+            if (st == DT_OK && q->committing && mode == 2)
+                st = quick_join(q);
+        } else {
+            quick_retire(q, j, st);
+        }
+    } else if (st != DT_OK && j) {
         if (st == DT_ERR_TIMEOUT)
             q->cg.send = q->cg.recv = NULL; /* still pending: MPI may write into them */
         dt__ckpt_crcs_free(&q->cg);
@@ -474,7 +574,7 @@ dt_status dt__ckpt_quick_complete(ck_quick *q, int wait, int *done_out)
         q->pending = NULL;
     }
     if (done_out)
-        *done_out = q->pending == NULL;
+        *done_out = !q->pending && !q->committing;
     return st;
 }
 
@@ -482,6 +582,8 @@ void dt__ckpt_quick_free(ck_quick *q)
 {
     if (!q)
         return;
+    if (q->committing)
+        (void)quick_join(q);
     if (q->pending) {
         if (q->cg.req != MPI_REQUEST_NULL) { /* left to MPI, with its buffers */
             q->cg.send = q->cg.recv = NULL;
@@ -490,6 +592,8 @@ void dt__ckpt_quick_free(ck_quick *q)
         job_free(q->pending);
         q->pending = NULL;
     }
+    job_free(q->tmpl);
+    q->tmpl = NULL;
     dt__ckpt_pieces_free(&q->pieces);
     free(q->files);
     q->files = NULL;
@@ -503,11 +607,17 @@ static dt_status save_here(ck_save *j, const dt_save_opts *opts)
 {
     ck_slice_src *src = NULL;
     const dt__device_kind *kind = NULL;
+    if (j->quick)
+        quick_recycle(j);
     dt_status st = dt__ckpt_slice_data(&j->plan, &j->in, &src);
     if (st == DT_OK && dt__ckpt_slices_on_device(&j->plan, src, &kind)) {
         st = write_through_stage(j, src, kind, opts);
     } else if (st == DT_OK) {
         ck_source direct = dt__ckpt_direct_source(src);
+        /* A quick save's few small files in memory: written here, one after the other (a
+         * thread per file costs more than it saves, its join polled every 2 ms). */
+        if (j->quick)
+            direct.parallel = 0;
         st = dt__ckpt_write_local_files(&j->plan, &direct, j->dir, &j->g, j->tmp,
                                         j->fin.do_fsync, j->crcs, j->chunk_crcs);
     }

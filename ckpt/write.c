@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -87,9 +88,14 @@ static void write_one(file_job *job)
     dt__ckpt_file_name(name, sizeof name, job->file, plan->nfiles);
     snprintf(path, sizeof path, "%s/%s", job->tmp, name);
     job->st = DT_OK;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | (plan->overwrite ? 0 : O_TRUNC) | O_CLOEXEC, 0644);
     if (fd < 0)
         goto io_err;
+    struct stat sb;
+    if (plan->overwrite && fstat(fd, &sb) == 0 &&
+        (uint64_t)sb.st_size != pf->header_bytes + pf->data_bytes &&
+        ftruncate(fd, (off_t)(pf->header_bytes + pf->data_bytes)) != 0)
+        goto io_err_close;
     if (dt__ckpt_pwrite(fd, pf->header, (size_t)pf->header_bytes, 0) != 0)
         goto io_err_close;
     uint64_t C = plan->chunk_bytes;
