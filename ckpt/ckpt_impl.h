@@ -717,6 +717,17 @@ typedef struct memckpt_xfer {
     int recv, done;
 } memckpt_xfer;
 
+/* A memory file mapped for the copies and kept mapped: a file keeps its inode when its step
+ * is recycled, so the next copy but one finds its pages mapped already. At most two per file
+ * name (the newest step's and the one before), so no more memory is held than kept. */
+typedef struct memckpt_map {
+    char name[72];
+    unsigned long long dev, ino;
+    uint64_t len;
+    void *addr;
+    uint64_t used;
+} memckpt_map;
+
 struct dt_memckpt {
     dt__group g;                  /* a duplicate of the mesh's group: the copies' messages */
     int64_t every;
@@ -732,6 +743,9 @@ struct dt_memckpt {
     /* the copy in flight */
     int64_t copy_step;
     int copy_dir;                 /* its step directory, open (-1: none) */
+    memckpt_map *maps;
+    int nmaps;
+    uint64_t map_clock;
     memckpt_xfer *x;
     int nx;
     MPI_Request *reqs;
@@ -743,8 +757,10 @@ struct dt_memckpt {
 
 uint64_t dt__memckpt_hash(const char *s);
 dt_status dt__memckpt_mkdirs(const char *path);
-/* Unmaps and frees the copy's state (unfinished received files removed). */
+/* Frees the copy's state (unfinished received files removed). */
 void dt__memckpt_xfers_free(dt_memckpt *mc);
+/* Unmaps the kept mappings (dt_memckpt_destroy). */
+void dt__memckpt_maps_free(dt_memckpt *mc);
 /* The step's data files (name, bytes, writing client): those the node-local save numbered
  * `serial` recorded, else read from the index in dir. Owned array (free()). */
 dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file **files_out,

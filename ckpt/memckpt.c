@@ -195,6 +195,7 @@ void dt_memckpt_destroy(dt_memckpt *mc)
     (void)dt_memckpt_wait(mc);
     dt__ckpt_quick_free(&mc->quick);
     dt__memckpt_xfers_free(mc);
+    dt__memckpt_maps_free(mc);
     dt__group_free(&mc->g);
     free(mc->dir_ids);
     free(mc);
@@ -450,6 +451,7 @@ dt_status dt_memckpt_cleanup(dt_memckpt *mc)
     st = dt__ckpt_agree(&mc->g, st);
     if (st != DT_OK)
         return st;
+    dt__memckpt_maps_free(mc); /* they hold the files' memory */
     if (mc->leader)
         remove_root(mc->root);
     return dt__ckpt_agree(&mc->g, DT_OK);

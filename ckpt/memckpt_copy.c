@@ -13,11 +13,61 @@
 #include "runtime/comm.h"
 #include "runtime/error.h"
 
+void dt__memckpt_maps_free(dt_memckpt *mc)
+{
+    for (int i = 0; i < mc->nmaps; i++)
+        munmap(mc->maps[i].addr, mc->maps[i].len);
+    free(mc->maps);
+    mc->maps = NULL;
+    mc->nmaps = 0;
+}
+
+/* The kept mapping of fd (file `name`, len bytes), made if there is none. */
+static void *kept_map(dt_memckpt *mc, int fd, const char *name, uint64_t len)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return MAP_FAILED;
+    int same = 0, lru = -1;
+    for (int i = 0; i < mc->nmaps; i++) {
+        memckpt_map *m = &mc->maps[i];
+        if (m->dev == (unsigned long long)sb.st_dev && m->ino == (unsigned long long)sb.st_ino &&
+            m->len == len) {
+            m->used = ++mc->map_clock;
+            return m->addr;
+        }
+        if (strcmp(m->name, name) == 0) {
+            same++;
+            if (lru < 0 || m->used < mc->maps[lru].used)
+                lru = i;
+        }
+    }
+    void *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a == MAP_FAILED)
+        return a;
+    if (same >= 2) { /* the oldest of this name goes (its step is gone or going) */
+        munmap(mc->maps[lru].addr, mc->maps[lru].len);
+        mc->maps[lru] = mc->maps[--mc->nmaps];
+    }
+    memckpt_map *v = realloc(mc->maps, (size_t)(mc->nmaps + 1) * sizeof *v);
+    if (!v) {
+        munmap(a, len);
+        return MAP_FAILED;
+    }
+    mc->maps = v;
+    memckpt_map *m = &mc->maps[mc->nmaps++];
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->dev = (unsigned long long)sb.st_dev;
+    m->ino = (unsigned long long)sb.st_ino;
+    m->len = len;
+    m->addr = a;
+    m->used = ++mc->map_clock;
+    return a;
+}
+
 void dt__memckpt_xfers_free(dt_memckpt *mc)
 {
     for (int i = 0; i < mc->nx; i++) {
-        if (mc->x[i].addr)
-            munmap(mc->x[i].addr, mc->x[i].len);
         if (mc->x[i].recv && !mc->x[i].done && mc->copy_dir >= 0)
             unlinkat(mc->copy_dir, mc->x[i].part, 0); /* never passes for a file */
     }
@@ -33,9 +83,11 @@ void dt__memckpt_xfers_free(dt_memckpt *mc)
     mc->nx = mc->nreq = 0;
 }
 
-/* Maps file `name` of the copy's directory (size len) for sending, or creates "<name>.part"
- * there at len for receiving. */
-static dt_status map_file(int dirfd, memckpt_xfer *x, const char *name, uint64_t len, int recv)
+/* Maps file `name` of the copy's directory (size len) for sending, or "<name>.part" (made
+ * if missing, else an old step's recycled file written over) for receiving; the mappings
+ * are kept (kept_map). */
+static dt_status map_file(dt_memckpt *mc, memckpt_xfer *x, const char *name, uint64_t len,
+                          int recv)
 {
     snprintf(x->path, sizeof x->path, "%s", name);
     snprintf(x->part, sizeof x->part, "%s.part", name);
@@ -43,20 +95,22 @@ static dt_status map_file(int dirfd, memckpt_xfer *x, const char *name, uint64_t
     x->recv = recv;
     if (len == 0)
         return DT_OK;
-    /* A received file may be an old step's, recycled: written over (its pages reused). */
-    int fd = recv ? openat(dirfd, x->part, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
-                  : openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+    const char *file = recv ? x->part : name;
+    int fd = openat(mc->copy_dir, file, O_RDWR | (recv ? O_CREAT : 0) | O_CLOEXEC, 0600);
     if (fd < 0)
-        return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", recv ? x->part : name, strerror(errno));
-    if (recv && ftruncate(fd, (off_t)len) != 0) {
+        return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", file, strerror(errno));
+    struct stat sb;
+    if (recv && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != len) &&
+        ftruncate(fd, (off_t)len) != 0) {
         int e = errno;
         close(fd);
         return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", x->part, strerror(e));
     }
-    void *a = mmap(NULL, len, recv ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    void *a = kept_map(mc, fd, name, len);
+    int e = errno;
     close(fd);
     if (a == MAP_FAILED)
-        return dt__error(DT_ERR_IO, "dt_memckpt: mmap %s: %s", name, strerror(errno));
+        return dt__error(DT_ERR_IO, "dt_memckpt: mmap %s: %s", file, strerror(e));
     x->addr = a;
     return DT_OK;
 }
@@ -83,9 +137,7 @@ static dt_status finish_copy(dt_memckpt *mc)
             if (fd >= 0)
                 close(fd);
         }
-        if (x->addr)
-            munmap(x->addr, x->len);
-        x->addr = NULL;
+        x->addr = NULL; /* the mapping is kept */
         /* A marker beside it says where the file came from (dt_memckpt_found.from_buddies). */
         char mark[96];
         snprintf(mark, sizeof mark, "%s" MEMCKPT_BUDDY_SUFFIX, x->path);
@@ -178,7 +230,7 @@ dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int
             snprintf(to, sizeof to, "%s/%s.part", dir, fi->name);
             (void)rename(from, to); /* else a new file */
         }
-        dt_status st = map_file(mc->copy_dir, x, fi->name, fi->bytes, is_recv);
+        dt_status st = map_file(mc, x, fi->name, fi->bytes, is_recv);
         if (st != DT_OK)
             return st;
         for (uint64_t at = 0; at < fi->bytes; at += XFER_PIECE) {
