@@ -291,15 +291,10 @@ static void prune_after_commit(void *arg)
 static dt_status progress(dt_memckpt *mc, int wait, int *done_out)
 {
     int committed = 1, copied = 1;
-    double a0 = dt__now_seconds();
     dt_status st = dt__ckpt_quick_complete(&mc->quick, wait, &committed);
-    double a1 = dt__now_seconds();
-    double a2 = dt__now_seconds();
     dt_status cs = wait ? dt__memckpt_copy_wait(mc) : dt__memckpt_copy_poll(mc, &copied);
     if (wait == 1)
         committed = 1; /* left to its thread */
-    if (getenv("DT_MEMCKPT_PROF") && wait)
-        fprintf(stderr, "PROF commit %.3f prune %.3f copy %.3f\n", 1e3*(a1-a0), 1e3*(a2-a1), 1e3*(dt__now_seconds()-a2));
     if (done_out)
         *done_out = committed && copied;
     return st != DT_OK ? st : cs;
@@ -375,7 +370,6 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
     /* The previous step: its CRCs gathered and its copy complete (normally done already,
      * during the step), its commit started (on the leader's thread). */
     dt_status st = progress(mc, 1, NULL);
-    double tw = dt__now_seconds();
     char dir[CK_PATH_MAX];
     if (st == DT_OK)
         st = dt_memckpt_step_dir(mc, step, dir, sizeof dir);
@@ -405,11 +399,7 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
     if (n >= mc->keep && n > 1 && steps[0] >= step - mc->every && steps[0] < step)
         (void)dt_memckpt_step_dir(mc, steps[n - 1], mc->quick.recycle, sizeof mc->quick.recycle);
     dt__ckpt_quick_set(&mc->quick);
-    double ts0 = dt__now_seconds();
     st = save(arg, dir, &o);
-    double ts1 = dt__now_seconds();
-    if (getenv("DT_MEMCKPT_PROF"))
-        fprintf(stderr, "PROF r%d list %.3f save %.3f\n", mc->g.rank, 1e3 * (ts0 - tw), 1e3 * (ts1 - ts0));
     dt__ckpt_quick_set(NULL);
     if (st == DT_OK && mc->quick.pending) {
         st = dt__memckpt_start_copy(mc, mc->quick.files, mc->quick.nfiles, mc->quick.tmp);
@@ -419,8 +409,6 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
                        "dt_save of this mesh");
     }
     mc->last_save_seconds = dt__now_seconds() - t0;
-    if (getenv("DT_MEMCKPT_PROF"))
-        fprintf(stderr, "PROF wait %.3f save+copy %.3f ms\n", 1e3 * (tw - t0), 1e3 * (dt__now_seconds() - tw));
     return st;
 }
 
