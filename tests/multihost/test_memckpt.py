@@ -113,12 +113,25 @@ class MemCkpt(unittest.TestCase):
         shutil.rmtree(self.memory(2), ignore_errors=True)  # host 2's memory is gone
         if wipe_both:
             shutil.rmtree(self.memory(1), ignore_errors=True)
-        t = w.wait_for(r"dtensor launch: the job failed", 60)
-        self.assertIsNotNone(t, "the job did not fail:\n" + "".join(w.all))
+        t_failed = w.wait_for(r"dtensor launch: the job failed", 60)
+        self.assertIsNotNone(t_failed, "the job did not fail:\n" + "".join(w.all))
         if wipe_both:  # whatever host 1's last processes left: the buddy host is lost too
             shutil.rmtree(self.memory(1), ignore_errors=True)
+        # The restarted program's first line (after MPI_Init and the model's setup), then
+        # its restore, then its first step.
+        t_started = w.wait_for(r"in-memory checkpoints every", 120)
+        t_resumed = w.wait_for(r"^resumed from", 120)
         t_first = w.wait_for(r"first step after resuming", 120)
         self.assertIsNotNone(t_first, "no step after the restart:\n" + "".join(w.all))
+        kind = "memory" if not wipe_both else "disk (every 20 steps)"
+        FIGURES[f"{kind}: seconds from the kill to the job's failure"] = round(t_failed - t_kill, 2)
+        if t_started and t_resumed:
+            FIGURES[f"{kind}: seconds from the failure to the relaunched program's setup"] = \
+                round(t_started - t_failed, 2)
+            FIGURES[f"{kind}: seconds from the setup to the restore's end"] = \
+                round(t_resumed - t_started, 2)
+            FIGURES[f"{kind}: seconds from the restore's end to the first step"] = \
+                round(t_first - t_resumed, 2)
         t_back = w.wait_for(rf"^step +({reached // 5 * 5 + 5}|{STOP})/", 120)
         rc, out = w.finish(180)
         self.assertEqual(rc, 0, out)
