@@ -90,8 +90,10 @@ class MemCkpt(unittest.TestCase):
         return os.path.join(self.tmp, f"mem-{host(i)}")
 
     def newest_in_memory(self, i):
+        """The newest step host i began to save (committed or not): the step the job had
+        completed (a step is saved right after it, K = 1)."""
         steps = [int(m.group(1)) for p in glob.glob(os.path.join(self.memory(i), "*", "step-*"))
-                 if (m := re.search(r"step-(\d+)$", p))]
+                 if (m := re.search(r"step-(\d+)(\.dtensor-tmp)?$", p))]
         return max(steps) if steps else -1
 
     def kill_and_restart(self, job, disk_every, wipe_both):
@@ -108,7 +110,7 @@ class MemCkpt(unittest.TestCase):
         self.assertIsNotNone(t, "no progress:\n" + "".join(w.all))
         run([os.environ["MH_KILLHOST"], host(2)], os.environ)
         t_kill = time.monotonic()
-        # The newest step the job reached: host 1 saved it to memory (K = 1).
+        # The newest step the job reached: host 1 began to save it to memory (K = 1).
         reached = self.newest_in_memory(1)
         shutil.rmtree(self.memory(2), ignore_errors=True)  # host 2's memory is gone
         if wipe_both:
