@@ -106,8 +106,10 @@ class MemCkpt(unittest.TestCase):
                   "--max-restarts", "1", "--"]
         w = Watched(launch + self.train(root, disk_every), self.env(job))
         at = random.Random(os.getpid()).choice((25, 30))
+        t5 = w.wait_for(r"^step +5/", 180)
         t = w.wait_for(rf"^step +{at}/", 180)
         self.assertIsNotNone(t, "no progress:\n" + "".join(w.all))
+        self.seconds_per_step = (t - t5) / (at - 5) if t5 else None
         run([os.environ["MH_KILLHOST"], host(2)], os.environ)
         t_kill = time.monotonic()
         # The newest step the job reached: host 1 began to save it to memory (K = 1).
@@ -161,6 +163,16 @@ class MemCkpt(unittest.TestCase):
         FIGURES["memory: steps lost"] = lost
         FIGURES["memory: seconds from kill to first step after restart"] = round(first, 2)
         FIGURES["memory: seconds from kill to regaining the killed step"] = round(back, 2)
+        # This run's disk checkpoint (every 100 steps) had no step yet: a restart from disk
+        # would have started over, re-running the `reached` steps (at this run's step time,
+        # evaluation included) after the same relaunch.
+        if self.seconds_per_step:
+            disk = first + reached * self.seconds_per_step
+            FIGURES["disk (every 100 steps, this run; computed): steps lost"] = reached
+            FIGURES["disk (every 100 steps, this run; computed): seconds from kill to "
+                    "regaining the killed step"] = round(disk, 2)
+            FIGURES["recovery to the killed step, disk every 100 (computed) / memory"] = \
+                round(disk / max(back, 1e-3), 2)
 
     def test_lost_buddy_host_too_falls_back_to_disk_and_says_so(self):
         # The disk checkpoint every 20 steps: step 20 is there at the kill.
