@@ -390,14 +390,15 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
     /* A quick save: this client's files into the step's temporary directory, the CRC gather
      * and the copy posted; no client waits for another here. A client failing here fails its
      * job (its peers then fail at their next collective with it, or are stopped). */
-    /* The oldest step kept gives its files' memory to the new step's (it is the one the
-     * commit of this step would remove), once the previous step is committed (else it
-     * might be the only complete step here). */
+    /* The oldest step kept (the keep-th newest) gives its files' memory to the new step's
+     * (it is the one the commit of this step would remove), once the previous step is
+     * committed (else it might be the only complete step here); never with keep 1. */
     int64_t steps[64];
     int n = dt__memckpt_list_steps(mc->root, steps, 64);
     mc->quick.recycle[0] = '\0';
-    if (n >= mc->keep && n > 1 && steps[0] >= step - mc->every && steps[0] < step)
-        (void)dt_memckpt_step_dir(mc, steps[n - 1], mc->quick.recycle, sizeof mc->quick.recycle);
+    if (mc->keep > 1 && n >= mc->keep && steps[0] >= step - mc->every && steps[0] < step)
+        (void)dt_memckpt_step_dir(mc, steps[mc->keep - 1], mc->quick.recycle,
+                                  sizeof mc->quick.recycle);
     dt__ckpt_quick_set(&mc->quick);
     st = save(arg, dir, &o);
     dt__ckpt_quick_set(NULL);
