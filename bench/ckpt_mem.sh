@@ -3,7 +3,8 @@
 # on 2 processes x 2 CPU devices (this host: each client's memory a directory of its own, so
 # that every buddy copy crosses between processes), without in-memory checkpoints and with
 # them every K steps, in alternating runs. Prints key=value lines: the step time without, the
-# save time per step with K = 1 and K = 10 as a share of the step time (median over the reps),
+# save time per step with K = 1 and K = 10 as a share of the step time (the saves after the
+# first, whose agreement is once per job; median over the reps),
 # the step time with them over the step time without (medians), and the memory each client
 # holds. Run by bench/ckpt.sh (case memory), or alone:
 #   bench/ckpt_mem.sh [--steps 60] [--reps 3] [--quick]   (--quick: 10 steps, once, K = 1)
@@ -51,7 +52,7 @@ for _ in $(seq "$reps"); do
     echo "$out" | sed -n "s/.* saves, [0-9.]* ms per save, \([0-9.]*\)% of the training steps' time.*/\1/p" >>"$tmp/k$k"
     echo "$out" | sed -n 's/.*, \([0-9.]*\) tokens\/s in training steps/\1/p' |
       awk '{ printf "%.4f\n", 1000 * 1024 / $1 }' >>"$tmp/s$k"
-    bytes=$(echo "$out" | sed -n 's/.*time; \([0-9]*\) bytes per client in memory.*/\1/p')
+    bytes=$(echo "$out" | sed -n 's/.*ms); \([0-9]*\) bytes per client in memory.*/\1/p')
   done
 done
 echo "memckpt_step_ms_without=$(median <"$tmp/base")"

@@ -22,6 +22,20 @@ void dt__memckpt_maps_free(dt_memckpt *mc)
     mc->nmaps = 0;
 }
 
+/* The kept mapping of the file `sb` describes, or NULL. */
+static void *find_map(dt_memckpt *mc, const struct stat *sb, uint64_t len)
+{
+    for (int i = 0; i < mc->nmaps; i++) {
+        memckpt_map *m = &mc->maps[i];
+        if (m->dev == (unsigned long long)sb->st_dev &&
+            m->ino == (unsigned long long)sb->st_ino && m->len == len) {
+            m->used = ++mc->map_clock;
+            return m->addr;
+        }
+    }
+    return NULL;
+}
+
 /* The kept mapping of fd (file `name`, len bytes), made if there is none. */
 static void *kept_map(dt_memckpt *mc, int fd, const char *name, uint64_t len)
 {
@@ -96,10 +110,14 @@ static dt_status map_file(dt_memckpt *mc, memckpt_xfer *x, const char *name, uin
     if (len == 0)
         return DT_OK;
     const char *file = recv ? x->part : name;
+    /* A file mapped before (recycled, at its size): nothing to open. */
+    struct stat sb;
+    if (fstatat(mc->copy_dir, file, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (uint64_t)sb.st_size == len && (x->addr = find_map(mc, &sb, len)) != NULL)
+        return DT_OK;
     int fd = openat(mc->copy_dir, file, O_RDWR | (recv ? O_CREAT : 0) | O_CLOEXEC, 0600);
     if (fd < 0)
         return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", file, strerror(errno));
-    struct stat sb;
     if (recv && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != len) &&
         ftruncate(fd, (off_t)len) != 0) {
         int e = errno;
@@ -139,11 +157,14 @@ static dt_status finish_copy(dt_memckpt *mc)
         }
         x->addr = NULL; /* the mapping is kept */
         /* A marker beside it says where the file came from (dt_memckpt_found.from_buddies). */
-        char mark[96];
+        char mark[96], old_mark[104];
         snprintf(mark, sizeof mark, "%s" MEMCKPT_BUDDY_SUFFIX, x->path);
-        int fd = openat(dfd, mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            close(fd);
+        snprintf(old_mark, sizeof old_mark, "%s.part", mark);
+        if (renameat(dfd, old_mark, dfd, mark) != 0) { /* none recycled: a new one */
+            int fd = openat(dfd, mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd >= 0)
+                close(fd);
+        }
         if (renameat(dfd, x->part, dfd, x->path) != 0 && st == DT_OK)
             st = dt__error(DT_ERR_IO, "dt_memckpt: rename %s: %s", x->part, strerror(errno));
         x->done = 1;
@@ -229,6 +250,11 @@ dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int
             snprintf(from, sizeof from, "%s/%s", mc->quick.recycle, fi->name);
             snprintf(to, sizeof to, "%s/%s.part", dir, fi->name);
             (void)rename(from, to); /* else a new file */
+            /* its marker too, renamed into place once the copy is complete */
+            snprintf(from, sizeof from, "%s/%s" MEMCKPT_BUDDY_SUFFIX, mc->quick.recycle,
+                     fi->name);
+            snprintf(to, sizeof to, "%s/%s" MEMCKPT_BUDDY_SUFFIX ".part", dir, fi->name);
+            (void)rename(from, to);
         }
         dt_status st = map_file(mc, x, fi->name, fi->bytes, is_recv);
         if (st != DT_OK)
