@@ -482,8 +482,9 @@ typedef struct dt_memckpt_opts {
  * id), DT_ERR_NO_MEMORY, DT_ERR_COMM/DT_ERR_TIMEOUT. Collective over the mesh's clients. */
 DT_API dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
                                    dt_memckpt **mc_out);
-/* Waits for the buddy copy in flight (if any), then frees the handle; the memory stays
- * (dt_memckpt_cleanup removes it). Accepts NULL. Local. */
+/* Completes the last step (dt_memckpt_wait: its CRC gather is a collective of the mesh's
+ * clients, so every client destroys its handle at the same point), then frees the handle; the
+ * memory stays (dt_memckpt_cleanup removes it). Accepts NULL. */
 DT_API void dt_memckpt_destroy(dt_memckpt *mc);
 
 /* 1 when `step` is one to save (a multiple of K), else 0. Local. */
