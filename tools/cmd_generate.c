@@ -95,9 +95,18 @@ int cli_generate(int argc, char **argv)
         else
             io.cpu_devices = (int)share;
     }
+    /* The mesh read before dt_init only sized the devices: read again, its devices are
+     * this job's now. */
+    dt_mesh_destroy(mesh);
+    mesh = NULL;
     if ((st = dt_init(NULL, NULL, &io)) != DT_OK) {
         rc = ctx.me == 0 ? cli_fail("dt_init", st) : CLI_BAD_INPUT;
-        goto out_mesh;
+        goto out_mpi;
+    }
+    if ((st = load_mesh(o.mesh, &mesh)) != DT_OK) {
+        rc = ctx.me == 0 ? cli_fail("mesh", st) : CLI_BAD_INPUT;
+        dt_finalize();
+        goto out_mpi;
     }
     char why[256];
     if (check_mesh(mesh, why, sizeof why) != 0) {
