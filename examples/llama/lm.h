@@ -6,10 +6,10 @@
  *   o, down, proj             row parallel, outputs all-reduced over model
  *   norms, row-parallel biases replicated
  *   activations [rows, n, C]  rows sharded on batch (when it divides them)
- *   cache [rows, cap, KV * D] per layer for keys and for values, laid out as k and v (kv heads
- *                             sharded on model when it divides them and the query heads).
- * The projections, norms, MLP and head are libdtensor's distributed ops; rotary embeddings
- * and attention against the cache are local loops (kv_attend.c) on each device's heads.
+ *   cache [rows, cap, KV, D]  per layer for keys and for values, rows as the activations, kv
+ *                             heads sharded on model when it divides them and the query heads.
+ * Every step is libdtensor's distributed ops (rotary embeddings dt_rope_half, attention
+ * against the cache dt_attention_cached) but the cache's append, a local copy per device.
  * Weights in f32 (the source's f16 / bf16 converted). */
 #ifndef LLAMA_LM_H
 #define LLAMA_LM_H

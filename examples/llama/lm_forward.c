@@ -193,13 +193,8 @@ static dt_status attend(const lm *m, lm_cache *c, keep_list *kl, int64_t l, int6
         (st = keep(kl, dt_reshape(v, 4, skv, &v4), &v4)) != DT_OK)
         return st;
     if (cf->arch == DT_HF_LLAMA) {
-        dt_rope_opts ro = DT_ROPE_OPTS_INIT;
-        ro.theta = cf->rope_theta;
-        ro.llama3 = cf->rope_llama3;
-        ro.factor = cf->rope_factor;
-        ro.low_freq_factor = cf->rope_low_freq_factor;
-        ro.high_freq_factor = cf->rope_high_freq_factor;
-        ro.original_max = cf->rope_original_max;
+        dt_rope_opts ro;
+        lm__rope_opts(m, &ro);
         dt_tensor *qr = NULL, *kr = NULL;
         if ((st = keep(kl, dt_rope_half(q4, c->len, &ro, &qr), &qr)) != DT_OK ||
             (st = keep(kl, dt_rope_half(k4, c->len, &ro, &kr), &kr)) != DT_OK)

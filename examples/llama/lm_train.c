@@ -1,8 +1,7 @@
 /* llama/lm_train: the model's training pass over whole sequences recorded on the autograd
- * tape (no cache), its gradients, and its ZeRO groups (lm.h). Rotary embeddings are written
- * with taped ops: rope(x) = x * cos + (x @ R) * sin, R the constant rotate-half matrix of each
- * head (block diagonal), cos and sin tables of the positions; attention is
- * dt_attention_gqa's (dt_attention's for GPT-2). */
+ * tape (no cache), its gradients, and its ZeRO groups (lm.h). Rotary embeddings are
+ * dt_rope_half's (its gradient the inverse rotation); attention is dt_attention_gqa's
+ * (dt_attention's for GPT-2). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,63 +37,20 @@ static void pass_free(pass *p)
     p->n = 0;
 }
 
-/* The rotary constants of one width (heads * D) for [rows, T]: cos and sin tables in
- * `layout`, and R [width, width] replicated. */
-static dt_status rope_consts(const lm *m, pass *p, const dt_layout *layout, int64_t rows, int64_t T,
-                             int64_t heads, dt_tensor **cos_out, dt_tensor **sin_out,
-                             dt_tensor **r_out)
+/* Rotary embeddings of x [rows, T, heads * D] on the tape: viewed [rows, T, heads, D] for
+ * dt_rope_half (positions 0..T-1), then back. */
+static dt_status rope(const lm *m, pass *p, const dt_tensor *x, int64_t heads, dt_tensor **out)
 {
-    int64_t D = m->cfg.head_dim, W = heads * D, half = D / 2;
-    float *c = malloc((size_t)(rows * T * W) * sizeof *c);
-    float *s = malloc((size_t)(rows * T * W) * sizeof *s);
-    float *r = calloc((size_t)(W * W), sizeof *r);
-    dt_status st = c && s && r ? DT_OK : DT_ERR_NO_MEMORY;
-    for (int64_t t = 0; st == DT_OK && t < T; t++)
-        for (int64_t i = 0; i < D; i++) {
-            double a = (double)t * m->inv_freq[i % half];
-            float cv = (float)cos(a), sv = (float)sin(a);
-            for (int64_t b = 0; b < rows; b++)
-                for (int64_t h = 0; h < heads; h++) {
-                    c[(b * T + t) * W + h * D + i] = cv;
-                    s[(b * T + t) * W + h * D + i] = sv;
-                }
-        }
-    /* (x @ R)[h D + i] = -x[h D + i + D/2] for i < D/2, x[h D + i - D/2] above. */
-    for (int64_t h = 0; st == DT_OK && h < heads; h++)
-        for (int64_t i = 0; i < half; i++) {
-            r[(h * D + i + half) * W + h * D + i] = -1.0f;
-            r[(h * D + i) * W + h * D + i + half] = 1.0f;
-        }
-    int64_t shape[3] = {rows, T, W}, rs[2] = {W, W};
-    dt_layout *rep = NULL;
+    const int64_t *s = dt_tensor_shape(x);
+    int64_t D = m->cfg.head_dim, s4[4] = {s[0], s[1], heads, D}, s3[3] = {s[0], s[1], heads * D};
+    dt_rope_opts ro;
+    lm__rope_opts(m, &ro);
+    dt_tensor *x4 = NULL, *y4 = NULL;
+    dt_status st = keep(p, dt_reshape(x, 4, s4, &x4), &x4);
     if (st == DT_OK)
-        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, c, cos_out), cos_out);
+        st = keep(p, dt_rope_half(x4, 0, &ro, &y4), &y4);
     if (st == DT_OK)
-        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, s, sin_out), sin_out);
-    if (st == DT_OK)
-        st = dt_layout_replicated(m->mesh, 2, &rep);
-    if (st == DT_OK)
-        st = keep(p, lm__from_host(rep, DT_DTYPE_F32, rs, r, r_out), r_out);
-    dt_layout_destroy(rep);
-    free(c);
-    free(s);
-    free(r);
-    return st;
-}
-
-/* x * cos + (x @ R) * sin, on the tape, in `layout`. */
-static dt_status rope(pass *p, const dt_tensor *x, const dt_tensor *c, const dt_tensor *s,
-                      const dt_tensor *r, const dt_layout *layout, dt_tensor **out)
-{
-    dt_tensor *xr = NULL, *a = NULL, *b = NULL, *y = NULL;
-    dt_status st = keep(p, dt_matmul_nd(x, r, 0, 0, layout, &xr), &xr);
-    if (st == DT_OK)
-        st = keep(p, dt_mul(x, c, layout, &a), &a);
-    if (st == DT_OK)
-        st = keep(p, dt_mul(xr, s, layout, &b), &b);
-    if (st == DT_OK)
-        st = keep(p, dt_add(a, b, layout, &y), &y);
-    *out = y;
+        st = keep(p, dt_reshape(y4, 3, s3, out), out);
     return st;
 }
 
@@ -143,13 +99,9 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
     const dt_hf_config *cf = &m->cfg;
     int64_t rows = dt_tensor_shape(x)[0], T = dt_tensor_shape(x)[1];
     int llama = cf->arch == DT_HF_LLAMA;
-    dt_tensor *cq = NULL, *sq = NULL, *rq = NULL, *ck = NULL, *sk = NULL, *rk = NULL;
     dt_tensor *h = NULL;
     dt_status st = DT_OK;
     const dt_layout *res = l->sp ? l->sp : l->act; /* the residual stream's layout */
-    if (llama && ((st = rope_consts(m, p, l->q, rows, T, cf->heads, &cq, &sq, &rq)) != DT_OK ||
-                  (st = rope_consts(m, p, l->kv, rows, T, cf->kv_heads, &ck, &sk, &rk)) != DT_OK))
-        return st;
     if ((st = keep(p, dt_embedding(m->embed, x, res, &h), &h)) != DT_OK)
         return st;
     if (m->pos) {
@@ -179,8 +131,8 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             break;
         qr = q;
         kr = k;
-        if (llama && ((st = rope(p, q, cq, sq, rq, l->q, &qr)) != DT_OK ||
-                      (st = rope(p, k, ck, sk, rk, l->kv, &kr)) != DT_OK))
+        if (llama && ((st = rope(m, p, q, cf->heads, &qr)) != DT_OK ||
+                      (st = rope(m, p, k, cf->kv_heads, &kr)) != DT_OK))
             break;
         st = llama ? dt_attention_gqa(qr, kr, v, cf->heads, cf->kv_heads, 1, &att)
                    : dt_attention(qr, kr, v, cf->heads, 1, &att);

@@ -137,6 +137,16 @@ def main():
         text = text[len("<|endoftext|>"):].split("<|endoftext|>")[0]
         check(g.returncode == 0 and text == samples.get(steps),
               f"generate on the export writes the last sample's text ({text!r})")
+        # `dtensor generate` (the same run as examples/generate, tools/cmd_generate.c) on a
+        # text prompt: the same text.
+        opts = ["--model", hf, "--prompt", "el", "--prompt", "mar", "--tokens", "12",
+                "--temperature", "1", "--top-k", "20", "--seed", "5", "--quiet"]
+        g1 = run([gen] + opts)
+        g2 = run([tool, "generate"] + opts[:6] + ["--max-tokens", "12"] + opts[8:])
+        check(g1.returncode == 0 and g2.returncode == 0 and g1.stdout == g2.stdout and
+              g1.stdout.startswith("el"),
+              f"dtensor generate --prompt writes generate's text ({g2.stdout!r}, "
+              f"{g1.stdout!r}){g2.stderr}")
         # The same tokens through dtensor tokenize's llm.c shard: the same losses.
         prefix = os.path.join(tmp, "names")
         t = run([tool, "tokenize", "--model", d, "--lines", "--out", prefix, names])
