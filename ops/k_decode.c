@@ -89,8 +89,8 @@ static void softmax_rows(float *s, int64_t nrows, int64_t ld, const int64_t *upt
 
 /* f32: per (row, kv head) and, with one query position, all G query heads as one GEMM of G
  * rows; with several, per query head one GEMM over the positions with the causal mask. */
-static dt_status cached_f32(const dt_op_kernel_args *a, int64_t B, int64_t T, int64_t K,
-                            int64_t G, int64_t D, int64_t S, int64_t p0)
+static dt_status cached_f32(const dt_op_kernel_args *a, int64_t B, int64_t T, int64_t K, int64_t G,
+                            int64_t D, int64_t S, int64_t p0)
 {
     const float *q = a->in[0].data, *kc = a->in[1].data, *vc = a->in[2].data;
     float *y = a->out.data;
@@ -121,8 +121,8 @@ static dt_status cached_f32(const dt_op_kernel_args *a, int64_t B, int64_t T, in
     return st;
 }
 
-static dt_status cached_f64(const dt_op_kernel_args *a, int64_t B, int64_t T, int64_t K,
-                            int64_t G, int64_t D, int64_t S, int64_t p0)
+static dt_status cached_f64(const dt_op_kernel_args *a, int64_t B, int64_t T, int64_t K, int64_t G,
+                            int64_t D, int64_t S, int64_t p0)
 {
     const double *q = a->in[0].data, *kc = a->in[1].data, *vc = a->in[2].data;
     double *y = a->out.data;

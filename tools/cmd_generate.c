@@ -19,8 +19,7 @@ static void fail(void *arg, const char *what, dt_status st, const char *msg)
 {
     const gen_ctx *c = arg;
     if (c->me == 0)
-        fprintf(stderr, "dtensor generate: %s: %s: %s\n", what, dt_status_name(st),
-                msg ? msg : "");
+        fprintf(stderr, "dtensor generate: %s: %s: %s\n", what, dt_status_name(st), msg ? msg : "");
 }
 
 static dt_status load_mesh(const char *file, dt_mesh **out)
@@ -48,8 +47,8 @@ static int check_mesh(const dt_mesh *m, char *why, size_t len)
         }
     dt_device_type t = dt_mesh_device_type(m);
     if (dt_num_global_devices(t) != dt_mesh_size(m)) {
-        snprintf(why, len, "mesh '%s' has %lld devices but this job has %d",
-                 dt_mesh_name(m), (long long)dt_mesh_size(m), dt_num_global_devices(t));
+        snprintf(why, len, "mesh '%s' has %lld devices but this job has %d", dt_mesh_name(m),
+                 (long long)dt_mesh_size(m), dt_num_global_devices(t));
         return -1;
     }
     return 0;
@@ -85,8 +84,10 @@ int cli_generate(int argc, char **argv)
         int64_t share = dt_mesh_size(mesh) / nprocs;
         if (share * nprocs != dt_mesh_size(mesh)) {
             if (ctx.me == 0)
-                fprintf(stderr, "dtensor generate: mesh: %lld devices do not split over %d "
-                        "processes\n", (long long)dt_mesh_size(mesh), nprocs);
+                fprintf(stderr,
+                        "dtensor generate: mesh: %lld devices do not split over %d "
+                        "processes\n",
+                        (long long)dt_mesh_size(mesh), nprocs);
             rc = CLI_BAD_INPUT;
             goto out_mesh;
         }

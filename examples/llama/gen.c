@@ -158,7 +158,6 @@ static void print_text(FILE *out, const dt_tokenizer *tok, const int32_t *ids, i
     free(buf);
 }
 
-
 static double now(void)
 {
     struct timespec ts;
@@ -174,7 +173,8 @@ int gen_run(const dt_mesh *mesh, int me, const gen_opts *o, FILE *out_f, gen_fai
     dt_tokenizer *tok = NULL;
     int rows = o->nprompt ? o->nprompt : o->nids, rc = 1;
     int32_t *prompt[GEN_MAX_ROWS] = {0}, *out[GEN_MAX_ROWS] = {0};
-    int64_t plen[GEN_MAX_ROWS] = {0}, nout[GEN_MAX_ROWS] = {0}, skip = 0; /* skip: the BOS, unprinted */
+    int64_t plen[GEN_MAX_ROWS] = {0}, nout[GEN_MAX_ROWS] = {0},
+            skip = 0; /* skip: the BOS, unprinted */
     float *logits = NULL, *all = NULL;
     int32_t *step_ids = NULL;
     dt_status st;
@@ -191,8 +191,8 @@ int gen_run(const dt_mesh *mesh, int me, const gen_opts *o, FILE *out_f, gen_fai
     }
     if (o->nprompt && !tok) {
         fail(arg, "--prompt", DT_ERR_NOT_FOUND,
-                 "the model directory has no tokenizer.json "
-                 "nor vocab.json and merges.txt (use --ids)");
+             "the model directory has no tokenizer.json "
+             "nor vocab.json and merges.txt (use --ids)");
         goto out;
     }
     int64_t nmin = 0, nmax = 0;
@@ -260,7 +260,7 @@ int gen_run(const dt_mesh *mesh, int me, const gen_opts *o, FILE *out_f, gen_fai
             memcpy(logits + r * V, all + (r * nmin + nmin - 1) * V, (size_t)V * sizeof *logits);
         FILE *f = me == 0 ? fopen(o->logits_out, "wb") : NULL;
         if (me == 0 && (!f || fwrite(all, sizeof *all, (size_t)(rows * nmin * V), f) !=
-                                     (size_t)(rows * nmin * V))) {
+                                  (size_t)(rows * nmin * V))) {
             fail(arg, "--logits-out", DT_ERR_IO, o->logits_out);
             if (f)
                 fclose(f);
@@ -319,12 +319,13 @@ int gen_run(const dt_mesh *mesh, int me, const gen_opts *o, FILE *out_f, gen_fai
             }
         }
         if (!o->quiet)
-            fprintf(out_f, "generate: %s (%s, %" PRId64 " layers, hidden %" PRId64 ") on %lld devices: "
-                   "load %.3f s, prefill %" PRId64 " x %" PRId64 " tokens %.3f s, %" PRId64
-                   " decode steps x %d rows %.3f s (%.1f tokens/s)\n",
-                   o->model, cf->model_type, cf->layers, cf->hidden, (long long)dt_mesh_size(mesh),
-                   t_load, (int64_t)rows, nmin, t_prefill, decoded, rows, t_decode,
-                   t_decode > 0 ? (double)(decoded * rows) / t_decode : 0.0);
+            fprintf(out_f,
+                    "generate: %s (%s, %" PRId64 " layers, hidden %" PRId64 ") on %lld devices: "
+                    "load %.3f s, prefill %" PRId64 " x %" PRId64 " tokens %.3f s, %" PRId64
+                    " decode steps x %d rows %.3f s (%.1f tokens/s)\n",
+                    o->model, cf->model_type, cf->layers, cf->hidden, (long long)dt_mesh_size(mesh),
+                    t_load, (int64_t)rows, nmin, t_prefill, decoded, rows, t_decode,
+                    t_decode > 0 ? (double)(decoded * rows) / t_decode : 0.0);
         fflush(out_f);
     }
     rc = 0;

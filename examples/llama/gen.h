@@ -39,7 +39,6 @@ typedef void (*gen_fail_fn)(void *arg, const char *what, dt_status st, const cha
 /* Runs o on `mesh` (a `batch` dim, optionally `model`; the runtime started with its devices):
  * loads the model and the tokenizer, prefills, decodes; client `me` 0 writes each row's text
  * (and the timings unless o->quiet) to `out`. Returns 0, or 1 after fail(arg, ...). Collective. */
-int gen_run(const dt_mesh *mesh, int me, const gen_opts *o, FILE *out, gen_fail_fn fail,
-            void *arg);
+int gen_run(const dt_mesh *mesh, int me, const gen_opts *o, FILE *out, gen_fail_fn fail, void *arg);
 
 #endif
