@@ -92,6 +92,23 @@ int lm_opt_order(const lm *m, int k);
 /* Both groups' learning rate. */
 dt_status lm_set_lr(const lm *m, dt_zero *zero, float lr);
 
+/* ---- pipeline stages (lm_train.c; driven by lm_pipe.c) ----
+ * One micro-batch's pass over blocks lo..hi-1 on the autograd tape of its own run: from ids x
+ * (the first stage: embeddings; h NULL) or the previous stage's activation h (x NULL), then
+ * with targets y (the last stage) the final norm, head and loss, else *out an owned copy of
+ * the activation [rows, T, C] to send on. Collective over m's mesh. */
+typedef struct lm_stage_run lm_stage_run;
+dt_status lm_stage_forward(lm *m, int64_t lo, int64_t hi, const dt_tensor *x, const dt_tensor *h,
+                           const dt_tensor *y, lm_stage_run **run_out, dt_tensor **out);
+/* The run's output: the loss on the last stage (borrowed). */
+const dt_tensor *lm_stage_output(const lm_stage_run *r);
+/* Its backward from dy (the next stage's gradient of the output; NULL on the last stage, the
+ * loss seeded with `seed`): each parameter's gradient added into acc[i] (owned; NULL: set),
+ * *dx_out the input's gradient (NULL on the first stage). Collective. */
+dt_status lm_stage_backward(lm *m, lm_stage_run *r, const dt_tensor *dy, float seed,
+                            dt_tensor **acc, dt_tensor **dx_out);
+void lm_stage_run_free(lm_stage_run *r);
+
 /* A message for the last failure: this module's own or dt_last_error(). */
 const char *lm_last_error(void);
 

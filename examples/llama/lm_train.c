@@ -93,18 +93,23 @@ static dt_status gather_seq(pass *p, const lm_layouts *l, dt_tensor *x, dt_tenso
  * sequence parallelism (l->sp) the residual stream and the norms are sharded along the
  * sequence over `model` (Megatron): gathered before the column-parallel matmuls, the
  * row-parallel outputs reduce-scattered into it. */
-static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
-                         const dt_tensor *y, dt_tensor **loss_out)
+/* A pipeline stage's part of it: from ids x (the first stage: embeddings) or the activation
+ * hin [rows, T, C], blocks lo..hi-1, then with `last` the final norm, the head and the loss
+ * against y into *out, else the activation. */
+static dt_status forward_range(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
+                               const dt_tensor *hin, int64_t lo, int64_t hi, int last,
+                               const dt_tensor *y, dt_tensor **out)
 {
     const dt_hf_config *cf = &m->cfg;
-    int64_t rows = dt_tensor_shape(x)[0], T = dt_tensor_shape(x)[1];
+    const dt_tensor *first = x ? x : hin;
+    int64_t rows = dt_tensor_shape(first)[0], T = dt_tensor_shape(first)[1];
     int llama = cf->arch == DT_HF_LLAMA;
-    dt_tensor *h = NULL;
+    dt_tensor *h = (dt_tensor *)hin;
     dt_status st = DT_OK;
     const dt_layout *res = l->sp ? l->sp : l->act; /* the residual stream's layout */
-    if ((st = keep(p, dt_embedding(m->embed, x, res, &h), &h)) != DT_OK)
+    if (x && (st = keep(p, dt_embedding(m->embed, x, res, &h), &h)) != DT_OK)
         return st;
-    if (m->pos) {
+    if (x && m->pos) {
         int32_t *pos = malloc((size_t)(rows * T) * sizeof *pos);
         int64_t shape[2] = {rows, T};
         dt_tensor *tp = NULL, *pe = NULL, *h2 = NULL;
@@ -119,7 +124,7 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             st = keep(p, dt_add(h, pe, res, &h2), &h2);
         h = h2;
     }
-    for (int64_t i = 0; st == DT_OK && i < cf->layers; i++) {
+    for (int64_t i = lo; st == DT_OK && i < hi; i++) {
         const layer *w = &m->ly[i];
         dt_tensor *a, *q, *k, *v, *qr, *kr, *att = NULL, *o, *h1 = NULL, *b, *f, *g = NULL;
         dt_tensor *mo, *h2 = NULL;
@@ -157,6 +162,10 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             break;
         h = h2;
     }
+    if (!last) {
+        *out = h;
+        return st;
+    }
     dt_tensor *fo = NULL, *logits = NULL, *loss = NULL;
     if (st == DT_OK)
         st = norm(m, p, h, m->nfg, m->nfb, &fo);
@@ -166,8 +175,14 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
         st = keep(p, dt_matmul_nd(fo, m->head, 0, 1, NULL, &logits), &logits);
     if (st == DT_OK)
         st = keep(p, dt_vocab_xent(logits, y, NULL, &loss), &loss);
-    *loss_out = loss;
+    *out = loss;
     return st;
+}
+
+static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
+                         const dt_tensor *y, dt_tensor **loss_out)
+{
+    return forward_range(m, p, l, x, NULL, 0, m->cfg.layers, 1, y, loss_out);
 }
 
 dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y, double *loss_out,
@@ -295,4 +310,89 @@ dt_status lm_set_lr(const lm *m, dt_zero *zero, float lr)
 {
     dt_status st = dt_zero_set_lr(zero, m->groups[0], lr);
     return st == DT_OK ? dt_zero_set_lr(zero, m->groups[1], lr) : st;
+}
+
+/* ---- pipeline stages (lm_pipe.c) --------------------------------------------------------- */
+
+struct lm_stage_run {
+    dt_tape *tape;
+    pass p;
+    lm_layouts l;
+    dt_tensor *in;  /* the stage's own copy of its input activation (watched as m->n) */
+    dt_tensor *out; /* the activation sent on, or the loss */
+};
+
+void lm_stage_run_free(lm_stage_run *r)
+{
+    if (!r)
+        return;
+    dt_tape_destroy(r->tape);
+    pass_free(&r->p);
+    dt_tensor_destroy(r->in);
+    lm__layouts_free(&r->l);
+    free(r);
+}
+
+dt_status lm_stage_forward(lm *m, int64_t lo, int64_t hi, const dt_tensor *x, const dt_tensor *h,
+                           const dt_tensor *y, lm_stage_run **run_out, dt_tensor **out)
+{
+    lm__set_error("%s", "");
+    lm_stage_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return DT_ERR_NO_MEMORY;
+    const dt_tensor *rows_of = x ? x : h;
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    dt_status st = lm__layouts(m, dt_tensor_shape(rows_of)[0], &r->l);
+    if (st == DT_OK)
+        st = dt_tape_create(&to, &r->tape);
+    for (int i = 0; st == DT_OK && i < m->n; i++)
+        st = dt_tape_watch(r->tape, m->p[i], i);
+    if (st == DT_OK && h && (st = dt_detach(h, &r->in)) == DT_OK)
+        st = dt_tape_watch(r->tape, r->in, m->n);
+    if (st == DT_OK)
+        st = dt_tape_begin(r->tape);
+    if (st == DT_OK) {
+        st = forward_range(m, &r->p, &r->l, x, r->in, lo, hi, y != NULL, y, &r->out);
+        dt_status end = dt_tape_end(r->tape);
+        st = st != DT_OK ? st : end;
+    }
+    /* The activation handed on: a copy the receiver owns. */
+    if (st == DT_OK && !y)
+        st = dt_detach(r->out, out);
+    if (st != DT_OK) {
+        lm_stage_run_free(r);
+        return st;
+    }
+    *run_out = r;
+    return DT_OK;
+}
+
+const dt_tensor *lm_stage_output(const lm_stage_run *r)
+{
+    return r->out;
+}
+
+dt_status lm_stage_backward(lm *m, lm_stage_run *r, const dt_tensor *dy, float seed,
+                            dt_tensor **acc, dt_tensor **dx_out)
+{
+    dt_status st = dt_tape_backward(r->tape, r->out, dy, seed, NULL);
+    for (int i = 0; st == DT_OK && i < m->n; i++) {
+        dt_tensor *g = NULL, *sum = NULL;
+        st = dt_tape_take_grad(r->tape, i, &g);
+        if (st != DT_OK || !g)
+            continue;
+        if (!acc[i]) {
+            acc[i] = g;
+            continue;
+        }
+        st = dt_add(acc[i], g, NULL, &sum);
+        dt_tensor_destroy(g);
+        if (st == DT_OK) {
+            dt_tensor_destroy(acc[i]);
+            acc[i] = sum;
+        }
+    }
+    if (st == DT_OK && dx_out)
+        st = r->in ? dt_tape_take_grad(r->tape, m->n, dx_out) : DT_OK;
+    return st;
 }
