@@ -7,12 +7,13 @@
  *     --context T --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
  *     [--mesh FILE] [--zero 0-3] [--sequence-parallel] [--sample-every N] [--sample-tokens K]
  *     [--sample-prompt TEXT] [--temperature T] [--top-k K] [--seed S] [--out DIR]
- *     [--max-file-bytes N]
+ *     [--max-file-bytes N] [--micro M --schedule gpipe|1f1b]
  * --text: tokenised on the fly by the model's tokenizer (each line a document with --lines),
  * --data: an llm.c token shard (dtensor tokenize). --out DIR: DIR/checkpoint (our names) and
  * DIR/hf, the HF directory exported from it (config.json, safetensors with HF names, the
  * tokenizer files); --resume DIR goes on from such a DIR to --steps. Prints `step N loss L`
- * per step and `sample N: TEXT`. */
+ * per step and `sample N: TEXT`. A mesh with a `pipe` dim trains the blocks in pipeline stages
+ * (examples/llama/lm_pipe.c, M micro-batches a step). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
