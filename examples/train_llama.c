@@ -353,6 +353,11 @@ static int run_pipe(job *j, const opts *o, const dt_mesh *mesh)
             t_all > 0 ? (double)(o->batch * o->context * o->steps) / t_all : 0.0);
     goto done;
 fail:
+    /* A stage's own failure, printed where it happened (job_fail prints on client 0, which
+     * may be another stage waiting for this one). */
+    if (j->me != 0 && st != DT_ERR_TIMEOUT)
+        fprintf(stderr, "train_llama: client %d: %s: %s: %s\n", j->me, what, dt_status_name(st),
+                lm_last_error());
     rc = job_fail(j, what, st, lm_last_error());
 done:
     free(hx);

@@ -9,7 +9,7 @@
 #include "lm_impl.h"
 
 #define MAX_STAGES 64
-#define TIED_TAG 31000 /* the tied table's gradient (last -> first) and values (first -> last) */
+#define TIED_TAG   31000 /* the tied table's gradient (last -> first) and values (first -> last) */
 
 struct lm_pipe {
     dt_pipe *pipe;
@@ -20,9 +20,9 @@ struct lm_pipe {
     dt_pipe_schedule *sched;
     dt_zero *zero;
     int nopt;
-    int *opt;            /* optimizer position -> parameter */
-    dt_tensor **acc;     /* [n] the step's gradients, summed over the micro-batches */
-    lm_stage_run **run;  /* [micro] */
+    int *opt;           /* optimizer position -> parameter */
+    dt_tensor **acc;    /* [n] the step's gradients, summed over the micro-batches */
+    lm_stage_run **run; /* [micro] */
     const int32_t *x, *y;
     double loss;
     char act_batch[DT_NAME_MAX];
@@ -150,6 +150,16 @@ dt_status lm_pipe_create(dt_pipe *pipe, lm *m, const lm_pipe_opts *o, lm_pipe **
     }
     free(pt);
     free(nm);
+    /* The other stages' parameters go: this stage keeps its own, and the last stage the tied
+     * table it uses as its head. */
+    for (int i = 0; st == DT_OK && i < m->n; i++) {
+        int head = i == lp->embed && m->cfg.tie_word_embeddings && stage == P - 1;
+        if (stage_of(lp, m->names[i]) != stage && !head) {
+            dt_tensor_destroy(m->p[i]);
+            m->p[i] = NULL;
+        }
+    }
+    lm__rebind(m);
     if (st != DT_OK) {
         lm_pipe_destroy(lp);
         return st;
@@ -215,8 +225,8 @@ static dt_status tied_exchange(lm_pipe *lp, int after)
 {
     lm *m = lp->m;
     int e = lp->embed, P = lp->P;
-    if (!m->cfg.tie_word_embeddings || P == 1 || e < 0)
-        return DT_OK;
+    if (!m->cfg.tie_word_embeddings || P == 1 || e < 0 || (lp->stage != 0 && lp->stage != P - 1))
+        return DT_OK; /* the stages between hold no table */
     const dt_layout *lay = dt_tensor_layout(m->p[e]);
     const int64_t *shape = dt_tensor_shape(m->p[e]);
     dt_tensor *g = NULL, *r = NULL;

@@ -6,8 +6,9 @@
  * micro-batches in micro order, each stage's parameters updated by its own ZeRO optimizer
  * (stages 0-2) with the global gradient norm combined over the stages. Tied embeddings: the
  * first stage owns them; the last stage's head gradient is added to it there, and the
- * updated table is sent back to the last stage after each step. Each stage holds the model
- * on its stage mesh whole (loaded as without pipeline) and runs and updates only its part. */
+ * updated table is sent back to the last stage after each step. Each stage loads the model
+ * on its stage mesh as without pipeline, then keeps only its own parameters (and the last
+ * stage the tied table). */
 #ifndef LLAMA_LM_PIPE_H
 #define LLAMA_LM_PIPE_H
 

@@ -346,7 +346,8 @@ dt_status lm_stage_forward(lm *m, int64_t lo, int64_t hi, const dt_tensor *x, co
     if (st == DT_OK)
         st = dt_tape_create(&to, &r->tape);
     for (int i = 0; st == DT_OK && i < m->n; i++)
-        st = dt_tape_watch(r->tape, m->p[i], i);
+        if (m->p[i]) /* a pipeline stage holds its own parameters only */
+            st = dt_tape_watch(r->tape, m->p[i], i);
     if (st == DT_OK && h && (st = dt_detach(h, &r->in)) == DT_OK)
         st = dt_tape_watch(r->tape, r->in, m->n);
     if (st == DT_OK)
@@ -378,6 +379,8 @@ dt_status lm_stage_backward(lm *m, lm_stage_run *r, const dt_tensor *dy, float s
     dt_status st = dt_tape_backward(r->tape, r->out, dy, seed, NULL);
     for (int i = 0; st == DT_OK && i < m->n; i++) {
         dt_tensor *g = NULL, *sum = NULL;
+        if (!m->p[i])
+            continue;
         st = dt_tape_take_grad(r->tape, i, &g);
         if (st != DT_OK || !g)
             continue;
