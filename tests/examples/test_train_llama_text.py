@@ -81,6 +81,8 @@ def losses(out):
 
 def main():
     train, gen, tool, mpiexec, examples = sys.argv[1:6]
+    # --sanitized (the ASan pass): the bit-for-bit pipeline run is left to the plain pass.
+    sanitized = "--sanitized" in sys.argv[6:]
     names = os.path.join(examples, "data", "names.txt")
     passed = failed = 0
 
@@ -181,13 +183,14 @@ def main():
         # table's gradients added in the tape's order); two micro-batches under GPipe with
         # ZeRO-1 inside stages of 2 devices, the same losses within 1e-5.
         meshes = os.path.join(examples, "meshes")
-        r7 = run([mpiexec, "-n", "2", train] + common +
-                 ["--text", names, "--lines", "--steps", "5", "--micro", "1", "--mesh",
-                  os.path.join(meshes, "pipe2x1x1.yaml")])
-        check(losses(r7.stdout) == ls[:5],
-              f"2 pipeline stages, 1 micro-batch: the same losses bit for bit "
-              f"({losses(r7.stdout)[:2]})" + ("" if r7.returncode == 0 else
-                                               ":\n" + r7.stdout + r7.stderr))
+        if not sanitized:
+            r7 = run([mpiexec, "-n", "2", train] + common +
+                     ["--text", names, "--lines", "--steps", "5", "--micro", "1", "--mesh",
+                      os.path.join(meshes, "pipe2x1x1.yaml")])
+            check(losses(r7.stdout) == ls[:5],
+                  f"2 pipeline stages, 1 micro-batch: the same losses bit for bit "
+                  f"({losses(r7.stdout)[:2]})" + ("" if r7.returncode == 0 else
+                                                   ":\n" + r7.stdout + r7.stderr))
         r8 = run([mpiexec, "-n", "2", train] + common +
                  ["--text", names, "--lines", "--steps", "5", "--micro", "2", "--schedule",
                   "gpipe", "--zero", "1", "--mesh", os.path.join(meshes, "pipe2x2.yaml")])
