@@ -7,12 +7,13 @@
  *     --context T --steps N --lr LR [--weight-decay W] [--beta1] [--beta2] [--eps] [--clip C]
  *     [--mesh FILE] [--zero 0-3] [--sequence-parallel] [--sample-every N] [--sample-tokens K]
  *     [--sample-prompt TEXT] [--temperature T] [--top-k K] [--seed S] [--out DIR]
- *     [--max-file-bytes N]
+ *     [--max-file-bytes N] [--micro M --schedule gpipe|1f1b]
  * --text: tokenised on the fly by the model's tokenizer (each line a document with --lines),
  * --data: an llm.c token shard (dtensor tokenize). --out DIR: DIR/checkpoint (our names) and
  * DIR/hf, the HF directory exported from it (config.json, safetensors with HF names, the
  * tokenizer files); --resume DIR goes on from such a DIR to --steps. Prints `step N loss L`
- * per step and `sample N: TEXT`. */
+ * per step and `sample N: TEXT`. A mesh with a `pipe` dim trains the blocks in pipeline stages
+ * (examples/llama/lm_pipe.c, M micro-batches a step). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <dtensor/tokenizer.h>
 
 #include "llama/lm.h"
+#include "llama/lm_pipe.h"
 #include "llama/sample.h"
 #include "llama/text_data.h"
 #include "train/job.h"
@@ -34,7 +36,8 @@ typedef struct opts {
     int64_t batch, context, steps, sample_every, sample_tokens, top_k, max_file_bytes;
     uint64_t seed;
     double lr, wd, beta1, beta2, eps, clip, temperature;
-    int stage, lines, random_init, seqpar;
+    int stage, lines, random_init, seqpar, micro;
+    const char *schedule;
 } opts;
 
 static void usage(FILE *f)
@@ -54,7 +57,9 @@ static void usage(FILE *f)
           "  --out DIR            DIR/checkpoint and the HF directory DIR/hf\n"
           "  --resume DIR         go on from an earlier --out DIR (its checkpoint: weights,\n"
           "                       optimizer state, data position, history) to --steps\n"
-          "  --max-file-bytes N   DIR/hf's safetensors sharded (with an index) above N bytes\n",
+          "  --max-file-bytes N   DIR/hf's safetensors sharded (with an index) above N bytes\n"
+          "  --micro M --schedule gpipe|1f1b   on a mesh with a `pipe` dim: pipeline stages,\n"
+          "                       M micro-batches per step (default 1, 1f1b)\n",
           f);
 }
 
@@ -62,7 +67,7 @@ static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){.mesh = TRAIN_EXAMPLES_DIR "/meshes/1x1.yaml", .lr = -1, .beta1 = 0.9,
                 .beta2 = 0.95, .eps = 1e-8, .clip = 1.0, .stage = 1, .sample_tokens = 32,
-                .temperature = 1.0, .seed = 1};
+                .temperature = 1.0, .seed = 1, .micro = 1, .schedule = "1f1b"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -107,6 +112,8 @@ static int parse(int argc, char **argv, opts *o)
         else if (!strcmp(a, "--clip")) o->clip = atof(v);
         else if (!strcmp(a, "--temperature")) o->temperature = atof(v);
         else if (!strcmp(a, "--zero")) o->stage = atoi(v);
+        else if (!strcmp(a, "--micro")) o->micro = atoi(v);
+        else if (!strcmp(a, "--schedule")) o->schedule = v;
         else {
             fprintf(stderr, "train_llama: unknown option %s\n", a);
             return 1;
@@ -247,6 +254,123 @@ static int write_out(job *j, const opts *o, lm *m, dt_zero *z, dt_dataset *ds, h
     return 0;
 }
 
+/* Training on a mesh with a `pipe` dim (examples/llama/lm_pipe.c): the model on this
+ * client's stage mesh, the batch read on the whole mesh and handed to the stages as host ids,
+ * `step N loss L` as without pipeline. Not yet with --sequence-parallel, --out, --resume,
+ * samples or ZeRO stage 3. */
+static int run_pipe(job *j, const opts *o, const dt_mesh *mesh)
+{
+    dt_pipe *pipe = NULL;
+    lm *m = NULL;
+    lm_pipe *lp = NULL;
+    dt_tokenizer *tok = NULL;
+    text_data *td = NULL;
+    dt_dataset *ds = NULL;
+    int32_t *hx = NULL, *hy = NULL;
+    const char *what = "pipeline";
+    dt_status st = DT_OK;
+    int rc = 0;
+    if (o->seqpar || o->out || o->resume || o->sample_every > 0 || o->stage == 3)
+        return job_fail(j, what, DT_ERR_UNSUPPORTED,
+                        "a mesh with a pipe dim does not take --sequence-parallel, --out, "
+                        "--resume, --sample-every or --zero 3 yet");
+    dt_pipe_schedule_kind kind;
+    if ((st = dt_pipe_schedule_kind_parse(o->schedule, &kind)) != DT_OK ||
+        (st = dt_pipe_create(mesh, "pipe", &pipe)) != DT_OK)
+        goto fail;
+    const dt_mesh *sm = NULL;
+    for (int s = 0; s < dt_pipe_num_stages(pipe); s++)
+        if (dt_pipe_holds_stage(pipe, s))
+            sm = dt_pipe_stage_mesh(pipe, s);
+    what = "model";
+    if (o->random_init) {
+        dt_hf_config hc;
+        if ((st = dt_hf_config_read(o->model, &hc)) != DT_OK ||
+            (st = lm_create_random(sm, &hc, o->seed, &m)) != DT_OK)
+            goto fail;
+    } else if ((st = lm_load(sm, o->model, &m)) != DT_OK) {
+        goto fail;
+    }
+    what = "tokenizer";
+    if ((st = load_tokenizer(o->model, &tok)) != DT_OK)
+        goto fail;
+    if (!tok && o->text) {
+        rc = job_fail(j, what, DT_ERR_NOT_FOUND, "the model directory has no tokenizer");
+        goto done;
+    }
+    int32_t eot = tok ? text_data_eot(tok) : -1;
+    if (eot < 0)
+        eot = (int32_t)lm_config(m)->eos_token_id;
+    what = "data";
+    if ((st = make_dataset(o, mesh, tok, eot, &td, &ds)) != DT_OK)
+        goto fail;
+    lm_pipe_opts po = {o->micro, kind, o->batch, o->context, o->stage, o->clip,
+                       DT_OPTIM_ADAMW_INIT};
+    po.hp.lr = (float)o->lr;
+    po.hp.beta1 = (float)o->beta1;
+    po.hp.beta2 = (float)o->beta2;
+    po.hp.eps = (float)o->eps;
+    po.hp.weight_decay = (float)o->wd;
+    what = "pipeline";
+    if ((st = lm_pipe_create(pipe, m, &po, &lp)) != DT_OK)
+        goto fail;
+    size_t bytes = (size_t)(o->batch * o->context) * sizeof *hx;
+    hx = malloc(bytes);
+    hy = malloc(bytes);
+    if (!hx || !hy) {
+        st = DT_ERR_NO_MEMORY;
+        goto fail;
+    }
+    job_say(j, "train_llama: %s: %d pipeline stages, %d micro-batches (%s)\n", o->model,
+            dt_pipe_num_stages(pipe), o->micro, o->schedule);
+    double loss = 0, t_all = 0;
+    for (int64_t step = 0; step < o->steps; step++) {
+        dt_tensor *b[2] = {NULL, NULL};
+        what = "batch";
+        if ((st = dt_dataset_next(ds, 2, b, NULL)) != DT_OK)
+            goto fail;
+        if (dt_tensor_dtype(b[0]) != DT_DTYPE_I32)
+            st = DT_ERR_STATE;
+        if (st == DT_OK)
+            st = dt_tensor_to_host(b[0], -1, hx, bytes);
+        if (st == DT_OK)
+            st = dt_tensor_to_host(b[1], -1, hy, bytes);
+        dt_tensor_destroy(b[0]);
+        dt_tensor_destroy(b[1]);
+        if (st != DT_OK)
+            goto fail;
+        double t0 = job_now();
+        dt_zero_step_info info;
+        what = "pipeline step";
+        if ((st = lm_pipe_step(lp, hx, hy, &loss, &info)) != DT_OK)
+            goto fail;
+        double dt = job_now() - t0;
+        t_all += dt;
+        job_say(j, "step %lld loss %.9g tokens_per_s %.1f\n", (long long)step, loss,
+                (double)(o->batch * o->context) / dt);
+    }
+    job_say(j, "result loss=%.6f tokens_per_s=%.1f\n", loss,
+            t_all > 0 ? (double)(o->batch * o->context * o->steps) / t_all : 0.0);
+    goto done;
+fail:
+    /* A stage's own failure, printed where it happened (job_fail prints on client 0, which
+     * may be another stage waiting for this one). */
+    if (j->me != 0 && st != DT_ERR_TIMEOUT)
+        fprintf(stderr, "train_llama: client %d: %s: %s: %s\n", j->me, what, dt_status_name(st),
+                lm_last_error());
+    rc = job_fail(j, what, st, lm_last_error());
+done:
+    free(hx);
+    free(hy);
+    lm_pipe_destroy(lp);
+    dt_dataset_destroy(ds);
+    text_data_destroy(td);
+    dt_tokenizer_destroy(tok);
+    lm_destroy(m);
+    dt_pipe_destroy(pipe);
+    return rc;
+}
+
 static int run(job *j, const opts *o)
 {
     dt_mesh *mesh = NULL;
@@ -264,6 +388,11 @@ static int run(job *j, const opts *o)
     if (job_mesh(j, o->mesh, NULL, -1, &mesh) != 0) {
         dt_mesh_destroy(mesh);
         return 1;
+    }
+    if (dt_mesh_dim_index(mesh, "pipe") >= 0) {
+        rc = run_pipe(j, o, mesh);
+        dt_mesh_destroy(mesh);
+        return rc;
     }
     what = "model";
     if (o->random_init) {
@@ -403,6 +532,7 @@ int main(int argc, char **argv)
 {
     job j;
     job_begin(&j, "train_llama", &argc, &argv);
+    j.allow_pipe = 1; /* a `pipe` dim: run_pipe */
     opts o;
     int rc = parse(argc, argv, &o);
     if (rc == 2) {

@@ -18,6 +18,7 @@ int cli_launch(int argc, char **argv);
 int cli_trace(int argc, char **argv);
 int cli_ops(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_generate(int argc, char **argv);
 
 /* Prints "dtensor: <what>: <status name>: <dt_last_error()>" to stderr; returns CLI_BAD_INPUT. */
 int cli_fail(const char *what, dt_status st);

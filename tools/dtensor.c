@@ -22,6 +22,8 @@ int cli_usage(void)
           "       dtensor ops [--markdown]\n"
           "       dtensor ops --validate [--cases N] [--seed S] [--max-dim D] [--op NAME] [--gpu]\n"
           "       dtensor tokenize (--model DIR | --tokenizer FILE) --out PREFIX [--lines] INPUT...\n"
+          "       dtensor generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T]\n"
+          "                        [--top-k K] [--top-p P] [--seed S] [--mesh FILE]\n"
           "       dtensor --version\n",
           stderr);
     return CLI_USAGE;
@@ -100,6 +102,8 @@ int main(int argc, char **argv)
         return cli_ops(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0)
         return cli_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "generate") == 0)
+        return cli_generate(argc - 1, argv + 1);
     if (strcmp(cmd, "--version") == 0) {
         printf("dtensor %s (CUDA %s)\n", DT_VERSION_STRING, DT_HAVE_CUDA ? "built" : "not built");
         return CLI_OK;

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_attend.h"
 #include "lm_impl.h"
 
 static char own_error[256];
@@ -66,7 +65,6 @@ void lm_destroy(lm *m)
     free(m->p);
     free(m->names);
     free(m->ly);
-    free(m->inv_freq);
     free(m->opt);
     dt_mesh_destroy(m->mesh);
     free(m);
@@ -189,8 +187,7 @@ dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count)
     m->p = calloc((size_t)count, sizeof *m->p);
     m->names = calloc((size_t)count, sizeof *m->names);
     m->ly = calloc((size_t)c->layers, sizeof *m->ly);
-    m->inv_freq = calloc((size_t)(c->head_dim / 2 + 1), sizeof *m->inv_freq);
-    if (!m->p || !m->names || !m->ly || !m->inv_freq)
+    if (!m->p || !m->names || !m->ly)
         st = DT_ERR_NO_MEMORY;
     for (int i = 0; st == DT_OK && i < count; i++) {
         const char *s[2];
@@ -208,11 +205,22 @@ dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count)
     }
     for (int i = 0; st == DT_OK && i < m->n; i++)
         lm__bind(m, i);
-    if (st == DT_OK && c->arch == DT_HF_LLAMA)
-        kv_rope_freqs(c->head_dim, c->rope_theta, c->rope_llama3, c->rope_factor,
-                      c->rope_low_freq_factor, c->rope_high_freq_factor,
-                      (double)c->rope_original_max, m->inv_freq);
     return st;
+}
+
+void lm__rope_opts(const lm *m, dt_rope_opts *out)
+{
+    const dt_hf_config *c = &m->cfg;
+    dt_rope_opts o = DT_ROPE_OPTS_INIT;
+    o.theta = c->rope_theta;
+    o.llama3 = c->rope_llama3;
+    if (c->rope_llama3) {
+        o.factor = c->rope_factor;
+        o.low_freq_factor = c->rope_low_freq_factor;
+        o.high_freq_factor = c->rope_high_freq_factor;
+        o.original_max = c->rope_original_max;
+    }
+    *out = o;
 }
 
 dt_status lm_load(const dt_mesh *mesh, const char *dir, lm **out)

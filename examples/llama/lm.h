@@ -6,10 +6,10 @@
  *   o, down, proj             row parallel, outputs all-reduced over model
  *   norms, row-parallel biases replicated
  *   activations [rows, n, C]  rows sharded on batch (when it divides them)
- *   cache [rows, cap, KV * D] per layer for keys and for values, laid out as k and v (kv heads
- *                             sharded on model when it divides them and the query heads).
- * The projections, norms, MLP and head are libdtensor's distributed ops; rotary embeddings
- * and attention against the cache are local loops (kv_attend.c) on each device's heads.
+ *   cache [rows, cap, KV, D]  per layer for keys and for values, rows as the activations, kv
+ *                             heads sharded on model when it divides them and the query heads.
+ * Every step is libdtensor's distributed ops (rotary embeddings dt_rope_half, attention
+ * against the cache dt_attention_cached) but the cache's append, a local copy per device.
  * Weights in f32 (the source's f16 / bf16 converted). */
 #ifndef LLAMA_LM_H
 #define LLAMA_LM_H
@@ -91,6 +91,23 @@ dt_status lm_attach(lm *m, dt_zero *zero, const dt_optim_hparams *hp, int stage3
 int lm_opt_order(const lm *m, int k);
 /* Both groups' learning rate. */
 dt_status lm_set_lr(const lm *m, dt_zero *zero, float lr);
+
+/* ---- pipeline stages (lm_train.c; driven by lm_pipe.c) ----
+ * One micro-batch's pass over blocks lo..hi-1 on the autograd tape of its own run: from ids x
+ * (the first stage: embeddings; h NULL) or the previous stage's activation h (x NULL), then
+ * with targets y (the last stage) the final norm, head and loss, else *out an owned copy of
+ * the activation [rows, T, C] to send on. Collective over m's mesh. */
+typedef struct lm_stage_run lm_stage_run;
+dt_status lm_stage_forward(lm *m, int64_t lo, int64_t hi, const dt_tensor *x, const dt_tensor *h,
+                           const dt_tensor *y, lm_stage_run **run_out, dt_tensor **out);
+/* The run's output: the loss on the last stage (borrowed). */
+const dt_tensor *lm_stage_output(const lm_stage_run *r);
+/* Its backward from dy (the next stage's gradient of the output; NULL on the last stage, the
+ * loss seeded with `seed`): each parameter's gradient added into acc[i] (owned; NULL: set),
+ * *dx_out the input's gradient (NULL on the first stage). Collective. */
+dt_status lm_stage_backward(lm *m, lm_stage_run *r, const dt_tensor *dy, float seed,
+                            dt_tensor **acc, dt_tensor **dx_out);
+void lm_stage_run_free(lm_stage_run *r);
 
 /* A message for the last failure: this module's own or dt_last_error(). */
 const char *lm_last_error(void);

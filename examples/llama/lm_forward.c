@@ -1,10 +1,9 @@
 /* llama/lm_forward: the key/value cache laid out on the mesh and the incremental forward pass
- * against it: libdtensor's ops for the projections, norms, MLP and head, kv_attend.c's local
- * rotary embeddings and attention on each device's heads (lm.h). */
+ * against it, all libdtensor ops (rotary embeddings dt_rope_half, attention against the cache
+ * dt_attention_cached) but the cache's append, a local copy on each device (lm.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv_attend.h"
 #include "lm_impl.h"
 
 /* ---- the cache ----------------------------------------------------------------------------- */
@@ -58,12 +57,19 @@ dt_status lm_cache_create(const lm *m, int64_t rows, int64_t cap, lm_cache **out
         lm_cache_destroy(c);
         return st;
     }
-    int64_t shape[3] = {rows, cap, cf->kv_heads * cf->head_dim};
+    /* [rows, cap, KV, D]: rows as the activations', kv heads as k's. */
+    int64_t shape[4] = {rows, cap, cf->kv_heads, cf->head_dim};
+    const char *u = DT_UNSHARDED;
+    const char *spec[4] = {dt_layout_spec(c->l.kv, 0), u,
+                           dt_layout_spec(c->l.kv, 2), u};
+    dt_layout *cl = NULL;
+    st = dt_layout_create(m->mesh, 4, spec, &cl);
     for (int64_t l = 0; st == DT_OK && l < cf->layers; l++) {
-        st = dt_tensor_zeros(c->l.kv, DT_DTYPE_F32, shape, &c->k[l]);
+        st = dt_tensor_zeros(cl, DT_DTYPE_F32, shape, &c->k[l]);
         if (st == DT_OK)
-            st = dt_tensor_zeros(c->l.kv, DT_DTYPE_F32, shape, &c->v[l]);
+            st = dt_tensor_zeros(cl, DT_DTYPE_F32, shape, &c->v[l]);
     }
+    dt_layout_destroy(cl);
     if (st != DT_OK) {
         lm_cache_destroy(c);
         return st;
@@ -129,90 +135,82 @@ static dt_status norm(const lm *m, keep_list *k, const dt_tensor *x, const dt_te
     return st;
 }
 
-/* A component's element count. */
-static int64_t comp_numel(const DLTensor *d)
+/* Writes n new positions (k, v [rows, n, KV, D] in the cache's layout) into layer l's cache
+ * at positions len..len+n-1, device by device: in place on a CPU device, else through a host
+ * copy of the component. */
+static dt_status cache_append(lm_cache *c, int64_t l, int64_t n, const dt_tensor *k,
+                              const dt_tensor *v)
 {
-    int64_t n = 1;
-    for (int i = 0; i < d->ndim; i++)
-        n *= d->shape[i];
-    return n;
+    dt_status st = DT_OK;
+    for (int which = 0; which < 2 && st == DT_OK; which++) {
+        dt_tensor *dst = which ? c->v[l] : c->k[l];
+        const dt_tensor *src = which ? v : k;
+        for (int i = 0; st == DT_OK && i < dt_tensor_num_local(dst); i++) {
+            const DLTensor *dc = dt_tensor_local(dst, i), *ds = dt_tensor_local(src, i);
+            int64_t rl = dc->shape[0], w = dc->shape[2] * dc->shape[3];
+            size_t nc = (size_t)(rl * c->cap * w), ns = (size_t)(rl * n * w);
+            if (nc == 0)
+                continue;
+            int host = dc->device.device_type == kDLCPU;
+            float *cc = host ? (float *)((char *)dc->data + dc->byte_offset) : malloc(nc * 4);
+            float *cs = malloc((ns ? ns : 1) * 4);
+            st = cc && cs ? DT_OK : DT_ERR_NO_MEMORY;
+            if (st == DT_OK && ds->shape[2] * ds->shape[3] != w)
+                st = DT_ERR_STATE; /* not in the cache's layout */
+            if (st == DT_OK)
+                st = dt_tensor_local_read(src, i, cs, ns * 4);
+            if (st == DT_OK && !host)
+                st = dt_tensor_local_read(dst, i, cc, nc * 4);
+            for (int64_t r = 0; st == DT_OK && r < rl; r++)
+                memcpy(cc + (r * c->cap + c->len) * w, cs + r * n * w, (size_t)(n * w) * 4);
+            if (st == DT_OK && !host)
+                st = dt_tensor_local_write(dst, i, cc, nc * 4);
+            if (!host)
+                free(cc);
+            free(cs);
+        }
+    }
+    return st;
 }
 
-/* Layer l's attention core on every local device: rotary embeddings on q and k (Llama), k and
- * v written into the cache at positions len..len+n-1, then q against the cache, into y (a
- * tensor of q's layout). */
-static dt_status attend_local(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor *q,
-                              dt_tensor *k, dt_tensor *v, dt_tensor **y_out)
+/* Layer l's attention core: q [rows, n, H*D], k, v [rows, n, KV*D] viewed per head, rotary
+ * embeddings on q and k at positions len.. (Llama: dt_rope_half), k and v appended to the
+ * cache, then q (its heads grouped under their kv heads) against the cache
+ * (dt_attention_cached), into y [rows, n, H*D]. */
+static dt_status attend(const lm *m, lm_cache *c, keep_list *kl, int64_t l, int64_t n,
+                        const dt_tensor *q, const dt_tensor *k, const dt_tensor *v,
+                        dt_tensor **y_out)
 {
     const dt_hf_config *cf = &m->cfg;
-    int64_t D = cf->head_dim, group = cf->heads / cf->kv_heads;
-    dt_tensor *y = NULL;
-    dt_status st = dt_tensor_zeros(dt_tensor_layout(q), DT_DTYPE_F32, dt_tensor_shape(q), &y);
-    int nl = dt_tensor_num_local(q);
-    for (int i = 0; st == DT_OK && i < nl; i++) {
-        const DLTensor *dq = dt_tensor_local(q, i), *dk = dt_tensor_local(k, i);
-        const DLTensor *dc = dt_tensor_local(c->k[l], i);
-        int64_t rl = dq->shape[0], wq = dq->shape[2], wk = dk->shape[2];
-        int64_t q0 = dt_tensor_local_offset(q, i)[2] / D;
-        int64_t k0 = dt_tensor_local_offset(k, i)[2] / D;
-        int64_t nq = comp_numel(dq), nk = comp_numel(dk), nc = comp_numel(dc);
-        if (rl == 0 || wq == 0)
-            continue;
-        float *bq = malloc((size_t)nq * 4), *bk = malloc((size_t)nk * 4);
-        float *bv = malloc((size_t)nk * 4), *by = malloc((size_t)nq * 4);
-        /* The cache in host memory: the component itself on a CPU device, else a copy. */
-        int host = dc->device.device_type == kDLCPU;
-        float *ck = host ? (float *)((char *)dc->data + dc->byte_offset) : malloc((size_t)nc * 4);
-        const DLTensor *dcv = dt_tensor_local(c->v[l], i);
-        float *cv = host ? (float *)((char *)dcv->data + dcv->byte_offset) : malloc((size_t)nc * 4);
-        if (!bq || !bk || !bv || !by || !ck || !cv)
-            st = DT_ERR_NO_MEMORY;
-        if (st == DT_OK)
-            st = dt_tensor_local_read(q, i, bq, (size_t)nq * 4);
-        if (st == DT_OK)
-            st = dt_tensor_local_read(k, i, bk, (size_t)nk * 4);
-        if (st == DT_OK)
-            st = dt_tensor_local_read(v, i, bv, (size_t)nk * 4);
-        if (st == DT_OK && !host)
-            st = dt_tensor_local_read(c->k[l], i, ck, (size_t)nc * 4);
-        if (st == DT_OK && !host)
-            st = dt_tensor_local_read(c->v[l], i, cv, (size_t)nc * 4);
-        if (st == DT_OK) {
-            if (cf->arch == DT_HF_LLAMA) {
-                kv_rope(rl, n, wq / D, D, c->len, m->inv_freq, bq);
-                kv_rope(rl, n, wk / D, D, c->len, m->inv_freq, bk);
-            }
-            for (int64_t r = 0; r < rl; r++)
-                for (int64_t t = 0; t < n; t++) {
-                    size_t at = (size_t)((r * c->cap + c->len + t) * wk);
-                    memcpy(ck + at, bk + (r * n + t) * wk, (size_t)wk * 4);
-                    memcpy(cv + at, bv + (r * n + t) * wk, (size_t)wk * 4);
-                }
-            if (kv_attend(rl, n, c->len, c->cap, wq / D, q0, wk / D, k0, group, D, bq, ck, cv,
-                          by) != 0) {
-                lm__set_error("lm_forward: a device's query heads need key/value heads it lacks");
-                st = DT_ERR_STATE;
-            }
-        }
-        if (st == DT_OK && !host)
-            st = dt_tensor_local_write(c->k[l], i, ck, (size_t)nc * 4);
-        if (st == DT_OK && !host)
-            st = dt_tensor_local_write(c->v[l], i, cv, (size_t)nc * 4);
-        if (st == DT_OK)
-            st = dt_tensor_local_write(y, i, by, (size_t)nq * 4);
-        if (!host) {
-            free(ck);
-            free(cv);
-        }
-        free(bq);
-        free(bk);
-        free(bv);
-        free(by);
-    }
-    if (st != DT_OK) {
-        dt_tensor_destroy(y);
+    int64_t rows = c->rows, D = cf->head_dim, KV = cf->kv_heads, G = cf->heads / KV;
+    int64_t sq[4] = {rows, n, KV * G, D}, sq5[5] = {rows, n, KV, G, D};
+    int64_t skv[4] = {rows, n, KV, D}, sy[3] = {rows, n, KV * G * D};
+    dt_tensor *q4 = NULL, *q5 = NULL, *k4 = NULL, *v4 = NULL, *kc = NULL, *vc = NULL;
+    dt_tensor *y5 = NULL, *y = NULL;
+    dt_status st;
+    if ((st = keep(kl, dt_reshape(q, 4, sq, &q4), &q4)) != DT_OK ||
+        (st = keep(kl, dt_reshape(k, 4, skv, &k4), &k4)) != DT_OK ||
+        (st = keep(kl, dt_reshape(v, 4, skv, &v4), &v4)) != DT_OK)
         return st;
+    if (cf->arch == DT_HF_LLAMA) {
+        dt_rope_opts ro;
+        lm__rope_opts(m, &ro);
+        dt_tensor *qr = NULL, *kr = NULL;
+        if ((st = keep(kl, dt_rope_half(q4, c->len, &ro, &qr), &qr)) != DT_OK ||
+            (st = keep(kl, dt_rope_half(k4, c->len, &ro, &kr), &kr)) != DT_OK)
+            return st;
+        q4 = qr;
+        k4 = kr;
     }
+    if ((st = keep(kl, dt_reshape(q4, 5, sq5, &q5), &q5)) != DT_OK)
+        return st;
+    const dt_layout *cl = dt_tensor_layout(c->k[l]);
+    if ((st = keep(kl, dt_relayout(k4, cl, &kc), &kc)) != DT_OK ||
+        (st = keep(kl, dt_relayout(v4, cl, &vc), &vc)) != DT_OK ||
+        (st = cache_append(c, l, n, kc, vc)) != DT_OK ||
+        (st = keep(kl, dt_attention_cached(q5, c->k[l], c->v[l], c->len, &y5), &y5)) != DT_OK ||
+        (st = keep(kl, dt_reshape(y5, 3, sy, &y), &y)) != DT_OK)
+        return st;
     *y_out = y;
     return DT_OK;
 }
@@ -230,7 +228,7 @@ static dt_status block(const lm *m, lm_cache *c, int64_t l, int64_t n, dt_tensor
         (st = linear(&k, a, w->qw, w->qb, c->l.q, &q)) != DT_OK ||
         (st = linear(&k, a, w->kw, w->kb, c->l.kv, &kk)) != DT_OK ||
         (st = linear(&k, a, w->vw, w->vb, c->l.kv, &v)) != DT_OK ||
-        (st = keep(&k, attend_local(m, c, l, n, q, kk, v, &y), &y)) != DT_OK ||
+        (st = attend(m, c, &k, l, n, q, kk, v, &y)) != DT_OK ||
         (st = linear(&k, y, w->ow, w->ob, c->l.act, &o)) != DT_OK ||
         (st = keep(&k, dt_add(x, o, c->l.act, &x1), &x1)) != DT_OK ||
         (st = norm(m, &k, x1, w->n2g, w->n2b, &b)) != DT_OK)

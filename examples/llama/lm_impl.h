@@ -24,7 +24,6 @@ struct lm {
     dt_tensor *embed, *pos, *nfg, *nfb, *head; /* head: the tied embedding or lm_head */
     int q_sharded, kv_sharded, f_sharded;      /* over `model` */
     const char *tp;                            /* "model" or unsharded */
-    double *inv_freq;                          /* rotary frequencies (Llama) */
     int *opt;      /* lm_attach: the model's parameter at optimizer position k */
     int groups[2]; /* lm_attach: the decayed and the other parameters' groups */
     dt_zero *zero; /* stage 3 (lm_attach): the optimizer holds the parameters */
@@ -46,13 +45,16 @@ dt_status lm__layouts(const lm *m, int64_t rows, lm_layouts *out);
 void lm__layouts_free(lm_layouts *l);
 
 /* m's parameters (m->mesh and m->cfg set) as zeroed tensors of map's names and shapes in their
- * layouts, bound to the layer slots; the rotary frequencies. Collective (no communication). */
+ * layouts, bound to the layer slots. Collective (no communication). */
 dt_status lm__build(lm *m, const dt_foreign_map_entry *map, int count);
 
 /* Stage 3: every parameter gathered whole (p[] borrowed from the optimizer, the slots bound)
  * for a pass, and released after it. Nothing in stages 0-2. Collective. */
 dt_status lm__gather(lm *m);
 dt_status lm__release(lm *m);
+
+/* The config's rotary embeddings as dt_rope_half's options (Llama). */
+void lm__rope_opts(const lm *m, dt_rope_opts *out);
 
 /* Points the layer and model slots named by parameter i at it; lm__rebind: every slot
  * cleared, then bound to p[] again. */

@@ -1,8 +1,7 @@
 /* llama/lm_train: the model's training pass over whole sequences recorded on the autograd
- * tape (no cache), its gradients, and its ZeRO groups (lm.h). Rotary embeddings are written
- * with taped ops: rope(x) = x * cos + (x @ R) * sin, R the constant rotate-half matrix of each
- * head (block diagonal), cos and sin tables of the positions; attention is
- * dt_attention_gqa's (dt_attention's for GPT-2). */
+ * tape (no cache), its gradients, and its ZeRO groups (lm.h). Rotary embeddings are
+ * dt_rope_half's (its gradient the inverse rotation); attention is dt_attention_gqa's
+ * (dt_attention's for GPT-2). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,63 +37,20 @@ static void pass_free(pass *p)
     p->n = 0;
 }
 
-/* The rotary constants of one width (heads * D) for [rows, T]: cos and sin tables in
- * `layout`, and R [width, width] replicated. */
-static dt_status rope_consts(const lm *m, pass *p, const dt_layout *layout, int64_t rows, int64_t T,
-                             int64_t heads, dt_tensor **cos_out, dt_tensor **sin_out,
-                             dt_tensor **r_out)
+/* Rotary embeddings of x [rows, T, heads * D] on the tape: viewed [rows, T, heads, D] for
+ * dt_rope_half (positions 0..T-1), then back. */
+static dt_status rope(const lm *m, pass *p, const dt_tensor *x, int64_t heads, dt_tensor **out)
 {
-    int64_t D = m->cfg.head_dim, W = heads * D, half = D / 2;
-    float *c = malloc((size_t)(rows * T * W) * sizeof *c);
-    float *s = malloc((size_t)(rows * T * W) * sizeof *s);
-    float *r = calloc((size_t)(W * W), sizeof *r);
-    dt_status st = c && s && r ? DT_OK : DT_ERR_NO_MEMORY;
-    for (int64_t t = 0; st == DT_OK && t < T; t++)
-        for (int64_t i = 0; i < D; i++) {
-            double a = (double)t * m->inv_freq[i % half];
-            float cv = (float)cos(a), sv = (float)sin(a);
-            for (int64_t b = 0; b < rows; b++)
-                for (int64_t h = 0; h < heads; h++) {
-                    c[(b * T + t) * W + h * D + i] = cv;
-                    s[(b * T + t) * W + h * D + i] = sv;
-                }
-        }
-    /* (x @ R)[h D + i] = -x[h D + i + D/2] for i < D/2, x[h D + i - D/2] above. */
-    for (int64_t h = 0; st == DT_OK && h < heads; h++)
-        for (int64_t i = 0; i < half; i++) {
-            r[(h * D + i + half) * W + h * D + i] = -1.0f;
-            r[(h * D + i) * W + h * D + i + half] = 1.0f;
-        }
-    int64_t shape[3] = {rows, T, W}, rs[2] = {W, W};
-    dt_layout *rep = NULL;
+    const int64_t *s = dt_tensor_shape(x);
+    int64_t D = m->cfg.head_dim, s4[4] = {s[0], s[1], heads, D}, s3[3] = {s[0], s[1], heads * D};
+    dt_rope_opts ro;
+    lm__rope_opts(m, &ro);
+    dt_tensor *x4 = NULL, *y4 = NULL;
+    dt_status st = keep(p, dt_reshape(x, 4, s4, &x4), &x4);
     if (st == DT_OK)
-        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, c, cos_out), cos_out);
+        st = keep(p, dt_rope_half(x4, 0, &ro, &y4), &y4);
     if (st == DT_OK)
-        st = keep(p, lm__from_host(layout, DT_DTYPE_F32, shape, s, sin_out), sin_out);
-    if (st == DT_OK)
-        st = dt_layout_replicated(m->mesh, 2, &rep);
-    if (st == DT_OK)
-        st = keep(p, lm__from_host(rep, DT_DTYPE_F32, rs, r, r_out), r_out);
-    dt_layout_destroy(rep);
-    free(c);
-    free(s);
-    free(r);
-    return st;
-}
-
-/* x * cos + (x @ R) * sin, on the tape, in `layout`. */
-static dt_status rope(pass *p, const dt_tensor *x, const dt_tensor *c, const dt_tensor *s,
-                      const dt_tensor *r, const dt_layout *layout, dt_tensor **out)
-{
-    dt_tensor *xr = NULL, *a = NULL, *b = NULL, *y = NULL;
-    dt_status st = keep(p, dt_matmul_nd(x, r, 0, 0, layout, &xr), &xr);
-    if (st == DT_OK)
-        st = keep(p, dt_mul(x, c, layout, &a), &a);
-    if (st == DT_OK)
-        st = keep(p, dt_mul(xr, s, layout, &b), &b);
-    if (st == DT_OK)
-        st = keep(p, dt_add(a, b, layout, &y), &y);
-    *out = y;
+        st = keep(p, dt_reshape(y4, 3, s3, out), out);
     return st;
 }
 
@@ -137,22 +93,23 @@ static dt_status gather_seq(pass *p, const lm_layouts *l, dt_tensor *x, dt_tenso
  * sequence parallelism (l->sp) the residual stream and the norms are sharded along the
  * sequence over `model` (Megatron): gathered before the column-parallel matmuls, the
  * row-parallel outputs reduce-scattered into it. */
-static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
-                         const dt_tensor *y, dt_tensor **loss_out)
+/* A pipeline stage's part of it: from ids x (the first stage: embeddings) or the activation
+ * hin [rows, T, C], blocks lo..hi-1, then with `last` the final norm, the head and the loss
+ * against y into *out, else the activation. */
+static dt_status forward_range(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
+                               const dt_tensor *hin, int64_t lo, int64_t hi, int last,
+                               const dt_tensor *y, dt_tensor **out)
 {
     const dt_hf_config *cf = &m->cfg;
-    int64_t rows = dt_tensor_shape(x)[0], T = dt_tensor_shape(x)[1];
+    const dt_tensor *first = x ? x : hin;
+    int64_t rows = dt_tensor_shape(first)[0], T = dt_tensor_shape(first)[1];
     int llama = cf->arch == DT_HF_LLAMA;
-    dt_tensor *cq = NULL, *sq = NULL, *rq = NULL, *ck = NULL, *sk = NULL, *rk = NULL;
-    dt_tensor *h = NULL;
+    dt_tensor *h = (dt_tensor *)hin;
     dt_status st = DT_OK;
     const dt_layout *res = l->sp ? l->sp : l->act; /* the residual stream's layout */
-    if (llama && ((st = rope_consts(m, p, l->q, rows, T, cf->heads, &cq, &sq, &rq)) != DT_OK ||
-                  (st = rope_consts(m, p, l->kv, rows, T, cf->kv_heads, &ck, &sk, &rk)) != DT_OK))
+    if (x && (st = keep(p, dt_embedding(m->embed, x, res, &h), &h)) != DT_OK)
         return st;
-    if ((st = keep(p, dt_embedding(m->embed, x, res, &h), &h)) != DT_OK)
-        return st;
-    if (m->pos) {
+    if (x && m->pos) {
         int32_t *pos = malloc((size_t)(rows * T) * sizeof *pos);
         int64_t shape[2] = {rows, T};
         dt_tensor *tp = NULL, *pe = NULL, *h2 = NULL;
@@ -167,7 +124,7 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             st = keep(p, dt_add(h, pe, res, &h2), &h2);
         h = h2;
     }
-    for (int64_t i = 0; st == DT_OK && i < cf->layers; i++) {
+    for (int64_t i = lo; st == DT_OK && i < hi; i++) {
         const layer *w = &m->ly[i];
         dt_tensor *a, *q, *k, *v, *qr, *kr, *att = NULL, *o, *h1 = NULL, *b, *f, *g = NULL;
         dt_tensor *mo, *h2 = NULL;
@@ -179,8 +136,8 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             break;
         qr = q;
         kr = k;
-        if (llama && ((st = rope(p, q, cq, sq, rq, l->q, &qr)) != DT_OK ||
-                      (st = rope(p, k, ck, sk, rk, l->kv, &kr)) != DT_OK))
+        if (llama && ((st = rope(m, p, q, cf->heads, &qr)) != DT_OK ||
+                      (st = rope(m, p, k, cf->kv_heads, &kr)) != DT_OK))
             break;
         st = llama ? dt_attention_gqa(qr, kr, v, cf->heads, cf->kv_heads, 1, &att)
                    : dt_attention(qr, kr, v, cf->heads, 1, &att);
@@ -205,6 +162,10 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
             break;
         h = h2;
     }
+    if (!last) {
+        *out = h;
+        return st;
+    }
     dt_tensor *fo = NULL, *logits = NULL, *loss = NULL;
     if (st == DT_OK)
         st = norm(m, p, h, m->nfg, m->nfb, &fo);
@@ -214,8 +175,14 @@ static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_ten
         st = keep(p, dt_matmul_nd(fo, m->head, 0, 1, NULL, &logits), &logits);
     if (st == DT_OK)
         st = keep(p, dt_vocab_xent(logits, y, NULL, &loss), &loss);
-    *loss_out = loss;
+    *out = loss;
     return st;
+}
+
+static dt_status forward(const lm *m, pass *p, const lm_layouts *l, const dt_tensor *x,
+                         const dt_tensor *y, dt_tensor **loss_out)
+{
+    return forward_range(m, p, l, x, NULL, 0, m->cfg.layers, 1, y, loss_out);
 }
 
 dt_status lm_grads(lm *m, dt_tape *tape, const dt_tensor *x, const dt_tensor *y, double *loss_out,
@@ -343,4 +310,92 @@ dt_status lm_set_lr(const lm *m, dt_zero *zero, float lr)
 {
     dt_status st = dt_zero_set_lr(zero, m->groups[0], lr);
     return st == DT_OK ? dt_zero_set_lr(zero, m->groups[1], lr) : st;
+}
+
+/* ---- pipeline stages (lm_pipe.c) --------------------------------------------------------- */
+
+struct lm_stage_run {
+    dt_tape *tape;
+    pass p;
+    lm_layouts l;
+    dt_tensor *in;  /* the stage's own copy of its input activation (watched as m->n) */
+    dt_tensor *out; /* the activation sent on, or the loss */
+};
+
+void lm_stage_run_free(lm_stage_run *r)
+{
+    if (!r)
+        return;
+    dt_tape_destroy(r->tape);
+    pass_free(&r->p);
+    dt_tensor_destroy(r->in);
+    lm__layouts_free(&r->l);
+    free(r);
+}
+
+dt_status lm_stage_forward(lm *m, int64_t lo, int64_t hi, const dt_tensor *x, const dt_tensor *h,
+                           const dt_tensor *y, lm_stage_run **run_out, dt_tensor **out)
+{
+    lm__set_error("%s", "");
+    lm_stage_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return DT_ERR_NO_MEMORY;
+    const dt_tensor *rows_of = x ? x : h;
+    dt_tape_opts to = DT_TAPE_OPTS_INIT;
+    dt_status st = lm__layouts(m, dt_tensor_shape(rows_of)[0], &r->l);
+    if (st == DT_OK)
+        st = dt_tape_create(&to, &r->tape);
+    for (int i = 0; st == DT_OK && i < m->n; i++)
+        if (m->p[i]) /* a pipeline stage holds its own parameters only */
+            st = dt_tape_watch(r->tape, m->p[i], i);
+    if (st == DT_OK && h && (st = dt_detach(h, &r->in)) == DT_OK)
+        st = dt_tape_watch(r->tape, r->in, m->n);
+    if (st == DT_OK)
+        st = dt_tape_begin(r->tape);
+    if (st == DT_OK) {
+        st = forward_range(m, &r->p, &r->l, x, r->in, lo, hi, y != NULL, y, &r->out);
+        dt_status end = dt_tape_end(r->tape);
+        st = st != DT_OK ? st : end;
+    }
+    /* The activation handed on: a copy the receiver owns. */
+    if (st == DT_OK && !y)
+        st = dt_detach(r->out, out);
+    if (st != DT_OK) {
+        lm_stage_run_free(r);
+        return st;
+    }
+    *run_out = r;
+    return DT_OK;
+}
+
+const dt_tensor *lm_stage_output(const lm_stage_run *r)
+{
+    return r->out;
+}
+
+dt_status lm_stage_backward(lm *m, lm_stage_run *r, const dt_tensor *dy, float seed,
+                            dt_tensor **acc, dt_tensor **dx_out)
+{
+    dt_status st = dt_tape_backward(r->tape, r->out, dy, seed, NULL);
+    for (int i = 0; st == DT_OK && i < m->n; i++) {
+        dt_tensor *g = NULL, *sum = NULL;
+        if (!m->p[i])
+            continue;
+        st = dt_tape_take_grad(r->tape, i, &g);
+        if (st != DT_OK || !g)
+            continue;
+        if (!acc[i]) {
+            acc[i] = g;
+            continue;
+        }
+        st = dt_add(acc[i], g, NULL, &sum);
+        dt_tensor_destroy(g);
+        if (st == DT_OK) {
+            dt_tensor_destroy(acc[i]);
+            acc[i] = sum;
+        }
+    }
+    if (st == DT_OK && dx_out)
+        st = r->in ? dt_tape_take_grad(r->tape, m->n, dx_out) : DT_OK;
+    return st;
 }

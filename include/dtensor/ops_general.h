@@ -197,6 +197,38 @@ DT_API dt_status dt_mse(const dt_tensor *pred, const dt_tensor *target, dt_tenso
 DT_API dt_status dt_cross_entropy(const dt_tensor *logits, const dt_tensor *labels,
                                   int64_t ignore_index, dt_tensor **out);
 
+/* ---- decoding (family "transformer"; docs/generate.md) -------------------------------------
+ * rope_half: rotary position embeddings in the rotate-half form (Hugging Face's Llama, Qwen2,
+ * Mistral) on x [..., T, heads, head_dim] (head_dim even): within each head, elements i and
+ * i + head_dim/2 at sequence index t are rotated by the angle (pos_offset + t) * inv_freq[i],
+ *   y[i] = x[i] cos - x[i + D/2] sin;  y[i + D/2] = x[i + D/2] cos + x[i] sin,
+ * inv_freq[i] = theta^(-2i / head_dim), scaled as Llama 3.1 does when opts->llama3 (wavelengths
+ * above original_max / low_freq_factor divided by factor, below original_max /
+ * high_freq_factor kept, interpolated between). f32: the angle, cos and sin in f64 rounded to
+ * f32. Rule "...thD->...thD": sequence- and head-sharded x rotate without communication, each
+ * block at its global positions; linear (a partial x passes through). Its gradient is the
+ * inverse rotation. opts NULL: theta 10000, no scaling. */
+typedef struct dt_rope_opts {
+    double theta;
+    int llama3;
+    double factor, low_freq_factor, high_freq_factor;
+    int64_t original_max;
+} dt_rope_opts;
+#define DT_ROPE_OPTS_INIT {10000.0, 0, 8.0, 1.0, 4.0, 8192}
+DT_API dt_status dt_rope_half(const dt_tensor *x, int64_t pos_offset, const dt_rope_opts *opts,
+                              dt_tensor **out);
+/* attention_cached: causal attention of T new queries at positions pos_offset..pos_offset+T-1
+ * against a key/value cache holding positions 0..pos_offset+T-1 (the new ones written):
+ * q [B, T, KV, G, D] (query head kv * G + g, grouped under its key/value head), k_cache,
+ * v_cache [B, S, KV, D] with S >= pos_offset + T (positions beyond are not read); query t
+ * attends to positions 0..pos_offset+t with scale 1/sqrt(D). Output like q. Rule
+ * "btkgD,bSkD,bSkD->btkgD": batch, query positions, kv heads and groups shard with no
+ * communication (the cache positions whole). Not differentiable (decoding; training uses
+ * dt_attention_gqa). */
+DT_API dt_status dt_attention_cached(const dt_tensor *q, const dt_tensor *k_cache,
+                                     const dt_tensor *v_cache, int64_t pos_offset,
+                                     dt_tensor **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -81,6 +81,8 @@ def losses(out):
 
 def main():
     train, gen, tool, mpiexec, examples = sys.argv[1:6]
+    # --sanitized (the ASan pass): the bit-for-bit pipeline run is left to the plain pass.
+    sanitized = "--sanitized" in sys.argv[6:]
     names = os.path.join(examples, "data", "names.txt")
     passed = failed = 0
 
@@ -137,6 +139,16 @@ def main():
         text = text[len("<|endoftext|>"):].split("<|endoftext|>")[0]
         check(g.returncode == 0 and text == samples.get(steps),
               f"generate on the export writes the last sample's text ({text!r})")
+        # `dtensor generate` (the same run as examples/generate, tools/cmd_generate.c) on a
+        # text prompt: the same text.
+        opts = ["--model", hf, "--prompt", "el", "--prompt", "mar", "--tokens", "12",
+                "--temperature", "1", "--top-k", "20", "--seed", "5", "--quiet"]
+        g1 = run([gen] + opts)
+        g2 = run([tool, "generate"] + opts[:6] + ["--max-tokens", "12"] + opts[8:])
+        check(g1.returncode == 0 and g2.returncode == 0 and g1.stdout == g2.stdout and
+              g1.stdout.startswith("el"),
+              f"dtensor generate --prompt writes generate's text ({g2.stdout!r}, "
+              f"{g1.stdout!r}){g2.stderr}")
         # The same tokens through dtensor tokenize's llm.c shard: the same losses.
         prefix = os.path.join(tmp, "names")
         t = run([tool, "tokenize", "--model", d, "--lines", "--out", prefix, names])
@@ -166,6 +178,27 @@ def main():
               "sample 5: " in r5.stdout,
               f"ZeRO-3 on 2x2 over 2 processes gives the same losses and samples ({l5[:2]})"
               + ("" if r5.returncode == 0 else ":\n" + r5.stdout + r5.stderr))
+        # Pipeline parallelism (examples/llama/lm_pipe.c), two stages of one block each over
+        # two processes: one micro-batch gives the unpipelined losses bit for bit (the tied
+        # table's gradients added in the tape's order); two micro-batches under GPipe with
+        # ZeRO-1 inside stages of 2 devices, the same losses within 1e-5.
+        meshes = os.path.join(examples, "meshes")
+        if not sanitized:
+            r7 = run([mpiexec, "-n", "2", train] + common +
+                     ["--text", names, "--lines", "--steps", "5", "--micro", "1", "--mesh",
+                      os.path.join(meshes, "pipe2x1x1.yaml")])
+            check(losses(r7.stdout) == ls[:5],
+                  f"2 pipeline stages, 1 micro-batch: the same losses bit for bit "
+                  f"({losses(r7.stdout)[:2]})" + ("" if r7.returncode == 0 else
+                                                   ":\n" + r7.stdout + r7.stderr))
+        r8 = run([mpiexec, "-n", "2", train] + common +
+                 ["--text", names, "--lines", "--steps", "5", "--micro", "2", "--schedule",
+                  "gpipe", "--zero", "1", "--mesh", os.path.join(meshes, "pipe2x2.yaml")])
+        l8 = losses(r8.stdout)
+        check(len(l8) == 5 and max(abs(a - b) / b for a, b in zip(l8, ls)) < 1e-5,
+              f"2 pipeline stages of 2 devices, 2 micro-batches (GPipe, ZeRO-1): the same "
+              f"losses ({l8[:2]})" + ("" if r8.returncode == 0 else
+                                      ":\n" + r8.stdout + r8.stderr))
         # Stopped after 3 steps and resumed to 5: the uninterrupted run's losses.
         a = os.path.join(tmp, "stop")
         ra = run([train] + common + ["--text", names, "--lines", "--steps", "3", "--out", a])

@@ -45,7 +45,8 @@ def ids_of(out):
 
 def main():
     exe, mpiexec = sys.argv[1], sys.argv[2]
-    args = [a for a in sys.argv[3:] if a != "--gpu"]
+    args = [a for a in sys.argv[3:] if a != "--gpu" and not a.startswith("--tool=")]
+    tool = next((a[len("--tool="):] for a in sys.argv[3:] if a.startswith("--tool=")), None)
     meshes = [(m.rsplit(":", 1)[0], int(m.rsplit(":", 1)[1])) for m in args]
     torch.set_num_threads(1)
     passed, failed = 0, 0
@@ -100,6 +101,16 @@ def main():
                 check(got == ref_tokens, f"{tag}: {NEW} greedy tokens per row equal the "
                       f"reference's full recompute" + ("" if got == ref_tokens else
                                                        f"\n  ours {got}\n  ref  {ref_tokens}"))
+                # `dtensor generate` (examples/generate's run as a subcommand): the Llama on
+                # the first and the last mesh, the reference's greedy tokens.
+                if tool and name == "llama" and mesh in (meshes[0][0], meshes[-1][0]):
+                    t = run([tool, "generate", "--model", d, "--mesh", mesh, "--max-tokens",
+                             str(NEW), "--ignore-eos", "--print-ids"]
+                            + sum((["--ids", ",".join(map(str, p))] for p in PROMPTS), []),
+                            nprocs, mpiexec)
+                    check(t.returncode == 0 and ids_of(t.stdout) == ref_tokens,
+                          f"{tag}: dtensor generate gives the reference's greedy tokens"
+                          + ("" if t.returncode == 0 else f"\n{t.stdout}{t.stderr}"))
                 # Sampling on the first and the last mesh (they must agree), top-k 1 on the
                 # first: fewer process starts (each is most of a run's time).
                 if mesh in (meshes[0][0], meshes[-1][0]):

@@ -301,6 +301,35 @@ def t_rope(a, x):
     return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], -1).reshape(b, t, w)
 
 
+def t_rope_half(a, x):
+    """Rotate-half rotary embeddings (Hugging Face's Llama), llama3 frequency scaling."""
+    off, inv, llama3, omax = I(a, 0), I(a, 1), I(a, 2), I(a, 3)
+    d, t = x.shape[-1], x.shape[-3]
+    f = Fa(a, 0) ** (-2.0 * torch.arange(d // 2, dtype=DT) / d)
+    if llama3:
+        factor, lo, hi = Fa(a, 1), Fa(a, 2), Fa(a, 3)
+        wl = 2 * math.pi / f
+        smooth = (omax / wl - lo) / (hi - lo)
+        f = torch.where(wl > omax / lo, f / factor,
+                        torch.where(wl >= omax / hi, (1 - smooth) * f / factor + smooth * f, f))
+    ang = (torch.arange(t, dtype=DT) + off)[:, None] * f[None, :]
+    c, s = torch.cos(ang)[:, None, :].to(x.dtype), torch.sin(ang)[:, None, :].to(x.dtype)
+    if inv:
+        s = -s
+    x0, x1 = x[..., :d // 2], x[..., d // 2:]
+    return torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], -1)
+
+
+def t_attention_cached(a, q, k, v):
+    """New queries at positions p0.. against a cache [B, S, KV, D], grouped heads."""
+    p0 = I(a, 0)
+    t, d, cap = q.shape[1], q.shape[4], k.shape[1]
+    s = torch.einsum("btkgd,bskd->bkgts", q, k) / math.sqrt(d)
+    later = torch.arange(cap)[None, :] > (torch.arange(t)[:, None] + p0)
+    p = torch.softmax(s.masked_fill(later, float("-inf")), -1)
+    return torch.einsum("bkgts,bskd->btkgd", p, v)
+
+
 def t_rms_norm(a, x, g):
     r = torch.rsqrt((x * x).mean(-1, keepdim=True) + f32(Fa(a, 0)))
     return x * r * g
@@ -343,6 +372,8 @@ OPS = {
     "attention": lambda a, q, k, v: t_attention(q, k, v, I(a, 0), I(a, 0), I(a, 1)),
     "attention_gqa": lambda a, q, k, v: t_attention(q, k, v, I(a, 0), I(a, 1), I(a, 2)),
     "rope": t_rope,
+    "rope_half": t_rope_half,
+    "attention_cached": t_attention_cached,
     "embedding": lambda a, w, ids: F.embedding(ids, w),
     "vocab_xent": lambda a, x, lab: F.cross_entropy(x, lab),
     "softmax_xent": lambda a, x, lab: F.cross_entropy(x, lab),
