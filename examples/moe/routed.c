@@ -6,12 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if __has_include(<dtensor/collective.h>)
-#include <dtensor/collective.h>
-#define HAVE_ALLTOALLV 1
-#else
-#define HAVE_ALLTOALLV 0
-#endif
 
 #define MAXE 64
 
@@ -177,7 +171,6 @@ static dt_status host_tensor(const dt_layout *l, int rank, const int64_t *shape,
 static dt_status exchange(const char *ep, const dt_tensor *x3, const dt_tensor *counts,
                           int64_t out_rows, int64_t P, int64_t C, dt_tensor **y3)
 {
-#if HAVE_ALLTOALLV
     int64_t flat[2] = {dt_tensor_shape(x3)[0] * dt_tensor_shape(x3)[1], C};
     int64_t three[3] = {P, out_rows, C};
     dt_tensor *xf = NULL, *yf = NULL;
@@ -189,10 +182,6 @@ static dt_status exchange(const char *ep, const dt_tensor *x3, const dt_tensor *
     dt_tensor_destroy(yf);
     dt_tensor_destroy(xf);
     return st;
-#else
-    (void)ep, (void)x3, (void)counts, (void)out_rows, (void)P, (void)C, (void)y3;
-    return DT_ERR_UNSUPPORTED;
-#endif
 }
 
 /* The SwiGLU experts on expert-major rows xe [P, Rr, C]. */

@@ -19,6 +19,7 @@
 #include "dtensor/data.h"
 #include "dtensor/trace.h"
 #include "dtensor/tokenizer.h"
+#include "dtensor/collective.h"
 #include "dtensor/moe.h"
 #include "dtensor/version.h"
 
