@@ -203,7 +203,8 @@ static void test_expert_parallel_mesh_gives_the_one_device_bits(void)
     }
     setup s;
     setup_make(&s, 1);
-    run_on(&s, DT_DTYPE_F64, y4, dx4, dw4);
+    if (dt_mesh_num_local_devices(s.mesh) > 0) /* 4 processes of 2 devices: clients 0, 1 */
+        run_on(&s, DT_DTYPE_F64, y4, dx4, dw4);
     setup_free(&s);
     if (dt_client_id() != 0)
         return;
