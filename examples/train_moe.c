@@ -21,6 +21,9 @@
 #include "gpt/names.h"
 #include "moe/routed.h"
 
+#ifndef TRAIN_MOE_DATA
+#define TRAIN_MOE_DATA "examples/data/names.txt"
+#endif
 #define MAXL 8
 #define MAXP (4 + MAXL * 12)
 
@@ -367,13 +370,13 @@ static void usage(void)
             "  [--heads H] [--layers L] [--batch B] [--steps S] [--lr X] [--wd X] [--seed N]\n"
             "  [--score softmax|sigmoid] [--balance none|bias|aux] [--aux-coeff X]\n"
             "  [--z-coeff X] [--bias-coeff X] [--capacity CF (<= 0: dropless)]\n"
-            "  [--heldout N] [--data FILE] [--save DIR [--save-at S]] [--resume DIR]\n"
+            "  [--heldout N] [--data FILE (default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
             "  [--dump DIR] [--quiet]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){.data = "examples/data/names.txt", .experts = 4, .topk = 2, .hidden = 16,
+    *o = (opts){.data = TRAIN_MOE_DATA, .experts = 4, .topk = 2, .hidden = 16,
                 .width = 32, .heads = 4, .layers = 2, .batch = 8, .steps = 20, .heldout = 256,
                 .lr = 3e-3, .wd = 0.0, .capacity = 0, .aux = 1e-2, .z = 0, .bias_coeff = 1e-3,
                 .score = MOE_SCORE_SOFTMAX, .balance = MOE_BALANCE_BIAS, .seed = 1234,
@@ -555,14 +558,15 @@ int main(int argc, char **argv)
         }
         if (dumpf && st == DT_OK) {
             fprintf(dumpf, "step %lld loss %.9g total %.9g\n", (long long)step + 1, lv, tv);
+            fprintf(dumpf, "ids");
+            for (int64_t i = 0; i < N; i++)
+                fprintf(dumpf, " %d", hx[i]);
+            fprintf(dumpf, "\nlabels");
+            for (int64_t i = 0; i < N; i++)
+                fprintf(dumpf, " %d", hy[i]);
+            fprintf(dumpf, "\n");
             if (step == 0) {
-                fprintf(dumpf, "ids");
-                for (int64_t i = 0; i < N; i++)
-                    fprintf(dumpf, " %d", hx[i]);
-                fprintf(dumpf, "\nlabels");
-                for (int64_t i = 0; i < N; i++)
-                    fprintf(dumpf, " %d", hy[i]);
-                fprintf(dumpf, "\nchoices");
+                fprintf(dumpf, "choices");
                 for (int64_t i = 0; i < L * N * K && E > 0; i++)
                     fprintf(dumpf, " %lld", (long long)choices[i]);
                 fprintf(dumpf, "\n");
