@@ -86,10 +86,30 @@ static dt_status offsets(const char *op, const int64_t *c, int64_t G, int64_t R,
     return DT_OK;
 }
 
-static double ld(const void *p, int f64, int64_t i)
-{
-    return f64 ? ((const double *)p)[i] : (double)((const float *)p)[i];
-}
+/* One group's rows [r0, r1) of x [.., K] times w [K, N] (or [N, K] with trans) into out
+ * [.., N]: every element a sum over k in ascending order accumulated in f64 (the loops run
+ * over n innermost so they vectorise without reordering any element's sum). */
+#define GMM_ROWS(T)                                                                         \
+    static void gmm_rows_##T(const T *x, const T *w, T *out, double *acc, int64_t r0,       \
+                             int64_t r1, int64_t K, int64_t N, int trans)                   \
+    {                                                                                       \
+        int64_t sk = trans ? 1 : N, sn = trans ? K : 1;                                     \
+        for (int64_t r = r0; r < r1; r++) {                                                 \
+            const T *xr = x + r * K;                                                        \
+            for (int64_t n = 0; n < N; n++)                                                 \
+                acc[n] = 0.0;                                                               \
+            for (int64_t k = 0; k < K; k++) {                                               \
+                double xv = (double)xr[k];                                                  \
+                const T *wk = w + k * sk;                                                   \
+                for (int64_t n = 0; n < N; n++)                                             \
+                    acc[n] += xv * (double)wk[n * sn];                                      \
+            }                                                                               \
+            for (int64_t n = 0; n < N; n++)                                                 \
+                out[r * N + n] = (T)acc[n];                                                 \
+        }                                                                                   \
+    }
+GMM_ROWS(float)
+GMM_ROWS(double)
 
 /* One device's block: local members Pl, rows R (whole), K, N its local slices, G groups. */
 static dt_status gmm_cpu(const dt_op_kernel_args *a)
@@ -98,44 +118,25 @@ static dt_status gmm_cpu(const dt_op_kernel_args *a)
     int trans = (int)a->attrs.i[0], f64 = a->out.dtype == DT_DTYPE_F64;
     int64_t Pl = x->shape[0], R = x->shape[1], K = x->shape[2], N = a->out.shape[2];
     int64_t G = c->shape[1];
+    size_t es = f64 ? sizeof(double) : sizeof(float);
     int64_t *off = malloc((size_t)(G + 1) * sizeof *off);
     double *acc = malloc((size_t)(N > 0 ? N : 1) * sizeof *acc);
     dt_status st = off && acc ? DT_OK : DT_ERR_NO_MEMORY;
     for (int64_t p = 0; p < Pl && st == DT_OK; p++) {
         st = offsets("grouped_matmul", (const int64_t *)c->data + p * G, G, R, off);
+        const char *xp = (const char *)x->data + (size_t)(p * R * K) * es;
+        char *op = (char *)a->out.data + (size_t)(p * R * N) * es;
         for (int64_t g = 0; g < G && st == DT_OK; g++) {
-            int64_t wbase = (p * G + g) * K * N;
-            for (int64_t r = off[g]; r < off[g + 1]; r++) {
-                int64_t xr = (p * R + r) * K;
-                if (trans) { /* w[n, k]: one dot product per output element */
-                    for (int64_t n = 0; n < N; n++) {
-                        double s = 0.0;
-                        for (int64_t k = 0; k < K; k++)
-                            s += ld(x->data, f64, xr + k) * ld(w->data, f64, wbase + n * K + k);
-                        acc[n] = s;
-                    }
-                } else { /* w[k, n]: rows of w added in k order, the same order per element */
-                    for (int64_t n = 0; n < N; n++)
-                        acc[n] = 0.0;
-                    for (int64_t k = 0; k < K; k++) {
-                        double xv = ld(x->data, f64, xr + k);
-                        for (int64_t n = 0; n < N; n++)
-                            acc[n] += xv * ld(w->data, f64, wbase + k * N + n);
-                    }
-                }
-                int64_t o = (p * R + r) * N;
-                for (int64_t n = 0; n < N; n++)
-                    if (f64)
-                        ((double *)a->out.data)[o + n] = acc[n];
-                    else
-                        ((float *)a->out.data)[o + n] = (float)acc[n];
-            }
+            const char *wp = (const char *)w->data + (size_t)((p * G + g) * K * N) * es;
+            if (f64)
+                gmm_rows_double((const double *)xp, (const double *)wp, (double *)op, acc,
+                                off[g], off[g + 1], K, N, trans);
+            else
+                gmm_rows_float((const float *)xp, (const float *)wp, (float *)op, acc, off[g],
+                               off[g + 1], K, N, trans);
         }
-        if (st == DT_OK) { /* padding rows */
-            size_t es = f64 ? sizeof(double) : sizeof(float);
-            memset((char *)a->out.data + (size_t)((p * R + off[G]) * N) * es, 0,
-                   (size_t)((R - off[G]) * N) * es);
-        }
+        if (st == DT_OK) /* padding rows */
+            memset(op + (size_t)(off[G] * N) * es, 0, (size_t)((R - off[G]) * N) * es);
     }
     free(acc);
     free(off);
@@ -221,31 +222,48 @@ static dt_status wg_infer(const dt_op_sig *sig, dt_op_shape *out)
     return DT_OK;
 }
 
+/* dw [K, N] of one group: rows [r0, r1) added in row order, each element in f64. */
+#define WG_ROWS(T)                                                                          \
+    static void wg_rows_##T(const T *x, const T *dy, T *dw, double *acc, int64_t r0,        \
+                            int64_t r1, int64_t K, int64_t N)                               \
+    {                                                                                       \
+        memset(acc, 0, (size_t)(K * N) * sizeof *acc);                                      \
+        for (int64_t r = r0; r < r1; r++)                                                   \
+            for (int64_t k = 0; k < K; k++) {                                               \
+                double xv = (double)x[r * K + k];                                           \
+                double *ak = acc + k * N;                                                   \
+                const T *dr = dy + r * N;                                                   \
+                for (int64_t n = 0; n < N; n++)                                             \
+                    ak[n] += xv * (double)dr[n];                                            \
+            }                                                                               \
+        for (int64_t e = 0; e < K * N; e++)                                                 \
+            dw[e] = (T)acc[e];                                                              \
+    }
+WG_ROWS(float)
+WG_ROWS(double)
+
 static dt_status wg_cpu(const dt_op_kernel_args *a)
 {
     const dt_op_buf *x = &a->in[0], *dy = &a->in[1], *c = &a->in[2];
     int f64 = a->out.dtype == DT_DTYPE_F64;
     int64_t Pl = x->shape[0], R = x->shape[1], K = x->shape[2], N = dy->shape[2];
     int64_t G = c->shape[1];
+    size_t es = f64 ? sizeof(double) : sizeof(float);
     int64_t *off = malloc((size_t)(G + 1) * sizeof *off);
     double *acc = malloc((size_t)(K * N > 0 ? K * N : 1) * sizeof *acc);
     dt_status st = off && acc ? DT_OK : DT_ERR_NO_MEMORY;
     for (int64_t p = 0; p < Pl && st == DT_OK; p++) {
         st = offsets("grouped_matmul_wgrad", (const int64_t *)c->data + p * G, G, R, off);
+        const char *xp = (const char *)x->data + (size_t)(p * R * K) * es;
+        const char *dp = (const char *)dy->data + (size_t)(p * R * N) * es;
         for (int64_t g = 0; g < G && st == DT_OK; g++) {
-            memset(acc, 0, (size_t)(K * N) * sizeof *acc);
-            for (int64_t r = off[g]; r < off[g + 1]; r++) /* rows in order: fixed sums */
-                for (int64_t k = 0; k < K; k++) {
-                    double xv = ld(x->data, f64, (p * R + r) * K + k);
-                    for (int64_t n = 0; n < N; n++)
-                        acc[k * N + n] += xv * ld(dy->data, f64, (p * R + r) * N + n);
-                }
-            int64_t o = (p * G + g) * K * N;
-            for (int64_t e = 0; e < K * N; e++)
-                if (f64)
-                    ((double *)a->out.data)[o + e] = acc[e];
-                else
-                    ((float *)a->out.data)[o + e] = (float)acc[e];
+            char *wp = (char *)a->out.data + (size_t)((p * G + g) * K * N) * es;
+            if (f64)
+                wg_rows_double((const double *)xp, (const double *)dp, (double *)wp, acc,
+                               off[g], off[g + 1], K, N);
+            else
+                wg_rows_float((const float *)xp, (const float *)dp, (float *)wp, acc, off[g],
+                              off[g + 1], K, N);
         }
     }
     free(acc);
