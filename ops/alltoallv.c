@@ -15,6 +15,7 @@
 #include "layout/tensor_dev.h"
 #include "mesh/mesh_group.h"
 #include "ops/opdef_impl.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
 #include "runtime/record.h"
@@ -74,11 +75,62 @@ static dt_status plan_positions(a2a_plan *p)
     return DT_OK;
 }
 
+/* send_counts' entries [rows, P] on every client: each writes those its local components
+ * hold (INT64_MIN elsewhere), then one all-reduce (max) over the mesh's clients; without
+ * partial layouts every entry is held by some device. A partial layout takes a relayout to
+ * replicated instead (it sums). */
+static dt_status read_counts(const dt_tensor *sc, int64_t *raw, int64_t P)
+{
+    const dt_layout *sl = dt_tensor_layout(sc);
+    const dt_mesh *mesh = dt_layout_mesh(sl);
+    int64_t rows = dt_tensor_shape(sc)[0], n = rows * P;
+    size_t bytes = (size_t)n * sizeof(int64_t);
+    dt_status st = DT_OK;
+    if (dt_layout_num_partial(sl) > 0) {
+        dt_layout *rep = NULL;
+        dt_tensor *full = NULL;
+        st = dt_layout_replicated(mesh, 2, &rep);
+        if (st == DT_OK)
+            st = dt_relayout(sc, rep, &full);
+        if (st == DT_OK && dt_tensor_num_local(full) > 0)
+            st = dt_tensor_local_read(full, 0, raw, bytes);
+        dt_tensor_destroy(full);
+        dt_layout_destroy(rep);
+        return st;
+    }
+    int64_t *tmp = malloc(bytes);
+    if (!tmp)
+        return dt__error(DT_ERR_NO_MEMORY, "alltoallv: no memory for the counts");
+    for (int64_t i = 0; i < n; i++)
+        raw[i] = INT64_MIN;
+    for (int i = 0; st == DT_OK && i < dt_tensor_num_local(sc); i++) {
+        const DLTensor *dl = dt_tensor_local(sc, i);
+        const int64_t *off = dt_tensor_local_offset(sc, i);
+        st = dt_tensor_local_read(sc, i, tmp,
+                                  (size_t)(dl->shape[0] * dl->shape[1]) * sizeof(int64_t));
+        for (int64_t r = 0; st == DT_OK && r < dl->shape[0]; r++)
+            memcpy(&raw[(off[0] + r) * P + off[1]], &tmp[r * dl->shape[1]],
+                   (size_t)dl->shape[1] * sizeof(int64_t));
+    }
+    free(tmp);
+    const dt__group *g = NULL;
+    if (st == DT_OK && dt_mesh_num_clients(mesh) > 1)
+        st = dt__mesh_group(mesh, &g);
+    if (st == DT_OK && g && g->comm != MPI_COMM_NULL) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, raw, (int)n, MPI_INT64_T, MPI_MAX, g->comm, &req);
+        if (rc != MPI_SUCCESS)
+            return dt__mpi_error(rc, "alltoallv: MPI_Iallreduce of the counts");
+        st = dt__wait_watched_group(&req, g->clients, g->size, 0,
+                                    "alltoallv: the counts' all-reduce");
+    }
+    return st;
+}
+
 /* The full counts on the host: send_counts gathered, expanded to one row per device, and
  * transposed within lines when asked. */
 static dt_status gather_counts(a2a_plan *p, const dt_tensor *sc, int transpose)
 {
-    const dt_layout *sl = dt_tensor_layout(sc);
     int64_t rows = dt_tensor_shape(sc)[0], P = p->P, L = p->L;
     size_t bytes = (size_t)(rows * P) * sizeof(int64_t);
     int64_t *raw = malloc(bytes ? bytes : 1);
@@ -87,15 +139,7 @@ static dt_status gather_counts(a2a_plan *p, const dt_tensor *sc, int transpose)
         free(raw);
         return dt__error(DT_ERR_NO_MEMORY, "alltoallv: no memory for the counts");
     }
-    dt_layout *rep = NULL;
-    dt_tensor *full = NULL;
-    dt_status st = dt_layout_replicated(dt_layout_mesh(sl), 2, &rep);
-    if (st == DT_OK)
-        st = dt__relayout_shared(sc, rep, &full);
-    if (st == DT_OK && dt_tensor_num_local(full) > 0)
-        st = dt_tensor_local_read(full, 0, raw, bytes);
-    dt_tensor_destroy(full);
-    dt_layout_destroy(rep);
+    dt_status st = read_counts(sc, raw, P);
     if (st != DT_OK) {
         free(raw);
         return st;
@@ -245,20 +289,14 @@ static dt_status check_replicas(const a2a_plan *p, const dt_layout *xl)
 
 typedef struct local_copy {
     const dt__device *dev; /* destination's */
-    int rank;
-    int64_t boff[DT_MAX_RANK], blen[DT_MAX_RANK];
     void *dst;
-    int64_t doff[DT_MAX_RANK];
-    const int64_t *dshape;
     const void *src;
-    int64_t soff[DT_MAX_RANK];
-    const int64_t *sshape;
+    size_t bytes;
 } local_copy;
 
 typedef struct local_work_arg {
     local_copy *copies;
     size_t n;
-    size_t elem;
     dt_status st;
 } local_work_arg;
 
@@ -268,8 +306,7 @@ static void run_local(void *arg)
     for (size_t i = 0; i < a->n && a->st == DT_OK; i++) {
         local_copy *c = &a->copies[i];
         dt__copy_dir dir = c->dev->kind->host_visible ? DT__COPY_H2D : DT__COPY_D2D;
-        a->st = dt__device_copy_box(c->dev, dir, c->rank, a->elem, c->boff, c->blen, c->dst,
-                                    c->doff, c->dshape, c->src, c->soff, c->sshape);
+        a->st = c->dev->kind->copy(c->dev, dir, c->dst, c->src, c->bytes);
     }
 }
 
@@ -282,21 +319,92 @@ static int local_of(const dt_tensor *t, int64_t pos)
     return -1;
 }
 
+/* Rows [row0, row0 + rows) of a local component as a region: one compact run of rows, so
+ * a transport sees a contiguous array of row-sized elements (MPI: a contiguous datatype). */
 static void fill_region(dt__region *r, const DLTensor *dl, const dt__device *dev, size_t elem,
                         int64_t row0, int64_t rows)
 {
+    size_t row = elem;
+    for (int d = 1; d < dl->ndim; d++)
+        row *= (size_t)dl->shape[d];
     memset(r, 0, sizeof *r);
-    r->base = dl->data;
+    r->base = (char *)dl->data + (size_t)row0 * row;
     r->dev = dev;
-    r->rank = dl->ndim;
-    r->elem = elem;
-    for (int d = 0; d < dl->ndim; d++) {
-        r->shape[d] = dl->shape[d];
-        r->start[d] = 0;
-        r->count[d] = dl->shape[d];
-    }
-    r->start[0] = row0;
+    r->rank = 1;
+    r->elem = row;
+    r->shape[0] = rows;
     r->count[0] = rows;
+}
+
+/* The transport's ragged all-to-all, one per line holding a local device, when it has one
+ * and every line's members lie on distinct clients (member j is then the line group's rank
+ * j): the rows go straight from x's component to y's, with no per-pair messages to match.
+ * *done_out = 0 when it does not apply (the exchange below runs instead). */
+static dt_status run_collective(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
+                                const dt__transport *t, int *done_out)
+{
+    int64_t P = p->P, L = p->L;
+    dt_device_type type = dt_mesh_device_type(p->mesh);
+    *done_out = 0;
+    if (!t->collective || !(t->coll_kinds & DT__COLL_BIT(DT__COLL_ALLTOALLV)))
+        return DT_OK;
+    int *clients = malloc((size_t)(P * L) * sizeof *clients);
+    if (!clients)
+        return dt__error(DT_ERR_NO_MEMORY, "alltoallv: no memory");
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t j = 0; j < P; j++) {
+            int c = dt_device_client(type, dt_mesh_device_id(p->mesh, p->pos_of[j * L + l]));
+            clients[l * P + j] = c;
+            for (int64_t i = 0; i < j; i++)
+                if (clients[l * P + i] == c) {
+                    free(clients);
+                    return DT_OK; /* two members of a line in one client */
+                }
+        }
+    int nl = dt_tensor_num_local(y);
+    dt__coll *colls = calloc((size_t)nl + 1, sizeof *colls);
+    size_t *sizes = calloc((size_t)(4 * P * nl) + 1, sizeof *sizes);
+    dt_status st = colls && sizes ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "alltoallv: no memory");
+    int n = 0;
+    /* in line order: members of a line list its collectives alike */
+    for (int64_t l = 0; st == DT_OK && l < L; l++)
+        for (int64_t m = 0; m < P; m++) {
+            int64_t pos = p->pos_of[m * L + l];
+            int xi = local_of(x, pos), yi = local_of(y, pos);
+            if (xi < 0 || yi < 0)
+                continue;
+            const DLTensor *xs = dt_tensor_local(x, xi), *ys = dt_tensor_local(y, yi);
+            const dt__device *dev = dt__tensor_device(y, yi);
+            size_t row = p->elem, so = 0, ro = 0;
+            for (int d = 1; d < xs->ndim; d++)
+                row *= (size_t)xs->shape[d];
+            size_t *sb = &sizes[4 * P * n], *sd = sb + P, *rb = sb + 2 * P, *rd = sb + 3 * P;
+            for (int64_t j = 0; j < P; j++) {
+                sb[j] = (size_t)cnt(p, m, l, j) * row;
+                sd[j] = so;
+                so += sb[j];
+                rb[j] = (size_t)cnt(p, j, l, m) * row;
+                rd[j] = ro;
+                ro += rb[j];
+            }
+            colls[n++] = (dt__coll){.kind = DT__COLL_ALLTOALLV, .nmembers = (int)P,
+                                    .clients = &clients[l * P], .rank = (int)m,
+                                    .send = xs->data, .recv = ys->data,
+                                    .dtype = dt_tensor_dtype(x),
+                                    .dev = dev->kind->host_visible ? NULL : dev,
+                                    .send_bytes = sb, .send_displs = sd, .recv_bytes = rb,
+                                    .recv_displs = rd};
+        }
+    if (st == DT_OK && n > 0) {
+        st = t->collective(colls, (size_t)n);
+        *done_out = 1;
+    } else if (st == DT_OK) {
+        *done_out = 1; /* nothing here */
+    }
+    free(sizes);
+    free(colls);
+    free(clients);
+    return st;
 }
 
 static dt_status exchange(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
@@ -308,7 +416,7 @@ static dt_status exchange(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
     size_t cap = (size_t)(P * P * L), ns = 0, nr = 0;
     dt__xfer *sends = calloc(cap + 1, sizeof *sends), *recvs = calloc(cap + 1, sizeof *recvs);
     local_copy *copies = calloc(cap + 1, sizeof *copies);
-    local_work_arg lw = {copies, 0, p->elem, DT_OK};
+    local_work_arg lw = {copies, 0, DT_OK};
     dt_status st = DT_OK;
     int crossing = 0;
     *path_out = NULL;
@@ -335,25 +443,11 @@ static dt_status exchange(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
                 if (sc != dc)
                     crossing = 1;
                 if (sl >= 0 && dl >= 0) {
-                    const DLTensor *s = dt_tensor_local(x, sl), *d = dt_tensor_local(y, dl);
-                    local_copy *lc = &copies[lw.n++];
-                    lc->dev = dt__tensor_device(y, dl);
-                    lc->rank = s->ndim;
-                    for (int e = 0; e < s->ndim; e++) {
-                        lc->boff[e] = 0;
-                        lc->blen[e] = s->shape[e];
-                        lc->soff[e] = 0;
-                        lc->doff[e] = 0;
-                    }
-                    /* box in source coordinates: rows [soff, soff+c); the destination's
-                     * rows start at doff, so its offset is soff - doff along dim 0 */
-                    lc->boff[0] = soff;
-                    lc->blen[0] = c;
-                    lc->doff[0] = soff - doff;
-                    lc->dst = d->data;
-                    lc->dshape = d->shape;
-                    lc->src = s->data;
-                    lc->sshape = s->shape;
+                    dt__region from, to;
+                    fill_region(&from, dt_tensor_local(x, sl), NULL, p->elem, soff, c);
+                    fill_region(&to, dt_tensor_local(y, dl), NULL, p->elem, doff, c);
+                    copies[lw.n++] = (local_copy){dt__tensor_device(y, dl), to.base, from.base,
+                                                  dt__region_bytes(&to)};
                 } else if (sl >= 0) {
                     dt__xfer *xf = &sends[ns++];
                     xf->peer = dc;
@@ -378,7 +472,14 @@ static dt_status exchange(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
     }
     if (st != DT_OK)
         goto out;
-    if (t && (ns || nr)) {
+    int done = 0;
+    if (t && crossing)
+        st = run_collective(p, x, y, t, &done);
+    if (st != DT_OK)
+        goto out;
+    if (done) {
+        *path_out = t->name;
+    } else if (t && (ns || nr)) {
         *path_out = t->name;
         st = t->exchange(sends, ns, recvs, nr, run_local, &lw);
     } else {
@@ -511,6 +612,24 @@ static dt_status impl(const dt_tensor *x, const dt_tensor *sc, const char *mesh_
     if (out_rows < 0)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: out_rows %lld is negative", who,
                          (long long)out_rows);
+    if (dt_tensor_num_local(x) == 0) {
+        /* a client outside the mesh: no component, nothing to agree on */
+        int64_t shape[DT_MAX_RANK];
+        memcpy(shape, dt_tensor_shape(x), (size_t)rank * sizeof *shape);
+        shape[0] = out_global > 0 ? out_global : p.P * (out_rows > 0 ? out_rows : 1);
+        dt_tensor *y = NULL, *rc = NULL;
+        dt_status st = dt_tensor_zeros(xl, dt_tensor_dtype(x), shape, &y);
+        if (st == DT_OK && recv_out)
+            st = dt_tensor_zeros(sl, DT_DTYPE_I64, ss, &rc);
+        if (st != DT_OK) {
+            dt_tensor_destroy(y);
+            return st;
+        }
+        *y_out = y;
+        if (recv_out)
+            *recv_out = rc;
+        return DT_OK;
+    }
     dt_status st = plan_positions(&p);
     if (st == DT_OK)
         st = gather_counts(&p, sc, transpose);
@@ -566,9 +685,18 @@ static dt_status def_backward(const dt_op_grad *g)
 {
     if (!g->needs[0])
         return DT_OK;
-    /* The reverse exchange: dy's rows go back to where they came from, into x's rows. */
-    return impl(g->dy, g->in[1], g->attrs->s, 0, dt_tensor_shape(g->in[0])[0],
-                !g->attrs->i[A_TRANSPOSE], &g->dx[0], NULL);
+    /* The reverse exchange: dy's rows go back to where they came from, into x's rows (dy
+     * first in the forward output's layout, x's, if it came in another). */
+    const dt_layout *xl = dt_tensor_layout(g->in[0]);
+    dt_tensor *dy = NULL;
+    dt_status st = DT_OK;
+    if (!dt_layout_equal(dt_tensor_layout(g->dy), xl))
+        st = dt_relayout(g->dy, xl, &dy);
+    if (st == DT_OK)
+        st = impl(dy ? dy : g->dy, g->in[1], g->attrs->s, 0, dt_tensor_shape(g->in[0])[0],
+                  !g->attrs->i[A_TRANSPOSE], &g->dx[0], NULL);
+    dt_tensor_destroy(dy);
+    return st;
 }
 
 static const dt_op_def a2a_def = {

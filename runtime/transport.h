@@ -53,6 +53,11 @@ typedef struct dt__xfer {
  *   REDUCE_SCATTER  send: nmembers blocks; recv: one, the reduction of every member's block
  *                   `rank` (count elements of dtype, op).
  *   ALLREDUCE       send and recv: one block, the reduction of every member's.
+ *   ALLTOALLV       ragged all-to-all (dt_alltoallv, ops/alltoallv.c): send_bytes[j] bytes at
+ *                   send + send_displs[j] go to member j, recv_bytes[j] bytes from member j
+ *                   land at recv + recv_displs[j]; `bytes` unused. The caller agreed the
+ *                   sizes beforehand (every member knows every count), so a transport need
+ *                   not check them against each other.
  * Native reductions (NCCL's) need not sum in member order; the relayout asks the MPI
  * transport only for ALLGATHER and ALLTOALL and sums in member order itself (bit-identical
  * to the piece path). */
@@ -61,6 +66,7 @@ typedef enum dt__coll_kind {
     DT__COLL_ALLTOALL = 1,
     DT__COLL_REDUCE_SCATTER = 2,
     DT__COLL_ALLREDUCE = 3,
+    DT__COLL_ALLTOALLV = 4,
 } dt__coll_kind;
 
 typedef struct dt__coll {
@@ -74,6 +80,8 @@ typedef struct dt__coll {
     dt_dtype dtype;              /* the elements (reductions) */
     dt_reduce_op op;
     const dt__device *dev;       /* whose memory send and recv are; NULL: host memory */
+    /* ALLTOALLV only: nmembers entries each, in bytes */
+    const size_t *send_bytes, *send_displs, *recv_bytes, *recv_displs;
 } dt__coll;
 
 #define DT__COLL_BIT(kind) (1u << (kind))

@@ -348,8 +348,10 @@ typedef struct coll_card {
 
 static const char *coll_name(int kind)
 {
-    return kind == DT__COLL_ALLGATHER ? "all-gather" : kind == DT__COLL_ALLTOALL ? "all-to-all"
-                                                                                 : "collective";
+    return kind == DT__COLL_ALLGATHER   ? "all-gather"
+           : kind == DT__COLL_ALLTOALL  ? "all-to-all"
+           : kind == DT__COLL_ALLTOALLV ? "ragged all-to-all"
+                                        : "collective";
 }
 
 /* DT_ERR_STATE naming the first member of c whose card differs from this client's. */
@@ -374,6 +376,64 @@ static void coll_what(const dt__coll *c, char *buf, size_t len)
              c->nmembers, c->clients[0]);
 }
 
+/* A ragged all-to-all's sizes and displacements as MPI's ints (one block of 4 arrays). */
+typedef struct av_ints {
+    int *sc, *sd, *rc, *rd;
+} av_ints;
+
+/* Checks that c's sizes fit MPI's int counts and, with out, converts them (out->sc owns the
+ * block). DT_ERR_UNSUPPORTED past INT32_MAX. */
+static dt_status alltoallv_counts(const dt__coll *c, av_ints *out)
+{
+    int k = c->nmembers;
+    for (int j = 0; j < k; j++)
+        if (c->send_bytes[j] + c->send_displs[j] > (size_t)INT32_MAX ||
+            c->recv_bytes[j] + c->recv_displs[j] > (size_t)INT32_MAX)
+            return dt__error(DT_ERR_UNSUPPORTED, "a ragged all-to-all of more than %d bytes "
+                             "per process exceeds MPI's int counts", INT32_MAX);
+    if (!out)
+        return DT_OK;
+    int *b = malloc(4 * (size_t)(k > 0 ? k : 1) * sizeof *b);
+    if (!b)
+        return dt__error(DT_ERR_NO_MEMORY, "no memory for a ragged all-to-all's counts");
+    *out = (av_ints){b, b + k, b + 2 * k, b + 3 * k};
+    for (int j = 0; j < k; j++) {
+        out->sc[j] = (int)c->send_bytes[j];
+        out->sd[j] = (int)c->send_displs[j];
+        out->rc[j] = (int)c->recv_bytes[j];
+        out->rd[j] = (int)c->recv_displs[j];
+    }
+    return DT_OK;
+}
+
+/* Seconds a ragged all-to-all's wait spins on MPI_Test before the watched wait: 1 ms plus
+ * its bytes at 1 GB/s. The watched wait yields the core after a few tests that complete
+ * nothing, and a nonblocking collective is one request that completes only at its end while
+ * it needs MPI's progress all along (each fragment of a large message): on a busy host every
+ * yield costs a time slice, so the exchange crawls where a blocking MPI_Alltoallv, which
+ * spins, does not. The spin is bounded, so a lost peer is still caught by the watchdog. */
+static double spin_budget(const dt__coll *c)
+{
+    size_t b = 0;
+    for (int j = 0; j < c->nmembers; j++)
+        b += c->send_bytes[j] + c->recv_bytes[j];
+    return 1e-3 + (double)b * 1e-9;
+}
+
+/* MPI_Test on *req until it completes or `seconds` pass (the request stays pending then).
+ * MPI's code: an error completes the request. */
+static int spin_test(MPI_Request *req, double seconds)
+{
+    double end = dt__now_seconds() + seconds;
+    for (unsigned k = 1;; k++) {
+        int flag = 0, rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || flag)
+            return rc;
+        if (k % 64 == 0 && dt__now_seconds() > end)
+            return MPI_SUCCESS;
+    }
+}
+
 /* The relayout's collectives over a mesh dim's line (docs/transports.md, "Collectives"):
  * each line's members first agree on what they run (coll_card, one small all-gather per
  * collective, all started at once), then the data collectives whose line agreed are started
@@ -390,8 +450,10 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
     const dt__group **groups = calloc(n + 1, sizeof *groups);
     coll_card *cards = calloc(ncards + n + 1, sizeof *cards), *mine = cards + ncards;
     int *ok = calloc(n + 1, sizeof *ok);
+    av_ints *av = calloc(n + 1, sizeof *av);
     size_t started = 0;
-    if (!reqs || !groups || !cards || !ok) {
+    if (!reqs || !groups || !cards || !ok || !av) {
+        free(av);
         free(ok);
         free(cards);
         free(reqs);
@@ -405,9 +467,12 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
         if (c->dev && !c->dev->kind->host_visible)
             st = dt__error(DT_ERR_UNSUPPORTED, "the mpi transport moves host memory only, "
                            "not %s device memory", c->dev->kind->name);
-        else if (c->kind != DT__COLL_ALLGATHER && c->kind != DT__COLL_ALLTOALL)
+        else if (c->kind != DT__COLL_ALLGATHER && c->kind != DT__COLL_ALLTOALL &&
+                 c->kind != DT__COLL_ALLTOALLV)
             st = dt__error(DT_ERR_UNSUPPORTED, "the mpi transport runs all-gather and "
                            "all-to-all only (collective kind %d)", (int)c->kind);
+        else if (c->kind == DT__COLL_ALLTOALLV)
+            st = alltoallv_counts(c, NULL);
         else if (c->bytes > (size_t)INT32_MAX)
             st = dt__error(DT_ERR_UNSUPPORTED, "a collective block of %zu bytes exceeds MPI's "
                            "int counts", c->bytes);
@@ -415,6 +480,12 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
             st = dt__clients_group(c->nmembers, c->clients, &groups[i]);
         if (st != DT_OK)
             break;
+        if (c->kind == DT__COLL_ALLTOALLV) {
+            /* sizes agreed by the caller: no cards */
+            reqs[i] = MPI_REQUEST_NULL;
+            off += (size_t)c->nmembers;
+            continue;
+        }
         mine[i] = (coll_card){dt_client_id(), (int32_t)c->kind, (int64_t)c->bytes};
         rc = MPI_Iallgather(&mine[i], (int)sizeof *mine, MPI_BYTE, &cards[off],
                             (int)sizeof *mine, MPI_BYTE, groups[i]->comm, &reqs[i]);
@@ -430,6 +501,7 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
         char what[96];
         coll_what(&colls[i], what, sizeof what);
         if (reqs[i] == MPI_REQUEST_NULL) {
+            ok[i] = colls[i].kind == DT__COLL_ALLTOALLV;
             off += (size_t)colls[i].nmembers;
             continue;
         }
@@ -459,15 +531,30 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
         if (c->kind == DT__COLL_ALLGATHER)
             rc = MPI_Iallgather(c->send, (int)c->bytes, MPI_BYTE, c->recv, (int)c->bytes,
                                 MPI_BYTE, comm, &reqs[i]);
+        else if (c->kind == DT__COLL_ALLTOALLV)
+            rc = alltoallv_counts(c, &av[i]) == DT_OK
+                     ? MPI_Ialltoallv(c->send, av[i].sc, av[i].sd, MPI_BYTE, c->recv, av[i].rc,
+                                      av[i].rd, MPI_BYTE, comm, &reqs[i])
+                     : MPI_ERR_COUNT;
         else
             rc = MPI_Ialltoall(c->send, (int)c->bytes, MPI_BYTE, c->recv, (int)c->bytes,
                                MPI_BYTE, comm, &reqs[i]);
         if (rc != MPI_SUCCESS) {
             reqs[i] = MPI_REQUEST_NULL;
             if (st == DT_OK)
-                st = mpi_fail(rc, c->kind == DT__COLL_ALLGATHER ? "Iallgather" : "Ialltoall");
+                st = mpi_fail(rc, c->kind == DT__COLL_ALLGATHER    ? "Iallgather"
+                                  : c->kind == DT__COLL_ALLTOALLV ? "Ialltoallv"
+                                                                  : "Ialltoall");
         }
     }
+    /* A ragged all-to-all first gets a bounded busy spin (see spin_budget). */
+    if (!failed)
+        for (size_t i = 0; i < started; i++)
+            if (reqs[i] != MPI_REQUEST_NULL && colls[i].kind == DT__COLL_ALLTOALLV) {
+                int rc = spin_test(&reqs[i], spin_budget(&colls[i]));
+                if (rc != MPI_SUCCESS && st == DT_OK)
+                    st = mpi_fail(rc, "Ialltoallv");
+            }
     /* Started collectives are waited for even after a failure: their buffers are in use. */
     for (size_t i = 0; i < started; i++) {
         if (reqs[i] == MPI_REQUEST_NULL)
@@ -479,6 +566,9 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
         if (st == DT_OK)
             st = wst;
     }
+    for (size_t i = 0; i < n; i++)
+        free(av[i].sc);
+    free(av);
     free(ok);
     free(cards);
     free(reqs);
@@ -492,7 +582,8 @@ static const dt__transport mpi_transport = {
     .release = mpi_release,
     .moves = NULL,       /* host memory only */
     .can_connect = NULL, /* every client */
-    .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL),
+    .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL) |
+                  DT__COLL_BIT(DT__COLL_ALLTOALLV),
     .collective = mpi_collective,
 };
 

@@ -373,6 +373,18 @@ static ncclResult_t issue(const dt__coll *c, ncclComm_t comm, ncclDataType_t typ
         }
         return r;
     }
+    case DT__COLL_ALLTOALLV: { /* point-to-point pairs; members with nothing are skipped */
+        ncclResult_t r = ncclSuccess;
+        for (int j = 0; j < c->nmembers && r == ncclSuccess; j++) {
+            if (c->send_bytes[j])
+                r = ncclSend((const char *)c->send + c->send_displs[j], c->send_bytes[j],
+                             ncclChar, j, comm, 0);
+            if (r == ncclSuccess && c->recv_bytes[j])
+                r = ncclRecv((char *)c->recv + c->recv_displs[j], c->recv_bytes[j], ncclChar,
+                             j, comm, 0);
+        }
+        return r;
+    }
     }
     return ncclInvalidArgument;
 }
@@ -396,7 +408,7 @@ static dt_status nccl_collective(const dt__coll *colls, size_t n)
                            "only (collective of clients %d..%d)", c->clients[0],
                            c->clients[c->nmembers - 1]);
         else if (c->kind != DT__COLL_ALLGATHER && c->kind != DT__COLL_ALLTOALL &&
-                 !nccl_type(c->dtype, &types[i]))
+                 c->kind != DT__COLL_ALLTOALLV && !nccl_type(c->dtype, &types[i]))
             st = dt__error(DT_ERR_UNSUPPORTED, "NCCL reduces no %s", dt_dtype_name(c->dtype));
         if (st == DT_OK)
             st = line_comm_get(c, &comms[i]);
@@ -473,7 +485,8 @@ static const dt__transport nccl_transport = {
     .moves = nccl_moves,
     .can_connect = nccl_can_connect,
     .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL) |
-                  DT__COLL_BIT(DT__COLL_REDUCE_SCATTER) | DT__COLL_BIT(DT__COLL_ALLREDUCE),
+                  DT__COLL_BIT(DT__COLL_REDUCE_SCATTER) | DT__COLL_BIT(DT__COLL_ALLREDUCE) |
+                  DT__COLL_BIT(DT__COLL_ALLTOALLV),
     .collective = nccl_collective,
 };
 

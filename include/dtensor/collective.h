@@ -53,7 +53,8 @@ extern "C" {
  * Recorded by a recording tape (autograd.h) as the op definition "alltoallv" (opdef.h): its
  * backward is the ragged all-to-all of dy with the received counts and out_rows = x's local
  * rows; send_counts is not differentiated. Recorded by the flight recorder (trace.h).
- * Collective over the mesh's clients. */
+ * Collective over the mesh's clients; a client outside the mesh gets tensors without
+ * components, y's dim 0 then P * max(out_rows, 1). */
 DT_API dt_status dt_alltoallv(const dt_tensor *x, const dt_tensor *send_counts,
                               const char *mesh_dim, int64_t out_rows, dt_tensor **y_out,
                               dt_tensor **recv_counts_out);

@@ -283,8 +283,13 @@ static void test_alltoallv_on_2d_meshes(void)
     k.counts = calloc((size_t)(n * n), sizeof *k.counts);
     random_counts(&k, 25);
     check_case(&k, 0);
+    /* over dp: its lines cross processes when each holds one row of the mesh (np 2, 2
+     * devices each); every pair moves rows */
     a2a_case k2 = {mesh, "dp", NULL, 2, n / 2, 7, 3, DT_DTYPE_F64, k.counts, 1};
-    random_counts(&k2, 25);
+    for (int64_t m = 0; m < 2; m++)
+        for (int64_t l = 0; l < k2.L; l++)
+            for (int64_t j = 0; j < 2; j++)
+                k2.counts[(m * k2.L + l) * 2 + j] = m == 0 ? 1 + j : 2 - j;
     check_case(&k2, 0);
     k2.shared = 0; /* the same counts, one row per device */
     check_case(&k2, 0);
@@ -300,7 +305,7 @@ static void dy_value(dt_dtype t, int64_t r, int64_t c, void *out)
     memcpy(out, &f, sizeof f);
 }
 
-static void test_alltoallv_backward_is_the_reverse_exchange(void)
+static void backward_case(int checkpoint)
 {
     a2a_case k = case_1d(4 * dt_test_num_devices() + 1, 3, DT_DTYPE_F32);
     random_counts(&k, 20);
@@ -311,10 +316,18 @@ static void test_alltoallv_backward_is_the_reverse_exchange(void)
     DT_ASSERT_OK(dt_tape_create(NULL, &tape));
     DT_ASSERT_OK(dt_tape_begin(tape));
     DT_ASSERT_OK(dt_tape_watch(tape, x, 0));
+    if (checkpoint) /* recomputed at backward: a replay through the op definition */
+        DT_ASSERT_OK(dt_tape_checkpoint_begin(tape, NULL));
     DT_ASSERT_OK(dt_alltoallv(x, sc, "ep", 0, &y, NULL));
+    if (checkpoint)
+        DT_ASSERT_OK(dt_tape_checkpoint_end(tape));
     DT_ASSERT_OK(dt_tape_end(tape));
     int64_t Y = dt_tensor_shape(y)[0], R = Y / k.P;
-    dt_tensor *dy = make_tensor(xl, DT_DTYPE_F32, Y, k.cols, dy_value);
+    /* dy replicated: the backward lays it out as y first */
+    dt_layout *rep = NULL;
+    DT_ASSERT_OK(dt_layout_replicated(k.mesh, 2, &rep));
+    dt_tensor *dy = make_tensor(checkpoint ? xl : rep, DT_DTYPE_F32, Y, k.cols, dy_value);
+    dt_layout_destroy(rep);
     DT_ASSERT_OK(dt_tape_backward(tape, y, dy, 1.0f, NULL));
     const dt_tensor *gx = NULL;
     DT_ASSERT_OK(dt_tape_grad(tape, 0, &gx));
@@ -349,6 +362,16 @@ static void test_alltoallv_backward_is_the_reverse_exchange(void)
     dt_tensor_destroy(x);
     dt_layout_destroy(xl);
     case_free(&k);
+}
+
+static void test_alltoallv_backward_is_the_reverse_exchange(void)
+{
+    backward_case(0);
+}
+
+static void test_alltoallv_backward_under_activation_checkpointing(void)
+{
+    backward_case(1);
 }
 
 static void expect_error(a2a_case *k, int64_t out_rows, dt_status want, const char *text)
@@ -403,6 +426,32 @@ static void test_alltoallv_check_names_disagreeing_replicas(void)
     case_free(&k);
 }
 
+/* The flight recorder keeps the call: its name, dim, dtype and shape. */
+static void test_alltoallv_is_in_the_flight_record(void)
+{
+    a2a_case k = case_1d(2 * dt_test_num_devices(), 2, DT_DTYPE_F32);
+    random_counts(&k, 0);
+    long long before = dt_trace_count();
+    check_case(&k, 0);
+    CU_ASSERT_TRUE(dt_trace_count() > before);
+    char dir[512], path[600];
+    dt_test_scratch_dir(dir, sizeof dir);
+    DT_ASSERT_OK(dt_trace_dump(dir, "test"));
+    snprintf(path, sizeof path, "%s/rank-%d.json", dir, dt_client_id());
+    FILE *f = fopen(path, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    char want[128];
+    snprintf(want, sizeof want, "dim ep, f32 [%lld,2]", (long long)k.rows);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "alltoallv"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, want));
+    dt_test_scratch_remove(dir);
+    case_free(&k);
+}
+
 int main(int argc, char **argv)
 {
     static const dt_test_case cases[] = {
@@ -411,8 +460,10 @@ int main(int argc, char **argv)
         DT_TEST(test_alltoallv_all_rows_to_one_device),
         DT_TEST(test_alltoallv_on_2d_meshes),
         DT_TEST(test_alltoallv_backward_is_the_reverse_exchange),
+        DT_TEST(test_alltoallv_backward_under_activation_checkpointing),
         DT_TEST(test_alltoallv_rejects_bad_counts_on_every_client),
         DT_TEST(test_alltoallv_check_names_disagreeing_replicas),
+        DT_TEST(test_alltoallv_is_in_the_flight_record),
         DT_TEST_END,
     };
     return dt_test_main_device(argc, argv, "alltoallv", cases);
