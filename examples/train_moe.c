@@ -31,7 +31,7 @@ typedef struct opts {
     const char *data, *save, *resume, *dump;
     int64_t experts, topk, hidden, width, heads, layers, batch, steps, heldout, save_at;
     double lr, wd, capacity, aux, z, bias_coeff;
-    int score, balance, quiet;
+    int score, balance, quiet, bench;
     uint64_t seed;
 } opts;
 
@@ -43,6 +43,7 @@ typedef struct model {
     char names[MAXP][64];
     float bias[MAXL][64];
     moe_config cfg;
+    double phase[4]; /* the training loop's forward phases (moe_routed_timers) */
 } model;
 
 static int64_t T = NAMES_CONTEXT;
@@ -371,7 +372,7 @@ static void usage(void)
             "  [--score softmax|sigmoid] [--balance none|bias|aux] [--aux-coeff X]\n"
             "  [--z-coeff X] [--bias-coeff X] [--capacity CF (<= 0: dropless)]\n"
             "  [--heldout N] [--data FILE (default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
-            "  [--dump DIR] [--quiet]\n");
+            "  [--dump DIR] [--bench] [--quiet]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -424,6 +425,10 @@ static int parse(int argc, char **argv, opts *o)
             i++;
             continue;
         }
+        if (!strcmp(a, "--bench")) { /* then the dense model too: key=value lines */
+            o->bench = 1;
+            continue;
+        }
         if (!strcmp(a, "--quiet")) {
             o->quiet = 1;
             continue;
@@ -439,32 +444,20 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* Builds md's mesh and parameters (or restores them), trains md->o.steps steps, prints the
+ * held-out loss; *secs_out the training loop's wall time. Collective. */
+static dt_status train_run(model *md, const names *train, const names *test, double *secs_out)
 {
-    dt_status st = dt_init(&argc, &argv, NULL);
-    if (st != DT_OK) {
-        fprintf(stderr, "train_moe: dt_init: %s\n", dt_last_error());
-        return 1;
-    }
-    model *md = calloc(1, sizeof *md);
-    int rc = 1, root = dt_client_id() == 0;
-    names all = {0}, train = {0}, test = {0};
-    char err[256];
-    if (parse(argc, argv, &md->o) != 0)
-        goto out;
     const opts *o = &md->o;
-    if (names_load(o->data, &all, err, sizeof err) != 0 ||
-        names_split(&all, o->heldout, 42, &train, &test) != 0) {
-        fprintf(stderr, "train_moe: %s\n", err);
-        goto out;
-    }
+    int root = dt_client_id() == 0;
+    dt_status st = DT_OK;
     int64_t P = dt_num_global_devices(DT_DEVICE_CPU);
     const char *dn[1] = {"batch"};
     st = dt_mesh_create("moe", 1, dn, &P, DT_DEVICE_CPU, &md->mesh);
     if (st == DT_OK && (o->batch % P || (o->experts > 0 && o->experts % P))) {
         fprintf(stderr, "train_moe: --batch %lld and --moe %lld must be multiples of the %lld "
                 "devices\n", (long long)o->batch, (long long)o->experts, (long long)P);
-        goto out;
+        return DT_ERR_INVALID_ARGUMENT;
     }
     md->cfg = (moe_config)MOE_CONFIG_INIT;
     md->cfg.experts = o->experts, md->cfg.topk = o->topk, md->cfg.hidden = o->hidden;
@@ -477,7 +470,7 @@ int main(int argc, char **argv)
     if (st == DT_OK && o->resume)
         st = checkpoint(md, o->resume, &step, 0);
     if (st != DT_OK)
-        goto fail;
+        return st;
     int64_t B = o->batch, N = B * T, K = o->topk, L = o->layers;
     int64_t E = o->experts;
     if (root && !o->quiet)
@@ -503,11 +496,12 @@ int main(int argc, char **argv)
     ao.lr = (float)o->lr;
     ao.weight_decay = (float)o->wd;
     struct timespec ts0, ts1;
+    moe_routed_timers(&md->phase[0], &md->phase[1], &md->phase[2], &md->phase[3], 1);
     clock_gettime(CLOCK_MONOTONIC, &ts0);
     for (; step < o->steps && st == DT_OK; step++) {
         dt_tensor *ids = NULL, *lab = NULL, *loss = NULL, *total = NULL;
         dt_tape *tape = NULL;
-        st = batch_tensors(md, &train, step * B, B, &ids, &lab, hx, hy);
+        st = batch_tensors(md, train, step * B, B, &ids, &lab, hx, hy);
         if (st == DT_OK)
             st = dt_tape_create(NULL, &tape);
         for (int i = 0; i < md->np && st == DT_OK; i++)
@@ -583,14 +577,15 @@ int main(int argc, char **argv)
         }
     }
     clock_gettime(CLOCK_MONOTONIC, &ts1);
-    double secs = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+    moe_routed_timers(&md->phase[0], &md->phase[1], &md->phase[2], &md->phase[3], 0);
+    double secs = *secs_out = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
     /* held-out loss over the test names, in batches of B */
     double held = 0;
     int64_t nb = 0;
-    for (int64_t first = 0; st == DT_OK && first + B <= test.n; first += B, nb++) {
+    for (int64_t first = 0; st == DT_OK && first + B <= test->n; first += B, nb++) {
         dt_tensor *ids = NULL, *lab = NULL, *loss = NULL;
         double lv = 0;
-        st = batch_tensors(md, &test, first, B, &ids, &lab, hx, hy);
+        st = batch_tensors(md, test, first, B, &ids, &lab, hx, hy);
         if (st == DT_OK)
             st = forward(md, ids, lab, &loss, NULL, NULL, NULL);
         if (st == DT_OK)
@@ -612,7 +607,53 @@ int main(int argc, char **argv)
     free(hy);
     if (st == DT_OK && o->save && o->save_at < 0)
         st = checkpoint(md, o->save, &step, 1);
-fail:
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    dt_status st = dt_init(&argc, &argv, NULL);
+    if (st != DT_OK) {
+        fprintf(stderr, "train_moe: dt_init: %s\n", dt_last_error());
+        return 1;
+    }
+    model *md = calloc(1, sizeof *md), *dense = NULL;
+    int rc = 1, root = dt_client_id() == 0;
+    names all = {0}, train = {0}, test = {0};
+    char err[256];
+    if (parse(argc, argv, &md->o) != 0)
+        goto out;
+    const opts *o = &md->o;
+    if (names_load(o->data, &all, err, sizeof err) != 0 ||
+        names_split(&all, o->heldout, 42, &train, &test) != 0) {
+        fprintf(stderr, "train_moe: %s\n", err);
+        goto out;
+    }
+    double secs = 0;
+    st = train_run(md, &train, &test, &secs);
+    if (st == DT_OK && md->o.bench) {
+        /* the dense model of equal active parameters (topk * hidden units), the same run */
+        double r = md->phase[0], d = md->phase[1], x = md->phase[2], c = md->phase[3];
+        double dsecs = 0;
+        dense = calloc(1, sizeof *dense);
+        st = dense ? DT_OK : DT_ERR_NO_MEMORY;
+        if (st == DT_OK) {
+            dense->o = md->o;
+            dense->o.experts = 0;
+            dense->o.save = dense->o.resume = dense->o.dump = NULL;
+            st = train_run(dense, &train, &test, &dsecs);
+        }
+        if (st == DT_OK && root) {
+            double tok = (double)(md->o.steps * md->o.batch * T);
+            printf("moe_step_tokens_per_s=%.1f dense_step_tokens_per_s=%.1f "
+                   "moe_vs_dense=%.3f\n", tok / secs, tok / dsecs, dsecs / secs);
+            /* forward phases over the whole MoE training step (forward and backward) */
+            printf("moe_dispatch_combine_share=%.3f moe_route_share=%.3f "
+                   "moe_experts_share=%.3f\n",
+                   (d + c) / secs, r / secs, x / secs);
+        }
+    }
+
     if (st != DT_OK)
         fprintf(stderr, "train_moe: %s: %s\n", dt_status_name(st), dt_last_error());
     else
@@ -623,6 +664,14 @@ out:
         dt_tensor_destroy(md->m[i]);
         dt_tensor_destroy(md->v[i]);
     }
+    for (int i = 0; dense && i < dense->np; i++) {
+        dt_tensor_destroy(dense->p[i]);
+        dt_tensor_destroy(dense->m[i]);
+        dt_tensor_destroy(dense->v[i]);
+    }
+    if (dense)
+        dt_mesh_destroy(dense->mesh);
+    free(dense);
     if (md)
         dt_mesh_destroy(md->mesh);
     free(md);

@@ -5,9 +5,28 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 
 #define MAXE 64
+
+/* Wall time of the forward's phases since the last moe_routed_timers reset (bench). */
+static double t_route, t_dispatch, t_experts, t_combine;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void moe_routed_timers(double *route, double *dispatch, double *experts_s, double *combine,
+                       int reset)
+{
+    *route = t_route, *dispatch = t_dispatch, *experts_s = t_experts, *combine = t_combine;
+    if (reset)
+        t_route = t_dispatch = t_experts = t_combine = 0;
+}
 
 /* The host plan of one call: every index array the gathers need, per member. */
 typedef struct plan {
@@ -232,6 +251,7 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
     memset(&pl, 0, sizeof pl);
     moe_route_stats local;
 
+    double t0 = now(), t1 = 0, t2 = 0, t3 = 0;
     /* router */
     const dt_tensor *xw[2] = {x, p->gate};
     st = dt_einsum("nc,ce->ne", xw, 2, &logits);
@@ -281,6 +301,7 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
     if (st == DT_OK)
         st = dt_mul(gates, keep, NULL, &gk);
 
+    t1 = now();
     /* dispatch: send rows grouped by expert, exchanged, made expert-major */
     if (st == DT_OK) {
         int64_t s3[3] = {P, pl.n, C};
@@ -303,8 +324,10 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
         st = dt_gather(xr, 1, rp, &xe);
     if (st == DT_OK)
         st = index_tensor(mesh, ep, P, pl.G, 0, pl.group_counts, &gc);
+    t2 = now();
     if (st == DT_OK)
         st = experts(p, xe, gc, &he);
+    t3 = now();
 
     /* combine: back to received order, back to the senders, weighted sum over the choices */
     if (st == DT_OK)
@@ -348,6 +371,8 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
         st = dt_sum(prod, ax, 1, 0, &y);
     }
 
+    double t4 = now();
+    t_route += t1 - t0, t_dispatch += t2 - t1, t_experts += t3 - t2, t_combine += t4 - t3;
     /* auxiliary losses */
     dt_tensor *aux = NULL;
     if (st == DT_OK && aux_out &&

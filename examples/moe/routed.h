@@ -74,6 +74,13 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
                              const dt_tensor *x, dt_tensor **y_out, dt_tensor **aux_out,
                              moe_route_stats *stats, int64_t *choices);
 
+/* Seconds spent by this process's moe_routed_forward calls in their phases (forward only):
+ * routing (router, top-k, the host plan), dispatch (the gathers and the all-to-all before the
+ * experts), experts, combine (back to the tokens, the weighted sum); reset != 0 zeroes them
+ * after reading. Not thread-safe (bench/run moe). */
+void moe_routed_timers(double *route, double *dispatch, double *experts_s, double *combine,
+                       int reset);
+
 /* DeepSeek-V3's update after a step: bias[e] += bias_coeff * sign(mean load - load[e]), then
  * the mean of bias subtracted (re-centred), in f32. Local. */
 void moe_bias_update(const moe_config *cfg, const int64_t *load, float *bias);
