@@ -19,6 +19,7 @@
 #include <dtensor/dtensor.h>
 
 #include "gpt/names.h"
+#include "moe/hf.h"
 #include "moe/routed.h"
 
 #ifndef TRAIN_MOE_DATA
@@ -28,7 +29,7 @@
 #define MAXP (4 + MAXL * 12)
 
 typedef struct opts {
-    const char *data, *save, *resume, *dump;
+    const char *data, *save, *resume, *dump, *export_dir, *init_hf;
     int64_t experts, topk, hidden, width, heads, layers, batch, steps, heldout, save_at;
     double lr, wd, capacity, aux, z, bias_coeff;
     int score, balance, quiet, bench;
@@ -342,6 +343,32 @@ static dt_status checkpoint(model *md, const char *dir, int64_t *step, int save)
     return st;
 }
 
+static moe_hf_shape hf_shape(const model *md)
+{
+    const opts *o = &md->o;
+    return (moe_hf_shape){NAMES_VOCAB, T, o->width, o->heads, o->layers, o->experts, o->topk,
+                          o->hidden};
+}
+
+static dt_status hf_io(model *md, const char *dir, int export)
+{
+    const char *nm[MAXP];
+    for (int i = 0; i < md->np; i++)
+        nm[i] = md->names[i];
+    moe_hf_shape sh = hf_shape(md);
+    float bias[MAXL * 64];
+    for (int64_t l = 0; l < md->o.layers; l++)
+        for (int64_t e = 0; e < md->o.experts; e++)
+            bias[l * md->o.experts + e] = md->bias[l][e];
+    if (export)
+        return moe_hf_export(dir, &sh, md->np, nm, md->p, bias);
+    dt_status st = moe_hf_import(dir, &sh, md->np, nm, md->p, bias);
+    for (int64_t l = 0; st == DT_OK && l < md->o.layers; l++)
+        for (int64_t e = 0; e < md->o.experts; e++)
+            md->bias[l][e] = bias[l * md->o.experts + e];
+    return st;
+}
+
 /* Writes tensor t gathered to host, raw f32, to DIR/name (client 0). */
 static dt_status dump_tensor(const char *dir, const char *name, const dt_tensor *t)
 {
@@ -372,7 +399,7 @@ static void usage(void)
             "  [--score softmax|sigmoid] [--balance none|bias|aux] [--aux-coeff X]\n"
             "  [--z-coeff X] [--bias-coeff X] [--capacity CF (<= 0: dropless)]\n"
             "  [--heldout N] [--data FILE (default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
-            "  [--dump DIR] [--bench] [--quiet]\n");
+            "  [--dump DIR] [--export HF_DIR] [--init-hf HF_DIR] [--bench] [--quiet]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
@@ -407,6 +434,7 @@ static int parse(int argc, char **argv, opts *o)
         I64("--steps", steps) I64("--heldout", heldout) I64("--save-at", save_at)
         DBL("--lr", lr) DBL("--wd", wd) DBL("--capacity", capacity) DBL("--aux-coeff", aux)
         DBL("--z-coeff", z) DBL("--bias-coeff", bias_coeff)
+        STR("--export", export_dir) STR("--init-hf", init_hf)
         STR("--data", data) STR("--save", save) STR("--resume", resume) STR("--dump", dump)
         if (!strcmp(a, "--seed") && v) {
             o->seed = strtoull(v, NULL, 10);
@@ -469,6 +497,8 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
     int64_t step = 0;
     if (st == DT_OK && o->resume)
         st = checkpoint(md, o->resume, &step, 0);
+    if (st == DT_OK && o->init_hf)
+        st = hf_io(md, o->init_hf, 0);
     if (st != DT_OK)
         return st;
     int64_t B = o->batch, N = B * T, K = o->topk, L = o->layers;
@@ -607,6 +637,8 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
     free(hy);
     if (st == DT_OK && o->save && o->save_at < 0)
         st = checkpoint(md, o->save, &step, 1);
+    if (st == DT_OK && o->export_dir && o->experts > 0)
+        st = hf_io(md, o->export_dir, 1);
     return st;
 }
 
