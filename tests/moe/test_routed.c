@@ -4,7 +4,8 @@
  * dropped pairs, outputs within f32 rounding; on 4 expert-parallel devices (`batch` = 4, one
  * expert each of 4) the one-device output bit for bit and its gradients to rounding; a member
  * receiving no tokens (every token routed to experts 0 and 1 by the bias); capacity dropping
- * (a token whose choices are all dropped gets 0); the bias update. */
+ * (a token whose choices are all dropped gets 0); the layer inside a recomputed checkpoint
+ * segment (the same gradients bit for bit); the bias update. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,10 +114,13 @@ typedef struct run_out {
     float grads[5][E * C * F]; /* x, gate, w1, w3, w2 */
     moe_route_stats st;
     int64_t ch[NT * K];
+    int64_t recomputed; /* forward calls the backward re-ran */
 } run_out;
 
 static const int64_t shp[6][3] = {{NT, C}, {C, E}, {E, C, F}, {E, C, F}, {E, F, C}, {NT, C}};
 static const int rk[6] = {2, 2, 3, 3, 3, 2};
+
+static int use_checkpoint; /* 1: the layer runs inside a recomputed checkpoint segment */
 
 /* The layer on `ep` devices of a `batch` dim (1: one device), loss sum(y * R) backward. */
 static void run_layer(const moe_config *cfg, const float *bias, int ep, run_out *o)
@@ -147,13 +151,20 @@ static void run_layer(const moe_config *cfg, const float *bias, int ep, run_out 
     DT_ASSERT_OK(dt_tape_begin(tape));
     moe_params p = {t[1], t[2], t[3], t[4]};
     dt_tensor *y = NULL, *yr = NULL, *l = NULL;
+    if (use_checkpoint)
+        DT_ASSERT_OK(dt_tape_checkpoint_begin(tape, NULL));
     DT_ASSERT_OK(moe_routed_forward(cfg, &p, bias, t[0], &y, NULL, &o->st, o->ch));
+    if (use_checkpoint)
+        DT_ASSERT_OK(dt_tape_checkpoint_end(tape));
     DT_ASSERT_OK(dt_tensor_to_host(y, -1, o->y, sizeof o->y));
     DT_ASSERT_OK(dt_mul(y, t[5], NULL, &yr));
     DT_ASSERT_OK(dt_sum(yr, NULL, 0, 0, &l));
     DT_ASSERT_OK(dt_tape_end(tape));
     dt_backward_opts bo = DT_BACKWARD_OPTS_INIT;
     DT_ASSERT_OK(dt_tape_backward(tape, l, NULL, 1.0f, &bo));
+    dt_tape_stats ts;
+    DT_ASSERT_OK(dt_tape_get_stats(tape, &ts));
+    o->recomputed = ts.recomputed;
     for (int i = 0; i < 5; i++) {
         const dt_tensor *g = NULL;
         int64_t n = 1;
@@ -284,6 +295,32 @@ static void test_members_receiving_no_tokens_neither_hang_nor_fail(void)
     free(o);
 }
 
+/* Activation checkpointing: the layer's records keep only its inputs and are re-run in the
+ * backward pass; the gradients are the plain run's bit for bit, on one device and at EP 4. */
+static void test_checkpointed_layer_gives_the_same_gradients(void)
+{
+    fill(9);
+    moe_config cfg = MOE_CONFIG_INIT;
+    cfg.experts = E, cfg.topk = K, cfg.hidden = F, cfg.group = 4, cfg.capacity_factor = 1.0;
+    for (int ep = 1; ep <= 4; ep *= 4) {
+        if (ep > dt_test_num_devices() || (ep == 1 && dt_client_id() != 0))
+            continue;
+        run_out *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+        run_layer(&cfg, NULL, ep, a);
+        use_checkpoint = 1;
+        run_layer(&cfg, NULL, ep, b);
+        use_checkpoint = 0;
+        if (dt_client_id() == 0) {
+            CU_ASSERT_EQUAL(a->recomputed, 0);
+            CU_ASSERT(b->recomputed > 10);
+            CU_ASSERT_EQUAL(memcmp(a->y, b->y, sizeof a->y), 0);
+            CU_ASSERT_EQUAL(memcmp(a->grads, b->grads, sizeof a->grads), 0);
+        }
+        free(a);
+        free(b);
+    }
+}
+
 static void test_bias_update_moves_toward_the_mean_load_and_recentres(void)
 {
     moe_config cfg = MOE_CONFIG_INIT;
@@ -304,6 +341,7 @@ int main(int argc, char **argv)
         DT_TEST(test_capacity_drops_later_choices_and_a_fully_dropped_token_gets_zero),
         DT_TEST(test_four_expert_parallel_devices_give_the_one_device_bits),
         DT_TEST(test_members_receiving_no_tokens_neither_hang_nor_fail),
+        DT_TEST(test_checkpointed_layer_gives_the_same_gradients),
         DT_TEST(test_bias_update_moves_toward_the_mean_load_and_recentres),
         DT_TEST_END,
     };
