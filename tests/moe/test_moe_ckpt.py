@@ -8,7 +8,8 @@ differently at another degree) and the same experts' load is printed. Then --exp
 directory has Mixtral's per-expert names and [out, in] shapes (read here from the safetensors
 header), and --init-hf reads it back: at EP 2 the held-out loss of the exporting run bit for
 bit, at EP 4 and EP 1 within 1e-6.
-argv: train_moe, the mpiexec wrapper. Prints `N passed, N failed`."""
+argv: train_moe, the mpiexec wrapper [, --quick: under the sanitizers, only the resume at EP 4
+and the read-back at EP 2]. Prints `N passed, N failed`."""
 import json
 import os
 import struct
@@ -42,6 +43,7 @@ def run(train, mpiexec, nprocs, extra):
 
 def main():
     train, mpiexec = sys.argv[1], sys.argv[2]
+    quick = "--quick" in sys.argv[3:]
     passed = failed = 0
 
     def check(ok, what):
@@ -50,11 +52,11 @@ def main():
         passed, failed = passed + ok, failed + (not ok)
 
     with tempfile.TemporaryDirectory() as tmp:
-        ck = os.path.join(tmp, "ep2")
-        rc, full, held = run(train, mpiexec, 2, ["--save", ck, "--save-at", "4"])
+        ck, hf = os.path.join(tmp, "ep2"), os.path.join(tmp, "hf")
+        rc, full, held = run(train, mpiexec, 2, ["--save", ck, "--save-at", "4", "--export", hf])
         check(rc == 0 and len(full) == 8 and os.path.isdir(ck),
               "EP 2: 8 steps, saved after step 4")
-        for nprocs in (2, 4, 1):
+        for nprocs in (4,) if quick else (2, 4, 1):
             rc, res, rheld = run(train, mpiexec, nprocs, ["--resume", ck])
             ok = rc == 0 and sorted(res) == [5, 6, 7, 8]
             if nprocs == 2:
@@ -70,10 +72,8 @@ def main():
                   f"held-out {rheld} vs {held}")
             check(ok and res[5][1] == full[5][1],
                   f"resumed at EP {nprocs}: step 5 routes the same load ({res.get(5)})")
-        hf = os.path.join(tmp, "hf")
-        rc, _, held = run(train, mpiexec, 2, ["--export", hf])
         names = {}
-        if rc == 0:
+        if os.path.isdir(hf):
             with open(os.path.join(hf, "model.safetensors"), "rb") as f:
                 (n,) = struct.unpack("<Q", f.read(8))
                 names = json.loads(f.read(n))
@@ -85,9 +85,9 @@ def main():
                 "lm_head.weight": [28, 32], "model.embed_tokens.weight": [28, 32]}
         ok = all(names.get(k, {}).get("shape") == v for k, v in want.items())
         experts = sum(".experts." in k for k in names)
-        check(rc == 0 and ok and experts == 2 * 4 * 3,
+        check(ok and experts == 2 * 4 * 3,
               f"--export: Mixtral names and shapes, {experts} expert tensors")
-        for nprocs in (2, 4, 1):
+        for nprocs in (2,) if quick else (2, 4, 1):
             rc, _, rheld = run(train, mpiexec, nprocs, ["--init-hf", hf, "--steps", "0"])
             if nprocs == 2:
                 check(rc == 0 and rheld == held,
