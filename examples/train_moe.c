@@ -32,7 +32,7 @@ typedef struct opts {
     const char *data, *save, *resume, *dump, *export_dir, *init_hf;
     int64_t experts, topk, hidden, width, heads, layers, batch, steps, heldout, save_at;
     double lr, wd, capacity, aux, z, bias_coeff;
-    int score, balance, quiet, bench;
+    int score, balance, quiet, bench, zero;
     uint64_t seed;
 } opts;
 
@@ -45,6 +45,8 @@ typedef struct model {
     float bias[MAXL][64];
     moe_config cfg;
     double phase[4]; /* the training loop's forward phases (moe_routed_timers) */
+    dt_zero *zero;   /* --zero S: the dense parameters' optimizer (NULL: dt_adam_step) */
+    int dense_idx[MAXP], ndense; /* the parameters it holds, in its order */
 } model;
 
 static int64_t T = NAMES_CONTEXT;
@@ -398,7 +400,7 @@ static void usage(void)
             "  [--heads H] [--layers L] [--batch B] [--steps S] [--lr X] [--wd X] [--seed N]\n"
             "  [--score softmax|sigmoid] [--balance none|bias|aux] [--aux-coeff X]\n"
             "  [--z-coeff X] [--bias-coeff X] [--capacity CF (<= 0: dropless)]\n"
-            "  [--heldout N] [--data FILE (default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
+            "  [--zero 0|1|2 (dense parameters through dt_zero)] [--heldout N] [--data FILE (default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
             "  [--dump DIR] [--export HF_DIR] [--init-hf HF_DIR] [--bench] [--quiet]\n");
 }
 
@@ -431,7 +433,7 @@ static int parse(int argc, char **argv, opts *o)
     }
         I64("--moe", experts) I64("--topk", topk) I64("--hidden", hidden) I64("--width", width)
         I64("--heads", heads) I64("--layers", layers) I64("--batch", batch)
-        I64("--steps", steps) I64("--heldout", heldout) I64("--save-at", save_at)
+        I64("--steps", steps) I64("--zero", zero) I64("--heldout", heldout) I64("--save-at", save_at)
         DBL("--lr", lr) DBL("--wd", wd) DBL("--capacity", capacity) DBL("--aux-coeff", aux)
         DBL("--z-coeff", z) DBL("--bias-coeff", bias_coeff)
         STR("--export", export_dir) STR("--init-hf", init_hf)
@@ -499,6 +501,30 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
         st = checkpoint(md, o->resume, &step, 0);
     if (st == DT_OK && o->init_hf)
         st = hf_io(md, o->init_hf, 0);
+    if (st == DT_OK && o->zero > 0 && (o->save || o->resume)) {
+        fprintf(stderr, "train_moe: --zero with --save/--resume is not supported yet\n");
+        st = DT_ERR_UNSUPPORTED;
+    }
+    if (st == DT_OK && o->zero > 0) {
+        /* ZeRO over `batch` for the replicated (dense) parameters; the experts, sharded over
+         * the same dim, already hold 1 / EP of their state each and step by dt_adam_step */
+        dt_zero_opts zo = DT_ZERO_OPTS_INIT;
+        zo.stage = (int)o->zero;
+        dt_optim_hparams hp = DT_OPTIM_ADAMW_INIT;
+        hp.lr = (float)o->lr;
+        hp.weight_decay = (float)o->wd;
+        const char *nm[MAXP];
+        dt_tensor *ps[MAXP];
+        for (int i = 0; i < md->np; i++)
+            if (!(o->experts > 0 && dt_tensor_rank(md->p[i]) == 3)) {
+                md->dense_idx[md->ndense] = i;
+                nm[md->ndense] = md->names[i];
+                ps[md->ndense++] = md->p[i];
+            }
+        st = dt_zero_create(md->mesh, &zo, &md->zero);
+        if (st == DT_OK)
+            st = dt_zero_add_group(md->zero, md->ndense, nm, ps, &hp, NULL);
+    }
     if (st != DT_OK)
         return st;
     int64_t B = o->batch, N = B * T, K = o->topk, L = o->layers;
@@ -561,9 +587,21 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
             }
         for (int i = 0; i < md->np && st == DT_OK; i++) {
             const dt_tensor *g = NULL;
+            if (md->zero && !(o->experts > 0 && dt_tensor_rank(md->p[i]) == 3))
+                continue; /* dt_zero_step below */
             st = dt_tape_grad(tape, i, &g);
             if (st == DT_OK)
                 st = dt_adam_step(&ao, step + 1, md->p[i], g, md->m[i], md->v[i]);
+        }
+        if (st == DT_OK && md->zero) {
+            dt_tensor *gs[MAXP];
+            for (int j = 0; j < md->ndense && st == DT_OK; j++) {
+                const dt_tensor *g = NULL;
+                st = dt_tape_grad(tape, md->dense_idx[j], &g);
+                gs[j] = (dt_tensor *)g; /* read, not modified */
+            }
+            if (st == DT_OK)
+                st = dt_zero_step(md->zero, gs, NULL);
         }
         int64_t dropped = 0;
         for (int64_t l = 0; l < L && E > 0 && st == DT_OK; l++) {
@@ -691,6 +729,10 @@ int main(int argc, char **argv)
     else
         rc = 0;
 out:
+    if (md)
+        dt_zero_destroy(md->zero);
+    if (dense)
+        dt_zero_destroy(dense->zero);
     for (int i = 0; md && i < md->np; i++) {
         dt_tensor_destroy(md->p[i]);
         dt_tensor_destroy(md->m[i]);

@@ -5,7 +5,8 @@ against the same model written here in PyTorch (float64), from the same initial 
 1e-5 relative, the same experts chosen for every token at step 0, every gradient of step 0
 within 1e-4 of its largest magnitude; routing by softmax with the balancing bias (its update
 after each step), and by sigmoid with the auxiliary loss, the z-loss and capacity dropping;
-each on 1 process, 2 processes (EP 2: 2 experts each) and 4 processes (EP 4).
+each on 1 process, 2 processes (EP 2: 2 experts each) and 4 processes (EP 4); the first also
+on 2 processes with the dense parameters stepped by ZeRO stage 1 (--zero 1).
 argv: train_moe, the mpiexec wrapper. Prints `N passed, N failed`."""
 import math
 import os
@@ -27,12 +28,12 @@ VARIANTS = {
 }
 
 
-def run_ours(train, mpiexec, nprocs, var, out):
+def run_ours(train, mpiexec, nprocs, var, out, extra=()):
     cmd = [train, "--steps", str(STEPS), "--batch", str(B), "--moe", str(E), "--topk", str(K),
            "--hidden", str(F), "--width", str(C), "--heads", str(H), "--layers", str(L),
            "--lr", str(LR), "--score", var["score"], "--balance", var["balance"],
            "--capacity", str(var["capacity"]), "--aux-coeff", str(var["aux"]),
-           "--z-coeff", str(var["z"]), "--heldout", "16", "--dump", out, "--quiet"]
+           "--z-coeff", str(var["z"]), "--heldout", "16", "--dump", out, "--quiet"] + list(extra)
     if nprocs > 1:
         cmd = [mpiexec, "-n", str(nprocs)] + cmd
     env = dict(os.environ)
@@ -194,9 +195,14 @@ def main():
 
     for vname, var in VARIANTS.items():
         ref = None
-        for nprocs in (1, 2, 4):
+        runs = [(1, ()), (2, ()), (4, ())]
+        if vname == "softmax-bias":  # the dense parameters through ZeRO stage 1
+            runs.append((2, ("--zero", "1")))
+        for nprocs, extra in runs:
+            if extra:
+                vname = vname.split(" ")[0] + " zero1"
             with tempfile.TemporaryDirectory() as out:
-                r = run_ours(train, mpiexec, nprocs, var, out)
+                r = run_ours(train, mpiexec, nprocs, var, out, extra)
                 if r.returncode != 0:
                     check(False, f"{vname} np{nprocs}: train_moe exit {r.returncode}\n"
                           f"{r.stderr[-2000:]}")
