@@ -69,11 +69,9 @@ static dt_status plan_make(const moe_config *cfg, int64_t P, int64_t N, int64_t 
     pl->group_counts = calloc((size_t)(P * G), sizeof(int64_t));
     pl->comb_idx = calloc((size_t)(P * n * K), sizeof(int64_t));
     int64_t *cnt_pe = calloc((size_t)(P * E), sizeof(int64_t));
-    int64_t *pos = calloc((size_t)(N * K), sizeof(int64_t));
     if (!pl->keep || !pl->send_idx || !pl->send_counts || !pl->group_counts || !pl->comb_idx ||
-        !cnt_pe || !pos) {
+        !cnt_pe) {
         free(cnt_pe);
-        free(pos);
         return DT_ERR_NO_MEMORY;
     }
     /* capacity: per group, first choices first, in token order */
@@ -123,7 +121,6 @@ static dt_status plan_make(const moe_config *cfg, int64_t P, int64_t N, int64_t 
     pl->recv_inv = calloc((size_t)(P * Rr), sizeof(int64_t));
     if (!pl->recv_perm || !pl->recv_inv) {
         free(cnt_pe);
-        free(pos);
         return DT_ERR_NO_MEMORY;
     }
     for (int64_t q = 0; q < P; q++) {
@@ -149,7 +146,6 @@ static dt_status plan_make(const moe_config *cfg, int64_t P, int64_t N, int64_t 
             pl->recv_inv[q * Rr + r] = o < Rr ? o : 0;
     }
     free(cnt_pe);
-    free(pos);
     return DT_OK;
 }
 
