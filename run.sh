@@ -79,9 +79,12 @@ case "${1:-}" in
     cuda_host_kernels="tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kernels_cuda
       tests/test_ops_transformer_cuda tests/test_attention_cuda tests/cuda_host/test_cuda_host_checks"
     cuda_host_all="$cuda_host_kernels tests/test_cuda_arguments tests/test_ops_cuda_runtime
-      tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases"
+      tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases
+      tests/cuda_host/test_cuda_faults tests/relayout/test_relayout_mismatch examples/train_mlp
+      tests/cuda_host/test_nccl_faults examples/train_gpt"
     setup build-host-asan -Dcuda=host -Db_sanitize=address,undefined -Db_lundef=false \
       -Dbuildtype=debug
+    cuda_host_all="$cuda_host_all tests/collective/test_alltoallv"  # dt_alltoallv (suite collective)
     # shellcheck disable=SC2086
     ninja -C build-host-asan -j "$jobs" $cuda_host_all >/dev/null
     meson test -C build-host-asan --no-rebuild --print-errorlogs --num-processes "$jobs" \

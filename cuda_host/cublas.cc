@@ -6,6 +6,7 @@
 
 #include <cublas_v2.h>
 
+#include "cuda_host/fault.h"
 #include "cuda_host/stand_in.h"
 
 struct cublasContext {
@@ -20,6 +21,8 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t *handle)
         cudaGetLastError();
         return CUBLAS_STATUS_NOT_INITIALIZED;
     }
+    if (dt__cuh_fault_now("cublascreate"))
+        return CUBLAS_STATUS_ALLOC_FAILED;
     *handle = new cublasContext{0, CUBLAS_DEFAULT_MATH};
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -107,6 +110,8 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                    !dt__cuh_is_device(B, span(brows, bcols, ldb)))) ||
         !dt__cuh_is_device(C, span(m, n, ldc)))
         return CUBLAS_STATUS_INVALID_VALUE; /* a real GPU faults later: fail at the call */
+    if (dt__cuh_fault_now("cublas"))
+        return CUBLAS_STATUS_EXECUTION_FAILED;
     sgemm_args *g = new sgemm_args{ta, tb, m, n, k, *alpha, *beta, A, B, C, lda, ldb, ldc};
     dt__cuh_enqueue(handle->stream, sgemm_run, g);
     return CUBLAS_STATUS_SUCCESS;
@@ -118,6 +123,8 @@ const char *cublasGetStatusName(cublasStatus_t status)
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
     case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
     default: return "CUBLAS_STATUS_INTERNAL_ERROR";
     }
 }
@@ -128,6 +135,8 @@ const char *cublasGetStatusString(cublasStatus_t status)
     case CUBLAS_STATUS_SUCCESS: return "success";
     case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
     case CUBLAS_STATUS_INVALID_VALUE: return "an invalid value was used as an argument";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "resource allocation failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
     default: return "an internal operation failed";
     }
 }

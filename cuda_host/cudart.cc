@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda_host/exec.h"
+#include "cuda_host/fault.h"
 #include "cuda_host/stand_in.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -222,6 +223,118 @@ cudaError_t sync_device(int d)
 
 } // namespace
 
+/* ---- fault injection (cuda_host/fault.h) ---------------------------------------------------- */
+
+namespace {
+
+const char *const kSites[] = {"malloc", "mallochost", "memcpy", "memset", "setdevice",
+                              "getdevice", "kernel", "cublascreate", "cublas", "nccl",
+                              "ncclasync", "ncclinit", "pcibusid"};
+const int kNSites = (int)(sizeof kSites / sizeof kSites[0]);
+pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
+long fault_left[sizeof kSites / sizeof kSites[0]]; /* calls until the fault, 0: disarmed */
+int fault_fired[sizeof kSites / sizeof kSites[0]];
+int fault_armed; /* sites armed: 0 lets every call through without the lock */
+pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+int site_index(const char *site, size_t len)
+{
+    for (int i = 0; i < kNSites; i++)
+        if (strlen(kSites[i]) == len && strncmp(kSites[i], site, len) == 0)
+            return i;
+    return -1;
+}
+
+/* DT_CUDA_HOST_FAIL=site:N[,site:N...] */
+void fault_env()
+{
+    const char *e = getenv("DT_CUDA_HOST_FAIL");
+    for (const char *p = e; p && *p;) {
+        const char *colon = strchr(p, ':'), *comma = strchr(p, ',');
+        if (!comma)
+            comma = p + strlen(p);
+        int i = colon && colon < comma ? site_index(p, (size_t)(colon - p)) : -1;
+        if (i < 0) {
+            fprintf(stderr, "cuda-host: DT_CUDA_HOST_FAIL: bad entry '%.*s' (site:N, sites in "
+                    "cuda_host/fault.h)\n", (int)(comma - p), p);
+            abort();
+        }
+        char *end = NULL;
+        long nth = strtol(colon + 1, &end, 10);
+        if (end && *end == '@') { /* site:N@R: only in the process of world rank R */
+            const char *r = getenv("OMPI_COMM_WORLD_RANK");
+            if (!r)
+                r = getenv("PMI_RANK");
+            if (!r || strtol(end + 1, NULL, 10) != strtol(r, NULL, 10))
+                nth = 0;
+        }
+        fault_left[i] = nth;
+        fault_fired[i] = 0;
+        if (nth > 0)
+            __atomic_fetch_add(&fault_armed, 1, __ATOMIC_RELAXED);
+        p = *comma ? comma + 1 : comma;
+    }
+}
+
+} // namespace
+
+bool dt__cuh_fault_now(const char *site)
+{
+    pthread_once(&fault_once, fault_env);
+    if (__atomic_load_n(&fault_armed, __ATOMIC_RELAXED) == 0)
+        return false;
+    int i = site_index(site, strlen(site));
+    if (i < 0)
+        abort(); /* a stand-in asked for a site the table lacks */
+    pthread_mutex_lock(&fault_mu);
+    bool now = fault_left[i] > 0 && --fault_left[i] == 0;
+    if (now)
+        __atomic_fetch_sub(&fault_armed, 1, __ATOMIC_RELAXED);
+    if (now) {
+        fault_fired[i] = 1;
+        fprintf(stderr, "cuda-host: injected fault: %s\n", site);
+    }
+    pthread_mutex_unlock(&fault_mu);
+    return now;
+}
+
+extern "C" DT__CUH_API int dt__cuh_fail(const char *site, long nth)
+{
+    pthread_once(&fault_once, fault_env);
+    int i = site_index(site, strlen(site));
+    if (i < 0)
+        return -1;
+    pthread_mutex_lock(&fault_mu);
+    __atomic_fetch_add(&fault_armed, (nth > 0) - (fault_left[i] > 0), __ATOMIC_RELAXED);
+    fault_left[i] = nth > 0 ? nth : 0;
+    fault_fired[i] = 0;
+    pthread_mutex_unlock(&fault_mu);
+    return 0;
+}
+
+extern "C" DT__CUH_API int dt__cuh_fail_fired(const char *site)
+{
+    int i = site_index(site, strlen(site));
+    if (i < 0)
+        return 0;
+    pthread_mutex_lock(&fault_mu);
+    int f = fault_fired[i];
+    pthread_mutex_unlock(&fault_mu);
+    return f;
+}
+
+extern "C" DT__CUH_API void dt__cuh_fail_reset_sticky(void)
+{
+    if (!init())
+        return;
+    for (int d = 0; d < g.ndev; d++)
+        stream_wait(g.dev[d].legacy);
+    pthread_mutex_lock(&g.mu);
+    for (int d = 0; d < g.ndev; d++)
+        g.dev[d].sticky = cudaSuccess;
+    pthread_mutex_unlock(&g.mu);
+}
+
 /* ---- the executor's side ------------------------------------------------------------------- */
 
 extern "C" size_t dt__cuh_kernel_smem_limit(const char *key)
@@ -253,6 +366,17 @@ extern "C" void dt__cuh_launch(const dt__cuh_launch_desc *d, void (*body)(void *
         return;
     }
     CUstream_st *s = d->stream ? d->stream : g.dev[cur_dev].legacy;
+    if (dt__cuh_fault_now("kernel")) { /* as a kernel that faults: found at the next sync */
+        int dev = s->device;
+        stream_push(s, [dev]() {
+            pthread_mutex_lock(&g.mu);
+            if (g.dev[dev].sticky == cudaSuccess)
+                g.dev[dev].sticky = cudaErrorLaunchFailure;
+            pthread_mutex_unlock(&g.mu);
+        });
+        destroy(closure);
+        return;
+    }
     if (d->bad_arg) { /* on a GPU the kernel faults: the device's sticky error, found later */
         int dev = s->device;
         dt__cuh_launch_desc copy = *d;
@@ -313,6 +437,8 @@ cudaError_t cudaSetDevice(int device)
         return set_error(cudaErrorNoDevice);
     if (device < 0 || device >= g.ndev)
         return set_error(cudaErrorInvalidDevice);
+    if (dt__cuh_fault_now("setdevice"))
+        return set_error(cudaErrorDevicesUnavailable);
     cur_dev = device;
     return cudaSuccess;
 }
@@ -321,6 +447,8 @@ cudaError_t cudaGetDevice(int *device)
 {
     if (!init())
         return set_error(cudaErrorNoDevice);
+    if (dt__cuh_fault_now("getdevice"))
+        return set_error(cudaErrorDevicesUnavailable);
     *device = cur_dev;
     return cudaSuccess;
 }
@@ -336,6 +464,8 @@ cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
 {
     if (!init() || device < 0 || device >= g.ndev)
         return set_error(cudaErrorInvalidDevice);
+    if (dt__cuh_fault_now("pcibusid"))
+        return set_error(cudaErrorDevicesUnavailable);
     snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x10 + device);
     return cudaSuccess;
 }
@@ -383,6 +513,8 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     if (!init())
         return set_error(cudaErrorNoDevice);
     device &v = g.dev[cur_dev];
+    if (dt__cuh_fault_now("malloc"))
+        return set_error(cudaErrorMemoryAllocation);
     if (size > v.cap)
         return set_error(cudaErrorMemoryAllocation);
     size_t need = (size + kRedzone + kAlign - 1) / kAlign * kAlign;
@@ -435,6 +567,8 @@ cudaError_t cudaFree(void *devPtr)
 
 cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
+    if (dt__cuh_fault_now("mallochost"))
+        return set_error(cudaErrorMemoryAllocation);
     void *p = malloc(size ? size : 1);
     if (!p)
         return set_error(cudaErrorMemoryAllocation);
@@ -509,6 +643,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
         return set_error(cudaErrorNoDevice);
     if (count == 0)
         return cudaSuccess;
+    if (dt__cuh_fault_now("memcpy"))
+        return set_error(cudaErrorLaunchFailure);
     bool async_ok = false;
     cudaError_t e = check_copy(dst, src, count, kind, &async_ok);
     if (e != cudaSuccess)
@@ -536,6 +672,8 @@ cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t 
         return cudaSuccess;
     if (!dt__cuh_is_device(devPtr, count))
         return set_error(cudaErrorInvalidValue);
+    if (dt__cuh_fault_now("memset"))
+        return set_error(cudaErrorLaunchFailure);
     stream_push(stream ? stream : g.dev[cur_dev].legacy,
                 [devPtr, value, count]() { memset(devPtr, value, count); });
     return cudaSuccess;
@@ -720,6 +858,7 @@ const char *cudaGetErrorName(cudaError_t error)
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorDevicesUnavailable: return "cudaErrorDevicesUnavailable";
     default: return "cudaErrorUnknown";
     }
 }
@@ -737,6 +876,8 @@ const char *cudaGetErrorString(cudaError_t error)
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorDevicesUnavailable: return "CUDA-capable device(s) is/are busy or unavailable";
     default: return "unknown error";
     }
 }

@@ -22,6 +22,7 @@
 #include <cuda_fp16.h>
 #include <nccl.h>
 
+#include "cuda_host/fault.h"
 #include "cuda_host/stand_in.h"
 
 namespace {
@@ -53,6 +54,7 @@ struct ncclComm {
     size_t bytes;
     int nranks, rank;
     ncclResult_t async;
+    int aborted; /* ncclCommAbort: an injected asynchronous fault stops waiting */
     char name[64];
 };
 
@@ -336,6 +338,19 @@ ncclResult_t submit(const op &o)
     if (bytes && ((o.kind != 1 && !dt__cuh_is_device(o.send, in)) ||
                   (o.kind != 0 && !dt__cuh_is_device(o.recv, out))))
         return ncclInvalidArgument; /* NCCL moves device memory only */
+    if (dt__cuh_fault_now("nccl"))
+        return ncclUnhandledCudaError;
+    if (dt__cuh_fault_now("ncclasync")) { /* accepted; fails on the stream, never completes */
+        ncclComm_t c = o.comm;
+        dt__cuh_enqueue(o.stream, [](void *arg) {
+            ncclComm_t cm = (ncclComm_t)arg;
+            __atomic_store_n(&cm->async, ncclSystemError, __ATOMIC_RELEASE);
+            for (double t0 = now(); !__atomic_load_n(&cm->aborted, __ATOMIC_ACQUIRE) &&
+                                    now() - t0 < timeout_s();)
+                usleep(1000);
+        }, c);
+        return ncclSuccess;
+    }
     if (group_depth > 0) {
         if (!group_ops)
             group_ops = new std::vector<op>();
@@ -370,6 +385,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
 {
     if (nranks < 1 || rank < 0 || rank >= nranks || strncmp(commId.internal, "/dtcuh-nccl-", 12))
         return ncclInvalidArgument;
+    if (dt__cuh_fault_now("ncclinit"))
+        return ncclSystemError;
     size_t bytes = sizeof(segment) + sizeof(channel) * (size_t)nranks * (size_t)nranks;
     int fd = shm_open(commId.internal, O_RDWR | O_CREAT, 0600);
     if (fd < 0)
@@ -429,6 +446,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
+    if (comm)
+        __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
     return ncclCommDestroy(comm);
 }
 
@@ -444,6 +463,7 @@ const char *ncclGetErrorString(ncclResult_t result)
 {
     switch (result) {
     case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (cuda-host NCCL stand-in)";
     case ncclSystemError: return "unhandled system error (cuda-host NCCL stand-in)";
     case ncclInvalidArgument: return "invalid argument (cuda-host NCCL stand-in)";
     case ncclInvalidUsage: return "invalid usage (cuda-host NCCL stand-in)";

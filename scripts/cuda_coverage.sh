@@ -24,7 +24,9 @@ ninja -C "$dir" tests/test_ops_cuda tests/test_llama_cuda tests/test_device_kern
   tests/test_ops_transformer_cuda tests/test_attention_cuda \
   tests/cuda_host/test_cuda_host_checks tests/test_cuda_arguments tests/test_ops_cuda_runtime \
   tests/test_data_gpu tests/device/test_gpu_mesh tests/test_relayout_cases \
-  tests/test_relayout_property examples/train_mlp >/dev/null
+  tests/test_relayout_property examples/train_mlp tests/cuda_host/test_cuda_faults \
+  tests/relayout/test_relayout_mismatch examples/train_gpt \
+  tests/cuda_host/test_nccl_faults >/dev/null
 find "$dir" -name '*.gcda' -delete
 meson test -C "$dir" --no-rebuild --num-processes "$(nproc)" "${suites[@]}" >/dev/null ||
   { echo "cuda_coverage: tests failed (see $dir/meson-logs/testlog.txt)" >&2; exit 1; }

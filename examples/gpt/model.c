@@ -48,12 +48,14 @@ int64_t gpt_param_count(const gpt *m)
 }
 
 /* A tensor of `layout` holding the global host array `global`: every local device views the
- * whole array (replicated), then the relayout slices out its box (no communication). */
+ * whole array (replicated), then the relayout slices out its box (no communication). On GPU
+ * meshes each device's replica is written from the host instead of viewed. */
 static dt_status from_host(const dt_layout *layout, dt_dtype dtype, const int64_t *shape,
                            const void *global, dt_tensor **out)
 {
     const dt_mesh *mesh = dt_layout_mesh(layout);
     int rank = dt_layout_rank(layout), n = dt_mesh_num_local_devices(mesh);
+    int gpu = dt_mesh_device_type(mesh) == DT_DEVICE_GPU;
     DLTensor *parts = calloc((size_t)(n ? n : 1), sizeof *parts);
     int64_t shp[DT_MAX_RANK];
     dt_layout *rep = NULL;
@@ -61,12 +63,19 @@ static dt_status from_host(const dt_layout *layout, dt_dtype dtype, const int64_
     if (!parts)
         return no_memory();
     memcpy(shp, shape, sizeof(int64_t) * (size_t)rank);
+    size_t bytes = dt_dtype_size(dtype);
+    for (int d = 0; d < rank; d++)
+        bytes *= (size_t)shape[d];
     for (int k = 0; k < n; k++)
         parts[k] = (DLTensor){.data = (void *)global, .device = {kDLCPU, 0}, .ndim = rank,
                               .dtype = dt_dtype_to_dlpack(dtype), .shape = shp};
     dt_status st = dt_layout_replicated(mesh, rank, &rep);
-    if (st == DT_OK)
+    if (st == DT_OK && gpu)
+        st = dt_tensor_zeros(rep, dtype, shape, &r);
+    else if (st == DT_OK)
         st = dt_tensor_pack(rep, shape, n, parts, &r);
+    for (int k = 0; gpu && st == DT_OK && k < n; k++)
+        st = dt_tensor_local_write(r, k, global, bytes);
     if (st == DT_OK)
         st = dt_relayout(r, layout, out);
     dt_tensor_destroy(r);

@@ -120,6 +120,14 @@ static unsigned row_blocks(int64_t rows)
     return (unsigned)(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows));
 }
 
+/* Threads of a row's block: whole warps covering the classes, at most DT__CU_THREADS (10
+ * classes: one warp, not 8 warps of which 7 only join the reductions). */
+static unsigned row_threads(int64_t classes)
+{
+    int64_t t = (classes + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : (t > DT__CU_THREADS ? DT__CU_THREADS : t));
+}
+
 extern "C" cudaError_t dt__cuda_xent_check_labels(int64_t rows, int64_t classes,
                                                   const int32_t *labels,
                                                   unsigned long long *bad_row, cudaStream_t s)
@@ -135,7 +143,7 @@ extern "C" cudaError_t dt__cuda_softmax_xent(int64_t rows, int64_t classes,
                                              cudaStream_t s)
 {
     if (rows > 0)
-        DT__CU_LAUNCH(xent_rows_kernel, row_blocks(rows), DT__CU_THREADS, 0, s)(rows, classes, logits,
+        DT__CU_LAUNCH(xent_rows_kernel, row_blocks(rows), row_threads(classes), 0, s)(rows, classes, logits,
                                                                      labels, row_loss);
     DT__CU_LAUNCH(xent_total_kernel, 1, DT__CU_THREADS, 0, s)(rows, row_loss, scale, loss_out);
     return cudaGetLastError();
@@ -145,7 +153,7 @@ extern "C" cudaError_t dt__cuda_softmax_xent_grad(int64_t rows, int64_t classes,
                                                   const float *logits, const int32_t *labels,
                                                   float scale, float *dlogits, cudaStream_t s)
 {
-    DT__CU_LAUNCH(xent_grad_kernel, row_blocks(rows), DT__CU_THREADS, 0, s)(rows, classes, logits, labels,
+    DT__CU_LAUNCH(xent_grad_kernel, row_blocks(rows), row_threads(classes), 0, s)(rows, classes, logits, labels,
                                                                  scale, dlogits);
     return cudaGetLastError();
 }
