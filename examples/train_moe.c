@@ -32,7 +32,8 @@ typedef struct opts {
     const char *data, *save, *resume, *dump, *export_dir, *init_hf;
     int64_t experts, topk, hidden, width, heads, layers, batch, steps, heldout, save_at;
     double lr, wd, capacity, aux, z, bias_coeff;
-    int score, balance, quiet, bench, zero;
+    int score, balance, quiet, bench;
+    int64_t zero;
     uint64_t seed;
 } opts;
 
@@ -60,9 +61,9 @@ static dt_status add_param(model *md, const char *name, int rank, const int64_t 
     int i = md->np;
     const float one = 1.0f;
     if (st == DT_OK)
-        st = std > 0 ? dt_random_normal(l, shape, DT_DTYPE_F32, 0.0, std, md->o.seed, stream,
-                                        &md->p[i])
-                     : dt_tensor_filled(l, DT_DTYPE_F32, shape, &one, &md->p[i]);
+        st = std > 0
+                 ? dt_random_normal(l, shape, DT_DTYPE_F32, 0.0, std, md->o.seed, stream, &md->p[i])
+                 : dt_tensor_filled(l, DT_DTYPE_F32, shape, &one, &md->p[i]);
     if (st == DT_OK)
         st = dt_tensor_zeros(l, DT_DTYPE_F32, shape, &md->m[i]);
     if (st == DT_OK)
@@ -289,7 +290,7 @@ static dt_status checkpoint(model *md, const char *dir, int64_t *step, int save)
 {
     int n = 3 * md->np + 2;
     const char **nm = calloc((size_t)n, sizeof *nm);
-    char (*buf)[80] = calloc((size_t)n, sizeof *buf);
+    char(*buf)[80] = calloc((size_t)n, sizeof *buf);
     dt_tensor **t = calloc((size_t)n, sizeof *t);
     dt_layout *r2 = NULL, *r1 = NULL;
     dt_status st = nm && buf && t ? DT_OK : DT_ERR_NO_MEMORY;
@@ -348,8 +349,8 @@ static dt_status checkpoint(model *md, const char *dir, int64_t *step, int save)
 static moe_hf_shape hf_shape(const model *md)
 {
     const opts *o = &md->o;
-    return (moe_hf_shape){NAMES_VOCAB, T, o->width, o->heads, o->layers, o->experts, o->topk,
-                          o->hidden};
+    return (moe_hf_shape){NAMES_VOCAB, T,          o->width, o->heads,
+                          o->layers,   o->experts, o->topk,  o->hidden};
 }
 
 static dt_status hf_io(model *md, const char *dir, int export)
@@ -400,44 +401,79 @@ static void usage(void)
             "  [--heads H] [--layers L] [--batch B] [--steps S] [--lr X] [--wd X] [--seed N]\n"
             "  [--score softmax|sigmoid] [--balance none|bias|aux] [--aux-coeff X]\n"
             "  [--z-coeff X] [--bias-coeff X] [--capacity CF (<= 0: dropless)]\n"
-            "  [--zero 0|1|2 (dense parameters through dt_zero)] [--heldout N] [--data FILE (default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
+            "  [--zero 0|1|2 (dense parameters through dt_zero)] [--heldout N] [--data FILE "
+            "(default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
             "  [--dump DIR] [--export HF_DIR] [--init-hf HF_DIR] [--bench] [--quiet]\n");
 }
 
 static int parse(int argc, char **argv, opts *o)
 {
-    *o = (opts){.data = TRAIN_MOE_DATA, .experts = 4, .topk = 2, .hidden = 16,
-                .width = 32, .heads = 4, .layers = 2, .batch = 8, .steps = 20, .heldout = 256,
-                .lr = 3e-3, .wd = 0.0, .capacity = 0, .aux = 1e-2, .z = 0, .bias_coeff = 1e-3,
-                .score = MOE_SCORE_SOFTMAX, .balance = MOE_BALANCE_BIAS, .seed = 1234,
+    *o = (opts){.data = TRAIN_MOE_DATA,
+                .experts = 4,
+                .topk = 2,
+                .hidden = 16,
+                .width = 32,
+                .heads = 4,
+                .layers = 2,
+                .batch = 8,
+                .steps = 20,
+                .heldout = 256,
+                .lr = 3e-3,
+                .wd = 0.0,
+                .capacity = 0,
+                .aux = 1e-2,
+                .z = 0,
+                .bias_coeff = 1e-3,
+                .score = MOE_SCORE_SOFTMAX,
+                .balance = MOE_BALANCE_BIAS,
+                .seed = 1234,
                 .save_at = -1};
+    /* the options that take a value, by kind: a table, not a chain of ifs */
+    const struct {
+        const char *flag;
+        int64_t *i;
+        double *d;
+        const char **s;
+    } val[] = {
+        {"--moe", &o->experts, NULL, NULL},
+        {"--topk", &o->topk, NULL, NULL},
+        {"--hidden", &o->hidden, NULL, NULL},
+        {"--width", &o->width, NULL, NULL},
+        {"--heads", &o->heads, NULL, NULL},
+        {"--layers", &o->layers, NULL, NULL},
+        {"--batch", &o->batch, NULL, NULL},
+        {"--steps", &o->steps, NULL, NULL},
+        {"--zero", &o->zero, NULL, NULL},
+        {"--heldout", &o->heldout, NULL, NULL},
+        {"--save-at", &o->save_at, NULL, NULL},
+        {"--lr", NULL, &o->lr, NULL},
+        {"--wd", NULL, &o->wd, NULL},
+        {"--capacity", NULL, &o->capacity, NULL},
+        {"--aux-coeff", NULL, &o->aux, NULL},
+        {"--z-coeff", NULL, &o->z, NULL},
+        {"--bias-coeff", NULL, &o->bias_coeff, NULL},
+        {"--export", NULL, NULL, &o->export_dir},
+        {"--init-hf", NULL, NULL, &o->init_hf},
+        {"--data", NULL, NULL, &o->data},
+        {"--save", NULL, NULL, &o->save},
+        {"--resume", NULL, NULL, &o->resume},
+        {"--dump", NULL, NULL, &o->dump},
+    };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define I64(flag, f)                                                                    \
-    if (!strcmp(a, flag) && v) {                                                        \
-        o->f = strtoll(v, NULL, 10);                                                    \
-        i++;                                                                            \
-        continue;                                                                       \
-    }
-#define DBL(flag, f)                                                                    \
-    if (!strcmp(a, flag) && v) {                                                        \
-        o->f = strtod(v, NULL);                                                         \
-        i++;                                                                            \
-        continue;                                                                       \
-    }
-#define STR(flag, f)                                                                    \
-    if (!strcmp(a, flag) && v) {                                                        \
-        o->f = v;                                                                       \
-        i++;                                                                            \
-        continue;                                                                       \
-    }
-        I64("--moe", experts) I64("--topk", topk) I64("--hidden", hidden) I64("--width", width)
-        I64("--heads", heads) I64("--layers", layers) I64("--batch", batch)
-        I64("--steps", steps) I64("--zero", zero) I64("--heldout", heldout) I64("--save-at", save_at)
-        DBL("--lr", lr) DBL("--wd", wd) DBL("--capacity", capacity) DBL("--aux-coeff", aux)
-        DBL("--z-coeff", z) DBL("--bias-coeff", bias_coeff)
-        STR("--export", export_dir) STR("--init-hf", init_hf)
-        STR("--data", data) STR("--save", save) STR("--resume", resume) STR("--dump", dump)
+        size_t k = 0, nval = sizeof val / sizeof val[0];
+        while (k < nval && (strcmp(a, val[k].flag) != 0 || !v))
+            k++;
+        if (k < nval) {
+            if (val[k].i)
+                *val[k].i = strtoll(v, NULL, 10);
+            else if (val[k].d)
+                *val[k].d = strtod(v, NULL);
+            else
+                *val[k].s = v;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--seed") && v) {
             o->seed = strtoull(v, NULL, 10);
             i++;
@@ -485,8 +521,10 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
     const char *dn[1] = {"batch"};
     st = dt_mesh_create("moe", 1, dn, &P, DT_DEVICE_CPU, &md->mesh);
     if (st == DT_OK && (o->batch % P || (o->experts > 0 && o->experts % P))) {
-        fprintf(stderr, "train_moe: --batch %lld and --moe %lld must be multiples of the %lld "
-                "devices\n", (long long)o->batch, (long long)o->experts, (long long)P);
+        fprintf(stderr,
+                "train_moe: --batch %lld and --moe %lld must be multiples of the %lld "
+                "devices\n",
+                (long long)o->batch, (long long)o->experts, (long long)P);
         return DT_ERR_INVALID_ARGUMENT;
     }
     md->cfg = (moe_config)MOE_CONFIG_INIT;
@@ -531,8 +569,8 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
     int64_t E = o->experts;
     if (root && !o->quiet)
         printf("train_moe: %lld devices (EP %lld), %s %lld experts top %lld, %d params%s\n",
-               (long long)P, (long long)(E > 0 ? P : 0), E > 0 ? "moe" : "dense",
-               (long long)E, (long long)K, md->np, o->resume ? " (resumed)" : "");
+               (long long)P, (long long)(E > 0 ? P : 0), E > 0 ? "moe" : "dense", (long long)E,
+               (long long)K, md->np, o->resume ? " (resumed)" : "");
     if (o->dump && step == 0)
         for (int i = 0; i < md->np && st == DT_OK; i++) {
             char nm[80];
@@ -646,7 +684,8 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
     }
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     moe_routed_timers(&md->phase[0], &md->phase[1], &md->phase[2], &md->phase[3], 0);
-    double secs = *secs_out = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+    double secs = *secs_out =
+        (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
     /* held-out loss over the test names, in batches of B */
     double held = 0;
     int64_t nb = 0;
@@ -666,7 +705,8 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
     if (st == DT_OK && root) {
         printf("heldout %.9g\n", nb ? held / (double)nb : 0.0);
         if (!o->quiet)
-            printf("train_seconds %.3f tokens_per_s %.1f\n", secs, secs > 0 ? (double)(o->steps * N) / secs : 0.0);
+            printf("train_seconds %.3f tokens_per_s %.1f\n", secs,
+                   secs > 0 ? (double)(o->steps * N) / secs : 0.0);
     }
     if (dumpf)
         fclose(dumpf);
@@ -716,7 +756,8 @@ int main(int argc, char **argv)
         if (st == DT_OK && root) {
             double tok = (double)(md->o.steps * md->o.batch * T);
             printf("moe_step_tokens_per_s=%.1f dense_step_tokens_per_s=%.1f "
-                   "moe_vs_dense=%.3f\n", tok / secs, tok / dsecs, dsecs / secs);
+                   "moe_vs_dense=%.3f\n",
+                   tok / secs, tok / dsecs, dsecs / secs);
             /* forward phases over the whole MoE training step (forward and backward) */
             printf("moe_dispatch_combine_share=%.3f moe_route_share=%.3f "
                    "moe_experts_share=%.3f\n",

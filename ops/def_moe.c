@@ -22,16 +22,17 @@ static dt_status check3(const char *op, const dt_op_sig *sig, int wgrad, int tra
     const dt_op_shape *x = &sig->in[0], *w = &sig->in[1], *c = &sig->in[2];
     if (x->rank != 3 || w->rank != 3 || c->rank != 2 || c->dtype != DT_DTYPE_I64 ||
         !is_float(x->dtype) || x->dtype != w->dtype)
-        return dt__error(DT_ERR_SHAPE, "%s: x [P, R, K] (f32/f64), %s of rank 3 and x's "
-                         "dtype, counts i64 [P, G] wanted (ranks %d, %d, %d)", op,
-                         wgrad ? "dy" : "w", x->rank, w->rank, c->rank);
+        return dt__error(DT_ERR_SHAPE,
+                         "%s: x [P, R, K] (f32/f64), %s of rank 3 and x's "
+                         "dtype, counts i64 [P, G] wanted (ranks %d, %d, %d)",
+                         op, wgrad ? "dy" : "w", x->rank, w->rank, c->rank);
     *P = x->dim[0];
     *R = x->dim[1];
     *K = x->dim[2];
     *G = c->dim[1];
     if (c->dim[0] != *P)
-        return dt__error(DT_ERR_SHAPE, "%s: counts has %lld rows, x %lld", op,
-                         (long long)c->dim[0], (long long)*P);
+        return dt__error(DT_ERR_SHAPE, "%s: counts has %lld rows, x %lld", op, (long long)c->dim[0],
+                         (long long)*P);
     if (wgrad) {
         if (w->dim[0] != *P || w->dim[1] != *R)
             return dt__error(DT_ERR_SHAPE, "%s: dy [%lld, %lld, .] for x [%lld, %lld, .]", op,
@@ -43,10 +44,12 @@ static dt_status check3(const char *op, const dt_op_sig *sig, int wgrad, int tra
     int64_t wk = trans ? w->dim[2] : w->dim[1];
     *N = trans ? w->dim[1] : w->dim[2];
     if (w->dim[0] != *P * *G || wk != *K)
-        return dt__error(DT_ERR_SHAPE, "%s: w [%lld, %lld, %lld] for x [%lld, %lld, %lld] and "
-                         "counts [%lld, %lld] (trans_w %d)", op, (long long)w->dim[0],
-                         (long long)w->dim[1], (long long)w->dim[2], (long long)*P,
-                         (long long)*R, (long long)*K, (long long)*P, (long long)*G, trans);
+        return dt__error(DT_ERR_SHAPE,
+                         "%s: w [%lld, %lld, %lld] for x [%lld, %lld, %lld] and "
+                         "counts [%lld, %lld] (trans_w %d)",
+                         op, (long long)w->dim[0], (long long)w->dim[1], (long long)w->dim[2],
+                         (long long)*P, (long long)*R, (long long)*K, (long long)*P, (long long)*G,
+                         trans);
     return DT_OK;
 }
 
@@ -78,9 +81,10 @@ static dt_status offsets(const char *op, const int64_t *c, int64_t G, int64_t R,
     off[0] = 0;
     for (int64_t g = 0; g < G; g++) {
         if (c[g] < 0 || off[g] + c[g] > R)
-            return dt_op_error(DT_ERR_INVALID_ARGUMENT, "%s: counts row [.., %lld, ..] at group "
-                               "%lld: negative or past the %lld rows", op, (long long)c[g],
-                               (long long)g, (long long)R);
+            return dt_op_error(DT_ERR_INVALID_ARGUMENT,
+                               "%s: counts row [.., %lld, ..] at group "
+                               "%lld: negative or past the %lld rows",
+                               op, (long long)c[g], (long long)g, (long long)R);
         off[g + 1] = off[g] + c[g];
     }
     return DT_OK;
@@ -89,24 +93,24 @@ static dt_status offsets(const char *op, const int64_t *c, int64_t G, int64_t R,
 /* One group's rows [r0, r1) of x [.., K] times w [K, N] (or [N, K] with trans) into out
  * [.., N]: every element a sum over k in ascending order accumulated in f64 (the loops run
  * over n innermost so they vectorise without reordering any element's sum). */
-#define GMM_ROWS(T)                                                                         \
-    static void gmm_rows_##T(const T *x, const T *w, T *out, double *acc, int64_t r0,       \
-                             int64_t r1, int64_t K, int64_t N, int trans)                   \
-    {                                                                                       \
-        int64_t sk = trans ? 1 : N, sn = trans ? K : 1;                                     \
-        for (int64_t r = r0; r < r1; r++) {                                                 \
-            const T *xr = x + r * K;                                                        \
-            for (int64_t n = 0; n < N; n++)                                                 \
-                acc[n] = 0.0;                                                               \
-            for (int64_t k = 0; k < K; k++) {                                               \
-                double xv = (double)xr[k];                                                  \
-                const T *wk = w + k * sk;                                                   \
-                for (int64_t n = 0; n < N; n++)                                             \
-                    acc[n] += xv * (double)wk[n * sn];                                      \
-            }                                                                               \
-            for (int64_t n = 0; n < N; n++)                                                 \
-                out[r * N + n] = (T)acc[n];                                                 \
-        }                                                                                   \
+#define GMM_ROWS(T)                                                                                \
+    static void gmm_rows_##T(const T *x, const T *w, T *out, double *acc, int64_t r0, int64_t r1,  \
+                             int64_t K, int64_t N, int trans)                                      \
+    {                                                                                              \
+        int64_t sk = trans ? 1 : N, sn = trans ? K : 1;                                            \
+        for (int64_t r = r0; r < r1; r++) {                                                        \
+            const T *xr = x + r * K;                                                               \
+            for (int64_t n = 0; n < N; n++)                                                        \
+                acc[n] = 0.0;                                                                      \
+            for (int64_t k = 0; k < K; k++) {                                                      \
+                double xv = (double)xr[k];                                                         \
+                const T *wk = w + k * sk;                                                          \
+                for (int64_t n = 0; n < N; n++)                                                    \
+                    acc[n] += xv * (double)wk[n * sn];                                             \
+            }                                                                                      \
+            for (int64_t n = 0; n < N; n++)                                                        \
+                out[r * N + n] = (T)acc[n];                                                        \
+        }                                                                                          \
     }
 GMM_ROWS(float)
 GMM_ROWS(double)
@@ -129,8 +133,8 @@ static dt_status gmm_cpu(const dt_op_kernel_args *a)
         for (int64_t g = 0; g < G && st == DT_OK; g++) {
             const char *wp = (const char *)w->data + (size_t)((p * G + g) * K * N) * es;
             if (f64)
-                gmm_rows_double((const double *)xp, (const double *)wp, (double *)op, acc,
-                                off[g], off[g + 1], K, N, trans);
+                gmm_rows_double((const double *)xp, (const double *)wp, (double *)op, acc, off[g],
+                                off[g + 1], K, N, trans);
             else
                 gmm_rows_float((const float *)xp, (const float *)wp, (float *)op, acc, off[g],
                                off[g + 1], K, N, trans);
@@ -223,21 +227,21 @@ static dt_status wg_infer(const dt_op_sig *sig, dt_op_shape *out)
 }
 
 /* dw [K, N] of one group: rows [r0, r1) added in row order, each element in f64. */
-#define WG_ROWS(T)                                                                          \
-    static void wg_rows_##T(const T *x, const T *dy, T *dw, double *acc, int64_t r0,        \
-                            int64_t r1, int64_t K, int64_t N)                               \
-    {                                                                                       \
-        memset(acc, 0, (size_t)(K * N) * sizeof *acc);                                      \
-        for (int64_t r = r0; r < r1; r++)                                                   \
-            for (int64_t k = 0; k < K; k++) {                                               \
-                double xv = (double)x[r * K + k];                                           \
-                double *ak = acc + k * N;                                                   \
-                const T *dr = dy + r * N;                                                   \
-                for (int64_t n = 0; n < N; n++)                                             \
-                    ak[n] += xv * (double)dr[n];                                            \
-            }                                                                               \
-        for (int64_t e = 0; e < K * N; e++)                                                 \
-            dw[e] = (T)acc[e];                                                              \
+#define WG_ROWS(T)                                                                                 \
+    static void wg_rows_##T(const T *x, const T *dy, T *dw, double *acc, int64_t r0, int64_t r1,   \
+                            int64_t K, int64_t N)                                                  \
+    {                                                                                              \
+        memset(acc, 0, (size_t)(K * N) * sizeof *acc);                                             \
+        for (int64_t r = r0; r < r1; r++)                                                          \
+            for (int64_t k = 0; k < K; k++) {                                                      \
+                double xv = (double)x[r * K + k];                                                  \
+                double *ak = acc + k * N;                                                          \
+                const T *dr = dy + r * N;                                                          \
+                for (int64_t n = 0; n < N; n++)                                                    \
+                    ak[n] += xv * (double)dr[n];                                                   \
+            }                                                                                      \
+        for (int64_t e = 0; e < K * N; e++)                                                        \
+            dw[e] = (T)acc[e];                                                                     \
     }
 WG_ROWS(float)
 WG_ROWS(double)
@@ -259,8 +263,8 @@ static dt_status wg_cpu(const dt_op_kernel_args *a)
         for (int64_t g = 0; g < G && st == DT_OK; g++) {
             char *wp = (char *)a->out.data + (size_t)((p * G + g) * K * N) * es;
             if (f64)
-                wg_rows_double((const double *)xp, (const double *)dp, (double *)wp, acc,
-                               off[g], off[g + 1], K, N);
+                wg_rows_double((const double *)xp, (const double *)dp, (double *)wp, acc, off[g],
+                               off[g + 1], K, N);
             else
                 wg_rows_float((const float *)xp, (const float *)dp, (float *)wp, acc, off[g],
                               off[g + 1], K, N);
@@ -301,8 +305,8 @@ const dt_op_def *const dt__defs_moe[] = {&dt__def_grouped_matmul, &dt__def_group
 
 /* ---- public wrappers ---------------------------------------------------------------------- */
 
-static dt_status run3(const dt_op_def *def, const char *fn, const dt_tensor *a,
-                      const dt_tensor *b, const dt_tensor *c, int trans, dt_tensor **out)
+static dt_status run3(const dt_op_def *def, const char *fn, const dt_tensor *a, const dt_tensor *b,
+                      const dt_tensor *c, int trans, dt_tensor **out)
 {
     if (!a || !b || !c || !out)
         return dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL argument", fn);
@@ -327,8 +331,8 @@ dt_status dt_grouped_matmul(const dt_tensor *x, const dt_tensor *w, const dt_ten
     return run3(&dt__def_grouped_matmul, "dt_grouped_matmul", x, w, counts, trans_w, out);
 }
 
-dt_status dt_grouped_matmul_wgrad(const dt_tensor *x, const dt_tensor *dy,
-                                  const dt_tensor *counts, dt_tensor **out)
+dt_status dt_grouped_matmul_wgrad(const dt_tensor *x, const dt_tensor *dy, const dt_tensor *counts,
+                                  dt_tensor **out)
 {
     return run3(&dt__def_grouped_matmul_wgrad, "dt_grouped_matmul_wgrad", x, dy, counts, 0, out);
 }

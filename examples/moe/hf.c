@@ -30,26 +30,28 @@ int moe_hf_name(const char *name, int64_t e, char *buf, size_t len, int *transpo
     char what[16];
     if (sscanf(name, "l%lld.%15s", &l, what) != 2)
         return -1;
-    const char *attn[4][2] = {{"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"},
-                              {"wo", "o_proj"}};
+    const char *attn[4][2] = {
+        {"wq", "q_proj"}, {"wk", "k_proj"}, {"wv", "v_proj"}, {"wo", "o_proj"}};
     for (int i = 0; i < 4; i++)
         if (!strcmp(what, attn[i][0])) {
             *transpose_out = 1;
             return snprintf(buf, len, "model.layers.%lld.self_attn.%s.weight", l, attn[i][1]) > 0
-                       ? 0 : -1;
+                       ? 0
+                       : -1;
         }
     if (!strcmp(what, "attn_norm"))
         return snprintf(buf, len, "model.layers.%lld.input_layernorm.weight", l) > 0 ? 0 : -1;
     if (!strcmp(what, "mlp_norm"))
-        return snprintf(buf, len, "model.layers.%lld.post_attention_layernorm.weight", l) > 0
-                   ? 0 : -1;
+        return snprintf(buf, len, "model.layers.%lld.post_attention_layernorm.weight", l) > 0 ? 0
+                                                                                              : -1;
     *transpose_out = 1;
     if (!strcmp(what, "gate"))
-        return snprintf(buf, len, "model.layers.%lld.block_sparse_moe.gate.weight", l) > 0
-                   ? 0 : -1;
+        return snprintf(buf, len, "model.layers.%lld.block_sparse_moe.gate.weight", l) > 0 ? 0 : -1;
     if (!strcmp(what, "w1") || !strcmp(what, "w2") || !strcmp(what, "w3"))
-        return snprintf(buf, len, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight",
-                        l, (long long)e, what) > 0 ? 0 : -1;
+        return snprintf(buf, len, "model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight", l,
+                        (long long)e, what) > 0
+                   ? 0
+                   : -1;
     return -1;
 }
 
@@ -77,8 +79,8 @@ static dt_status write_config(const char *dir, const moe_hf_shape *s)
             "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"float32\",\n"
             "  \"position_embedding_type\": \"learned\"\n}\n",
             (long long)s->vocab, (long long)s->width, (long long)s->hidden, (long long)s->layers,
-            (long long)s->heads, (long long)s->heads, (long long)s->experts,
-            (long long)s->topk, (long long)s->context);
+            (long long)s->heads, (long long)s->heads, (long long)s->experts, (long long)s->topk,
+            (long long)s->context);
     return fclose(f) == 0 ? DT_OK : DT_ERR_IO;
 }
 
@@ -96,15 +98,16 @@ static dt_status write_safetensors(const char *dir, const entry *es, int n)
         if (es[i].cols)
             hl += (size_t)snprintf(h + hl, cap - hl,
                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                   "\"data_offsets\":[%llu,%llu]}", i ? "," : "", es[i].name,
-                                   (long long)es[i].rows, (long long)es[i].cols,
-                                   (unsigned long long)off, (unsigned long long)(off + bytes));
+                                   "\"data_offsets\":[%llu,%llu]}",
+                                   i ? "," : "", es[i].name, (long long)es[i].rows,
+                                   (long long)es[i].cols, (unsigned long long)off,
+                                   (unsigned long long)(off + bytes));
         else
             hl += (size_t)snprintf(h + hl, cap - hl,
                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                   "\"data_offsets\":[%llu,%llu]}", i ? "," : "", es[i].name,
-                                   (long long)es[i].rows, (unsigned long long)off,
-                                   (unsigned long long)(off + bytes));
+                                   "\"data_offsets\":[%llu,%llu]}",
+                                   i ? "," : "", es[i].name, (long long)es[i].rows,
+                                   (unsigned long long)off, (unsigned long long)(off + bytes));
         off += bytes;
     }
     hl += (size_t)snprintf(h + hl, cap - hl, "}");
@@ -130,12 +133,12 @@ static dt_status write_safetensors(const char *dir, const entry *es, int n)
     return st;
 }
 
-dt_status moe_hf_export(const char *dir, const moe_hf_shape *shape, int n,
-                        const char *const *names, dt_tensor *const *params, const float *bias)
+dt_status moe_hf_export(const char *dir, const moe_hf_shape *shape, int n, const char *const *names,
+                        dt_tensor *const *params, const float *bias)
 {
     int root = dt_client_id() == 0, cnt = 0;
-    entry *es = calloc((size_t)(n * (shape->experts > 0 ? shape->experts : 1) + shape->layers),
-                       sizeof *es);
+    entry *es =
+        calloc((size_t)(n * (shape->experts > 0 ? shape->experts : 1) + shape->layers), sizeof *es);
     dt_status st = es ? DT_OK : DT_ERR_NO_MEMORY;
     for (int i = 0; i < n && st == DT_OK; i++) {
         const dt_tensor *t = params[i];
@@ -190,8 +193,8 @@ dt_status moe_hf_export(const char *dir, const moe_hf_shape *shape, int n,
     return st;
 }
 
-dt_status moe_hf_import(const char *dir, const moe_hf_shape *shape, int n,
-                        const char *const *names, dt_tensor **params, float *bias)
+dt_status moe_hf_import(const char *dir, const moe_hf_shape *shape, int n, const char *const *names,
+                        dt_tensor **params, float *bias)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);

@@ -24,13 +24,13 @@ int moe_hf_name(const char *name, int64_t e, char *buf, size_t len, int *transpo
  * transposed to [out, in]), and the routing biases bias[l * E + e] as DeepSeek-V3 names them
  * (model.layers.N.block_sparse_moe.gate.e_score_correction_bias): gathered to client 0, which
  * writes. Collective. */
-dt_status moe_hf_export(const char *dir, const moe_hf_shape *shape, int n,
-                        const char *const *names, dt_tensor *const *params, const float *bias);
+dt_status moe_hf_export(const char *dir, const moe_hf_shape *shape, int n, const char *const *names,
+                        dt_tensor *const *params, const float *bias);
 
 /* Reads dir/model.safetensors back into the existing parameters (any layout): each expert's
  * tensor read through dt_foreign_restore (transposed by its view) and stacked into [E, ...];
  * the routing biases into bias[l * E + e]. Collective. */
-dt_status moe_hf_import(const char *dir, const moe_hf_shape *shape, int n,
-                        const char *const *names, dt_tensor **params, float *bias);
+dt_status moe_hf_import(const char *dir, const moe_hf_shape *shape, int n, const char *const *names,
+                        dt_tensor **params, float *bias);
 
 #endif

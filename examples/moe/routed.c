@@ -7,7 +7,6 @@
 #include <string.h>
 #include <time.h>
 
-
 #define MAXE 64
 
 /* Wall time of the forward's phases since the last moe_routed_timers reset (bench). */
@@ -31,13 +30,13 @@ void moe_routed_timers(double *route, double *dispatch, double *experts_s, doubl
 /* The host plan of one call: every index array the gathers need, per member. */
 typedef struct plan {
     int64_t P, G, n, K, E, C, S, Rr; /* members, local experts, tokens per member, ... */
-    int64_t *send_idx; /* [P, S]: member-local token of each send row (0 past the count) */
-    int64_t *send_counts; /* [P, P] */
-    int64_t *recv_perm;   /* [P, Rr]: received row of each expert-major row */
-    int64_t *recv_inv;    /* [P, Rr]: expert-major row of each received row */
+    int64_t *send_idx;     /* [P, S]: member-local token of each send row (0 past the count) */
+    int64_t *send_counts;  /* [P, P] */
+    int64_t *recv_perm;    /* [P, Rr]: received row of each expert-major row */
+    int64_t *recv_inv;     /* [P, Rr]: expert-major row of each received row */
     int64_t *group_counts; /* [P, G] */
-    int64_t *comb_idx;   /* [P, n*K]: returned row of each (token, choice) (0: dropped) */
-    float *keep;         /* [N, K] 1 kept, 0 dropped */
+    int64_t *comb_idx;     /* [P, n*K]: returned row of each (token, choice) (0: dropped) */
+    float *keep;           /* [N, K] 1 kept, 0 dropped */
 } plan;
 
 static void plan_free(plan *pl)
@@ -371,8 +370,7 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
     t_route += t1 - t0, t_dispatch += t2 - t1, t_experts += t3 - t2, t_combine += t4 - t3;
     /* auxiliary losses */
     dt_tensor *aux = NULL;
-    if (st == DT_OK && aux_out &&
-        (cfg->balance == MOE_BALANCE_AUX || cfg->z_coeff > 0)) {
+    if (st == DT_OK && aux_out && (cfg->balance == MOE_BALANCE_AUX || cfg->z_coeff > 0)) {
         const moe_route_stats *rs = stats ? stats : &local;
         dt_tensor *pn = NULL, *psum = NULL, *pm = NULL, *fv = NULL, *la = NULL;
         dt_tensor *lse = NULL, *lse2 = NULL, *zm = NULL, *zc = NULL, *lz = NULL;
@@ -381,8 +379,8 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
             float f[MAXE];
             int64_t es[1] = {E};
             for (int64_t e = 0; e < E; e++)
-                f[e] = (float)(cfg->aux_coeff * (double)E * (double)rs->chosen[e] /
-                               (double)(N * K));
+                f[e] =
+                    (float)(cfg->aux_coeff * (double)E * (double)rs->chosen[e] / (double)(N * K));
             st = dt_sum(scores, ax, 1, 1, &psum);
             if (st == DT_OK)
                 st = dt_div(scores, psum, &pn);
@@ -439,8 +437,9 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
         dt_tensor_destroy(aux);
     }
 
-    dt_tensor *all[] = {logits, scores, choice, bt, idx, gsel, gsum, gates, keep, gk, x3, si,
-                        xs, sc, xr, rp, xe, gc, he, ri, hr, hb, ci, htk, h4, gk3, prod};
+    dt_tensor *all[] = {logits, scores, choice, bt, idx, gsel, gsum, gates, keep,
+                        gk,     x3,     si,     xs, sc,  xr,   rp,   xe,    gc,
+                        he,     ri,     hr,     hb, ci,  htk,  h4,   gk3,   prod};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         dt_tensor_destroy(all[i]);
     dt_layout_destroy(rep1);

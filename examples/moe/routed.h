@@ -47,7 +47,10 @@ typedef struct moe_config {
     double aux_coeff, z_coeff, bias_coeff;
     const char *ep_dim; /* the mesh dim sharding the experts ("batch"); absent: P = 1 */
 } moe_config;
-#define MOE_CONFIG_INIT {4, 2, 0, MOE_SCORE_SOFTMAX, MOE_BALANCE_NONE, 1, 0.0, 0, 1e-2, 0.0, 1e-3, "batch"}
+#define MOE_CONFIG_INIT                                                                            \
+    {                                                                                              \
+        4, 2, 0, MOE_SCORE_SOFTMAX, MOE_BALANCE_NONE, 1, 0.0, 0, 1e-2, 0.0, 1e-3, "batch"          \
+    }
 
 typedef struct moe_params {
     const dt_tensor *gate; /* Wg [C, E] (replicated) */
@@ -58,11 +61,11 @@ typedef struct moe_params {
 
 /* What one call routed (the same on every client). */
 typedef struct moe_route_stats {
-    int64_t load[64];  /* kept (token, choice) pairs per expert (E <= 64) */
+    int64_t load[64];   /* kept (token, choice) pairs per expert (E <= 64) */
     int64_t chosen[64]; /* choices per expert before the capacity */
-    int64_t assigned;  /* N * K */
-    int64_t dropped;   /* pairs over capacity */
-    int64_t max_recv;  /* the most rows a member received */
+    int64_t assigned;   /* N * K */
+    int64_t dropped;    /* pairs over capacity */
+    int64_t max_recv;   /* the most rows a member received */
 } moe_route_stats;
 
 /* y [N, C] for x [N, C] (f32, dim 0 sharded over cfg->ep_dim, or replicated when P = 1);

@@ -26,11 +26,11 @@ extern "C" {
  * w [P*G, K, N]) or x[p, rows of g] w[p*G + g]^T (trans_w 1, w [P*G, N, K]); padding rows 0.
  * x and w f32 or f64 alike, counts i64 [P, G] (each row's sum <= R, no negative count). Rule
  * "pRk,(pG)kn,pG->pRn": p may be sharded (expert parallelism, no communication), the rows and
- * the groups stay whole on each device; a sharded k leaves a partial sum. Differentiable in x and w (not counts). Collective. Errors as
- * ops_general.h's: DT_ERR_SHAPE for shapes that do not fit, DT_ERR_INVALID_ARGUMENT for NULL
- * arguments or counts out of range (on every client). */
-DT_API dt_status dt_grouped_matmul(const dt_tensor *x, const dt_tensor *w,
-                                   const dt_tensor *counts, int trans_w, dt_tensor **out);
+ * the groups stay whole on each device; a sharded k leaves a partial sum. Differentiable in x and w
+ * (not counts). Collective. Errors as ops_general.h's: DT_ERR_SHAPE for shapes that do not fit,
+ * DT_ERR_INVALID_ARGUMENT for NULL arguments or counts out of range (on every client). */
+DT_API dt_status dt_grouped_matmul(const dt_tensor *x, const dt_tensor *w, const dt_tensor *counts,
+                                   int trans_w, dt_tensor **out);
 
 /* The weight gradient of dt_grouped_matmul: dw [P*G, K, N] with dw[p*G + g] = the sum over
  * the rows r of group g (in row order) of x[p, r]^T dy[p, r] (x [P, R, K], dy [P, R, N]).

@@ -36,8 +36,8 @@ static void fill(uint64_t seed)
 }
 
 /* The reference: y [NT, C], choices, kept pairs. */
-static void reference(const moe_config *cfg, const float *bias, double *y, int64_t *ch,
-                      int *kept, int64_t *dropped)
+static void reference(const moe_config *cfg, const float *bias, double *y, int64_t *ch, int *kept,
+                      int64_t *dropped)
 {
     double sc[NT][E], gate[NT][K];
     for (int t = 0; t < NT; t++) {
@@ -69,7 +69,8 @@ static void reference(const moe_config *cfg, const float *bias, double *y, int64
             gate[t][k] /= gs;
     }
     int64_t grp = cfg->group, cap = cfg->capacity_factor > 0
-        ? (int64_t)ceil((double)grp * K * cfg->capacity_factor / E) : NT * K;
+                                        ? (int64_t)ceil((double)grp * K * cfg->capacity_factor / E)
+                                        : NT * K;
     *dropped = 0;
     for (int g0 = 0; g0 < NT; g0 += (int)grp) {
         int64_t used[E] = {0};
