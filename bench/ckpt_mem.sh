@@ -3,8 +3,10 @@
 # on 2 processes x 2 CPU devices (this host: each client's memory a directory of its own, so
 # that every buddy copy crosses between processes), without in-memory checkpoints and with
 # them every K steps, in alternating runs. Prints key=value lines: the step time without, the
-# save time per step with K = 1 and K = 10 as a share of the step time (median over the reps),
-# and the memory each client holds. Run by bench/ckpt.sh (case memory), or alone:
+# save time per step with K = 1 and K = 10 as a share of the step time (the saves after the
+# first, whose agreement is once per job; median over the reps),
+# the step time with them over the step time without (medians), and the memory each client
+# holds. Run by bench/ckpt.sh (case memory), or alone:
 #   bench/ckpt_mem.sh [--steps 60] [--reps 3] [--quick]   (--quick: 10 steps, once, K = 1)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,7 +40,7 @@ one() {  # one K (0: none)
 }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-: >"$tmp/base" ; : >"$tmp/k1" ; : >"$tmp/k10"
+: >"$tmp/base" ; : >"$tmp/k1" ; : >"$tmp/k10" ; : >"$tmp/s1" ; : >"$tmp/s10"
 bytes=0
 for _ in $(seq "$reps"); do
   out=$(one 0)
@@ -48,10 +50,19 @@ for _ in $(seq "$reps"); do
   for k in $ks; do
     out=$(one "$k")
     echo "$out" | sed -n "s/.* saves, [0-9.]* ms per save, \([0-9.]*\)% of the training steps' time.*/\1/p" >>"$tmp/k$k"
-    bytes=$(echo "$out" | sed -n 's/.*time; \([0-9]*\) bytes per client in memory.*/\1/p')
+    echo "$out" | sed -n 's/.*, \([0-9.]*\) tokens\/s in training steps/\1/p' |
+      awk '{ printf "%.4f\n", 1000 * 1024 / $1 }' >>"$tmp/s$k"
+    bytes=$(echo "$out" | sed -n 's/.*ms); \([0-9]*\) bytes per client in memory.*/\1/p')
   done
 done
 echo "memckpt_step_ms_without=$(median <"$tmp/base")"
 echo "memckpt_cost_pct_k1=$(median <"$tmp/k1")"
 [ ! -s "$tmp/k10" ] || echo "memckpt_cost_pct_k10=$(median <"$tmp/k10")"
+# The whole step with the saves against the step without (medians of the same reps): what
+# the save costs outside its own call too (the copy progressed inside the step's MPI calls,
+# the leader's commit thread competing for a core).
+base_ms=$(median <"$tmp/base")
+for k in $ks; do
+  echo "memckpt_step_ratio_k$k=$(median <"$tmp/s$k" | awk -v b="$base_ms" '{ printf "%.4f", $1 / b }')"
+done
 echo "memckpt_bytes_per_client=$bytes"

@@ -5,6 +5,8 @@
 #define DTENSOR_CKPT_IMPL_H
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -230,6 +232,8 @@ typedef struct ck_plan {
     int64_t nfiles;
     ck_plan_file *files;          /* in file order */
     int64_t *file_of_position;    /* mesh position -> file index or -1 */
+    int overwrite;                /* files may exist (a quick save's recycled files): written
+                                   * over in place, not truncated first */
 } ck_plan;
 
 /* Builds the plan (local, deterministic: every client computes the same). */
@@ -361,6 +365,8 @@ dt_status dt__ckpt_pieces_gather(const dt_mesh *mesh, const dt__group *g, int n,
                                  const char *const *names, int npieces,
                                  const dt_ckpt_piece *pieces, ck_pieces *out);
 void dt__ckpt_pieces_free(ck_pieces *p);
+/* A deep copy of src (a quick save reuses the first save's gathered pieces). */
+dt_status dt__ckpt_pieces_clone(const ck_pieces *src, ck_pieces *dst);
 
 /* ---- writing the data files (write.c) --------------------------------------------------- */
 
@@ -541,6 +547,73 @@ dt_status dt__ckpt_last_local_files(ck_local_file **files_out, int64_t *n_out,
 /* The serial number of the last successful node-local save (0: none yet). */
 uint64_t dt__ckpt_local_serial(void);
 
+/* The gather of a save's CRCs, posted (dt__ckpt_crcs_post) and completed later: a quick
+ * node-local save (dt_memckpt) completes it between training steps. */
+typedef struct ck_crc_gather {
+    MPI_Request req;
+    int rc, to_all;
+    int *counts, *displs;
+    int64_t *rank_of_slice;
+    uint32_t *send, *recv;
+} ck_crc_gather;
+/* Posts the nonblocking gather of this client's slice CRCs (to every client when to_all, else
+ * to client 0). Nothing is posted on one client (req stays MPI_REQUEST_NULL). */
+dt_status dt__ckpt_crcs_post(const ck_plan *plan, const dt__group *g, int to_all,
+                             const uint32_t *crcs, uint32_t *const *chunk_crcs,
+                             ck_crc_gather *cg);
+/* After the request completed: every slice's CRCs into crcs and chunk_crcs. */
+dt_status dt__ckpt_crcs_unpack(const ck_plan *plan, const dt__group *g,
+                               const ck_crc_gather *cg, uint32_t *crcs, uint32_t **chunk_crcs);
+void dt__ckpt_crcs_free(ck_crc_gather *cg);
+/* The leader: the index into tmp, the commit (and a manager's publish). */
+dt_status dt__ckpt_index_commit(const ck_finish *f);
+
+/* A quick node-local save (dt_memckpt after its first save): the same files and index as a
+ * node-local dt_save, without any agreement. The first save (primed 0) runs the whole
+ * protocol and records the gathered pieces, the directory's leader and this client's pieces'
+ * digest; later saves reuse them (the state's structure must not change; a change of this
+ * client's pieces is refused), write this client's files into the step's temporary directory
+ * and post the CRC gather; dt__ckpt_quick_complete then (the leader) writes the index and
+ * commits. Set for the calling thread around the caller's save by dt_memckpt_save. */
+typedef struct ck_quick {
+    const dt__group *g;           /* the group the CRCs are gathered over (dt_memckpt's own) */
+    int primed;
+    int leader;
+    uint64_t digest;              /* this client's pieces (names, devices, boxes) */
+    uint64_t in_digest;           /* the named tensors' ranks, shapes, dtypes */
+    struct ck_save *tmpl;         /* the first quick save, kept: its plan is reused */
+    ck_pieces pieces;             /* every client's, gathered at the first save (deep copy) */
+    struct ck_save *pending;      /* the save whose CRC gather and commit are left */
+    ck_crc_gather cg;
+    /* The leader's commit of the pending save (index, renames, then after_commit) runs on a
+     * thread of its own, which calls no MPI. */
+    int committing;
+    struct ck_save *commit_job;   /* the save the thread commits */
+    pthread_t thread;
+    atomic_int committed;
+    dt_status commit_status;
+    char commit_msg[512];
+    void (*after_commit)(void *arg);
+    void *after_arg;
+    /* a step directory whose files this client takes over for its new step, so that their
+     * memory pages are reused instead of freed and allocated again ("": none) */
+    char recycle[CK_PATH_MAX];
+    /* what the last quick save wrote (the buddy copy's file list) */
+    char tmp[CK_PATH_MAX];
+    ck_local_file *files;
+    int64_t nfiles;
+} ck_quick;
+void dt__ckpt_quick_set(ck_quick *q);     /* this thread's next node-local saves; NULL: none */
+/* Progresses the pending quick save: tests its CRC gather (mode 0), or waits for it under
+ * the watchdog (1 and 2); once complete, the leader's thread writes the index and commits
+ * (one commit at a time; mode 2 also waits for it). *done_out (may be NULL): 1 when nothing
+ * is left. */
+dt_status dt__ckpt_quick_complete(ck_quick *q, int mode, int *done_out);
+/* Frees q's state (a pending save is dropped: its step is never committed). */
+void dt__ckpt_quick_free(ck_quick *q);
+/* Records plan's data files as those of the last node-local save (finish.c). */
+void dt__ckpt_record_local_files(const ck_plan *plan);
+
 /* ---- the checkpoint manager (manager.c) ---------------------------------------------------- */
 
 /* Client 0 after the commit of ROOT/step-N: ROOT/latest names it (atomically), then the steps
@@ -634,13 +707,26 @@ int64_t dt__foreign_lookup(const dt_foreign *src, const char *name);
 /* Beside a file received as a buddy copy: "<file>.buddy" (empty). */
 #define MEMCKPT_BUDDY_SUFFIX ".buddy"
 
-/* One file of the buddy copy in flight, mapped. */
+/* One file of the buddy copy in flight, mapped: its name and "<name>.part" in the step's
+ * directory, which is open (dt_memckpt.copy_dir), so that a commit renaming that directory
+ * meanwhile does not matter. */
 typedef struct memckpt_xfer {
-    char path[CK_PATH_MAX], part[CK_PATH_MAX + 8];
+    char path[72], part[80];
     void *addr;
     uint64_t len;
     int recv, done;
 } memckpt_xfer;
+
+/* A memory file mapped for the copies and kept mapped: a file keeps its inode when its step
+ * is recycled, so the next copy but one finds its pages mapped already. At most two per file
+ * name (the newest step's and the one before), so no more memory is held than kept. */
+typedef struct memckpt_map {
+    char name[72];
+    unsigned long long dev, ino;
+    uint64_t len;
+    void *addr;
+    uint64_t used;
+} memckpt_map;
 
 struct dt_memckpt {
     dt__group g;                  /* a duplicate of the mesh's group: the copies' messages */
@@ -653,8 +739,13 @@ struct dt_memckpt {
     int hosts;                    /* distinct roots */
     int buddy_j, buddy, source;   /* J and the group ranks sent to and received from */
     int buddy_same_host;
+    ck_quick quick;               /* the saves after the first: no agreements (ckpt/save.c) */
     /* the copy in flight */
     int64_t copy_step;
+    int copy_dir;                 /* its step directory, open (-1: none) */
+    memckpt_map *maps;
+    int nmaps;
+    uint64_t map_clock;
     memckpt_xfer *x;
     int nx;
     MPI_Request *reqs;
@@ -666,8 +757,10 @@ struct dt_memckpt {
 
 uint64_t dt__memckpt_hash(const char *s);
 dt_status dt__memckpt_mkdirs(const char *path);
-/* Unmaps and frees the copy's state (unfinished received files removed). */
+/* Frees the copy's state (unfinished received files removed). */
 void dt__memckpt_xfers_free(dt_memckpt *mc);
+/* Unmaps the kept mappings (dt_memckpt_destroy). */
+void dt__memckpt_maps_free(dt_memckpt *mc);
 /* The step's data files (name, bytes, writing client): those the node-local save numbered
  * `serial` recorded, else read from the index in dir. Owned array (free()). */
 dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file **files_out,
@@ -677,6 +770,9 @@ dt_status dt__memckpt_step_files(const char *dir, uint64_t serial, ck_local_file
  * nothing to wait for. */
 dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int64_t nf,
                                  const char *dir);
+/* Progresses (*done_out: 1 when complete) or completes the buddy copy in flight. */
+dt_status dt__memckpt_copy_poll(dt_memckpt *mc, int *done_out);
+dt_status dt__memckpt_copy_wait(dt_memckpt *mc);
 /* Steps under root, newest first, at most max of them; the count. */
 int dt__memckpt_list_steps(const char *root, int64_t *steps, int max);
 

@@ -22,82 +22,111 @@ static int64_t crc_words(const ck_plan *plan, int64_t si)
     return 1 + plan->slices[si].nchunks;
 }
 
-static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, int to_all,
-                             uint32_t *crcs, uint32_t **chunk_crcs)
+/* Posts the gather of every slice's CRCs (to client 0, or to every client when to_all). */
+dt_status dt__ckpt_crcs_post(const ck_plan *plan, const dt__group *g, int to_all,
+                             const uint32_t *crcs, uint32_t *const *chunk_crcs,
+                             ck_crc_gather *cg)
 {
+    memset(cg, 0, sizeof *cg);
+    cg->req = MPI_REQUEST_NULL;
+    cg->to_all = to_all;
     if (g->size <= 1)
         return DT_OK;
-    int *counts = calloc((size_t)g->size, sizeof *counts);
-    int *displs = calloc((size_t)g->size, sizeof *displs);
-    int64_t *rank_of_slice = malloc((size_t)(plan->nslices + 1) * sizeof *rank_of_slice);
-    uint32_t *send = NULL, *recv = NULL;
-    dt_status st = DT_ERR_NO_MEMORY;
-    if (!counts || !displs || !rank_of_slice)
-        goto out;
+    cg->counts = calloc((size_t)g->size, sizeof *cg->counts);
+    cg->displs = calloc((size_t)g->size, sizeof *cg->displs);
+    cg->rank_of_slice = malloc((size_t)(plan->nslices + 1) * sizeof *cg->rank_of_slice);
+    if (!cg->counts || !cg->displs || !cg->rank_of_slice)
+        goto no_memory;
     int64_t total = 0;
     for (int64_t si = 0; si < plan->nslices; si++) {
         int dev = plan->files[plan->file_of_position[plan->slices[si].position]].device_id;
         int c = dt_device_client(DT_DEVICE_CPU, dev), r = 0;
         while (r < g->size && g->clients[r] != c)
             r++;
-        rank_of_slice[si] = r;
-        counts[r] += (int)crc_words(plan, si);
+        cg->rank_of_slice[si] = r;
+        cg->counts[r] += (int)crc_words(plan, si);
         total += crc_words(plan, si);
     }
     for (int r = 1; r < g->size; r++)
-        displs[r] = displs[r - 1] + counts[r - 1];
-    send = malloc(((size_t)counts[g->rank] + 1) * sizeof *send);
+        cg->displs[r] = cg->displs[r - 1] + cg->counts[r - 1];
+    cg->send = malloc(((size_t)cg->counts[g->rank] + 1) * sizeof *cg->send);
     int gets = g->rank == 0 || to_all;
-    recv = gets ? malloc(((size_t)total + 1) * sizeof *recv) : NULL;
-    if (!send || (gets && !recv))
-        goto out;
+    cg->recv = gets ? malloc(((size_t)total + 1) * sizeof *cg->recv) : NULL;
+    if (!cg->send || (gets && !cg->recv))
+        goto no_memory;
     int64_t k = 0;
     for (int64_t si = 0; si < plan->nslices; si++)
-        if (rank_of_slice[si] == g->rank) {
-            send[k++] = crcs[si];
+        if (cg->rank_of_slice[si] == g->rank) {
+            cg->send[k++] = crcs[si];
             for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
-                send[k++] = chunk_crcs[si][c];
+                cg->send[k++] = chunk_crcs[si][c];
         }
-    MPI_Request req = MPI_REQUEST_NULL;
     /* Node-local saves: every directory's leader writes the whole index. */
-    int rc = to_all ? MPI_Iallgatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
-                                      MPI_UINT32_T, g->comm, &req)
-                    : MPI_Igatherv(send, counts[g->rank], MPI_UINT32_T, recv, counts, displs,
-                                   MPI_UINT32_T, 0, g->comm, &req);
-    if ((st = dt__ckpt_wait(g, &req, rc, "dt_save: gathering CRCs")) != DT_OK) {
+    cg->rc = to_all ? MPI_Iallgatherv(cg->send, cg->counts[g->rank], MPI_UINT32_T, cg->recv,
+                                      cg->counts, cg->displs, MPI_UINT32_T, g->comm, &cg->req)
+                    : MPI_Igatherv(cg->send, cg->counts[g->rank], MPI_UINT32_T, cg->recv,
+                                   cg->counts, cg->displs, MPI_UINT32_T, 0, g->comm, &cg->req);
+    if (cg->rc != MPI_SUCCESS)
+        return dt__error(DT_ERR_COMM, "dt_save: gathering CRCs: MPI error %d", cg->rc);
+    return DT_OK;
+no_memory:
+    dt__ckpt_crcs_free(cg);
+    return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for CRCs");
+}
+
+dt_status dt__ckpt_crcs_unpack(const ck_plan *plan, const dt__group *g,
+                               const ck_crc_gather *cg, uint32_t *crcs, uint32_t **chunk_crcs)
+{
+    if (g->size <= 1 || !cg->recv)
+        return DT_OK;
+    int64_t *pos = calloc((size_t)g->size, sizeof *pos);
+    if (!pos)
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for CRCs");
+    for (int64_t si = 0; si < plan->nslices; si++) {
+        int64_t r = cg->rank_of_slice[si];
+        const uint32_t *p = cg->recv + cg->displs[r] + pos[r];
+        crcs[si] = p[0];
+        for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
+            chunk_crcs[si][c] = p[1 + c];
+        pos[r] += crc_words(plan, si);
+    }
+    free(pos);
+    return DT_OK;
+}
+
+void dt__ckpt_crcs_free(ck_crc_gather *cg)
+{
+    free(cg->counts);
+    free(cg->displs);
+    free(cg->rank_of_slice);
+    free(cg->send);
+    free(cg->recv);
+    cg->counts = cg->displs = NULL;
+    cg->rank_of_slice = NULL;
+    cg->send = cg->recv = NULL;
+}
+
+static dt_status gather_crcs(const ck_plan *plan, const dt__group *g, int to_all,
+                             uint32_t *crcs, uint32_t **chunk_crcs)
+{
+    ck_crc_gather cg;
+    dt_status st = dt__ckpt_crcs_post(plan, g, to_all, crcs, chunk_crcs, &cg);
+    if (st != DT_OK || g->size <= 1)
+        return st;
+    if ((st = dt__ckpt_wait(g, &cg.req, cg.rc, "dt_save: gathering CRCs")) != DT_OK) {
         if (st == DT_ERR_TIMEOUT)
-            send = recv = NULL;   /* still pending: MPI may write into them; left allocated */
-        goto out;
+            cg.send = cg.recv = NULL; /* still pending: MPI may write into them; left allocated */
+        dt__ckpt_crcs_free(&cg);
+        return st;
     }
-    st = DT_ERR_NO_MEMORY;
-    if (gets) {
-        int64_t *pos = calloc((size_t)g->size, sizeof *pos);
-        if (!pos)
-            goto out;
-        for (int64_t si = 0; si < plan->nslices; si++) {
-            int64_t r = rank_of_slice[si];
-            const uint32_t *p = recv + displs[r] + pos[r];
-            crcs[si] = p[0];
-            for (int64_t c = 0; c < plan->slices[si].nchunks; c++)
-                chunk_crcs[si][c] = p[1 + c];
-            pos[r] += crc_words(plan, si);
-        }
-        free(pos);
-    }
-    st = DT_OK;
-out:
-    if (st == DT_ERR_NO_MEMORY)
-        dt__error(st, "dt_save: no memory for CRCs");
-    free(counts);
-    free(displs);
-    free(rank_of_slice);
-    free(send);
-    free(recv);
+    if (g->rank == 0 || to_all)
+        st = dt__ckpt_crcs_unpack(plan, g, &cg, crcs, chunk_crcs);
+    dt__ckpt_crcs_free(&cg);
     return st;
 }
 
 /* Client 0: the index into tmp, then the renames, then the manager's pointer and pruning. */
-static dt_status write_index_and_commit(const ck_finish *f)
+dt_status dt__ckpt_index_commit(const ck_finish *f)
 {
     char *text = NULL, path[CK_PATH_MAX];
     dt_status st = dt__ckpt_index_text(f->plan, f->mesh_str, f->num_devices, f->crcs,
@@ -137,7 +166,7 @@ static ck_local_file *local_files;
 static int64_t local_n;
 static uint64_t local_serial;
 
-static void record_local_files(const ck_plan *plan)
+void dt__ckpt_record_local_files(const ck_plan *plan)
 {
     ck_local_file *v = calloc((size_t)plan->nfiles + 1, sizeof *v);
     if (!v)
@@ -217,13 +246,13 @@ dt_status dt__ckpt_save_finish(ck_finish *f, dt_status st)
         return dt__ckpt_save_cleanup(f, st);
     st = gather_crcs(f->plan, f->g, f->node_local, f->crcs, f->chunk_crcs);
     if (st == DT_OK && f->leader) {
-        st = write_index_and_commit(f);
+        st = dt__ckpt_index_commit(f);
         /* Once committed, tmp is gone (renamed); a failed publish leaves the step in place. */
         f->made_tmp = f->made_tmp && st != DT_OK;
     }
     if ((st = dt__ckpt_sync_point(f, "dt_save:commit", st)) != DT_OK)
         return dt__ckpt_save_cleanup(f, st);
     if (f->node_local)
-        record_local_files(f->plan);
+        dt__ckpt_record_local_files(f->plan);
     return DT_OK;
 }

@@ -86,6 +86,8 @@ dt_status dt__memckpt_mkdirs(const char *path)
     return DT_OK;
 }
 
+static void prune_after_commit(void *arg);
+
 /* ---- create / destroy ---------------------------------------------------------------------- */
 
 dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
@@ -116,6 +118,7 @@ dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
     mc->every = o.every;
     mc->keep = o.keep;
     mc->g.comm = MPI_COMM_NULL;
+    mc->copy_dir = -1;
     snprintf(mc->job, sizeof mc->job, "%s", job);
     char base[CK_PATH_MAX - 128];
     dt_status st = expand_dir(tmpl, base, sizeof base);
@@ -178,6 +181,9 @@ dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
         if (mc->dir_ids[c] == mc->dir_ids[(c + mc->buddy_j) % n])
             mc->buddy_same_host = 1;
     mc->copy_step = -1;
+    mc->quick.g = &mc->g;
+    mc->quick.after_commit = prune_after_commit;
+    mc->quick.after_arg = mc;
     *mc_out = mc;
     return DT_OK;
 }
@@ -186,9 +192,10 @@ void dt_memckpt_destroy(dt_memckpt *mc)
 {
     if (!mc)
         return;
-    if (mc->nreq)
-        (void)dt_memckpt_wait(mc);
+    (void)dt_memckpt_wait(mc);
+    dt__ckpt_quick_free(&mc->quick);
     dt__memckpt_xfers_free(mc);
+    dt__memckpt_maps_free(mc);
     dt__group_free(&mc->g);
     free(mc->dir_ids);
     free(mc);
@@ -273,28 +280,56 @@ static void prune(dt_memckpt *mc)
         remove_step(mc->root, steps[i]);
 }
 
-dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save, void *arg,
-                          const dt_save_opts *base)
+/* After a quick save's commit, on the committing thread (the leader). */
+static void prune_after_commit(void *arg)
 {
-    if (!mc || !save || step < 0)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_save: bad arguments");
-    double t0 = dt__now_seconds();
-    dt_status st = dt_memckpt_wait(mc);
-    char dir[CK_PATH_MAX];
-    if (st == DT_OK)
-        st = dt_memckpt_step_dir(mc, step, dir, sizeof dir);
-    if (st == DT_OK && mc->leader)
+    prune(arg);
+}
+
+/* The pending quick save's commit (the leader: index, rename, pruning), then the buddy copy:
+ * progressed (wait 0; *done_out 1 when nothing is left) or completed. */
+static dt_status progress(dt_memckpt *mc, int wait, int *done_out)
+{
+    int committed = 1, copied = 1;
+    dt_status st = dt__ckpt_quick_complete(&mc->quick, wait, &committed);
+    dt_status cs = wait ? dt__memckpt_copy_wait(mc) : dt__memckpt_copy_poll(mc, &copied);
+    if (wait == 1)
+        committed = 1; /* left to its thread */
+    if (done_out)
+        *done_out = committed && copied;
+    return st != DT_OK ? st : cs;
+}
+
+dt_status dt_memckpt_poll(dt_memckpt *mc, int *done_out)
+{
+    if (!mc)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_poll: NULL handle");
+    return progress(mc, 0, done_out);
+}
+
+dt_status dt_memckpt_wait(dt_memckpt *mc)
+{
+    if (!mc)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_wait: NULL handle");
+    return progress(mc, 2, NULL);
+}
+
+/* The first save: the whole node-local dt_save (agreed by every client), which records for
+ * the quick saves after it; then the copy of the committed step. */
+static dt_status first_save(dt_memckpt *mc, const char *dir, int64_t step,
+                            dt_memckpt_save_fn save, void *arg, const dt_save_opts *o)
+{
+    dt_status st = DT_OK;
+    if (mc->leader)
         st = dt__memckpt_mkdirs(mc->root);
     st = dt__ckpt_agree(&mc->g, st);
     if (st != DT_OK)
         return st;
-    dt_save_opts o = DT_SAVE_OPTS_INIT;
-    if (base)
-        o = *base;
-    o.node_local = 1;
-    o.fsync = 0; /* memory: nothing to make durable */
     uint64_t serial = dt__ckpt_local_serial() + 1;
-    if ((st = save(arg, dir, &o)) != DT_OK)
+    dt__ckpt_quick_set(&mc->quick);
+    st = save(arg, dir, o);
+    dt__ckpt_quick_set(NULL);
+    if (st != DT_OK)
         return st;
     ck_local_file *files = NULL;
     int64_t nf = 0;
@@ -318,9 +353,62 @@ dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
             mc->x[i].addr = NULL;
         mc->nreq = 0;
         dt__memckpt_xfers_free(mc);
+        return st;
     }
-    if (st == DT_OK && mc->leader)
+    mc->quick.primed = 1;
+    if (mc->leader)
         prune(mc);
+    return DT_OK;
+}
+
+dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save, void *arg,
+                          const dt_save_opts *base)
+{
+    if (!mc || !save || step < 0)
+        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_save: bad arguments");
+    double t0 = dt__now_seconds();
+    /* The previous step: its CRCs gathered and its copy complete (normally done already,
+     * during the step), its commit started (on the leader's thread). */
+    dt_status st = progress(mc, 1, NULL);
+    char dir[CK_PATH_MAX];
+    if (st == DT_OK)
+        st = dt_memckpt_step_dir(mc, step, dir, sizeof dir);
+    if (st != DT_OK && !mc->quick.primed)
+        st = dt__ckpt_agree(&mc->g, st);
+    if (st != DT_OK)
+        return st;
+    dt_save_opts o = DT_SAVE_OPTS_INIT;
+    if (base)
+        o = *base;
+    o.node_local = 1;
+    o.fsync = 0; /* memory: nothing to make durable */
+    if (!mc->quick.primed) {
+        st = first_save(mc, dir, step, save, arg, &o);
+        mc->last_save_seconds = dt__now_seconds() - t0;
+        return st;
+    }
+    /* A quick save: this client's files into the step's temporary directory, the CRC gather
+     * and the copy posted; no client waits for another here. A client failing here fails its
+     * job (its peers then fail at their next collective with it, or are stopped). */
+    /* The oldest step kept (the keep-th newest) gives its files' memory to the new step's
+     * (it is the one the commit of this step would remove), once the previous step is
+     * committed (else it might be the only complete step here); never with keep 1. */
+    int64_t steps[64];
+    int n = dt__memckpt_list_steps(mc->root, steps, 64);
+    mc->quick.recycle[0] = '\0';
+    if (mc->keep > 1 && n >= mc->keep && steps[0] >= step - mc->every && steps[0] < step)
+        (void)dt_memckpt_step_dir(mc, steps[mc->keep - 1], mc->quick.recycle,
+                                  sizeof mc->quick.recycle);
+    dt__ckpt_quick_set(&mc->quick);
+    st = save(arg, dir, &o);
+    dt__ckpt_quick_set(NULL);
+    if (st == DT_OK && mc->quick.pending) {
+        st = dt__memckpt_start_copy(mc, mc->quick.files, mc->quick.nfiles, mc->quick.tmp);
+        mc->copy_step = step;
+    } else if (st == DT_OK) {
+        st = dt__error(DT_ERR_STATE, "dt_memckpt_save: the save function wrote no node-local "
+                       "dt_save of this mesh");
+    }
     mc->last_save_seconds = dt__now_seconds() - t0;
     return st;
 }
@@ -352,6 +440,7 @@ dt_status dt_memckpt_cleanup(dt_memckpt *mc)
     st = dt__ckpt_agree(&mc->g, st);
     if (st != DT_OK)
         return st;
+    dt__memckpt_maps_free(mc); /* they hold the files' memory */
     if (mc->leader)
         remove_root(mc->root);
     return dt__ckpt_agree(&mc->g, DT_OK);

@@ -13,14 +13,81 @@
 #include "runtime/comm.h"
 #include "runtime/error.h"
 
+void dt__memckpt_maps_free(dt_memckpt *mc)
+{
+    for (int i = 0; i < mc->nmaps; i++)
+        munmap(mc->maps[i].addr, mc->maps[i].len);
+    free(mc->maps);
+    mc->maps = NULL;
+    mc->nmaps = 0;
+}
+
+/* The kept mapping of the file `sb` describes, or NULL. */
+static void *find_map(dt_memckpt *mc, const struct stat *sb, uint64_t len)
+{
+    for (int i = 0; i < mc->nmaps; i++) {
+        memckpt_map *m = &mc->maps[i];
+        if (m->dev == (unsigned long long)sb->st_dev &&
+            m->ino == (unsigned long long)sb->st_ino && m->len == len) {
+            m->used = ++mc->map_clock;
+            return m->addr;
+        }
+    }
+    return NULL;
+}
+
+/* The kept mapping of fd (file `name`, len bytes), made if there is none. */
+static void *kept_map(dt_memckpt *mc, int fd, const char *name, uint64_t len)
+{
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        return MAP_FAILED;
+    int same = 0, lru = -1;
+    for (int i = 0; i < mc->nmaps; i++) {
+        memckpt_map *m = &mc->maps[i];
+        if (m->dev == (unsigned long long)sb.st_dev && m->ino == (unsigned long long)sb.st_ino &&
+            m->len == len) {
+            m->used = ++mc->map_clock;
+            return m->addr;
+        }
+        if (strcmp(m->name, name) == 0) {
+            same++;
+            if (lru < 0 || m->used < mc->maps[lru].used)
+                lru = i;
+        }
+    }
+    void *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (a == MAP_FAILED)
+        return a;
+    if (same >= 2) { /* the oldest of this name goes (its step is gone or going) */
+        munmap(mc->maps[lru].addr, mc->maps[lru].len);
+        mc->maps[lru] = mc->maps[--mc->nmaps];
+    }
+    memckpt_map *v = realloc(mc->maps, (size_t)(mc->nmaps + 1) * sizeof *v);
+    if (!v) {
+        munmap(a, len);
+        return MAP_FAILED;
+    }
+    mc->maps = v;
+    memckpt_map *m = &mc->maps[mc->nmaps++];
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->dev = (unsigned long long)sb.st_dev;
+    m->ino = (unsigned long long)sb.st_ino;
+    m->len = len;
+    m->addr = a;
+    m->used = ++mc->map_clock;
+    return a;
+}
+
 void dt__memckpt_xfers_free(dt_memckpt *mc)
 {
     for (int i = 0; i < mc->nx; i++) {
-        if (mc->x[i].addr)
-            munmap(mc->x[i].addr, mc->x[i].len);
-        if (mc->x[i].recv && !mc->x[i].done)
-            unlink(mc->x[i].part); /* an unfinished copy never passes for a file */
+        if (mc->x[i].recv && !mc->x[i].done && mc->copy_dir >= 0)
+            unlinkat(mc->copy_dir, mc->x[i].part, 0); /* never passes for a file */
     }
+    if (mc->copy_dir >= 0)
+        close(mc->copy_dir);
+    mc->copy_dir = -1;
     free(mc->x);
     free(mc->reqs);
     free(mc->peers);
@@ -30,28 +97,38 @@ void dt__memckpt_xfers_free(dt_memckpt *mc)
     mc->nx = mc->nreq = 0;
 }
 
-/* Maps `path` (size len) for sending, or creates "<path>.part" at len for receiving. */
-static dt_status map_file(memckpt_xfer *x, const char *path, uint64_t len, int recv)
+/* Maps file `name` of the copy's directory (size len) for sending, or "<name>.part" (made
+ * if missing, else an old step's recycled file written over) for receiving; the mappings
+ * are kept (kept_map). */
+static dt_status map_file(dt_memckpt *mc, memckpt_xfer *x, const char *name, uint64_t len,
+                          int recv)
 {
-    snprintf(x->path, sizeof x->path, "%s", path);
-    snprintf(x->part, sizeof x->part, "%s.part", path);
+    snprintf(x->path, sizeof x->path, "%s", name);
+    snprintf(x->part, sizeof x->part, "%s.part", name);
     x->len = len;
     x->recv = recv;
     if (len == 0)
         return DT_OK;
-    int fd = recv ? open(x->part, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)
-                  : open(path, O_RDONLY | O_CLOEXEC);
+    const char *file = recv ? x->part : name;
+    /* A file mapped before (recycled, at its size): nothing to open. */
+    struct stat sb;
+    if (fstatat(mc->copy_dir, file, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (uint64_t)sb.st_size == len && (x->addr = find_map(mc, &sb, len)) != NULL)
+        return DT_OK;
+    int fd = openat(mc->copy_dir, file, O_RDWR | (recv ? O_CREAT : 0) | O_CLOEXEC, 0600);
     if (fd < 0)
-        return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", recv ? x->part : path, strerror(errno));
-    if (recv && ftruncate(fd, (off_t)len) != 0) {
+        return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", file, strerror(errno));
+    if (recv && (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != len) &&
+        ftruncate(fd, (off_t)len) != 0) {
         int e = errno;
         close(fd);
         return dt__error(DT_ERR_IO, "dt_memckpt: %s: %s", x->part, strerror(e));
     }
-    void *a = mmap(NULL, len, recv ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+    void *a = kept_map(mc, fd, name, len);
+    int e = errno;
     close(fd);
     if (a == MAP_FAILED)
-        return dt__error(DT_ERR_IO, "dt_memckpt: mmap %s: %s", path, strerror(errno));
+        return dt__error(DT_ERR_IO, "dt_memckpt: mmap %s: %s", file, strerror(e));
     x->addr = a;
     return DT_OK;
 }
@@ -72,21 +149,23 @@ static dt_status finish_copy(dt_memckpt *mc)
         memckpt_xfer *x = &mc->x[i];
         if (!x->recv)
             continue;
+        int dfd = mc->copy_dir;
         if (x->len == 0) { /* nothing was mapped: make the empty file */
-            int fd = open(x->part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            int fd = openat(dfd, x->part, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
             if (fd >= 0)
                 close(fd);
         }
-        if (x->addr)
-            munmap(x->addr, x->len);
-        x->addr = NULL;
+        x->addr = NULL; /* the mapping is kept */
         /* A marker beside it says where the file came from (dt_memckpt_found.from_buddies). */
-        char mark[CK_PATH_MAX + 8];
+        char mark[96], old_mark[104];
         snprintf(mark, sizeof mark, "%s" MEMCKPT_BUDDY_SUFFIX, x->path);
-        int fd = open(mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd >= 0)
-            close(fd);
-        if (rename(x->part, x->path) != 0 && st == DT_OK)
+        snprintf(old_mark, sizeof old_mark, "%s.part", mark);
+        if (renameat(dfd, old_mark, dfd, mark) != 0) { /* none recycled: a new one */
+            int fd = openat(dfd, mark, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd >= 0)
+                close(fd);
+        }
+        if (renameat(dfd, x->part, dfd, x->path) != 0 && st == DT_OK)
             st = dt__error(DT_ERR_IO, "dt_memckpt: rename %s: %s", x->part, strerror(errno));
         x->done = 1;
     }
@@ -153,6 +232,8 @@ dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int
     mc->peers = calloc((size_t)nr + 1, sizeof *mc->peers);
     if (!mc->x || !mc->reqs || !mc->peers)
         return dt__error(DT_ERR_NO_MEMORY, "dt_memckpt_save: no memory");
+    if (nx > 0 && (mc->copy_dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return dt__error(DT_ERR_IO, "dt_memckpt_save: %s: %s", dir, strerror(errno));
     for (int64_t f = 0; f < nf; f++) {
         const ck_local_file *fi = &files[f];
         int owner = fi->client;
@@ -163,11 +244,19 @@ dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int
         int is_send = send && owner == me, is_recv = recv && owner == src;
         if (!is_send && !is_recv)
             continue;
-        char path[CK_PATH_MAX];
-        dt_status st = dt__ckpt_join(path, sizeof path, dir, "/", fi->name);
         memckpt_xfer *x = &mc->x[mc->nx++];
-        if (st == DT_OK)
-            st = map_file(x, path, fi->bytes, is_recv);
+        if (is_recv && mc->quick.primed && mc->quick.recycle[0]) {
+            char from[CK_PATH_MAX + 72], to[CK_PATH_MAX + 80];
+            snprintf(from, sizeof from, "%s/%s", mc->quick.recycle, fi->name);
+            snprintf(to, sizeof to, "%s/%s.part", dir, fi->name);
+            (void)rename(from, to); /* else a new file */
+            /* its marker too, renamed into place once the copy is complete */
+            snprintf(from, sizeof from, "%s/%s" MEMCKPT_BUDDY_SUFFIX, mc->quick.recycle,
+                     fi->name);
+            snprintf(to, sizeof to, "%s/%s" MEMCKPT_BUDDY_SUFFIX ".part", dir, fi->name);
+            (void)rename(from, to);
+        }
+        dt_status st = map_file(mc, x, fi->name, fi->bytes, is_recv);
         if (st != DT_OK)
             return st;
         for (uint64_t at = 0; at < fi->bytes; at += XFER_PIECE) {
@@ -185,10 +274,8 @@ dt_status dt__memckpt_start_copy(dt_memckpt *mc, const ck_local_file *files, int
     return mc->nreq == 0 ? finish_copy(mc) : DT_OK;
 }
 
-dt_status dt_memckpt_poll(dt_memckpt *mc, int *done_out)
+dt_status dt__memckpt_copy_poll(dt_memckpt *mc, int *done_out)
 {
-    if (!mc)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_poll: NULL handle");
     int done = 1;
     dt_status st = DT_OK;
     if (mc->nreq) {
@@ -202,10 +289,8 @@ dt_status dt_memckpt_poll(dt_memckpt *mc, int *done_out)
     return st;
 }
 
-dt_status dt_memckpt_wait(dt_memckpt *mc)
+dt_status dt__memckpt_copy_wait(dt_memckpt *mc)
 {
-    if (!mc)
-        return dt__error(DT_ERR_INVALID_ARGUMENT, "dt_memckpt_wait: NULL handle");
     if (!mc->nreq)
         return DT_OK;
     dt_status st = dt__wait_watched(mc->reqs, mc->peers, mc->nreq, 0.0,

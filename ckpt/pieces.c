@@ -395,3 +395,40 @@ err:
         dt__ckpt_pieces_free(out);
     return st;
 }
+
+dt_status dt__ckpt_pieces_clone(const ck_pieces *src, ck_pieces *dst)
+{
+    memset(dst, 0, sizeof *dst);
+    int n = src->ntensors;
+    size_t text = 1;
+    for (int t = 0; t < n; t++)
+        text += strlen(src->names[t]) + 1;
+    dst->names = calloc((size_t)n + 1, sizeof *dst->names);
+    dst->dtypes = calloc((size_t)n + 1, sizeof *dst->dtypes);
+    dst->ranks = calloc((size_t)n + 1, sizeof *dst->ranks);
+    dst->shapes = calloc((size_t)n + 1, sizeof *dst->shapes);
+    dst->shape_ptrs = calloc((size_t)n + 1, sizeof *dst->shape_ptrs);
+    dst->pieces = calloc((size_t)src->npieces + 1, sizeof *dst->pieces);
+    dst->buf = malloc(text);
+    if (!dst->names || !dst->dtypes || !dst->ranks || !dst->shapes || !dst->shape_ptrs ||
+        !dst->pieces || !dst->buf) {
+        dt__ckpt_pieces_free(dst);
+        return dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory for the pieces");
+    }
+    char *p = dst->buf;
+    for (int t = 0; t < n; t++) {
+        size_t k = strlen(src->names[t]) + 1;
+        memcpy(p, src->names[t], k);
+        dst->names[t] = p;
+        p += k;
+        dst->dtypes[t] = src->dtypes[t];
+        dst->ranks[t] = src->ranks[t];
+        memcpy(dst->shapes[t], src->shapes[t], sizeof dst->shapes[t]);
+        dst->shape_ptrs[t] = dst->shapes[t];
+    }
+    if (src->npieces)
+        memcpy(dst->pieces, src->pieces, (size_t)src->npieces * sizeof *dst->pieces);
+    dst->ntensors = n;
+    dst->npieces = src->npieces;
+    return DT_OK;
+}

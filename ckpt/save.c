@@ -3,11 +3,13 @@
  * directory), then either the files written here and the save finished (finish.c), or the
  * bytes copied into staging memory (stage.c) while a background thread writes, finishes and
  * commits. Bytes in device memory always go through bounded staging. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/ckpt_impl.h"
 #include "mesh/mesh_group.h"
@@ -31,6 +33,7 @@ typedef struct ck_save {
     dt_ckpt_value *own_values;
     unsigned char **own_bytes;
     ck_finish fin;
+    ck_quick *quick;              /* a quick node-local save (dt_memckpt): no agreements */
 } ck_save;
 
 struct dt_save_request {
@@ -169,6 +172,56 @@ static dt_status dir_leader(const char *fn, const dt__group *g, const char *dir,
     return st;
 }
 
+/* ---- quick node-local saves (dt_memckpt, ck_quick) ------------------------------------------ */
+
+static _Thread_local ck_quick *quick_cur;
+
+void dt__ckpt_quick_set(ck_quick *q)
+{
+    quick_cur = q;
+}
+
+static uint64_t mix(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* What a quick save relies on being unchanged since the first: this client's tensor names and
+ * pieces (names, dtypes, devices, boxes). Data addresses are not part of it. */
+static uint64_t pieces_digest(int n, const char *const *names, int np, const dt_ckpt_piece *pc)
+{
+    uint64_t h = 1469598103934665603ull;
+    h = mix(h, &n, sizeof n);
+    for (int t = 0; t < n; t++)
+        h = mix(h, names[t], strlen(names[t]) + 1);
+    h = mix(h, &np, sizeof np);
+    for (int i = 0; i < np; i++) {
+        const dt_ckpt_piece *q = &pc[i];
+        h = mix(h, q->name, strlen(q->name) + 1);
+        h = mix(h, &q->dtype, sizeof q->dtype);
+        h = mix(h, &q->rank, sizeof q->rank);
+        h = mix(h, &q->device, sizeof q->device);
+        h = mix(h, q->shape, (size_t)q->rank * sizeof *q->shape);
+        h = mix(h, q->offsets, (size_t)q->rank * sizeof *q->offsets);
+        h = mix(h, q->sizes, (size_t)q->rank * sizeof *q->sizes);
+    }
+    return h;
+}
+
+/* The ranks, shapes and dtypes of the named tensors. */
+static uint64_t pieces_digest_in(const ck_inputs *in)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int t = 0; t < in->n; t++) {
+        h = mix(h, &in->ranks[t], sizeof in->ranks[t]);
+        h = mix(h, &in->dtypes[t], sizeof in->dtypes[t]);
+        h = mix(h, in->shapes[t], (size_t)in->ranks[t] * sizeof in->shapes[t][0]);
+    }
+    return h;
+}
+
 /* The collective start of every save, up to the temporary directory being ready on every
  * client. *job_out is NULL (and DT_OK returned) on a client holding no device of the mesh. */
 static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir, int n,
@@ -187,9 +240,14 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
     if (st == DT_OK && (st = dt_mesh_check_devices(mesh)) == DT_OK &&
         (st = dt__ckpt_inputs_init(fn, mesh, n, names, tensors, &j->in)) == DT_OK)
         st = dt__ckpt_check_save_dtypes(fn, opts, &j->in);
+    /* A quick save (dt_memckpt after its first save) agrees on nothing: the others go on. */
+    ck_quick *q = quick_cur && opts && opts->node_local && !owned && !publish ? quick_cur : NULL;
+    if (q && q->primed)
+        j->quick = q;
     if (st != DT_OK) {
+        int quick = j->quick != NULL;
         job_free(j);
-        return fail_alike(mesh, opts, owned, st);
+        return quick ? st : fail_alike(mesh, opts, owned, st);
     }
     const dt__group *g = NULL;
     if (st == DT_OK)
@@ -228,32 +286,80 @@ static dt_status save_begin(const char *fn, const dt_mesh *mesh, const char *dir
      * that every client fails alike before anything is written. */
     j->in.user_pieces = opts ? opts->pieces : NULL;
     st = dt__ckpt_pieces_check_local(mesh, np, j->in.user_pieces);
-    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces", st)) != DT_OK)
-        goto fail;
-    st = dt__ckpt_pieces_gather(mesh, &j->g, n, names, np, j->in.user_pieces, &j->in.pieces);
-    if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces_checked", st)) != DT_OK)
-        goto fail;
+    if (j->quick) {
+        /* Every client's pieces as at the first save, once this client's are seen unchanged. */
+        if (st == DT_OK && pieces_digest(n, names, np, j->in.user_pieces) != q->digest)
+            st = dt__error(DT_ERR_STATE, "%s: the tensors or pieces saved differ from those of "
+                           "the first in-memory save (a quick save needs the same structure)", fn);
+        if (st == DT_OK && pieces_digest_in(&j->in) != q->in_digest)
+            st = dt__error(DT_ERR_STATE, "%s: the tensors saved differ in rank, shape or dtype "
+                           "from those of the first in-memory save", fn);
+        if (st == DT_OK && !q->tmpl)
+            st = dt__ckpt_pieces_clone(&q->pieces, &j->in.pieces);
+        if (st != DT_OK) {
+            job_free(j);
+            return st;
+        }
+    } else {
+        if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces", st)) != DT_OK)
+            goto fail;
+        st = dt__ckpt_pieces_gather(mesh, &j->g, n, names, np, j->in.user_pieces,
+                                    &j->in.pieces);
+        if ((st = dt__ckpt_sync_point(&j->fin, "dt_save:pieces_checked", st)) != DT_OK)
+            goto fail;
+        if (q) { /* the first: what the quick saves after it reuse */
+            dt__ckpt_pieces_free(&q->pieces);
+            q->digest = pieces_digest(n, names, np, j->in.user_pieces);
+            q->in_digest = pieces_digest_in(&j->in);
+            if ((st = dt__ckpt_pieces_clone(&j->in.pieces, &q->pieces)) != DT_OK)
+                goto fail;
+        }
+    }
     size_t mlen = dt_mesh_format(j->in.host, NULL, 0) + 1;
     if (!(j->mesh_str = malloc(mlen)))
         st = dt__error(DT_ERR_NO_MEMORY, "%s: no memory", fn);
     else
         dt_mesh_format(j->in.host, j->mesh_str, mlen);
     j->fin.mesh_str = j->mesh_str;
-    if (st == DT_OK && owned)
+    if (st == DT_OK && (owned || j->quick)) /* a quick save's index is written later */
         st = copy_values(j, opts);
     if (st == DT_OK)
         st = dt__ckpt_take_tensors(tensors, opts, &j->in);
-    if (st == DT_OK)
-        st = dt__ckpt_plan_input(&j->in);
     uint64_t chunk = opts && opts->chunk_bytes ? opts->chunk_bytes : DT_CKPT_CHUNK_BYTES;
-    if (st == DT_OK && (st = dt__ckpt_plan(j->in.host, &j->in.plan_in, chunk, &j->plan)) == DT_OK)
-        j->have_plan = 1;
+    if (j->quick && q->tmpl) {
+        /* The same structure: the first quick save's plan (borrowed; its names, layouts and
+         * pieces stay in the template), with this save's data and CRCs. */
+        j->plan = q->tmpl->plan;
+    } else {
+        if (st == DT_OK)
+            st = dt__ckpt_plan_input(&j->in);
+        if (st == DT_OK &&
+            (st = dt__ckpt_plan(j->in.host, &j->in.plan_in, chunk, &j->plan)) == DT_OK)
+            j->have_plan = 1;
+    }
     if (st == DT_OK && (st = alloc_crcs(j)) == DT_OK) {
         j->fin.crcs = j->crcs;
         j->fin.chunk_crcs = j->chunk_crcs;
     }
+    if (j->quick) {
+        /* Every client of the directory makes the temporary directory if it is not there yet
+         * (no client removes it: the others may be writing into it). */
+        j->fin.leader = q->leader;
+        if (st == DT_OK)
+            st = dt__ckpt_join(j->tmp, sizeof j->tmp, j->dir, "", CK_SUFFIX_TMP);
+        if (st == DT_OK && mkdir(j->tmp, 0755) != 0 && errno != EEXIST)
+            st = dt__error(DT_ERR_IO, "%s: mkdir %s: %s", fn, j->tmp, strerror(errno));
+        if (st != DT_OK) {
+            job_free(j);
+            return st;
+        }
+        *job_out = j;
+        return DT_OK;
+    }
     if (st == DT_OK)
         st = dir_leader(fn, &j->g, j->dir, j->fin.node_local, &j->fin.leader);
+    if (st == DT_OK && q)
+        q->leader = j->fin.leader;
     if (st == DT_OK && j->fin.leader) {
         /* A manager save over a damaged step keeps it, set aside (docs/ckpt.md). */
         if (j->publish.active)
@@ -332,6 +438,168 @@ static dt_status write_through_stage(ck_save *j, const ck_slice_src *src,
     return w.st == DT_OK ? DT_OK : dt__error(w.st, "%s", w.msg);
 }
 
+/* This client's files of the step are moved in from the recycled step directory, if there,
+ * and written over in place: their memory pages are reused (the old step loses them, so it
+ * is no longer complete). */
+static void quick_recycle(ck_save *j)
+{
+    const ck_quick *q = j->quick;
+    j->plan.overwrite = 1;
+    if (!q->recycle[0])
+        return;
+    int me = dt_client_id();
+    for (int64_t k = 0; k < j->plan.nfiles; k++) {
+        if (dt_device_client(DT_DEVICE_CPU, j->plan.files[k].device_id) != me)
+            continue;
+        char name[64], from[CK_PATH_MAX + 72], to[CK_PATH_MAX + 72];
+        dt__ckpt_file_name(name, sizeof name, k, j->plan.nfiles);
+        snprintf(from, sizeof from, "%s/%s", q->recycle, name);
+        snprintf(to, sizeof to, "%s/%s", j->tmp, name);
+        (void)rename(from, to); /* a new file is written where there was none to take */
+    }
+}
+
+/* A quick save's files are written (outcome st): its file list kept for the buddy copy, the
+ * tensors released, the CRC gather posted; the index and commit are left to
+ * dt__ckpt_quick_complete. Frees the job on failure. */
+static dt_status quick_post(ck_save *j, dt_status st)
+{
+    ck_quick *q = j->quick;
+    for (int t = 0; j->in.tensors && t < j->in.n; t++) {
+        dt_tensor_destroy(j->in.tensors[t]);
+        j->in.tensors[t] = NULL;
+    }
+    j->in.user_pieces = NULL;
+    ck_local_file *v = NULL;
+    if (st == DT_OK && !(v = calloc((size_t)j->plan.nfiles + 1, sizeof *v)))
+        st = dt__error(DT_ERR_NO_MEMORY, "dt_save: no memory");
+    for (int64_t k = 0; st == DT_OK && k < j->plan.nfiles; k++) {
+        const ck_plan_file *pf = &j->plan.files[k];
+        dt__ckpt_file_name(v[k].name, sizeof v[k].name, k, j->plan.nfiles);
+        v[k].bytes = pf->header_bytes + pf->data_bytes;
+        v[k].client = dt_device_client(DT_DEVICE_CPU, pf->device_id);
+    }
+    if (st == DT_OK)
+        st = dt__ckpt_crcs_post(&j->plan, q->g, 1, j->crcs, j->chunk_crcs, &q->cg);
+    if (st != DT_OK) {
+        free(v);
+        job_free(j);
+        return st;
+    }
+    free(q->files);
+    q->files = v;
+    q->nfiles = j->plan.nfiles;
+    dt__strlcpy(q->tmp, j->tmp, sizeof q->tmp);
+    q->pending = j;
+    return DT_OK;
+}
+
+static void *quick_commit(void *arg)
+{
+    ck_quick *q = arg;
+    dt_status st = dt__ckpt_index_commit(&q->commit_job->fin);
+    if (st != DT_OK)
+        dt__strlcpy(q->commit_msg, dt_last_error(), sizeof q->commit_msg);
+    else if (q->after_commit)
+        q->after_commit(q->after_arg);
+    q->commit_status = st;
+    atomic_store(&q->committed, 1);
+    return NULL;
+}
+
+/* A finished quick save: kept as the template when it has the first plan, else freed. */
+static void quick_retire(ck_quick *q, ck_save *j, dt_status st)
+{
+    if (!q->tmpl && j->have_plan && st == DT_OK)
+        q->tmpl = j;
+    else
+        job_free(j);
+}
+
+/* Joins the committing thread (its outcome returned). */
+static dt_status quick_join(ck_quick *q)
+{
+    pthread_join(q->thread, NULL);
+    q->committing = 0;
+    dt_status st = q->commit_status;
+    if (st != DT_OK)
+        dt__error(st, "%s", q->commit_msg);
+    quick_retire(q, q->commit_job, st);
+    q->commit_job = NULL;
+    return st;
+}
+
+dt_status dt__ckpt_quick_complete(ck_quick *q, int mode, int *done_out)
+{
+    dt_status st = DT_OK;
+    /* The commit before: finished, or waited for. */
+    if (q->committing && (mode == 2 || atomic_load(&q->committed)))
+        st = quick_join(q);
+    ck_save *j = q->pending;
+    int gathered = 1;
+    if (st == DT_OK && j && q->cg.req != MPI_REQUEST_NULL) {
+        if (mode >= 1)
+            st = dt__ckpt_wait(q->g, &q->cg.req, MPI_SUCCESS, "dt_memckpt: gathering CRCs");
+        else if (MPI_Test(&q->cg.req, &gathered, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            st = dt__error(DT_ERR_COMM, "dt_memckpt: gathering CRCs failed");
+    }
+    if (st == DT_OK && j && gathered) {
+        st = dt__ckpt_crcs_unpack(&j->plan, q->g, &q->cg, j->crcs, j->chunk_crcs);
+        dt__ckpt_crcs_free(&q->cg);
+        q->pending = NULL;
+        if (st == DT_OK && j->fin.leader && q->committing)
+            st = quick_join(q); /* one commit at a time, in step order */
+        if (st == DT_OK && j->fin.leader) {
+            q->commit_job = j;
+            atomic_store(&q->committed, 0);
+            if (pthread_create(&q->thread, NULL, quick_commit, q) == 0) {
+                q->committing = 1;
+            } else { /* here, then */
+                quick_commit(q);
+                if ((st = q->commit_status) != DT_OK)
+                    dt__error(st, "%s", q->commit_msg);
+                q->commit_job = NULL;
+                quick_retire(q, j, st);
+            }
+            if (st == DT_OK && q->committing && mode == 2)
+                st = quick_join(q);
+        } else {
+            quick_retire(q, j, st);
+        }
+    } else if (st != DT_OK && j) {
+        if (st == DT_ERR_TIMEOUT)
+            q->cg.send = q->cg.recv = NULL; /* still pending: MPI may write into them */
+        dt__ckpt_crcs_free(&q->cg);
+        job_free(j);
+        q->pending = NULL;
+    }
+    if (done_out)
+        *done_out = !q->pending && !q->committing;
+    return st;
+}
+
+void dt__ckpt_quick_free(ck_quick *q)
+{
+    if (!q)
+        return;
+    if (q->committing)
+        (void)quick_join(q);
+    if (q->pending) {
+        if (q->cg.req != MPI_REQUEST_NULL) { /* left to MPI, with its buffers */
+            q->cg.send = q->cg.recv = NULL;
+        }
+        dt__ckpt_crcs_free(&q->cg);
+        job_free(q->pending);
+        q->pending = NULL;
+    }
+    job_free(q->tmpl);
+    q->tmpl = NULL;
+    dt__ckpt_pieces_free(&q->pieces);
+    free(q->files);
+    q->files = NULL;
+    q->primed = 0;
+}
+
 /* The rest of a synchronous save: this client's files written from the tensors (directly
  * from memory host code may touch, else through staging), then the end (finish.c). Frees
  * the job. */
@@ -339,15 +607,23 @@ static dt_status save_here(ck_save *j, const dt_save_opts *opts)
 {
     ck_slice_src *src = NULL;
     const dt__device_kind *kind = NULL;
+    if (j->quick)
+        quick_recycle(j);
     dt_status st = dt__ckpt_slice_data(&j->plan, &j->in, &src);
     if (st == DT_OK && dt__ckpt_slices_on_device(&j->plan, src, &kind)) {
         st = write_through_stage(j, src, kind, opts);
     } else if (st == DT_OK) {
         ck_source direct = dt__ckpt_direct_source(src);
+        /* A quick save's few small files in memory: written here, one after the other (a
+         * thread per file costs more than it saves, its join polled every 2 ms). */
+        if (j->quick)
+            direct.parallel = 0;
         st = dt__ckpt_write_local_files(&j->plan, &direct, j->dir, &j->g, j->tmp,
                                         j->fin.do_fsync, j->crcs, j->chunk_crcs);
     }
     free(src);
+    if (j->quick)
+        return quick_post(j, st);
     st = dt__ckpt_save_finish(&j->fin, st);
     job_free(j);
     return st;

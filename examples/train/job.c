@@ -315,14 +315,19 @@ int job_resume(job *j, const job_train *t, const char *arg, const char *root, in
 
 /* The values every save writes (train/step, train/history, the example's, the data
  * position) into v; *hbuf_out (freed by the caller) holds the history. The count, or -1
- * (printed). Collective on failure. */
+ * (printed). Collective on failure, unless `local` (an in-memory save agrees on nothing:
+ * a failure there fails this client's job). */
 static int save_values(job *j, const job_train *t, const dt_ckpt_value *values, int nvalues,
-                       dt_ckpt_value *v, uint8_t **hbuf_out)
+                       dt_ckpt_value *v, uint8_t **hbuf_out, int local)
 {
     size_t hb = history_bytes(t->hist);
     uint8_t *hbuf = malloc(hb ? hb : 1);
     *hbuf_out = hbuf;
-    if (job_any_failed(j, !hbuf, "out of memory"))
+    if (local && !hbuf) {
+        fprintf(stderr, "%s: client %d: in-memory save: out of memory\n", j->prog, j->me);
+        return -1;
+    }
+    if (!local && job_any_failed(j, !hbuf, "out of memory"))
         return -1;
     history_serialize(t->hist, hbuf);
     v[0] = (dt_ckpt_value){"train/step", DT_CKPT_VALUE_I64, *t->step, 0, NULL, 0};
@@ -343,7 +348,7 @@ int job_save(job *j, const job_train *t, const dt_ckpt_value *values, int nvalue
 {
     dt_ckpt_value v[2 + JOB_MAX_VALUES + DT_DATASET_STATE_VALUES];
     uint8_t *hbuf = NULL;
-    int nv = save_values(j, t, values, nvalues, v, &hbuf);
+    int nv = save_values(j, t, values, nvalues, v, &hbuf, 0);
     if (nv < 0) {
         free(hbuf);
         return 1;
@@ -372,7 +377,7 @@ int job_save_memory(job *j, const job_train *t, const dt_ckpt_value *values, int
 {
     dt_ckpt_value v[2 + JOB_MAX_VALUES + DT_DATASET_STATE_VALUES];
     uint8_t *hbuf = NULL;
-    int nv = save_values(j, t, values, nvalues, v, &hbuf);
+    int nv = save_values(j, t, values, nvalues, v, &hbuf, 1);
     if (nv < 0) {
         free(hbuf);
         return 1;
@@ -382,7 +387,14 @@ int job_save_memory(job *j, const job_train *t, const dt_ckpt_value *values, int
     so.nvalues = nv;
     dt_status st = dt_memckpt_save(mc, *t->step, save_into, (void *)t, &so);
     free(hbuf);
-    return st != DT_OK ? job_fail(j, "dt_memckpt_save", st, dt_last_error()) : 0;
+    if (st == DT_OK)
+        return 0;
+    /* Said by the client it failed on (after the first save, the others may not know). */
+    fprintf(stderr, "%s: client %d: dt_memckpt_save: %s: %s\n", j->prog, j->me,
+            dt_status_name(st), dt_last_error());
+    if (st == DT_ERR_TIMEOUT)
+        j->lost = 1;
+    return 1;
 }
 
 /* The step of the disk checkpoint --resume `arg` names, -1 when there is none. Local. */

@@ -482,8 +482,9 @@ typedef struct dt_memckpt_opts {
  * id), DT_ERR_NO_MEMORY, DT_ERR_COMM/DT_ERR_TIMEOUT. Collective over the mesh's clients. */
 DT_API dt_status dt_memckpt_create(const dt_mesh *mesh, const dt_memckpt_opts *opts,
                                    dt_memckpt **mc_out);
-/* Waits for the buddy copy in flight (if any), then frees the handle; the memory stays
- * (dt_memckpt_cleanup removes it). Accepts NULL. Local. */
+/* Completes the last step (dt_memckpt_wait: its CRC gather is a collective of the mesh's
+ * clients, so every client destroys its handle at the same point), then frees the handle; the
+ * memory stays (dt_memckpt_cleanup removes it). Accepts NULL. */
 DT_API void dt_memckpt_destroy(dt_memckpt *mc);
 
 /* 1 when `step` is one to save (a multiple of K), else 0. Local. */
@@ -493,21 +494,27 @@ DT_API dt_status dt_memckpt_step_dir(const dt_memckpt *mc, int64_t step, char *b
 
 /* Writes one step: the caller's `save` writes the checkpoint into `dir` with `opts` (a copy
  * of `base`, or the defaults, made node-local and without fsync), e.g. through dt_zero_save;
- * it is called on every client with this client's directory, and must be collective as
- * dt_save is. Before it, the previous step's buddy copy is completed; after it, this
- * client's files of the step start on their way to its buddy (nonblocking MPI, progressed by
- * the MPI calls of the next steps, dt_memckpt_poll and the next save; no copy buffers:
- * files are sent from and received into mapped memory files), and the steps beyond `keep`
- * are removed. Memory per client: `keep` x (its files + its source's files) in the memory
- * directory (dt_memckpt_stats). Returns save's status (the same on every client), or
- * DT_ERR_IO, DT_ERR_COMM, DT_ERR_TIMEOUT of the copy. Collective over the mesh's clients. */
+ * it is called on every client with this client's directory and must reach one node-local
+ * dt_save of the mesh. The first call of a handle is a whole node-local dt_save, agreed by
+ * every client (the same status everywhere). The calls after it agree on nothing: they need
+ * the tensors and pieces of the first (same names, shapes, dtypes, boxes; else
+ * DT_ERR_STATE), write this client's files over the oldest step kept, post the CRC gather
+ * and the buddy copy (nonblocking MPI, progressed by the MPI calls of the next steps,
+ * dt_memckpt_poll and the next save; files sent from and received into mapped memory
+ * files), and leave the commit (the directory leader's, on a thread of its own) to the next
+ * poll or save; a failure there is this client's alone. Memory per client: `keep` x (its
+ * files + its source's files) in the memory directory (dt_memckpt_stats). Returns save's
+ * status, or DT_ERR_IO, DT_ERR_COMM, DT_ERR_TIMEOUT of the previous step's copy or CRC
+ * gather. Every client of the mesh calls it at the same steps. */
 typedef dt_status (*dt_memckpt_save_fn)(void *arg, const char *dir, const dt_save_opts *opts);
 DT_API dt_status dt_memckpt_save(dt_memckpt *mc, int64_t step, dt_memckpt_save_fn save,
                                  void *arg, const dt_save_opts *base);
-/* Progresses the buddy copy in flight; *done_out (may be NULL) = 1 when none is left. Local. */
+/* Progresses the last step's CRC gather, commit and buddy copy; *done_out (may be NULL) = 1
+ * when none is left. Local. */
 DT_API dt_status dt_memckpt_poll(dt_memckpt *mc, int *done_out);
-/* Completes the buddy copy in flight. DT_ERR_IO, DT_ERR_COMM, DT_ERR_TIMEOUT (the buddy or
- * source lost). Local (it waits on the pair's messages only). */
+/* Completes the last step: its CRC gather, its commit and its buddy copy. DT_ERR_IO,
+ * DT_ERR_COMM, DT_ERR_TIMEOUT (a client lost). Every client of the mesh calls it at the same
+ * point (the CRC gather is a collective of the mesh's clients). */
 DT_API dt_status dt_memckpt_wait(dt_memckpt *mc);
 
 /* What dt_memckpt_find found. */

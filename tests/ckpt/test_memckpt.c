@@ -1,7 +1,8 @@
 /* In-memory checkpoints (dt_memckpt): each client a "host" of its own (a memory directory
  * "mem-%c"), steps saved node-locally with a buddy copy, the newest complete step found after
  * a host's memory is gone and restored bit for bit from the buddies' copies, no step when a
- * host and its buddy are both gone, and jobs never seeing each other's memory. */
+ * host and its buddy are both gone, jobs never seeing each other's memory, and the quick saves
+ * after the first (recycled memory, the first save's plan). */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
 #include <mpi.h>
@@ -203,6 +204,67 @@ static void test_another_jobs_memory_is_never_found(void)
     dt_test_scratch_remove(scratch);
 }
 
+/* The saves after the first agree on nothing and reuse the memory of the oldest step kept
+ * (its files and the buddy copies received into it, written over in place): six steps of
+ * different data, two kept throughout, the newest restored bit for bit from the buddies'
+ * copies once a host's memory is gone. */
+static void test_quick_saves_reuse_the_oldest_step_and_stay_exact(void)
+{
+    char scratch[256], ck[300];
+    ck_scratch(scratch, sizeof scratch, ck, sizeof ck);
+    dt_mesh *m = all_mesh();
+    dt_memckpt *mc = open_job(m, scratch, "quick");
+    for (int64_t s = 1; s <= 6; s++) {
+        save_step(mc, m, s);
+        DT_ASSERT_OK(dt_memckpt_wait(mc));
+        CU_ASSERT_EQUAL(count_steps(scratch, "quick"), s < 2 ? 1 : 2);
+    }
+    dt_memckpt_destroy(mc);
+    int n = dt_num_clients();
+    if (n > 1)
+        lose_memory(scratch, n - 1);
+    mc = open_job(m, scratch, "quick");
+    dt_memckpt_found f;
+    DT_ASSERT_OK(dt_memckpt_find(mc, &f));
+    CU_ASSERT_EQUAL(f.step, 6);
+    CU_ASSERT_EQUAL(f.from_buddies > 0, n > 1);
+    char dir[1024];
+    DT_ASSERT_OK(dt_memckpt_fetch(mc, f.step, dir, sizeof dir));
+    CU_ASSERT_EQUAL(mismatches_at(m, dir, 6), 0);
+    DT_ASSERT_OK(dt_memckpt_cleanup(mc));
+    dt_memckpt_destroy(mc);
+    dt_mesh_destroy(m);
+    dt_test_scratch_remove(scratch);
+}
+
+/* A quick save reuses the first save's plan: a tensor of another shape is refused (alike on
+ * every client, each seeing the same change), and the step before stays the newest. */
+static void test_a_quick_save_refuses_another_structure(void)
+{
+    char scratch[256], ck[300];
+    ck_scratch(scratch, sizeof scratch, ck, sizeof ck);
+    dt_mesh *m = all_mesh();
+    dt_memckpt *mc = open_job(m, scratch, "shape");
+    save_step(mc, m, 1);
+    save_step(mc, m, 2);
+    dt_layout *l = ck_layout(m, "a,b");
+    const int64_t other[2] = {8, 12};
+    dt_tensor *t = ck_make(l, DT_DTYPE_F32, other, 3);
+    saver sv = {m, t};
+    DT_ASSERT_FAILS(dt_memckpt_save(mc, 3, save_w, &sv, NULL), DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("first in-memory save");
+    dt_tensor_destroy(t);
+    dt_layout_destroy(l);
+    DT_ASSERT_OK(dt_memckpt_wait(mc));
+    dt_memckpt_found f;
+    DT_ASSERT_OK(dt_memckpt_find(mc, &f));
+    CU_ASSERT_EQUAL(f.step, 2);
+    DT_ASSERT_OK(dt_memckpt_cleanup(mc));
+    dt_memckpt_destroy(mc);
+    dt_mesh_destroy(m);
+    dt_test_scratch_remove(scratch);
+}
+
 static void test_memckpt_rejects_a_missing_or_bad_job_id(void)
 {
     dt_mesh *m = all_mesh();
@@ -226,6 +288,8 @@ int main(int argc, char **argv)
         DT_TEST(test_a_lost_hosts_files_come_back_from_its_buddy_bit_for_bit),
         DT_TEST(test_a_lost_host_and_its_buddy_leave_no_complete_step),
         DT_TEST(test_another_jobs_memory_is_never_found),
+        DT_TEST(test_quick_saves_reuse_the_oldest_step_and_stay_exact),
+        DT_TEST(test_a_quick_save_refuses_another_structure),
         DT_TEST(test_memckpt_rejects_a_missing_or_bad_job_id),
         DT_TEST_END,
     };

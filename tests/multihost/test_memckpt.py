@@ -90,8 +90,10 @@ class MemCkpt(unittest.TestCase):
         return os.path.join(self.tmp, f"mem-{host(i)}")
 
     def newest_in_memory(self, i):
+        """The newest step host i began to save (committed or not): the step the job had
+        completed (a step is saved right after it, K = 1)."""
         steps = [int(m.group(1)) for p in glob.glob(os.path.join(self.memory(i), "*", "step-*"))
-                 if (m := re.search(r"step-(\d+)$", p))]
+                 if (m := re.search(r"step-(\d+)(\.dtensor-tmp)?$", p))]
         return max(steps) if steps else -1
 
     def kill_and_restart(self, job, disk_every, wipe_both):
@@ -104,21 +106,36 @@ class MemCkpt(unittest.TestCase):
                   "--max-restarts", "1", "--"]
         w = Watched(launch + self.train(root, disk_every), self.env(job))
         at = random.Random(os.getpid()).choice((25, 30))
+        t5 = w.wait_for(r"^step +5/", 180)
         t = w.wait_for(rf"^step +{at}/", 180)
         self.assertIsNotNone(t, "no progress:\n" + "".join(w.all))
+        self.seconds_per_step = (t - t5) / (at - 5) if t5 else None
         run([os.environ["MH_KILLHOST"], host(2)], os.environ)
         t_kill = time.monotonic()
-        # The newest step the job reached: host 1 saved it to memory (K = 1).
+        # The newest step the job reached: host 1 began to save it to memory (K = 1).
         reached = self.newest_in_memory(1)
         shutil.rmtree(self.memory(2), ignore_errors=True)  # host 2's memory is gone
         if wipe_both:
             shutil.rmtree(self.memory(1), ignore_errors=True)
-        t = w.wait_for(r"dtensor launch: the job failed", 60)
-        self.assertIsNotNone(t, "the job did not fail:\n" + "".join(w.all))
+        t_failed = w.wait_for(r"dtensor launch: the job failed", 60)
+        self.assertIsNotNone(t_failed, "the job did not fail:\n" + "".join(w.all))
         if wipe_both:  # whatever host 1's last processes left: the buddy host is lost too
             shutil.rmtree(self.memory(1), ignore_errors=True)
+        # The restarted program's first line (after MPI_Init and the model's setup), then
+        # its restore, then its first step.
+        t_started = w.wait_for(r"in-memory checkpoints every", 120)
+        t_resumed = w.wait_for(r"^resumed from", 120)
         t_first = w.wait_for(r"first step after resuming", 120)
         self.assertIsNotNone(t_first, "no step after the restart:\n" + "".join(w.all))
+        kind = "memory" if not wipe_both else "disk (every 20 steps)"
+        FIGURES[f"{kind}: seconds from the kill to the job's failure"] = round(t_failed - t_kill, 2)
+        if t_started and t_resumed:
+            FIGURES[f"{kind}: seconds from the failure to the relaunched program's setup"] = \
+                round(t_started - t_failed, 2)
+            FIGURES[f"{kind}: seconds from the setup to the restore's end"] = \
+                round(t_resumed - t_started, 2)
+            FIGURES[f"{kind}: seconds from the restore's end to the first step"] = \
+                round(t_first - t_resumed, 2)
         t_back = w.wait_for(rf"^step +({reached // 5 * 5 + 5}|{STOP})/", 120)
         rc, out = w.finish(180)
         self.assertEqual(rc, 0, out)
@@ -146,6 +163,16 @@ class MemCkpt(unittest.TestCase):
         FIGURES["memory: steps lost"] = lost
         FIGURES["memory: seconds from kill to first step after restart"] = round(first, 2)
         FIGURES["memory: seconds from kill to regaining the killed step"] = round(back, 2)
+        # This run's disk checkpoint (every 100 steps) had no step yet: a restart from disk
+        # would have started over, re-running the `reached` steps (at this run's step time,
+        # evaluation included) after the same relaunch.
+        if self.seconds_per_step:
+            disk = first + reached * self.seconds_per_step
+            FIGURES["disk (every 100 steps, this run; computed): steps lost"] = reached
+            FIGURES["disk (every 100 steps, this run; computed): seconds from kill to "
+                    "regaining the killed step"] = round(disk, 2)
+            FIGURES["recovery to the killed step, disk every 100 (computed) / memory"] = \
+                round(disk / max(back, 1e-3), 2)
 
     def test_lost_buddy_host_too_falls_back_to_disk_and_says_so(self):
         # The disk checkpoint every 20 steps: step 20 is there at the kill.
