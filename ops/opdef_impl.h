@@ -17,6 +17,7 @@ extern const dt_op_def *const dt__defs_reduce[]; /* ops/def_reduce.c: reductions
 extern const dt_op_def *const dt__defs_shape[];  /* ops/def_shape.c: shape, index, host */
 extern const dt_op_def *const dt__defs_core[];   /* ops/def_core.c: the transformer ops */
 extern const dt_op_def *const dt__defs_decode[]; /* ops/def_decode.c: rope_half, cached attn */
+extern const dt_op_def *const dt__defs_moe[];    /* ops/def_moe.c: grouped GEMM of the experts */
 
 /* The handle of a built-in definition (registers the built-ins on first use; NULL for a
  * definition that is not one of them). Thread-safe. */

@@ -114,7 +114,7 @@ static char builtin_msg[256];
 static void register_builtins(void)
 {
     const dt_op_def *const *tables[] = {dt__defs_core, dt__defs_elem, dt__defs_reduce,
-                                        dt__defs_shape, dt__defs_decode};
+                                        dt__defs_shape, dt__defs_decode, dt__defs_moe};
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++)
         for (int i = 0; tables[t][i]; i++) {
             dt_status st = add(tables[t][i], NULL);

@@ -20,6 +20,7 @@
 #include "dtensor/trace.h"
 #include "dtensor/tokenizer.h"
 #include "dtensor/collective.h"
+#include "dtensor/moe.h"
 #include "dtensor/version.h"
 
 #endif

@@ -356,7 +356,39 @@ def t_cumsum(a, x):
 
 
 # op name -> f(attrs, *inputs) in PyTorch (float inputs f64, index inputs int64).
+def t_grouped_matmul(a, x, w, c):
+    """dtensor/moe.h: member p's rows of group g times w[p*G + g] (transposed with i[0])."""
+    P, R, _ = x.shape
+    G = c.shape[1]
+    N = w.shape[1] if I(a, 0) else w.shape[2]
+    out = torch.zeros(P, R, N, dtype=x.dtype)
+    for p in range(P):
+        off = 0
+        for g in range(G):
+            n = int(c[p, g])
+            wg = w[p * G + g].t() if I(a, 0) else w[p * G + g]
+            out[p, off:off + n] = x[p, off:off + n] @ wg
+            off += n
+    return out
+
+
+def t_grouped_matmul_wgrad(a, x, dy, c):
+    P, R, K = x.shape
+    G = c.shape[1]
+    dw = torch.zeros(P * G, K, dy.shape[2], dtype=x.dtype)
+    for p in range(P):
+        off = 0
+        for g in range(G):
+            n = int(c[p, g])
+            dw[p * G + g] = x[p, off:off + n].t() @ dy[p, off:off + n]
+            off += n
+    return dw
+
+
 OPS = {
+    # moe (dtensor/moe.h)
+    "grouped_matmul": t_grouped_matmul,
+    "grouped_matmul_wgrad": t_grouped_matmul_wgrad,
     # core (f32 only)
     "matmul": t_matmul,
     "matmul_nd": t_matmul,
