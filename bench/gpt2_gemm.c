@@ -4,7 +4,8 @@
  * square product (the reference of bench/gpt2.sh's peak_ratio). OpenBLAS runs as many threads
  * as OPENBLAS_NUM_THREADS says (bench/gpt2.sh sets the trainer's count).
  *   bench_gpt2_gemm ROWS WIDTH VOCAB [REPS]  ->  gemm_gflops=<rate> (best of REPS after one)
- *   bench_gpt2_gemm --square N [REPS]         ->  peak_gflops=<rate> (N x N x N, best) */
+ *   bench_gpt2_gemm --square N [REPS]         ->  peak_gflops=<rate> (N x N x N, best)
+ *   bench_gpt2_gemm --core                    ->  OpenBLAS's kernel and version */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,10 @@ static int square(int n, int reps)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "--core")) {
+        printf("blas_core=%s blas_config=%s\n", openblas_get_corename(), openblas_get_config());
+        return 0;
+    }
     if (argc >= 3 && !strcmp(argv[1], "--square"))
         return square(atoi(argv[2]), argc > 3 ? atoi(argv[3]) : 3);
     if (argc < 4) {

@@ -1,6 +1,6 @@
 /* The optimizer's passes over the parameters (the norm's sums of squares, the update, the
  * copy of the master into the parameters) split among this process's share of the host's
- * cores: on one process of a 2-core host the second core otherwise waits in OpenBLAS while
+ * cores, as many threads as OpenBLAS runs: on one process of a 2-core host the second core otherwise waits in OpenBLAS while
  * one thread streams 124M parameters. Threads are started for the pass and joined (a few
  * per step, microseconds each against passes of milliseconds; small passes run here). Each
  * share is a contiguous range of independent items, so the results are bit for bit those
@@ -36,11 +36,22 @@ static void *thread_main(void *p)
     return NULL;
 }
 
+/* As many as OpenBLAS gets (ops/blas_threads.c): the process's share of the host's cores,
+ * or fewer where the user holds OpenBLAS to fewer (OPENBLAS_NUM_THREADS, else
+ * OMP_NUM_THREADS). */
 int dt__zero_par_threads(void)
 {
     int clients = 1, cores = 1;
     dt__host_clients_and_cores(&clients, &cores);
     int t = cores / (clients > 0 ? clients : 1);
+    const char *env = getenv("OPENBLAS_NUM_THREADS");
+    if (!env || !*env)
+        env = getenv("OMP_NUM_THREADS");
+    if (env && *env) {
+        long u = strtol(env, NULL, 10);
+        if (u >= 1 && u < t)
+            t = (int)u;
+    }
     return t < 1 ? 1 : t > MAX_THREADS ? MAX_THREADS : t;
 }
 
