@@ -118,7 +118,7 @@ progs=(ours)
 
 load "bench/run gpt2 start"
 echo "# bench/run gpt2: $cores cores, warm-up $warmup steps, $steps timed steps, $reps rounds," \
-  "DT_BIND=${DT_BIND-(unset: library default)}, OpenBLAS $(sed -n 's/^#define OPENBLAS_VERSION //p' /usr/include/*/openblas_config.h /usr/include/openblas_config.h 2>/dev/null | head -1 | tr -d '"')"
+  "DT_BIND=${DT_BIND-(unset: library default)}, $("$exe" --core)"
 status=0
 for ((r = 1; r <= reps; r++)); do
   load "round $r"
