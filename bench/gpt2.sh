@@ -87,6 +87,7 @@ train() {
   local prog=$1 np=$2 log=$3 mesh=1x1
   shift 3
   [ "$np" = 2 ] && mesh=2x1
+  # shellcheck disable=SC2086  # MPIRUN_ARGS: several words
   env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS DT_CPU_DEVICES=1 \
     "$mpiexec" -n "$np" ${MPIRUN_ARGS:-} "$prog" --init random --seed 1 --lr 1e-4 \
     --steps $((warmup + steps)) --mesh "$root/examples/meshes/$mesh.yaml" "$@" \
