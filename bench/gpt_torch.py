@@ -5,7 +5,7 @@ final layer norm), the same initialisation scales, batching (names of `context` 
 `batch` per step over all processes), AdamW with decay on the weight matrices only and the
 global gradient norm clipped to 1. Random character ids stand in for the names: the speed of a
 step does not depend on them. With --procs 2, DistributedDataParallel over gloo (each process
-half the batch, torch threads = cores / processes).
+half the batch, torch threads = cores / processes unless --threads says).
 
 --arch gpt2: examples/train_gpt2's GPT-2 instead (build_gpt2).
 
@@ -138,7 +138,7 @@ def run(rank, args):
     import torch
     procs = args.procs
     cores = args.cores or os.cpu_count() or 1
-    torch.set_num_threads(max(1, cores // procs))
+    torch.set_num_threads(args.threads if args.threads > 0 else max(1, cores // procs))
     if procs > 1:
         import torch.distributed as dist
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -196,6 +196,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--procs", type=int, default=1)
     ap.add_argument("--cores", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0)  # intra-op threads per process
     ap.add_argument("--port", type=int, default=29517)
     args = ap.parse_args()
     if args.batch % args.procs:

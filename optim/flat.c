@@ -94,6 +94,67 @@ dt_status dt__zero_gather_in(const dt_zero *z, const dt__zgroup *g, int i, int64
     return st;
 }
 
+/* scatter_out on the CPU: the segments' copies split among the cores by element. */
+typedef struct copy_job {
+    const dt__ops_backend *be;
+    int ns;
+    const char *const *src;
+    char *const *dst;
+    const int64_t *start; /* ns + 1 */
+    dt_dtype sd, dd;
+} copy_job;
+
+static dt_status copy_range(int64_t lo, int64_t hi, void *arg)
+{
+    const copy_job *j = arg;
+    size_t ss = dt_dtype_size(j->sd), ds = dt_dtype_size(j->dd);
+    dt_status st = DT_OK;
+    for (int s = 0; st == DT_OK && s < j->ns; s++) {
+        int64_t a = lo > j->start[s] ? lo : j->start[s];
+        int64_t b = hi < j->start[s + 1] ? hi : j->start[s + 1];
+        int64_t o = a - j->start[s];
+        if (a < b)
+            st = j->be->cast(b - a, j->src[s] + (size_t)o * ss, j->sd,
+                             j->dst[s] + (size_t)o * ds, j->dd);
+    }
+    return st;
+}
+
+static dt_status scatter_out_cpu(const dt_zero *z, const dt__zgroup *g, int i, int64_t lo,
+                                 const dt__ops_backend *be, const dt__zseg *segs, int ns,
+                                 const void *src, dt_dtype src_dtype)
+{
+    const char **from = malloc((size_t)(ns ? ns : 1) * sizeof *from);
+    char **to = malloc((size_t)(ns ? ns : 1) * sizeof *to);
+    int64_t *start = malloc((size_t)(ns + 1) * sizeof *start);
+    dt_status st = from && to && start ? DT_OK
+                   : dt__error(DT_ERR_NO_MEMORY, "dt_zero: no memory for %d segments", ns);
+    size_t ssz = dt_dtype_size(src_dtype);
+    int n = 0;
+    if (st == DT_OK)
+        start[0] = 0;
+    for (int s = 0; st == DT_OK && s < ns; s++) {
+        const dt__zparam *p = segs[s].param;
+        const DLTensor *d = dt_tensor_local(p->tensor, i);
+        int64_t c = present(dt__numel(d->ndim, d->shape), segs[s].pos, segs[s].len);
+        if (c <= 0)
+            continue;
+        from[n] = (const char *)src + (size_t)(segs[s].flat - lo) * ssz;
+        to[n] = (char *)d->data + (size_t)segs[s].pos * dt_dtype_size(g->dtype);
+        start[n + 1] = start[n] + c;
+        n++;
+    }
+    (void)z;
+    if (st == DT_OK) {
+        copy_job j = {be, n, from, to, start, src_dtype, g->dtype};
+        st = dt__zero_par(start[n], (int64_t)1 << 20, NULL, copy_range, &j);
+    }
+    free(from);
+    free(to);
+    free(start);
+    return st;
+}
+
 dt_status dt__zero_scatter_out(const dt_zero *z, const dt__zgroup *g, int i, int64_t lo,
                                int64_t n, const void *src, dt_dtype src_dtype)
 {
@@ -106,6 +167,11 @@ dt_status dt__zero_scatter_out(const dt_zero *z, const dt__zgroup *g, int i, int
         return dt__error(DT_ERR_NO_MEMORY, "dt_zero: no memory for %d segments", g->nparams);
     size_t ssz = dt_dtype_size(src_dtype);
     int ns = dt__zero_segments(g, lo, lo + n, segs);
+    if (be == dt__ops_cpu_backend()) {
+        st = scatter_out_cpu(z, g, i, lo, be, segs, ns, src, src_dtype);
+        free(segs);
+        return st;
+    }
     for (int s = 0; st == DT_OK && s < ns; s++) {
         const dt__zparam *p = segs[s].param;
         const DLTensor *d = dt_tensor_local(p->tensor, i);

@@ -359,4 +359,14 @@ dt_status dt__zero_allreduce(const dt_zero *z, dt_reduce_op op, int n, const dou
  * lowest failing client's status and message, DT_OK when none failed. Collective. */
 dt_status dt__zero_agree(const dt_zero *z, const char *fn, dt_status st);
 
+/* optim/par.c: fn(lo, hi, arg) over items [lo, hi) of [0, n), on the caller and on threads
+ * up to this process's share of the host's cores (dt__zero_par_threads), which claim blocks
+ * of items in turn (cost non-NULL: one item a block, cost[i] the summed cost of the items
+ * before i, cost[n] the total; NULL: elements, 65536 a block); no more threads than the
+ * total cost over `grain`. The status of the lowest failing block, with its message. fn
+ * must only touch host memory of its own items. */
+typedef dt_status (*dt__zpar_fn)(int64_t lo, int64_t hi, void *arg);
+int dt__zero_par_threads(void);
+dt_status dt__zero_par(int64_t n, int64_t grain, const int64_t *cost, dt__zpar_fn fn, void *arg);
+
 #endif

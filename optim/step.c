@@ -176,7 +176,36 @@ typedef struct norm_parts {
     void *mem;                /* device: count doubles (sums), then count int32 (flags) */
 } norm_parts;
 
-/* Counts device i's pieces (be NULL), or issues their kernels into np (be non-NULL). */
+/* A piece of the norm on the CPU: its elements, and whether it is counted. */
+typedef struct norm_item {
+    const char *x;
+    int64_t len;
+    dt_dtype dtype;
+    int counted;
+} norm_item;
+
+typedef struct norm_job {
+    const dt__ops_backend *be;
+    const norm_item *items;
+    double *sums;
+    int32_t *flags;
+} norm_job;
+
+/* Pieces [lo, hi): each its own sum (or flag), so any split gives the same bits. */
+static dt_status norm_range(int64_t lo, int64_t hi, void *arg)
+{
+    const norm_job *j = arg;
+    dt_status st = DT_OK;
+    for (int64_t k = lo; st == DT_OK && k < hi; k++) {
+        const norm_item *it = &j->items[k];
+        st = it->counted ? j->be->sq_sum_f64(it->len, it->x, it->dtype, j->sums + k)
+                         : j->be->nonfinite(it->len, it->x, it->dtype, j->flags + k);
+    }
+    return st;
+}
+
+/* Counts device i's pieces (be NULL), or issues their kernels into np (be non-NULL; on the
+ * CPU, run at the end split among the cores, dt__zero_par). */
 static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
                            dt_tensor *const *gl, norm_parts *np)
 {
@@ -184,6 +213,19 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
     int64_t k = 0;
     double *sums = np->mem;
     int32_t *flags = be ? (int32_t *)(sums + np->count) : NULL;
+    int cpu = be == dt__ops_cpu_backend();
+    norm_item *items = NULL;
+    int64_t *cost = NULL;
+    if (cpu) {
+        items = malloc((size_t)(np->count + 1) * sizeof *items);
+        cost = malloc((size_t)(np->count + 1) * sizeof *cost);
+        if (!items || !cost) {
+            free(items);
+            free(cost);
+            return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
+        }
+        cost[0] = 0;
+    }
     for (int gi = 0; st == DT_OK && gi < z->ngroups; gi++) {
         const dt__zgroup *g = &z->groups[gi];
         dt__zseg *segs = malloc((size_t)g->nparams * sizeof *segs);
@@ -199,7 +241,10 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
                     continue;
                 const char *x = grad_at(g, gl, i, &segs[s], data, lo);
                 np->counted[k] = (unsigned char)dt__zero_counts(z, segs[s].param, i);
-                if (np->counted[k])
+                if (cpu && k < np->count) {
+                    items[k] = (norm_item){x, segs[s].len, g->gdtype, np->counted[k]};
+                    cost[k + 1] = cost[k] + segs[s].len;
+                } else if (np->counted[k])
                     st = be->sq_sum_f64(segs[s].len, x, g->gdtype, sums + k);
                 else
                     st = be->nonfinite(segs[s].len, x, g->gdtype, flags + k);
@@ -207,6 +252,14 @@ static dt_status norm_pass(const dt_zero *z, int i, const dt__ops_backend *be,
         }
         free(segs);
     }
+    if (cpu && st == DT_OK && k == np->count) {
+        norm_job j = {be, items, sums, flags};
+        st = dt__zero_par(k, (int64_t)1 << 20, cost, norm_range, &j);
+    } else if (cpu && st == DT_OK)
+        st = dt__error(DT_ERR_STATE, "dt_zero_step: %lld norm pieces, %lld counted before",
+                       (long long)k, (long long)np->count);
+    free(items);
+    free(cost);
     np->count = k;
     return st;
 }
@@ -307,6 +360,67 @@ static dt_status update_run(const dt__ops_backend *be, const dt__zgroup *g,
     return st;
 }
 
+/* f32 gradients on the CPU: the chunk's runs of elements (one, or one per piece with
+ * direct_grads), updated split among the cores by element (dt__zero_par; the update is
+ * elementwise, so the bits are one thread's). */
+typedef struct upd_run {
+    const char *gp;
+    float *p, *m, *v;
+    float *dst; /* fused_copy: the parameter's elements, written from p as they are updated */
+} upd_run;
+
+/* Group g's updated master is copied into its parameters inside the update, block by block
+ * while in cache (update_range), instead of by a second pass (gather_chunk): gradients read
+ * where they lie (one dp rank, parameters whole, direct_grads), f32 gradients and
+ * parameters, CPU devices. */
+static int fused_copy(const dt_zero *z, const dt__zgroup *g, dt_tensor *const *gl)
+{
+    if (!gl || g->gdtype != DT_DTYPE_F32 || g->dtype != DT_DTYPE_F32 || z->sharded_params ||
+        z->offload || z->dp_size != 1)
+        return 0;
+    for (int i = 0; i < z->nlocal; i++)
+        if (z->devs[i]->kind->ops() != dt__ops_cpu_backend())
+            return 0;
+    return 1;
+}
+
+/* Elements updated, then copied, at a time (64 KiB of each array: in L2). */
+#define FUSED_BLOCK 16384
+
+typedef struct upd_job {
+    const dt__ops_backend *be;
+    const dt__zgroup *g;
+    const dt_sgd_opts *so;
+    const dt_adam_opts *ao;
+    int64_t t;
+    int nr;
+    const upd_run *r;
+    const int64_t *start; /* nr + 1: run r is elements [start[r], start[r + 1]) */
+} upd_job;
+
+static dt_status update_range(int64_t lo, int64_t hi, void *arg)
+{
+    const upd_job *j = arg;
+    dt_status st = DT_OK;
+    for (int r = 0; st == DT_OK && r < j->nr; r++) {
+        int64_t a = lo > j->start[r] ? lo : j->start[r];
+        int64_t b = hi < j->start[r + 1] ? hi : j->start[r + 1];
+        if (a >= b)
+            continue;
+        const upd_run *x = &j->r[r];
+        for (int64_t e = a; st == DT_OK && e < b; e += x->dst ? FUSED_BLOCK : b - a) {
+            int64_t o = e - j->start[r], n = b - e;
+            if (x->dst && n > FUSED_BLOCK)
+                n = FUSED_BLOCK;
+            st = update_run(j->be, j->g, j->so, j->ao, j->t, n, x->gp + (size_t)o * sizeof(float),
+                            x->p + o, x->m ? x->m + o : NULL, x->v ? x->v + o : NULL, NULL);
+            if (st == DT_OK && x->dst)
+                memcpy(x->dst + o, x->p + o, (size_t)n * sizeof(float));
+        }
+    }
+    return st;
+}
+
 /* The inner optimizer on local device i's partition of chunk ch, reading the gradients from
  * the partition, or piece by piece from gl (direct_grads). */
 static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk *ch,
@@ -329,6 +443,43 @@ static dt_status update_chunk(const dt_zero *z, const dt__zgroup *g, dt__zchunk 
         float *p = dt_tensor_local(ch->master, i)->data;
         float *m = ch->s1 ? dt_tensor_local(ch->s1, i)->data : NULL;
         float *v = ch->s2 ? dt_tensor_local(ch->s2, i)->data : NULL;
+        if (be == dt__ops_cpu_backend() && g->gdtype == DT_DTYPE_F32) {
+            int cap = gl ? (g->nparams ? g->nparams : 1) : 1;
+            upd_run *r = malloc((size_t)cap * sizeof *r);
+            int64_t *start = malloc((size_t)(cap + 1) * sizeof *start);
+            dt__zseg *segs = gl ? malloc((size_t)cap * sizeof *segs) : NULL;
+            if (!r || !start || (gl && !segs)) {
+                free(r);
+                free(start);
+                free(segs);
+                return dt__error(DT_ERR_NO_MEMORY, "dt_zero_step: no memory");
+            }
+            int nr = 0;
+            start[0] = 0;
+            int fuse = fused_copy(z, g, gl);
+            if (!gl) {
+                r[nr++] = (upd_run){gp, p, m, v, NULL};
+                start[1] = len;
+            } else {
+                int64_t lo = ch->start + off;
+                int ns = dt__zero_segments(g, lo, lo + len, segs);
+                for (int s = 0; s < ns; s++, nr++) {
+                    int64_t k = segs[s].flat - lo;
+                    float *dst = fuse ? (float *)dt_tensor_local(segs[s].param->tensor, i)->data +
+                                            segs[s].pos
+                                      : NULL;
+                    r[nr] = (upd_run){grad_at(g, gl, i, &segs[s], gp, lo), p + k,
+                                      m ? m + k : NULL, v ? v + k : NULL, dst};
+                    start[nr + 1] = start[nr] + segs[s].len;
+                }
+            }
+            upd_job j = {be, g, &so, &ao, t, nr, r, start};
+            st = dt__zero_par(start[nr], (int64_t)1 << 18, NULL, update_range, &j);
+            free(r);
+            free(start);
+            free(segs);
+            continue;
+        }
         if (!gl) {
             st = update_run(be, g, &so, &ao, t, len, gp, p, m, v, scratch[i]);
             continue;
@@ -549,7 +700,8 @@ static dt_status step_end(dt_zero *z, double sq, int overflow, dt_zero_step_info
     for (int g = 0; st == DT_OK && !z->offload && g < z->ngroups; g++)
         for (int c = 0; st == DT_OK && c < z->groups[g].nchunks; c++)
             st = z->sharded_params ? dt__zero_s3_refresh(z, &z->groups[g], &z->groups[g].chunks[c])
-                                   : gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
+                 : fused_copy(z, &z->groups[g], gl) ? DT_OK /* copied in the update */
+                                                    : gather_chunk(z, &z->groups[g], &z->groups[g].chunks[c]);
     done = dt__zero_sync(z);
     if (st == DT_OK)
         st = done;

@@ -316,6 +316,75 @@ static void test_one_dp_rank_steps_from_the_gradients_without_copying_them(void)
     }
 }
 
+/* Parameters large enough that the step's passes on a CPU device are split among threads
+ * (optim/par.c: the norm's pieces, the update, the update's copy into the parameters, on a
+ * process with 2 or more cores to itself): the parameters bit for bit the host's one-thread
+ * reference, the norm the f64 sum of the reference gradients. */
+static void test_large_parameters_split_among_threads_give_the_reference_bits(void)
+{
+    const char *mnames[2] = {"batch", "model"};
+    int64_t nd = dt_test_num_devices();
+    int64_t sizes[2] = {1, nd};
+    const pdesc descs[2] = {
+        {"big1", 2, {1100, 1000}, NULL, NULL},
+        {"big2", 1, {1200000, 0}, NULL, NULL},
+    };
+    for (int stage = 1; stage < 3; stage++) {
+        dt_mesh *m = NULL;
+        DT_ASSERT_OK(dt_mesh_create("one_dp", 2, mnames, sizes, dt_test_device_type(), &m));
+        dt_zero_opts o = DT_ZERO_OPTS_INIT;
+        o.stage = stage;
+        o.scaler.mode = DT_LOSS_SCALE_STATIC;
+        o.scaler.init_scale = 4.0;
+        dt_zero *z = NULL;
+        DT_ASSERT_OK(dt_zero_create(m, &o, &z));
+        dt_optim_hparams ha = DT_OPTIM_ADAMW_INIT;
+        ha.lr = 0.01f;
+        ha.weight_decay = 0.1f;
+        dt_tensor *params[2];
+        const char *names[2];
+        ref_param refs[2];
+        gen gens[2];
+        for (int j = 0; j < 2; j++) {
+            params[j] = make_param(m, &descs[j], 1, DT_DTYPE_F32, j);
+            names[j] = descs[j].name;
+            ref_init(&refs[j], &descs[j], j, DT_DTYPE_F32);
+            gens[j] = (gen){j, -1, 0, 0.0f};
+        }
+        int ga = -1;
+        DT_ASSERT_OK(dt_zero_add_group(z, 2, names, params, &ha, &ga));
+        for (int step = 0; step < 2; step++) {
+            dt_tensor *grads[2];
+            for (int j = 0; j < 2; j++)
+                grads[j] = og_grad(params[j], DT_DTYPE_F32, grad_value, step, 4.0f, &gens[j]);
+            dt_zero_step_info info;
+            DT_ASSERT_OK(dt_zero_step(z, grads, &info));
+            CU_ASSERT_EQUAL(info.skipped, 0);
+            double sq = 0.0;
+            for (int j = 0; j < 2; j++) {
+                ref_step(&refs[j], &ha, step + 1, 1, &gens[j], step, 4.0f, DT_DTYPE_F32,
+                         1.0f / 4.0f);
+                for (int64_t i = 0; i < refs[j].n; i++)
+                    sq += (double)refs[j].grad[i] * refs[j].grad[i];
+                dt_tensor_destroy(grads[j]);
+            }
+            double want = sqrt(sq) / 4.0;
+            CU_ASSERT_TRUE(fabs(info.grad_norm - want) <= 1e-9 * want);
+            char what[64];
+            for (int j = 0; j < 2; j++) {
+                snprintf(what, sizeof what, "%s stage %d step %d", names[j], stage, step);
+                check_param(what, params[j], &refs[j]);
+            }
+        }
+        dt_zero_destroy(z);
+        for (int j = 0; j < 2; j++) {
+            dt_tensor_destroy(params[j]);
+            ref_free(&refs[j]);
+        }
+        dt_mesh_destroy(m);
+    }
+}
+
 static void test_step_matches_host_reference_in_every_stage(void)
 {
     for (int model = 0; model < 2; model++)
@@ -870,6 +939,7 @@ int main(int argc, char **argv)
         DT_TEST(test_step_matches_host_reference_in_every_stage),
         DT_TEST(test_tiny_allgather_chunks_give_the_same_result),
         DT_TEST(test_one_dp_rank_steps_from_the_gradients_without_copying_them),
+        DT_TEST(test_large_parameters_split_among_threads_give_the_reference_bits),
         DT_TEST(test_gradients_handed_over_early_give_the_reference_result_in_every_stage),
         DT_TEST(test_gradients_reduced_in_small_buckets_in_the_background_give_the_reference_result),
         DT_TEST(test_grad_ready_returns_before_the_other_clients_give_theirs),
