@@ -1,9 +1,11 @@
 /* The NCCL transport (runtime/transport_nccl.c) between the GPUs of 2 processes on the host
  * build (-Dcuda=host), driven directly: its collectives on every dtype and reduction it maps
  * against the values worked by hand, and its failures, each injected on both clients by the
- * NCCL stand-in (cuda_host/fault.h): a line communicator that cannot be made, a send or a
- * collective refused at the call (an error naming the call; the transport then works), host
- * memory refused, and last an asynchronous error, which aborts the
+ * NCCL stand-in (cuda_host/fault.h): a line communicator that cannot be made, clients asking
+ * for different transfers or collectives (DT_ERR_STATE before any NCCL call), a send or a
+ * collective refused inside a group (an error naming the call that aborts the communicator;
+ * the transport, started again, then works), host memory refused, and last an asynchronous
+ * error, which aborts the
  * communicator (an error naming it; the transport then says it does not apply).
  * DT_TEST_NCCL_LAST=exchange|collective picks which path gets the asynchronous error;
  * DT_TEST_NCCL_LAST=shared checks only that clients sharing a GPU get no NCCL transport. */
@@ -133,21 +135,99 @@ static void check_from_peer(const float *got)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
-static void test_calls_refused_by_nccl_are_errors_naming_them_then_it_works(void)
+/* The transport refused (held from before the abort) says why, naming the abort; then the
+ * transport is started again as dt_init would (collective), and works. */
+static void check_aborted_then_restart(const dt__transport *t, const char *after)
+{
+    CU_ASSERT_PTR_NULL(dt__transport_nccl());
+    CU_ASSERT_PTR_NOT_NULL(strstr(dt__nccl_absence(), after));
+    float src[24] = {0};
+    void *ds = dev_copy(src, sizeof src);
+    dt__xfer x = {.peer = 1 - dt_client_id(),
+                  .region = {.base = ds, .dev = gpu0(), .rank = 1, .elem = sizeof(float),
+                             .shape = {24}, .start = {0}, .count = {24}}};
+    DT_ASSERT_FAILS(t->exchange(&x, 1, &x, 1, NULL, NULL), DT_ERR_UNSUPPORTED);
+    DT_ASSERT_ERROR_MENTIONS("the nccl transport does not apply: ");
+    DT_ASSERT_ERROR_MENTIONS(after);
+    dev_free(ds, sizeof src);
+    dt__transport_nccl_stop();
+    DT_ASSERT_OK(dt__transport_nccl_start("nccl"));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dt__transport_nccl());
+}
+
+/* A call refused inside the group (the send, after the receive was accepted: nccl:2) ends the
+ * exchange with an error naming it and aborts the communicator, since a peer's half may be
+ * issued and would match the next exchange's calls; the same for a refused collective. */
+static void test_calls_refused_inside_a_group_are_errors_that_abort_the_communicator(void)
 {
     float got[24];
-    dt__cuh_fail("nccl", 1);
+    const dt__transport *t = dt__transport_nccl();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    dt__cuh_fail("nccl", 2);
     DT_ASSERT_FAILS(exchange(1, got), DT_ERR_COMM);
     DT_ASSERT_ERROR_MENTIONS("ncclSend/ncclRecv group");
     DT_ASSERT_ERROR_MENTIONS("unhandled cuda error");
+    CU_ASSERT(dt__cuh_fail_fired("nccl"));
+    check_aborted_then_restart(t, "aborted after a refused ncclSend/ncclRecv");
     DT_ASSERT_OK(exchange(1, got));
     check_from_peer(got);
     int32_t a[3] = {1, 2, 3}, g[3];
+    t = dt__transport_nccl();
     dt__cuh_fail("nccl", 1);
     DT_ASSERT_FAILS(allreduce(DT_DTYPE_I32, DT_REDUCE_MAX, a, g), DT_ERR_COMM);
     DT_ASSERT_ERROR_MENTIONS("NCCL collective on the line communicator");
+    check_aborted_then_restart(t, "aborted after a refused collective");
     DT_ASSERT_OK(allreduce(DT_DTYPE_I32, DT_REDUCE_MAX, a, g));
     CU_ASSERT(g[0] == 1 && g[1] == 2 && g[2] == 3);
+}
+
+/* Clients that list other boxes (client 1 expects 3 of the 4 rows) or other collectives (an
+ * all-reduce of 3 elements against one of 2, a max against a sum) get DT_ERR_STATE alike
+ * before any NCCL call, and the communicators stay usable. */
+static void test_mismatched_exchanges_and_collectives_fail_alike_before_any_nccl_call(void)
+{
+    int me = dt_client_id(), peer = 1 - me;
+    float src[24] = {0};
+    void *ds = dev_copy(src, sizeof src), *dr = dev_copy(src, sizeof src);
+    dt__xfer send = {.peer = peer, .region = {.base = ds, .dev = gpu0(), .rank = 2,
+                                              .elem = sizeof(float), .shape = {4, 6},
+                                              .start = {0, 0}, .count = {4, 6}}};
+    dt__xfer recv = send;
+    recv.region.base = dr;
+    if (me == 1)
+        recv.region.count[0] = 3;
+    dt__cuh_fail("nccl", 1); /* armed: fires only if a call reaches NCCL */
+    DT_ASSERT_FAILS(dt__transport_nccl()->exchange(&send, 1, &recv, 1, NULL, NULL),
+                    DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("different relayouts");
+    DT_ASSERT_ERROR_MENTIONS(me == 0 ? "where client 1 expects 72" : "where this client "
+                                                                     "expects 72");
+    dev_free(ds, sizeof src);
+    dev_free(dr, sizeof src);
+    int32_t a[3] = {1, 2, 3}, g[3];
+    size_t bytes = (me ? 2 : 3) * sizeof(int32_t);
+    void *s = dev_copy(a, sizeof a), *r = dev_copy(a, sizeof a);
+    dt__coll c = {.kind = DT__COLL_ALLREDUCE, .nmembers = 2, .clients = line, .rank = me,
+                  .send = s, .recv = r, .bytes = bytes, .dtype = DT_DTYPE_I32,
+                  .op = DT_REDUCE_SUM, .dev = gpu0()};
+    DT_ASSERT_FAILS(dt__transport_nccl()->collective(&c, 1), DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS(me ? "client 0 asked for an all-reduce of 12-byte blocks where "
+                                  "this client asked for an all-reduce of 8-byte blocks"
+                                : "client 1 asked for an all-reduce of 8-byte blocks where "
+                                  "this client asked for an all-reduce of 12-byte blocks");
+    c.bytes = sizeof a;
+    c.op = me ? DT_REDUCE_MAX : DT_REDUCE_SUM;
+    DT_ASSERT_FAILS(dt__transport_nccl()->collective(&c, 1), DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("another dtype or reduction");
+    CU_ASSERT(!dt__cuh_fail_fired("nccl"));
+    dt__cuh_fail("nccl", 0);
+    dev_free(s, sizeof a);
+    dev_free(r, sizeof a);
+    DT_ASSERT_OK(allreduce(DT_DTYPE_I32, DT_REDUCE_SUM, a, g));
+    CU_ASSERT(g[0] == 2 && g[1] == 4 && g[2] == 6);
+    float got[24];
+    DT_ASSERT_OK(exchange(1, got));
+    check_from_peer(got);
 }
 
 static void test_host_memory_is_refused_before_anything_is_sent(void)
@@ -227,7 +307,8 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_a_line_communicator_that_cannot_be_made_is_an_error_then_made),
         DT_TEST(test_collectives_reduce_every_dtype_the_transport_maps),
-        DT_TEST(test_calls_refused_by_nccl_are_errors_naming_them_then_it_works),
+        DT_TEST(test_mismatched_exchanges_and_collectives_fail_alike_before_any_nccl_call),
+        DT_TEST(test_calls_refused_inside_a_group_are_errors_that_abort_the_communicator),
         DT_TEST(test_host_memory_is_refused_before_anything_is_sent),
         DT_TEST(test_an_asynchronous_nccl_error_aborts_the_communicator),
         DT_TEST_END,
