@@ -484,14 +484,15 @@ typedef struct coll_card {
     int64_t bytes;
 } coll_card;
 
+/* The collective's name with its article. */
 static const char *coll_name(int kind)
 {
     switch (kind) {
-    case DT__COLL_ALLGATHER: return "all-gather";
-    case DT__COLL_ALLTOALL: return "all-to-all";
-    case DT__COLL_REDUCE_SCATTER: return "reduce-scatter";
-    case DT__COLL_ALLREDUCE: return "all-reduce";
-    default: return "collective";
+    case DT__COLL_ALLGATHER: return "an all-gather";
+    case DT__COLL_ALLTOALL: return "an all-to-all";
+    case DT__COLL_REDUCE_SCATTER: return "a reduce-scatter";
+    case DT__COLL_ALLREDUCE: return "an all-reduce";
+    default: return "a collective";
     }
 }
 
@@ -543,7 +544,7 @@ static dt_status agree_colls(const dt__coll *colls, size_t n, double timeout)
         if (reqs[i] == MPI_REQUEST_NULL)
             continue;
         char what[96];
-        snprintf(what, sizeof what, "NCCL %s over clients %d..%d (the agreement)",
+        snprintf(what, sizeof what, "NCCL: %s over clients %d..%d (the agreement)",
                  coll_name(c->kind), c->clients[0], c->clients[c->nmembers - 1]);
         dt_status wst = dt__wait_watched_group(&reqs[i], c->clients, c->nmembers, timeout, what);
         if (wst != DT_OK) {
@@ -557,8 +558,8 @@ static dt_status agree_colls(const dt__coll *colls, size_t n, double timeout)
                 o->op == m->op)
                 continue;
             verdict = dt__error(DT_ERR_STATE, "relayout over NCCL, clients %d..%d: client %d "
-                                "asked for an %s of %lld-byte blocks where this client asked "
-                                "for an %s of %lld-byte blocks%s: %s", c->clients[0],
+                                "asked for %s of %lld-byte blocks where this client asked "
+                                "for %s of %lld-byte blocks%s: %s", c->clients[0],
                                 c->clients[c->nmembers - 1], o->client, coll_name(o->kind),
                                 (long long)o->bytes, coll_name(m->kind), (long long)m->bytes,
                                 o->kind == m->kind && o->bytes == m->bytes

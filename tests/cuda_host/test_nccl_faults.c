@@ -7,16 +7,19 @@
  * the transport, started again, then works), host memory refused, and last an asynchronous
  * error, which aborts the
  * communicator (an error naming it; the transport then says it does not apply).
- * DT_TEST_NCCL_LAST=exchange|collective picks which path gets the asynchronous error;
+ * DT_TEST_NCCL_LAST=exchange|collective picks which path gets the asynchronous error (the
+ * collective run also has the staged transport wait on a late peer that answers its pings);
  * DT_TEST_NCCL_LAST=shared checks only that clients sharing a GPU get no NCCL transport. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda_host/fault.h"
 #include "harness.h"
+#include "runtime/comm.h"
 #include "runtime/device.h"
 #include "runtime/transport.h"
 
@@ -104,8 +107,8 @@ static void test_collectives_reduce_every_dtype_the_transport_maps(void)
     CU_ASSERT(gb[0] == 0x4040 && gb[1] == 0x4000 && gb[2] == 0);
 }
 
-/* One 4 x 6 f32 box each way between the two clients (itself when alone). */
-static dt_status exchange(int device_memory, float *got)
+/* One 4 x 6 f32 box each way between the two clients (itself when alone) through t. */
+static dt_status exchange_on(const dt__transport *t, int device_memory, float *got)
 {
     int me = dt_client_id(), peer = 1 - me;
     float src[24];
@@ -119,12 +122,17 @@ static dt_status exchange(int device_memory, float *got)
     dt__xfer recv = send;
     recv.region.base = device_memory ? dr : host_dst;
     recv.region.dev = device_memory ? gpu0() : NULL;
-    dt_status st = dt__transport_nccl()->exchange(&send, 1, &recv, 1, NULL, NULL);
+    dt_status st = t->exchange(&send, 1, &recv, 1, NULL, NULL);
     if (st == DT_OK)
         DT_ASSERT_OK(gpu0()->kind->copy(gpu0(), DT__COPY_D2H, got, dr, sizeof src));
     dev_free(ds, sizeof src);
     dev_free(dr, sizeof src);
     return st;
+}
+
+static dt_status exchange(int device_memory, float *got)
+{
+    return exchange_on(dt__transport_nccl(), device_memory, got);
 }
 
 static void check_from_peer(const float *got)
@@ -254,6 +262,29 @@ static void test_host_memory_is_refused_before_anything_is_sent(void)
         unsetenv("DT_COMM_TIMEOUT");
 }
 
+/* The staged transport's watchdog (runtime/transport_staged.c, stalled): client 1 comes to an
+ * exchange 0.8 s late, answering pings meanwhile as a client in a watched wait elsewhere does;
+ * client 0's wait goes DT_COMM_TIMEOUT=0.3 s without progress, pings client 1, hears it alive
+ * and waits on (at most 3 times): the exchange completes, right. */
+static void test_a_staged_exchange_waits_on_a_late_peer_that_answers_pings(void)
+{
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", getenv("DT_COMM_TIMEOUT") ? getenv("DT_COMM_TIMEOUT") : "");
+    setenv("DT_COMM_TIMEOUT", "0.3", 1);
+    if (dt_client_id() == 1)
+        for (double end = dt__now_seconds() + 0.8; dt__now_seconds() < end;) {
+            dt__watchdog_answer();
+            usleep(5000);
+        }
+    float got[24];
+    DT_ASSERT_OK(exchange_on(dt__transport_staged(), 1, got));
+    check_from_peer(got);
+    if (keep[0])
+        setenv("DT_COMM_TIMEOUT", keep, 1);
+    else
+        unsetenv("DT_COMM_TIMEOUT");
+}
+
 /* Last: the asynchronous error aborts the communicator. */
 static void test_an_asynchronous_nccl_error_aborts_the_communicator(void)
 {
@@ -313,11 +344,23 @@ int main(int argc, char **argv)
         DT_TEST(test_an_asynchronous_nccl_error_aborts_the_communicator),
         DT_TEST_END,
     };
+    static const dt_test_case collective_cases[] = { /* the staged case in one run only */
+        DT_TEST(test_a_line_communicator_that_cannot_be_made_is_an_error_then_made),
+        DT_TEST(test_collectives_reduce_every_dtype_the_transport_maps),
+        DT_TEST(test_mismatched_exchanges_and_collectives_fail_alike_before_any_nccl_call),
+        DT_TEST(test_calls_refused_inside_a_group_are_errors_that_abort_the_communicator),
+        DT_TEST(test_host_memory_is_refused_before_anything_is_sent),
+        DT_TEST(test_a_staged_exchange_waits_on_a_late_peer_that_answers_pings),
+        DT_TEST(test_an_asynchronous_nccl_error_aborts_the_communicator),
+        DT_TEST_END,
+    };
     static const dt_test_case shared_cases[] = {
         DT_TEST(test_clients_sharing_a_gpu_get_no_nccl),
         DT_TEST_END,
     };
     const char *last = getenv("DT_TEST_NCCL_LAST");
     return dt_test_main_gpu(argc, argv, "nccl_faults",
-                            last && strcmp(last, "shared") == 0 ? shared_cases : cases);
+                            last && strcmp(last, "shared") == 0       ? shared_cases
+                            : last && strcmp(last, "collective") == 0 ? collective_cases
+                                                                      : cases);
 }
