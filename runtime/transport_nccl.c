@@ -511,13 +511,14 @@ static dt_status agree_colls(const dt__coll *colls, size_t n, double timeout)
     size_t ncards = 0;
     for (size_t i = 0; i < n; i++)
         ncards += (size_t)colls[i].nmembers;
-    coll_card *cards = calloc(ncards + n + 1, sizeof *cards), *mine = cards + ncards;
+    coll_card *cards = calloc(ncards + n + 1, sizeof *cards);
     MPI_Request *reqs = malloc((n + 1) * sizeof *reqs);
     if (!cards || !reqs) {
         free(cards);
         free(reqs);
         return dt__error(DT_ERR_NO_MEMORY, "NCCL collectives: no memory");
     }
+    coll_card *mine = cards + ncards;
     dt_status st = DT_OK;
     size_t started = 0;
     for (size_t i = 0, off = 0; i < n; off += (size_t)colls[i].nmembers, i++, started++) {
