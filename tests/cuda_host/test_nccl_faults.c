@@ -8,7 +8,8 @@
  * error, which aborts the
  * communicator (an error naming it; the transport then says it does not apply).
  * DT_TEST_NCCL_LAST=exchange|collective picks which path gets the asynchronous error (the
- * collective run also has the staged transport wait on a late peer that answers its pings);
+ * collective run also has the staged transport wait on a late peer that answers its pings,
+ * and drain the chunks of an exchange whose clients listed other boxes);
  * DT_TEST_NCCL_LAST=shared checks only that clients sharing a GPU get no NCCL transport. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -285,6 +286,41 @@ static void test_a_staged_exchange_waits_on_a_late_peer_that_answers_pings(void)
         unsetenv("DT_COMM_TIMEOUT");
 }
 
+/* The staged transport's drain (runtime/transport_staged.c, drain_some): client 0 sends 6 rows
+ * of 1 KiB in 1 KiB chunks where client 1 expects 2, so 4 chunks meet no receive; both get
+ * DT_ERR_STATE from the tallies, client 1 takes and drops the 4 chunks, and an exchange asked
+ * alike then runs right (nothing was left behind). */
+static void test_a_staged_exchange_of_other_boxes_fails_alike_and_drains(void)
+{
+    int me = dt_client_id(), peer = 1 - me;
+    enum { ROWS = 6, COLS = 256 };
+    static float host[ROWS * COLS];
+    for (int i = 0; i < ROWS * COLS; i++)
+        host[i] = (float)(1000 * me + i);
+    CU_ASSERT_FATAL(setenv("DT_STAGED_CHUNK_KB", "1", 1) == 0);
+    void *ds = dev_copy(host, sizeof host), *dr = dev_copy(host, sizeof host);
+    dt__xfer send = {.peer = peer, .region = {.base = ds, .dev = gpu0(), .rank = 2,
+                                              .elem = sizeof(float), .shape = {ROWS, COLS},
+                                              .start = {0, 0}, .count = {ROWS, COLS}}};
+    dt__xfer recv = send;
+    recv.region.base = dr;
+    if (me == 1)
+        recv.region.count[0] = 2;
+    DT_ASSERT_FAILS(dt__transport_staged()->exchange(&send, 1, &recv, 1, NULL, NULL),
+                    DT_ERR_STATE);
+    DT_ASSERT_ERROR_MENTIONS("different relayouts");
+    recv.region.count[0] = ROWS;
+    DT_ASSERT_OK(dt__transport_staged()->exchange(&send, 1, &recv, 1, NULL, NULL));
+    DT_ASSERT_OK(gpu0()->kind->copy(gpu0(), DT__COPY_D2H, host, dr, sizeof host));
+    int bad = 0;
+    for (int i = 0; i < ROWS * COLS; i++)
+        bad += host[i] != (float)(1000 * peer + i);
+    CU_ASSERT_EQUAL(bad, 0);
+    dev_free(ds, sizeof host);
+    dev_free(dr, sizeof host);
+    unsetenv("DT_STAGED_CHUNK_KB");
+}
+
 /* Last: the asynchronous error aborts the communicator. */
 static void test_an_asynchronous_nccl_error_aborts_the_communicator(void)
 {
@@ -351,6 +387,7 @@ int main(int argc, char **argv)
         DT_TEST(test_calls_refused_inside_a_group_are_errors_that_abort_the_communicator),
         DT_TEST(test_host_memory_is_refused_before_anything_is_sent),
         DT_TEST(test_a_staged_exchange_waits_on_a_late_peer_that_answers_pings),
+        DT_TEST(test_a_staged_exchange_of_other_boxes_fails_alike_and_drains),
         DT_TEST(test_an_asynchronous_nccl_error_aborts_the_communicator),
         DT_TEST_END,
     };
