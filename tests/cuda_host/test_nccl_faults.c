@@ -190,6 +190,42 @@ static void test_calls_refused_inside_a_group_are_errors_that_abort_the_communic
     CU_ASSERT(g[0] == 1 && g[1] == 2 && g[2] == 3);
 }
 
+/* A call refused on client 1 only (nccl:1 there): client 1 gets the refusal, client 0, whose
+ * half was issued, waits DT_COMM_TIMEOUT (0.5 s here) and gets DT_ERR_TIMEOUT naming the
+ * peer; both abort, and started again the transport works. The exchange, or in the collective
+ * run an all-reduce. */
+static void test_a_call_refused_on_one_client_times_out_the_other_and_both_abort(void)
+{
+    const char *last = getenv("DT_TEST_NCCL_LAST");
+    int coll = last && strcmp(last, "collective") == 0, me = dt_client_id();
+    const dt__transport *t = dt__transport_nccl();
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", getenv("DT_COMM_TIMEOUT") ? getenv("DT_COMM_TIMEOUT") : "");
+    setenv("DT_COMM_TIMEOUT", "0.5", 1);
+    if (me == 1)
+        dt__cuh_fail("nccl", 1);
+    float got[24];
+    int32_t a[3] = {1, 2, 3}, g[3];
+    dt_status st = coll ? allreduce(DT_DTYPE_I32, DT_REDUCE_SUM, a, g) : exchange(1, got);
+    CU_ASSERT_EQUAL(st, me == 1 ? DT_ERR_COMM : DT_ERR_TIMEOUT);
+    fprintf(stderr, "[client %d] refused on client 1: %s\n", me, dt_last_error());
+    if (me == 0)
+        DT_ASSERT_ERROR_MENTIONS("nothing completed for 0.5 s (DT_COMM_TIMEOUT)");
+    check_aborted_then_restart(t, me == 1 ? "aborted after a refused" : "aborted after an error");
+    if (keep[0])
+        setenv("DT_COMM_TIMEOUT", keep, 1);
+    else
+        unsetenv("DT_COMM_TIMEOUT");
+    if (coll) {
+        DT_ASSERT_OK(allreduce(DT_DTYPE_I32, DT_REDUCE_SUM, a, g));
+        CU_ASSERT(g[0] == 2 && g[1] == 4 && g[2] == 6);
+    } else {
+        DT_ASSERT_OK(exchange(1, got));
+        check_from_peer(got);
+    }
+}
+
 /* Clients that list other boxes (client 1 expects 3 of the 4 rows) or other collectives (an
  * all-reduce of 3 elements against one of 2, a max against a sum) get DT_ERR_STATE alike
  * before any NCCL call, and the communicators stay usable. */
@@ -376,6 +412,7 @@ int main(int argc, char **argv)
         DT_TEST(test_collectives_reduce_every_dtype_the_transport_maps),
         DT_TEST(test_mismatched_exchanges_and_collectives_fail_alike_before_any_nccl_call),
         DT_TEST(test_calls_refused_inside_a_group_are_errors_that_abort_the_communicator),
+        DT_TEST(test_a_call_refused_on_one_client_times_out_the_other_and_both_abort),
         DT_TEST(test_host_memory_is_refused_before_anything_is_sent),
         DT_TEST(test_an_asynchronous_nccl_error_aborts_the_communicator),
         DT_TEST_END,
@@ -385,6 +422,7 @@ int main(int argc, char **argv)
         DT_TEST(test_collectives_reduce_every_dtype_the_transport_maps),
         DT_TEST(test_mismatched_exchanges_and_collectives_fail_alike_before_any_nccl_call),
         DT_TEST(test_calls_refused_inside_a_group_are_errors_that_abort_the_communicator),
+        DT_TEST(test_a_call_refused_on_one_client_times_out_the_other_and_both_abort),
         DT_TEST(test_host_memory_is_refused_before_anything_is_sent),
         DT_TEST(test_a_staged_exchange_waits_on_a_late_peer_that_answers_pings),
         DT_TEST(test_a_staged_exchange_of_other_boxes_fails_alike_and_drains),
