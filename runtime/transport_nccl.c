@@ -308,13 +308,19 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
     if (ready != DT_OK)
         return ready;
     void **bufs = calloc(n, sizeof *bufs);
-    char peers[256] = "";
+    char peers[256] = ""; /* each peer once, for messages */
+    int listed[32], nlisted = 0;
     dt_status st = bufs ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "NCCL exchange: no memory");
     for (size_t i = 0; i < n && st == DT_OK; i++) {
         const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
         size_t len = strlen(peers);
-        if (len + 16 < sizeof peers)
+        int seen = 0;
+        for (int k = 0; k < nlisted && !seen; k++)
+            seen = listed[k] == x->peer;
+        if (!seen && nlisted < 32 && len + 16 < sizeof peers) {
+            listed[nlisted++] = x->peer;
             snprintf(peers + len, sizeof peers - len, "%s%d", len ? "," : "", x->peer);
+        }
         if (!x->region.dev || x->region.dev->kind != dt__device_kind_cuda())
             st = dt__error(DT_ERR_UNSUPPORTED, "the nccl transport moves CUDA device memory "
                            "only (transfer with client %d)", x->peer);
