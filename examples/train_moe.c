@@ -843,7 +843,7 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
         dt_tensor_destroy(ids);
     }
     if (st == DT_OK && root) {
-        printf("heldout %.9g\n", nb ? held / (double)nb : 0.0);
+        printf("heldout %.17g\n", nb ? held / (double)nb : 0.0);
         if (!o->quiet)
             printf("train_seconds %.3f tokens_per_s %.1f\n", secs,
                    secs > 0 ? (double)(o->steps * N) / secs : 0.0);

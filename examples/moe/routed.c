@@ -432,6 +432,13 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
             st = dt_sum(scores, ax, 1, 1, &psum);
             if (st == DT_OK)
                 st = dt_div(scores, psum, &pn);
+            if (st == DT_OK && cfg->shards > 0) { /* every token's row on every device, so
+                                                   * the mean sums them in token order */
+                dt_tensor *pr = NULL;
+                st = dt_relayout(pn, rep2, &pr);
+                dt_tensor_destroy(pn);
+                pn = pr;
+            }
             if (st == DT_OK)
                 st = dt_mean(pn, ax0, 1, 0, &pm);
             if (st == DT_OK)
@@ -447,6 +454,12 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
             int64_t none[1] = {1};
             dt_layout *r0 = NULL;
             st = dt_logsumexp(logits, ax, 1, 0, &lse);
+            if (st == DT_OK && cfg->shards > 0) { /* gathered, as the balance loss's rows */
+                dt_tensor *lr = NULL;
+                st = dt_relayout(lse, rep1, &lr);
+                dt_tensor_destroy(lse);
+                lse = lr;
+            }
             if (st == DT_OK)
                 st = dt_square(lse, &lse2);
             if (st == DT_OK)
