@@ -219,8 +219,7 @@ static dt_status experts(const moe_params *p, const dt_tensor *xe, const dt_tens
     return st;
 }
 
-dt_status moe_per_shard(const dt_tensor *w, int64_t S, const char *dim, int rank,
-                        dt_tensor **out)
+dt_status moe_per_shard(const dt_tensor *w, int64_t S, const char *dim, int rank, dt_tensor **out)
 {
     int wr = dt_tensor_rank(w);
     if (S < 1 || rank < wr + 1 || rank > 8)

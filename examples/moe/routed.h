@@ -85,8 +85,7 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
  * the backward all-gathers the S copies' gradients and expand's backward sums all S of them in
  * f64 on every device, in S order, rounded once: the same function of the same S values on
  * every mesh (docs/moe.md, "The same bits at every EP degree"). Collective. */
-dt_status moe_per_shard(const dt_tensor *w, int64_t S, const char *dim, int rank,
-                        dt_tensor **out);
+dt_status moe_per_shard(const dt_tensor *w, int64_t S, const char *dim, int rank, dt_tensor **out);
 
 /* Seconds spent by this process's moe_routed_forward calls in their phases (forward only):
  * routing (router, top-k, the host plan), dispatch (the gathers and the all-to-all before the

@@ -158,8 +158,7 @@ static void run_layer(const moe_config *cfg, const float *bias, int ep, run_out 
     dt_tensor *y = NULL, *yr = NULL, *l = NULL, *aux = NULL;
     if (use_checkpoint)
         DT_ASSERT_OK(dt_tape_checkpoint_begin(tape, NULL));
-    DT_ASSERT_OK(
-        moe_routed_forward(cfg, &p, bias, t[0], &y, use_aux ? &aux : NULL, &o->st, o->ch));
+    DT_ASSERT_OK(moe_routed_forward(cfg, &p, bias, t[0], &y, use_aux ? &aux : NULL, &o->st, o->ch));
     if (use_checkpoint)
         DT_ASSERT_OK(dt_tape_checkpoint_end(tape));
     DT_ASSERT_OK(dt_tensor_to_host(y, -1, o->y, sizeof o->y));
