@@ -5,7 +5,10 @@
  * and the output projection; AdamW. The mesh is one `batch` dim over every device: the
  * tokens are sharded over it and so are the experts (expert parallelism borrowed from data
  * parallelism: EP = the number of devices, E / EP experts each). Dense gradients are reduced
- * over every device, the experts' gradients are already where their experts are.
+ * over every device, the experts' gradients are already where their experts are. With
+ * --shards S (default 4) every sum over the batch is taken per batch shard and the shards'
+ * gradients summed once on every device, so 1, 2 and 4 processes train to the same bits
+ * (docs/moe.md, "The same bits at every EP degree").
  * Prints each step's loss, the per-expert load and the dropped fraction, and the held-out
  * loss; --save DIR / --resume DIR checkpoint the parameters, the AdamW moments, the routing
  * bias and the step (restorable at any EP degree); --dump DIR writes what the PyTorch
