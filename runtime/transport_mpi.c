@@ -497,6 +497,8 @@ static dt_status mpi_alltoallv_p2p(const dt__coll *colls, size_t n)
             memcpy((char *)c->recv + c->recv_displs[c->rank],
                    (const char *)c->send + c->send_displs[c->rank], c->send_bytes[c->rank]);
     }
+    if (st == DT_OK && n > 0 && colls[0].local_work)
+        colls[0].local_work(colls[0].arg);
     /* A bounded busy spin, then the watched wait (posted requests are waited for even after
      * a failure: their buffers are in use). */
     if (k > 0 && st == DT_OK) {
@@ -535,6 +537,8 @@ static dt_status mpi_collective(const dt__coll *colls, size_t n)
         nv += colls[i].kind == DT__COLL_ALLTOALLV;
     if (n > 0 && nv == n)
         return mpi_alltoallv_p2p(colls, n);
+    if (n > 0 && colls[0].local_work)
+        colls[0].local_work(colls[0].arg);
     for (size_t i = 0; i < n; i++)
         ncards += colls[i].nmembers > 0 ? (size_t)colls[i].nmembers : 0;
     MPI_Request *reqs = calloc(n + 1, sizeof *reqs);
@@ -674,7 +678,7 @@ static const dt__transport mpi_transport = {
     .moves = NULL,       /* host memory only */
     .can_connect = NULL, /* every client */
     .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL) |
-                  DT__COLL_BIT(DT__COLL_ALLTOALLV),
+                  DT__COLL_BIT(DT__COLL_ALLTOALLV) | DT__COLL_LOCAL_WORK,
     .collective = mpi_collective,
 };
 
