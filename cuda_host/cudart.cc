@@ -234,6 +234,7 @@ const int kNSites = (int)(sizeof kSites / sizeof kSites[0]);
 pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 long fault_left[sizeof kSites / sizeof kSites[0]]; /* calls until the fault, 0: disarmed */
 int fault_fired[sizeof kSites / sizeof kSites[0]];
+long fault_more[sizeof kSites / sizeof kSites[0]]; /* calls after the fault that fail too */
 int fault_armed; /* sites armed: 0 lets every call through without the lock */
 pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 
@@ -269,6 +270,7 @@ void fault_env()
                 nth = 0;
         }
         fault_left[i] = nth;
+        fault_more[i] = 0;
         fault_fired[i] = 0;
         if (nth > 0)
             __atomic_fetch_add(&fault_armed, 1, __ATOMIC_RELAXED);
@@ -288,8 +290,12 @@ bool dt__cuh_fault_now(const char *site)
         abort(); /* a stand-in asked for a site the table lacks */
     pthread_mutex_lock(&fault_mu);
     bool now = fault_left[i] > 0 && --fault_left[i] == 0;
-    if (now)
+    if (now && fault_more[i] > 0) {
+        fault_more[i]--;
+        fault_left[i] = 1; /* the next call fails too */
+    } else if (now) {
         __atomic_fetch_sub(&fault_armed, 1, __ATOMIC_RELAXED);
+    }
     if (now) {
         fault_fired[i] = 1;
         fprintf(stderr, "cuda-host: injected fault: %s\n", site);
@@ -298,7 +304,7 @@ bool dt__cuh_fault_now(const char *site)
     return now;
 }
 
-extern "C" DT__CUH_API int dt__cuh_fail(const char *site, long nth)
+extern "C" DT__CUH_API int dt__cuh_fail_times(const char *site, long nth, long times)
 {
     pthread_once(&fault_once, fault_env);
     int i = site_index(site, strlen(site));
@@ -307,9 +313,15 @@ extern "C" DT__CUH_API int dt__cuh_fail(const char *site, long nth)
     pthread_mutex_lock(&fault_mu);
     __atomic_fetch_add(&fault_armed, (nth > 0) - (fault_left[i] > 0), __ATOMIC_RELAXED);
     fault_left[i] = nth > 0 ? nth : 0;
+    fault_more[i] = nth > 0 && times > 1 ? times - 1 : 0;
     fault_fired[i] = 0;
     pthread_mutex_unlock(&fault_mu);
     return 0;
+}
+
+extern "C" DT__CUH_API int dt__cuh_fail(const char *site, long nth)
+{
+    return dt__cuh_fail_times(site, nth, 1);
 }
 
 extern "C" DT__CUH_API int dt__cuh_fail_fired(const char *site)

@@ -29,6 +29,9 @@ extern "C" {
 /* Arms `site`: its nth call from now fails (1: the next one); nth 0 disarms. Returns 0, or -1
  * for an unknown site. Per process, any thread. */
 int dt__cuh_fail(const char *site, long nth);
+/* As dt__cuh_fail, and the `times` - 1 calls after the nth fail too (a retry that fails
+ * again: the staging pool's second try after emptying itself). */
+int dt__cuh_fail_times(const char *site, long nth, long times);
 /* 1 when `site` was armed and its fault has fired since. */
 int dt__cuh_fail_fired(const char *site);
 /* Clears the sticky error of every device (what a test needs after a `kernel` fault, where a

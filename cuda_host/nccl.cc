@@ -2,7 +2,8 @@
  * communicator over the ranks of a test (processes, or one) is a shared-memory segment named by
  * the unique id, holding a byte ring per ordered pair of ranks; send/recv, the collectives
  * (built from them: every rank sends its data to every other one and reduces in rank order),
- * group calls and the datatypes and reduction ops the NCCL transport uses. Work runs on the
+ * group calls (a call refused inside a group drops the group, as NCCL does) and the datatypes
+ * and reduction ops the NCCL transport uses. Work runs on the
  * stream's worker; a peer silent for DT_CUDA_HOST_TIMEOUT seconds, or sizes that do not match,
  * become the communicator's asynchronous error. Never installed. */
 #include <fcntl.h>
@@ -54,7 +55,8 @@ struct ncclComm {
     size_t bytes;
     int nranks, rank;
     ncclResult_t async;
-    int aborted; /* ncclCommAbort: an injected asynchronous fault stops waiting */
+    int aborted; /* ncclCommAbort: in-flight work and an injected asynchronous fault stop */
+    int pending; /* its jobs enqueued and not finished (ncclCommAbort waits for these only) */
     char name[64];
 };
 
@@ -74,6 +76,7 @@ struct op {
 
 __thread int group_depth;
 __thread std::vector<op> *group_ops;
+__thread ncclResult_t group_error; /* the first call refused inside the group */
 
 size_t type_size(ncclDataType_t t)
 {
@@ -208,6 +211,25 @@ struct group_job {
     std::vector<op> ops;
 };
 
+/* Enqueues a job on the stream, counting it on each of its communicators. */
+void enqueue_job(cudaStream_t stream, group_job *job);
+
+/* A job's end: uncounted from its communicators, then freed. */
+void finish(group_job *job)
+{
+    for (op &o : job->ops)
+        __atomic_fetch_sub(&o.comm->pending, 1, __ATOMIC_ACQ_REL);
+    delete job;
+}
+
+bool any_aborted(const group_job *job)
+{
+    for (const op &o : job->ops)
+        if (__atomic_load_n(&o.comm->aborted, __ATOMIC_ACQUIRE))
+            return true;
+    return false;
+}
+
 void run_group(void *arg)
 {
     group_job *job = (group_job *)arg;
@@ -280,6 +302,10 @@ void run_group(void *arg)
         }
         if (all)
             break;
+        if (any_aborted(job)) {
+            finish(job); /* ncclCommAbort: in-flight work ends unfinished */
+            return;
+        }
         if (moved) {
             last = now();
         } else if (now() - last > limit) {
@@ -287,7 +313,7 @@ void run_group(void *arg)
                 __atomic_store_n(&comm0->async, ncclRemoteError, __ATOMIC_RELEASE);
             fprintf(stderr, "cuda-host NCCL: rank %d: no progress for %.0f s\n",
                     comm0 ? comm0->rank : -1, limit);
-            delete job;
+            finish(job);
             return;
         } else {
             sched_yield();
@@ -321,10 +347,10 @@ void run_group(void *arg)
             divide(o.type, acc.data(), o.count, n);
         memcpy(o.recv, acc.data(), bytes);
     }
-    delete job;
+    finish(job);
 }
 
-ncclResult_t submit(const op &o)
+ncclResult_t submit_one(const op &o)
 {
     if (!o.comm)
         return ncclInvalidArgument;
@@ -342,12 +368,14 @@ ncclResult_t submit(const op &o)
         return ncclUnhandledCudaError;
     if (dt__cuh_fault_now("ncclasync")) { /* accepted; fails on the stream, never completes */
         ncclComm_t c = o.comm;
+        __atomic_fetch_add(&c->pending, 1, __ATOMIC_ACQ_REL);
         dt__cuh_enqueue(o.stream, [](void *arg) {
             ncclComm_t cm = (ncclComm_t)arg;
             __atomic_store_n(&cm->async, ncclSystemError, __ATOMIC_RELEASE);
             for (double t0 = now(); !__atomic_load_n(&cm->aborted, __ATOMIC_ACQUIRE) &&
                                     now() - t0 < timeout_s();)
                 usleep(1000);
+            __atomic_fetch_sub(&cm->pending, 1, __ATOMIC_ACQ_REL);
         }, c);
         return ncclSuccess;
     }
@@ -357,9 +385,25 @@ ncclResult_t submit(const op &o)
         group_ops->push_back(o);
         return ncclSuccess;
     }
-    group_job *job = new group_job{{o}};
-    dt__cuh_enqueue(o.stream, run_group, job);
+    enqueue_job(o.stream, new group_job{{o}});
     return ncclSuccess;
+}
+
+void enqueue_job(cudaStream_t stream, group_job *job)
+{
+    for (op &o : job->ops)
+        __atomic_fetch_add(&o.comm->pending, 1, __ATOMIC_ACQ_REL);
+    dt__cuh_enqueue(stream, run_group, job);
+}
+
+/* As NCCL: a call refused inside a group is the group's error, which ncclGroupEnd returns
+ * after dropping every call of the group (none is issued). */
+ncclResult_t submit(const op &o)
+{
+    ncclResult_t r = submit_one(o);
+    if (r != ncclSuccess && group_depth > 0 && group_error == ncclSuccess)
+        group_error = r;
+    return r;
 }
 
 } // namespace
@@ -444,11 +488,18 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm)
     return ncclSuccess;
 }
 
+/* As NCCL's: the communicator's work in flight ends unfinished, without waiting for the rest
+ * of the device's work (another communicator's job, which its own abort ends). */
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    if (comm)
-        __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
-    return ncclCommDestroy(comm);
+    if (!comm)
+        return ncclInvalidArgument;
+    __atomic_store_n(&comm->aborted, 1, __ATOMIC_RELEASE);
+    while (__atomic_load_n(&comm->pending, __ATOMIC_ACQUIRE) > 0)
+        usleep(100);
+    munmap(comm->seg, comm->bytes);
+    delete comm;
+    return ncclSuccess;
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
@@ -483,15 +534,21 @@ ncclResult_t ncclGroupEnd()
 {
     if (group_depth == 0)
         return ncclInvalidUsage;
-    if (--group_depth > 0 || !group_ops)
+    if (--group_depth > 0)
         return ncclSuccess;
     std::vector<op> *ops = group_ops;
+    ncclResult_t err = group_error;
     group_ops = NULL;
+    group_error = ncclSuccess;
+    if (err != ncclSuccess || !ops) {
+        delete ops;
+        return err;
+    }
     /* one job per stream (the transport uses one) */
     group_job *job = new group_job{*ops};
     cudaStream_t s = ops->empty() ? 0 : (*ops)[0].stream;
     delete ops;
-    dt__cuh_enqueue(s, run_group, job);
+    enqueue_job(s, job);
     return ncclSuccess;
 }
 

@@ -5,7 +5,10 @@
  * and the output projection; AdamW. The mesh is one `batch` dim over every device: the
  * tokens are sharded over it and so are the experts (expert parallelism borrowed from data
  * parallelism: EP = the number of devices, E / EP experts each). Dense gradients are reduced
- * over every device, the experts' gradients are already where their experts are.
+ * over every device, the experts' gradients are already where their experts are. With
+ * --shards S (default 4) every sum over the batch is taken per batch shard and the shards'
+ * gradients summed once on every device, so 1, 2 and 4 processes train to the same bits
+ * (docs/moe.md, "The same bits at every EP degree").
  * Prints each step's loss, the per-expert load and the dropped fraction, and the held-out
  * loss; --save DIR / --resume DIR checkpoint the parameters, the AdamW moments, the routing
  * bias and the step (restorable at any EP degree); --dump DIR writes what the PyTorch
@@ -34,6 +37,7 @@ typedef struct opts {
     double lr, wd, capacity, aux, z, bias_coeff;
     int score, balance, quiet, bench;
     int64_t zero;
+    int64_t shards; /* S: the batch as [S, B/S] in every sum over it (0: one GEMM per device) */
     uint64_t seed;
 } opts;
 
@@ -48,6 +52,7 @@ typedef struct model {
     double phase[4]; /* the training loop's forward phases (moe_routed_timers) */
     dt_zero *zero;   /* --zero S: the dense parameters' optimizer (NULL: dt_adam_step) */
     int dense_idx[MAXP], ndense; /* the parameters it holds, in its order */
+    dt_tensor *ones;             /* [C] of 1: the RMS norms' fixed gain when shards > 0 */
 } model;
 
 static int64_t T = NAMES_CONTEXT;
@@ -137,6 +142,128 @@ static dt_status lin(const char *eq, const dt_tensor *a, const dt_tensor *b, dt_
     return dt_einsum(eq, in, 2, out);
 }
 
+/* The same bits at every EP degree (docs/moe.md): with S = md->o.shards > 0 every sum over
+ * the batch is taken per batch shard (the activations viewed as [S, B/S, T, ...], S a batch
+ * letter of each einsum, so a device's GEMMs have the same sizes on every mesh) and each
+ * parameter enters as S copies (moe_per_shard), whose gradients are summed by expand's
+ * backward over all S in f64 on every device. */
+
+/* x [B, T, C] viewed as [S, B/S, T, C] (rank 4) or back to [B, T, C'] (rank 3). */
+static dt_status view(const model *md, const dt_tensor *x, int rank, dt_tensor **out)
+{
+    const int64_t *xs = dt_tensor_shape(x);
+    int64_t S = md->o.shards;
+    int64_t s4[4] = {S, rank == 4 ? xs[0] / S : 0, T, xs[dt_tensor_rank(x) - 1]};
+    int64_t s3[3] = {rank == 3 ? xs[0] * xs[1] : 0, T, xs[dt_tensor_rank(x) - 1]};
+    return dt_reshape(x, rank, rank == 4 ? s4 : s3, out);
+}
+
+/* h [B, T, C] times w [C, D]: one einsum, or per shard "sbtc,scd->sbtd". */
+static dt_status proj(const model *md, const dt_tensor *h, const dt_tensor *w, dt_tensor **out)
+{
+    if (md->o.shards <= 0)
+        return lin("btc,cd->btd", h, w, out);
+    dt_tensor *h4 = NULL, *ws = NULL, *y4 = NULL;
+    dt_status st = view(md, h, 4, &h4);
+    if (st == DT_OK)
+        st = moe_per_shard(w, md->o.shards, "batch", 3, &ws);
+    if (st == DT_OK)
+        st = lin("sbtc,scd->sbtd", h4, ws, &y4);
+    if (st == DT_OK)
+        st = view(md, y4, 3, out);
+    dt_tensor_destroy(y4);
+    dt_tensor_destroy(ws);
+    dt_tensor_destroy(h4);
+    return st;
+}
+
+/* RMS norm of x [B, T, C] with gain g [C]: dt_rms_norm's own gain, or (shards) the norm with a
+ * fixed gain of 1 times g's per-shard copies [S, 1, 1, C] (dt_rms_norm's dgain would be each
+ * device's sum over its rows). */
+static dt_status norm(const model *md, const dt_tensor *x, const dt_tensor *g, dt_tensor **out)
+{
+    if (md->o.shards <= 0)
+        return dt_rms_norm(x, g, 1e-5f, out);
+    dt_tensor *n = NULL, *n4 = NULL, *gs = NULL, *y4 = NULL;
+    dt_status st = dt_rms_norm(x, md->ones, 1e-5f, &n);
+    if (st == DT_OK)
+        st = view(md, n, 4, &n4);
+    if (st == DT_OK)
+        st = moe_per_shard(g, md->o.shards, "batch", 4, &gs);
+    if (st == DT_OK)
+        st = dt_mul(n4, gs, NULL, &y4);
+    if (st == DT_OK)
+        st = view(md, y4, 3, out);
+    dt_tensor_destroy(y4);
+    dt_tensor_destroy(gs);
+    dt_tensor_destroy(n4);
+    dt_tensor_destroy(n);
+    return st;
+}
+
+/* Token plus position embeddings of ids [B, T]: dt_embedding and dt_add, or (shards) the
+ * lookup as one-hot rows times wte's per-shard copies (dt_embedding's backward would
+ * scatter-add each device's tokens) plus wpe's copies [S, 1, T, C]. */
+static dt_status embed(const model *md, const dt_tensor *ids, dt_tensor **out)
+{
+    dt_tensor *x = NULL, *oh = NULL, *oh4 = NULL, *ws = NULL, *ps = NULL, *x4 = NULL;
+    dt_status st;
+    if (md->o.shards <= 0) {
+        st = dt_embedding(md->p[0], ids, NULL, &x);
+        if (st == DT_OK)
+            st = dt_add(x, md->p[1], NULL, out);
+        dt_tensor_destroy(x);
+        return st;
+    }
+    dt_no_grad_begin(); /* integer ids: no gradient (one_hot has no backward) */
+    st = dt_one_hot(ids, NAMES_VOCAB, DT_DTYPE_F32, &oh);
+    dt_no_grad_end();
+    if (st == DT_OK)
+        st = view(md, oh, 4, &oh4);
+    if (st == DT_OK)
+        st = moe_per_shard(md->p[0], md->o.shards, "batch", 3, &ws);
+    if (st == DT_OK)
+        st = lin("sbtv,svc->sbtc", oh4, ws, &x);
+    if (st == DT_OK)
+        st = moe_per_shard(md->p[1], md->o.shards, "batch", 4, &ps);
+    if (st == DT_OK)
+        st = dt_add(x, ps, NULL, &x4);
+    if (st == DT_OK)
+        st = view(md, x4, 3, out);
+    dt_tensor_destroy(x4);
+    dt_tensor_destroy(ps);
+    dt_tensor_destroy(x);
+    dt_tensor_destroy(ws);
+    dt_tensor_destroy(oh4);
+    dt_tensor_destroy(oh);
+    return st;
+}
+
+/* The mean cross-entropy; with shards the logits and labels gathered first, so every device
+ * sums all rows' losses in row order (sharded rows would leave a sum of per-device sums). */
+static dt_status xent(const model *md, const dt_tensor *logits, const dt_tensor *labels,
+                      dt_tensor **out)
+{
+    if (md->o.shards <= 0)
+        return dt_cross_entropy(logits, labels, -1, out);
+    dt_layout *r3 = NULL, *r2 = NULL;
+    dt_tensor *rl = NULL, *ry = NULL;
+    dt_status st = dt_layout_replicated(md->mesh, 3, &r3);
+    if (st == DT_OK)
+        st = dt_layout_replicated(md->mesh, 2, &r2);
+    if (st == DT_OK)
+        st = dt_relayout(logits, r3, &rl);
+    if (st == DT_OK)
+        st = dt_relayout(labels, r2, &ry);
+    if (st == DT_OK)
+        st = dt_cross_entropy(rl, ry, -1, out);
+    dt_tensor_destroy(rl);
+    dt_tensor_destroy(ry);
+    dt_layout_destroy(r3);
+    dt_layout_destroy(r2);
+    return st;
+}
+
 /* x += f(x) helpers keep ownership simple: *x replaced by x + d. */
 static dt_status residual(dt_tensor **x, dt_tensor *d)
 {
@@ -158,27 +285,23 @@ static dt_status forward(model *md, const dt_tensor *ids, const dt_tensor *label
 {
     const opts *o = &md->o;
     int64_t B = dt_tensor_shape(ids)[0], C = o->width, N = B * T, K = o->topk;
-    dt_tensor *x = NULL, *pe = NULL, *total = NULL;
-    dt_status st = dt_embedding(md->p[0], ids, NULL, &x);
-    if (st == DT_OK)
-        st = dt_add(x, md->p[1], NULL, &pe);
-    dt_tensor_destroy(x);
-    x = pe;
+    dt_tensor *x = NULL, *total = NULL;
+    dt_status st = embed(md, ids, &x);
     int pi = 2;
     for (int64_t l = 0; l < o->layers && st == DT_OK; l++) {
         dt_tensor **w = &md->p[pi];
         dt_tensor *h = NULL, *q = NULL, *k = NULL, *v = NULL, *a = NULL, *ao = NULL;
-        st = dt_rms_norm(x, w[0], 1e-5f, &h);
+        st = norm(md, x, w[0], &h);
         if (st == DT_OK)
-            st = lin("btc,cd->btd", h, w[1], &q);
+            st = proj(md, h, w[1], &q);
         if (st == DT_OK)
-            st = lin("btc,cd->btd", h, w[2], &k);
+            st = proj(md, h, w[2], &k);
         if (st == DT_OK)
-            st = lin("btc,cd->btd", h, w[3], &v);
+            st = proj(md, h, w[3], &v);
         if (st == DT_OK)
             st = dt_attention(q, k, v, o->heads, 1, &a);
         if (st == DT_OK)
-            st = lin("btc,cd->btd", a, w[4], &ao);
+            st = proj(md, a, w[4], &ao);
         if (st == DT_OK)
             st = residual(&x, ao);
         dt_tensor_destroy(h);
@@ -189,7 +312,7 @@ static dt_status forward(model *md, const dt_tensor *ids, const dt_tensor *label
         h = NULL;
         dt_tensor *h2 = NULL, *f = NULL, *f3 = NULL, *aux = NULL;
         if (st == DT_OK)
-            st = dt_rms_norm(x, w[5], 1e-5f, &h);
+            st = norm(md, x, w[5], &h);
         if (st == DT_OK && o->experts > 0) {
             moe_params mp = {w[6], w[7], w[8], w[9]};
             int64_t s2[2] = {N, C}, s3[3] = {B, T, C};
@@ -203,15 +326,15 @@ static dt_status forward(model *md, const dt_tensor *ids, const dt_tensor *label
             pi += 10;
         } else if (st == DT_OK) {
             dt_tensor *u1 = NULL, *u3 = NULL, *sg = NULL, *u = NULL;
-            st = lin("btc,ch->bth", h, w[6], &u1);
+            st = proj(md, h, w[6], &u1);
             if (st == DT_OK)
-                st = lin("btc,ch->bth", h, w[7], &u3);
+                st = proj(md, h, w[7], &u3);
             if (st == DT_OK)
                 st = dt_silu(u1, &sg);
             if (st == DT_OK)
                 st = dt_mul(sg, u3, NULL, &u);
             if (st == DT_OK)
-                st = lin("bth,hc->btc", u, w[8], &f3);
+                st = proj(md, u, w[8], &f3);
             dt_tensor_destroy(u1);
             dt_tensor_destroy(u3);
             dt_tensor_destroy(sg);
@@ -240,11 +363,11 @@ static dt_status forward(model *md, const dt_tensor *ids, const dt_tensor *label
     }
     dt_tensor *hn = NULL, *logits = NULL, *loss = NULL;
     if (st == DT_OK)
-        st = dt_rms_norm(x, md->p[pi], 1e-5f, &hn);
+        st = norm(md, x, md->p[pi], &hn);
     if (st == DT_OK)
-        st = lin("btc,cv->btv", hn, md->p[pi + 1], &logits);
+        st = proj(md, hn, md->p[pi + 1], &logits);
     if (st == DT_OK)
-        st = dt_cross_entropy(logits, labels, -1, &loss);
+        st = xent(md, logits, labels, &loss);
     if (st == DT_OK && total_out) {
         if (total) {
             st = dt_add(loss, total, NULL, total_out);
@@ -401,7 +524,9 @@ static void usage(void)
             "  [--heads H] [--layers L] [--batch B] [--steps S] [--lr X] [--wd X] [--seed N]\n"
             "  [--score softmax|sigmoid] [--balance none|bias|aux] [--aux-coeff X]\n"
             "  [--z-coeff X] [--bias-coeff X] [--capacity CF (<= 0: dropless)]\n"
-            "  [--zero 0|1|2 (dense parameters through dt_zero)] [--heldout N] [--data FILE "
+            "  [--zero 0|1|2 (dense parameters through dt_zero)]\n"
+            "  [--shards S (the batch's sums per shard, default 4; 0: per device)]\n"
+            "  [--heldout N] [--data FILE "
             "(default: the source tree's names.txt)] [--save DIR [--save-at S]] [--resume DIR]\n"
             "  [--dump DIR] [--export HF_DIR] [--init-hf HF_DIR] [--bench] [--quiet]\n");
 }
@@ -427,7 +552,8 @@ static int parse(int argc, char **argv, opts *o)
                 .score = MOE_SCORE_SOFTMAX,
                 .balance = MOE_BALANCE_BIAS,
                 .seed = 1234,
-                .save_at = -1};
+                .save_at = -1,
+                .shards = 4};
     /* the options that take a value, by kind: a table, not a chain of ifs */
     const struct {
         const char *flag;
@@ -444,6 +570,7 @@ static int parse(int argc, char **argv, opts *o)
         {"--batch", &o->batch, NULL, NULL},
         {"--steps", &o->steps, NULL, NULL},
         {"--zero", &o->zero, NULL, NULL},
+        {"--shards", &o->shards, NULL, NULL},
         {"--heldout", &o->heldout, NULL, NULL},
         {"--save-at", &o->save_at, NULL, NULL},
         {"--lr", NULL, &o->lr, NULL},
@@ -527,11 +654,27 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
                 (long long)o->batch, (long long)o->experts, (long long)P);
         return DT_ERR_INVALID_ARGUMENT;
     }
+    if (st == DT_OK && o->shards > 0 && (o->batch % o->shards || o->shards % P)) {
+        fprintf(stderr,
+                "train_moe: --batch %lld must be a multiple of --shards %lld, and that of "
+                "the %lld devices (--shards 0: per-device sums)\n",
+                (long long)o->batch, (long long)o->shards, (long long)P);
+        return DT_ERR_INVALID_ARGUMENT;
+    }
+    if (st == DT_OK && o->shards > 0) {
+        const float one = 1.0f;
+        dt_layout *r1 = NULL;
+        st = dt_layout_replicated(md->mesh, 1, &r1);
+        if (st == DT_OK)
+            st = dt_tensor_filled(r1, DT_DTYPE_F32, &o->width, &one, &md->ones);
+        dt_layout_destroy(r1);
+    }
     md->cfg = (moe_config)MOE_CONFIG_INIT;
     md->cfg.experts = o->experts, md->cfg.topk = o->topk, md->cfg.hidden = o->hidden;
     md->cfg.score = o->score, md->cfg.balance = o->balance;
     md->cfg.capacity_factor = o->capacity, md->cfg.group = T;
     md->cfg.aux_coeff = o->aux, md->cfg.z_coeff = o->z, md->cfg.bias_coeff = o->bias_coeff;
+    md->cfg.shards = o->shards;
     if (st == DT_OK)
         st = model_create(md);
     int64_t step = 0;
@@ -703,7 +846,7 @@ static dt_status train_run(model *md, const names *train, const names *test, dou
         dt_tensor_destroy(ids);
     }
     if (st == DT_OK && root) {
-        printf("heldout %.9g\n", nb ? held / (double)nb : 0.0);
+        printf("heldout %.17g\n", nb ? held / (double)nb : 0.0);
         if (!o->quiet)
             printf("train_seconds %.3f tokens_per_s %.1f\n", secs,
                    secs > 0 ? (double)(o->steps * N) / secs : 0.0);
@@ -770,10 +913,14 @@ int main(int argc, char **argv)
     else
         rc = 0;
 out:
-    if (md)
+    if (md) {
         dt_zero_destroy(md->zero);
-    if (dense)
+        dt_tensor_destroy(md->ones);
+    }
+    if (dense) {
         dt_zero_destroy(dense->zero);
+        dt_tensor_destroy(dense->ones);
+    }
     for (int i = 0; md && i < md->np; i++) {
         dt_tensor_destroy(md->p[i]);
         dt_tensor_destroy(md->m[i]);

@@ -15,8 +15,9 @@
 /* MPI_Comm_create_group tags: one per set of clients (a hash of the list, the same on every
  * member), so that creations over overlapping sets that run at once (clients 0 and 2 making
  * {0,2} while client 1 already waits in {0,1,2}) never share a tag on the runtime's
- * communicator, whose point-to-point tags (7101 relayout, 7201 barrier, 7301/7302 watchdog,
- * 7401 shm transport) stay below this range. The arrival messages before a creation take the
+ * communicator, whose point-to-point tags (7101 relayout, 7103-7105 the staged and nccl
+ * transports' tallies, 7201 barrier, 7301/7302 watchdog, 7401 shm transport) stay below this
+ * range. The arrival messages before a creation take the
  * same hash in the range above (ARRIVE_TAG_BASE); the staged transport's tags start above
  * both, at 24576, within the 32767 every MPI allows. */
 enum { GROUP_TAG_BASE = 8192, GROUP_TAG_SPAN = 8192, ARRIVE_TAG_BASE = 16384, MSG_LEN = 1024 };

@@ -5,7 +5,11 @@
  * of one (device copies); the wait polls the stream and ncclCommGetAsyncError, under the
  * watchdog's DT_COMM_TIMEOUT. The relayout's regular patterns run as NCCL collectives on a
  * communicator per mesh-dim line (its clients in coordinate order), bootstrapped over that
- * line's MPI group and cached until dt_finalize. docs/transports.md. */
+ * line's MPI group and cached until dt_finalize. Before any NCCL call the clients agree over
+ * MPI on what they move (an exchange's tallies with each peer, a collective's card on its
+ * line): clients that asked for different relayouts get DT_ERR_STATE and the communicators
+ * stay usable. A failure once NCCL work may be pending on a peer aborts the communicators.
+ * docs/transports.md, docs/cuda_host.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +21,11 @@
 #include "runtime/group.h"
 #include "runtime/comm.h"
 #include "runtime/error.h"
+#include "runtime/tally.h"
 #include "runtime/transport.h"
 #include "runtime/util.h"
+
+enum { NCCL_TALLY_TAG = 7105 }; /* an exchange's tally with each peer (runtime/group.c) */
 
 static struct {
     int applies;          /* every client owns its own GPU and the communicator is up */
@@ -150,6 +157,82 @@ void dt__transport_nccl_stop(void)
 }
 
 
+/* After a failure that may leave NCCL work pending here or on a peer (an asynchronous error,
+ * a timeout, a call refused inside a group whose peers issued their halves): every
+ * communicator is aborted, so that no later call matches the stale work, and the transport
+ * no longer applies, saying why. A peer still waiting on its half times out (DT_COMM_TIMEOUT)
+ * and aborts its own. */
+static void abort_all(const char *why)
+{
+    line_comms_free(1);
+    if (nc.comm)
+        ncclCommAbort(nc.comm);
+    nc.comm = NULL;
+    nc.applies = 0;
+    snprintf(nc.absence, sizeof nc.absence, "its communicator was aborted after %s", why);
+}
+
+/* The tally's view of a box: one message, its size as the digest, so that boxes listed in
+ * another order or cut otherwise are found out too. */
+static void tally_box(const dt__region *r, const void *arg, int64_t *msgs_out,
+                      uint64_t *digest_out)
+{
+    (void)arg;
+    *msgs_out = 1;
+    *digest_out = (uint64_t)dt__region_bytes(r);
+}
+
+/* Before any NCCL call of an exchange: each client sends each peer its tally (runtime/tally.h)
+ * over MPI and compares the peer's with its own, so that clients that asked for different
+ * relayouts get DT_ERR_STATE alike (NCCL would hang on a receive never sent, or, on a real GPU,
+ * not even check the sizes), and nothing was issued to NCCL. */
+static dt_status agree_exchange(const dt__xfer *sends, size_t nsends, const dt__xfer *recvs,
+                                size_t nrecvs, double timeout)
+{
+    size_t n = nsends + nrecvs;
+    int *peer = malloc(n * 3 * sizeof *peer);
+    dt__tally *mine = calloc(2 * n, sizeof *mine);
+    MPI_Request *reqs = malloc(2 * n * sizeof *reqs);
+    if (!peer || !mine || !reqs) {
+        free(peer);
+        free(mine);
+        free(reqs);
+        return dt__error(DT_ERR_NO_MEMORY, "NCCL exchange: no memory");
+    }
+    dt__tally *theirs = mine + n;
+    int *req_peer = peer + n;
+    size_t np = dt__tally_peers(sends, nsends, recvs, nrecvs, tally_box, NULL, peer, mine);
+    dt_status st = DT_OK;
+    size_t nreq = 0;
+    for (size_t k = 0; k < np; k++) {
+        int rc = MPI_Irecv(&theirs[k], (int)sizeof *theirs, MPI_BYTE, peer[k], NCCL_TALLY_TAG,
+                           dt__comm(), &reqs[nreq]);
+        if (rc == MPI_SUCCESS) {
+            req_peer[nreq++] = peer[k];
+            rc = MPI_Isend(&mine[k], (int)sizeof *mine, MPI_BYTE, peer[k], NCCL_TALLY_TAG,
+                           dt__comm(), &reqs[nreq]);
+        }
+        if (rc == MPI_SUCCESS) {
+            req_peer[nreq++] = peer[k];
+        } else {
+            st = dt__mpi_error(rc, "NCCL exchange: the tallies' Isend/Irecv");
+            break;
+        }
+    }
+    if (nreq) {
+        dt_status wst = dt__wait_watched(reqs, req_peer, (int)nreq, timeout,
+                                         "NCCL exchange (the tallies)");
+        if (st == DT_OK)
+            st = wst;
+    }
+    if (st == DT_OK)
+        st = dt__tally_check(peer, mine, theirs, np);
+    free(peer);
+    free(mine);
+    free(reqs);
+    return st;
+}
+
 /* Packs the region's box into buf (compact) or unpacks it, on the region's device. */
 static dt_status pack(const dt__region *r, void *buf, int into_buf)
 {
@@ -185,11 +268,7 @@ static dt_status wait_group(double timeout, const char *peers)
                            "completed for %.3g s (DT_COMM_TIMEOUT), peer(s) %s", nc.nranks,
                            timeout, peers);
         if (st != DT_OK) {
-            ncclCommAbort(nc.comm);
-            nc.comm = NULL;
-            nc.applies = 0;
-            snprintf(nc.absence, sizeof nc.absence, "its communicator was aborted after an "
-                     "error");
+            abort_all("an error");
             return st;
         }
         if (spins % 256 == 0)
@@ -225,14 +304,23 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
     dt_status ready = nccl_ready(&timeout);
     if (ready != DT_OK)
         return ready;
+    ready = agree_exchange(sends, nsends, recvs, nrecvs, timeout);
+    if (ready != DT_OK)
+        return ready;
     void **bufs = calloc(n, sizeof *bufs);
-    char peers[256] = "";
+    char peers[256] = ""; /* each peer once, for messages */
+    int listed[32], nlisted = 0;
     dt_status st = bufs ? DT_OK : dt__error(DT_ERR_NO_MEMORY, "NCCL exchange: no memory");
     for (size_t i = 0; i < n && st == DT_OK; i++) {
         const dt__xfer *x = i < nrecvs ? &recvs[i] : &sends[i - nrecvs];
         size_t len = strlen(peers);
-        if (len + 16 < sizeof peers)
+        int seen = 0;
+        for (int k = 0; k < nlisted && !seen; k++)
+            seen = listed[k] == x->peer;
+        if (!seen && nlisted < 32 && len + 16 < sizeof peers) {
+            listed[nlisted++] = x->peer;
             snprintf(peers + len, sizeof peers - len, "%s%d", len ? "," : "", x->peer);
+        }
         if (!x->region.dev || x->region.dev->kind != dt__device_kind_cuda())
             st = dt__error(DT_ERR_UNSUPPORTED, "the nccl transport moves CUDA device memory "
                            "only (transfer with client %d)", x->peer);
@@ -249,11 +337,15 @@ static dt_status nccl_exchange(const dt__xfer *sends, size_t nsends, const dt__x
             r = i < nrecvs ? ncclRecv(bufs[i], bytes, ncclChar, x->peer, nc.comm, 0)
                            : ncclSend(bufs[i], bytes, ncclChar, x->peer, nc.comm, 0);
         }
+        /* A call refused inside the group ends the group (NCCL then issues none of it) but the
+         * peers issued their halves, which the next exchange would match: abort. */
         ncclResult_t r2 = ncclGroupEnd();
         if (r == ncclSuccess)
             r = r2;
-        if (r != ncclSuccess && r != ncclInProgress)
+        if (r != ncclSuccess && r != ncclInProgress) {
             st = nccl_status(r, "ncclSend/ncclRecv group", peers);
+            abort_all("a refused ncclSend/ncclRecv");
+        }
     }
     if (st == DT_OK && local_work)
         local_work(arg);
@@ -389,6 +481,104 @@ static ncclResult_t issue(const dt__coll *c, ncclComm_t comm, ncclDataType_t typ
     return ncclInvalidArgument;
 }
 
+/* What a member runs in one collective, agreed over the line's MPI group before any NCCL
+ * call: members that asked for different relayouts (an all-gather here, an all-to-all there,
+ * other blocks or reductions) would otherwise issue mismatched NCCL collectives, which hang
+ * or, on a real GPU, run unchecked. */
+typedef struct coll_card {
+    int32_t client, kind, dtype, op;
+    int64_t bytes;
+} coll_card;
+
+/* The collective's name with its article. */
+static const char *coll_name(int kind)
+{
+    switch (kind) {
+    case DT__COLL_ALLGATHER: return "an all-gather";
+    case DT__COLL_ALLTOALL: return "an all-to-all";
+    case DT__COLL_REDUCE_SCATTER: return "a reduce-scatter";
+    case DT__COLL_ALLREDUCE: return "an all-reduce";
+    default: return "a collective";
+    }
+}
+
+static coll_card card_of(const dt__coll *c)
+{
+    int reduces = c->kind == DT__COLL_REDUCE_SCATTER || c->kind == DT__COLL_ALLREDUCE;
+    return (coll_card){dt_client_id(), (int32_t)c->kind, reduces ? (int32_t)c->dtype : -1,
+                       reduces ? (int32_t)c->op : -1, (int64_t)c->bytes};
+}
+
+/* Every line's members exchange their cards (one small all-gather per collective, all
+ * started at once; a ragged all-to-all's sizes were agreed by its caller) and compare them:
+ * DT_ERR_STATE naming the first member that differs, the same verdict on every member. */
+static dt_status agree_colls(const dt__coll *colls, size_t n, double timeout)
+{
+    size_t ncards = 0;
+    for (size_t i = 0; i < n; i++)
+        ncards += (size_t)colls[i].nmembers;
+    coll_card *cards = calloc(ncards + n + 1, sizeof *cards);
+    MPI_Request *reqs = malloc((n + 1) * sizeof *reqs);
+    if (!cards || !reqs) {
+        free(cards);
+        free(reqs);
+        return dt__error(DT_ERR_NO_MEMORY, "NCCL collectives: no memory");
+    }
+    coll_card *mine = cards + ncards;
+    dt_status st = DT_OK;
+    size_t started = 0;
+    for (size_t i = 0, off = 0; i < n; off += (size_t)colls[i].nmembers, i++, started++) {
+        const dt__coll *c = &colls[i];
+        const dt__group *g = NULL;
+        reqs[i] = MPI_REQUEST_NULL;
+        if (c->kind == DT__COLL_ALLTOALLV)
+            continue;
+        st = dt__clients_group(c->nmembers, c->clients, &g);
+        if (st != DT_OK)
+            break;
+        mine[i] = card_of(c);
+        int rc = MPI_Iallgather(&mine[i], (int)sizeof *mine, MPI_BYTE, &cards[off],
+                                (int)sizeof *mine, MPI_BYTE, g->comm, &reqs[i]);
+        if (rc != MPI_SUCCESS) {
+            reqs[i] = MPI_REQUEST_NULL;
+            st = dt__mpi_error(rc, "NCCL collectives: the agreement's MPI_Iallgather");
+            break;
+        }
+    }
+    dt_status verdict = DT_OK;
+    for (size_t i = 0, off = 0; i < started; off += (size_t)colls[i].nmembers, i++) {
+        const dt__coll *c = &colls[i];
+        if (reqs[i] == MPI_REQUEST_NULL)
+            continue;
+        char what[96];
+        snprintf(what, sizeof what, "NCCL: %s over clients %d..%d (the agreement)",
+                 coll_name(c->kind), c->clients[0], c->clients[c->nmembers - 1]);
+        dt_status wst = dt__wait_watched_group(&reqs[i], c->clients, c->nmembers, timeout, what);
+        if (wst != DT_OK) {
+            if (st == DT_OK)
+                st = wst;
+            continue;
+        }
+        for (int j = 0; j < c->nmembers && verdict == DT_OK; j++) {
+            const coll_card *o = &cards[off + (size_t)j], *m = &mine[i];
+            if (o->kind == m->kind && o->bytes == m->bytes && o->dtype == m->dtype &&
+                o->op == m->op)
+                continue;
+            verdict = dt__error(DT_ERR_STATE, "relayout over NCCL, clients %d..%d: client %d "
+                                "asked for %s of %lld-byte blocks where this client asked "
+                                "for %s of %lld-byte blocks%s: %s", c->clients[0],
+                                c->clients[c->nmembers - 1], o->client, coll_name(o->kind),
+                                (long long)o->bytes, coll_name(m->kind), (long long)m->bytes,
+                                o->kind == m->kind && o->bytes == m->bytes
+                                    ? " (another dtype or reduction)" : "",
+                                DT__MISMATCH_HINT);
+        }
+    }
+    free(cards);
+    free(reqs);
+    return st != DT_OK ? st : verdict;
+}
+
 /* The collectives of one relayout in one NCCL group on the default stream; the wait polls
  * every communicator's asynchronous error under DT_COMM_TIMEOUT and aborts them on failure. */
 static dt_status nccl_collective(const dt__coll *colls, size_t n)
@@ -410,9 +600,11 @@ static dt_status nccl_collective(const dt__coll *colls, size_t n)
         else if (c->kind != DT__COLL_ALLGATHER && c->kind != DT__COLL_ALLTOALL &&
                  c->kind != DT__COLL_ALLTOALLV && !nccl_type(c->dtype, &types[i]))
             st = dt__error(DT_ERR_UNSUPPORTED, "NCCL reduces no %s", dt_dtype_name(c->dtype));
-        if (st == DT_OK)
-            st = line_comm_get(c, &comms[i]);
     }
+    if (st == DT_OK)
+        st = agree_colls(colls, n, timeout);
+    for (size_t i = 0; i < n && st == DT_OK; i++)
+        st = line_comm_get(&colls[i], &comms[i]);
     if (st == DT_OK) {
         ncclResult_t r = ncclGroupStart();
         size_t failed = 0;
@@ -422,8 +614,10 @@ static dt_status nccl_collective(const dt__coll *colls, size_t n)
         ncclResult_t r2 = ncclGroupEnd();
         if (r == ncclSuccess)
             r = r2;
-        if (r != ncclSuccess && r != ncclInProgress)
+        if (r != ncclSuccess && r != ncclInProgress) {
             st = line_status(r, "collective", &colls[failed]);
+            abort_all("a refused collective"); /* the peers issued theirs (see nccl_exchange) */
+        }
     }
     /* The wait: the stream, and each line communicator's asynchronous error. */
     double start = dt__now_seconds();
@@ -448,12 +642,8 @@ static dt_status nccl_collective(const dt__coll *colls, size_t n)
                            "nothing completed for %.3g s (DT_COMM_TIMEOUT)",
                            colls[0].clients[0], colls[0].clients[colls[0].nmembers - 1],
                            colls[0].nmembers, timeout);
-        if (st != DT_OK) {
-            line_comms_free(1);
-            nc.applies = 0;
-            snprintf(nc.absence, sizeof nc.absence, "a collective's communicator was "
-                     "aborted after an error");
-        }
+        if (st != DT_OK)
+            abort_all("an error in a collective");
         if (spins % 256 == 0)
             dt__watchdog_answer();
     }

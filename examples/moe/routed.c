@@ -219,6 +219,33 @@ static dt_status experts(const moe_params *p, const dt_tensor *xe, const dt_tens
     return st;
 }
 
+dt_status moe_per_shard(const dt_tensor *w, int64_t S, const char *dim, int rank, dt_tensor **out)
+{
+    int wr = dt_tensor_rank(w);
+    if (S < 1 || rank < wr + 1 || rank > 8)
+        return DT_ERR_INVALID_ARGUMENT;
+    const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(w));
+    int64_t shape[8];
+    const char *specs[8];
+    shape[0] = S;
+    specs[0] = dim && dt_mesh_dim_index(mesh, dim) >= 0 ? dim : DT_UNSHARDED;
+    for (int d = 1; d < rank; d++) {
+        int wd = d - (rank - wr);
+        shape[d] = wd < 0 ? 1 : dt_tensor_shape(w)[wd];
+        specs[d] = DT_UNSHARDED;
+    }
+    dt_tensor *e = NULL;
+    dt_layout *l = NULL;
+    dt_status st = dt_expand(w, rank, shape, &e);
+    if (st == DT_OK)
+        st = dt_layout_create(mesh, rank, specs, &l);
+    if (st == DT_OK)
+        st = dt_relayout(e, l, out);
+    dt_layout_destroy(l);
+    dt_tensor_destroy(e);
+    return st;
+}
+
 dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const float *bias,
                              const dt_tensor *x, dt_tensor **y_out, dt_tensor **aux_out,
                              moe_route_stats *stats, int64_t *choices)
@@ -248,8 +275,28 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
 
     double t0 = now(), t1 = 0, t2 = 0, t3 = 0;
     /* router */
-    const dt_tensor *xw[2] = {x, p->gate};
-    st = dt_einsum("nc,ce->ne", xw, 2, &logits);
+    if (cfg->shards > 0) { /* [S, N/S, C] x [S, C, E]: per-shard GEMMs, the gradient of Wg
+                            * summed over the S shards by moe_per_shard's backward */
+        int64_t S = cfg->shards, s3[3] = {S, N / S, C}, s2[2] = {N, E};
+        dt_tensor *xs3 = NULL, *gs = NULL, *l3 = NULL;
+        st = N % S ? DT_ERR_INVALID_ARGUMENT : DT_OK;
+        if (st == DT_OK)
+            st = dt_reshape(x, 3, s3, &xs3);
+        if (st == DT_OK)
+            st = moe_per_shard(p->gate, S, ep, 3, &gs);
+        if (st == DT_OK) {
+            const dt_tensor *xw[2] = {xs3, gs};
+            st = dt_einsum("snc,sce->sne", xw, 2, &l3);
+        }
+        if (st == DT_OK)
+            st = dt_reshape(l3, 2, s2, &logits);
+        dt_tensor_destroy(l3);
+        dt_tensor_destroy(gs);
+        dt_tensor_destroy(xs3);
+    } else {
+        const dt_tensor *xw[2] = {x, p->gate};
+        st = dt_einsum("nc,ce->ne", xw, 2, &logits);
+    }
     if (st == DT_OK)
         st = cfg->score == MOE_SCORE_SIGMOID ? dt_sigmoid(logits, &scores)
                                              : dt_softmax(logits, -1, &scores);
@@ -384,6 +431,13 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
             st = dt_sum(scores, ax, 1, 1, &psum);
             if (st == DT_OK)
                 st = dt_div(scores, psum, &pn);
+            if (st == DT_OK && cfg->shards > 0) { /* every token's row on every device, so
+                                                   * the mean sums them in token order */
+                dt_tensor *pr = NULL;
+                st = dt_relayout(pn, rep2, &pr);
+                dt_tensor_destroy(pn);
+                pn = pr;
+            }
             if (st == DT_OK)
                 st = dt_mean(pn, ax0, 1, 0, &pm);
             if (st == DT_OK)
@@ -399,6 +453,12 @@ dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const f
             int64_t none[1] = {1};
             dt_layout *r0 = NULL;
             st = dt_logsumexp(logits, ax, 1, 0, &lse);
+            if (st == DT_OK && cfg->shards > 0) { /* gathered, as the balance loss's rows */
+                dt_tensor *lr = NULL;
+                st = dt_relayout(lse, rep1, &lr);
+                dt_tensor_destroy(lse);
+                lse = lr;
+            }
             if (st == DT_OK)
                 st = dt_square(lse, &lse2);
             if (st == DT_OK)

@@ -46,10 +46,12 @@ typedef struct moe_config {
     int64_t group;          /* tokens per capacity group (a sequence); must divide N / P */
     double aux_coeff, z_coeff, bias_coeff;
     const char *ep_dim; /* the mesh dim sharding the experts ("batch"); absent: P = 1 */
+    int64_t shards;     /* S > 0: the router's GEMM per batch shard, x as [S, N/S, C] and Wg
+                         * entering by moe_per_shard (the same bits at every EP); 0: one GEMM */
 } moe_config;
 #define MOE_CONFIG_INIT                                                                            \
     {                                                                                              \
-        4, 2, 0, MOE_SCORE_SOFTMAX, MOE_BALANCE_NONE, 1, 0.0, 0, 1e-2, 0.0, 1e-3, "batch"          \
+        4, 2, 0, MOE_SCORE_SOFTMAX, MOE_BALANCE_NONE, 1, 0.0, 0, 1e-2, 0.0, 1e-3, "batch", 0       \
     }
 
 typedef struct moe_params {
@@ -76,6 +78,14 @@ typedef struct moe_route_stats {
 dt_status moe_routed_forward(const moe_config *cfg, const moe_params *p, const float *bias,
                              const dt_tensor *x, dt_tensor **y_out, dt_tensor **aux_out,
                              moe_route_stats *stats, int64_t *choices);
+
+/* w as one copy per batch shard: out [S, 1 ..., w's shape] of rank `rank` (size-1 dims between
+ * S and w's dims), dim 0 sharded over mesh dim `dim` (replicated when the mesh has no such
+ * dim). Made by dt_expand to a replicated [S, ...] and dt_relayout to the sharded layout, so
+ * the backward all-gathers the S copies' gradients and expand's backward sums all S of them in
+ * f64 on every device, in S order, rounded once: the same function of the same S values on
+ * every mesh (docs/moe.md, "The same bits at every EP degree"). Collective. */
+dt_status moe_per_shard(const dt_tensor *w, int64_t S, const char *dim, int rank, dt_tensor **out);
 
 /* Seconds spent by this process's moe_routed_forward calls in their phases (forward only):
  * routing (router, top-k, the host plan), dispatch (the gathers and the all-to-all before the

@@ -20,6 +20,9 @@
 #include "ops/ops_impl.h"
 #include "runtime/cuda.h"
 #include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/staging.h"
+#include "runtime/transport.h"
 
 static const dt__ops_backend *gpu;
 static const dt__device *dev;
@@ -330,6 +333,130 @@ static void test_runtime_cuda_facts(void)
     fired("setdevice");
 }
 
+/* A staged exchange of a rows x cols f32 box of device memory with client `peer` (this client
+ * itself: MPI to self, through page-locked staging), received into device memory or, with
+ * host_recv, host memory: src holds 1000 * row + column. got: what arrived. */
+static dt_status staged_to(int peer, int rows, int cols, int host_recv, float *got)
+{
+    const dt__device *d = dt__device_local(DT_DEVICE_GPU, 0);
+    size_t n = (size_t)rows * (size_t)cols, cap = n ? n : 1;
+    float *host = malloc(cap * sizeof *host);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(host);
+    for (size_t i = 0; i < n; i++)
+        host[i] = (float)(1000 * (i / (size_t)cols) + i % (size_t)cols);
+    float *ds = dev_floats(host, cap), *dr = dev_floats(NULL, cap);
+    dt__xfer send = {.peer = peer,
+                     .region = {.base = ds, .dev = d, .rank = 2, .elem = sizeof(float),
+                                .shape = {rows, cols}, .start = {0, 0}, .count = {rows, cols}}};
+    dt__xfer recv = send;
+    recv.region.base = host_recv ? (void *)got : (void *)dr;
+    recv.region.dev = host_recv ? NULL : d;
+    if (!host_recv)
+        memset(got, 0, n * sizeof *got);
+    dt_status st = dt__transport_staged()->exchange(&send, 1, &recv, 1, NULL, NULL);
+    char detail[512];
+    snprintf(detail, sizeof detail, "%s", st == DT_OK ? "" : dt_last_error());
+    if (st == DT_OK && !host_recv && n)
+        CU_ASSERT_FATAL(cudaMemcpy(got, dr, n * sizeof *got, cudaMemcpyDeviceToHost) ==
+                        cudaSuccess);
+    cudaFree(ds);
+    cudaFree(dr);
+    free(host);
+    if (st != DT_OK) /* the message the test checks, after the frees' own calls */
+        st = dt__error(st, "%s", detail);
+    return st;
+}
+
+static dt_status staged_self(int rows, float *got)
+{
+    return staged_to(dt_client_id(), rows, 256, 0, got);
+}
+
+static int wrong_cells(const float *got, int rows, int cols)
+{
+    int bad = 0;
+    for (int i = 0; i < rows * cols; i++)
+        bad += got[i] != (float)(1000 * (i / cols) + i % cols);
+    return bad;
+}
+
+static int wrong_rows(const float *got, int rows)
+{
+    return wrong_cells(got, rows, 256);
+}
+
+/* The staged transport's CUDA failures (runtime/transport_staged.c): page-locked staging that
+ * cannot be had even after the pool emptied itself (cudaMallocHost failing twice), a chunk's
+ * copy to the host before its send and one to the device after its receive, each an error
+ * naming the call with nothing posted left behind: the next exchange moves every row right.
+ * 3 rows in 1 KiB chunks: 3 chunks each way, the pipeline's slots refilled. */
+static void test_staged_transfer_failures_name_the_call_and_leave_nothing_behind(void)
+{
+    float got[3 * 256];
+    CU_ASSERT_FATAL(setenv("DT_STAGED_CHUNK_KB", "1", 1) == 0);
+    dt__staging_trim();
+    CU_ASSERT_FATAL(dt__cuh_fail_times("mallochost", 1, 2) == 0);
+    dt_status st = staged_self(3, got);
+    CU_ASSERT_NOT_EQUAL(st, DT_OK);
+    DT_ASSERT_ERROR_MENTIONS("cudaMallocHost of 4096 bytes of page-locked staging");
+    fired("mallochost");
+    DT_ASSERT_OK(staged_self(3, got));
+    CU_ASSERT_EQUAL(wrong_rows(got, 3), 0);
+    /* memcpy:2 (after staged_self's copy of src) is the first chunk's copy to the host;
+     * memcpy:5, after the 3 sends' copies, the first received chunk's copy to the device. */
+    static const long nth[2] = {2, 5};
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_FATAL(dt__cuh_fail("memcpy", nth[k]) == 0);
+        DT_ASSERT_FAILS(staged_self(3, got), DT_ERR_CUDA);
+        DT_ASSERT_ERROR_MENTIONS("cudaErrorLaunchFailure");
+        fprintf(stderr, "staged, memcpy:%ld: %s\n", nth[k], dt_last_error());
+        fired("memcpy");
+        DT_ASSERT_OK(staged_self(3, got));
+        CU_ASSERT_EQUAL(wrong_rows(got, 3), 0);
+    }
+    unsetenv("DT_STAGED_CHUNK_KB");
+}
+
+/* The staged transport's other paths: rows of 2 KiB in 1 KiB chunks (a chunk per row, 6 each
+ * way: the 4 slots refilled), host memory received (copied through the CPU device), an empty
+ * box, and refusals before anything is posted (no such client, bad DT_STAGED_CHUNK_KB and
+ * DT_COMM_TIMEOUT). */
+static void test_staged_transport_pipelines_rows_larger_than_a_chunk_and_refuses_bad_input(void)
+{
+    static float got[6 * 512];
+    CU_ASSERT_FATAL(setenv("DT_STAGED_CHUNK_KB", "1", 1) == 0);
+    uint64_t before = dt__transport_staged_chunks();
+    DT_ASSERT_OK(staged_to(dt_client_id(), 6, 512, 0, got));
+    CU_ASSERT_EQUAL(wrong_cells(got, 6, 512), 0);
+    CU_ASSERT_EQUAL(dt__transport_staged_chunks() - before, 12);
+    memset(got, 0, sizeof got);
+    DT_ASSERT_OK(staged_to(dt_client_id(), 3, 100, 1, got));
+    CU_ASSERT_EQUAL(wrong_cells(got, 3, 100), 0);
+    before = dt__transport_staged_chunks();
+    DT_ASSERT_OK(staged_to(dt_client_id(), 0, 256, 0, got));
+    CU_ASSERT_EQUAL(dt__transport_staged_chunks(), before);
+    DT_ASSERT_FAILS(staged_to(7, 1, 256, 0, got), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("staged transport: no client 7");
+    CU_ASSERT_FATAL(setenv("DT_STAGED_CHUNK_KB", "0", 1) == 0);
+    DT_ASSERT_FAILS(staged_self(1, got), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("DT_STAGED_CHUNK_KB='0'");
+    unsetenv("DT_STAGED_CHUNK_KB");
+    char keep[32];
+    snprintf(keep, sizeof keep, "%s", getenv("DT_COMM_TIMEOUT") ? getenv("DT_COMM_TIMEOUT") : "");
+    setenv("DT_COMM_TIMEOUT", "never", 1);
+    DT_ASSERT_FAILS(staged_self(1, got), DT_ERR_INVALID_ARGUMENT);
+    DT_ASSERT_ERROR_MENTIONS("DT_COMM_TIMEOUT='never'");
+    if (keep[0])
+        setenv("DT_COMM_TIMEOUT", keep, 1);
+    else
+        unsetenv("DT_COMM_TIMEOUT");
+    dt__xfer_cache cache = {0};
+    dt__transport_staged()->release(&cache); /* nothing cached: both are no-ops */
+    dt__transport_staged()->release(NULL);
+    DT_ASSERT_OK(staged_self(2, got));
+    CU_ASSERT_EQUAL(wrong_rows(got, 2), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (dt__gpu_physical_count() == 0) {
@@ -345,6 +472,8 @@ int main(int argc, char **argv)
         DT_TEST(test_an_op_without_a_cuda_kernel_runs_on_host_copies_and_fails_cleanly),
         DT_TEST(test_backend_argument_checks),
         DT_TEST(test_runtime_cuda_facts),
+        DT_TEST(test_staged_transfer_failures_name_the_call_and_leave_nothing_behind),
+        DT_TEST(test_staged_transport_pipelines_rows_larger_than_a_chunk_and_refuses_bad_input),
         DT_TEST_END,
     };
     return dt_test_main_gpu(argc, argv, "cuda_faults", cases);

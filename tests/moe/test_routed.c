@@ -5,7 +5,9 @@
  * expert each of 4) the one-device output bit for bit and its gradients to rounding; a member
  * receiving no tokens (every token routed to experts 0 and 1 by the bias); capacity dropping
  * (a token whose choices are all dropped gets 0); the layer inside a recomputed checkpoint
- * segment (the same gradients bit for bit); the bias update. */
+ * segment (the same gradients bit for bit); the bias update; with cfg.shards (the router's GEMM
+ * per batch shard, the auxiliary and z-loss means over gathered rows) the auxiliary loss and
+ * every gradient, the router's included, are the one-device bits at EP 4. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,12 +118,14 @@ typedef struct run_out {
     moe_route_stats st;
     int64_t ch[NT * K];
     int64_t recomputed; /* forward calls the backward re-ran */
+    float aux;          /* the auxiliary loss (use_aux) */
 } run_out;
 
 static const int64_t shp[6][3] = {{NT, C}, {C, E}, {E, C, F}, {E, C, F}, {E, F, C}, {NT, C}};
 static const int rk[6] = {2, 2, 3, 3, 3, 2};
 
 static int use_checkpoint; /* 1: the layer runs inside a recomputed checkpoint segment */
+static int use_aux;        /* 1: the auxiliary loss is added to the loss */
 
 /* The layer on `ep` devices of a `batch` dim (1: one device), loss sum(y * R) backward. */
 static void run_layer(const moe_config *cfg, const float *bias, int ep, run_out *o)
@@ -151,15 +155,25 @@ static void run_layer(const moe_config *cfg, const float *bias, int ep, run_out 
         DT_ASSERT_OK(dt_tape_watch(tape, t[i], i));
     DT_ASSERT_OK(dt_tape_begin(tape));
     moe_params p = {t[1], t[2], t[3], t[4]};
-    dt_tensor *y = NULL, *yr = NULL, *l = NULL;
+    dt_tensor *y = NULL, *yr = NULL, *l = NULL, *aux = NULL;
     if (use_checkpoint)
         DT_ASSERT_OK(dt_tape_checkpoint_begin(tape, NULL));
-    DT_ASSERT_OK(moe_routed_forward(cfg, &p, bias, t[0], &y, NULL, &o->st, o->ch));
+    DT_ASSERT_OK(moe_routed_forward(cfg, &p, bias, t[0], &y, use_aux ? &aux : NULL, &o->st, o->ch));
     if (use_checkpoint)
         DT_ASSERT_OK(dt_tape_checkpoint_end(tape));
     DT_ASSERT_OK(dt_tensor_to_host(y, -1, o->y, sizeof o->y));
     DT_ASSERT_OK(dt_mul(y, t[5], NULL, &yr));
     DT_ASSERT_OK(dt_sum(yr, NULL, 0, 0, &l));
+    if (aux) {
+        dt_tensor *la = NULL;
+        double av = 0;
+        DT_ASSERT_OK(dt_item(aux, &av));
+        o->aux = (float)av;
+        DT_ASSERT_OK(dt_add(l, aux, NULL, &la));
+        dt_tensor_destroy(l);
+        dt_tensor_destroy(aux);
+        l = la;
+    }
     DT_ASSERT_OK(dt_tape_end(tape));
     dt_backward_opts bo = DT_BACKWARD_OPTS_INIT;
     DT_ASSERT_OK(dt_tape_backward(tape, l, NULL, 1.0f, &bo));
@@ -276,6 +290,36 @@ static void test_four_expert_parallel_devices_give_the_one_device_bits(void)
     ep_against_one(&cfg, NULL);
 }
 
+/* cfg.shards = 4 on the 4 x 4 tokens: the router's gradient and the auxiliary and z losses are
+ * summed in the same order at EP 4 as on one device, so every output is the same bits. */
+static void test_per_shard_router_and_aux_losses_give_the_one_device_bits(void)
+{
+    if (dt_test_num_devices() < 4)
+        return;
+    fill(7);
+    moe_config cfg = MOE_CONFIG_INIT;
+    cfg.experts = E, cfg.topk = K, cfg.hidden = F, cfg.group = 4, cfg.shards = 4;
+    cfg.balance = MOE_BALANCE_AUX, cfg.aux_coeff = 0.1, cfg.z_coeff = 0.01;
+    use_aux = 1;
+    run_out *o1 = calloc(1, sizeof *o1), *o4 = calloc(1, sizeof *o4);
+    if (dt_client_id() == 0)
+        run_layer(&cfg, NULL, 1, o1);
+    run_layer(&cfg, NULL, 4, o4);
+    use_aux = 0;
+    if (dt_client_id() == 0) {
+        CU_ASSERT(o1->aux > 0.0f);
+        CU_ASSERT_EQUAL(memcmp(&o1->aux, &o4->aux, sizeof o1->aux), 0);
+        CU_ASSERT_EQUAL(memcmp(o1->y, o4->y, sizeof o1->y), 0);
+        CU_ASSERT_EQUAL(memcmp(o1->grads, o4->grads, sizeof o1->grads), 0);
+        double gmax = 0; /* the router's gradient is not all zero */
+        for (int j = 0; j < C * E; j++)
+            gmax = fmax(gmax, fabs((double)o1->grads[1][j]));
+        CU_ASSERT(gmax > 0);
+    }
+    free(o1);
+    free(o4);
+}
+
 static void test_members_receiving_no_tokens_neither_hang_nor_fail(void)
 {
     if (dt_test_num_devices() < 4)
@@ -341,6 +385,7 @@ int main(int argc, char **argv)
         DT_TEST(test_one_device_matches_the_reference_softmax_and_sigmoid),
         DT_TEST(test_capacity_drops_later_choices_and_a_fully_dropped_token_gets_zero),
         DT_TEST(test_four_expert_parallel_devices_give_the_one_device_bits),
+        DT_TEST(test_per_shard_router_and_aux_losses_give_the_one_device_bits),
         DT_TEST(test_members_receiving_no_tokens_neither_hang_nor_fail),
         DT_TEST(test_checkpointed_layer_gives_the_same_gradients),
         DT_TEST(test_bias_update_moves_toward_the_mean_load_and_recentres),
