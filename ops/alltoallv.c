@@ -300,6 +300,22 @@ static dt_status check_replicas(const a2a_plan *p, const dt_layout *xl)
 
 /* ---- the exchange ---- */
 
+static dt_status zero_tails(const a2a_plan *p, dt_tensor *y);
+
+/* Zeroing the output's tails as local work of the exchange (while the peers copy or the
+ * transfers progress): the rows past what a shard receives are touched by no transfer. */
+typedef struct tail_work {
+    const a2a_plan *p;
+    dt_tensor *y;
+    dt_status st;
+} tail_work;
+
+static void run_tails(void *arg)
+{
+    tail_work *t = arg;
+    t->st = zero_tails(t->p, t->y);
+}
+
 typedef struct local_copy {
     const dt__device *dev; /* destination's */
     void *dst;
@@ -311,6 +327,7 @@ typedef struct local_work_arg {
     local_copy *copies;
     size_t n;
     dt_status st;
+    tail_work *tails; /* then the tails */
 } local_work_arg;
 
 static void run_local(void *arg)
@@ -320,6 +337,10 @@ static void run_local(void *arg)
         local_copy *c = &a->copies[i];
         dt__copy_dir dir = c->dev->kind->host_visible ? DT__COPY_H2D : DT__COPY_D2D;
         a->st = c->dev->kind->copy(c->dev, dir, c->dst, c->src, c->bytes);
+    }
+    if (a->st == DT_OK && a->tails) {
+        run_tails(a->tails);
+        a->st = a->tails->st;
     }
 }
 
@@ -354,7 +375,7 @@ static void fill_region(dt__region *r, const DLTensor *dl, const dt__device *dev
  * j): the rows go straight from x's component to y's, with no per-pair messages to match.
  * *done_out = 0 when it does not apply (the exchange below runs instead). */
 static dt_status run_collective(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
-                                const dt__transport *t, int *done_out)
+                                const dt__transport *t, tail_work *tails, int *done_out)
 {
     int64_t P = p->P, L = p->L;
     dt_device_type type = dt_mesh_device_type(p->mesh);
@@ -409,10 +430,24 @@ static dt_status run_collective(const a2a_plan *p, const dt_tensor *x, dt_tensor
                                     .recv_displs = rd};
         }
     if (st == DT_OK && n > 0) {
-        st = t->collective(colls, (size_t)n);
+        /* the tails zeroed while the rows move, by a transport that runs local work;
+         * before, by others */
+        if (t->coll_kinds & DT__COLL_LOCAL_WORK) {
+            colls[0].local_work = run_tails;
+            colls[0].arg = tails;
+        } else {
+            run_tails(tails);
+            st = tails->st;
+        }
+        if (st == DT_OK)
+            st = t->collective(colls, (size_t)n);
+        if (st == DT_OK)
+            st = tails->st;
         *done_out = 1;
     } else if (st == DT_OK) {
         *done_out = 1; /* nothing here */
+        run_tails(tails);
+        st = tails->st;
     }
     free(sizes);
     free(colls);
@@ -429,7 +464,8 @@ static dt_status exchange(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
     size_t cap = (size_t)(P * P * L), ns = 0, nr = 0;
     dt__xfer *sends = calloc(cap + 1, sizeof *sends), *recvs = calloc(cap + 1, sizeof *recvs);
     local_copy *copies = calloc(cap + 1, sizeof *copies);
-    local_work_arg lw = {copies, 0, DT_OK};
+    tail_work tails = {p, y, DT_OK};
+    local_work_arg lw = {copies, 0, DT_OK, &tails};
     dt_status st = DT_OK;
     int crossing = 0;
     *path_out = NULL;
@@ -487,7 +523,7 @@ static dt_status exchange(const a2a_plan *p, const dt_tensor *x, dt_tensor *y,
         goto out;
     int done = 0;
     if (t && crossing)
-        st = run_collective(p, x, y, t, &done);
+        st = run_collective(p, x, y, t, &tails, &done);
     if (st != DT_OK)
         goto out;
     if (done) {
@@ -671,9 +707,7 @@ static dt_status impl(const dt_tensor *x, const dt_tensor *sc, const char *mesh_
     if (st == DT_OK)
         st = dt__tensor_empty(xl, dt_tensor_dtype(x), yshape, &y);
     if (st == DT_OK)
-        st = zero_tails(&p, y);
-    if (st == DT_OK)
-        st = exchange(&p, x, y, &path);
+        st = exchange(&p, x, y, &path); /* zeroes the tails too */
     if (token >= 0)
         dt__coll_end(token, path, st);
     if (st == DT_OK && recv_out)

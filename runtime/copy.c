@@ -93,6 +93,28 @@ void dt__copy_large(void *dst, const void *src, size_t bytes)
     _mm_sfence();
     memcpy(d + body, s + body, bytes - body);
 }
+void dt__zero_large(void *dst, size_t bytes)
+{
+    if (bytes < DT__COPY_LARGE || !streaming()) {
+        memset(dst, 0, bytes);
+        return;
+    }
+    char *d = dst;
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+    memset(d, 0, head);
+    d += head;
+    bytes -= head;
+    size_t body = bytes & ~(size_t)63;
+    __m128i z = _mm_setzero_si128();
+    for (size_t i = 0; i < body; i += LINE) {
+        _mm_stream_si128((__m128i *)(d + i), z);
+        _mm_stream_si128((__m128i *)(d + i + 16), z);
+        _mm_stream_si128((__m128i *)(d + i + 32), z);
+        _mm_stream_si128((__m128i *)(d + i + 48), z);
+    }
+    _mm_sfence(); /* as in dt__copy_large: done before anyone is told */
+    memset(d + body, 0, bytes - body);
+}
 #else
 void dt__copy_set_streaming(int yes)
 {
@@ -102,5 +124,10 @@ void dt__copy_set_streaming(int yes)
 void dt__copy_large(void *dst, const void *src, size_t bytes)
 {
     memcpy(dst, src, bytes); /* no streaming stores here: the C library's choice */
+}
+
+void dt__zero_large(void *dst, size_t bytes)
+{
+    memset(dst, 0, bytes);
 }
 #endif

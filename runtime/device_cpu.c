@@ -37,7 +37,7 @@ static dt_status cpu_copy(const dt__device *dev, dt__copy_dir dir, void *dst, co
 static dt_status cpu_memset0(const dt__device *dev, void *ptr, size_t bytes)
 {
     if (bytes)
-        memset(ptr, 0, bytes);
+        dt__zero_large(ptr, bytes);
     return DT_OK;
 }
 

@@ -82,9 +82,16 @@ typedef struct dt__coll {
     const dt__device *dev;       /* whose memory send and recv are; NULL: host memory */
     /* ALLTOALLV only: nmembers entries each, in bytes */
     const size_t *send_bytes, *send_displs, *recv_bytes, *recv_displs;
+    /* Optional, read from colls[0] only and only by a transport whose coll_kinds has
+     * DT__COLL_LOCAL_WORK: run once, after every transfer is posted and before the wait (work
+     * of the caller's on memory no transfer touches: dt_alltoallv zeroes its output's tails). */
+    void (*local_work)(void *);
+    void *arg;
 } dt__coll;
 
 #define DT__COLL_BIT(kind) (1u << (kind))
+/* In coll_kinds: collective() runs colls[0].local_work (above). */
+#define DT__COLL_LOCAL_WORK (1u << 31)
 
 /* A mover. The planner decides what goes where; a transport only moves it, so every
  * transport takes the same plan. Both clients of a transfer use the same transport (the

@@ -434,6 +434,95 @@ static int spin_test(MPI_Request *req, double seconds)
     }
 }
 
+enum { A2AV_TAG = 7421 }; /* the ragged all-to-all's messages on a line's communicator */
+
+/* Ragged all-to-alls only (the caller agreed every size): each as point-to-point messages on
+ * the line's communicator, receives first, one per member with bytes for this client and none
+ * for the empty ones, this member's own block copied meanwhile. Open MPI's nonblocking
+ * MPI_Ialltoallv (libnbc) runs a schedule of its own and progresses large messages several
+ * times slower than these plain messages (and than the blocking MPI_Alltoallv the reference
+ * calls); the matching needs no agreement beyond the caller's: members list a line's
+ * collectives in the same order, and messages between two ranks with one tag match in
+ * order. The wait spins first (spin_budget), then waits under the watchdog. */
+static dt_status mpi_alltoallv_p2p(const dt__coll *colls, size_t n)
+{
+    size_t nreq = 0;
+    for (size_t i = 0; i < n; i++)
+        nreq += 2 * (size_t)colls[i].nmembers;
+    MPI_Request *reqs = malloc((nreq + 1) * sizeof *reqs);
+    int *peers = malloc((nreq + 1) * sizeof *peers);
+    if (!reqs || !peers) {
+        free(reqs);
+        free(peers);
+        return dt__error(DT_ERR_NO_MEMORY, "no memory for %zu ragged all-to-alls", n);
+    }
+    dt_status st = DT_OK;
+    size_t k = 0;
+    double budget = 0;
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        const dt__coll *c = &colls[i];
+        const dt__group *g = NULL;
+        if (c->dev && !c->dev->kind->host_visible)
+            st = dt__error(DT_ERR_UNSUPPORTED, "the mpi transport moves host memory only, "
+                           "not %s device memory", c->dev->kind->name);
+        if (st == DT_OK)
+            st = alltoallv_counts(c, NULL);
+        if (st == DT_OK)
+            st = dt__clients_group(c->nmembers, c->clients, &g);
+        if (st != DT_OK)
+            break;
+        budget += spin_budget(c);
+        for (int pass = 0; pass < 2 && st == DT_OK; pass++)
+            for (int j = 0; j < c->nmembers; j++) {
+                int rc;
+                if (j == c->rank)
+                    continue;
+                if (pass == 0 && c->recv_bytes[j])
+                    rc = MPI_Irecv((char *)c->recv + c->recv_displs[j], (int)c->recv_bytes[j],
+                                   MPI_BYTE, j, A2AV_TAG, g->comm, &reqs[k]);
+                else if (pass == 1 && c->send_bytes[j])
+                    rc = MPI_Isend((const char *)c->send + c->send_displs[j],
+                                   (int)c->send_bytes[j], MPI_BYTE, j, A2AV_TAG, g->comm,
+                                   &reqs[k]);
+                else
+                    continue;
+                if (rc != MPI_SUCCESS) {
+                    st = mpi_fail(rc, pass ? "Isend (ragged all-to-all)"
+                                           : "Irecv (ragged all-to-all)");
+                    break;
+                }
+                peers[k++] = c->clients[j];
+            }
+        if (st == DT_OK && c->send_bytes[c->rank])
+            memcpy((char *)c->recv + c->recv_displs[c->rank],
+                   (const char *)c->send + c->send_displs[c->rank], c->send_bytes[c->rank]);
+    }
+    if (st == DT_OK && n > 0 && colls[0].local_work)
+        colls[0].local_work(colls[0].arg);
+    /* A bounded busy spin, then the watched wait (posted requests are waited for even after
+     * a failure: their buffers are in use). */
+    if (k > 0 && st == DT_OK) {
+        double end = dt__now_seconds() + budget;
+        for (unsigned s = 1;; s++) {
+            int flag = 0, rc = MPI_Testall((int)k, reqs, &flag, MPI_STATUSES_IGNORE);
+            if (rc != MPI_SUCCESS) {
+                st = mpi_fail(rc, "Testall (ragged all-to-all)");
+                break;
+            }
+            if (flag || (s % 64 == 0 && dt__now_seconds() > end))
+                break;
+        }
+    }
+    if (k > 0) {
+        dt_status wst = dt__wait_watched(reqs, peers, (int)k, 0, "ragged all-to-all over MPI");
+        if (st == DT_OK)
+            st = wst;
+    }
+    free(reqs);
+    free(peers);
+    return st;
+}
+
 /* The relayout's collectives over a mesh dim's line (docs/transports.md, "Collectives"):
  * each line's members first agree on what they run (coll_card, one small all-gather per
  * collective, all started at once), then the data collectives whose line agreed are started
@@ -443,7 +532,13 @@ static int spin_test(MPI_Request *req, double seconds)
 static dt_status mpi_collective(const dt__coll *colls, size_t n)
 {
     dt_status st = DT_OK, agreed = DT_OK;
-    size_t ncards = 0;
+    size_t ncards = 0, nv = 0;
+    for (size_t i = 0; i < n; i++)
+        nv += colls[i].kind == DT__COLL_ALLTOALLV;
+    if (n > 0 && nv == n)
+        return mpi_alltoallv_p2p(colls, n);
+    if (n > 0 && colls[0].local_work)
+        colls[0].local_work(colls[0].arg);
     for (size_t i = 0; i < n; i++)
         ncards += colls[i].nmembers > 0 ? (size_t)colls[i].nmembers : 0;
     MPI_Request *reqs = calloc(n + 1, sizeof *reqs);
@@ -583,7 +678,7 @@ static const dt__transport mpi_transport = {
     .moves = NULL,       /* host memory only */
     .can_connect = NULL, /* every client */
     .coll_kinds = DT__COLL_BIT(DT__COLL_ALLGATHER) | DT__COLL_BIT(DT__COLL_ALLTOALL) |
-                  DT__COLL_BIT(DT__COLL_ALLTOALLV),
+                  DT__COLL_BIT(DT__COLL_ALLTOALLV) | DT__COLL_LOCAL_WORK,
     .collective = mpi_collective,
 };
 

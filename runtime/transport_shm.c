@@ -43,6 +43,10 @@ static int known_over = -1; /* oversubscribed(): -1 until first asked */
 static _Atomic uint64_t bytes_direct, bytes_viewed, bytes_mpi;
 /* Seconds this client spent in the phases of its exchanges (dt__transport_shm_phases). */
 static double phase_s[DT__SHM_PHASES];
+/* Until when (dt__now_seconds) an idle wait spins without yielding: set by the ragged
+ * all-to-all for its run (a time slice lost to a yield on a busy host costs more than the
+ * whole exchange of a megabyte), 0 otherwise. */
+static double spin_until;
 
 void dt__transport_shm_bytes(uint64_t *direct, uint64_t *viewed, uint64_t *mpi)
 {
@@ -627,6 +631,8 @@ static dt_status progress(run *r, int finish, const char *what)
         }
         if (spins % PROBE_EVERY == 0)
             dt__watchdog_answer();
+        if (spin_until > 0 && dt__now_seconds() < spin_until)
+            continue; /* a bounded busy spin first (the ragged all-to-all) */
         /* Yield to the one we wait for; with more processes than cores, once it is clearly
          * busy (a copy of megabytes), nap so as not to take its core. */
         if (++idle_spins < SPIN_IDLE || !oversubscribed())
@@ -853,6 +859,98 @@ static dt_status shm_views_done(void *token)
     return st;
 }
 
+/* ---- the ragged all-to-all (dt_alltoallv) ----
+ * Native on the channels: each member offers its block for member j where it lies (a
+ * descriptor of bytes at send + send_displs[j] in its own segment), and member j copies it
+ * straight into its receive buffer (one copy, no staging, no MPI for the data); pairs with
+ * no bytes post nothing, the caller having agreed every size. Its own block is copied, then
+ * the caller's local work runs, while the peers copy out of this member's segment. A block
+ * outside the pool or a member on another host goes by MPI inside the same run, as in
+ * exchange(). */
+
+typedef struct a2av_local {
+    const dt__coll *colls;
+    size_t n;
+} a2av_local;
+
+static void a2av_self(void *arg)
+{
+    const a2av_local *a = arg;
+    for (size_t i = 0; i < a->n; i++) {
+        const dt__coll *c = &a->colls[i];
+        size_t b = c->send_bytes[c->rank];
+        if (b)
+            dt__copy_large((char *)c->recv + c->recv_displs[c->rank],
+                           (const char *)c->send + c->send_displs[c->rank], b);
+    }
+    if (a->n > 0 && a->colls[0].local_work)
+        a->colls[0].local_work(a->colls[0].arg);
+}
+
+/* bytes at base as a box of one dim (1-byte elements) */
+static void flat_region(dt__region *r, void *base, size_t bytes, const dt__device *dev)
+{
+    memset(r, 0, sizeof *r);
+    r->base = base;
+    r->dev = dev;
+    r->rank = 1;
+    r->elem = 1;
+    r->shape[0] = r->count[0] = (int64_t)bytes;
+}
+
+static dt_status shm_collective(const dt__coll *colls, size_t n)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dt__coll *c = &colls[i];
+        if (c->kind != DT__COLL_ALLTOALLV)
+            return dt__error(DT_ERR_UNSUPPORTED, "the shm transport runs only the ragged "
+                             "all-to-all as a collective (kind %d)", (int)c->kind);
+        if (c->dev && !c->dev->kind->host_visible)
+            return dt__error(DT_ERR_UNSUPPORTED, "the shm transport moves host memory only, "
+                             "not %s device memory", c->dev->kind->name);
+        if (c->rank < 0 || c->rank >= c->nmembers || c->clients[c->rank] != dt_client_id())
+            return dt__error(DT_ERR_INVALID_ARGUMENT, "shm ragged all-to-all: this client is "
+                             "not member %d of its line", c->rank);
+        cap += (size_t)c->nmembers;
+    }
+    dt__xfer *sends = calloc(2 * cap + 1, sizeof *sends), *recvs = sends + cap;
+    if (!sends)
+        return dt__error(DT_ERR_NO_MEMORY, "shm transport: no memory for %zu transfers", cap);
+    size_t ns = 0, nr = 0;
+    /* line (collective) order, then member order: both clients of a pair list alike */
+    for (size_t i = 0; i < n; i++) {
+        const dt__coll *c = &colls[i];
+        for (int j = 0; j < c->nmembers; j++) {
+            if (j == c->rank)
+                continue;
+            if (c->send_bytes[j]) {
+                sends[ns].peer = c->clients[j];
+                flat_region(&sends[ns++].region, (char *)c->send + c->send_displs[j],
+                            c->send_bytes[j], c->dev);
+            }
+            if (c->recv_bytes[j]) {
+                recvs[nr].peer = c->clients[j];
+                flat_region(&recvs[nr++].region, (char *)c->recv + c->recv_displs[j],
+                            c->recv_bytes[j], c->dev);
+            }
+        }
+    }
+    /* Spin rather than yield while waiting, for at most 1 ms plus the bytes at 1 GB/s (as
+     * the mpi transport's wait), then wait as exchange() does: the watchdog still catches a
+     * lost peer. */
+    size_t moved = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int j = 0; j < colls[i].nmembers; j++)
+            moved += colls[i].send_bytes[j] + colls[i].recv_bytes[j];
+    a2av_local lw = {colls, n};
+    spin_until = dt__now_seconds() + 1e-3 + (double)moved * 1e-9;
+    dt_status st = shm_exchange(sends, ns, recvs, nr, a2av_self, &lw);
+    spin_until = 0;
+    free(sends);
+    return st;
+}
+
 static void shm_release(dt__xfer_cache *cache)
 {
     (void)cache; /* nothing is cached */
@@ -877,6 +975,8 @@ static const dt__transport shm_transport = {
     .can_connect = shm_can_connect,
     .exchange_view = shm_exchange_view,
     .views_done = shm_views_done,
+    .coll_kinds = DT__COLL_BIT(DT__COLL_ALLTOALLV) | DT__COLL_LOCAL_WORK,
+    .collective = shm_collective,
 };
 
 const dt__transport *dt__transport_shm(void)

@@ -25,6 +25,10 @@ const char *dt__shape_str(int rank, const int64_t *shape, char *buf, size_t len)
  * transport's and the CPU device's. DT_COPY_STREAM=0 makes it plain memcpy (for A/B runs). */
 #define DT__COPY_LARGE ((size_t)8 << 20)
 void dt__copy_large(void *dst, const void *src, size_t bytes);
+/* Zeroes bytes like memset, streaming from DT__COPY_LARGE up as dt__copy_large does (a plain
+ * store reads each line first: two passes over memory where streaming stores need one).
+ * The CPU device's memset0 (dt_alltoallv's zeroed tails). */
+void dt__zero_large(void *dst, size_t bytes);
 /* Turns the streaming stores on or off in this process (bench/relayout's in-run A/B). */
 void dt__copy_set_streaming(int yes);
 /* Reads DT_COPY_STREAM (dt_init): DT_ERR_INVALID_ARGUMENT unless unset, empty, 0 or 1. */

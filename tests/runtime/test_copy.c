@@ -1,7 +1,8 @@
 /* dt__copy_large (runtime/copy.c): the streaming copy gives memcpy's bytes for sizes around
  * its threshold and its four-page blocks, with every misalignment of source and destination
  * it handles differently (the 64-byte head, the lines, the tail), and writes nothing outside
- * the destination. Checked byte by byte against a plain loop; also with streaming off. */
+ * the destination. Checked byte by byte against a plain loop; also with streaming off. And
+ * dt__zero_large, the same way. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,36 @@ static void check_all(int streaming)
     dt__copy_set_streaming(1);
 }
 
+/* dt__zero_large: zeros exactly the n bytes at every misalignment, the guards intact. */
+static void zero_all(int streaming)
+{
+    /* below the threshold, at it, and with a partial line and odd tail past it */
+    static const size_t zsizes[] = {63, DT__COPY_LARGE, DT__COPY_LARGE + 3 * 4096 + 5 * 64 + 7};
+    dt__copy_set_streaming(streaming);
+    for (size_t a = 0; a < sizeof zsizes / sizeof zsizes[0]; a++)
+        for (size_t c = 0; c < sizeof shifts / sizeof shifts[0]; c += 2) { /* 0, 15, 33 */
+            size_t n = zsizes[a], ds = shifts[c], bad = 0;
+            memset(dst_buf, FILL, n + 2 * GUARD + 64);
+            dt__zero_large(dst_buf + ds + GUARD, n);
+            const unsigned char *d = dst_buf + ds;
+            for (size_t i = 0; i < GUARD && !bad; i++)
+                if (d[i] != FILL || d[GUARD + n + i] != FILL)
+                    bad = (d[i] != FILL ? i : GUARD + n + i) + 1;
+            for (size_t i = 0; i < n && !bad; i++)
+                if (d[GUARD + i] != 0)
+                    bad = GUARD + i + 1;
+            if (bad)
+                fprintf(stderr, "zero %zu bytes, dst +%zu: wrong at %zu\n", n, ds, bad - 1);
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+    dt__copy_set_streaming(1);
+}
+
+static void test_zero_large_zeroes_exactly_its_bytes(void)
+{
+    zero_all(1); /* off, it is memset */
+}
+
 static void test_copy_large_matches_bytes_with_streaming(void)
 {
     check_all(1);
@@ -80,6 +111,7 @@ int main(int argc, char **argv)
     static const dt_test_case cases[] = {
         DT_TEST(test_copy_large_matches_bytes_with_streaming),
         DT_TEST(test_copy_large_matches_bytes_without_streaming),
+        DT_TEST(test_zero_large_zeroes_exactly_its_bytes),
         DT_TEST_END,
     };
     cap = 2 * DT__COPY_LARGE + 12345 + 2 * GUARD + 128;
