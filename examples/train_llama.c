@@ -131,6 +131,17 @@ static int parse(int argc, char **argv, opts *o)
     return 0;
 }
 
+/* The model of --model DIR on `mesh`: its weights, or with --random-init its config.json's
+ * shapes drawn from --seed. */
+static dt_status load_model(const opts *o, const dt_mesh *mesh, lm **m_out)
+{
+    if (!o->random_init)
+        return lm_load(mesh, o->model, m_out);
+    dt_hf_config hc;
+    dt_status st = dt_hf_config_read(o->model, &hc);
+    return st == DT_OK ? lm_create_random(mesh, &hc, o->seed, m_out) : st;
+}
+
 static dt_status load_tokenizer(const char *dir, dt_tokenizer **tok_out)
 {
     char a[4096], b[4096];
@@ -283,14 +294,8 @@ static int run_pipe(job *j, const opts *o, const dt_mesh *mesh)
         if (dt_pipe_holds_stage(pipe, s))
             sm = dt_pipe_stage_mesh(pipe, s);
     what = "model";
-    if (o->random_init) {
-        dt_hf_config hc;
-        if ((st = dt_hf_config_read(o->model, &hc)) != DT_OK ||
-            (st = lm_create_random(sm, &hc, o->seed, &m)) != DT_OK)
-            goto fail;
-    } else if ((st = lm_load(sm, o->model, &m)) != DT_OK) {
+    if ((st = load_model(o, sm, &m)) != DT_OK)
         goto fail;
-    }
     what = "tokenizer";
     if ((st = load_tokenizer(o->model, &tok)) != DT_OK)
         goto fail;
@@ -395,14 +400,8 @@ static int run(job *j, const opts *o)
         return rc;
     }
     what = "model";
-    if (o->random_init) {
-        dt_hf_config hc;
-        if ((st = dt_hf_config_read(o->model, &hc)) != DT_OK ||
-            (st = lm_create_random(mesh, &hc, o->seed, &m)) != DT_OK)
-            goto fail;
-    } else if ((st = lm_load(mesh, o->model, &m)) != DT_OK) {
+    if ((st = load_model(o, mesh, &m)) != DT_OK)
         goto fail;
-    }
     what = "tokenizer";
     if ((st = load_tokenizer(o->model, &tok)) != DT_OK)
         goto fail;

@@ -46,17 +46,7 @@ static dt_status rope_half_infer(const dt_op_sig *sig, dt_op_shape *out)
 
 static dt_status rope_half_backward(const dt_op_grad *g)
 {
-    if (!g->needs[0])
-        return DT_OK;
-    dt_op_attrs at = *g->attrs;
-    at.i[1] = !at.i[1];
-    const dt_tensor *dy;
-    dt_tensor *owned;
-    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
-    if (st == DT_OK)
-        st = dt__op_run1(&dt__def_rope_half, dy, &at, &g->dx[0]);
-    dt_tensor_destroy(owned);
-    return st;
+    return dt__rd_grad_flipped(g, &dt__def_rope_half);
 }
 
 static dt_status rope_half_sample(uint64_t seed, int max_dim, dt_op_sig *sig, dt_op_attrs *attrs)

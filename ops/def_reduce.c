@@ -52,6 +52,21 @@ dt_status dt__rd_dy(const dt_op_grad *g, dt_dtype want, const dt_tensor **dy, dt
     return st;
 }
 
+dt_status dt__rd_grad_flipped(const dt_op_grad *g, const dt_op_def *def)
+{
+    if (!g->needs[0])
+        return DT_OK;
+    dt_op_attrs at = *g->attrs;
+    at.i[1] = !at.i[1];
+    const dt_tensor *dy;
+    dt_tensor *owned;
+    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
+    if (st == DT_OK)
+        st = dt__op_run1(def, dy, &at, &g->dx[0]);
+    dt_tensor_destroy(owned);
+    return st;
+}
+
 void dt__rd_rule_fixup(char *buf, size_t len)
 {
     char *arrow = strstr(buf, "->");

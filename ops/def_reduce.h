@@ -77,6 +77,9 @@ dt_status dt__k_cross_entropy_grad(const dt_op_kernel_args *a);
  * with an f32 scalar whatever its dtype. *owned (to destroy) is the cast, NULL when dy is used
  * as it is. */
 dt_status dt__rd_dy(const dt_op_grad *g, dt_dtype want, const dt_tensor **dy, dt_tensor **owned);
+/* The backward of an op whose gradient is the op itself with its direction flag (attrs.i[1])
+ * flipped (cumsum's reverse scan, rope_half's inverse rotation): dx[0] = def(dy, flipped). */
+dt_status dt__rd_grad_flipped(const dt_op_grad *g, const dt_op_def *def);
 
 /* Shared by the kernels: a float element as double, and back. */
 static inline double dt__rd_get(const void *p, dt_dtype t, int64_t i)

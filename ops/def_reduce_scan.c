@@ -137,17 +137,7 @@ static dt_status cumsum_infer(const dt_op_sig *sig, dt_op_shape *out)
 
 static dt_status cumsum_backward(const dt_op_grad *g)
 {
-    if (!g->needs[0])
-        return DT_OK;
-    dt_op_attrs at = *g->attrs;
-    at.i[1] = !at.i[1];
-    const dt_tensor *dy;
-    dt_tensor *owned;
-    dt_status st = dt__rd_dy(g, dt_tensor_dtype(g->in[0]), &dy, &owned);
-    if (st == DT_OK)
-        st = dt__op_run1(&dt__def_cumsum, dy, &at, &g->dx[0]);
-    dt_tensor_destroy(owned);
-    return st;
+    return dt__rd_grad_flipped(g, &dt__def_cumsum);
 }
 
 const dt_op_def dt__def_cumsum = {
