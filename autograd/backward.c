@@ -6,7 +6,7 @@
 
 #include "autograd/tape_impl.h"
 #include "dtensor/ops.h"
-#include "layout/tensor_dev.h"
+#include "ops/ops_impl.h"
 #include "runtime/error.h"
 
 /* A contribution for use `slot` of value v (owned: taken). */
@@ -29,23 +29,6 @@ static dt_status contribute(dt_tape *tape, int64_t v, int slot, dt_tensor *g)
     return DT_OK;
 }
 
-/* acc += c in acc's memory (no new tensor, no page faults) where that gives dt_add's result
- * bit for bit: both f32, the same shape and layout (dt_add keeps a's then, and a + 1 * c is
- * a + c), and acc exclusively ours (a contribution nothing else sees). Returns 0 when it
- * does not apply (dt_add then runs), else 1 with the status in *st. */
-static int add_in_place(dt_tensor *acc, const dt_tensor *c, dt_status *st)
-{
-    if (dt_tensor_dtype(acc) != DT_DTYPE_F32 || dt_tensor_dtype(c) != DT_DTYPE_F32 ||
-        dt_tensor_rank(acc) != dt_tensor_rank(c) ||
-        memcmp(dt_tensor_shape(acc), dt_tensor_shape(c),
-               sizeof(int64_t) * (size_t)dt_tensor_rank(acc)) != 0 ||
-        !dt_layout_equal(dt_tensor_layout(acc), dt_tensor_layout(c)) ||
-        !dt__tensor_exclusive(acc))
-        return 0;
-    *st = dt_axpy(1.0f, c, acc);
-    return 1;
-}
-
 /* Sums v's contributions in forward-use order ((g0 + g1) + g2 ...) into *sum_out (owned,
  * NULL when there are none). */
 static dt_status sum_contribs(ag_value *val, dt_tensor **sum_out)
@@ -61,7 +44,7 @@ static dt_status sum_contribs(ag_value *val, dt_tensor **sum_out)
             acc = c;
             continue;
         }
-        if (add_in_place(acc, c, &st)) {
+        if (dt__add_in_place(acc, c, &st)) { /* no new tensor: same bits as dt_add */
             dt_tensor_destroy(c);
             if (st != DT_OK)
                 break;

@@ -143,6 +143,11 @@ typedef struct dt__ops_backend {
 /* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail
  * in the first, summed (l0 + l1) + (l2 + l3); 16-bit inputs widened exactly. */
 dt_status dt__kernel_sq_sum_f64(int64_t n, const void *x, dt_dtype dtype, double *out);
+/* acc += c in acc's memory where that gives dt_add(acc, c)'s values and layout bit for bit:
+ * both f32 of one shape, acc exclusively the caller's (dt__tensor_exclusive), the layouts
+ * placing the data alike and dt_add's meeting layout acc's own. Returns 0 when that does not
+ * hold (nothing done: call dt_add), else 1 with the status in *st (ops/spmd_elementwise.c). */
+int dt__add_in_place(dt_tensor *acc, const dt_tensor *c, dt_status *st);
 /* The CPU backend's whole-row cross-entropy (ops/vocab.c; see vocab_xent_rows_stats). */
 dt_status dt__kernel_vocab_xent_rows_stats(int64_t rows, int64_t cols, const float *logits,
                                            const int32_t *labels, float *rowmax,
