@@ -6,6 +6,7 @@
 
 #include "autograd/tape_impl.h"
 #include "dtensor/ops.h"
+#include "ops/ops_impl.h"
 #include "runtime/error.h"
 
 /* A contribution for use `slot` of value v (owned: taken). */
@@ -41,6 +42,12 @@ static dt_status sum_contribs(ag_value *val, dt_tensor **sum_out)
         val->contrib[k] = NULL;
         if (!acc) {
             acc = c;
+            continue;
+        }
+        if (dt__add_in_place(acc, c, &st)) { /* no new tensor: same bits as dt_add */
+            dt_tensor_destroy(c);
+            if (st != DT_OK)
+                break;
             continue;
         }
         dt_tensor *s = NULL;

@@ -534,6 +534,16 @@ uint64_t dt__tensor_serial(const dt_tensor *tensor)
     return tensor ? tensor->serial : 0;
 }
 
+int dt__tensor_exclusive(const dt_tensor *t)
+{
+    if (!t || t->base || atomic_load_explicit(&t->refs, memory_order_acquire) != 1)
+        return 0;
+    for (int i = 0; i < t->nlocal; i++)
+        if (t->comps[i].managed || (t->comps[i].bytes > 0 && !t->comps[i].alloc))
+            return 0;
+    return 1;
+}
+
 dt_tensor *dt_tensor_retain(const dt_tensor *tensor)
 {
     dt_tensor *t = (dt_tensor *)tensor;

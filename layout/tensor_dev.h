@@ -25,6 +25,11 @@ int dt__layout_same_placement(const dt_layout *a, const dt_layout *b);
  * DT_ERR_SHAPE if a component would differ. Local. */
 dt_status dt__tensor_share(const dt_tensor *src, const dt_layout *layout, dt_tensor **tensor_out);
 
+/* 1 when writing into t's memory in place can be seen through no other handle: one
+ * reference, not a view of another tensor, every component's memory its own allocation (not
+ * a managed tensor taken over). Local. */
+int dt__tensor_exclusive(const dt_tensor *t);
+
 /* dt_relayout for callers that only read the result or hold the last reference to src: where
  * the layouts place src alike (dt__layout_same_placement) it moves nothing and hands back a
  * tensor sharing src's buffers (dt__tensor_share), a reference to src itself if the layouts

@@ -97,6 +97,14 @@ typedef struct dt__ops_backend {
     dt_status (*vocab_xent_grad)(int64_t rows, int64_t cols, const float *logits,
                                  const float *rowmax, const float *sumexp, int64_t lo,
                                  const int32_t *labels, float scale, float *dlogits);
+    /* Optional (NULL: the pieces above): the whole-row cross-entropy, the vocabulary on one
+     * device, each row read once (ops/vocab.c). rows_stats writes the row max, the sum of
+     * exponentials and the target logit; rows_grad the gradient without statistics given. */
+    dt_status (*vocab_xent_rows_stats)(int64_t rows, int64_t cols, const float *logits,
+                                       const int32_t *labels, float *rowmax, float *sumexp,
+                                       float *target);
+    dt_status (*vocab_xent_rows_grad)(int64_t rows, int64_t cols, const float *logits,
+                                      const int32_t *labels, float scale, float *dlogits);
     /* Llama-style kernels (ops/llama.c). */
     dt_status (*rms_norm)(int64_t rows, int64_t cols, const float *x, const float *gain,
                           float eps, float *y);
@@ -135,6 +143,17 @@ typedef struct dt__ops_backend {
 /* The CPU's sq_sum_f64 (ops/reduce.c): four f64 lanes over the elements in order, the tail
  * in the first, summed (l0 + l1) + (l2 + l3); 16-bit inputs widened exactly. */
 dt_status dt__kernel_sq_sum_f64(int64_t n, const void *x, dt_dtype dtype, double *out);
+/* acc += c in acc's memory where that gives dt_add(acc, c)'s values and layout bit for bit:
+ * both f32 of one shape, acc exclusively the caller's (dt__tensor_exclusive), the layouts
+ * placing the data alike and dt_add's meeting layout acc's own. Returns 0 when that does not
+ * hold (nothing done: call dt_add), else 1 with the status in *st (ops/spmd_elementwise.c). */
+int dt__add_in_place(dt_tensor *acc, const dt_tensor *c, dt_status *st);
+/* The CPU backend's whole-row cross-entropy (ops/vocab.c; see vocab_xent_rows_stats). */
+dt_status dt__kernel_vocab_xent_rows_stats(int64_t rows, int64_t cols, const float *logits,
+                                           const int32_t *labels, float *rowmax,
+                                           float *sumexp, float *target);
+dt_status dt__kernel_vocab_xent_rows_grad(int64_t rows, int64_t cols, const float *logits,
+                                          const int32_t *labels, float scale, float *dlogits);
 
 /* The tables (ops/backend.c for the CPU, ops/cuda/, ops/sim/) are declared in
  * runtime/device.h: each device kind's `ops` entry returns its own, and that reference is
@@ -171,6 +190,8 @@ void dt__vexp_scale(int64_t n, const float *x, float shift, float a, float b, fl
 float dt__vdot(int64_t n, const float *a, const float *b);
 /* y += alpha x. */
 void dt__vaxpy(int64_t n, float alpha, const float *x, float *y);
+/* y = (y * a) * b elementwise. */
+void dt__vmul2(int64_t n, float a, float b, float *y);
 /* Adam's per-element constants (dt_kernel_adam) and its update of the first n - n % 8
  * elements, 8 lanes at a time with the scalar loop's operations in its order (the same bits);
  * returns the count done. */

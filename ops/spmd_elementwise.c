@@ -101,6 +101,47 @@ static dt_status cast_one(int i, void *arg)
     return e->be->cast(n, dt__local_data(e->a, i), e->from, dt__local_data(e->c, i), e->to);
 }
 
+/* The layout where a and b meet (binary ops other than the activations' backward): the
+ * cheapest of a's, b's and the requested one (a's on a tie), partial dims kept only where
+ * the op keeps them. */
+static dt_status meet_layout(const char *op, bin_kind kind, const dt_tensor *a,
+                             const dt_tensor *b, const dt_layout *layout, const dt_mesh *mesh,
+                             dt__lspec *target)
+{
+    const int64_t *shape = dt_tensor_shape(a);
+    dt__lspec cand[3];
+    int nc = 0;
+    dt__lspec_of(dt_tensor_layout(a), &cand[nc++]);
+    dt__lspec_of(dt_tensor_layout(b), &cand[nc++]);
+    if (layout) {
+        if (dt_layout_rank(layout) != dt_tensor_rank(a) ||
+            !dt_mesh_equal(dt_layout_mesh(layout), mesh))
+            return dt__error(DT_ERR_SHAPE, "%s: the requested output layout must have rank "
+                             "%d on the operands' mesh", op, dt_tensor_rank(a));
+        dt__lspec_of(layout, &cand[nc++]);
+    }
+    dt__lspec want = nc == 3 ? cand[2] : cand[0];
+    double best = -1.0;
+    for (int i = 0; i < nc; i++) {
+        if (kind == BIN_MUL)
+            strip_partial(&cand[i]);
+        else
+            strip_nonsum(&cand[i]);
+        dt__lspec a0, b0;
+        dt__lspec_of(dt_tensor_layout(a), &a0);
+        dt__lspec_of(dt_tensor_layout(b), &b0);
+        double cost = dt__relayout_cost(mesh, shape, &a0, &cand[i]) +
+                      dt__relayout_cost(mesh, shape, &b0, &cand[i]);
+        if (layout)
+            cost += dt__relayout_cost(mesh, shape, &cand[i], &want);
+        if (best < 0.0 || cost < best) {
+            best = cost;
+            *target = cand[i];
+        }
+    }
+    return DT_OK;
+}
+
 /* Common body of the binary ops: checks, the meeting layout, relayouts, local kernels. */
 static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
                         const dt_layout *layout, dt_tensor **out)
@@ -134,44 +175,16 @@ static dt_status binary(bin_kind kind, const dt_tensor *a, const dt_tensor *b,
     if (st != DT_OK)
         return st;
     const int64_t *shape = dt_tensor_shape(a);
-    dt__lspec la, lb, target;
+    dt__lspec la, target;
     dt__lspec_of(dt_tensor_layout(a), &la);
-    dt__lspec_of(dt_tensor_layout(b), &lb);
     if (kind >= BIN_RELU_GRAD) {
         /* The backward of an activation follows the forward input's (reduced) layout. */
         strip_partial(&la);
         target = la;
     } else {
-        dt__lspec cand[3];
-        int nc = 0;
-        cand[nc++] = la;
-        cand[nc++] = lb;
-        if (layout) {
-            if (dt_layout_rank(layout) != dt_tensor_rank(a) ||
-                !dt_mesh_equal(dt_layout_mesh(layout), mesh))
-                return dt__error(DT_ERR_SHAPE, "%s: the requested output layout must have rank "
-                                 "%d on the operands' mesh", op, dt_tensor_rank(a));
-            dt__lspec_of(layout, &cand[nc++]);
-        }
-        dt__lspec want = nc == 3 ? cand[2] : la;
-        double best = -1.0;
-        for (int i = 0; i < nc; i++) {
-            if (kind == BIN_MUL)
-                strip_partial(&cand[i]);
-            else
-                strip_nonsum(&cand[i]);
-            dt__lspec a0, b0;
-            dt__lspec_of(dt_tensor_layout(a), &a0);
-            dt__lspec_of(dt_tensor_layout(b), &b0);
-            double cost = dt__relayout_cost(mesh, shape, &a0, &cand[i]) +
-                          dt__relayout_cost(mesh, shape, &b0, &cand[i]);
-            if (layout)
-                cost += dt__relayout_cost(mesh, shape, &cand[i], &want);
-            if (best < 0.0 || cost < best) {
-                best = cost;
-                target = cand[i];
-            }
-        }
+        st = meet_layout(op, kind, a, b, layout, mesh, &target);
+        if (st != DT_OK)
+            return st;
     }
     dt_tensor *ra = NULL, *rb = NULL, *c = NULL;
     st = dt__ensure_layout(a, &target, &ra);
@@ -423,6 +436,40 @@ dt_status dt_axpy(float alpha, const dt_tensor *x, dt_tensor *y)
         st = be->sync();
     dt_tensor_destroy(rx);
     return st;
+}
+
+int dt__add_in_place(dt_tensor *acc, const dt_tensor *c, dt_status *st)
+{
+    int r = dt_tensor_rank(acc);
+    const dt_layout *la = dt_tensor_layout(acc), *lc = dt_tensor_layout(c);
+    if (dt_tensor_dtype(acc) != DT_DTYPE_F32 || dt_tensor_dtype(c) != DT_DTYPE_F32 ||
+        r != dt_tensor_rank(c) ||
+        memcmp(dt_tensor_shape(acc), dt_tensor_shape(c), sizeof(int64_t) * (size_t)r) != 0 ||
+        !dt__layout_same_placement(la, lc) || !dt__tensor_exclusive(acc))
+        return 0;
+    if (!dt_layout_equal(la, lc)) {
+        /* dt_add's result is laid out as the meeting layout: take it only where that is
+         * acc's own (then c, placed alike, is read through a view in acc's layout). */
+        dt__lspec target, own;
+        if (meet_layout("dt_add", BIN_ADD, acc, c, NULL, dt_layout_mesh(la), &target) != DT_OK)
+            return 0;
+        dt__lspec_of(la, &own);
+        int same = target.rank == own.rank;
+        for (int d = 0; same && d < r; d++)
+            same = target.spec[d] == own.spec[d];
+        for (int d = 0; same && d < DT_MESH_MAX_DIMS; d++)
+            same = target.partial[d] == own.partial[d];
+        if (!same)
+            return 0;
+        dt_tensor *view = NULL;
+        *st = dt__tensor_share(c, la, &view);
+        if (*st == DT_OK)
+            *st = dt_axpy(1.0f, view, acc);
+        dt_tensor_destroy(view);
+        return 1;
+    }
+    *st = dt_axpy(1.0f, c, acc);
+    return 1;
 }
 
 static dt_status bias_add_run(const dt_tensor *x, const dt_tensor *bias, dt_tensor **out)

@@ -205,6 +205,7 @@ typedef struct xent_state {
     const dt__ops_backend *be;
     dt_tensor *logits, *labels, *rowmax, *sumexp, *target;
     int64_t vocab, rows;
+    int whole; /* the vocabulary is not sharded and the backend has the whole-row kernels */
 } xent_state;
 
 /* The local kernels of component i (dt__ops_each_local) on the state's tensors; out: the
@@ -246,6 +247,31 @@ static dt_status stats_one(int i, void *arg)
                                    dt__local_data(x->rowmax, i), vx_col0(x, i), x->vocab,
                                    dt__local_data(x->labels, i), dt__local_data(x->sumexp, i),
                                    dt__local_data(x->target, i));
+}
+
+static dt_status rows_stats_one(int i, void *arg)
+{
+    const xent_state *x = ((const vx_local *)arg)->x;
+    int64_t rows = dt__local_numel(x->sumexp, i);
+    if (rows == 0)
+        return DT_OK;
+    return x->be->vocab_xent_rows_stats(rows, x->vocab, dt__local_data(x->logits, i),
+                                        dt__local_data(x->labels, i),
+                                        dt__local_data(x->rowmax, i),
+                                        dt__local_data(x->sumexp, i),
+                                        dt__local_data(x->target, i));
+}
+
+static dt_status rows_grad_one(int i, void *arg)
+{
+    const vx_local *v = arg;
+    const xent_state *x = v->x;
+    int64_t rows = dt__local_numel(x->labels, i);
+    if (rows == 0)
+        return DT_OK;
+    return x->be->vocab_xent_rows_grad(rows, x->vocab, dt__local_data(x->logits, i),
+                                       dt__local_data(x->labels, i), v->scale,
+                                       dt__local_data(v->out, i));
 }
 
 /* Every component writes its partial loss, also one without rows (zero). */
@@ -306,8 +332,10 @@ static dt_status reduce_rows(dt_tensor **t)
     return st;
 }
 
+/* The logits and labels in their working layouts and, when `stats` is set or the vocabulary
+ * is sharded, the reduced row statistics. */
 static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_tensor *labels,
-                              const void *out, xent_state *x)
+                              const void *out, int stats, xent_state *x)
 {
     memset(x, 0, sizeof *x);
     dt_status st = dt__check_f32(op, "logits", logits);
@@ -341,9 +369,26 @@ static dt_status xent_prepare(const char *op, const dt_tensor *logits, const dt_
     st = dt__ensure_layout(logits, &ll, &x->logits);
     if (st == DT_OK)
         st = dt__ensure_layout(labels, &lt, &x->labels);
+    x->whole = vdim < 0 && be->vocab_xent_rows_stats && be->vocab_xent_rows_grad;
+    if (st == DT_OK && x->whole && !stats)
+        return DT_OK;
     if (st == DT_OK)
         st = row_tensor(x->labels, vdim, DT_REDUCE_MAX, &x->rowmax);
     vx_local vl = {x, NULL, 0.0f};
+    if (st == DT_OK && x->whole) {
+        /* One pass per row: max, sum of exponentials, target (no reduction to follow). */
+        st = row_tensor(x->labels, -1, DT_REDUCE_SUM, &x->sumexp);
+        if (st == DT_OK)
+            st = row_tensor(x->labels, -1, DT_REDUCE_SUM, &x->target);
+        if (st == DT_OK)
+            st = dt__ops_each_local(be, x->sumexp, rows_stats_one, &vl);
+        if (st == DT_OK && be->sync)
+            st = be->sync();
+        st = dt__mesh_agree(mesh, st, op);
+        if (st != DT_OK)
+            xent_free(x);
+        return st;
+    }
     if (st == DT_OK)
         st = dt__ops_each_local(be, x->rowmax, rowmax_one, &vl);
     if (st == DT_OK && be->sync)
@@ -375,7 +420,7 @@ static dt_status vocab_xent_run(const dt_tensor *logits, const dt_tensor *labels
 {
     static const char op[] = "dt_vocab_xent";
     xent_state x;
-    dt_status st = xent_prepare(op, logits, labels, loss_out, &x);
+    dt_status st = xent_prepare(op, logits, labels, loss_out, 1, &x);
     if (st != DT_OK)
         return st;
     const dt_mesh *mesh = dt_layout_mesh(dt_tensor_layout(logits));
@@ -415,15 +460,22 @@ dt_status dt_vocab_xent_backward(const dt_tensor *logits, const dt_tensor *label
 {
     static const char op[] = "dt_vocab_xent_backward";
     xent_state x;
-    dt_status st = xent_prepare(op, logits, labels, dlogits_out, &x);
+    dt_status st = xent_prepare(op, logits, labels, dlogits_out, 0, &x);
     if (st != DT_OK)
         return st;
     dt_tensor *d = NULL;
     st = dt__tensor_empty(dt_tensor_layout(x.logits), DT_DTYPE_F32, dt_tensor_shape(logits), &d);
     float scale = x.rows > 0 ? dloss / (float)x.rows : 0.0f;
     vx_local vl = {&x, d, scale};
-    if (st == DT_OK)
+    if (st == DT_OK && x.whole) {
+        /* Labels are checked by the kernel: one outcome over the clients. */
+        st = dt__ops_each_local(x.be, d, rows_grad_one, &vl);
+        if (st == DT_OK && x.be->sync)
+            st = x.be->sync();
+        st = dt__mesh_agree(dt_layout_mesh(dt_tensor_layout(x.logits)), st, op);
+    } else if (st == DT_OK) {
         st = dt__ops_each_local(x.be, d, vgrad_one, &vl);
+    }
     st = dt__ops_finish(x.be, op, NULL, st, &d, dlogits_out);
     xent_free(&x);
     return st;

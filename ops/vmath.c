@@ -207,6 +207,17 @@ INLINE void vexp_scale_impl(int64_t n, const float *x, float shift, float a, flo
         store_tail(y + i, n - i, (vexp(load_tail(x + i, n - i, 0.0f) - sh) * fa) * fb);
 }
 
+/* y = (y * a) * b, each element on its own (the products of vexp_scale on stored exps). */
+INLINE void vmul2_impl(int64_t n, float a, float b, float *y)
+{
+    v8f fa = SPLAT(a), fb = SPLAT(b);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        store8(y + i, (load8(y + i) * fa) * fb);
+    for (; i < n; i++)
+        y[i] = (y[i] * a) * b;
+}
+
 /* Dot product: 8 lane sums (the tail zero-padded), added in a fixed tree. */
 INLINE float vdot_impl(int64_t n, const float *a, const float *b)
 {
@@ -323,6 +334,7 @@ PATHS_VOID(vgelu_grad, (int64_t n, const float *x, const float *dy, float *dx), 
 PATHS_VOID(vexp_scale, (int64_t n, const float *x, float shift, float a, float b, float *y),
            (n, x, shift, a, b, y))
 
+PATHS_VOID(vmul2, (int64_t n, float a, float b, float *y), (n, a, b, y))
 PATHS_VOID(vaxpy, (int64_t n, float alpha, const float *x, float *y), (n, alpha, x, y))
 
 AVX2 static int64_t vadam_avx2(int64_t n, const dt__adam_consts *k, float *param,

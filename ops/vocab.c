@@ -148,3 +148,69 @@ dt_status dt_kernel_vocab_xent_grad(int64_t rows, int64_t cols, const float *log
     }
     return DT_OK;
 }
+
+/* Whole-row cross-entropy (the vocabulary on one device: lo 0, cols == vocab), row by row so
+ * that each row of logits is read from memory once and its other passes hit the cache. The
+ * results are bit for bit those of the pieces above: the same row max (the reduce kernel on
+ * one row), the same sum of exponentials, the same products. */
+
+static dt_status rows_check(const char *op, int64_t rows, int64_t cols, const float *logits,
+                            const int32_t *labels, const void *out)
+{
+    const void *p[] = {labels, out};
+    dt_status st = dt__kcheck(op, rows, 2, p);
+    if (st == DT_OK && (cols < 1 || (rows > 0 && !logits)))
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: %lld classes or NULL logits", op,
+                       (long long)cols);
+    for (int64_t i = 0; st == DT_OK && i < rows; i++)
+        if (labels[i] >= cols)
+            st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: label %d of row %lld outside 0..%lld",
+                           op, (int)labels[i], (long long)i, (long long)(cols - 1));
+    return st;
+}
+
+dt_status dt__kernel_vocab_xent_rows_stats(int64_t rows, int64_t cols, const float *logits,
+                                           const int32_t *labels, float *rowmax,
+                                           float *sumexp, float *target)
+{
+    static const char op[] = "dt_kernel_vocab_xent_stats";
+    dt_status st = rows_check(op, rows, cols, logits, labels, rowmax);
+    if (st == DT_OK && rows > 0 && (!sumexp || !target))
+        st = dt__error(DT_ERR_INVALID_ARGUMENT, "%s: NULL output", op);
+    for (int64_t i = 0; st == DT_OK && i < rows; i++) {
+        const float *x = logits + i * cols;
+        st = dt_kernel_reduce_axis(DT_REDUCE_MAX, 1, cols, 1, x, rowmax + i);
+        if (st != DT_OK)
+            break;
+        sumexp[i] = (float)dt__vexp_sum(cols, x, rowmax[i], NULL);
+        target[i] = labels[i] >= 0 ? x[labels[i]] : 0.0f;
+    }
+    return st;
+}
+
+dt_status dt__kernel_vocab_xent_rows_grad(int64_t rows, int64_t cols, const float *logits,
+                                          const int32_t *labels, float scale, float *dlogits)
+{
+    static const char op[] = "dt_kernel_vocab_xent_grad";
+    dt_status st = rows_check(op, rows, cols, logits, labels, dlogits);
+    for (int64_t i = 0; st == DT_OK && i < rows; i++) {
+        const float *x = logits + i * cols;
+        float *d = dlogits + i * cols;
+        int64_t t = labels[i];
+        if (t < 0) {
+            memset(d, 0, (size_t)cols * sizeof *d);
+            continue;
+        }
+        float mx;
+        st = dt_kernel_reduce_axis(DT_REDUCE_MAX, 1, cols, 1, x, &mx);
+        if (st != DT_OK)
+            break;
+        /* d = exp(x - max) while summing, then scale (d / sumexp - onehot) in the cache. */
+        float inv = 1.0f / (float)dt__vexp_sum(cols, x, mx, d);
+        dt__vmul2(cols, inv, scale, d);
+        float pt;
+        dt__vexp_scale(1, x + t, mx, inv, 1.0f, &pt);
+        d[t] = scale * (pt - 1.0f);
+    }
+    return st;
+}

@@ -102,6 +102,13 @@
     A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
     A(D, const float *, rowmax) A(D, const float *, sumexp) A(V, int64_t, lo)               \
     A(D, const int32_t *, labels) A(V, float, scale) A(D, float *, dlogits)
+#define ARGS_vocab_xent_rows_stats(A)                                                       \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
+    A(D, const int32_t *, labels) A(D, float *, rowmax) A(D, float *, sumexp)               \
+    A(D, float *, target)
+#define ARGS_vocab_xent_rows_grad(A)                                                        \
+    A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, logits)                     \
+    A(D, const int32_t *, labels) A(V, float, scale) A(D, float *, dlogits)
 
 #define ARGS_rms_norm(A)                                                                   \
     A(V, int64_t, rows) A(V, int64_t, cols) A(D, const float *, x) A(D, const float *, gain) \
@@ -144,7 +151,7 @@
     K(sq_sum_f64)                                                                          \
     K(layer_norm) K(layer_norm_grad) K(softmax) K(softmax_grad) K(attention)                \
     K(attention_grad) K(embedding) K(embedding_grad) K(vocab_xent_stats) K(vocab_xent_loss) \
-    K(vocab_xent_grad)                                                                      \
+    K(vocab_xent_grad) K(vocab_xent_rows_stats) K(vocab_xent_rows_grad)                     \
     K(rms_norm) K(rms_norm_grad) K(rope) K(swiglu) K(swiglu_grad) K(attention_gqa)          \
     K(attention_gqa_grad) K(attention_drop) K(attention_drop_grad)
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "ops/ops_impl.h"
 #include "ops_test_util.h"
 
 #define B 4
@@ -327,6 +328,39 @@ static void test_vocab_xent_pieces_match_the_full_softmax_cross_entropy(void)
     DT_ASSERT_FAILS(dt_kernel_vocab_xent_stats(ROWS, V, x, mx, 0, V, labels, s1, t1),
                     DT_ERR_INVALID_ARGUMENT);
     DT_ASSERT_ERROR_MENTIONS("row 2");
+}
+
+/* The CPU backend's whole-row kernels (the vocabulary on one device, ops/vocab.c) give the
+ * pieces' bits: row max, sum of exponentials, target, and the gradient without statistics
+ * given; widths below, at and above a vector of 8, an ignored row, and a label out of range. */
+static void test_vocab_xent_whole_rows_give_the_pieces_bits(void)
+{
+    enum { ROWS = 5, W = 43 };
+    static const int widths[] = {1, 8, V, W};
+    float x[ROWS * W], mx[ROWS], se[ROWS], tg[ROWS], mx2[ROWS], se2[ROWS], tg2[ROWS];
+    float d[ROWS * W], d2[ROWS * W];
+    ot_fill_real(x, ROWS * W, -30, 30, 7);
+    for (int k = 0; k < 4; k++) {
+        int w = widths[k];
+        int32_t labels[ROWS] = {0, w - 1, -1, w / 2, w > 2 ? 2 : 0};
+        DT_ASSERT_OK(dt_kernel_reduce_axis(DT_REDUCE_MAX, ROWS, w, 1, x, mx));
+        DT_ASSERT_OK(dt_kernel_vocab_xent_stats(ROWS, w, x, mx, 0, w, labels, se, tg));
+        DT_ASSERT_OK(dt_kernel_vocab_xent_grad(ROWS, w, x, mx, se, 0, labels, 0.37f, d));
+        memset(d2, 0x7f, sizeof d2);
+        DT_ASSERT_OK(dt__kernel_vocab_xent_rows_stats(ROWS, w, x, labels, mx2, se2, tg2));
+        DT_ASSERT_OK(dt__kernel_vocab_xent_rows_grad(ROWS, w, x, labels, 0.37f, d2));
+        CU_ASSERT_EQUAL(memcmp(mx, mx2, sizeof mx), 0);
+        CU_ASSERT_EQUAL(memcmp(se, se2, sizeof se), 0);
+        for (int i = 0; i < ROWS; i++)
+            CU_ASSERT_EQUAL(labels[i] >= 0 ? memcmp(&tg[i], &tg2[i], sizeof(float)) : 0, 0);
+        CU_ASSERT_EQUAL(memcmp(d, d2, (size_t)(ROWS * w) * sizeof(float)), 0);
+        labels[3] = w;
+        DT_ASSERT_FAILS(dt__kernel_vocab_xent_rows_grad(ROWS, w, x, labels, 1.0f, d2),
+                        DT_ERR_INVALID_ARGUMENT);
+        DT_ASSERT_ERROR_MENTIONS("row 3");
+        DT_ASSERT_FAILS(dt__kernel_vocab_xent_rows_stats(ROWS, w, x, labels, mx2, se2, tg2),
+                        DT_ERR_INVALID_ARGUMENT);
+    }
 }
 
 /* ---- distributed ops -------------------------------------------------------------------- */
@@ -855,6 +889,7 @@ int main(int argc, char **argv)
         DT_TEST(test_embedding_slices_add_up_to_the_lookup),
         DT_TEST(test_embedding_kernels_reject_ids_outside_the_table),
         DT_TEST(test_vocab_xent_pieces_match_the_full_softmax_cross_entropy),
+        DT_TEST(test_vocab_xent_whole_rows_give_the_pieces_bits),
         DT_TEST(test_matmul_nd_projection_keeps_the_rows_and_follows_the_2d_rules),
         DT_TEST(test_matmul_nd_batched_runs_one_gemm_per_matrix),
         DT_TEST(test_layer_norm_and_softmax_gather_only_their_dim),
