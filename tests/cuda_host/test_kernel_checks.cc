@@ -161,7 +161,9 @@ static void missing_barrier(void)
 {
     float *d = NULL;
     cudaMalloc((void **)&d, 64 * sizeof *d);
-    DT__CU_LAUNCH(missing_barrier_kernel, 1, 64, 0, 0)(d);
+    for (int i = 0; i < 8; i++) /* as lockstep's, below */
+        DT__CU_LAUNCH(missing_barrier_kernel, 1, 64, 0, 0)(d);
+    cudaDeviceSynchronize();
 }
 
 __global__ static void lockstep_kernel(float *out)
@@ -178,11 +180,17 @@ __global__ static void lockstep_kernel(float *out)
     if (t == 0)
         out[0] = v[0];
 }
+/* Launched 8 times: a thread that passes its racing access and then takes the block's lock
+ * (its exit) before a peer wakes from the barrier orders the two accesses for ThreadSanitizer
+ * (the peer's wake-up takes the same lock), which happens often on a loaded machine; each
+ * launch is another chance for the threads to interleave as on a GPU. */
 static void lockstep(void)
 {
     float *d = NULL;
     cudaMalloc((void **)&d, sizeof *d);
-    DT__CU_LAUNCH(lockstep_kernel, 1, 32, 0, 0)(d);
+    for (int i = 0; i < 8; i++)
+        DT__CU_LAUNCH(lockstep_kernel, 1, 32, 0, 0)(d);
+    cudaDeviceSynchronize();
 }
 
 __global__ static void smem_overrun_kernel(float *out)
